@@ -1,0 +1,443 @@
+//! The traits the replay window needs from below (SPEC §2, §6, §7): an [`Agent`] that drains,
+//! submits passes and the ordinary run, [`DeviceMemory`] for batched asynchronous copies and
+//! digests with fences, a [`Clock`] so bounded waits can run on virtual time, and the
+//! [`Snapshotter`] that the memory layer implements over device memory.
+//!
+//! Every trait is object-safe: the CLI and the C ABI choose the backend at run time.
+//! Asynchronous operations hand back a [`Ticket`] or [`Fence`] that the core polls with a time
+//! budget; the core owns every deadline (see [`crate::wait`]). A backend blocks for at most the
+//! budget it is given, then answers.
+
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use bitflags::bitflags;
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+
+use crate::error::BackendError;
+use crate::outcome::TierBytes;
+use crate::policy::{Policy, Scope};
+use crate::types::{AgentId, Dispatch, QueueId};
+
+/// Monotonic time as the backend sees it. The simulator runs it on virtual time, so tests check
+/// deadlines without sleeping.
+pub trait Clock: Send + Sync + Debug {
+    /// Time since an arbitrary, fixed origin.
+    fn now(&self) -> Duration;
+    /// Lets at least `d` pass (a virtual clock advances by `d`).
+    fn sleep(&self, d: Duration);
+}
+
+/// The wall clock.
+#[derive(Debug)]
+pub struct SystemClock {
+    origin: Instant,
+}
+
+impl SystemClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d);
+    }
+}
+
+/// An asynchronous agent operation in flight (a drain or a pass), opaque to the core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ticket(pub u64);
+
+/// What a drain waits for (SPEC §6 step 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DrainTarget {
+    /// Everything submitted earlier to the dispatch's queue.
+    Queue(QueueId),
+    /// Everything submitted earlier to any queue of the agent.
+    Agent,
+    /// Asynchronous copies in flight that touch the agent (the copy fence).
+    CopyFence,
+}
+
+impl DrainTarget {
+    /// Name used in logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Queue(_) => "queue drain",
+            Self::Agent => "agent drain",
+            Self::CopyFence => "copy fence",
+        }
+    }
+}
+
+/// A completed pass, with its completion handling (counter read-out) drained.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PassCompletion {
+    /// GPU time of the pass as the backend measured it.
+    pub gpu_seconds: f64,
+}
+
+bitflags! {
+    /// What an agent can do beyond the required operations.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct Capabilities: u32 {
+        /// `flush_caches` does something (policy `cache_control=flush`).
+        const CACHE_FLUSH = 1 << 0;
+        /// Digests run on the device.
+        const DEVICE_DIGESTS = 1 << 1;
+        /// The backend sees asynchronous copies and can fence them.
+        const COPY_FENCE = 1 << 2;
+        /// Passes carry system-scope acquire and release fences.
+        const SYSTEM_SCOPE_FENCES = 1 << 3;
+    }
+}
+
+/// One GPU agent as the replay window drives it (SPEC §6).
+///
+/// Contract for implementors:
+/// - `begin_drain` returns at once; completion is observed through `poll_drain`.
+/// - `submit_pass` submits the captured dispatch with the application's completion suppressed.
+/// - `abandon` gives up a ticket that did not complete in time: anything the device may still
+///   reference (a barrier's signal) must be leaked, not destroyed.
+/// - `signal_completion` fires the application's completion exactly once, ordered after every
+///   pass submitted so far (a trailing barrier on HSA), so a truncated loop whose last pass is
+///   still running never signals early.
+/// - `submit_ordinary` submits the dispatch once, unchanged, with its own completion.
+pub trait Agent: Send + Sync {
+    /// The agent's identity.
+    fn id(&self) -> AgentId;
+    /// Optional abilities.
+    fn capabilities(&self) -> Capabilities;
+    /// Starts a drain.
+    fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError>;
+    /// Waits at most `budget`; `true` once the drain completed.
+    fn poll_drain(&self, ticket: Ticket, budget: Duration) -> Result<bool, BackendError>;
+    /// Submits one replay pass of `dispatch`.
+    fn submit_pass(&self, dispatch: &Dispatch, pass: u32) -> Result<Ticket, BackendError>;
+    /// Waits at most `budget` for the pass and its completion handling.
+    fn poll_pass(
+        &self,
+        ticket: Ticket,
+        budget: Duration,
+    ) -> Result<Option<PassCompletion>, BackendError>;
+    /// Gives up a drain or pass that did not complete in time.
+    fn abandon(&self, ticket: Ticket);
+    /// Flushes and invalidates the agent's caches before a pass.
+    fn flush_caches(&self) -> Result<(), BackendError>;
+    /// Submits the dispatch once, unchanged, with its own completion (the ordinary run).
+    fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError>;
+    /// Fires the application's completion once, after every pass submitted so far.
+    fn signal_completion(&self, dispatch: &Dispatch) -> Result<(), BackendError>;
+}
+
+/// Where a snapshot copy lives (SPEC §7.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// A backing copy on the same agent.
+    Device,
+    /// Page-locked host memory.
+    PinnedHost,
+    /// Ordinary host memory, the last resort.
+    PageableHost,
+}
+
+impl Tier {
+    /// All tiers in the order they are tried.
+    pub const ALL: [Tier; 3] = [Tier::Device, Tier::PinnedHost, Tier::PageableHost];
+    /// Name used in logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Device => "device",
+            Self::PinnedHost => "pinned",
+            Self::PageableHost => "pageable",
+        }
+    }
+}
+
+/// A backing allocation made by [`DeviceMemory::alloc_backing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BackingId(pub u64);
+
+/// One end of a copy or the subject of a digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemLoc {
+    /// Application device memory at this address.
+    Device {
+        /// Device address.
+        addr: u64,
+    },
+    /// Library-owned backing memory.
+    Backing {
+        /// The backing allocation.
+        id: BackingId,
+        /// Byte offset inside it.
+        offset: u64,
+    },
+}
+
+/// A copy of `len` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CopyOp {
+    /// Source.
+    pub src: MemLoc,
+    /// Destination.
+    pub dst: MemLoc,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// A digest over `len` bytes at `at` (one digest per op; callers split into chunks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DigestOp {
+    /// Where.
+    pub at: MemLoc,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// Completion of a batch of copies or digests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fence(pub u64);
+
+/// Per-run key of the digest (SPEC §7.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DigestKey(pub [u64; 2]);
+
+/// A 128-bit digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Digest128(pub u128);
+
+impl std::fmt::Display for Digest128 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// What a tier can hold now and how fast it copies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TierInfo {
+    /// Bytes the backend can still allocate in this tier.
+    pub available_bytes: u64,
+    /// Copy bandwidth to and from the agent, GB/s.
+    pub gbps: f64,
+}
+
+/// Device memory as the memory layer drives it: batched, asynchronous, fenced (SPEC §7).
+pub trait DeviceMemory: Send + Sync {
+    /// Agent whose memory this is.
+    fn agent(&self) -> AgentId;
+    /// Capacity of a tier; `None` when the backend has no such tier.
+    fn tier_info(&self, tier: Tier) -> Option<TierInfo>;
+    /// Allocates library-owned backing memory (never tracked).
+    fn alloc_backing(&self, tier: Tier, bytes: u64) -> Result<BackingId, BackendError>;
+    /// Frees backing memory.
+    fn free_backing(&self, id: BackingId);
+    /// Submits a batch of copies; returns at once.
+    fn submit_copies(&self, ops: &[CopyOp]) -> Result<Fence, BackendError>;
+    /// Submits a batch of digests (one per op, in op order); returns at once.
+    fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError>;
+    /// Waits at most `budget`; `true` once the batch completed.
+    fn poll_fence(&self, fence: Fence, budget: Duration) -> Result<bool, BackendError>;
+    /// The digests of a completed digest batch, in op order.
+    fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError>;
+    /// Gives up a batch that did not complete in time.
+    fn abandon_fence(&self, fence: Fence);
+}
+
+bitflags! {
+    /// Memory classes of SPEC §7.1.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub struct MemoryClass: u32 {
+        /// Coarse-grained device memory owned by the agent: tracked, captured, restored.
+        const DEVICE_COARSE = 1 << 0;
+        /// Kernel-argument memory or executable-flagged pools: excluded.
+        const KERNARG = 1 << 1;
+        /// Fine-grained device memory.
+        const FINE_GRAINED = 1 << 2;
+        /// Managed (unified) memory.
+        const MANAGED = 1 << 3;
+        /// Pinned host memory.
+        const PINNED_HOST = 1 << 4;
+        /// IPC-imported device memory.
+        const IPC_IMPORTED = 1 << 5;
+        /// Memory owned by a peer agent.
+        const PEER = 1 << 6;
+        /// Virtual-memory mappings (stream-ordered allocators, mapped handles).
+        const VIRTUAL_MAPPING = 1 << 7;
+        /// Module-scope device variable.
+        const MODULE_VARIABLE = 1 << 8;
+        /// Read-only (constant) data.
+        const READ_ONLY = 1 << 9;
+        /// Marked by a tool as its own, or the library's staging and backing memory.
+        const TOOL_OWNED = 1 << 10;
+    }
+}
+
+impl MemoryClass {
+    /// Classes that `arguments` may capture when an argument points into them.
+    pub const CAPTURABLE_UNTRACKED: MemoryClass = MemoryClass::FINE_GRAINED
+        .union(MemoryClass::MANAGED)
+        .union(MemoryClass::PINNED_HOST);
+}
+
+/// A tracked region at the time it was planned: a freed-and-reallocated address has a new
+/// generation, so liveness re-checks can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RegionRef {
+    /// Base address.
+    pub base: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Generation number, never reused.
+    pub generation: u64,
+    /// Class.
+    pub class: MemoryClass,
+}
+
+/// Memory of the agent that the snapshot does not cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UntrackedSummary {
+    /// Bytes in untracked allocations other than virtual-memory mappings.
+    pub bytes: u64,
+    /// Number of such allocations.
+    pub regions: u32,
+    /// Bytes in virtual-memory mappings.
+    pub vmem_bytes: u64,
+    /// Number of virtual-memory mappings.
+    pub vmem_regions: u32,
+}
+
+/// The memory layer's plan for one dispatch, used by admission (SPEC §6 step 5).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SnapshotPlan {
+    /// Scope planned (may be `All` where `Arguments` was asked, for a remembered kernel).
+    pub scope: Scope,
+    /// Regions to capture.
+    pub regions: SmallVec<[RegionRef; 8]>,
+    /// All tracked bytes of the agent.
+    pub tracked_bytes: u64,
+    /// Bytes the snapshot would copy.
+    pub captured_bytes: u64,
+    /// What is not covered.
+    pub untracked: UntrackedSummary,
+    /// Set when the scope reaches memory no snapshot can cover (IPC, peer, an incomplete
+    /// module-variable enumeration): always declines `untracked_memory`.
+    pub uncapturable: Option<String>,
+    /// What the tiers can hold within their budgets now.
+    pub capacity_bytes: u64,
+}
+
+/// How long a wait inside the memory layer may take, on the backend's clock.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitSpec<'a> {
+    /// The clock deadlines are measured on.
+    pub clock: &'a dyn Clock,
+    /// Total bound.
+    pub timeout: Duration,
+    /// Longest single poll.
+    pub slice: Duration,
+}
+
+/// What a capture did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CaptureStats {
+    /// Bytes captured.
+    pub captured_bytes: u64,
+    /// Regions captured.
+    pub captured_regions: u32,
+    /// Bytes per tier.
+    pub tier_bytes: TierBytes,
+    /// Regions skipped because they were freed or reallocated since planning.
+    pub skipped_regions: u32,
+    /// Time the capture took.
+    pub seconds: f64,
+}
+
+/// What one restore did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RestoreStats {
+    /// Bytes compared by digest (0 for `full`).
+    pub compared_bytes: u64,
+    /// Bytes written back.
+    pub restored_bytes: u64,
+    /// Time it took.
+    pub seconds: f64,
+}
+
+/// The result of the after-pass check of memory outside the scope (SPEC §7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeCheck {
+    /// Nothing outside the scope changed (or the scope is `all`).
+    Clean,
+    /// A region outside the scope changed.
+    Changed {
+        /// Base of the first region found changed.
+        base: u64,
+    },
+}
+
+/// A capture could not be made; the window declines `snapshot_failed`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("snapshot failed: {message}")]
+pub struct SnapshotError {
+    /// What failed.
+    pub message: String,
+}
+
+/// A restore failed: memory can no longer be repaired and the process aborts (SPEC §6).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("restore of region {base:#x} ({size} bytes) failed: {message}")]
+pub struct RestoreError {
+    /// Base of the region.
+    pub base: u64,
+    /// Its size.
+    pub size: u64,
+    /// What failed.
+    pub message: String,
+}
+
+/// The memory layer as the window uses it (implemented by `replay-memory`).
+pub trait Snapshotter: Send + Sync {
+    /// Plans the snapshot of `dispatch` under `scope`.
+    fn plan(
+        &self,
+        dispatch: &Dispatch,
+        scope: Scope,
+        policy: &Policy,
+    ) -> Result<SnapshotPlan, BackendError>;
+    /// Captures what `plan` names.
+    fn capture(
+        &self,
+        plan: &SnapshotPlan,
+        policy: &Policy,
+        wait: &WaitSpec<'_>,
+    ) -> Result<Box<dyn Snapshot>, SnapshotError>;
+    /// Peak bytes held in the backing and staging pools so far.
+    fn pooled_peak_bytes(&self) -> u64;
+}
+
+/// A captured snapshot, alive for one window; dropping it returns its memory to the pools.
+pub trait Snapshot: Send {
+    /// What the capture did.
+    fn stats(&self) -> CaptureStats;
+    /// Checks memory outside the scope after a pass.
+    fn check_scope(&mut self, wait: &WaitSpec<'_>) -> Result<ScopeCheck, BackendError>;
+    /// Restores the captured memory before the next pass.
+    fn restore(&mut self, wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError>;
+}

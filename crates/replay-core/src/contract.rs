@@ -1,0 +1,160 @@
+//! The tool-facing contract (SPEC §3): operations and phases, the payload, the pass-count and
+//! continue callbacks, `user_data`, and the context toggles a tool may call in PASS ENTER.
+//!
+//! `user_data` threading: the value the tool leaves in CONFIG ENTER is the *sequence value*. It
+//! is passed to the pass-count callback, to every PASS ENTER and to CONFIG EXIT. Each pass works
+//! on its own copy: what PASS ENTER writes is seen by that pass's EXIT and by the continue
+//! callback called after it; the next pass starts again from the sequence value.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bitflags::bitflags;
+
+use crate::error::ContextError;
+use crate::outcome::OutcomeRecord;
+use crate::types::{ContextId, DispatchInfo};
+
+/// The two replay operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Operation {
+    /// Once per candidate dispatch.
+    Config = 1,
+    /// Once per executed pass.
+    Pass = 2,
+}
+
+/// Enter or exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Phase {
+    /// Before.
+    Enter = 0,
+    /// After.
+    Exit = 1,
+}
+
+/// The tool's per-dispatch value (a number or a pointer cast to one).
+pub type UserData = u64;
+
+/// Asked once after CONFIG ENTER: how many passes (SPEC §4).
+pub type PassCountFn = Arc<dyn Fn(&DispatchInfo, UserData) -> u64 + Send + Sync>;
+
+/// Asked after a pass: `(info, current_pass, total_passes, user_data)`. Returns 0 to stop, a
+/// positive value to go on; a negative value breaks the contract (`callback_failed`).
+pub type ContinueFn = Arc<dyn Fn(&DispatchInfo, u32, u32, UserData) -> i32 + Send + Sync>;
+
+bitflags! {
+    /// Operations a context subscribes to.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct Subscription: u32 {
+        /// CONFIG enter/exit (needed to start replay).
+        const CONFIG = 1 << 0;
+        /// PASS enter/exit.
+        const PASS = 1 << 1;
+    }
+}
+
+/// The per-loop context toggles (SPEC §5); `replay-context` implements them.
+pub trait ContextControl: Send + Sync {
+    /// `replay_start_context`.
+    fn start(&self, ctx: ContextId) -> Result<(), ContextError>;
+    /// `replay_stop_context`.
+    fn stop(&self, ctx: ContextId) -> Result<(), ContextError>;
+    /// The window begins a replay loop on this thread.
+    fn loop_begin(&self);
+    /// PASS ENTER callbacks begin (toggles allowed until `pass_enter_end`).
+    fn pass_enter_begin(&self);
+    /// PASS ENTER callbacks ended.
+    fn pass_enter_end(&self);
+    /// The loop ended: local overrides vanish.
+    fn loop_end(&self);
+}
+
+/// Context control for embeddings without `replay-context`: every toggle is refused.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoContextControl;
+
+impl ContextControl for NoContextControl {
+    fn start(&self, ctx: ContextId) -> Result<(), ContextError> {
+        Err(ContextError::UnknownContext(ctx))
+    }
+    fn stop(&self, ctx: ContextId) -> Result<(), ContextError> {
+        Err(ContextError::UnknownContext(ctx))
+    }
+    fn loop_begin(&self) {}
+    fn pass_enter_begin(&self) {}
+    fn pass_enter_end(&self) {}
+    fn loop_end(&self) {}
+}
+
+/// What a callback sees (SPEC §3). The C ABI maps it field by field onto its versioned struct.
+pub struct ReplayPayload<'a> {
+    /// The dispatch.
+    pub dispatch_info: &'a DispatchInfo,
+    /// 0-based pass index (0 in CONFIG).
+    pub current_pass: u32,
+    /// N for a fixed loop after clamping, 0 for an open-ended loop (0 in CONFIG).
+    pub total_passes: u32,
+    /// Written by the tool in CONFIG ENTER; `None` in PASS.
+    pub replay_pass_count: Option<PassCountFn>,
+    /// Written by the tool in CONFIG ENTER; in PASS EXIT shows the callback in effect, and the
+    /// tool may replace it for this pass only.
+    pub replay_continue: Option<ContinueFn>,
+    /// `replay_start_context` / `replay_stop_context`; usable only in PASS ENTER.
+    pub contexts: &'a dyn ContextControl,
+    /// The outcome, in CONFIG EXIT only.
+    pub outcome: Option<&'a OutcomeRecord>,
+}
+
+impl fmt::Debug for ReplayPayload<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplayPayload")
+            .field("dispatch_info", &self.dispatch_info)
+            .field("current_pass", &self.current_pass)
+            .field("total_passes", &self.total_passes)
+            .field("replay_pass_count", &self.replay_pass_count.is_some())
+            .field("replay_continue", &self.replay_continue.is_some())
+            .field("outcome", &self.outcome)
+            .finish()
+    }
+}
+
+impl ReplayPayload<'_> {
+    /// `replay_start_context`.
+    pub fn replay_start_context(&self, ctx: ContextId) -> Result<(), ContextError> {
+        self.contexts.start(ctx)
+    }
+    /// `replay_stop_context`.
+    pub fn replay_stop_context(&self, ctx: ContextId) -> Result<(), ContextError> {
+        self.contexts.stop(ctx)
+    }
+}
+
+/// A tool's replay callback. A panic inside it ends the dispatch safely (`callback_failed`).
+pub trait ReplayTool: Send + Sync {
+    /// Called for each operation and phase the tool subscribed to.
+    fn callback(
+        &self,
+        operation: Operation,
+        phase: Phase,
+        payload: &mut ReplayPayload<'_>,
+        user_data: &mut UserData,
+    );
+}
+
+impl<F> ReplayTool for F
+where
+    F: Fn(Operation, Phase, &mut ReplayPayload<'_>, &mut UserData) + Send + Sync,
+{
+    fn callback(
+        &self,
+        operation: Operation,
+        phase: Phase,
+        payload: &mut ReplayPayload<'_>,
+        user_data: &mut UserData,
+    ) {
+        self(operation, phase, payload, user_data)
+    }
+}

@@ -1,0 +1,192 @@
+//! The kernel filter (SPEC §3): which dispatches are replay candidates at all, as profilers'
+//! `-k` (name), `-s` (skip) and `-c` (count) options do.
+//!
+//! Patterns: a pattern with `*` or `?` is a glob over the whole kernel name; a pattern without
+//! wildcards matches when it occurs anywhere in the name. Exclusion wins over inclusion; an
+//! empty include list admits every name.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::DispatchInfo;
+
+/// A range of dispatch ids, inclusive; `last = None` is open-ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchRange {
+    /// First id admitted.
+    pub first: u64,
+    /// Last id admitted.
+    pub last: Option<u64>,
+}
+
+impl DispatchRange {
+    /// Parses `FIRST-LAST`, `FIRST-` or a single id.
+    pub fn parse(v: &str) -> Option<Self> {
+        let (first, last) = match v.split_once('-') {
+            Some((a, "")) => (a.trim().parse().ok()?, None),
+            Some((a, b)) => (a.trim().parse().ok()?, Some(b.trim().parse().ok()?)),
+            None => {
+                let id = v.trim().parse().ok()?;
+                (id, Some(id))
+            }
+        };
+        if last.is_some_and(|l| l < first) {
+            return None;
+        }
+        Some(Self { first, last })
+    }
+
+    /// Whether `id` lies inside.
+    pub fn contains(&self, id: u64) -> bool {
+        id >= self.first && self.last.is_none_or(|l| id <= l)
+    }
+}
+
+/// Which dispatches are candidates.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KernelFilter {
+    /// Name patterns to admit (empty = all).
+    pub include: Vec<String>,
+    /// Name patterns to refuse.
+    pub exclude: Vec<String>,
+    /// Dispatch ids to consider.
+    pub range: Option<DispatchRange>,
+    /// Matching dispatches to skip before the first candidate.
+    pub skip: u64,
+    /// Most candidates to admit.
+    pub count: Option<u64>,
+}
+
+/// Running counts for `skip` and `count`, kept by the service.
+#[derive(Debug, Default)]
+pub struct FilterState {
+    matched: AtomicU64,
+}
+
+impl KernelFilter {
+    /// Whether the name and id match (without `skip`/`count`).
+    pub fn matches(&self, info: &DispatchInfo) -> bool {
+        let name = &*info.kernel_name;
+        if self.range.is_some_and(|r| !r.contains(info.dispatch_id.0)) {
+            return false;
+        }
+        if self.exclude.iter().any(|p| pattern_matches(p, name)) {
+            return false;
+        }
+        self.include.is_empty() || self.include.iter().any(|p| pattern_matches(p, name))
+    }
+
+    /// Whether the dispatch is a candidate; counts it against `skip` and `count`.
+    pub fn admit(&self, info: &DispatchInfo, state: &FilterState) -> bool {
+        if !self.matches(info) {
+            return false;
+        }
+        if self.skip == 0 && self.count.is_none() {
+            return true;
+        }
+        let index = state.matched.fetch_add(1, Ordering::Relaxed);
+        index >= self.skip && self.count.is_none_or(|c| index - self.skip < c)
+    }
+}
+
+/// Glob (`*`, `?`) over the whole name when the pattern has wildcards; substring otherwise.
+pub fn pattern_matches(pattern: &str, name: &str) -> bool {
+    if !pattern.contains(['*', '?']) {
+        return name.contains(pattern);
+    }
+    glob(pattern.as_bytes(), name.as_bytes())
+}
+
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    // Iterative matcher with one backtrack point: linear in practice, no recursion.
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
+            pi += 1;
+            si += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::*;
+
+    fn info(name: &str, id: u64) -> DispatchInfo {
+        DispatchInfo {
+            agent: AgentId(0),
+            queue: QueueId(0),
+            dispatch_id: DispatchId(id),
+            kernel_id: KernelId(1),
+            kernel_name: name.into(),
+            grid: Dim3::new(1, 1, 1),
+            workgroup: Dim3::new(1, 1, 1),
+            private_segment_size: 0,
+            group_segment_size: 0,
+        }
+    }
+
+    #[test]
+    fn substring_and_glob() {
+        assert!(pattern_matches("gemm", "void ampere_gemm_kernel<float>"));
+        assert!(!pattern_matches("gemm", "softmax"));
+        assert!(pattern_matches("*gemm*", "xgemmy"));
+        assert!(!pattern_matches("gemm*", "xgemm"));
+        assert!(pattern_matches("k?rnel", "kernel"));
+        assert!(pattern_matches("*", ""));
+        assert!(!pattern_matches("?", ""));
+    }
+
+    #[test]
+    fn exclude_wins_and_range_applies() {
+        let f = KernelFilter {
+            include: vec!["gemm".into()],
+            exclude: vec!["*slow*".into()],
+            range: Some(DispatchRange::parse("10-20").unwrap()),
+            ..Default::default()
+        };
+        assert!(f.matches(&info("gemm_fast", 10)));
+        assert!(!f.matches(&info("gemm_slow", 12)));
+        assert!(!f.matches(&info("gemm_fast", 21)));
+        assert!(!f.matches(&info("conv", 15)));
+    }
+
+    #[test]
+    fn skip_and_count() {
+        let f = KernelFilter {
+            skip: 2,
+            count: Some(3),
+            ..Default::default()
+        };
+        let st = FilterState::default();
+        let admitted: Vec<bool> = (0..8).map(|i| f.admit(&info("k", i), &st)).collect();
+        assert_eq!(admitted, [false, false, true, true, true, false, false, false]);
+    }
+
+    #[test]
+    fn range_parse() {
+        assert_eq!(
+            DispatchRange::parse("5-"),
+            Some(DispatchRange { first: 5, last: None })
+        );
+        assert_eq!(
+            DispatchRange::parse("7"),
+            Some(DispatchRange { first: 7, last: Some(7) })
+        );
+        assert_eq!(DispatchRange::parse("9-3"), None);
+        assert_eq!(DispatchRange::parse("x"), None);
+    }
+}

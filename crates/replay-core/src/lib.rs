@@ -1,0 +1,57 @@
+//! # replay-core
+//!
+//! The hardware-agnostic heart of kernel-replay. It owns the tool-facing contract
+//! ([`contract`], SPEC §3), the pass plan ([`plan`], §4), the replay window state machine
+//! ([`window`] via [`ReplayService::submit`], §6), policy ([`policy`], §8), the kernel filter
+//! ([`filter`], §3) and outcome records ([`outcome`], §8). It defines every trait the window
+//! needs from below ([`backend`]): an object-safe [`Agent`], [`DeviceMemory`] with batched,
+//! fenced asynchronous operations, a [`Clock`] so bounded waits can run on virtual time, and the
+//! [`Snapshotter`] that `replay-memory` implements over device memory.
+//!
+//! Who validates what: the core validates every transition and owns every deadline; backends
+//! only translate. Nothing here is unsafe or touches hardware.
+//!
+//! Design choices:
+//! - The window runs on the submitting thread; there is no worker thread.
+//! - Per-agent reader/writer locks live in a `dashmap`; an inactive service costs one relaxed
+//!   atomic load per dispatch.
+//! - Tool callbacks run under `catch_unwind`; a panic declines (before the first pass) or
+//!   truncates (after). Only a failed restore between passes aborts.
+//! - Reasons beyond SPEC §8's list: `submit_failed` (the backend refused a pass) and
+//!   `scope_check_failed` (the after-pass check could not be made); both end safely.
+//! - A pass that stalls gets no PASS EXIT; CONFIG EXIT reports `pass_drain_stuck`.
+
+#![forbid(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod contract;
+pub mod digest;
+pub mod error;
+pub mod filter;
+pub mod locks;
+pub mod outcome;
+pub mod plan;
+pub mod policy;
+pub mod service;
+pub mod types;
+pub mod wait;
+mod window;
+
+pub use backend::{
+    Agent, BackingId, Capabilities, CaptureStats, Clock, CopyOp, DeviceMemory, Digest128,
+    DigestKey, DigestOp, DrainTarget, Fence, MemLoc, MemoryClass, PassCompletion, RegionRef,
+    RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan, Snapshotter,
+    SystemClock, Ticket, Tier, TierInfo, UntrackedSummary, WaitSpec,
+};
+pub use contract::{
+    ContextControl, ContinueFn, NoContextControl, Operation, PassCountFn, Phase, ReplayPayload,
+    ReplayTool, Subscription, UserData,
+};
+pub use error::{BackendError, BackendErrorKind, ContextError, ServiceError};
+pub use outcome::{Outcome, OutcomeRecord, Reason, RunSummary, TierBytes};
+pub use plan::PassPlan;
+pub use policy::{CacheControl, Policy, PolicyError, RestoreMode, Scope};
+pub use service::{DispatchReport, KernelMemo, ReplayService};
+pub use types::*;

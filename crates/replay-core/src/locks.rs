@@ -1,0 +1,76 @@
+//! Per-agent gates (SPEC §6 steps 3–4): a reader/writer lock per agent, held for writing by a
+//! replay window and for reading by ordinary dispatches across their own submission, and the
+//! markers that recognise tool work launched from inside a callback.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use parking_lot::RwLock;
+
+use crate::types::AgentId;
+
+/// One agent's lock and tool-work marker.
+#[derive(Debug, Default)]
+pub struct AgentGate {
+    /// Writer: a replay window. Reader: an ordinary submission while the service is active.
+    pub lock: RwLock<()>,
+    /// Number of tool callbacks running inside a window on this agent. A runtime that forwards
+    /// submissions to its own thread (SPEC §9.1) cannot use a thread-local, so it checks this.
+    marker: AtomicU32,
+}
+
+impl AgentGate {
+    /// Whether a callback of a window on this agent is running now.
+    pub fn in_callback(&self) -> bool {
+        self.marker.load(Ordering::Acquire) > 0
+    }
+}
+
+/// The gates of every agent seen, created on first use.
+#[derive(Debug, Default)]
+pub struct Gates {
+    map: DashMap<AgentId, Arc<AgentGate>>,
+}
+
+impl Gates {
+    /// The gate of `agent`.
+    pub fn get(&self, agent: AgentId) -> Arc<AgentGate> {
+        if let Some(g) = self.map.get(&agent) {
+            return Arc::clone(&g);
+        }
+        Arc::clone(&self.map.entry(agent).or_default())
+    }
+}
+
+thread_local! {
+    static CALLBACK_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether this thread is inside a tool callback of any window.
+pub fn thread_in_callback() -> bool {
+    CALLBACK_DEPTH.with(|d| d.get() > 0)
+}
+
+/// Marks this thread and the agent as inside a tool callback until dropped.
+#[derive(Debug)]
+pub struct CallbackScope<'a> {
+    gate: &'a AgentGate,
+}
+
+impl<'a> CallbackScope<'a> {
+    /// Enters a callback.
+    pub fn enter(gate: &'a AgentGate) -> Self {
+        CALLBACK_DEPTH.with(|d| d.set(d.get() + 1));
+        gate.marker.fetch_add(1, Ordering::AcqRel);
+        Self { gate }
+    }
+}
+
+impl Drop for CallbackScope<'_> {
+    fn drop(&mut self) {
+        self.gate.marker.fetch_sub(1, Ordering::AcqRel);
+        CALLBACK_DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}

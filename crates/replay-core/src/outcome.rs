@@ -1,0 +1,349 @@
+//! Outcome records and the run summary (SPEC §8).
+//!
+//! Every candidate dispatch produces one [`OutcomeRecord`]: logged as one
+//! `[kernel-replay] key=value ...` line through the `log` facade (target `kernel_replay`),
+//! handed to the tool in CONFIG EXIT, and serialisable as JSON.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+
+use crate::backend::Tier;
+use crate::policy::{RestoreMode, Scope};
+use crate::types::{AgentId, DispatchId};
+
+/// How a candidate dispatch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every planned pass ran.
+    Replayed,
+    /// Ran once, unreplayed, for a reason.
+    Declined,
+    /// The loop stopped early, safely.
+    Truncated,
+    /// The tool asked for no replay.
+    NotRequested,
+}
+
+impl Outcome {
+    /// Name in logs and JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Replayed => "replayed",
+            Self::Declined => "declined",
+            Self::Truncated => "truncated",
+            Self::NotRequested => "not_requested",
+        }
+    }
+}
+
+/// Why a dispatch was declined or truncated (SPEC §8), plus two the core adds where a backend
+/// call fails in a way the SPEC list does not name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Replayed in full, or not requested.
+    None,
+    /// The scope reaches memory the snapshot cannot cover.
+    UntrackedMemory,
+    /// The planned snapshot exceeds the budget.
+    FootprintBudget,
+    /// The capture failed.
+    SnapshotFailed,
+    /// The dispatch's queue did not drain in time.
+    QueueDrainStuck,
+    /// The agent's queues did not drain in time.
+    AgentDrainStuck,
+    /// In-flight asynchronous copies did not finish in time.
+    CopyFenceStuck,
+    /// Tool work launched from inside a callback.
+    ReentrantDispatch,
+    /// A callback panicked or broke the contract.
+    CallbackFailed,
+    /// A pass did not complete in time.
+    PassDrainStuck,
+    /// An open-ended loop reached `max_passes`.
+    PassLimit,
+    /// The kernel wrote outside its snapshot scope.
+    WriteOutsideScope,
+    /// The backend refused to submit a pass (before the first pass: declined; the ordinary run
+    /// then executes instead).
+    SubmitFailed,
+    /// The after-pass scope check could not be made, so no further pass is risked.
+    ScopeCheckFailed,
+}
+
+impl Reason {
+    /// Name in logs and JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::UntrackedMemory => "untracked_memory",
+            Self::FootprintBudget => "footprint_budget",
+            Self::SnapshotFailed => "snapshot_failed",
+            Self::QueueDrainStuck => "queue_drain_stuck",
+            Self::AgentDrainStuck => "agent_drain_stuck",
+            Self::CopyFenceStuck => "copy_fence_stuck",
+            Self::ReentrantDispatch => "reentrant_dispatch",
+            Self::CallbackFailed => "callback_failed",
+            Self::PassDrainStuck => "pass_drain_stuck",
+            Self::PassLimit => "pass_limit",
+            Self::WriteOutsideScope => "write_outside_scope",
+            Self::SubmitFailed => "submit_failed",
+            Self::ScopeCheckFailed => "scope_check_failed",
+        }
+    }
+}
+
+/// Bytes per snapshot tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TierBytes {
+    /// Device tier.
+    pub device: u64,
+    /// Pinned-host tier.
+    pub pinned: u64,
+    /// Pageable-host tier.
+    pub pageable: u64,
+}
+
+impl TierBytes {
+    /// Adds `bytes` to `tier`.
+    pub fn add(&mut self, tier: Tier, bytes: u64) {
+        match tier {
+            Tier::Device => self.device += bytes,
+            Tier::PinnedHost => self.pinned += bytes,
+            Tier::PageableHost => self.pageable += bytes,
+        }
+    }
+    /// Sum over tiers.
+    pub fn total(&self) -> u64 {
+        self.device + self.pinned + self.pageable
+    }
+}
+
+/// One candidate dispatch's outcome (SPEC §8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeRecord {
+    /// Reserved dispatch id.
+    pub dispatch_id: DispatchId,
+    /// Agent.
+    pub agent: AgentId,
+    /// Kernel name.
+    pub kernel: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Why (`none` when replayed in full).
+    pub reason: Reason,
+    /// Passes the tool asked for (0 = open-ended).
+    pub requested_passes: u64,
+    /// Passes that ran.
+    pub executed_passes: u32,
+    /// Scope used.
+    pub scope: Scope,
+    /// Restore mode used.
+    pub restore: RestoreMode,
+    /// All tracked bytes of the agent.
+    pub tracked_bytes: u64,
+    /// Bytes captured.
+    pub captured_bytes: u64,
+    /// Regions captured.
+    pub captured_regions: u32,
+    /// Captured bytes per tier.
+    pub tier_bytes: TierBytes,
+    /// Untracked bytes (virtual-memory mappings included).
+    pub untracked_bytes: u64,
+    /// Untracked regions (virtual-memory mappings included).
+    pub untracked_regions: u32,
+    /// Time to capture.
+    pub snap_seconds: f64,
+    /// Time restoring, over the window.
+    pub restore_seconds: f64,
+    /// Bytes compared by digest, over the window.
+    pub compared_bytes: u64,
+    /// Bytes restored, over the window.
+    pub restored_bytes: u64,
+    /// GPU time of each executed pass.
+    pub pass_gpu_seconds: SmallVec<[f64; 8]>,
+    /// Bytes restored before each pass (0 before the first).
+    pub pass_restored_bytes: SmallVec<[u64; 8]>,
+    /// 1 for tool work launched from inside a callback.
+    pub reentrancy: u8,
+}
+
+impl OutcomeRecord {
+    /// A record with nothing done yet.
+    pub fn new(dispatch_id: DispatchId, agent: AgentId, kernel: &str) -> Self {
+        Self {
+            dispatch_id,
+            agent,
+            kernel: kernel.to_owned(),
+            outcome: Outcome::NotRequested,
+            reason: Reason::None,
+            requested_passes: 0,
+            executed_passes: 0,
+            scope: Scope::All,
+            restore: RestoreMode::Full,
+            tracked_bytes: 0,
+            captured_bytes: 0,
+            captured_regions: 0,
+            tier_bytes: TierBytes::default(),
+            untracked_bytes: 0,
+            untracked_regions: 0,
+            snap_seconds: 0.0,
+            restore_seconds: 0.0,
+            compared_bytes: 0,
+            restored_bytes: 0,
+            pass_gpu_seconds: SmallVec::new(),
+            pass_restored_bytes: SmallVec::new(),
+            reentrancy: 0,
+        }
+    }
+
+    /// JSON text of the record.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("outcome records always serialise")
+    }
+}
+
+fn join<T: fmt::Display>(items: &[T]) -> String {
+    let parts: Vec<String> = items.iter().map(|x| x.to_string()).collect();
+    parts.join(",")
+}
+
+impl fmt::Display for OutcomeRecord {
+    /// The one-line form: `[kernel-replay] dispatch_id=... outcome=... ...`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs: Vec<String> = self
+            .pass_gpu_seconds
+            .iter()
+            .map(|s| format!("{s:.6}"))
+            .collect();
+        write!(
+            f,
+            "[kernel-replay] dispatch_id={} agent={} kernel={:?} outcome={} reason={} \
+             requested_passes={} executed_passes={} scope={} restore={} tracked_bytes={} \
+             captured_bytes={} captured_regions={} tier_bytes=device:{},pinned:{},pageable:{} \
+             untracked_bytes={} untracked_regions={} snap_seconds={:.6} restore_seconds={:.6} \
+             compared_bytes={} restored_bytes={} pass_gpu_seconds={} pass_restored_bytes={} \
+             reentrancy={}",
+            self.dispatch_id,
+            self.agent,
+            self.kernel,
+            self.outcome.as_str(),
+            self.reason.as_str(),
+            self.requested_passes,
+            self.executed_passes,
+            self.scope.as_str(),
+            self.restore.as_str(),
+            self.tracked_bytes,
+            self.captured_bytes,
+            self.captured_regions,
+            self.tier_bytes.device,
+            self.tier_bytes.pinned,
+            self.tier_bytes.pageable,
+            self.untracked_bytes,
+            self.untracked_regions,
+            self.snap_seconds,
+            self.restore_seconds,
+            self.compared_bytes,
+            self.restored_bytes,
+            secs.join(","),
+            join(&self.pass_restored_bytes),
+            self.reentrancy,
+        )
+    }
+}
+
+/// Aggregate over a run (SPEC §8).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Candidate dispatches seen (tool work included).
+    pub dispatches: u64,
+    /// Replayed in full.
+    pub replayed: u64,
+    /// Declined, by reason.
+    pub declined: BTreeMap<String, u64>,
+    /// Truncated, by reason.
+    pub truncated: BTreeMap<String, u64>,
+    /// Not requested by the tool.
+    pub not_requested: u64,
+    /// Passes executed.
+    pub passes: u64,
+    /// Bytes captured.
+    pub captured_bytes: u64,
+    /// Bytes compared.
+    pub compared_bytes: u64,
+    /// Bytes restored.
+    pub restored_bytes: u64,
+    /// Peak bytes in backing and staging pools.
+    pub peak_pooled_bytes: u64,
+    /// Time spent in replay windows (snapshot, passes, restores).
+    pub replay_seconds: f64,
+}
+
+impl RunSummary {
+    /// Adds one record; `window_seconds` is the time the window held the agent.
+    pub fn add(&mut self, r: &OutcomeRecord, window_seconds: f64) {
+        self.dispatches += 1;
+        match r.outcome {
+            Outcome::Replayed => self.replayed += 1,
+            Outcome::Declined => *self.declined.entry(r.reason.as_str().into()).or_default() += 1,
+            Outcome::Truncated => {
+                *self.truncated.entry(r.reason.as_str().into()).or_default() += 1
+            }
+            Outcome::NotRequested => self.not_requested += 1,
+        }
+        self.passes += u64::from(r.executed_passes);
+        self.captured_bytes += r.captured_bytes;
+        self.compared_bytes += r.compared_bytes;
+        self.restored_bytes += r.restored_bytes;
+        self.replay_seconds += window_seconds;
+    }
+
+    /// Declines of all reasons.
+    pub fn declined_total(&self) -> u64 {
+        self.declined.values().sum()
+    }
+
+    /// Truncations of all reasons.
+    pub fn truncated_total(&self) -> u64 {
+        self.truncated.values().sum()
+    }
+}
+
+impl fmt::Display for RunSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let by = |m: &BTreeMap<String, u64>| {
+            if m.is_empty() {
+                "-".to_owned()
+            } else {
+                m.iter()
+                    .map(|(k, v)| format!("{k}:{v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }
+        };
+        write!(
+            f,
+            "[kernel-replay] summary dispatches={} replayed={} declined={} ({}) truncated={} ({}) \
+             not_requested={} passes={} captured_bytes={} compared_bytes={} restored_bytes={} \
+             peak_pooled_bytes={} replay_seconds={:.6}",
+            self.dispatches,
+            self.replayed,
+            self.declined_total(),
+            by(&self.declined),
+            self.truncated_total(),
+            by(&self.truncated),
+            self.not_requested,
+            self.passes,
+            self.captured_bytes,
+            self.compared_bytes,
+            self.restored_bytes,
+            self.peak_pooled_bytes,
+            self.replay_seconds,
+        )
+    }
+}

@@ -1,0 +1,441 @@
+//! Policy (SPEC §8): defaults, then `KREPLAY_*` environment variables (the upstream
+//! `ROCPROFILER_KERNEL_REPLAY_*` names are accepted as aliases), then the API.
+//!
+//! A malformed value is an error that names the variable; nothing falls back silently.
+//! When both a `KREPLAY_` name and its alias are set, the `KREPLAY_` name wins and a warning
+//! says so.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::filter::{DispatchRange, KernelFilter};
+
+/// Which memory a snapshot covers (SPEC §7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Every tracked region of the agent plus module variables.
+    #[default]
+    All,
+    /// What the argument block points into, plus module variables.
+    Arguments,
+}
+
+impl Scope {
+    /// Name used in logs and variables.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::Arguments => "arguments",
+        }
+    }
+}
+
+/// How memory is put back between passes (SPEC §7.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestoreMode {
+    /// Every captured byte.
+    #[default]
+    Full,
+    /// Only chunks whose digest changed.
+    Dirty,
+}
+
+impl RestoreMode {
+    /// Name used in logs and variables.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Dirty => "dirty",
+        }
+    }
+}
+
+/// Cache handling before each pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheControl {
+    /// Flush and invalidate before each pass, so every pass starts cold.
+    Flush,
+    /// Leave caches alone.
+    #[default]
+    None,
+}
+
+/// Log verbosity of the default sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogLevel {
+    /// Nothing.
+    Off,
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// Outcome lines and above.
+    #[default]
+    Info,
+    /// Window steps.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// The `log` crate's filter for this level.
+    pub const fn to_filter(self) -> log::LevelFilter {
+        match self {
+            Self::Off => log::LevelFilter::Off,
+            Self::Error => log::LevelFilter::Error,
+            Self::Warn => log::LevelFilter::Warn,
+            Self::Info => log::LevelFilter::Info,
+            Self::Debug => log::LevelFilter::Debug,
+            Self::Trace => log::LevelFilter::Trace,
+        }
+    }
+}
+
+/// Everything that steers replay. Build with [`Policy::default`] or [`Policy::from_env`], then
+/// adjust fields through the API and call [`Policy::validate`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    /// Upper bound on snapshot bytes; 0 = half of available host memory for the host tiers.
+    pub max_snapshot_bytes: u64,
+    /// Budget of the device tier; 0 = what the backend reports available, less headroom.
+    pub device_tier_bytes: u64,
+    /// Budget of the pinned-host tier; 0 = automatic.
+    pub pinned_tier_bytes: u64,
+    /// Budget of the pageable-host tier; 0 = automatic.
+    pub pageable_tier_bytes: u64,
+    /// Bytes the device pool keeps after a window (trimmed to this).
+    pub pool_keep_bytes: u64,
+    /// Decline when the agent has virtual-memory mappings the snapshot cannot cover.
+    pub decline_on_vmem: bool,
+    /// Decline when the agent has other untracked allocations.
+    pub decline_on_untracked: bool,
+    /// Warn (still admit) when the projected copy time exceeds this many seconds.
+    pub warn_seconds: f64,
+    /// Copy bandwidth assumed for that projection, GB/s.
+    pub assumed_gbps: f64,
+    /// Bound of each drain wait.
+    pub drain_timeout: Duration,
+    /// Bound of each pass wait.
+    pub pass_timeout: Duration,
+    /// Longest single poll inside a bounded wait; a progress warning follows each
+    /// `progress_interval` of waiting.
+    pub poll_slice: Duration,
+    /// Interval of the progress warning during a long wait.
+    pub progress_interval: Duration,
+    /// Bound on the number of passes (SPEC §4).
+    pub max_passes: u32,
+    /// Snapshot scope.
+    pub scope: Scope,
+    /// Restore mode.
+    pub restore: RestoreMode,
+    /// Chunk size of `dirty` digests.
+    pub chunk_bytes: u64,
+    /// Cache handling before each pass.
+    pub cache_control: CacheControl,
+    /// Which dispatches are candidates.
+    pub filter: KernelFilter,
+    /// Log level of the default sink.
+    pub log_level: LogLevel,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            max_snapshot_bytes: 0,
+            device_tier_bytes: 0,
+            pinned_tier_bytes: 0,
+            pageable_tier_bytes: 0,
+            pool_keep_bytes: 256 << 20,
+            decline_on_vmem: true,
+            decline_on_untracked: false,
+            warn_seconds: 10.0,
+            assumed_gbps: 4.0,
+            drain_timeout: Duration::from_secs(60),
+            pass_timeout: Duration::from_secs(60),
+            poll_slice: Duration::from_millis(10),
+            progress_interval: Duration::from_secs(5),
+            max_passes: 1024,
+            scope: Scope::All,
+            restore: RestoreMode::Full,
+            chunk_bytes: 1 << 20,
+            cache_control: CacheControl::None,
+            filter: KernelFilter::default(),
+            log_level: LogLevel::Info,
+        }
+    }
+}
+
+/// A rejected policy value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}={value:?} is not valid: expected {expected}")]
+pub struct PolicyError {
+    /// The variable (or API field) that was wrong.
+    pub variable: String,
+    /// The value given.
+    pub value: String,
+    /// What would have been accepted.
+    pub expected: &'static str,
+}
+
+/// The prefix of our variables.
+pub const PREFIX: &str = "KREPLAY_";
+/// The prefix of the upstream aliases.
+pub const ALIAS_PREFIX: &str = "ROCPROFILER_KERNEL_REPLAY_";
+
+/// One policy variable: its suffix after the prefix, upstream aliases and what it sets.
+struct Var {
+    name: &'static str,
+    aliases: &'static [&'static str],
+    expected: &'static str,
+    apply: fn(&mut Policy, &str) -> Option<()>,
+}
+
+macro_rules! var {
+    ($name:literal, [$($alias:literal),*], $expected:literal, |$p:ident, $v:ident| $body:expr) => {
+        Var {
+            name: $name,
+            aliases: &[$($alias),*],
+            expected: $expected,
+            apply: |$p: &mut Policy, $v: &str| -> Option<()> { $body; Some(()) },
+        }
+    };
+}
+
+const VARS: &[Var] = &[
+    var!("MAX_SNAPSHOT_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)", |p, v| p.max_snapshot_bytes = parse_bytes(v)?),
+    var!("DEVICE_TIER_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)", |p, v| p.device_tier_bytes = parse_bytes(v)?),
+    var!("PINNED_TIER_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)", |p, v| p.pinned_tier_bytes = parse_bytes(v)?),
+    var!("PAGEABLE_TIER_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)", |p, v| p.pageable_tier_bytes = parse_bytes(v)?),
+    var!("POOL_KEEP_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB", |p, v| p.pool_keep_bytes = parse_bytes(v)?),
+    var!("DECLINE_ON_VMEM", [], "a boolean (1, 0, true, false, yes, no, on, off)", |p, v| p.decline_on_vmem = parse_bool(v)?),
+    var!("DECLINE_ON_UNTRACKED", ["DECLINE_ON_UNTRACKED_POOL"], "a boolean (1, 0, true, false, yes, no, on, off)", |p, v| p.decline_on_untracked = parse_bool(v)?),
+    var!("WARN_SECONDS", [], "a non-negative number of seconds", |p, v| p.warn_seconds = parse_nonneg_f64(v)?),
+    var!("ASSUMED_GBPS", [], "a positive number of GB/s", |p, v| p.assumed_gbps = parse_pos_f64(v)?),
+    var!("DRAIN_TIMEOUT", [], "a positive duration such as 60, 60s, 500ms or 2m", |p, v| p.drain_timeout = parse_duration(v)?),
+    var!("PASS_TIMEOUT", [], "a positive duration such as 60, 60s, 500ms or 2m", |p, v| p.pass_timeout = parse_duration(v)?),
+    var!("POLL_SLICE", [], "a positive duration such as 60, 60s, 500ms or 2m", |p, v| p.poll_slice = parse_duration(v)?),
+    var!("PROGRESS_INTERVAL", [], "a positive duration such as 60, 60s, 500ms or 2m", |p, v| p.progress_interval = parse_duration(v)?),
+    var!("MAX_PASSES", [], "a whole number from 1 to 4294967295", |p, v| p.max_passes = parse_u32_min1(v)?),
+    var!("SCOPE", [], "all or arguments", |p, v| p.scope = match v { "all" => Scope::All, "arguments" => Scope::Arguments, _ => return None }),
+    var!("RESTORE", [], "full or dirty", |p, v| p.restore = match v { "full" => RestoreMode::Full, "dirty" => RestoreMode::Dirty, _ => return None }),
+    var!("CHUNK_BYTES", [], "a power-of-two byte count from 4KiB to 1GiB", |p, v| p.chunk_bytes = parse_chunk(v)?),
+    var!("CACHE_CONTROL", [], "flush or none", |p, v| p.cache_control = match v { "flush" => CacheControl::Flush, "none" => CacheControl::None, _ => return None }),
+    var!("KERNEL_INCLUDE", [], "a comma-separated list of non-empty name patterns", |p, v| p.filter.include = parse_patterns(v)?),
+    var!("KERNEL_EXCLUDE", [], "a comma-separated list of non-empty name patterns", |p, v| p.filter.exclude = parse_patterns(v)?),
+    var!("DISPATCH_RANGE", [], "a dispatch-id range FIRST-LAST (LAST may be empty), FIRST <= LAST", |p, v| p.filter.range = Some(DispatchRange::parse(v)?)),
+    var!("KERNEL_SKIP", [], "a whole number", |p, v| p.filter.skip = v.parse().ok()?),
+    var!("KERNEL_COUNT", [], "a whole number of at least 1", |p, v| p.filter.count = Some(parse_u64_min1(v)?)),
+    var!("LOG", [], "off, error, warn, info, debug or trace", |p, v| p.log_level = parse_level(v)?),
+];
+
+impl Policy {
+    /// Names of every variable, with the `KREPLAY_` prefix.
+    pub fn variable_names() -> impl Iterator<Item = String> {
+        VARS.iter().map(|v| format!("{PREFIX}{}", v.name))
+    }
+
+    /// Defaults overridden by the process environment.
+    pub fn from_env() -> Result<Self, PolicyError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Defaults overridden by variables from `lookup` (the environment, or a test's map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, PolicyError> {
+        let mut policy = Self::default();
+        for var in VARS {
+            let ours = format!("{PREFIX}{}", var.name);
+            let alias_names = std::iter::once(var.name)
+                .chain(var.aliases.iter().copied())
+                .map(|n| format!("{ALIAS_PREFIX}{n}"));
+            let mut found: Option<(String, String)> = lookup(&ours).map(|v| (ours.clone(), v));
+            for alias in alias_names {
+                if let Some(value) = lookup(&alias) {
+                    match &found {
+                        Some((name, _)) => {
+                            log::warn!("[kernel-replay] both {name} and {alias} are set; {name} wins")
+                        }
+                        None => found = Some((alias, value)),
+                    }
+                }
+            }
+            if let Some((name, value)) = found {
+                policy.set(&name, var, &value)?;
+            }
+        }
+        policy.validate()?;
+        Ok(policy)
+    }
+
+    /// Sets one variable by name (`KREPLAY_X`, an alias, or the bare suffix `X`), as the
+    /// API and the command line do.
+    pub fn set_var(&mut self, name: &str, value: &str) -> Result<(), PolicyError> {
+        let suffix = name
+            .strip_prefix(PREFIX)
+            .or_else(|| name.strip_prefix(ALIAS_PREFIX))
+            .unwrap_or(name)
+            .to_ascii_uppercase();
+        let var = VARS
+            .iter()
+            .find(|v| v.name == suffix || v.aliases.contains(&suffix.as_str()))
+            .ok_or_else(|| PolicyError {
+                variable: name.to_owned(),
+                value: value.to_owned(),
+                expected: "a known policy variable (see Policy::variable_names)",
+            })?;
+        self.set(name, var, value)?;
+        self.validate()
+    }
+
+    fn set(&mut self, name: &str, var: &Var, value: &str) -> Result<(), PolicyError> {
+        (var.apply)(self, value.trim()).ok_or_else(|| PolicyError {
+            variable: name.to_owned(),
+            value: value.to_owned(),
+            expected: var.expected,
+        })
+    }
+
+    /// Checks values set through the API; names the field that is wrong.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let bad = |field: &str, value: String, expected| {
+            Err(PolicyError {
+                variable: field.to_owned(),
+                value,
+                expected,
+            })
+        };
+        if self.max_passes == 0 {
+            return bad("max_passes", "0".into(), "a whole number of at least 1");
+        }
+        if !(self.assumed_gbps.is_finite() && self.assumed_gbps > 0.0) {
+            return bad("assumed_gbps", self.assumed_gbps.to_string(), "a positive number of GB/s");
+        }
+        if !(self.warn_seconds.is_finite() && self.warn_seconds >= 0.0) {
+            return bad("warn_seconds", self.warn_seconds.to_string(), "a non-negative number of seconds");
+        }
+        if parse_chunk(&self.chunk_bytes.to_string()).is_none() {
+            return bad("chunk_bytes", self.chunk_bytes.to_string(), "a power-of-two byte count from 4KiB to 1GiB");
+        }
+        for (field, d) in [
+            ("drain_timeout", self.drain_timeout),
+            ("pass_timeout", self.pass_timeout),
+            ("poll_slice", self.poll_slice),
+            ("progress_interval", self.progress_interval),
+        ] {
+            if d.is_zero() {
+                return bad(field, "0".into(), "a positive duration");
+            }
+        }
+        if let Some(r) = &self.filter.range {
+            if r.last.is_some_and(|l| l < r.first) {
+                return bad("filter.range", format!("{r:?}"), "FIRST <= LAST");
+            }
+        }
+        if self.filter.count == Some(0) {
+            return bad("filter.count", "0".into(), "a whole number of at least 1");
+        }
+        Ok(())
+    }
+
+    /// The snapshot byte bound in force: `max_snapshot_bytes`, or, when 0, `auto`.
+    pub fn snapshot_bound(&self, auto: u64) -> u64 {
+        if self.max_snapshot_bytes == 0 {
+            auto
+        } else {
+            self.max_snapshot_bytes
+        }
+    }
+}
+
+/// Parses a byte count: digits with an optional K/M/G/T suffix (KiB, KB, k are all 1024-based).
+pub fn parse_bytes(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// Parses a boolean.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses a positive duration: a number with an optional unit (ns, us, ms, s, m); bare = seconds.
+pub fn parse_duration(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "us" => n / 1e6,
+        "ns" => n / 1e9,
+        "m" | "min" => n * 60.0,
+        _ => return None,
+    };
+    if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
+        return None;
+    }
+    Some(Duration::from_secs_f64(secs))
+}
+
+fn parse_nonneg_f64(v: &str) -> Option<f64> {
+    v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0)
+}
+
+fn parse_pos_f64(v: &str) -> Option<f64> {
+    v.parse::<f64>().ok().filter(|x| x.is_finite() && *x > 0.0)
+}
+
+fn parse_u32_min1(v: &str) -> Option<u32> {
+    v.parse::<u32>().ok().filter(|x| *x >= 1)
+}
+
+fn parse_u64_min1(v: &str) -> Option<u64> {
+    v.parse::<u64>().ok().filter(|x| *x >= 1)
+}
+
+fn parse_chunk(v: &str) -> Option<u64> {
+    parse_bytes(v).filter(|c| c.is_power_of_two() && (4096..=1 << 30).contains(c))
+}
+
+fn parse_patterns(v: &str) -> Option<Vec<String>> {
+    let pats: Vec<String> = v.split(',').map(|s| s.trim().to_owned()).collect();
+    if pats.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    Some(pats)
+}
+
+fn parse_level(v: &str) -> Option<LogLevel> {
+    Some(match v.to_ascii_lowercase().as_str() {
+        "off" => LogLevel::Off,
+        "error" => LogLevel::Error,
+        "warn" => LogLevel::Warn,
+        "info" => LogLevel::Info,
+        "debug" => LogLevel::Debug,
+        "trace" => LogLevel::Trace,
+        _ => return None,
+    })
+}

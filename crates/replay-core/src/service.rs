@@ -1,0 +1,250 @@
+//! The replay service: the one owner (SPEC §3), the policy (§8), the per-agent gates (§6), the
+//! library's memory of misbehaving kernels, outcome delivery and the run summary.
+//!
+//! A process holds one service, [`ReplayService::global`]; the C ABI and the backend entry
+//! points use that one. Embedders and tests may build private ones with
+//! [`ReplayService::new`].
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use dashmap::DashMap;
+use parking_lot::{Mutex, RwLock};
+
+use crate::backend::{Agent, Clock, Snapshotter, SystemClock};
+use crate::contract::{ContextControl, NoContextControl, ReplayTool, Subscription};
+use crate::error::{BackendError, ServiceError};
+use crate::filter::FilterState;
+use crate::locks::Gates;
+use crate::outcome::{OutcomeRecord, RunSummary};
+use crate::policy::Policy;
+use crate::types::{ContextId, Dispatch, KernelKey, SubmissionKind};
+
+/// Who owns the replay service.
+#[derive(Clone)]
+pub struct Registration {
+    /// The owning context.
+    pub context: ContextId,
+    /// What it subscribes to.
+    pub subscription: Subscription,
+    /// Its callback.
+    pub tool: Arc<dyn ReplayTool>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("context", &self.context)
+            .field("subscription", &self.subscription)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the library remembers about a kernel after it misbehaved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelMemo {
+    /// It wrote outside its `arguments` scope: use scope `all` from now on.
+    ForceScopeAll,
+    /// A pass stalled: do not replay it again.
+    NoReplay,
+}
+
+/// Called with every outcome record.
+pub type OutcomeSink = Arc<dyn Fn(&OutcomeRecord) + Send + Sync>;
+
+/// What the service did with one submission.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DispatchReport {
+    /// The outcome record, for candidates and tool work; `None` for ordinary submissions.
+    pub record: Option<OutcomeRecord>,
+}
+
+/// The process's replay service.
+pub struct ReplayService {
+    pub(crate) owner: RwLock<Option<Registration>>,
+    pub(crate) active: AtomicBool,
+    pub(crate) policy: RwLock<Arc<Policy>>,
+    pub(crate) filter_state: FilterState,
+    pub(crate) next_dispatch: AtomicU64,
+    pub(crate) gates: Gates,
+    pub(crate) memo: DashMap<KernelKey, KernelMemo>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) contexts: Arc<dyn ContextControl>,
+    pub(crate) summary: Mutex<RunSummary>,
+    pub(crate) sink: RwLock<Option<OutcomeSink>>,
+    pub(crate) warned_kinds: Mutex<HashSet<SubmissionKind>>,
+    pub(crate) warned_zero: AtomicBool,
+}
+
+impl std::fmt::Debug for ReplayService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayService")
+            .field("owner", &*self.owner.read())
+            .field("active", &self.active.load(Ordering::Relaxed))
+            .field("policy", &*self.policy.read())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplayService {
+    /// A private service with the given clock and context control.
+    pub fn new(policy: Policy, clock: Arc<dyn Clock>, contexts: Arc<dyn ContextControl>) -> Self {
+        Self {
+            owner: RwLock::new(None),
+            active: AtomicBool::new(false),
+            policy: RwLock::new(Arc::new(policy)),
+            filter_state: FilterState::default(),
+            next_dispatch: AtomicU64::new(1),
+            gates: Gates::default(),
+            memo: DashMap::new(),
+            clock,
+            contexts,
+            summary: Mutex::new(RunSummary::default()),
+            sink: RwLock::new(None),
+            warned_kinds: Mutex::new(HashSet::new()),
+            warned_zero: AtomicBool::new(false),
+        }
+    }
+
+    /// The process-wide service: policy from the environment (a malformed variable is logged
+    /// and the defaults are kept, so a typo never takes the application down), the wall clock,
+    /// and no context control until [`ReplayService::global_with`] installs one.
+    pub fn global() -> &'static ReplayService {
+        Self::global_with(|| Arc::new(NoContextControl))
+    }
+
+    /// The process-wide service, created on first use with the context control `make` builds.
+    pub fn global_with(make: impl FnOnce() -> Arc<dyn ContextControl>) -> &'static ReplayService {
+        static GLOBAL: OnceLock<ReplayService> = OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            let policy = Policy::from_env().unwrap_or_else(|e| {
+                log::error!("[kernel-replay] {e}; replay policy left at its defaults");
+                Policy::default()
+            });
+            ReplayService::new(policy, Arc::new(SystemClock::new()), make())
+        })
+    }
+
+    /// Makes `context` the owner (SPEC §3). A second call fails, even after the owner stopped.
+    pub fn configure(
+        &self,
+        context: ContextId,
+        subscription: Subscription,
+        tool: Arc<dyn ReplayTool>,
+    ) -> Result<(), ServiceError> {
+        let mut owner = self.owner.write();
+        if let Some(r) = &*owner {
+            return Err(ServiceError::AlreadyConfigured { owner: r.context });
+        }
+        *owner = Some(Registration {
+            context,
+            subscription,
+            tool,
+        });
+        Ok(())
+    }
+
+    /// Activates the owner's context.
+    pub fn start(&self) -> Result<(), ServiceError> {
+        if self.owner.read().is_none() {
+            return Err(ServiceError::NotConfigured);
+        }
+        self.active.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Deactivates it; dispatches then run untouched.
+    pub fn stop(&self) -> Result<(), ServiceError> {
+        if self.owner.read().is_none() {
+            return Err(ServiceError::NotConfigured);
+        }
+        self.active.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether replay is active.
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        Arc::clone(&self.policy.read())
+    }
+
+    /// Replaces the policy after validating it; the error names the bad field.
+    pub fn set_policy(&self, policy: Policy) -> Result<(), ServiceError> {
+        policy.validate()?;
+        *self.policy.write() = Arc::new(policy);
+        Ok(())
+    }
+
+    /// Sets one policy variable by name (`KREPLAY_X`, an alias, or `X`).
+    pub fn set_policy_var(&self, name: &str, value: &str) -> Result<(), ServiceError> {
+        let mut guard = self.policy.write();
+        let mut p = (**guard).clone();
+        p.set_var(name, value)?;
+        *guard = Arc::new(p);
+        Ok(())
+    }
+
+    /// Installs a function that receives every outcome record.
+    pub fn set_outcome_sink(&self, sink: Option<OutcomeSink>) {
+        *self.sink.write() = sink;
+    }
+
+    /// The run summary so far.
+    pub fn summary(&self) -> RunSummary {
+        self.summary.lock().clone()
+    }
+
+    /// The library's memory of a kernel.
+    pub fn kernel_memo(&self, kernel: &KernelKey) -> Option<KernelMemo> {
+        self.memo.get(kernel).map(|m| *m)
+    }
+
+    /// Forgets every kernel of a code object that was unloaded (SPEC §7.2).
+    pub fn forget_code_object(&self, agent: crate::types::AgentId, code_object: u64) {
+        self.memo
+            .retain(|k, _| !(k.agent == agent && k.code_object == code_object));
+    }
+
+    /// The clock the service measures on.
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    /// The context control in use.
+    pub fn contexts(&self) -> &Arc<dyn ContextControl> {
+        &self.contexts
+    }
+
+    /// Runs one submission: ordinary, tool work, or a replay window (SPEC §6).
+    ///
+    /// Returns an error only when the backend failed to run the dispatch at all (its ordinary
+    /// submission was refused); every replay fault ends in a declined or truncated record.
+    pub fn submit(
+        &self,
+        agent: &dyn Agent,
+        memory: &dyn Snapshotter,
+        dispatch: Dispatch,
+    ) -> Result<DispatchReport, BackendError> {
+        crate::window::submit(self, agent, memory, dispatch)
+    }
+
+    pub(crate) fn emit(&self, record: &OutcomeRecord, window_seconds: f64, pooled_peak: u64) {
+        log::info!(target: "kernel_replay", "{record}");
+        {
+            let mut s = self.summary.lock();
+            s.add(record, window_seconds);
+            s.peak_pooled_bytes = s.peak_pooled_bytes.max(pooled_peak);
+        }
+        let sink = self.sink.read().clone();
+        if let Some(sink) = sink {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(record))).is_err() {
+                log::error!("[kernel-replay] the outcome sink panicked; record dropped");
+            }
+        }
+    }
+}

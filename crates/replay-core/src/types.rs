@@ -1,0 +1,171 @@
+//! Identifiers and the description of one dispatch (SPEC §3 `dispatch_info`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+
+macro_rules! id_type {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub u64);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A GPU agent (device) as the backend numbers it.
+    AgentId
+);
+id_type!(
+    /// A queue (HSA queue, CUDA stream) of one agent.
+    QueueId
+);
+id_type!(
+    /// Reserved by the library before CONFIG; the same for every pass and for a declined run.
+    DispatchId
+);
+id_type!(
+    /// The kernel object (code handle) as the backend identifies it.
+    KernelId
+);
+id_type!(
+    /// A tool context (SPEC §3 single owner, §5 local control).
+    ContextId
+);
+
+/// Three-dimensional launch size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Dim3 {
+    /// Extent in x.
+    pub x: u32,
+    /// Extent in y.
+    pub y: u32,
+    /// Extent in z.
+    pub z: u32,
+}
+
+impl Dim3 {
+    /// A launch size.
+    pub const fn new(x: u32, y: u32, z: u32) -> Self {
+        Self { x, y, z }
+    }
+}
+
+/// What the tool sees of a dispatch (SPEC §3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchInfo {
+    /// Agent that runs the dispatch.
+    pub agent: AgentId,
+    /// Queue it was submitted to.
+    pub queue: QueueId,
+    /// Reserved by the library before CONFIG ENTER.
+    pub dispatch_id: DispatchId,
+    /// Kernel object.
+    pub kernel_id: KernelId,
+    /// Kernel (symbol) name.
+    pub kernel_name: Arc<str>,
+    /// Grid size in work-items.
+    pub grid: Dim3,
+    /// Workgroup size in work-items.
+    pub workgroup: Dim3,
+    /// Private (scratch) segment bytes per work-item.
+    pub private_segment_size: u32,
+    /// Group (LDS / shared) segment bytes per workgroup.
+    pub group_segment_size: u32,
+}
+
+/// Identity of a kernel for the library's memory of misbehaving kernels: per agent, code object
+/// and symbol, so that unloading the code object forgets it (SPEC §7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KernelKey {
+    /// Agent the code object is loaded on.
+    pub agent: AgentId,
+    /// Loaded code object (executable) handle.
+    pub code_object: u64,
+    /// Kernel symbol handle within the code object.
+    pub symbol: u64,
+}
+
+/// What a submission holds; only [`SubmissionKind::KernelDispatch`] is a replay candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubmissionKind {
+    /// Exactly one kernel dispatch.
+    KernelDispatch,
+    /// A barrier packet or stream wait.
+    Barrier,
+    /// A copy or fill.
+    Copy,
+    /// Several packets in one submission.
+    MultiPacket,
+    /// A graph launch.
+    GraphLaunch,
+    /// A launch while a stream is being captured.
+    StreamCapture,
+    /// Anything else the backend does not understand.
+    Other,
+}
+
+impl SubmissionKind {
+    /// Stable name for logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::KernelDispatch => "kernel_dispatch",
+            Self::Barrier => "barrier",
+            Self::Copy => "copy",
+            Self::MultiPacket => "multi_packet",
+            Self::GraphLaunch => "graph_launch",
+            Self::StreamCapture => "stream_capture",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// The thread a submission arrived on. A runtime may forward submissions to a thread of its own
+/// (SPEC §9.1); there tool work is recognised by the per-agent marker, not by a thread-local.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// The thread that submitted (rang the doorbell, called launch).
+    #[default]
+    SubmittingThread,
+    /// A runtime thread that forwards submissions made elsewhere.
+    RuntimeThread,
+}
+
+/// One submission as the backend hands it to the core.
+#[derive(Debug, Clone)]
+pub struct Dispatch {
+    /// What the tool sees; `dispatch_id` is overwritten by the library's reservation.
+    pub info: DispatchInfo,
+    /// Code object and symbol of the kernel.
+    pub kernel: KernelKey,
+    /// What the submission holds.
+    pub kind: SubmissionKind,
+    /// The captured argument block, hidden arguments included (read by scope `arguments`).
+    pub kernarg: SmallVec<[u8; 256]>,
+    /// Which thread delivered the submission.
+    pub origin: Origin,
+    /// Opaque to the core: the backend's own reference to the packet or launch.
+    pub handle: u64,
+}
+
+impl Dispatch {
+    /// The 8-byte-aligned words of the argument block (SPEC §7.2).
+    pub fn argument_words(&self) -> impl Iterator<Item = u64> + '_ {
+        self.kernarg.chunks_exact(8).map(|w| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            u64::from_le_bytes(b)
+        })
+    }
+}

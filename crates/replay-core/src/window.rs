@@ -1,0 +1,709 @@
+//! The replay window (SPEC §6), run synchronously on the thread that runs the submission.
+//!
+//! 1. gate → 2. CONFIG ENTER and plan → 3. tool work → 4. writer lock → 5. admission →
+//! 6. drains (queue, agent, copy fence) → 7. snapshot → 8. pass loop → 9. finish.
+//!
+//! Decline rather than corrupt: every failure before the first pass declines (the dispatch runs
+//! once, with its own completion, still under the writer lock); a failure after a pass ran
+//! truncates (no restore follows, so memory holds what that pass wrote). Where memory was
+//! already restored for a next pass that then cannot run with the tool, the pass still runs
+//! once (silently, or as the ordinary run), so memory always ends equal to one execution. Only
+//! a failed restore aborts the process.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::backend::{Agent, DrainTarget, ScopeCheck, Snapshot, Snapshotter, WaitSpec};
+use crate::contract::{ContinueFn, Operation, PassCountFn, Phase, ReplayPayload, UserData};
+use crate::error::BackendError;
+use crate::locks::{thread_in_callback, AgentGate, CallbackScope};
+use crate::outcome::{Outcome, OutcomeRecord, Reason};
+use crate::plan::{PassPlan, Step};
+use crate::policy::{CacheControl, Policy, Scope};
+use crate::service::{DispatchReport, KernelMemo, Registration, ReplayService};
+use crate::types::{Dispatch, DispatchId, Origin, SubmissionKind};
+use crate::wait::{bounded, Bounds, WaitError};
+
+pub(crate) fn submit(
+    svc: &ReplayService,
+    agent: &dyn Agent,
+    memory: &dyn Snapshotter,
+    mut dispatch: Dispatch,
+) -> Result<DispatchReport, BackendError> {
+    // Fast path: one relaxed load when the service is off.
+    if !svc.active.load(Ordering::Relaxed) {
+        agent.submit_ordinary(&dispatch)?;
+        return Ok(DispatchReport { record: None });
+    }
+    let gate = svc.gates.get(agent.id());
+
+    // Step 3 first for every submission: tool work skips the lock so nothing deadlocks.
+    let forwarded_tool_work = dispatch.origin == Origin::RuntimeThread && gate.in_callback();
+    if thread_in_callback() || forwarded_tool_work {
+        dispatch.info.dispatch_id = reserve(svc);
+        let mut rec = OutcomeRecord::new(
+            dispatch.info.dispatch_id,
+            dispatch.info.agent,
+            &dispatch.info.kernel_name,
+        );
+        rec.outcome = Outcome::Declined;
+        rec.reason = Reason::ReentrantDispatch;
+        rec.reentrancy = 1;
+        rec.executed_passes = 1;
+        agent.submit_ordinary(&dispatch)?;
+        svc.emit(&rec, 0.0, 0);
+        return Ok(DispatchReport { record: Some(rec) });
+    }
+
+    // Step 1: the gate.
+    if dispatch.kind != SubmissionKind::KernelDispatch {
+        if svc.warned_kinds.lock().insert(dispatch.kind) {
+            log::warn!(
+                "[kernel-replay] {} submissions are not replayed; they run once, unchanged",
+                dispatch.kind.as_str()
+            );
+        }
+        return ordinary(&gate, agent, &dispatch);
+    }
+    let Some(owner) = svc
+        .owner
+        .read()
+        .clone()
+        .filter(|r| r.subscription.contains(crate::contract::Subscription::CONFIG))
+    else {
+        return ordinary(&gate, agent, &dispatch);
+    };
+    let policy = svc.policy();
+    // The dispatch id is reserved before CONFIG (and before the filter's range check).
+    dispatch.info.dispatch_id = reserve(svc);
+    if !policy.filter.admit(&dispatch.info, &svc.filter_state) {
+        return ordinary(&gate, agent, &dispatch);
+    }
+
+    let mut w = Window {
+        svc,
+        agent,
+        memory,
+        gate: &gate,
+        owner: &owner,
+        policy: &policy,
+        dispatch: &dispatch,
+        seq: 0,
+        record: OutcomeRecord::new(
+            dispatch.info.dispatch_id,
+            dispatch.info.agent,
+            &dispatch.info.kernel_name,
+        ),
+        started: svc.clock.now(),
+    };
+    w.record.scope = policy.scope;
+    w.record.restore = policy.restore;
+    let rec = w.run()?;
+    Ok(DispatchReport { record: Some(rec) })
+}
+
+fn reserve(svc: &ReplayService) -> DispatchId {
+    DispatchId(svc.next_dispatch.fetch_add(1, Ordering::Relaxed))
+}
+
+/// An ordinary submission: the reader lock across the submission only.
+fn ordinary(
+    gate: &AgentGate,
+    agent: &dyn Agent,
+    dispatch: &Dispatch,
+) -> Result<DispatchReport, BackendError> {
+    let _reader = gate.lock.read();
+    agent.submit_ordinary(dispatch)?;
+    Ok(DispatchReport { record: None })
+}
+
+/// How the loop ended.
+enum LoopEnd {
+    /// Ran as planned (or the tool stopped it).
+    Complete,
+    /// Stopped early, safely.
+    Truncated(Reason),
+    /// Nothing ran yet: decline and run the dispatch once.
+    Decline(Reason),
+    /// The application's completion was already delivered by an ordinary run.
+    TruncatedDelivered(Reason),
+}
+
+struct Window<'a> {
+    svc: &'a ReplayService,
+    agent: &'a dyn Agent,
+    memory: &'a dyn Snapshotter,
+    gate: &'a AgentGate,
+    owner: &'a Registration,
+    policy: &'a Policy,
+    dispatch: &'a Dispatch,
+    /// The sequence `user_data` (SPEC §3).
+    seq: UserData,
+    record: OutcomeRecord,
+    started: std::time::Duration,
+}
+
+impl Window<'_> {
+    fn info(&self) -> &crate::types::DispatchInfo {
+        &self.dispatch.info
+    }
+
+    /// Calls the tool with the markers set; `Err(())` when it panicked.
+    fn call(
+        &self,
+        op: Operation,
+        phase: Phase,
+        payload: &mut ReplayPayload<'_>,
+        user_data: &mut UserData,
+    ) -> Result<(), ()> {
+        if op == Operation::Pass
+            && !self
+                .owner
+                .subscription
+                .contains(crate::contract::Subscription::PASS)
+        {
+            return Ok(());
+        }
+        let _scope = CallbackScope::enter(self.gate);
+        let tool = &self.owner.tool;
+        catch_unwind(AssertUnwindSafe(|| {
+            tool.callback(op, phase, payload, user_data)
+        }))
+        .map_err(|_| {
+            log::error!(
+                "[kernel-replay] dispatch {}: the tool's {op:?} {phase:?} callback panicked",
+                self.record.dispatch_id
+            );
+        })
+    }
+
+    fn payload(&self, pass: u32, total: u32) -> ReplayPayload<'_> {
+        ReplayPayload {
+            dispatch_info: self.info(),
+            current_pass: pass,
+            total_passes: total,
+            replay_pass_count: None,
+            replay_continue: None,
+            contexts: &*self.svc.contexts,
+            outcome: None,
+        }
+    }
+
+    fn wait_spec(&self) -> WaitSpec<'_> {
+        WaitSpec {
+            clock: &*self.svc.clock,
+            timeout: self.policy.drain_timeout,
+            slice: self.policy.poll_slice,
+        }
+    }
+
+    fn bounds(&self, timeout: std::time::Duration) -> Bounds {
+        Bounds {
+            timeout,
+            slice: self.policy.poll_slice,
+            progress: self.policy.progress_interval,
+        }
+    }
+
+    fn run(&mut self) -> Result<OutcomeRecord, BackendError> {
+        // Step 2: CONFIG ENTER, then the pass-count callback, then the plan.
+        let mut seq: UserData = 0;
+        let (pass_count_fn, continue_fn, entered) = {
+            let mut p = self.payload(0, 0);
+            let ok = self
+                .call(Operation::Config, Phase::Enter, &mut p, &mut seq)
+                .is_ok();
+            (p.replay_pass_count.take(), p.replay_continue.take(), ok)
+        };
+        self.seq = seq;
+        if !entered {
+            return self.decline_unlocked(Reason::CallbackFailed);
+        }
+        let count = match pass_count_fn.as_ref().map(|f| self.ask_pass_count(f)) {
+            None => None,
+            Some(Ok(n)) => Some(n),
+            Some(Err(())) => return self.decline_unlocked(Reason::CallbackFailed),
+        };
+        let plan = PassPlan::new(count, continue_fn.is_some(), self.policy.max_passes);
+        self.record.requested_passes = plan.requested();
+        if let PassPlan::NoReplay {
+            zero_without_continue,
+        } = plan
+        {
+            if zero_without_continue && !self.svc.warned_zero.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "[kernel-replay] a pass count of 0 needs a continue callback; not replaying"
+                );
+            }
+            return self.not_requested();
+        }
+        if let PassPlan::Fixed {
+            requested, total, ..
+        } = plan
+        {
+            if u64::from(total) < requested {
+                log::warn!(
+                    "[kernel-replay] dispatch {}: {requested} passes requested, clamped to max_passes={total}",
+                    self.record.dispatch_id
+                );
+            }
+        }
+
+        // Step 4: the writer lock, for the whole window.
+        let gate = self.gate;
+        let _writer = gate.lock.write();
+        let locked_at = self.svc.clock.now();
+
+        // Remembered kernels.
+        let memo = self.svc.kernel_memo(&self.dispatch.kernel);
+        if memo == Some(KernelMemo::NoReplay) {
+            return self.decline_locked(Reason::PassDrainStuck, locked_at);
+        }
+        let scope = if memo == Some(KernelMemo::ForceScopeAll) {
+            Scope::All
+        } else {
+            self.policy.scope
+        };
+        self.record.scope = scope;
+
+        // Step 5: admission.
+        let snap_plan = match self.memory.plan(self.dispatch, scope, self.policy) {
+            Ok(p) => p,
+            Err(e) => {
+                log::warn!(
+                    "[kernel-replay] dispatch {}: planning failed: {e}",
+                    self.record.dispatch_id
+                );
+                return self.decline_locked(Reason::SnapshotFailed, locked_at);
+            }
+        };
+        self.record.scope = snap_plan.scope;
+        self.record.tracked_bytes = snap_plan.tracked_bytes;
+        self.record.untracked_bytes = snap_plan.untracked.bytes + snap_plan.untracked.vmem_bytes;
+        self.record.untracked_regions =
+            snap_plan.untracked.regions + snap_plan.untracked.vmem_regions;
+        if let Some(why) = &snap_plan.uncapturable {
+            log::warn!(
+                "[kernel-replay] dispatch {}: {why}",
+                self.record.dispatch_id
+            );
+            return self.decline_locked(Reason::UntrackedMemory, locked_at);
+        }
+        if (snap_plan.untracked.vmem_regions > 0 && self.policy.decline_on_vmem)
+            || (snap_plan.untracked.regions > 0 && self.policy.decline_on_untracked)
+        {
+            return self.decline_locked(Reason::UntrackedMemory, locked_at);
+        }
+        let bound = self.policy.snapshot_bound(snap_plan.capacity_bytes);
+        if snap_plan.captured_bytes > bound.min(snap_plan.capacity_bytes) {
+            log::warn!(
+                "[kernel-replay] dispatch {}: snapshot of {} bytes exceeds the budget of {} bytes",
+                self.record.dispatch_id,
+                snap_plan.captured_bytes,
+                bound.min(snap_plan.capacity_bytes)
+            );
+            return self.decline_locked(Reason::FootprintBudget, locked_at);
+        }
+        let projected = snap_plan.captured_bytes as f64 / (self.policy.assumed_gbps * 1e9);
+        if projected > self.policy.warn_seconds {
+            log::warn!(
+                "[kernel-replay] dispatch {}: snapshot of {} bytes projected to take {projected:.1} s",
+                self.record.dispatch_id,
+                snap_plan.captured_bytes
+            );
+        }
+
+        // Step 6: the three drains.
+        for (target, reason) in [
+            (
+                DrainTarget::Queue(self.info().queue),
+                Reason::QueueDrainStuck,
+            ),
+            (DrainTarget::Agent, Reason::AgentDrainStuck),
+            (DrainTarget::CopyFence, Reason::CopyFenceStuck),
+        ] {
+            if let Err(e) = self.drain(target) {
+                log::warn!(
+                    "[kernel-replay] dispatch {}: {e}",
+                    self.record.dispatch_id
+                );
+                return self.decline_locked(reason, locked_at);
+            }
+        }
+
+        // Step 7: the snapshot.
+        let mut snapshot = match self
+            .memory
+            .capture(&snap_plan, self.policy, &self.wait_spec())
+        {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!(
+                    "[kernel-replay] dispatch {}: {e}",
+                    self.record.dispatch_id
+                );
+                return self.decline_locked(Reason::SnapshotFailed, locked_at);
+            }
+        };
+        let stats = snapshot.stats();
+        self.record.captured_bytes = stats.captured_bytes;
+        self.record.captured_regions = stats.captured_regions;
+        self.record.tier_bytes = stats.tier_bytes;
+        self.record.snap_seconds = stats.seconds;
+
+        // Step 8: the pass loop.
+        self.svc.contexts.loop_begin();
+        let end = self.pass_loop(&plan, continue_fn, &mut *snapshot);
+        self.svc.contexts.loop_end();
+        drop(snapshot);
+
+        // Step 9: finish.
+        match end {
+            LoopEnd::Decline(reason) => self.decline_locked(reason, locked_at),
+            LoopEnd::Complete => self.finish(Outcome::Replayed, Reason::None, true, locked_at),
+            LoopEnd::Truncated(r) => self.finish(Outcome::Truncated, r, true, locked_at),
+            LoopEnd::TruncatedDelivered(r) => {
+                self.finish(Outcome::Truncated, r, false, locked_at)
+            }
+        }
+    }
+
+    fn ask_pass_count(&self, f: &PassCountFn) -> Result<u64, ()> {
+        let _scope = CallbackScope::enter(self.gate);
+        let seq = self.seq;
+        let info = self.info();
+        catch_unwind(AssertUnwindSafe(|| f(info, seq))).map_err(|_| {
+            log::error!(
+                "[kernel-replay] dispatch {}: the pass-count callback panicked",
+                self.record.dispatch_id
+            );
+        })
+    }
+
+    /// Asks the continue callback; `Err` when it panicked or returned a negative value.
+    fn ask_continue(&self, f: &ContinueFn, pass: u32, total: u32, ud: UserData) -> Result<bool, ()> {
+        let _scope = CallbackScope::enter(self.gate);
+        let info = self.info();
+        match catch_unwind(AssertUnwindSafe(|| f(info, pass, total, ud))) {
+            Ok(v) if v >= 0 => Ok(v > 0),
+            Ok(v) => {
+                log::error!(
+                    "[kernel-replay] dispatch {}: the continue callback returned {v}; 0 stops, positive continues",
+                    self.record.dispatch_id
+                );
+                Err(())
+            }
+            Err(_) => {
+                log::error!(
+                    "[kernel-replay] dispatch {}: the continue callback panicked",
+                    self.record.dispatch_id
+                );
+                Err(())
+            }
+        }
+    }
+
+    fn drain(&self, target: DrainTarget) -> Result<(), WaitError> {
+        let ticket = self.agent.begin_drain(target)?;
+        let r = bounded(
+            &*self.svc.clock,
+            self.bounds(self.policy.drain_timeout),
+            target.as_str(),
+            |budget| {
+                self.agent
+                    .poll_drain(ticket, budget)
+                    .map(|done| done.then_some(()))
+            },
+        );
+        if r.is_err() {
+            self.agent.abandon(ticket);
+        }
+        r
+    }
+
+    /// Runs one pass and waits for it. `Ok(None)` = stuck (abandoned).
+    fn run_pass(&mut self, pass: u32) -> Result<Option<()>, BackendError> {
+        if self.policy.cache_control == CacheControl::Flush {
+            if let Err(e) = self.agent.flush_caches() {
+                log::warn!("[kernel-replay] cache flush before pass {pass} failed: {e}");
+            }
+        }
+        let ticket = self.agent.submit_pass(self.dispatch, pass)?;
+        let waited = bounded(
+            &*self.svc.clock,
+            self.bounds(self.policy.pass_timeout),
+            "replay pass",
+            |budget| self.agent.poll_pass(ticket, budget),
+        );
+        self.record.executed_passes += 1;
+        match waited {
+            Ok(done) => {
+                self.record.pass_gpu_seconds.push(done.gpu_seconds);
+                Ok(Some(()))
+            }
+            Err(e) => {
+                log::warn!(
+                    "[kernel-replay] dispatch {}: pass {pass}: {e}",
+                    self.record.dispatch_id
+                );
+                self.agent.abandon(ticket);
+                self.svc.memo.insert(self.dispatch.kernel, KernelMemo::NoReplay);
+                Ok(None)
+            }
+        }
+    }
+
+    fn pass_loop(
+        &mut self,
+        plan: &PassPlan,
+        continue_fn: Option<ContinueFn>,
+        snapshot: &mut dyn Snapshot,
+    ) -> LoopEnd {
+        let total = plan.total_passes();
+        let mut pass: u32 = 0;
+        loop {
+            // PASS ENTER on this pass's own copy of the sequence value.
+            let mut ud = self.seq;
+            let entered = {
+                let mut p = self.payload(pass, total);
+                p.replay_continue = continue_fn.clone();
+                self.svc.contexts.pass_enter_begin();
+                let r = self.call(Operation::Pass, Phase::Enter, &mut p, &mut ud);
+                self.svc.contexts.pass_enter_end();
+                r.is_ok()
+            };
+            if !entered {
+                if pass == 0 {
+                    return LoopEnd::Decline(Reason::CallbackFailed);
+                }
+                // Memory was restored for this pass: it must still run once.
+                return self.final_silent_pass(pass, Reason::CallbackFailed);
+            }
+            match self.run_pass(pass) {
+                Ok(Some(())) => {}
+                Ok(None) => return LoopEnd::Truncated(Reason::PassDrainStuck),
+                Err(e) => {
+                    log::warn!(
+                        "[kernel-replay] dispatch {}: pass {pass} could not be submitted: {e}",
+                        self.record.dispatch_id
+                    );
+                    if pass == 0 {
+                        return LoopEnd::Decline(Reason::SubmitFailed);
+                    }
+                    return self.ordinary_after_restore(Reason::SubmitFailed);
+                }
+            }
+
+            // PASS EXIT: shows the continue callback in effect; a replacement is for this pass.
+            let mut p = self.payload(pass, total);
+            p.replay_continue = continue_fn.clone();
+            let exited = self.call(Operation::Pass, Phase::Exit, &mut p, &mut ud);
+            let pass_continue = p.replay_continue.take();
+            drop(p);
+            if exited.is_err() {
+                return LoopEnd::Truncated(Reason::CallbackFailed);
+            }
+
+            // Scope check (SPEC §7.2).
+            match snapshot.check_scope(&self.wait_spec()) {
+                Ok(ScopeCheck::Clean) => {}
+                Ok(ScopeCheck::Changed { base }) => {
+                    log::warn!(
+                        "[kernel-replay] dispatch {}: kernel {:?} wrote region {base:#x} outside its scope; later dispatches use scope all",
+                        self.record.dispatch_id,
+                        self.info().kernel_name
+                    );
+                    self.svc
+                        .memo
+                        .insert(self.dispatch.kernel, KernelMemo::ForceScopeAll);
+                    return LoopEnd::Truncated(Reason::WriteOutsideScope);
+                }
+                Err(e) => {
+                    log::warn!(
+                        "[kernel-replay] dispatch {}: scope check failed: {e}",
+                        self.record.dispatch_id
+                    );
+                    return LoopEnd::Truncated(Reason::ScopeCheckFailed);
+                }
+            }
+
+            // Continue decision.
+            let answer = if plan.asks_continue_after(pass) {
+                match &pass_continue {
+                    Some(f) => match self.ask_continue(f, pass, total, ud) {
+                        Ok(a) => Some(a),
+                        Err(()) => return LoopEnd::Truncated(Reason::CallbackFailed),
+                    },
+                    // Removed for this pass: a fixed loop goes on, an open loop stops.
+                    None if matches!(plan, PassPlan::OpenEnded { .. }) => Some(false),
+                    None => None,
+                }
+            } else {
+                None
+            };
+            match plan.after_pass(pass, answer) {
+                Step::Done => return LoopEnd::Complete,
+                Step::PassLimit => return LoopEnd::Truncated(Reason::PassLimit),
+                Step::Next => {}
+            }
+
+            // Restore before the next pass; a failure here cannot be repaired.
+            match snapshot.restore(&self.wait_spec()) {
+                Ok(st) => {
+                    self.record.compared_bytes += st.compared_bytes;
+                    self.record.restored_bytes += st.restored_bytes;
+                    self.record.restore_seconds += st.seconds;
+                    self.record.pass_restored_bytes.push(st.restored_bytes);
+                }
+                Err(e) => abort_restore(self.dispatch, &e),
+            }
+            pass += 1;
+        }
+    }
+
+    /// Memory was restored for `pass` but the tool cannot take part: run it once more without
+    /// callbacks, so memory ends equal to one execution.
+    fn final_silent_pass(&mut self, pass: u32, reason: Reason) -> LoopEnd {
+        match self.run_pass(pass) {
+            Ok(Some(())) => LoopEnd::Truncated(reason),
+            Ok(None) => LoopEnd::Truncated(Reason::PassDrainStuck),
+            Err(e) => {
+                log::warn!(
+                    "[kernel-replay] dispatch {}: pass {pass} could not be submitted: {e}",
+                    self.record.dispatch_id
+                );
+                self.ordinary_after_restore(Reason::SubmitFailed)
+            }
+        }
+    }
+
+    /// Memory holds restored inputs and no pass can be submitted: the ordinary run executes the
+    /// dispatch once and delivers its completion. If even that fails, memory cannot be repaired.
+    fn ordinary_after_restore(&mut self, reason: Reason) -> LoopEnd {
+        match self.agent.submit_ordinary(self.dispatch) {
+            Ok(()) => {
+                self.record.executed_passes += 1;
+                LoopEnd::TruncatedDelivered(reason)
+            }
+            Err(e) => {
+                let msg = format!(
+                    "[kernel-replay] FATAL: dispatch {} (kernel {:?}, agent {}): memory was restored for another pass, but neither the pass nor the ordinary run could be submitted ({e}); device memory cannot be repaired, aborting",
+                    self.dispatch.info.dispatch_id, self.dispatch.info.kernel_name, self.dispatch.info.agent
+                );
+                fatal(&msg)
+            }
+        }
+    }
+
+    fn config_exit(&mut self) {
+        let mut seq = self.seq;
+        let rec = self.record.clone();
+        let mut p = self.payload(0, 0);
+        p.outcome = Some(&rec);
+        if self
+            .call(Operation::Config, Phase::Exit, &mut p, &mut seq)
+            .is_err()
+        {
+            log::error!(
+                "[kernel-replay] dispatch {}: CONFIG EXIT panicked; the outcome stands",
+                self.record.dispatch_id
+            );
+        }
+    }
+
+    /// The tool asked for no replay: CONFIG EXIT, then the ordinary run under the reader lock.
+    fn not_requested(&mut self) -> Result<OutcomeRecord, BackendError> {
+        self.record.outcome = Outcome::NotRequested;
+        self.record.reason = Reason::None;
+        self.record.executed_passes = 1;
+        self.config_exit();
+        {
+            let _reader = self.gate.lock.read();
+            self.agent.submit_ordinary(self.dispatch)?;
+        }
+        self.svc.emit(&self.record, 0.0, 0);
+        Ok(self.record.clone())
+    }
+
+    /// A decline before the lock was taken (a CONFIG-time callback failure).
+    fn decline_unlocked(&mut self, reason: Reason) -> Result<OutcomeRecord, BackendError> {
+        self.record.outcome = Outcome::Declined;
+        self.record.reason = reason;
+        self.record.executed_passes = 1;
+        self.config_exit();
+        {
+            let _reader = self.gate.lock.read();
+            self.agent.submit_ordinary(self.dispatch)?;
+        }
+        self.svc.emit(&self.record, 0.0, 0);
+        Ok(self.record.clone())
+    }
+
+    /// A decline under the writer lock: CONFIG EXIT, then the dispatch runs once, unchanged.
+    fn decline_locked(
+        &mut self,
+        reason: Reason,
+        locked_at: std::time::Duration,
+    ) -> Result<OutcomeRecord, BackendError> {
+        self.record.outcome = Outcome::Declined;
+        self.record.reason = reason;
+        self.record.executed_passes = 1;
+        self.record.pass_gpu_seconds.clear();
+        self.record.pass_restored_bytes.clear();
+        self.config_exit();
+        let r = self.agent.submit_ordinary(self.dispatch);
+        let secs = (self.svc.clock.now().saturating_sub(locked_at)).as_secs_f64();
+        self.svc
+            .emit(&self.record, secs, self.memory.pooled_peak_bytes());
+        r.map(|()| self.record.clone())
+    }
+
+    fn finish(
+        &mut self,
+        outcome: Outcome,
+        reason: Reason,
+        signal: bool,
+        locked_at: std::time::Duration,
+    ) -> Result<OutcomeRecord, BackendError> {
+        self.record.outcome = outcome;
+        self.record.reason = reason;
+        self.config_exit();
+        if signal {
+            if let Err(e) = self.agent.signal_completion(self.dispatch) {
+                log::error!(
+                    "[kernel-replay] dispatch {}: signalling the application's completion failed: {e}",
+                    self.record.dispatch_id
+                );
+            }
+        }
+        let secs = (self.svc.clock.now().saturating_sub(locked_at)).as_secs_f64();
+        let _ = self.started;
+        self.svc
+            .emit(&self.record, secs, self.memory.pooled_peak_bytes());
+        Ok(self.record.clone())
+    }
+}
+
+/// A restore failed between passes: memory cannot be repaired. Logs, prints and aborts.
+fn abort_restore(dispatch: &Dispatch, e: &crate::backend::RestoreError) -> ! {
+    let msg = format!(
+        "[kernel-replay] FATAL: restore failed between passes of dispatch {} (kernel {:?}, agent {}): region {:#x} ({} bytes): {}; device memory cannot be repaired, aborting",
+        dispatch.info.dispatch_id,
+        dispatch.info.kernel_name,
+        dispatch.info.agent,
+        e.base,
+        e.size,
+        e.message
+    );
+    fatal(&msg)
+}
+
+fn fatal(msg: &str) -> ! {
+    log::error!("{msg}");
+    eprintln!("{msg}");
+    std::process::abort()
+}
+
+#[allow(dead_code)]
+fn _assert_object_safe(_: &dyn Agent, _: &dyn Snapshotter, _: Arc<dyn Snapshot>) {}
