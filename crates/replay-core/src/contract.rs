@@ -70,6 +70,15 @@ pub trait ContextControl: Send + Sync {
     fn pass_enter_end(&self);
     /// The loop ended: local overrides vanish.
     fn loop_end(&self);
+    /// The local override of `ctx` on this thread, `None` = use the global state.
+    fn override_for(&self, ctx: ContextId) -> Option<bool> {
+        let _ = ctx;
+        None
+    }
+    /// Whether any local override exists on this thread (the zero-cost fast path).
+    fn has_overrides(&self) -> bool {
+        false
+    }
 }
 
 /// Context control for embeddings without `replay-context`: every toggle is refused.

@@ -173,18 +173,27 @@ mod tests {
         };
         let st = FilterState::default();
         let admitted: Vec<bool> = (0..8).map(|i| f.admit(&info("k", i), &st)).collect();
-        assert_eq!(admitted, [false, false, true, true, true, false, false, false]);
+        assert_eq!(
+            admitted,
+            [false, false, true, true, true, false, false, false]
+        );
     }
 
     #[test]
     fn range_parse() {
         assert_eq!(
             DispatchRange::parse("5-"),
-            Some(DispatchRange { first: 5, last: None })
+            Some(DispatchRange {
+                first: 5,
+                last: None
+            })
         );
         assert_eq!(
             DispatchRange::parse("7"),
-            Some(DispatchRange { first: 7, last: Some(7) })
+            Some(DispatchRange {
+                first: 7,
+                last: Some(7)
+            })
         );
         assert_eq!(DispatchRange::parse("9-3"), None);
         assert_eq!(DispatchRange::parse("x"), None);

@@ -291,9 +291,7 @@ impl RunSummary {
         match r.outcome {
             Outcome::Replayed => self.replayed += 1,
             Outcome::Declined => *self.declined.entry(r.reason.as_str().into()).or_default() += 1,
-            Outcome::Truncated => {
-                *self.truncated.entry(r.reason.as_str().into()).or_default() += 1
-            }
+            Outcome::Truncated => *self.truncated.entry(r.reason.as_str().into()).or_default() += 1,
             Outcome::NotRequested => self.not_requested += 1,
         }
         self.passes += u64::from(r.executed_passes);

@@ -207,32 +207,151 @@ macro_rules! var {
     };
 }
 
-const VARS: &[Var] = &[
-    var!("MAX_SNAPSHOT_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)", |p, v| p.max_snapshot_bytes = parse_bytes(v)?),
-    var!("DEVICE_TIER_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)", |p, v| p.device_tier_bytes = parse_bytes(v)?),
-    var!("PINNED_TIER_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)", |p, v| p.pinned_tier_bytes = parse_bytes(v)?),
-    var!("PAGEABLE_TIER_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)", |p, v| p.pageable_tier_bytes = parse_bytes(v)?),
-    var!("POOL_KEEP_BYTES", [], "a byte count such as 1048576, 64KiB, 16MiB or 2GiB", |p, v| p.pool_keep_bytes = parse_bytes(v)?),
-    var!("DECLINE_ON_VMEM", [], "a boolean (1, 0, true, false, yes, no, on, off)", |p, v| p.decline_on_vmem = parse_bool(v)?),
-    var!("DECLINE_ON_UNTRACKED", ["DECLINE_ON_UNTRACKED_POOL"], "a boolean (1, 0, true, false, yes, no, on, off)", |p, v| p.decline_on_untracked = parse_bool(v)?),
-    var!("WARN_SECONDS", [], "a non-negative number of seconds", |p, v| p.warn_seconds = parse_nonneg_f64(v)?),
-    var!("ASSUMED_GBPS", [], "a positive number of GB/s", |p, v| p.assumed_gbps = parse_pos_f64(v)?),
-    var!("DRAIN_TIMEOUT", [], "a positive duration such as 60, 60s, 500ms or 2m", |p, v| p.drain_timeout = parse_duration(v)?),
-    var!("PASS_TIMEOUT", [], "a positive duration such as 60, 60s, 500ms or 2m", |p, v| p.pass_timeout = parse_duration(v)?),
-    var!("POLL_SLICE", [], "a positive duration such as 60, 60s, 500ms or 2m", |p, v| p.poll_slice = parse_duration(v)?),
-    var!("PROGRESS_INTERVAL", [], "a positive duration such as 60, 60s, 500ms or 2m", |p, v| p.progress_interval = parse_duration(v)?),
-    var!("MAX_PASSES", [], "a whole number from 1 to 4294967295", |p, v| p.max_passes = parse_u32_min1(v)?),
-    var!("SCOPE", [], "all or arguments", |p, v| p.scope = match v { "all" => Scope::All, "arguments" => Scope::Arguments, _ => return None }),
-    var!("RESTORE", [], "full or dirty", |p, v| p.restore = match v { "full" => RestoreMode::Full, "dirty" => RestoreMode::Dirty, _ => return None }),
-    var!("CHUNK_BYTES", [], "a power-of-two byte count from 4KiB to 1GiB", |p, v| p.chunk_bytes = parse_chunk(v)?),
-    var!("CACHE_CONTROL", [], "flush or none", |p, v| p.cache_control = match v { "flush" => CacheControl::Flush, "none" => CacheControl::None, _ => return None }),
-    var!("KERNEL_INCLUDE", [], "a comma-separated list of non-empty name patterns", |p, v| p.filter.include = parse_patterns(v)?),
-    var!("KERNEL_EXCLUDE", [], "a comma-separated list of non-empty name patterns", |p, v| p.filter.exclude = parse_patterns(v)?),
-    var!("DISPATCH_RANGE", [], "a dispatch-id range FIRST-LAST (LAST may be empty), FIRST <= LAST", |p, v| p.filter.range = Some(DispatchRange::parse(v)?)),
-    var!("KERNEL_SKIP", [], "a whole number", |p, v| p.filter.skip = v.parse().ok()?),
-    var!("KERNEL_COUNT", [], "a whole number of at least 1", |p, v| p.filter.count = Some(parse_u64_min1(v)?)),
-    var!("LOG", [], "off, error, warn, info, debug or trace", |p, v| p.log_level = parse_level(v)?),
-];
+const VARS: &[Var] =
+    &[
+        var!(
+            "MAX_SNAPSHOT_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
+            |p, v| p.max_snapshot_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "DEVICE_TIER_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
+            |p, v| p.device_tier_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "PINNED_TIER_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
+            |p, v| p.pinned_tier_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "PAGEABLE_TIER_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
+            |p, v| p.pageable_tier_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "POOL_KEEP_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB",
+            |p, v| p.pool_keep_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "DECLINE_ON_VMEM",
+            [],
+            "a boolean (1, 0, true, false, yes, no, on, off)",
+            |p, v| p.decline_on_vmem = parse_bool(v)?
+        ),
+        var!(
+            "DECLINE_ON_UNTRACKED",
+            ["DECLINE_ON_UNTRACKED_POOL"],
+            "a boolean (1, 0, true, false, yes, no, on, off)",
+            |p, v| p.decline_on_untracked = parse_bool(v)?
+        ),
+        var!(
+            "WARN_SECONDS",
+            [],
+            "a non-negative number of seconds",
+            |p, v| p.warn_seconds = parse_nonneg_f64(v)?
+        ),
+        var!("ASSUMED_GBPS", [], "a positive number of GB/s", |p, v| p
+            .assumed_gbps =
+            parse_pos_f64(v)?),
+        var!(
+            "DRAIN_TIMEOUT",
+            [],
+            "a positive duration such as 60, 60s, 500ms or 2m",
+            |p, v| p.drain_timeout = parse_duration(v)?
+        ),
+        var!(
+            "PASS_TIMEOUT",
+            [],
+            "a positive duration such as 60, 60s, 500ms or 2m",
+            |p, v| p.pass_timeout = parse_duration(v)?
+        ),
+        var!(
+            "POLL_SLICE",
+            [],
+            "a positive duration such as 60, 60s, 500ms or 2m",
+            |p, v| p.poll_slice = parse_duration(v)?
+        ),
+        var!(
+            "PROGRESS_INTERVAL",
+            [],
+            "a positive duration such as 60, 60s, 500ms or 2m",
+            |p, v| p.progress_interval = parse_duration(v)?
+        ),
+        var!(
+            "MAX_PASSES",
+            [],
+            "a whole number from 1 to 4294967295",
+            |p, v| p.max_passes = parse_u32_min1(v)?
+        ),
+        var!(
+            "SCOPE",
+            [],
+            "all or arguments",
+            |p, v| p.scope = match v.to_ascii_lowercase().as_str() {
+                "all" => Scope::All,
+                "arguments" => Scope::Arguments,
+                _ => return None,
+            }
+        ),
+        var!("RESTORE", [], "full or dirty", |p, v| p.restore =
+            match v.to_ascii_lowercase().as_str() {
+                "full" => RestoreMode::Full,
+                "dirty" => RestoreMode::Dirty,
+                _ => return None,
+            }),
+        var!(
+            "CHUNK_BYTES",
+            [],
+            "a power-of-two byte count from 4KiB to 1GiB",
+            |p, v| p.chunk_bytes = parse_chunk(v)?
+        ),
+        var!("CACHE_CONTROL", [], "flush or none", |p, v| p
+            .cache_control =
+            match v.to_ascii_lowercase().as_str() {
+                "flush" => CacheControl::Flush,
+                "none" => CacheControl::None,
+                _ => return None,
+            }),
+        var!(
+            "KERNEL_INCLUDE",
+            [],
+            "a comma-separated list of non-empty name patterns",
+            |p, v| p.filter.include = parse_patterns(v)?
+        ),
+        var!(
+            "KERNEL_EXCLUDE",
+            [],
+            "a comma-separated list of non-empty name patterns",
+            |p, v| p.filter.exclude = parse_patterns(v)?
+        ),
+        var!(
+            "DISPATCH_RANGE",
+            [],
+            "a dispatch-id range FIRST-LAST (LAST may be empty), FIRST <= LAST",
+            |p, v| p.filter.range = Some(DispatchRange::parse(v)?)
+        ),
+        var!("KERNEL_SKIP", [], "a whole number", |p, v| p.filter.skip =
+            v.parse().ok()?),
+        var!(
+            "KERNEL_COUNT",
+            [],
+            "a whole number of at least 1",
+            |p, v| p.filter.count = Some(parse_u64_min1(v)?)
+        ),
+        var!(
+            "LOG",
+            [],
+            "off, error, warn, info, debug or trace",
+            |p, v| p.log_level = parse_level(v)?
+        ),
+    ];
 
 impl Policy {
     /// Names of every variable, with the `KREPLAY_` prefix.
@@ -258,7 +377,9 @@ impl Policy {
                 if let Some(value) = lookup(&alias) {
                     match &found {
                         Some((name, _)) => {
-                            log::warn!("[kernel-replay] both {name} and {alias} are set; {name} wins")
+                            log::warn!(
+                                "[kernel-replay] both {name} and {alias} are set; {name} wins"
+                            )
                         }
                         None => found = Some((alias, value)),
                     }
@@ -288,8 +409,12 @@ impl Policy {
                 value: value.to_owned(),
                 expected: "a known policy variable (see Policy::variable_names)",
             })?;
-        self.set(name, var, value)?;
-        self.validate()
+        // Apply to a copy so a rejected value leaves the policy as it was.
+        let mut next = self.clone();
+        next.set(name, var, value)?;
+        next.validate()?;
+        *self = next;
+        Ok(())
     }
 
     fn set(&mut self, name: &str, var: &Var, value: &str) -> Result<(), PolicyError> {
@@ -313,13 +438,25 @@ impl Policy {
             return bad("max_passes", "0".into(), "a whole number of at least 1");
         }
         if !(self.assumed_gbps.is_finite() && self.assumed_gbps > 0.0) {
-            return bad("assumed_gbps", self.assumed_gbps.to_string(), "a positive number of GB/s");
+            return bad(
+                "assumed_gbps",
+                self.assumed_gbps.to_string(),
+                "a positive number of GB/s",
+            );
         }
         if !(self.warn_seconds.is_finite() && self.warn_seconds >= 0.0) {
-            return bad("warn_seconds", self.warn_seconds.to_string(), "a non-negative number of seconds");
+            return bad(
+                "warn_seconds",
+                self.warn_seconds.to_string(),
+                "a non-negative number of seconds",
+            );
         }
         if parse_chunk(&self.chunk_bytes.to_string()).is_none() {
-            return bad("chunk_bytes", self.chunk_bytes.to_string(), "a power-of-two byte count from 4KiB to 1GiB");
+            return bad(
+                "chunk_bytes",
+                self.chunk_bytes.to_string(),
+                "a power-of-two byte count from 4KiB to 1GiB",
+            );
         }
         for (field, d) in [
             ("drain_timeout", self.drain_timeout),
@@ -397,7 +534,8 @@ pub fn parse_duration(v: &str) -> Option<Duration> {
     if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
         return None;
     }
-    Some(Duration::from_secs_f64(secs))
+    // A positive value below one nanosecond would round to a zero Duration.
+    Some(Duration::from_secs_f64(secs)).filter(|d| !d.is_zero())
 }
 
 fn parse_nonneg_f64(v: &str) -> Option<f64> {

@@ -210,6 +210,12 @@ impl ReplayService {
             .retain(|k, _| !(k.agent == agent && k.code_object == code_object));
     }
 
+    /// The lock and tool-work marker of an agent (backends use it to tell whether a window
+    /// is open; tests check the lock is held where SPEC §6 says).
+    pub fn agent_gate(&self, agent: crate::types::AgentId) -> Arc<crate::locks::AgentGate> {
+        self.gates.get(agent)
+    }
+
     /// The clock the service measures on.
     pub fn clock(&self) -> &dyn Clock {
         &*self.clock

@@ -66,12 +66,10 @@ pub(crate) fn submit(
         }
         return ordinary(&gate, agent, &dispatch);
     }
-    let Some(owner) = svc
-        .owner
-        .read()
-        .clone()
-        .filter(|r| r.subscription.contains(crate::contract::Subscription::CONFIG))
-    else {
+    let Some(owner) = svc.owner.read().clone().filter(|r| {
+        r.subscription
+            .contains(crate::contract::Subscription::CONFIG)
+    }) else {
         return ordinary(&gate, agent, &dispatch);
     };
     let policy = svc.policy();
@@ -116,6 +114,22 @@ fn ordinary(
     let _reader = gate.lock.read();
     agent.submit_ordinary(dispatch)?;
     Ok(DispatchReport { record: None })
+}
+
+/// Brackets a pass loop for the context layer (SPEC §5).
+struct LoopScope<'a>(&'a dyn crate::contract::ContextControl);
+
+impl<'a> LoopScope<'a> {
+    fn begin(c: &'a dyn crate::contract::ContextControl) -> Self {
+        c.loop_begin();
+        Self(c)
+    }
+}
+
+impl Drop for LoopScope<'_> {
+    fn drop(&mut self) {
+        self.0.loop_end();
+    }
 }
 
 /// How the loop ended.
@@ -324,10 +338,7 @@ impl Window<'_> {
             (DrainTarget::CopyFence, Reason::CopyFenceStuck),
         ] {
             if let Err(e) = self.drain(target) {
-                log::warn!(
-                    "[kernel-replay] dispatch {}: {e}",
-                    self.record.dispatch_id
-                );
+                log::warn!("[kernel-replay] dispatch {}: {e}", self.record.dispatch_id);
                 return self.decline_locked(reason, locked_at);
             }
         }
@@ -339,10 +350,7 @@ impl Window<'_> {
         {
             Ok(s) => s,
             Err(e) => {
-                log::warn!(
-                    "[kernel-replay] dispatch {}: {e}",
-                    self.record.dispatch_id
-                );
+                log::warn!("[kernel-replay] dispatch {}: {e}", self.record.dispatch_id);
                 return self.decline_locked(Reason::SnapshotFailed, locked_at);
             }
         };
@@ -353,9 +361,11 @@ impl Window<'_> {
         self.record.snap_seconds = stats.seconds;
 
         // Step 8: the pass loop.
-        self.svc.contexts.loop_begin();
-        let end = self.pass_loop(&plan, continue_fn, &mut *snapshot);
-        self.svc.contexts.loop_end();
+        let end = {
+            // Local overrides vanish with the loop, even if a backend call panics inside it.
+            let _loop = LoopScope::begin(&*self.svc.contexts);
+            self.pass_loop(&plan, continue_fn, &mut *snapshot)
+        };
         drop(snapshot);
 
         // Step 9: finish.
@@ -363,9 +373,7 @@ impl Window<'_> {
             LoopEnd::Decline(reason) => self.decline_locked(reason, locked_at),
             LoopEnd::Complete => self.finish(Outcome::Replayed, Reason::None, true, locked_at),
             LoopEnd::Truncated(r) => self.finish(Outcome::Truncated, r, true, locked_at),
-            LoopEnd::TruncatedDelivered(r) => {
-                self.finish(Outcome::Truncated, r, false, locked_at)
-            }
+            LoopEnd::TruncatedDelivered(r) => self.finish(Outcome::Truncated, r, false, locked_at),
         }
     }
 
@@ -382,7 +390,13 @@ impl Window<'_> {
     }
 
     /// Asks the continue callback; `Err` when it panicked or returned a negative value.
-    fn ask_continue(&self, f: &ContinueFn, pass: u32, total: u32, ud: UserData) -> Result<bool, ()> {
+    fn ask_continue(
+        &self,
+        f: &ContinueFn,
+        pass: u32,
+        total: u32,
+        ud: UserData,
+    ) -> Result<bool, ()> {
         let _scope = CallbackScope::enter(self.gate);
         let info = self.info();
         match catch_unwind(AssertUnwindSafe(|| f(info, pass, total, ud))) {
@@ -448,7 +462,9 @@ impl Window<'_> {
                     self.record.dispatch_id
                 );
                 self.agent.abandon(ticket);
-                self.svc.memo.insert(self.dispatch.kernel, KernelMemo::NoReplay);
+                self.svc
+                    .memo
+                    .insert(self.dispatch.kernel, KernelMemo::NoReplay);
                 Ok(None)
             }
         }
@@ -462,6 +478,8 @@ impl Window<'_> {
     ) -> LoopEnd {
         let total = plan.total_passes();
         let mut pass: u32 = 0;
+        // Nothing is restored before the first pass.
+        self.record.pass_restored_bytes.push(0);
         loop {
             // PASS ENTER on this pass's own copy of the sequence value.
             let mut ud = self.seq;

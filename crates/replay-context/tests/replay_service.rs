@@ -1,0 +1,315 @@
+//! End to end: a real `ReplayService` window drives the registry's hooks, the tool toggles
+//! through its payload, and a participant (the fake agent's pass submission) sees the result.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use replay_context::{ContextError, ContextId, Contexts, OverrideSupport};
+use replay_core::{
+    Agent, AgentId, BackendError, Capabilities, CaptureStats, Dim3, Dispatch, DispatchId,
+    DispatchInfo, DrainTarget, KernelId, KernelKey, Operation, Origin, Outcome, PassCompletion,
+    Phase, Policy, QueueId, ReplayPayload, ReplayService, RestoreError, RestoreStats, Scope,
+    ScopeCheck, Snapshot, SnapshotError, SnapshotPlan, Snapshotter, SubmissionKind, Subscription,
+    SystemClock, Ticket, UserData, WaitSpec,
+};
+
+/// What the participant saw when a pass (or the ordinary run) was submitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    dispatch: DispatchId,
+    pass: Option<u32>,
+    counters: bool,
+    counters_override: Option<bool>,
+    sampling: bool,
+}
+
+/// A synchronous agent: drains and passes complete at once. Its pass submission stands in for
+/// the participants, which consult the registry before contributing.
+struct FakeAgent {
+    contexts: Arc<Contexts>,
+    counters: ContextId,
+    sampling: ContextId,
+    seen: Mutex<Vec<Seen>>,
+    signalled: AtomicU32,
+}
+
+impl FakeAgent {
+    fn record(&self, dispatch: &Dispatch, pass: Option<u32>) {
+        self.seen.lock().push(Seen {
+            dispatch: dispatch.info.dispatch_id,
+            pass,
+            counters: self.contexts.participates(self.counters),
+            counters_override: self.contexts.override_for(self.counters),
+            sampling: self.contexts.participates(self.sampling),
+        });
+    }
+}
+
+impl Agent for FakeAgent {
+    fn id(&self) -> AgentId {
+        AgentId(0)
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::empty()
+    }
+    fn begin_drain(&self, _target: DrainTarget) -> Result<Ticket, BackendError> {
+        Ok(Ticket(0))
+    }
+    fn poll_drain(&self, _ticket: Ticket, _budget: Duration) -> Result<bool, BackendError> {
+        Ok(true)
+    }
+    fn submit_pass(&self, dispatch: &Dispatch, pass: u32) -> Result<Ticket, BackendError> {
+        self.record(dispatch, Some(pass));
+        Ok(Ticket(u64::from(pass)))
+    }
+    fn poll_pass(
+        &self,
+        _ticket: Ticket,
+        _budget: Duration,
+    ) -> Result<Option<PassCompletion>, BackendError> {
+        Ok(Some(PassCompletion::default()))
+    }
+    fn abandon(&self, _ticket: Ticket) {}
+    fn flush_caches(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError> {
+        self.record(dispatch, None);
+        Ok(())
+    }
+    fn signal_completion(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
+        self.signalled.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A snapshotter with nothing to capture.
+struct FakeMemory;
+
+struct FakeSnapshot;
+
+impl Snapshotter for FakeMemory {
+    fn plan(
+        &self,
+        _dispatch: &Dispatch,
+        scope: Scope,
+        _policy: &Policy,
+    ) -> Result<SnapshotPlan, BackendError> {
+        Ok(SnapshotPlan {
+            scope,
+            ..SnapshotPlan::default()
+        })
+    }
+    fn capture(
+        &self,
+        _plan: &SnapshotPlan,
+        _policy: &Policy,
+        _wait: &WaitSpec<'_>,
+    ) -> Result<Box<dyn Snapshot>, SnapshotError> {
+        Ok(Box::new(FakeSnapshot))
+    }
+    fn pooled_peak_bytes(&self) -> u64 {
+        0
+    }
+}
+
+impl Snapshot for FakeSnapshot {
+    fn stats(&self) -> CaptureStats {
+        CaptureStats::default()
+    }
+    fn check_scope(&mut self, _wait: &WaitSpec<'_>) -> Result<ScopeCheck, BackendError> {
+        Ok(ScopeCheck::Clean)
+    }
+    fn restore(&mut self, _wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError> {
+        Ok(RestoreStats::default())
+    }
+}
+
+fn dispatch() -> Dispatch {
+    Dispatch {
+        info: DispatchInfo {
+            agent: AgentId(0),
+            queue: QueueId(0),
+            dispatch_id: DispatchId(0),
+            kernel_id: KernelId(1),
+            kernel_name: "saxpy".into(),
+            grid: Dim3::new(64, 1, 1),
+            workgroup: Dim3::new(64, 1, 1),
+            private_segment_size: 0,
+            group_segment_size: 0,
+        },
+        kernel: KernelKey {
+            agent: AgentId(0),
+            code_object: 1,
+            symbol: 1,
+        },
+        kind: SubmissionKind::KernelDispatch,
+        kernarg: Default::default(),
+        origin: Origin::SubmittingThread,
+        handle: 0,
+    }
+}
+
+/// What the tool's toggles answered, by (operation, phase, pass).
+type Answers = Mutex<Vec<(Operation, Phase, u32, Result<(), ContextError>)>>;
+
+#[test]
+fn stop_in_pass_enter_reaches_participants_for_the_rest_of_the_loop_only() {
+    let contexts = Arc::new(Contexts::new());
+    let owner = contexts.create_context();
+    let counters = contexts.create_context();
+    let sampling = contexts.create_context();
+    let trace = contexts.create_context();
+    contexts
+        .declare_participant(counters, "counters", OverrideSupport::Honours)
+        .unwrap();
+    contexts
+        .declare_participant(sampling, "pc_sampling", OverrideSupport::Honours)
+        .unwrap();
+    contexts
+        .declare_participant(trace, "thread_trace", OverrideSupport::CannotHonour)
+        .unwrap();
+    for c in [owner, counters, sampling, trace] {
+        contexts.activate(c).unwrap();
+    }
+
+    let svc = ReplayService::new(
+        Policy::default(),
+        Arc::new(SystemClock::new()),
+        Arc::clone(&contexts) as Arc<dyn replay_core::ContextControl>,
+    );
+    let answers: Arc<Answers> = Arc::default();
+    let dispatches = Arc::new(AtomicU32::new(0));
+    let tool = {
+        let answers = Arc::clone(&answers);
+        let dispatches = Arc::clone(&dispatches);
+        move |op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _ud: &mut UserData| {
+            let first = dispatches.load(Ordering::Relaxed) == 0;
+            let note = |r| answers.lock().push((op, phase, p.current_pass, r));
+            match (op, phase) {
+                (Operation::Config, Phase::Enter) => {
+                    p.replay_pass_count = Some(Arc::new(|_, _| 3));
+                    note(p.replay_stop_context(counters));
+                }
+                (Operation::Pass, Phase::Enter) if first && p.current_pass == 1 => {
+                    note(p.replay_stop_context(counters));
+                    note(p.replay_stop_context(trace));
+                }
+                (Operation::Pass, Phase::Exit) if first && p.current_pass == 1 => {
+                    note(p.replay_start_context(counters));
+                }
+                (Operation::Config, Phase::Exit) => {
+                    dispatches.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+    };
+    svc.configure(
+        owner,
+        Subscription::CONFIG | Subscription::PASS,
+        Arc::new(tool),
+    )
+    .unwrap();
+    svc.start().unwrap();
+
+    let agent = FakeAgent {
+        contexts: Arc::clone(&contexts),
+        counters,
+        sampling,
+        seen: Mutex::new(Vec::new()),
+        signalled: AtomicU32::new(0),
+    };
+
+    // First dispatch: the tool stops `counters` in PASS ENTER of pass 1.
+    let rec = svc
+        .submit(&agent, &FakeMemory, dispatch())
+        .unwrap()
+        .record
+        .expect("a candidate has a record");
+    assert_eq!(rec.outcome, Outcome::Replayed, "{rec}");
+    assert_eq!(rec.executed_passes, 3);
+    let d1 = rec.dispatch_id;
+    let seen: Vec<_> = agent.seen.lock().drain(..).collect();
+    let pass = |p: u32, counters: bool, counters_override: Option<bool>| Seen {
+        dispatch: d1,
+        pass: Some(p),
+        counters,
+        counters_override,
+        sampling: true,
+    };
+    assert_eq!(
+        seen,
+        vec![
+            pass(0, true, None),
+            pass(1, false, Some(false)),
+            pass(2, false, Some(false)),
+        ]
+    );
+    assert_eq!(
+        *answers.lock(),
+        vec![
+            (
+                Operation::Config,
+                Phase::Enter,
+                0,
+                Err(ContextError::ContextError)
+            ),
+            (Operation::Pass, Phase::Enter, 1, Ok(())),
+            (
+                Operation::Pass,
+                Phase::Enter,
+                1,
+                Err(ContextError::Unsupported(trace))
+            ),
+            (
+                Operation::Pass,
+                Phase::Exit,
+                1,
+                Err(ContextError::ContextError)
+            ),
+        ]
+    );
+    assert_eq!(agent.signalled.load(Ordering::Relaxed), 1);
+
+    // After the loop: the override is gone, the global state untouched.
+    assert!(!contexts.has_overrides());
+    assert_eq!(contexts.override_for(counters), None);
+    assert!(contexts.participates(counters));
+    assert!(contexts.is_active(counters));
+
+    // Second dispatch: no toggle in any pass; every pass sees `counters` again.
+    answers.lock().clear();
+    let rec = svc
+        .submit(&agent, &FakeMemory, dispatch())
+        .unwrap()
+        .record
+        .expect("a candidate has a record");
+    assert_eq!(rec.outcome, Outcome::Replayed, "{rec}");
+    let d2 = rec.dispatch_id;
+    assert_ne!(d1, d2);
+    let seen: Vec<_> = agent.seen.lock().drain(..).collect();
+    assert_eq!(
+        seen,
+        (0..3)
+            .map(|p| Seen {
+                dispatch: d2,
+                pass: Some(p),
+                counters: true,
+                counters_override: None,
+                sampling: true,
+            })
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        *answers.lock(),
+        vec![(
+            Operation::Config,
+            Phase::Enter,
+            0,
+            Err(ContextError::ContextError)
+        )]
+    );
+}

@@ -1,0 +1,1392 @@
+//! The replay window (SPEC §6) against a mocked agent, snapshotter and snapshot (`mockall`) and
+//! a fake clock: the order of calls, every decline, truncation and the abort.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mockall::mock;
+use parking_lot::Mutex;
+use replay_core::*;
+
+mock! {
+    pub Agent {}
+    impl Agent for Agent {
+        fn id(&self) -> AgentId;
+        fn capabilities(&self) -> Capabilities;
+        fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError>;
+        fn poll_drain(&self, ticket: Ticket, budget: Duration) -> Result<bool, BackendError>;
+        fn submit_pass(&self, dispatch: &Dispatch, pass: u32) -> Result<Ticket, BackendError>;
+        fn poll_pass(&self, ticket: Ticket, budget: Duration) -> Result<Option<PassCompletion>, BackendError>;
+        fn abandon(&self, ticket: Ticket);
+        fn flush_caches(&self) -> Result<(), BackendError>;
+        fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError>;
+        fn signal_completion(&self, dispatch: &Dispatch) -> Result<(), BackendError>;
+    }
+}
+
+mock! {
+    pub Memory {}
+    impl Snapshotter for Memory {
+        fn plan(&self, dispatch: &Dispatch, scope: Scope, policy: &Policy) -> Result<SnapshotPlan, BackendError>;
+        fn capture<'a>(&self, plan: &SnapshotPlan, policy: &Policy, wait: &WaitSpec<'a>) -> Result<Box<dyn Snapshot>, SnapshotError>;
+        fn pooled_peak_bytes(&self) -> u64;
+    }
+}
+
+mock! {
+    pub Snap {}
+    impl Snapshot for Snap {
+        fn stats(&self) -> CaptureStats;
+        fn check_scope<'a>(&mut self, wait: &WaitSpec<'a>) -> Result<ScopeCheck, BackendError>;
+        fn restore<'a>(&mut self, wait: &WaitSpec<'a>) -> Result<RestoreStats, RestoreError>;
+    }
+}
+
+/// Virtual time: `sleep` advances it; nothing really sleeps.
+#[derive(Debug, Default)]
+struct FakeClock(AtomicU64);
+
+impl Clock for FakeClock {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::SeqCst))
+    }
+    fn sleep(&self, d: Duration) {
+        self.0.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
+    }
+}
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn push(log: &Log, s: impl Into<String>) {
+    log.lock().push(s.into());
+}
+
+const AGENT: AgentId = AgentId(7);
+const KERNEL: KernelKey = KernelKey {
+    agent: AGENT,
+    code_object: 11,
+    symbol: 12,
+};
+
+fn dispatch(name: &str) -> Dispatch {
+    Dispatch {
+        info: DispatchInfo {
+            agent: AGENT,
+            queue: QueueId(3),
+            dispatch_id: DispatchId(0),
+            kernel_id: KernelId(12),
+            kernel_name: name.into(),
+            grid: Dim3::new(256, 1, 1),
+            workgroup: Dim3::new(64, 1, 1),
+            private_segment_size: 0,
+            group_segment_size: 0,
+        },
+        kernel: KERNEL,
+        kind: SubmissionKind::KernelDispatch,
+        kernarg: Default::default(),
+        origin: Origin::SubmittingThread,
+        handle: 99,
+    }
+}
+
+fn policy() -> Policy {
+    Policy {
+        drain_timeout: Duration::from_secs(2),
+        pass_timeout: Duration::from_secs(3),
+        poll_slice: Duration::from_millis(100),
+        ..Policy::default()
+    }
+}
+
+fn plan_of(bytes: u64) -> SnapshotPlan {
+    SnapshotPlan {
+        scope: Scope::All,
+        tracked_bytes: bytes,
+        captured_bytes: bytes,
+        capacity_bytes: 1 << 40,
+        ..Default::default()
+    }
+}
+
+/// What the scripted tool does.
+#[derive(Clone, Default)]
+struct ToolScript {
+    passes: Option<u64>,
+    /// Continue answers after pass i (missing = 1). `Some` installs a continue callback.
+    continue_answers: Option<Vec<i32>>,
+    panic_at: Option<(&'static str, u32)>,
+}
+
+/// A tool that logs every callback and follows `script`.
+fn tool(log: Log, script: ToolScript) -> Arc<dyn ReplayTool> {
+    Arc::new(
+        move |op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, ud: &mut UserData| {
+            let name = match (op, phase) {
+                (Operation::Config, Phase::Enter) => "CONFIG ENTER",
+                (Operation::Config, Phase::Exit) => "CONFIG EXIT",
+                (Operation::Pass, Phase::Enter) => "PASS ENTER",
+                (Operation::Pass, Phase::Exit) => "PASS EXIT",
+            };
+            match (op, phase) {
+                (Operation::Pass, _) => push(&log, format!("{name} {}", p.current_pass)),
+                (Operation::Config, Phase::Exit) => {
+                    let o = p.outcome.expect("CONFIG EXIT carries the outcome");
+                    push(
+                        &log,
+                        format!("{name} {} {}", o.outcome.as_str(), o.reason.as_str()),
+                    )
+                }
+                _ => push(&log, name),
+            }
+            if script.panic_at == Some((name, p.current_pass)) {
+                panic!("scripted panic in {name}");
+            }
+            if (op, phase) == (Operation::Config, Phase::Enter) {
+                *ud = 1000;
+                if let Some(n) = script.passes {
+                    p.replay_pass_count = Some(Arc::new(move |_, _| n));
+                }
+                if let Some(ans) = script.continue_answers.clone() {
+                    let log = log.clone();
+                    p.replay_continue = Some(Arc::new(move |_, pass, _, _| {
+                        push(&log, format!("continue? {pass}"));
+                        ans.get(pass as usize).copied().unwrap_or(1)
+                    }));
+                }
+            }
+        },
+    )
+}
+
+struct Harness {
+    svc: Arc<ReplayService>,
+    clock: Arc<FakeClock>,
+    log: Log,
+}
+
+impl Harness {
+    fn new(script: ToolScript) -> Self {
+        Self::with_policy(script, policy())
+    }
+
+    fn with_policy(script: ToolScript, policy: Policy) -> Self {
+        Self::custom(policy, |_, log| tool(log, script))
+    }
+
+    /// A harness whose tool `make` builds from the service (weakly) and the log.
+    fn custom(
+        policy: Policy,
+        make: impl FnOnce(std::sync::Weak<ReplayService>, Log) -> Arc<dyn ReplayTool>,
+    ) -> Self {
+        let clock = Arc::new(FakeClock::default());
+        let svc = Arc::new(ReplayService::new(
+            policy,
+            clock.clone(),
+            Arc::new(NoContextControl),
+        ));
+        let log: Log = Arc::default();
+        svc.configure(
+            ContextId(1),
+            Subscription::CONFIG | Subscription::PASS,
+            make(Arc::downgrade(&svc), log.clone()),
+        )
+        .unwrap();
+        svc.start().unwrap();
+        Self { svc, clock, log }
+    }
+
+    fn log(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock())
+    }
+}
+
+/// Faults the mocked agent plays.
+#[derive(Debug, Clone, Copy, Default)]
+struct AgentScript {
+    stuck_drain: Option<u64>,
+    stuck_pass: Option<u32>,
+    fail_submit_pass: Option<u32>,
+    fail_ordinary: bool,
+    flush: bool,
+}
+
+fn drain_ticket(t: DrainTarget) -> u64 {
+    match t {
+        DrainTarget::Queue(_) => 1,
+        DrainTarget::Agent => 2,
+        DrainTarget::CopyFence => 3,
+    }
+}
+
+/// An agent whose drains and passes complete at once, logging every call; checks the writer
+/// lock is held while it drains and runs passes.
+fn agent(h: &Harness) -> MockAgent {
+    agent_with(h, AgentScript::default())
+}
+
+fn agent_with(h: &Harness, s: AgentScript) -> MockAgent {
+    let mut a = MockAgent::new();
+    a.expect_id().return_const(AGENT);
+    a.expect_capabilities().return_const(Capabilities::empty());
+    let (log, gate) = (h.log.clone(), h.svc.agent_gate(AGENT));
+    a.expect_begin_drain().returning(move |t| {
+        assert!(
+            gate.lock.is_locked_exclusive(),
+            "drain without the writer lock"
+        );
+        push(&log, format!("drain {}", t.as_str()));
+        Ok(Ticket(drain_ticket(t)))
+    });
+    let slice = policy().poll_slice;
+    a.expect_poll_drain().returning(move |t, budget| {
+        assert!(budget <= slice, "a poll longer than the slice");
+        Ok(Some(t.0) != s.stuck_drain)
+    });
+    let (log, gate) = (h.log.clone(), h.svc.agent_gate(AGENT));
+    a.expect_submit_pass().returning(move |d, pass| {
+        assert!(
+            gate.lock.is_locked_exclusive(),
+            "pass without the writer lock"
+        );
+        assert_eq!(d.handle, 99);
+        if s.fail_submit_pass == Some(pass) {
+            push(&log, format!("submit pass {pass} refused"));
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                AGENT,
+                "submit pass",
+                "ring full",
+            ));
+        }
+        push(&log, format!("submit pass {pass}"));
+        Ok(Ticket(100 + u64::from(pass)))
+    });
+    a.expect_poll_pass().returning(move |t, _| {
+        let pass = (t.0 - 100) as u32;
+        if s.stuck_pass == Some(pass) {
+            return Ok(None);
+        }
+        Ok(Some(PassCompletion {
+            gpu_seconds: f64::from(pass + 1) * 1e-3,
+        }))
+    });
+    let log = h.log.clone();
+    a.expect_submit_ordinary().returning(move |_| {
+        if s.fail_ordinary {
+            push(&log, "ordinary refused");
+            return Err(BackendError::new(
+                BackendErrorKind::DeviceLost,
+                AGENT,
+                "submit",
+                "device lost",
+            ));
+        }
+        push(&log, "ordinary");
+        Ok(())
+    });
+    let log = h.log.clone();
+    a.expect_signal_completion().returning(move |_| {
+        push(&log, "signal completion");
+        Ok(())
+    });
+    let log = h.log.clone();
+    if s.stuck_drain.is_some() || s.stuck_pass.is_some() {
+        a.expect_abandon().times(1).returning(move |t| {
+            push(&log, format!("abandon {}", t.0));
+        });
+    } else {
+        a.expect_abandon().never();
+    }
+    let log = h.log.clone();
+    if s.flush {
+        a.expect_flush_caches().returning(move || {
+            push(&log, "flush");
+            Ok(())
+        });
+    } else {
+        a.expect_flush_caches().never();
+    }
+    a
+}
+
+/// A snapshot that captures `bytes` and restores them.
+fn snap(log: &Log, bytes: u64) -> MockSnap {
+    let mut s = MockSnap::new();
+    s.expect_stats().return_const(CaptureStats {
+        captured_bytes: bytes,
+        captured_regions: 2,
+        tier_bytes: TierBytes {
+            device: bytes,
+            ..Default::default()
+        },
+        skipped_regions: 0,
+        seconds: 0.5,
+    });
+    let l = log.clone();
+    s.expect_check_scope().returning(move |_| {
+        push(&l, "check scope");
+        Ok(ScopeCheck::Clean)
+    });
+    let l = log.clone();
+    s.expect_restore().returning(move |_| {
+        push(&l, "restore");
+        Ok(RestoreStats {
+            compared_bytes: 0,
+            restored_bytes: bytes,
+            seconds: 0.25,
+        })
+    });
+    s
+}
+
+/// A memory layer that plans `plan` and captures a [`snap`].
+fn memory(h: &Harness, plan: SnapshotPlan, snapshot: Option<MockSnap>) -> MockMemory {
+    let mut m = MockMemory::new();
+    let (log, gate) = (h.log.clone(), h.svc.agent_gate(AGENT));
+    m.expect_plan().returning(move |_, scope, _| {
+        assert!(
+            gate.lock.is_locked_exclusive(),
+            "admission without the writer lock"
+        );
+        push(&log, format!("plan {}", scope.as_str()));
+        let mut p = plan.clone();
+        p.scope = scope;
+        Ok(p)
+    });
+    let log = h.log.clone();
+    match snapshot {
+        None => {
+            m.expect_capture().never();
+        }
+        Some(snapshot) => {
+            let snapshot = Mutex::new(Some(snapshot));
+            m.expect_capture().times(1).returning(move |_, _, _| {
+                push(&log, "capture");
+                Ok(Box::new(snapshot.lock().take().expect("one capture")))
+            });
+        }
+    }
+    m.expect_pooled_peak_bytes().return_const(4096u64);
+    m
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn full_replay_calls_in_spec_order() {
+    let h = Harness::new(ToolScript {
+        passes: Some(3),
+        ..Default::default()
+    });
+    let a = agent(&h);
+    let m = memory(&h, plan_of(1 << 20), Some(snap(&h.log, 1 << 20)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(
+        h.log(),
+        strs(&[
+            "CONFIG ENTER",
+            "plan all",
+            "drain queue drain",
+            "drain agent drain",
+            "drain copy fence",
+            "capture",
+            "PASS ENTER 0",
+            "submit pass 0",
+            "PASS EXIT 0",
+            "check scope",
+            "restore",
+            "PASS ENTER 1",
+            "submit pass 1",
+            "PASS EXIT 1",
+            "check scope",
+            "restore",
+            "PASS ENTER 2",
+            "submit pass 2",
+            "PASS EXIT 2",
+            "check scope",
+            "CONFIG EXIT replayed none",
+            "signal completion",
+        ])
+    );
+    assert_eq!(rec.outcome, Outcome::Replayed);
+    assert_eq!(rec.reason, Reason::None);
+    assert_eq!(rec.requested_passes, 3);
+    assert_eq!(rec.executed_passes, 3);
+    assert_eq!(rec.captured_bytes, 1 << 20);
+    assert_eq!(rec.captured_regions, 2);
+    assert_eq!(rec.restored_bytes, 2 << 20);
+    assert_eq!(
+        rec.pass_restored_bytes.as_slice(),
+        &[0, 1 << 20, 1 << 20][..]
+    );
+    assert_eq!(rec.pass_gpu_seconds.len(), 3);
+    assert!((rec.restore_seconds - 0.5).abs() < 1e-12);
+    assert_eq!(rec.reentrancy, 0);
+    let s = h.svc.summary();
+    assert_eq!((s.dispatches, s.replayed, s.passes), (1, 1, 3));
+    assert_eq!(s.peak_pooled_bytes, 4096);
+    assert!(!h.svc.agent_gate(AGENT).lock.is_locked(), "lock released");
+}
+
+#[test]
+fn no_pass_count_means_one_ordinary_run_without_snapshot() {
+    for script in [
+        ToolScript::default(),
+        ToolScript {
+            passes: Some(1),
+            continue_answers: Some(vec![1]),
+            ..Default::default()
+        },
+        ToolScript {
+            passes: Some(0),
+            ..Default::default()
+        },
+    ] {
+        let h = Harness::new(script);
+        let a = agent(&h);
+        let mut m = MockMemory::new();
+        m.expect_plan().never();
+        m.expect_capture().never();
+        let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+        assert_eq!(
+            h.log(),
+            strs(&["CONFIG ENTER", "CONFIG EXIT not_requested none", "ordinary"])
+        );
+        assert_eq!(rec.outcome, Outcome::NotRequested);
+        assert_eq!(rec.executed_passes, 1);
+    }
+}
+
+#[test]
+fn inactive_service_filter_and_non_kernels_run_untouched() {
+    let h = Harness::new(ToolScript {
+        passes: Some(4),
+        ..Default::default()
+    });
+    let a = agent(&h);
+    let mut m = MockMemory::new();
+    m.expect_plan().never();
+    // A barrier is not a candidate.
+    let mut d = dispatch("k");
+    d.kind = SubmissionKind::Barrier;
+    assert_eq!(h.svc.submit(&a, &m, d).unwrap().record, None);
+    // Excluded by the filter.
+    let mut p = policy();
+    p.filter.exclude = vec!["skip_me".into()];
+    h.svc.set_policy(p).unwrap();
+    assert_eq!(
+        h.svc.submit(&a, &m, dispatch("skip_me")).unwrap().record,
+        None
+    );
+    // Inactive.
+    h.svc.stop().unwrap();
+    assert_eq!(h.svc.submit(&a, &m, dispatch("k")).unwrap().record, None);
+    assert_eq!(h.log(), strs(&["ordinary", "ordinary", "ordinary"]));
+    assert_eq!(h.svc.summary().dispatches, 0);
+}
+
+#[test]
+fn only_one_owner_even_after_stop() {
+    let h = Harness::new(ToolScript::default());
+    h.svc.stop().unwrap();
+    let err = h
+        .svc
+        .configure(
+            ContextId(2),
+            Subscription::CONFIG,
+            tool(h.log.clone(), ToolScript::default()),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ServiceError::AlreadyConfigured {
+            owner: ContextId(1)
+        }
+    );
+    assert!(err.to_string().contains("already configured"));
+    let fresh = ReplayService::new(
+        Policy::default(),
+        Arc::new(FakeClock::default()),
+        Arc::new(NoContextControl),
+    );
+    assert_eq!(fresh.start(), Err(ServiceError::NotConfigured));
+}
+
+#[test]
+fn a_context_without_config_subscription_cannot_start_replay() {
+    let clock = Arc::new(FakeClock::default());
+    let svc = ReplayService::new(policy(), clock, Arc::new(NoContextControl));
+    let log: Log = Arc::default();
+    svc.configure(
+        ContextId(1),
+        Subscription::PASS,
+        tool(
+            log.clone(),
+            ToolScript {
+                passes: Some(3),
+                ..Default::default()
+            },
+        ),
+    )
+    .unwrap();
+    svc.start().unwrap();
+    let mut a = MockAgent::new();
+    a.expect_id().return_const(AGENT);
+    a.expect_submit_ordinary().times(1).returning(|_| Ok(()));
+    let m = MockMemory::new();
+    assert_eq!(svc.submit(&a, &m, dispatch("k")).unwrap().record, None);
+    assert!(log.lock().is_empty());
+}
+
+#[test]
+fn cache_flush_precedes_each_pass_when_asked() {
+    let h = Harness::with_policy(
+        ToolScript {
+            passes: Some(2),
+            ..Default::default()
+        },
+        Policy {
+            cache_control: CacheControl::Flush,
+            ..policy()
+        },
+    );
+    let a = agent_with(
+        &h,
+        AgentScript {
+            flush: true,
+            ..Default::default()
+        },
+    );
+    let m = memory(&h, plan_of(64), Some(snap(&h.log, 64)));
+    h.svc.submit(&a, &m, dispatch("k")).unwrap();
+    let log = h.log();
+    let flushes: Vec<usize> = (0..log.len()).filter(|&i| log[i] == "flush").collect();
+    assert_eq!(flushes.len(), 2, "{log:?}");
+    for i in flushes {
+        assert!(log[i + 1].starts_with("submit pass"), "{log:?}");
+    }
+}
+
+/// Runs one dispatch expected to decline; checks the common decline contract.
+fn assert_declined(h: &Harness, a: &MockAgent, m: &MockMemory, reason: Reason) -> Vec<String> {
+    let rec = h.svc.submit(a, m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!((rec.outcome, rec.reason), (Outcome::Declined, reason));
+    assert_eq!(rec.executed_passes, 1);
+    let log = h.log();
+    let exit = format!("CONFIG EXIT declined {}", reason.as_str());
+    assert_eq!(
+        log.iter().filter(|e| *e == "ordinary").count(),
+        1,
+        "exactly one ordinary run: {log:?}"
+    );
+    assert!(!log.iter().any(|e| e == "signal completion"), "{log:?}");
+    assert_eq!(log[log.len() - 2], exit, "{log:?}");
+    assert_eq!(log.last().unwrap(), "ordinary");
+    assert!(!h.svc.agent_gate(AGENT).lock.is_locked());
+    assert_eq!(h.svc.summary().declined.get(reason.as_str()), Some(&1));
+    log
+}
+
+fn two_passes() -> ToolScript {
+    ToolScript {
+        passes: Some(2),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn admission_declines_before_any_drain() {
+    let cases: Vec<(SnapshotPlan, Policy, Reason)> = vec![
+        (
+            SnapshotPlan {
+                uncapturable: Some("argument points into IPC memory".into()),
+                ..plan_of(10)
+            },
+            policy(),
+            Reason::UntrackedMemory,
+        ),
+        (
+            SnapshotPlan {
+                untracked: UntrackedSummary {
+                    vmem_bytes: 4096,
+                    vmem_regions: 1,
+                    ..Default::default()
+                },
+                ..plan_of(10)
+            },
+            policy(),
+            Reason::UntrackedMemory,
+        ),
+        (
+            SnapshotPlan {
+                untracked: UntrackedSummary {
+                    bytes: 4096,
+                    regions: 1,
+                    ..Default::default()
+                },
+                ..plan_of(10)
+            },
+            Policy {
+                decline_on_untracked: true,
+                ..policy()
+            },
+            Reason::UntrackedMemory,
+        ),
+        (
+            SnapshotPlan {
+                capacity_bytes: 9,
+                ..plan_of(10)
+            },
+            policy(),
+            Reason::FootprintBudget,
+        ),
+        (
+            plan_of(10),
+            Policy {
+                max_snapshot_bytes: 9,
+                ..policy()
+            },
+            Reason::FootprintBudget,
+        ),
+    ];
+    for (plan, pol, reason) in cases {
+        let h = Harness::with_policy(two_passes(), pol);
+        let a = agent(&h);
+        let m = memory(&h, plan, None);
+        let log = assert_declined(&h, &a, &m, reason);
+        assert_eq!(
+            log,
+            strs(&[
+                "CONFIG ENTER",
+                "plan all",
+                &format!("CONFIG EXIT declined {}", reason.as_str()),
+                "ordinary"
+            ])
+        );
+    }
+}
+
+#[test]
+fn untracked_memory_is_admitted_unless_the_policy_declines_it() {
+    let h = Harness::with_policy(
+        two_passes(),
+        Policy {
+            decline_on_vmem: false,
+            ..policy()
+        },
+    );
+    let a = agent(&h);
+    let plan = SnapshotPlan {
+        untracked: UntrackedSummary {
+            bytes: 10,
+            regions: 1,
+            vmem_bytes: 20,
+            vmem_regions: 2,
+        },
+        ..plan_of(10)
+    };
+    let m = memory(&h, plan, Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(rec.outcome, Outcome::Replayed);
+    assert_eq!((rec.untracked_bytes, rec.untracked_regions), (30, 3));
+}
+
+#[test]
+fn planning_failure_declines_snapshot_failed() {
+    let h = Harness::new(two_passes());
+    let a = agent(&h);
+    let mut m = MockMemory::new();
+    m.expect_plan().returning(|_, _, _| {
+        Err(BackendError::new(
+            BackendErrorKind::Other,
+            AGENT,
+            "enumerate",
+            "loader busy",
+        ))
+    });
+    m.expect_capture().never();
+    m.expect_pooled_peak_bytes().return_const(0u64);
+    assert_declined(&h, &a, &m, Reason::SnapshotFailed);
+}
+
+#[test]
+fn stuck_drains_decline_at_their_deadline_on_virtual_time() {
+    for (ticket, reason, drains) in [
+        (1, Reason::QueueDrainStuck, 1),
+        (2, Reason::AgentDrainStuck, 2),
+        (3, Reason::CopyFenceStuck, 3),
+    ] {
+        let h = Harness::new(two_passes());
+        let a = agent_with(
+            &h,
+            AgentScript {
+                stuck_drain: Some(ticket),
+                ..Default::default()
+            },
+        );
+        let m = memory(&h, plan_of(10), None);
+        let before = h.clock.now();
+        let log = assert_declined(&h, &a, &m, reason);
+        let waited = h.clock.now() - before;
+        // The bound is the policy's drain timeout, measured on the fake clock.
+        assert!(waited >= policy().drain_timeout, "{waited:?}");
+        assert!(
+            waited <= policy().drain_timeout + policy().poll_slice,
+            "{waited:?}"
+        );
+        assert_eq!(
+            log.iter().filter(|e| e.starts_with("drain ")).count(),
+            drains
+        );
+        assert!(log.contains(&format!("abandon {ticket}")), "{log:?}");
+    }
+}
+
+#[test]
+fn capture_failure_declines_snapshot_failed() {
+    let h = Harness::new(two_passes());
+    let a = agent(&h);
+    let mut m = MockMemory::new();
+    m.expect_plan().returning(|_, _, _| Ok(plan_of(10)));
+    m.expect_capture().times(1).returning(|_, _, _| {
+        Err(SnapshotError {
+            message: "out of backing memory".into(),
+        })
+    });
+    m.expect_pooled_peak_bytes().return_const(0u64);
+    let log = assert_declined(&h, &a, &m, Reason::SnapshotFailed);
+    assert_eq!(log.iter().filter(|e| e.starts_with("drain")).count(), 3);
+}
+
+#[test]
+fn callback_failures_before_the_first_pass_decline() {
+    for (panic_at, passes) in [(("CONFIG ENTER", 0), Some(2)), (("PASS ENTER", 0), Some(2))] {
+        let h = Harness::new(ToolScript {
+            passes,
+            panic_at: Some(panic_at),
+            ..Default::default()
+        });
+        let a = agent(&h);
+        let snapshot = (panic_at.0 == "PASS ENTER").then(|| {
+            let mut s = MockSnap::new();
+            s.expect_stats().return_const(CaptureStats::default());
+            s.expect_restore().never();
+            s
+        });
+        let m = memory(&h, plan_of(10), snapshot);
+        if panic_at.0 == "CONFIG ENTER" {
+            let mut m = MockMemory::new();
+            m.expect_plan().never();
+            assert_declined(&h, &a, &m, Reason::CallbackFailed);
+        } else {
+            assert_declined(&h, &a, &m, Reason::CallbackFailed);
+        }
+    }
+}
+
+#[test]
+fn a_panicking_pass_count_callback_declines() {
+    let clock = Arc::new(FakeClock::default());
+    let svc = ReplayService::new(policy(), clock, Arc::new(NoContextControl));
+    let log: Log = Arc::default();
+    let l = log.clone();
+    let t: Arc<dyn ReplayTool> = Arc::new(
+        move |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData| {
+            if (op, ph) == (Operation::Config, Phase::Enter) {
+                p.replay_pass_count = Some(Arc::new(|_, _| panic!("bad pass count")));
+            }
+            if let Some(o) = p.outcome {
+                push(&l, format!("exit {}", o.reason.as_str()));
+            }
+        },
+    );
+    svc.configure(ContextId(1), Subscription::CONFIG, t)
+        .unwrap();
+    svc.start().unwrap();
+    let mut a = MockAgent::new();
+    a.expect_id().return_const(AGENT);
+    a.expect_submit_ordinary().times(1).returning(|_| Ok(()));
+    let mut m = MockMemory::new();
+    m.expect_plan().never();
+    let rec = svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(
+        (rec.outcome, rec.reason),
+        (Outcome::Declined, Reason::CallbackFailed)
+    );
+    assert_eq!(*log.lock(), strs(&["exit callback_failed"]));
+}
+
+#[test]
+fn a_refused_first_pass_declines_and_runs_once() {
+    let h = Harness::new(two_passes());
+    let a = agent_with(
+        &h,
+        AgentScript {
+            fail_submit_pass: Some(0),
+            ..Default::default()
+        },
+    );
+    let mut s = MockSnap::new();
+    s.expect_stats().return_const(CaptureStats::default());
+    s.expect_restore().never();
+    let m = memory(&h, plan_of(10), Some(s));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(
+        (rec.outcome, rec.reason),
+        (Outcome::Declined, Reason::SubmitFailed)
+    );
+    let log = h.log();
+    assert_eq!(
+        &log[log.len() - 2..],
+        &strs(&["CONFIG EXIT declined submit_failed", "ordinary"])[..]
+    );
+}
+
+/// Runs one dispatch expected to truncate; the completion is signalled exactly once, after
+/// CONFIG EXIT, and no restore follows the last executed pass.
+fn assert_truncated(
+    h: &Harness,
+    a: &MockAgent,
+    m: &MockMemory,
+    reason: Reason,
+    executed: u32,
+) -> Vec<String> {
+    let rec = h.svc.submit(a, m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!((rec.outcome, rec.reason), (Outcome::Truncated, reason));
+    assert_eq!(rec.executed_passes, executed);
+    let log = h.log();
+    let last_pass = log
+        .iter()
+        .rposition(|e| e.starts_with("submit pass"))
+        .unwrap();
+    assert!(
+        !log[last_pass..].iter().any(|e| e == "restore"),
+        "a restore after the last pass: {log:?}"
+    );
+    assert_eq!(log.iter().filter(|e| *e == "signal completion").count(), 1);
+    assert_eq!(
+        &log[log.len() - 2..],
+        &[
+            format!("CONFIG EXIT truncated {}", reason.as_str()),
+            "signal completion".to_string()
+        ][..]
+    );
+    assert!(!log.iter().any(|e| e == "ordinary"), "{log:?}");
+    assert_eq!(h.svc.summary().truncated.get(reason.as_str()), Some(&1));
+    log
+}
+
+#[test]
+fn a_stuck_pass_truncates_and_the_kernel_is_not_replayed_again() {
+    let h = Harness::new(ToolScript {
+        passes: Some(4),
+        ..Default::default()
+    });
+    let a = agent_with(
+        &h,
+        AgentScript {
+            stuck_pass: Some(1),
+            ..Default::default()
+        },
+    );
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let before = h.clock.now();
+    let log = assert_truncated(&h, &a, &m, Reason::PassDrainStuck, 2);
+    assert!(h.clock.now() - before >= policy().pass_timeout);
+    assert!(log.contains(&"abandon 101".to_string()));
+    // A stalled pass gets no PASS EXIT.
+    assert!(!log.contains(&"PASS EXIT 1".to_string()), "{log:?}");
+    assert_eq!(h.svc.kernel_memo(&KERNEL), Some(KernelMemo::NoReplay));
+
+    // The next dispatch of the kernel declines before any drain.
+    let a = agent(&h);
+    let mut m = MockMemory::new();
+    m.expect_plan().never();
+    m.expect_pooled_peak_bytes().return_const(0u64);
+    let log = assert_declined(&h, &a, &m, Reason::PassDrainStuck);
+    assert!(!log.iter().any(|e| e.starts_with("drain")));
+    // Unloading the code object forgets it.
+    h.svc.forget_code_object(AGENT, KERNEL.code_object);
+    assert_eq!(h.svc.kernel_memo(&KERNEL), None);
+}
+
+#[test]
+fn callback_failures_after_a_pass_truncate() {
+    // PASS EXIT of pass 1 panics: pass 1 ran, nothing is restored after it.
+    let h = Harness::new(ToolScript {
+        passes: Some(4),
+        panic_at: Some(("PASS EXIT", 1)),
+        ..Default::default()
+    });
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    assert_truncated(&h, &a, &m, Reason::CallbackFailed, 2);
+
+    // The continue callback breaks the contract with a negative answer after pass 0.
+    let h = Harness::new(ToolScript {
+        passes: Some(4),
+        continue_answers: Some(vec![-5]),
+        ..Default::default()
+    });
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    assert_truncated(&h, &a, &m, Reason::CallbackFailed, 1);
+}
+
+#[test]
+fn a_pass_enter_failure_after_a_restore_still_runs_the_pass_once() {
+    let h = Harness::new(ToolScript {
+        passes: Some(4),
+        panic_at: Some(("PASS ENTER", 2)),
+        ..Default::default()
+    });
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let log = assert_truncated(&h, &a, &m, Reason::CallbackFailed, 3);
+    // Memory was restored for pass 2, so pass 2 runs, without the tool.
+    let i = log.iter().position(|e| e == "PASS ENTER 2").unwrap();
+    assert_eq!(log[i + 1], "submit pass 2");
+    assert!(!log.contains(&"PASS EXIT 2".to_string()));
+}
+
+#[test]
+fn a_refused_later_pass_falls_back_to_the_ordinary_run() {
+    let h = Harness::new(ToolScript {
+        passes: Some(4),
+        ..Default::default()
+    });
+    let a = agent_with(
+        &h,
+        AgentScript {
+            fail_submit_pass: Some(1),
+            ..Default::default()
+        },
+    );
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(
+        (rec.outcome, rec.reason),
+        (Outcome::Truncated, Reason::SubmitFailed)
+    );
+    assert_eq!(rec.executed_passes, 2);
+    let log = h.log();
+    // Restored memory is consumed by the ordinary run, which carries the completion itself.
+    let tail = &log[log
+        .iter()
+        .position(|e| e == "submit pass 1 refused")
+        .unwrap()..];
+    assert_eq!(
+        tail,
+        &strs(&[
+            "submit pass 1 refused",
+            "ordinary",
+            "CONFIG EXIT truncated submit_failed"
+        ])[..]
+    );
+}
+
+#[test]
+fn a_write_outside_the_scope_truncates_and_forces_scope_all() {
+    let h = Harness::with_policy(
+        ToolScript {
+            passes: Some(4),
+            ..Default::default()
+        },
+        Policy {
+            scope: Scope::Arguments,
+            ..policy()
+        },
+    );
+    let a = agent(&h);
+    let mut s = snap(&h.log, 10);
+    s.checkpoint();
+    s.expect_stats().return_const(CaptureStats::default());
+    let mut n = 0;
+    let l = h.log.clone();
+    s.expect_check_scope().returning(move |_| {
+        n += 1;
+        push(&l, "check scope");
+        Ok(if n == 2 {
+            ScopeCheck::Changed { base: 0xdead000 }
+        } else {
+            ScopeCheck::Clean
+        })
+    });
+    let l = h.log.clone();
+    s.expect_restore().returning(move |_| {
+        push(&l, "restore");
+        Ok(RestoreStats::default())
+    });
+    let m = memory(&h, plan_of(10), Some(s));
+    let log = assert_truncated(&h, &a, &m, Reason::WriteOutsideScope, 2);
+    assert_eq!(log[1], "plan arguments");
+    assert_eq!(h.svc.kernel_memo(&KERNEL), Some(KernelMemo::ForceScopeAll));
+
+    // Later dispatches of the kernel are planned with scope all.
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(rec.outcome, Outcome::Replayed);
+    assert_eq!(rec.scope, Scope::All);
+    assert_eq!(h.log()[1], "plan all");
+}
+
+#[test]
+fn a_failed_scope_check_truncates() {
+    let h = Harness::new(ToolScript {
+        passes: Some(3),
+        ..Default::default()
+    });
+    let a = agent(&h);
+    let mut s = MockSnap::new();
+    s.expect_stats().return_const(CaptureStats::default());
+    s.expect_check_scope().returning(|_| {
+        Err(BackendError::new(
+            BackendErrorKind::CopyFailed,
+            AGENT,
+            "digest",
+            "fence error",
+        ))
+    });
+    s.expect_restore().never();
+    let m = memory(&h, plan_of(10), Some(s));
+    assert_truncated(&h, &a, &m, Reason::ScopeCheckFailed, 1);
+}
+
+#[test]
+fn an_open_ended_loop_stops_at_max_passes() {
+    let h = Harness::with_policy(
+        ToolScript {
+            passes: Some(0),
+            continue_answers: Some(vec![]),
+            ..Default::default()
+        },
+        Policy {
+            max_passes: 5,
+            ..policy()
+        },
+    );
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let log = assert_truncated(&h, &a, &m, Reason::PassLimit, 5);
+    // Asked after every pass, the last one included.
+    assert_eq!(log.iter().filter(|e| e.starts_with("continue?")).count(), 5);
+}
+
+#[test]
+fn the_continue_callback_stops_a_fixed_loop_and_is_not_asked_after_the_last_pass() {
+    let h = Harness::new(ToolScript {
+        passes: Some(3),
+        continue_answers: Some(vec![1, 1, 1]),
+        ..Default::default()
+    });
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(rec.executed_passes, 3);
+    let log = h.log();
+    let asked: Vec<&String> = log.iter().filter(|e| e.starts_with("continue?")).collect();
+    assert_eq!(asked, ["continue? 0", "continue? 1"]);
+
+    let h = Harness::new(ToolScript {
+        passes: Some(6),
+        continue_answers: Some(vec![1, 0]),
+        ..Default::default()
+    });
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!((rec.outcome, rec.executed_passes), (Outcome::Replayed, 2));
+    assert_eq!(rec.requested_passes, 6);
+}
+
+#[test]
+fn a_fixed_count_above_max_passes_is_clamped() {
+    let h = Harness::with_policy(
+        ToolScript {
+            passes: Some(1 << 63),
+            ..Default::default()
+        },
+        Policy {
+            max_passes: 3,
+            ..policy()
+        },
+    );
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(rec.requested_passes, 1 << 63);
+    assert_eq!(rec.executed_passes, 3);
+}
+
+#[test]
+fn pass_exit_may_replace_the_continue_callback_for_its_pass_only() {
+    let h = Harness::custom(policy(), |_, l| {
+        Arc::new(
+            move |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData| match (
+                op, ph,
+            ) {
+                (Operation::Config, Phase::Enter) => {
+                    p.replay_pass_count = Some(Arc::new(|_, _| 5));
+                    let l = l.clone();
+                    p.replay_continue = Some(Arc::new(move |_, pass, _, _| {
+                        push(&l, format!("original {pass}"));
+                        1
+                    }));
+                }
+                (Operation::Pass, Phase::Exit) => {
+                    assert!(p.replay_continue.is_some(), "PASS EXIT shows the callback");
+                    if p.current_pass == 0 {
+                        let l = l.clone();
+                        p.replay_continue = Some(Arc::new(move |_, pass, _, _| {
+                            push(&l, format!("replacement {pass}"));
+                            1
+                        }));
+                    }
+                    if p.current_pass == 2 {
+                        p.replay_continue = Some(Arc::new(|_, _, _, _| 0));
+                    }
+                }
+                _ => {}
+            },
+        )
+    });
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(rec.executed_passes, 3);
+    let calls: Vec<String> = h
+        .log()
+        .into_iter()
+        .filter(|e| e.starts_with("original") || e.starts_with("replacement"))
+        .collect();
+    assert_eq!(calls, strs(&["replacement 0", "original 1"]));
+}
+
+type Backend = Arc<Mutex<Option<(Arc<MockAgent>, Arc<MockMemory>)>>>;
+
+#[test]
+fn tool_work_from_a_callback_runs_once_without_the_lock() {
+    // The tool launches a kernel from PASS ENTER, on its own thread and through a runtime
+    // thread (forwarded origin). Neither may deadlock on the window's writer lock.
+    let backend: Backend = Arc::default();
+    let b2 = backend.clone();
+    let h = Harness::custom(policy(), move |weak, l| {
+        Arc::new(
+            move |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData| {
+                if (op, ph) == (Operation::Config, Phase::Enter) {
+                    p.replay_pass_count = Some(Arc::new(|_, _| 2));
+                }
+                if (op, ph) == (Operation::Pass, Phase::Enter) && p.current_pass == 0 {
+                    let svc = weak.upgrade().unwrap();
+                    let (a, m) = b2.lock().clone().unwrap();
+                    let r = svc.submit(&*a, &*m, dispatch("tool_kernel")).unwrap();
+                    push(&l, format!("same thread: {:?}", r.record.map(|r| r.reason)));
+                    let r = std::thread::spawn(move || {
+                        let mut d = dispatch("tool_kernel");
+                        d.origin = Origin::RuntimeThread;
+                        svc.submit(&*a, &*m, d).unwrap()
+                    })
+                    .join()
+                    .unwrap();
+                    push(&l, format!("forwarded: {:?}", r.record.map(|r| r.reason)));
+                }
+            },
+        )
+    });
+    let a = Arc::new(agent(&h));
+    let m = Arc::new(memory(&h, plan_of(10), Some(snap(&h.log, 10))));
+    *backend.lock() = Some((a.clone(), m.clone()));
+    let rec = h
+        .svc
+        .submit(&*a, &*m, dispatch("k"))
+        .unwrap()
+        .record
+        .unwrap();
+    *backend.lock() = None;
+    assert_eq!(rec.outcome, Outcome::Replayed);
+    let log = h.log();
+    let i = log.iter().position(|e| e == "capture").unwrap();
+    assert_eq!(
+        &log[i + 1..i + 6],
+        &strs(&[
+            "ordinary",
+            "same thread: Some(ReentrantDispatch)",
+            "ordinary",
+            "forwarded: Some(ReentrantDispatch)",
+            "submit pass 0",
+        ])[..]
+    );
+    let s = h.svc.summary();
+    assert_eq!(s.declined.get("reentrant_dispatch"), Some(&2));
+    assert_eq!(s.replayed, 1);
+}
+
+#[test]
+fn ordinary_dispatches_from_other_threads_wait_for_the_window() {
+    let h = Arc::new(Harness::new(ToolScript {
+        passes: Some(3),
+        ..Default::default()
+    }));
+    let a = Arc::new(agent(&h));
+    // The other thread's submission is not a candidate: it never reaches the memory layer.
+    let m = Arc::new(MockMemory::new());
+    let other: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    // A second service user: the application's other thread submits while pass 0 runs.
+    let (h2, a2, m2, o2) = (h.clone(), a.clone(), m.clone(), other.clone());
+    let log = h.log.clone();
+    let mut s = snap(&h.log, 10);
+    s.checkpoint();
+    s.expect_stats().return_const(CaptureStats::default());
+    let mut first = true;
+    s.expect_check_scope().returning(move |_| {
+        if std::mem::take(&mut first) {
+            let (h3, a3, m3) = (h2.clone(), a2.clone(), m2.clone());
+            *o2.lock() = Some(std::thread::spawn(move || {
+                // Not a candidate (a copy), so it is an ordinary submission.
+                let mut d = dispatch("other");
+                d.kind = SubmissionKind::Copy;
+                h3.svc.submit(&*a3, &*m3, d).unwrap();
+            }));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        push(&log, "check scope");
+        Ok(ScopeCheck::Clean)
+    });
+    let l = h.log.clone();
+    s.expect_restore().returning(move |_| {
+        push(&l, "restore");
+        Ok(RestoreStats::default())
+    });
+    let m = memory(&h, plan_of(10), Some(s));
+    h.svc.submit(&*a, &m, dispatch("k")).unwrap();
+    other.lock().take().unwrap().join().unwrap();
+    let log = h.log();
+    assert_eq!(log.last().unwrap(), "ordinary", "{log:?}");
+    assert_eq!(log[log.len() - 2], "signal completion", "{log:?}");
+}
+
+#[test]
+fn restore_failure_aborts_naming_dispatch_and_region() {
+    if std::env::var_os("KREPLAY_TEST_CHILD").is_some() {
+        let h = Harness::new(ToolScript {
+            passes: Some(3),
+            ..Default::default()
+        });
+        let a = agent(&h);
+        let mut s = MockSnap::new();
+        s.expect_stats().return_const(CaptureStats::default());
+        s.expect_check_scope().returning(|_| Ok(ScopeCheck::Clean));
+        s.expect_restore().returning(|_| {
+            Err(RestoreError {
+                base: 0x7f00_1000,
+                size: 4096,
+                message: "copy engine error".into(),
+            })
+        });
+        let m = memory(&h, plan_of(10), Some(s));
+        let _ = h.svc.submit(&a, &m, dispatch("rmw_kernel"));
+        unreachable!("a failed restore must abort");
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "restore_failure_aborts_naming_dispatch_and_region",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("KREPLAY_TEST_CHILD", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(6), "SIGABRT expected: {stderr}");
+    }
+    assert!(stderr.contains("FATAL: restore failed"), "{stderr}");
+    assert!(stderr.contains("dispatch 1"), "{stderr}");
+    assert!(stderr.contains("rmw_kernel"), "{stderr}");
+    assert!(
+        stderr.contains("region 0x7f001000 (4096 bytes)"),
+        "{stderr}"
+    );
+}
+
+mod user_data {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Runs a window whose tool checks SPEC §3 `user_data` threading; returns violations.
+    fn run(seed: u64, passes: u64, stop_after: Option<u32>) -> (Vec<String>, OutcomeRecord) {
+        let bad: Log = Arc::default();
+        let b = bad.clone();
+        let h = Harness::custom(policy(), move |_, _| {
+            Arc::new(
+                move |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, ud: &mut UserData| {
+                    let pass = u64::from(p.current_pass);
+                    match (op, ph) {
+                        (Operation::Config, Phase::Enter) => {
+                            *ud = seed;
+                            let b2 = b.clone();
+                            p.replay_pass_count = Some(Arc::new(move |_, u| {
+                                if u != seed {
+                                    push(&b2, format!("pass count saw {u}"));
+                                }
+                                passes
+                            }));
+                            if stop_after.is_some() {
+                                let b3 = b.clone();
+                                p.replay_continue = Some(Arc::new(move |_, pass, _, u| {
+                                    if u != 0xdead ^ u64::from(pass) {
+                                        push(&b3, format!("continue {pass} saw {u}"));
+                                    }
+                                    i32::from(Some(pass) != stop_after)
+                                }));
+                            }
+                        }
+                        (Operation::Pass, Phase::Enter) => {
+                            if *ud != seed {
+                                push(&b, format!("PASS ENTER {pass} saw {ud}"));
+                            }
+                            *ud = seed ^ (pass + 1);
+                        }
+                        (Operation::Pass, Phase::Exit) => {
+                            if *ud != seed ^ (pass + 1) {
+                                push(&b, format!("PASS EXIT {pass} saw {ud}"));
+                            }
+                            // The continue callback sees this; the next pass must not.
+                            *ud = 0xdead ^ pass;
+                        }
+                        (Operation::Config, Phase::Exit) => {
+                            if *ud != seed {
+                                push(&b, format!("CONFIG EXIT saw {ud}"));
+                            }
+                        }
+                    }
+                },
+            )
+        });
+        let a = agent(&h);
+        let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+        let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+        let v = bad.lock().clone();
+        (v, rec)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn threading_follows_spec(seed in any::<u64>(), passes in 2u64..9, stop in proptest::option::of(0u32..9)) {
+            let (violations, rec) = run(seed, passes, stop);
+            prop_assert!(violations.is_empty(), "{:?}", violations);
+            let expect = match stop { Some(s) if u64::from(s) + 1 < passes => s + 1, _ => passes as u32 };
+            prop_assert_eq!(rec.executed_passes, expect);
+            prop_assert_eq!(rec.outcome, Outcome::Replayed);
+        }
+    }
+}
