@@ -31,6 +31,7 @@ pub mod digest;
 pub mod error;
 pub mod filter;
 pub mod locks;
+pub mod log_sink;
 pub mod outcome;
 pub mod plan;
 pub mod policy;
