@@ -352,6 +352,19 @@ pub struct WaitSpec<'a> {
     pub timeout: Duration,
     /// Longest single poll.
     pub slice: Duration,
+    /// Interval of the progress warning during a long wait.
+    pub progress: Duration,
+}
+
+impl WaitSpec<'_> {
+    /// The bounds of a [`crate::wait::bounded`] wait under this spec.
+    pub fn bounds(&self) -> crate::wait::Bounds {
+        crate::wait::Bounds {
+            timeout: self.timeout,
+            slice: self.slice,
+            progress: self.progress,
+        }
+    }
 }
 
 /// What a capture did.

@@ -34,7 +34,11 @@ impl log::Log for StderrSink {
         let _ = if msg.starts_with("[kernel-replay]") && record.level() == log::Level::Info {
             writeln!(err, "{msg}")
         } else if msg.starts_with("[kernel-replay]") {
-            writeln!(err, "{}: {msg}", record.level().as_str().to_ascii_lowercase())
+            writeln!(
+                err,
+                "{}: {msg}",
+                record.level().as_str().to_ascii_lowercase()
+            )
         } else {
             writeln!(
                 err,

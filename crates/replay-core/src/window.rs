@@ -209,6 +209,7 @@ impl Window<'_> {
             clock: &*self.svc.clock,
             timeout: self.policy.drain_timeout,
             slice: self.policy.poll_slice,
+            progress: self.policy.progress_interval,
         }
     }
 

@@ -1,0 +1,307 @@
+//! The allocation inventory of SPEC §7.1: per agent, every allocation the backend reported, with
+//! a generation number that is never reused, so a freed-and-reallocated address is recognised.
+//!
+//! The backend must call [`Tracker::record_free`] *before* it releases memory: from that moment
+//! no liveness check passes for the region, so no restore writes into released memory (the
+//! upstream free wrappers did it the other way round; see `UPSTREAM.md`).
+//!
+//! Regions of one agent never overlap in the inventory: an allocation reported over a range
+//! that still holds live entries evicts them with a warning (a free the backend did not see),
+//! because the new allocation is what the memory is now.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+use replay_core::{AgentId, MemoryClass, RegionRef};
+
+/// Process-wide: generations stay unique even across several trackers (tests, embedders).
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    size: u64,
+    generation: u64,
+    class: MemoryClass,
+}
+
+impl Entry {
+    fn region(&self, base: u64) -> RegionRef {
+        RegionRef {
+            base,
+            size: self.size,
+            generation: self.generation,
+            class: self.class,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inventory {
+    /// Live allocations by base; non-overlapping.
+    live: BTreeMap<u64, Entry>,
+    /// Ranges a tool marked as its own (base -> size). Allocations inside them carry
+    /// [`MemoryClass::TOOL_OWNED`], whichever order mark and allocation are reported in.
+    tool_owned: BTreeMap<u64, u64>,
+}
+
+fn end(base: u64, size: u64) -> u64 {
+    base.saturating_add(size)
+}
+
+impl Inventory {
+    fn containing(&self, addr: u64) -> Option<RegionRef> {
+        let (&base, e) = self.live.range(..=addr).next_back()?;
+        (addr < end(base, e.size)).then(|| e.region(base))
+    }
+
+    fn in_tool_range(&self, base: u64, size: u64) -> bool {
+        // A range that starts after `base + size` cannot overlap; check those before the end.
+        self.tool_owned
+            .range(..end(base, size.max(1)))
+            .any(|(&b, &s)| end(b, s) > base)
+    }
+
+    /// Bases of live entries overlapping [base, base+size).
+    fn overlapping(&self, base: u64, size: u64) -> Vec<u64> {
+        let stop = end(base, size.max(1));
+        let mut out: Vec<u64> = self.live.range(base..stop).map(|(&b, _)| b).collect();
+        if let Some((&b, e)) = self.live.range(..base).next_back() {
+            if end(b, e.size) > base {
+                out.push(b);
+            }
+        }
+        out
+    }
+}
+
+/// The per-process allocation inventory (SPEC §7.1). `Send + Sync`; lookups take a read lock.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    agents: RwLock<BTreeMap<AgentId, Inventory>>,
+}
+
+impl Tracker {
+    /// An empty inventory.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records an allocation the backend reported; returns its generation (never reused,
+    /// process-wide counter).
+    pub fn record_alloc(&self, agent: AgentId, base: u64, size: u64, class: MemoryClass) -> u64 {
+        let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+        let mut agents = self.agents.write();
+        let inv = agents.entry(agent).or_default();
+        for old in inv.overlapping(base, size) {
+            let e = inv.live.remove(&old).expect("listed by overlapping");
+            log::warn!(
+                "[kernel-replay] agent {agent}: allocation {base:#x}+{size} overlaps {old:#x}+{} (generation {}), whose free was not reported; forgetting it",
+                e.size,
+                e.generation
+            );
+        }
+        let mut class = class;
+        if inv.in_tool_range(base, size) {
+            class |= MemoryClass::TOOL_OWNED;
+        }
+        inv.live.insert(
+            base,
+            Entry {
+                size,
+                generation,
+                class,
+            },
+        );
+        generation
+    }
+
+    /// Records a free *before* the backend releases the memory (so no restore writes into
+    /// released memory); returns the region if it was known.
+    pub fn record_free(&self, agent: AgentId, base: u64) -> Option<RegionRef> {
+        let mut agents = self.agents.write();
+        let inv = agents.get_mut(&agent)?;
+        let e = inv.live.remove(&base)?;
+        // The tool's marks die with the memory: a later allocation at this address is the
+        // application's again.
+        let stale: Vec<u64> = inv
+            .tool_owned
+            .range(base..end(base, e.size.max(1)))
+            .map(|(&b, _)| b)
+            .collect();
+        for b in stale {
+            inv.tool_owned.remove(&b);
+        }
+        Some(e.region(base))
+    }
+
+    /// Memory a tool marks as its own: never tracked or captured. Live allocations overlapping
+    /// the range, and allocations reported inside it later, carry [`MemoryClass::TOOL_OWNED`].
+    pub fn mark_tool_owned(&self, agent: AgentId, base: u64, size: u64) {
+        let mut agents = self.agents.write();
+        let inv = agents.entry(agent).or_default();
+        for b in inv.overlapping(base, size) {
+            if let Some(e) = inv.live.get_mut(&b) {
+                e.class |= MemoryClass::TOOL_OWNED;
+            }
+        }
+        inv.tool_owned.insert(base, size);
+    }
+
+    /// Whether this exact region (base, size, generation) is still allocated.
+    pub fn is_live(&self, agent: AgentId, region: &RegionRef) -> bool {
+        self.agents
+            .read()
+            .get(&agent)
+            .and_then(|inv| inv.live.get(&region.base))
+            .is_some_and(|e| e.generation == region.generation && e.size == region.size)
+    }
+
+    /// The allocation containing `addr` (anywhere inside, not only at its base), of any class.
+    pub fn lookup(&self, agent: AgentId, addr: u64) -> Option<RegionRef> {
+        self.agents.read().get(&agent)?.containing(addr)
+    }
+
+    /// The allocation of any agent containing `addr` (peer memory), with its owner.
+    pub fn lookup_any(&self, addr: u64) -> Option<(AgentId, RegionRef)> {
+        self.agents
+            .read()
+            .iter()
+            .find_map(|(&a, inv)| inv.containing(addr).map(|r| (a, r)))
+    }
+
+    /// Every live allocation of the agent, in address order, of any class.
+    pub fn regions(&self, agent: AgentId) -> Vec<RegionRef> {
+        self.agents
+            .read()
+            .get(&agent)
+            .map(|inv| inv.live.iter().map(|(&b, e)| e.region(b)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Agents with an inventory.
+    pub fn agents(&self) -> Vec<AgentId> {
+        self.agents.read().keys().copied().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: AgentId = AgentId(0);
+    const B: AgentId = AgentId(1);
+    const C: MemoryClass = MemoryClass::DEVICE_COARSE;
+
+    #[test]
+    fn generations_are_never_reused() {
+        let t = Tracker::new();
+        let other = Tracker::new();
+        let g1 = t.record_alloc(A, 0x1000, 64, C);
+        let first = t.record_free(A, 0x1000).unwrap();
+        assert_eq!(first.generation, g1);
+        let g2 = t.record_alloc(A, 0x1000, 64, C);
+        let g3 = other.record_alloc(A, 0x1000, 64, C);
+        let g4 = t.record_alloc(B, 0x1000, 64, C);
+        let mut all = vec![g1, g2, g3, g4];
+        assert!(
+            all.iter().all(|g| *g > 0),
+            "0 is the module-variable generation"
+        );
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 4);
+        // The region of the first allocation is not live, though the address is again.
+        assert!(!t.is_live(A, &first));
+        assert!(t.is_live(A, &t.lookup(A, 0x1000).unwrap()));
+    }
+
+    #[test]
+    fn free_is_recorded_before_release() {
+        let t = Tracker::new();
+        t.record_alloc(A, 0x1000, 64, C);
+        let r = t.lookup(A, 0x1000).unwrap();
+        assert!(t.is_live(A, &r));
+        assert_eq!(t.record_free(A, 0x1000), Some(r));
+        assert!(!t.is_live(A, &r));
+        assert_eq!(t.lookup(A, 0x1000), None);
+        assert_eq!(t.record_free(A, 0x1000), None, "an unknown free");
+        // A shrunk region is another region.
+        t.record_alloc(A, 0x1000, 32, C);
+        assert!(!t.is_live(A, &r));
+    }
+
+    #[test]
+    fn lookup_anywhere_inside_and_on_any_agent() {
+        let t = Tracker::new();
+        t.record_alloc(A, 0x1000, 0x100, C);
+        t.record_alloc(A, 0x1100, 0x10, MemoryClass::FINE_GRAINED);
+        t.record_alloc(B, 0x9000, 0x100, C);
+        assert_eq!(t.lookup(A, 0x0fff), None);
+        assert_eq!(t.lookup(A, 0x1000).unwrap().base, 0x1000);
+        assert_eq!(t.lookup(A, 0x10ff).unwrap().base, 0x1000);
+        let f = t.lookup(A, 0x1100).unwrap();
+        assert_eq!((f.base, f.class), (0x1100, MemoryClass::FINE_GRAINED));
+        assert_eq!(t.lookup(A, 0x1110), None);
+        assert_eq!(t.lookup(A, 0x9010), None);
+        let (owner, r) = t.lookup_any(0x9010).unwrap();
+        assert_eq!((owner, r.base), (B, 0x9000));
+        assert_eq!(t.regions(A).len(), 2);
+        assert_eq!(t.agents(), vec![A, B]);
+    }
+
+    #[test]
+    fn zero_sized_allocations_contain_nothing() {
+        let t = Tracker::new();
+        t.record_alloc(A, 0x1000, 0, C);
+        assert_eq!(t.lookup(A, 0x1000), None);
+        assert_eq!(t.regions(A).len(), 1);
+    }
+
+    #[test]
+    fn overlapping_report_replaces_stale_entries() {
+        let t = Tracker::new();
+        t.record_alloc(A, 0x1000, 0x100, C);
+        t.record_alloc(A, 0x1200, 0x100, C);
+        let old = t.lookup(A, 0x1000).unwrap();
+        // The free of both was missed; a larger allocation now covers them.
+        t.record_alloc(A, 0x1080, 0x200, C);
+        assert!(!t.is_live(A, &old));
+        let regions = t.regions(A);
+        assert_eq!(regions.len(), 1);
+        assert_eq!((regions[0].base, regions[0].size), (0x1080, 0x200));
+    }
+
+    #[test]
+    fn tool_owned_memory_is_marked_either_order_and_forgotten_on_free() {
+        let t = Tracker::new();
+        t.record_alloc(A, 0x1000, 0x100, C);
+        t.mark_tool_owned(A, 0x1000, 0x100);
+        assert!(t
+            .lookup(A, 0x1000)
+            .unwrap()
+            .class
+            .contains(MemoryClass::TOOL_OWNED));
+        // Marked first, reported later.
+        t.mark_tool_owned(A, 0x5000, 0x100);
+        t.record_alloc(A, 0x5000, 0x100, C);
+        assert!(t
+            .lookup(A, 0x5000)
+            .unwrap()
+            .class
+            .contains(MemoryClass::TOOL_OWNED));
+        // After the free, the address is the application's again.
+        t.record_free(A, 0x1000);
+        t.record_alloc(A, 0x1000, 0x100, C);
+        assert_eq!(t.lookup(A, 0x1000).unwrap().class, C);
+        // Other agents are unaffected.
+        t.record_alloc(B, 0x5000, 0x100, C);
+        assert_eq!(t.lookup(B, 0x5000).unwrap().class, C);
+    }
+
+    #[test]
+    fn tracker_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Tracker>();
+    }
+}
