@@ -1,0 +1,497 @@
+//! The [`Agent`] implementation: what the replay window (SPEC §6) drives.
+//!
+//! - Drains are counting completions: a drain of a queue waits until the queue's `completed`
+//!   count reaches its write index at `begin_drain`; an agent drain does so for every queue;
+//!   the copy fence for the agent's copy engine (application copies in flight).
+//! - A pass is the dispatch's kernel queued on the dispatch's queue with no completion signal;
+//!   its ticket completes once the execution finished and its counters were stored.
+//! - `signal_completion` queues a barrier carrying the application's signal behind every pass
+//!   submitted so far (the trailing barrier); `submit_ordinary` queues the dispatch once with
+//!   its own signal.
+//! - `abandon` releases the injected stall that kept the ticket from completing, so the stalled
+//!   work still finishes and the application still completes.
+//!
+//! The calls also feed the recorder (window-facing events, in call order) and the invariant
+//! checker (window open/closed per agent, wait durations on the simulator's clock).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use replay_core::{
+    Agent, AgentId, BackendError, BackendErrorKind, Capabilities, Clock, Dispatch, DrainTarget,
+    PassCompletion, Ticket,
+};
+
+use crate::expect::Event;
+use crate::fault::Fault;
+use crate::gpu::{AgentShared, GpuShared, Payload};
+use crate::invariant::WaitKind;
+use crate::kernel::{KernelWork, Role, RunResult};
+use crate::queue::{Hold, Lane, Work};
+
+pub(crate) enum TicketKind {
+    Drain {
+        target: DrainTarget,
+    },
+    Pass {
+        dispatch: replay_core::DispatchId,
+        pass: u32,
+        result: Arc<OnceLock<RunResult>>,
+    },
+}
+
+/// An operation the window waits for.
+pub(crate) struct TicketEntry {
+    kind: TicketKind,
+    waits: Vec<(Arc<Lane>, u64)>,
+    holds: Vec<Arc<Hold>>,
+    begun: Duration,
+}
+
+/// One simulated agent as the replay window drives it.
+pub struct SimAgent {
+    pub(crate) gpu: Arc<GpuShared>,
+    pub(crate) agent: Arc<AgentShared>,
+}
+
+impl std::fmt::Debug for SimAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimAgent")
+            .field("id", &self.agent.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimAgent {
+    fn err(
+        &self,
+        kind: BackendErrorKind,
+        op: &'static str,
+        msg: impl Into<String>,
+    ) -> BackendError {
+        BackendError::new(kind, self.agent.id, op, msg)
+    }
+
+    fn lane(&self, dispatch: &Dispatch, op: &'static str) -> Result<Arc<Lane>, BackendError> {
+        if dispatch.info.agent != self.agent.id {
+            return Err(self.err(
+                BackendErrorKind::InvalidArgument,
+                op,
+                format!(
+                    "dispatch for agent {} handed to agent {}",
+                    dispatch.info.agent, self.agent.id
+                ),
+            ));
+        }
+        self.agent.queue(dispatch.info.queue).ok_or_else(|| {
+            self.err(
+                BackendErrorKind::InvalidArgument,
+                op,
+                format!("queue {} does not exist on this agent", dispatch.info.queue),
+            )
+        })
+    }
+
+    fn live(&self, op: &'static str) -> Result<(), BackendError> {
+        if self.gpu.is_shut_down() {
+            Err(self.err(
+                BackendErrorKind::DeviceLost,
+                op,
+                "the simulator was shut down",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn push(&self, lane: &Lane, work: Work, op: &'static str) -> Result<u64, BackendError> {
+        lane.push(work).ok_or_else(|| {
+            self.err(
+                BackendErrorKind::DeviceLost,
+                op,
+                "the simulator was shut down",
+            )
+        })
+    }
+
+    fn ticket(
+        &self,
+        kind: TicketKind,
+        waits: Vec<(Arc<Lane>, u64)>,
+        holds: Vec<Arc<Hold>>,
+    ) -> Ticket {
+        let id = self.gpu.next_id();
+        self.agent.tickets.lock().insert(
+            id,
+            TicketEntry {
+                kind,
+                waits,
+                holds,
+                begun: self.gpu.clock.now(),
+            },
+        );
+        Ticket(id)
+    }
+
+    fn waits_of(&self, t: Ticket, op: &'static str) -> Result<Vec<(Arc<Lane>, u64)>, BackendError> {
+        self.agent
+            .tickets
+            .lock()
+            .get(&t.0)
+            .map(|e| e.waits.clone())
+            .ok_or_else(|| {
+                self.err(
+                    BackendErrorKind::InvalidArgument,
+                    op,
+                    format!("unknown ticket {}", t.0),
+                )
+            })
+    }
+
+    /// Takes a stall fault and queues a hold on `lane`.
+    fn stall(
+        &self,
+        lane: &Lane,
+        what: &'static str,
+        pred: impl Fn(&Fault) -> bool,
+    ) -> Option<Arc<Hold>> {
+        self.gpu.take_fault(self.agent.id, pred)?;
+        let h = self.gpu.new_hold(what);
+        let _ = lane.push(Work::Hold(Arc::clone(&h)));
+        Some(h)
+    }
+
+    fn pending_completion(
+        &self,
+        dispatch: &Dispatch,
+        op: &'static str,
+    ) -> Result<
+        (
+            Option<crate::kernel::Kernel>,
+            Arc<crate::queue::Signal>,
+            bool,
+        ),
+        BackendError,
+    > {
+        let p = self.gpu.pending.lock();
+        let e = p.get(&dispatch.handle).ok_or_else(|| {
+            self.err(
+                BackendErrorKind::InvalidArgument,
+                op,
+                format!("unknown dispatch handle {}", dispatch.handle),
+            )
+        })?;
+        let k = match &e.payload {
+            Payload::Kernel(k) => Some(k.clone()),
+            Payload::Barrier => None,
+        };
+        Ok((k, Arc::clone(&e.completion), e.from_callback))
+    }
+}
+
+impl Agent for SimAgent {
+    fn id(&self) -> AgentId {
+        self.agent.id
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::CACHE_FLUSH
+            | Capabilities::DEVICE_DIGESTS
+            | Capabilities::COPY_FENCE
+            | Capabilities::SYSTEM_SCOPE_FENCES
+    }
+
+    fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError> {
+        const OP: &str = "begin drain";
+        self.live(OP)?;
+        let id = self.agent.id;
+        let mut holds = Vec::new();
+        let lanes: Vec<Arc<Lane>> = match target {
+            DrainTarget::Queue(q) => {
+                let lane = self.agent.queue(q).ok_or_else(|| {
+                    self.err(
+                        BackendErrorKind::InvalidArgument,
+                        OP,
+                        format!("queue {q} does not exist on this agent"),
+                    )
+                })?;
+                holds.extend(self.stall(&lane, "queue drain", |f| *f == Fault::QueueDrainStuck));
+                vec![lane]
+            }
+            DrainTarget::Agent => {
+                let lanes = self.agent.queues.read().clone();
+                if let Some(last) = lanes.last() {
+                    holds.extend(self.stall(last, "agent drain", |f| *f == Fault::AgentDrainStuck));
+                }
+                lanes
+            }
+            DrainTarget::CopyFence => {
+                let lane = Arc::clone(&self.agent.copy);
+                holds.extend(self.stall(&lane, "copy fence", |f| *f == Fault::CopyFenceStuck));
+                vec![lane]
+            }
+        };
+        let waits = lanes
+            .into_iter()
+            .map(|l| {
+                let s = l.submitted();
+                (l, s)
+            })
+            .collect();
+        self.gpu.invariants.drain_begun(id);
+        self.gpu
+            .recorder
+            .record(Event::DrainBegun { agent: id, target });
+        Ok(self.ticket(TicketKind::Drain { target }, waits, holds))
+    }
+
+    fn poll_drain(&self, ticket: Ticket, budget: Duration) -> Result<bool, BackendError> {
+        let waits = self.waits_of(ticket, "poll drain")?;
+        if !self.gpu.poll_waits(&waits, budget) {
+            return Ok(false);
+        }
+        let Some(e) = self.agent.tickets.lock().remove(&ticket.0) else {
+            return Ok(true);
+        };
+        let id = self.agent.id;
+        let now = self.gpu.clock.now();
+        self.gpu
+            .invariants
+            .record_wait(id, WaitKind::Drain, e.begun, now, false);
+        if let TicketKind::Drain { target } = e.kind {
+            if target == DrainTarget::Agent {
+                self.gpu.invariants.agent_drained(id);
+            }
+            self.gpu
+                .recorder
+                .record(Event::DrainCompleted { agent: id, target });
+        }
+        Ok(true)
+    }
+
+    fn submit_pass(&self, dispatch: &Dispatch, pass: u32) -> Result<Ticket, BackendError> {
+        const OP: &str = "submit pass";
+        self.live(OP)?;
+        let id = self.agent.id;
+        if let Some(f) = self.gpu.take_fault(
+            id,
+            |f| matches!(f, Fault::PassSubmitFail { pass: p } if *p == pass),
+        ) {
+            return Err(self.err(
+                BackendErrorKind::Other,
+                OP,
+                format!("injected {f}: the queue refused the packet"),
+            ));
+        }
+        let (kernel, _, _) = self.pending_completion(dispatch, OP)?;
+        let kernel = kernel.ok_or_else(|| {
+            self.err(
+                BackendErrorKind::InvalidArgument,
+                OP,
+                "the submission is not a kernel dispatch",
+            )
+        })?;
+        let lane = self.lane(dispatch, OP)?;
+        let pre_hold = self
+            .gpu
+            .take_fault(
+                id,
+                |f| matches!(f, Fault::PassStuck { pass: p } if *p == pass),
+            )
+            .map(|_| self.gpu.new_hold("pass"));
+        let hooks = self.gpu.take_faults(id, |f| {
+            matches!(f, Fault::FreeDuringPass { pass: p, .. } | Fault::ReallocDuringPass { pass: p, .. } if *p == pass)
+        });
+        let result = Arc::new(OnceLock::new());
+        let work = KernelWork {
+            kernel,
+            kernarg: dispatch.kernarg.to_vec(),
+            grid: dispatch.info.grid,
+            workgroup: dispatch.info.workgroup,
+            dispatch_id: dispatch.info.dispatch_id,
+            handle: dispatch.handle,
+            role: Role::Pass(pass),
+            completion: None,
+            pre_hold: pre_hold.clone(),
+            hooks,
+            group: self.gpu.counters.selected(id),
+            result: Arc::clone(&result),
+        };
+        let seq = self.push(&lane, Work::Kernel(Box::new(work)), OP)?;
+        self.gpu.recorder.record(Event::PassSubmitted {
+            agent: id,
+            dispatch: dispatch.info.dispatch_id,
+            pass,
+        });
+        Ok(self.ticket(
+            TicketKind::Pass {
+                dispatch: dispatch.info.dispatch_id,
+                pass,
+                result,
+            },
+            vec![(lane, seq)],
+            pre_hold.into_iter().collect(),
+        ))
+    }
+
+    fn poll_pass(
+        &self,
+        ticket: Ticket,
+        budget: Duration,
+    ) -> Result<Option<PassCompletion>, BackendError> {
+        let waits = self.waits_of(ticket, "poll pass")?;
+        if !self.gpu.poll_waits(&waits, budget) {
+            return Ok(None);
+        }
+        let e = self.agent.tickets.lock().remove(&ticket.0).ok_or_else(|| {
+            self.err(
+                BackendErrorKind::InvalidArgument,
+                "poll pass",
+                "ticket vanished",
+            )
+        })?;
+        let TicketKind::Pass {
+            dispatch,
+            pass,
+            result,
+        } = e.kind
+        else {
+            return Err(self.err(
+                BackendErrorKind::InvalidArgument,
+                "poll pass",
+                format!("ticket {} is a drain", ticket.0),
+            ));
+        };
+        let id = self.agent.id;
+        self.gpu
+            .invariants
+            .record_wait(id, WaitKind::Pass, e.begun, self.gpu.clock.now(), false);
+        self.gpu.recorder.record(Event::PassCompleted {
+            agent: id,
+            dispatch,
+            pass,
+        });
+        let gpu_seconds = result.get().map(|r| r.gpu_seconds).unwrap_or(0.0);
+        Ok(Some(PassCompletion { gpu_seconds }))
+    }
+
+    fn abandon(&self, ticket: Ticket) {
+        let Some(e) = self.agent.tickets.lock().remove(&ticket.0) else {
+            log::warn!(
+                "[replay-mock] agent {}: abandon of unknown ticket {}",
+                self.agent.id,
+                ticket.0
+            );
+            return;
+        };
+        let id = self.agent.id;
+        let now = self.gpu.clock.now();
+        let (kind, event) = match e.kind {
+            TicketKind::Drain { target } => {
+                (WaitKind::Drain, Event::DrainAbandoned { agent: id, target })
+            }
+            TicketKind::Pass { dispatch, pass, .. } => (
+                WaitKind::Pass,
+                Event::PassAbandoned {
+                    agent: id,
+                    dispatch,
+                    pass,
+                },
+            ),
+        };
+        self.gpu
+            .invariants
+            .record_wait(id, kind, e.begun, now, true);
+        self.gpu.recorder.record(event);
+        // The window gave up: the injected stall ends, so the work still completes.
+        for h in &e.holds {
+            h.release();
+        }
+    }
+
+    fn flush_caches(&self) -> Result<(), BackendError> {
+        self.live("flush caches")?;
+        self.gpu.recorder.record(Event::CacheFlushed {
+            agent: self.agent.id,
+        });
+        Ok(())
+    }
+
+    fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError> {
+        const OP: &str = "submit dispatch";
+        self.live(OP)?;
+        let id = self.agent.id;
+        if let Some(f) = self
+            .gpu
+            .take_fault(id, |f| matches!(f, Fault::OrdinarySubmitFail))
+        {
+            return Err(self.err(
+                BackendErrorKind::Other,
+                OP,
+                format!("injected {f}: the queue refused the packet"),
+            ));
+        }
+        let (kernel, completion, from_callback) = self.pending_completion(dispatch, OP)?;
+        let lane = self.lane(dispatch, OP)?;
+        // Tool work: launched inside a callback on this thread (the core's thread-local), or
+        // forwarded from one. The window's own ordinary run (a decline) closes its window.
+        let same_thread_tool = replay_core::locks::thread_in_callback();
+        let closes = !same_thread_tool && self.gpu.invariants.is_window_thread(id);
+        let tool_work = same_thread_tool || (!closes && from_callback);
+        let name = kernel
+            .as_ref()
+            .map(|k| Arc::clone(&k.name))
+            .unwrap_or_else(|| Arc::from("<barrier>"));
+        self.gpu
+            .invariants
+            .ordinary_submitted(id, &name, dispatch.handle, tool_work, closes);
+        let work = match kernel {
+            Some(kernel) => Work::Kernel(Box::new(KernelWork {
+                kernel,
+                kernarg: dispatch.kernarg.to_vec(),
+                grid: dispatch.info.grid,
+                workgroup: dispatch.info.workgroup,
+                dispatch_id: dispatch.info.dispatch_id,
+                handle: dispatch.handle,
+                role: Role::Ordinary { tool_work },
+                completion: Some(completion),
+                pre_hold: None,
+                hooks: Vec::new(),
+                group: self.gpu.counters.selected(id),
+                result: Arc::new(OnceLock::new()),
+            })),
+            None => Work::Barrier {
+                completion: Some(completion),
+            },
+        };
+        self.push(&lane, work, OP)?;
+        self.gpu.recorder.record(Event::OrdinaryRun {
+            agent: id,
+            dispatch: dispatch.info.dispatch_id,
+            kernel: name,
+            tool_work,
+        });
+        Ok(())
+    }
+
+    fn signal_completion(&self, dispatch: &Dispatch) -> Result<(), BackendError> {
+        const OP: &str = "signal completion";
+        self.live(OP)?;
+        let id = self.agent.id;
+        let (_, completion, _) = self.pending_completion(dispatch, OP)?;
+        let lane = self.lane(dispatch, OP)?;
+        self.push(
+            &lane,
+            Work::Barrier {
+                completion: Some(completion),
+            },
+            OP,
+        )?;
+        self.gpu.invariants.window_closed(id);
+        self.gpu.recorder.record(Event::CompletionSignalled {
+            agent: id,
+            dispatch: dispatch.info.dispatch_id,
+        });
+        Ok(())
+    }
+}

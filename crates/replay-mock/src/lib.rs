@@ -1,0 +1,127 @@
+//! # replay-mock
+//!
+//! The simulated GPU of kernel-replay (SPEC §2): a backend that behaves like a GPU where it
+//! matters, so the replay window (SPEC §6) and the memory layer (§7) run and are tested end to
+//! end on a machine with no GPU. It both **simulates** (real bytes, real asynchrony, virtual
+//! time, fault injection) and **records** (expectations with readable mismatch messages, and an
+//! invariant checker for stress tests), like wgpu's `noop` backend and `tracing-mock`.
+//!
+//! Roles, named as in a real backend:
+//! - [`agent`]: [`SimAgent`], the [`replay_core::Agent`] the window drives (drains, passes,
+//!   the ordinary run, the completion signal).
+//! - [`memory`]: host-backed device memory of every class of SPEC §7.1 at fake, per-agent
+//!   addresses with capacities, and [`SimMemory`], the [`replay_core::DeviceMemory`] with three
+//!   tiers (§7.3), backing allocations and fenced, asynchronous copies and digests (§7.4).
+//! - [`queue`]: queues and the copy engine, each a FIFO with its own worker thread and counting
+//!   completion (§9.1: drains wait on completion, never on the read index).
+//! - [`tracker`]: the glue to `replay-memory`'s tracker: the code-object loader and its module
+//!   variables ([`SimModuleVariables`]).
+//! - [`gpu`]: [`SimGpu`], the device: agents, worker threads, and the shared recorder,
+//!   invariant checker, faults and counters.
+//! - [`clock`]: [`SimClock`], wall or virtual time; [`kernel`]: kernels as Rust closures over
+//!   device memory; [`fault`]: injected faults; [`expect`]: the recorder and [`Expect`];
+//!   [`invariant`]: the stress-test checker; [`counters`]: simulated counter groups;
+//!   [`runtime`]: [`SimRuntime`], the application-facing API that calls the replay service.
+//!
+//! Design:
+//! - Everything the window waits for is asynchronous: each queue and copy engine has a worker
+//!   thread; drains, passes and fences are tickets polled with a time budget. On the wall clock
+//!   a poll blocks up to its budget; on virtual time it blocks (in wall time) while the awaited
+//!   work runs and advances the clock by the budget only once that work is blocked (an
+//!   injected stall, a kernel with a modelled duration) and the device is quiescent. So host
+//!   speed never makes a pass look stuck, and a stuck one times out in microseconds.
+//! - Injected stalls always end: released when the window abandons the wait they stalled
+//!   (after it declined or truncated), or after a wall-clock cap. The application always
+//!   completes, exactly once.
+//! - The simulator knows a window is open on an agent from the calls the window makes (first
+//!   drain → completion signal or its own ordinary run) and flags ordinary work inside it.
+//! - Only the window-facing calls are recorded for expectations, on the calling thread, in
+//!   call order: deterministic in a single-threaded test. Worker timing is not recorded.
+//! - Validation: the core validates transitions; misuse of this backend (unknown tickets,
+//!   handles, queues) is an `InvalidArgument` error, never a panic on a worker thread. A kernel's
+//!   memory fault or panic completes the dispatch with an error.
+//!
+//! Decisions where SPEC is silent:
+//! - Module variables are not reported to the tracker as allocations; the memory layer finds
+//!   them by enumeration. Their storage counts against device memory.
+//! - Tool work is recognised as the core does: inside a callback on the same thread, or
+//!   launched from inside a callback and forwarded through the runtime thread.
+//! - On virtual time, time advanced by one stalled wait is seen by every other waiter; give
+//!   concurrent stress tests pass bounds larger than the injected stalls they overlap.
+//! - The replay service must run on the runtime's clock ([`SimRuntime::clock`]).
+//! - [`SimRuntime::write`] is a synchronous host write for setup and checking; it bypasses the
+//!   service, so a host write during a window on the same agent may be undone by a restore
+//!   (SPEC §7.2). Concurrent applications write through [`SimRuntime::write_async`], a copy
+//!   submission the service runs under the agent's reader lock.
+//!
+//! A minimal end-to-end use:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use replay_core::{AgentId, ContextId, Dim3, MemoryClass, NoContextControl, Operation, Phase,
+//!     Policy, ReplayPayload, ReplayService, Subscription, UserData};
+//! use replay_mock::{KernArgs, Kernel, SimRuntime};
+//!
+//! let rt = SimRuntime::new(); // one agent, virtual time
+//! let svc = Arc::new(ReplayService::new(Policy::default(), rt.clock(), Arc::new(NoContextControl)));
+//! let tool = |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData| {
+//!     if (op, ph) == (Operation::Config, Phase::Enter) {
+//!         p.replay_pass_count = Some(Arc::new(|_, _| 3));
+//!     }
+//! };
+//! svc.configure(ContextId(1), Subscription::CONFIG | Subscription::PASS, Arc::new(tool)).unwrap();
+//! svc.start().unwrap();
+//! rt.set_service(Some(svc));
+//!
+//! let buf = rt.alloc(AgentId(0), 64, MemoryClass::DEVICE_COARSE).unwrap();
+//! let inc = Kernel::new("inc", |ctx| {
+//!     let p = ctx.word(0);
+//!     ctx.atomic_add_u64(p, 1)?;
+//!     Ok(())
+//! });
+//! let args = KernArgs::new().ptr(buf).build();
+//! let done = rt.dispatch(rt.queue(AgentId(0), 0), &inc, &args, Dim3::new(1, 1, 1)).unwrap();
+//! assert_eq!(done.record().unwrap().executed_passes, 3);
+//! done.wait().unwrap();
+//! assert_eq!(rt.read(buf, 8).unwrap(), 1u64.to_le_bytes()); // three passes, one execution
+//! ```
+
+#![forbid(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod clock;
+pub mod counters;
+pub mod error;
+pub mod expect;
+pub mod fault;
+pub mod gpu;
+pub mod invariant;
+pub mod kernel;
+pub mod memory;
+pub mod queue;
+pub mod runtime;
+pub mod tracker;
+
+pub use agent::SimAgent;
+pub use clock::{ClockMode, SimClock};
+pub use counters::{CounterGroup, CounterSample, CounterStore, CounterValues};
+pub use error::SimError;
+pub use expect::{
+    CopyDirection, Event, EventKind, Expect, ExpectError, Pattern, Recorder, TargetPattern,
+};
+pub use fault::{Fault, FaultId, FaultMode};
+pub use gpu::{AgentConfig, LaneIndices, SimConfig, SimGpu};
+pub use invariant::{
+    InvariantStats, Invariants, Stage, Violation, WaitBounds, WaitKind, WaitRecord,
+};
+pub use kernel::{
+    Access, KernArgs, Kernel, KernelBody, KernelCtx, KernelError, MemFault, MemFaultKind,
+};
+pub use memory::{agent_base, agent_of, AllocInfo, Owner, Pool, SimMemory, AGENT_SPAN};
+pub use queue::{Signal, WorkerState};
+pub use runtime::{
+    Completion, QueueRef, SimRuntime, SimRuntimeBuilder, WeakRuntime, FINAL_DIGEST_KEY,
+};
+pub use tracker::{Module, ModuleSpec, SimModuleVariables, VariableSpec};
