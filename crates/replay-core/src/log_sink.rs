@@ -15,6 +15,13 @@ static SINK: StderrSink = StderrSink {
     level: AtomicU8::new(3),
 };
 
+static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this stderr sink is the process's logger.
+pub fn is_installed() -> bool {
+    INSTALLED.load(Ordering::Relaxed)
+}
+
 fn to_u8(l: log::LevelFilter) -> u8 {
     l as u8
 }
@@ -60,6 +67,7 @@ pub fn install(level: LogLevel) -> bool {
         .store(to_u8(level.to_filter()), Ordering::Relaxed);
     let installed = log::set_logger(&SINK).is_ok();
     if installed {
+        INSTALLED.store(true, Ordering::Relaxed);
         log::set_max_level(level.to_filter());
     }
     installed

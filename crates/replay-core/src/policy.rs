@@ -84,6 +84,11 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
+    /// Parses `off`, `error`, `warn`, `info`, `debug` or `trace` (any case).
+    pub fn parse(v: &str) -> Option<Self> {
+        parse_level(v)
+    }
+
     /// The `log` crate's filter for this level.
     pub const fn to_filter(self) -> log::LevelFilter {
         match self {

@@ -719,7 +719,10 @@ fn abort_restore(dispatch: &Dispatch, e: &crate::backend::RestoreError) -> ! {
 }
 
 fn fatal(msg: &str) -> ! {
-    log::error!("{msg}");
+    // Always on stderr; through the facade too unless the facade is that same stderr sink.
+    if !crate::log_sink::is_installed() {
+        log::error!("{msg}");
+    }
     eprintln!("{msg}");
     std::process::abort()
 }

@@ -1,0 +1,241 @@
+//! Command-line parsing: small, dependency-free, and every bad input is an error that names the
+//! option and what it accepts.
+
+use replay_core::{RestoreMode, Scope};
+
+/// Faults the demo can inject (SPEC §6, §8).
+pub const FAULTS: &[&str] = &[
+    "snapshot-oom",
+    "capture-copy-fail",
+    "queue-drain-stuck",
+    "agent-drain-stuck",
+    "copy-fence-stuck",
+    "pass-stuck",
+    "reentrant",
+    "untracked-vmem",
+    "over-budget",
+    "callback-panic",
+    "freed-region",
+    "restore-fail",
+];
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// `kreplay demo`.
+    Demo(DemoArgs),
+    /// `kreplay help` or `--help`.
+    Help,
+    /// `kreplay --version`.
+    Version,
+}
+
+/// Options of `kreplay demo`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemoArgs {
+    /// Passes per replayed dispatch.
+    pub passes: u64,
+    /// One JSON document instead of tables.
+    pub json: bool,
+    /// A fault to inject.
+    pub inject: Option<String>,
+    /// Snapshot scope.
+    pub scope: Scope,
+    /// Restore mode.
+    pub restore: RestoreMode,
+}
+
+impl Default for DemoArgs {
+    fn default() -> Self {
+        Self {
+            passes: 4,
+            json: false,
+            inject: None,
+            scope: Scope::All,
+            restore: RestoreMode::Full,
+        }
+    }
+}
+
+/// A command-line error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CliError {
+    /// No command given.
+    #[error("no command given; try `kreplay demo` or `kreplay help`")]
+    NoCommand,
+    /// An unknown command.
+    #[error("unknown command {0:?}; commands: demo, help")]
+    UnknownCommand(String),
+    /// An unknown option.
+    #[error("unknown option {option:?} for `kreplay {command}`")]
+    UnknownOption {
+        /// The command.
+        command: &'static str,
+        /// The option.
+        option: String,
+    },
+    /// An option without its value.
+    #[error("{0} needs a value")]
+    MissingValue(&'static str),
+    /// A bad value.
+    #[error("{option} {value:?} is not valid: expected {expected}")]
+    BadValue {
+        /// The option.
+        option: &'static str,
+        /// The value.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+}
+
+/// The usage text.
+pub fn usage() -> String {
+    format!(
+        "kernel-replay command line\n\n\
+         usage:\n  kreplay demo [--passes N] [--json] [--inject FAULT] [--scope all|arguments] [--restore full|dirty]\n  \
+         kreplay help | --help\n  kreplay --version\n\n\
+         demo runs a small workload on the simulated GPU under replay and checks every dispatch\n\
+         against the same workload run once without replay.\n\n\
+         FAULT is one of: {}\n\n\
+         Policy comes from KREPLAY_* environment variables (see the README).",
+        FAULTS.join(", ")
+    )
+}
+
+/// Parses `args` (without the program name).
+pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, CliError> {
+    let mut it = args.into_iter();
+    let cmd = it.next().ok_or(CliError::NoCommand)?;
+    match cmd.as_str() {
+        "demo" => parse_demo(it).map(Command::Demo),
+        "help" | "--help" | "-h" => Ok(Command::Help),
+        "--version" | "-V" => Ok(Command::Version),
+        _ => Err(CliError::UnknownCommand(cmd)),
+    }
+}
+
+fn value(
+    it: &mut impl Iterator<Item = String>,
+    inline: Option<String>,
+    opt: &'static str,
+) -> Result<String, CliError> {
+    inline
+        .or_else(|| it.next())
+        .ok_or(CliError::MissingValue(opt))
+}
+
+fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<DemoArgs, CliError> {
+    let mut a = DemoArgs::default();
+    while let Some(arg) = it.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
+            _ => (arg.clone(), None),
+        };
+        match name.as_str() {
+            "--passes" => {
+                let v = value(&mut it, inline, "--passes")?;
+                a.passes = v.parse::<u64>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    CliError::BadValue {
+                        option: "--passes",
+                        value: v.clone(),
+                        expected: "a whole number of at least 1".into(),
+                    }
+                })?;
+            }
+            "--json" if inline.is_none() => a.json = true,
+            "--inject" => {
+                let v = value(&mut it, inline, "--inject")?;
+                if !FAULTS.contains(&v.as_str()) {
+                    return Err(CliError::BadValue {
+                        option: "--inject",
+                        value: v,
+                        expected: format!("one of {}", FAULTS.join(", ")),
+                    });
+                }
+                a.inject = Some(v);
+            }
+            "--scope" => {
+                let v = value(&mut it, inline, "--scope")?;
+                a.scope = match v.as_str() {
+                    "all" => Scope::All,
+                    "arguments" => Scope::Arguments,
+                    _ => {
+                        return Err(CliError::BadValue {
+                            option: "--scope",
+                            value: v,
+                            expected: "all or arguments".into(),
+                        })
+                    }
+                };
+            }
+            "--restore" => {
+                let v = value(&mut it, inline, "--restore")?;
+                a.restore = match v.as_str() {
+                    "full" => RestoreMode::Full,
+                    "dirty" => RestoreMode::Dirty,
+                    _ => {
+                        return Err(CliError::BadValue {
+                            option: "--restore",
+                            value: v,
+                            expected: "full or dirty".into(),
+                        })
+                    }
+                };
+            }
+            _ => {
+                return Err(CliError::UnknownOption {
+                    command: "demo",
+                    option: arg,
+                })
+            }
+        }
+    }
+    Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(v: &[&str]) -> Result<Command, CliError> {
+        parse(v.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn demo_options() {
+        assert_eq!(p(&["demo"]), Ok(Command::Demo(DemoArgs::default())));
+        let Ok(Command::Demo(a)) = p(&[
+            "demo",
+            "--passes",
+            "5",
+            "--json",
+            "--inject=pass-stuck",
+            "--scope",
+            "arguments",
+            "--restore=dirty",
+        ]) else {
+            panic!("parse failed")
+        };
+        assert_eq!(a.passes, 5);
+        assert!(a.json);
+        assert_eq!(a.inject.as_deref(), Some("pass-stuck"));
+        assert_eq!((a.scope, a.restore), (Scope::Arguments, RestoreMode::Dirty));
+    }
+
+    #[test]
+    fn errors_name_the_option() {
+        assert_eq!(p(&[]), Err(CliError::NoCommand));
+        assert!(matches!(p(&["frob"]), Err(CliError::UnknownCommand(_))));
+        let e = p(&["demo", "--passes", "0"]).unwrap_err();
+        assert!(e.to_string().contains("--passes \"0\""), "{e}");
+        let e = p(&["demo", "--passes"]).unwrap_err();
+        assert_eq!(e, CliError::MissingValue("--passes"));
+        let e = p(&["demo", "--inject", "meteor"]).unwrap_err();
+        assert!(e.to_string().contains("restore-fail"), "{e}");
+        let e = p(&["demo", "--scope", "some"]).unwrap_err();
+        assert!(e.to_string().contains("all or arguments"));
+        let e = p(&["demo", "--fast"]).unwrap_err();
+        assert!(e.to_string().contains("--fast"));
+    }
+}

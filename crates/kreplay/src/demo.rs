@@ -1,0 +1,658 @@
+//! `kreplay demo`: a small but representative workload on the simulated GPU, run twice — once
+//! under replay with a counter-collecting tool, once plainly as the reference — and compared
+//! dispatch by dispatch.
+//!
+//! The workload: two agents; device (coarse), fine-grained, pinned-host and module-variable
+//! memory; a fill kernel, a read-modify-write kernel (a missing restore would change its
+//! answer), a kernel that writes through a pointer stored in device memory (outside its
+//! argument scope), and a reduction scaled by a factor held in pinned host memory. The tool
+//! collects one simulated counter group per pass and switches its PC-sampling context off for
+//! pass 1 only.
+//!
+//! A pass's *input digest* covers the memory the kernel's argument words point into (any
+//! class) and the agent's module variables, read as the pass begins; the *final digest* covers
+//! all application memory of the agent after the dispatch.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use replay_context::{Contexts, OverrideSupport};
+use replay_core::{
+    AgentId, ContextControl, ContextId, Digest128, Dim3, DispatchId, MemoryClass, Operation,
+    OutcomeRecord, Phase, Policy, ReplayPayload, ReplayService, Subscription, UserData,
+};
+use replay_mock::{
+    AgentConfig, CounterGroup, Fault, FaultMode, KernArgs, Kernel, KernelError, ModuleSpec,
+    SimConfig, SimRuntime, WeakRuntime,
+};
+use serde_json::{json, Value};
+
+use crate::cli::DemoArgs;
+
+/// The replay owner's context and the PC-sampling context the tool toggles.
+const PROFILER: ContextId = ContextId(1);
+const PC_SAMPLING: ContextId = ContextId(2);
+
+/// Demo failures (not faults: those end in outcome records).
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// The simulator refused a setup step.
+    #[error("simulator: {0}")]
+    Sim(String),
+    /// The policy from the environment was malformed.
+    #[error(transparent)]
+    Policy(#[from] replay_core::PolicyError),
+    /// Writing the report failed.
+    #[error("output: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn sim<E: std::fmt::Display>(e: E) -> DemoError {
+    DemoError::Sim(e.to_string())
+}
+
+/// One executed pass as the tool saw it.
+#[derive(Debug, Clone)]
+struct PassRow {
+    dispatch: DispatchId,
+    pass: u32,
+    group: CounterGroup,
+    value: Option<u64>,
+    pc_sampling: bool,
+    input_digest: Digest128,
+}
+
+/// What the tool does beyond collecting counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolFault {
+    None,
+    Panic,
+    Reentrant,
+}
+
+/// The demo's profiler: one counter group per pass, PC sampling off for pass 1.
+struct DemoTool {
+    rt: WeakRuntime,
+    contexts: Arc<Contexts>,
+    passes: u64,
+    fault: ToolFault,
+    /// The dispatch the tool misbehaves on (by kernel name).
+    target: &'static str,
+    probe: Kernel,
+    rows: Mutex<Vec<PassRow>>,
+    /// The argument block of the dispatch in flight (the tool's view of the launch).
+    current_args: Mutex<Vec<u8>>,
+}
+
+impl DemoTool {
+    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _ud: &mut UserData) {
+        let Some(rt) = self.rt.upgrade() else { return };
+        let info = p.dispatch_info;
+        let agent = info.agent;
+        match (op, phase) {
+            (Operation::Config, Phase::Enter) => {
+                let n = self.passes;
+                p.replay_pass_count = Some(Arc::new(move |_, _| n));
+            }
+            (Operation::Pass, Phase::Enter) => {
+                let group = CounterGroup::ALL[p.current_pass as usize % CounterGroup::ALL.len()];
+                rt.gpu().counters().select(agent, Some(group));
+                // Localized control: PC sampling sits out pass 1 only.
+                match p.current_pass {
+                    1 => {
+                        let _ = p.replay_stop_context(PC_SAMPLING);
+                    }
+                    2 => {
+                        let _ = p.replay_start_context(PC_SAMPLING);
+                    }
+                    _ => {}
+                }
+                let on_target =
+                    agent == A0 && &*info.kernel_name == self.target && p.current_pass == 0;
+                if on_target && self.fault == ToolFault::Panic {
+                    panic!("the demo tool fails on purpose in PASS ENTER");
+                }
+                if on_target && self.fault == ToolFault::Reentrant {
+                    // Tool work: a probe launched from inside the callback runs once.
+                    let q = rt.queue(agent, 1);
+                    if let Ok(c) = rt.dispatch(q, &self.probe, &[], Dim3::new(64, 1, 1)) {
+                        let _ = c.wait();
+                    }
+                }
+                self.rows.lock().push(PassRow {
+                    dispatch: info.dispatch_id,
+                    pass: p.current_pass,
+                    group,
+                    value: None,
+                    pc_sampling: self.contexts.participates(PC_SAMPLING),
+                    input_digest: input_digest(&rt, agent, &self.current_args.lock()),
+                });
+            }
+            (Operation::Pass, Phase::Exit) => {
+                let mut rows = self.rows.lock();
+                if let Some(row) = rows
+                    .iter_mut()
+                    .rev()
+                    .find(|r| r.dispatch == info.dispatch_id && r.pass == p.current_pass)
+                {
+                    row.value = rt.gpu().counters().read_last(info.dispatch_id, row.group);
+                }
+            }
+            (Operation::Config, Phase::Exit) => {
+                rt.gpu().counters().select(agent, None);
+            }
+        }
+    }
+}
+
+/// Digest of the memory `args` point into and of the agent's module variables.
+fn input_digest(rt: &SimRuntime, agent: AgentId, args: &[u8]) -> Digest128 {
+    let mut bases = std::collections::BTreeSet::new();
+    for w in args.chunks_exact(8) {
+        let word = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        if let Some(r) = rt.tracker().lookup(agent, word) {
+            bases.insert((r.base, r.size));
+        }
+    }
+    if let Ok(vars) = replay_memory::ModuleVariables::enumerate(&*rt.module_variables(), agent) {
+        for v in vars {
+            bases.insert((v.base, v.size));
+        }
+    }
+    let mut buf = Vec::new();
+    for (base, size) in bases {
+        buf.extend_from_slice(&base.to_le_bytes());
+        if let Ok(bytes) = rt.read(base, size as usize) {
+            buf.extend_from_slice(&bytes);
+        }
+    }
+    replay_core::digest::digest(replay_mock::FINAL_DIGEST_KEY, &buf)
+}
+
+/// Buffers and kernels of the workload on one runtime.
+struct Workload {
+    kernels: BTreeMap<String, Kernel>,
+    x: u64,
+    y: u64,
+    side: u64,
+    params: u64,
+    host_scale: u64,
+    result: u64,
+    scratch: u64,
+    y1: u64,
+    hits: u64,
+}
+
+const X_BYTES: u64 = 4 << 20;
+const Y_BYTES: u64 = 4 << 20;
+const RMW_BYTES: u64 = 64 << 10;
+const SIDE_BYTES: u64 = 1 << 20;
+const A0: AgentId = AgentId(0);
+const A1: AgentId = AgentId(1);
+
+fn kernels() -> Vec<Kernel> {
+    vec![
+        // x[i] = 3i + 1 over word 1 bytes at word 0.
+        Kernel::new("fill_x", |ctx| {
+            let (x, n) = (ctx.word(0), ctx.word(1) as usize);
+            ctx.update(x, n, |b| {
+                for (i, w) in b.chunks_exact_mut(4).enumerate() {
+                    w.copy_from_slice(&(3 * i as u32 + 1).to_le_bytes());
+                }
+            })?;
+            Ok(())
+        }),
+        // y[i] = 2 y[i] + x[i] over the first word-2 bytes; hits += 1 (a module variable).
+        Kernel::new("axpy_rmw", |ctx| {
+            let (x, y, n, hits) = (ctx.word(0), ctx.word(1), ctx.word(2) as usize, ctx.word(3));
+            let xs = ctx.read_vec(x, n)?;
+            ctx.update(y, n, |b| {
+                for (w, xw) in b.chunks_exact_mut(4).zip(xs.chunks_exact(4)) {
+                    let yv = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                    let xv = u32::from_le_bytes([xw[0], xw[1], xw[2], xw[3]]);
+                    w.copy_from_slice(&yv.wrapping_mul(2).wrapping_add(xv).to_le_bytes());
+                }
+            })?;
+            let h = ctx.read_u64(hits)?;
+            ctx.write_u64(hits, h + 1)?;
+            Ok(())
+        }),
+        // Reads a table pointer from `params` (fine-grained) and increments the first words of
+        // the buffer it names: a write outside the argument scope.
+        Kernel::new("scatter_via_table", |ctx| {
+            let params = ctx.word(0);
+            let target = ctx.read_u64(params)?;
+            ctx.update(target, 4096, |b| {
+                for w in b.chunks_exact_mut(4) {
+                    let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                    w.copy_from_slice(&v.wrapping_add(7).to_le_bytes());
+                }
+            })?;
+            Ok(())
+        }),
+        // Sums the first RMW_BYTES of y, scaled by a factor read from pinned host memory, into
+        // a device result.
+        Kernel::new("reduce_scaled", |ctx| {
+            let (y, n, scale, out) = (ctx.word(0), ctx.word(1) as usize, ctx.word(2), ctx.word(3));
+            let ys = ctx.read_vec(y, n)?;
+            let k = u64::from(ctx.read_u32(scale)?);
+            let s: u64 = ys
+                .chunks_exact(4)
+                .map(|w| u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+                .sum();
+            let prev = ctx.read_u64(out)?;
+            ctx.write_u64(out, prev.wrapping_add(s.wrapping_mul(k)))?;
+            Ok(())
+        }),
+    ]
+}
+
+impl Workload {
+    fn setup(rt: &SimRuntime) -> Result<Self, DemoError> {
+        let mut spec = ModuleSpec::new("demo.co")
+            .variable("g_hits", 8)
+            .constant("c_scale", &2u32.to_le_bytes());
+        for k in kernels() {
+            let body = k.body.clone();
+            spec = spec.kernel(&k.name, move |ctx| body(ctx));
+        }
+        let module = rt.load_module(A0, spec).map_err(sim)?;
+        let ks: BTreeMap<String, Kernel> = module
+            .kernels()
+            .iter()
+            .map(|k| (k.name.to_string(), k.clone()))
+            .collect();
+        let hits = module
+            .variable("g_hits")
+            .ok_or_else(|| sim("g_hits missing"))?;
+        let x = rt
+            .alloc(A0, X_BYTES, MemoryClass::DEVICE_COARSE)
+            .map_err(sim)?;
+        let y = rt
+            .alloc(A0, Y_BYTES, MemoryClass::DEVICE_COARSE)
+            .map_err(sim)?;
+        let side = rt
+            .alloc(A0, SIDE_BYTES, MemoryClass::DEVICE_COARSE)
+            .map_err(sim)?;
+        let params = rt.alloc(A0, 4096, MemoryClass::FINE_GRAINED).map_err(sim)?;
+        let host_scale = rt.alloc(A0, 4096, MemoryClass::PINNED_HOST).map_err(sim)?;
+        let result = rt
+            .alloc(A0, 4096, MemoryClass::DEVICE_COARSE)
+            .map_err(sim)?;
+        let scratch = rt
+            .alloc(A0, 256 << 10, MemoryClass::DEVICE_COARSE)
+            .map_err(sim)?;
+        let y1 = rt
+            .alloc(A1, Y_BYTES, MemoryClass::DEVICE_COARSE)
+            .map_err(sim)?;
+        rt.fill(y, Y_BYTES as usize, 1).map_err(sim)?;
+        rt.fill(y1, Y_BYTES as usize, 2).map_err(sim)?;
+        rt.fill(side, SIDE_BYTES as usize, 5).map_err(sim)?;
+        rt.fill(scratch, 256 << 10, 9).map_err(sim)?;
+        rt.write(params, &side.to_le_bytes()).map_err(sim)?;
+        rt.write(host_scale, &3u32.to_le_bytes()).map_err(sim)?;
+        Ok(Self {
+            kernels: ks,
+            x,
+            y,
+            side,
+            params,
+            host_scale,
+            result,
+            scratch,
+            y1,
+            hits,
+        })
+    }
+
+    /// The dispatches, in order: (agent, queue index, kernel, arguments, grid).
+    fn steps(&self) -> Vec<(AgentId, usize, &'static str, Vec<u8>)> {
+        let _ = self.side;
+        vec![
+            (
+                A0,
+                0,
+                "fill_x",
+                KernArgs::new().ptr(self.x).u64(X_BYTES).build(),
+            ),
+            (
+                A0,
+                0,
+                "axpy_rmw",
+                KernArgs::new()
+                    .ptr(self.x)
+                    .ptr(self.y)
+                    .u64(RMW_BYTES)
+                    .ptr(self.hits)
+                    .build(),
+            ),
+            (
+                A0,
+                1,
+                "scatter_via_table",
+                KernArgs::new().ptr(self.params).build(),
+            ),
+            (
+                A0,
+                0,
+                "reduce_scaled",
+                KernArgs::new()
+                    .ptr(self.y)
+                    .u64(RMW_BYTES)
+                    .ptr(self.host_scale)
+                    .ptr(self.result)
+                    .build(),
+            ),
+            (
+                A1,
+                0,
+                "axpy_rmw",
+                KernArgs::new()
+                    .ptr(self.y1)
+                    .ptr(self.y1)
+                    .u64(RMW_BYTES)
+                    .ptr(self.y1 + Y_BYTES - 8)
+                    .build(),
+            ),
+        ]
+    }
+}
+
+/// The simulated device both runs use: two agents.
+fn runtime() -> SimRuntime {
+    // Copies and kernels advance virtual time by their modelled duration, so snapshot and
+    // restore times are the simulator's, not zero.
+    let config = SimConfig {
+        advance_clock_for_work: true,
+        ..SimConfig::default()
+    };
+    SimRuntime::builder()
+        .config(config)
+        .agents(2, AgentConfig::default())
+        .build()
+}
+
+/// Maps `--inject` to what the demo arranges before the target dispatch.
+fn plan_fault(name: Option<&str>) -> (Option<Fault>, ToolFault) {
+    match name {
+        Some("snapshot-oom") => (Some(Fault::SnapshotOom), ToolFault::None),
+        Some("capture-copy-fail") => (Some(Fault::CaptureCopyFail), ToolFault::None),
+        Some("queue-drain-stuck") => (Some(Fault::QueueDrainStuck), ToolFault::None),
+        Some("agent-drain-stuck") => (Some(Fault::AgentDrainStuck), ToolFault::None),
+        Some("copy-fence-stuck") => (Some(Fault::CopyFenceStuck), ToolFault::None),
+        Some("pass-stuck") => (Some(Fault::PassStuck { pass: 1 }), ToolFault::None),
+        Some("restore-fail") => (Some(Fault::RestoreFail), ToolFault::None),
+        Some("reentrant") => (None, ToolFault::Reentrant),
+        Some("callback-panic") => (None, ToolFault::Panic),
+        _ => (None, ToolFault::None),
+    }
+}
+
+/// The dispatch a fault targets.
+const TARGET: &str = "axpy_rmw";
+
+/// Runs the workload; `tool` is `None` for the reference run. Returns the final digest of the
+/// agent after each dispatch.
+fn run_workload(
+    rt: &SimRuntime,
+    args: &DemoArgs,
+    tool: Option<&DemoTool>,
+) -> Result<Vec<Digest128>, DemoError> {
+    let replay = tool.is_some();
+    let w = Workload::setup(rt)?;
+    let (fault, _) = plan_fault(args.inject.as_deref());
+    let inject = args.inject.as_deref();
+    if inject == Some("untracked-vmem") {
+        rt.alloc(A0, 64 << 10, MemoryClass::VIRTUAL_MAPPING)
+            .map_err(sim)?;
+    }
+    if inject == Some("copy-fence-stuck") {
+        // An application copy in flight on the agent's copy engine when the window opens.
+        rt.copy_async(A0, w.scratch, w.side, 4096).map_err(sim)?;
+    }
+    let mut finals = Vec::new();
+    for (agent, q, name, kargs) in w.steps() {
+        let target = agent == A0 && name == TARGET;
+        if let Some(t) = tool {
+            t.current_args.lock().clone_from(&kargs);
+        }
+        if replay && target {
+            if inject == Some("snapshot-oom") {
+                // Backing memory is pooled across windows: empty the pool so the capture
+                // has to allocate.
+                rt.engine(A0).release_pools();
+            }
+            if let Some(f) = fault.clone() {
+                // A restore batch is retried region by region: fail every attempt.
+                let mode = if matches!(f, Fault::RestoreFail) {
+                    FaultMode::Always
+                } else {
+                    FaultMode::Once
+                };
+                rt.inject(A0, f, mode);
+            }
+            if inject == Some("freed-region") {
+                rt.inject(
+                    A0,
+                    Fault::FreeDuringPass {
+                        base: w.scratch,
+                        pass: 1,
+                    },
+                    FaultMode::Once,
+                );
+            }
+        }
+        let kernel = w.kernels[name].clone();
+        let c = rt
+            .dispatch(rt.queue(agent, q), &kernel, &kargs, Dim3::new(1024, 1, 1))
+            .map_err(sim)?;
+        c.wait().map_err(sim)?;
+        if !replay && target && inject == Some("freed-region") {
+            // The reference frees the same region, after the dispatch.
+            rt.free(A0, w.scratch).map_err(sim)?;
+        }
+        rt.wait_idle();
+        finals.push(rt.digest_agent_memory(agent));
+    }
+    Ok(finals)
+}
+
+/// Runs the demo, writing the report to `out`. Returns the process exit code.
+pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<i32, DemoError> {
+    let mut policy = Policy::from_env()?;
+    policy.scope = args.scope;
+    policy.restore = args.restore;
+    // Virtual time: injected stalls resolve at these short bounds without real waiting.
+    policy.drain_timeout = Duration::from_millis(250);
+    policy.pass_timeout = Duration::from_millis(250);
+    policy.poll_slice = Duration::from_millis(10);
+    policy.progress_interval = Duration::from_millis(100);
+    if args.inject.as_deref() == Some("over-budget") {
+        policy.max_snapshot_bytes = 64 << 10;
+    }
+
+    // The reference: the same workload, once, without replay.
+    let reference_rt = runtime();
+    let reference = run_workload(&reference_rt, args, None)?;
+    reference_rt.shutdown();
+
+    // The replayed run.
+    let rt = runtime();
+    let contexts = Arc::new(Contexts::new());
+    for (ctx, participant) in [(PROFILER, "counters"), (PC_SAMPLING, "pc_sampling")] {
+        contexts.register_context(ctx).map_err(sim)?;
+        contexts
+            .declare_participant(ctx, participant, OverrideSupport::Honours)
+            .map_err(sim)?;
+        contexts.activate(ctx).map_err(sim)?;
+    }
+    let svc = Arc::new(ReplayService::new(
+        policy,
+        rt.clock(),
+        contexts.clone() as Arc<dyn ContextControl>,
+    ));
+    let (_, tool_fault) = plan_fault(args.inject.as_deref());
+    let tool = Arc::new(DemoTool {
+        rt: rt.downgrade(),
+        contexts,
+        passes: args.passes,
+        fault: tool_fault,
+        target: TARGET,
+        probe: Kernel::new("tool_probe", |ctx| {
+            ctx.instructions(64);
+            Ok::<(), KernelError>(())
+        }),
+        rows: Mutex::default(),
+        current_args: Mutex::default(),
+    });
+    let t2 = tool.clone();
+    svc.configure(
+        PROFILER,
+        Subscription::CONFIG | Subscription::PASS,
+        Arc::new(
+            move |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, ud: &mut UserData| {
+                t2.callback(op, ph, p, ud)
+            },
+        ),
+    )
+    .map_err(sim)?;
+    svc.start().map_err(sim)?;
+    rt.set_service(Some(svc.clone()));
+    if !args.json {
+        writeln!(
+            out,
+            "kernel-replay demo on the simulated GPU (no hardware): 2 agents, virtual time, \
+             {} passes per dispatch, scope {}, restore {}{}",
+            args.passes,
+            args.scope.as_str(),
+            args.restore.as_str(),
+            args.inject
+                .as_deref()
+                .map(|f| format!(", injected fault: {f}"))
+                .unwrap_or_default()
+        )?;
+        out.flush()?;
+    }
+    // Every record, tool work included, in the order the service produced them.
+    let records: Arc<Mutex<Vec<OutcomeRecord>>> = Arc::default();
+    let sink = records.clone();
+    svc.set_outcome_sink(Some(Arc::new(move |r: &OutcomeRecord| {
+        sink.lock().push(r.clone())
+    })));
+    let finals = run_workload(&rt, args, Some(&tool))?;
+    rt.set_service(None);
+    rt.shutdown();
+
+    let records = records.lock().clone();
+    let rows = tool.rows.lock().clone();
+    let summary = svc.summary();
+    // Pair each record with its workload step: tool work (reentrancy=1) belongs to the window
+    // it ran in, which finishes after it, so it takes the digests of the next step.
+    let mut step = 0;
+    let mut paired: Vec<(OutcomeRecord, Option<Digest128>, Option<Digest128>)> = Vec::new();
+    for r in records {
+        paired.push((
+            r.clone(),
+            finals.get(step).copied(),
+            reference.get(step).copied(),
+        ));
+        if r.reentrancy == 0 {
+            step += 1;
+        }
+    }
+    let all_equal = finals == reference
+        && step == finals.len()
+        && paired.iter().all(|(_, f, re)| f.is_some() && f == re);
+
+    if args.json {
+        let dispatches: Vec<Value> = paired
+            .iter()
+            .map(|(r, f, re)| {
+                let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+                let passes: Vec<Value> = rows
+                    .iter()
+                    .filter(|p| p.dispatch == r.dispatch_id)
+                    .map(|p| json!({"pass": p.pass, "input_digest": p.input_digest.to_string()}))
+                    .collect();
+                if let Value::Object(m) = &mut v {
+                    m.insert("passes".into(), Value::Array(passes));
+                    m.insert("final_digest".into(), json!(f.map(|d| d.to_string())));
+                    m.insert("reference_digest".into(), json!(re.map(|d| d.to_string())));
+                }
+                v
+            })
+            .collect();
+        let doc = json!({"dispatches": dispatches, "summary": summary});
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        )?;
+    } else {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:>8}  {:<18} {:>4}  {:<13} {:>10}  {:<11} {:<16} {:>8}  {:>10}",
+            "dispatch",
+            "kernel",
+            "pass",
+            "counter",
+            "value",
+            "pc_sampling",
+            "input digest",
+            "gpu µs",
+            "restored"
+        )?;
+        for (r, _, _) in &paired {
+            for row in rows.iter().filter(|p| p.dispatch == r.dispatch_id) {
+                let i = row.pass as usize;
+                writeln!(
+                    out,
+                    "{:>8}  {:<18} {:>4}  {:<13} {:>10}  {:<11} {:<16} {:>8.1}  {:>10}",
+                    r.dispatch_id.0,
+                    r.kernel,
+                    row.pass,
+                    row.group.as_str(),
+                    row.value
+                        .map(|v| v.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    if row.pc_sampling { "on" } else { "off" },
+                    &row.input_digest.to_string()[..16],
+                    r.pass_gpu_seconds.get(i).copied().unwrap_or(0.0) * 1e6,
+                    r.pass_restored_bytes.get(i).copied().unwrap_or(0)
+                )?;
+            }
+        }
+        writeln!(out)?;
+        for (r, _, _) in &paired {
+            writeln!(out, "{r}")?;
+        }
+        writeln!(out)?;
+        for (r, f, re) in &paired {
+            let passes: Vec<&PassRow> = rows
+                .iter()
+                .filter(|p| p.dispatch == r.dispatch_id)
+                .collect();
+            let same_inputs = passes
+                .windows(2)
+                .all(|w| w[0].input_digest == w[1].input_digest);
+            writeln!(
+                out,
+                "check dispatch {:>2} {:<18} {:<9} {:<20} passes {:>2}  identical inputs: {:<3}  final == reference: {}",
+                r.dispatch_id.0,
+                r.kernel,
+                r.outcome.as_str(),
+                r.reason.as_str(),
+                r.executed_passes,
+                if same_inputs { "yes" } else { "NO" },
+                if f.is_some() && f == re { "yes" } else { "NO" }
+            )?;
+        }
+        writeln!(out)?;
+        writeln!(out, "{summary}")?;
+    }
+    Ok(if all_equal { 0 } else { 1 })
+}

@@ -1,0 +1,170 @@
+//! # replay-ffi (`libkernel_replay`)
+//!
+//! The C ABI of kernel-replay and **the one shared object** (SPEC §2 "One shared object",
+//! §10). A process must hold one instance of the core, so the C ABI — and later the HSA tool
+//! entry points and the CUDA injection entry point — are all exported by the single library
+//! this crate builds: `libkernel_replay.so` (and `.a`), with `include/kernel_replay.h`.
+//!
+//! ## Layers
+//!
+//! - [`sys`]: the raw `#[repr(C)]` types and constants, named and laid out exactly as in the
+//!   header. Enumeration fields are plain integers (C may store any value there).
+//! - `checked`: status codes and error messages, the entry guard (`catch_unwind`: no panic
+//!   crosses the boundary), slot-and-generation handles, NULL / `size` / alignment / UTF-8 /
+//!   enumeration checks, and conversions between the core's types and the C structs.
+//! - [`entry`]: the `extern "C"` functions, one per header declaration, each thin: guard,
+//!   checks in a fixed order (shut down, inside a callback where refused, pointers and
+//!   enumerations, then handles), one call into the core or the context registry.
+//! - `tool`: calls *into* C — the replay callback as a [`replay_core::ReplayTool`], the
+//!   pass-count and continue callbacks as the core's closures, the outcome sink — behind gates
+//!   that destroy and shutdown close, waiting for calls in flight, so no callback runs after
+//!   they return.
+//! - [`abi`]: the library's view of the layout (sizes, offsets, constant values), exported so C
+//!   and C++ tests compare it with the header.
+//! - [`threads`]: the registry of threads the library starts, joined by `kreplay_shutdown`.
+//!
+//! ## Design choices
+//!
+//! - **One core.** The library uses [`replay_core::ReplayService::global_with`] with a
+//!   [`replay_context::Contexts`] registry as its context control. Code in the same shared
+//!   object (backends) must take the service from [`service()`], so that it is created with
+//!   that registry; a service created earlier through `ReplayService::global()` is logged as
+//!   an error (toggles would then answer `context_error`).
+//! - **Contexts.** A C context is a handle onto a registry context. Global start/stop of the
+//!   context that owns the service also starts/stops replay, so "replay is active" means "the
+//!   owner is started" whatever the order of configure and start. Destroying the owner stops
+//!   replay for good: the service keeps its one owner (SPEC §3), and a second configure answers
+//!   `ALREADY_CONFIGURED`.
+//! - **Callbacks.** The pass-count and continue callbacks have the upstream signatures, without
+//!   an extra closure pointer: `user_data` is the closure (the value the tool leaves in CONFIG
+//!   ENTER reaches the pass-count callback, and each pass's copy reaches the continue
+//!   callback). The replay callback itself gets the `callback_data` given to configure.
+//!   The pass-count clamp (a nonsense count such as 2^63 becomes `max_passes`) and the
+//!   negative-continue rule (`callback_failed`) are the core's.
+//! - **Payload.** `dispatch_info` is a pointer, not an embedded struct, so the dispatch info can
+//!   grow (versioned by its own `size`) without moving the payload's later fields; the payload
+//!   is 64 bytes on LP64 with no tail padding and `outcome` (CONFIG EXIT only) as its last
+//!   field. A zero-filled payload means "no replay".
+//! - **Outcomes.** A `kreplay_outcome_t` lives only during the callback that receives it;
+//!   `kreplay_outcome_json` checks the pointer against the live records, so a stale or copied
+//!   pointer is `INVALID_HANDLE`, not a wild read. Strings are copied out into caller buffers
+//!   (`required` tells the size), so no library-owned string outlives a call, except
+//!   `kreplay_last_error`'s, which is valid until the next call on the same thread.
+//! - **Shutdown.** `kreplay_shutdown` stops replay, closes the callback and sink gates, joins
+//!   every registered thread and invalidates every handle; afterwards stateful calls answer
+//!   `SHUT_DOWN`. The core itself starts no thread (the window runs on the submitting thread),
+//!   so until a backend or the simulator registers threads there is nothing to join.
+//! - **Memory at exit.** Shutdown releases what the library holds through statics (the context
+//!   registry, behind the service's context control, and the per-dispatch tables), so a leak
+//!   checker run after it reports nothing of ours.
+//! - **Logging.** The first call installs the core's stderr sink
+//!   ([`replay_core::log_sink`]) at the level of `KREPLAY_LOG`, unless the embedding
+//!   application installed a `log` logger first; `kreplay_policy_set("KREPLAY_LOG", ..)`
+//!   changes it.
+//!
+//! ## Backends in the same library
+//!
+//! Each backend adds its entry points to this crate behind a Cargo feature of its own
+//! (`hsa`: `OnLoad`/`OnUnload`; `cuda`: the driver's injection entry point). The features are
+//! empty today. Because every entry point is `#[no_mangle]` in this crate, it is exported by
+//! `libkernel_replay.so` and by any shared object that links this crate.
+//!
+//! ## A Rust tool with its own shared object
+//!
+//! A Rust tool that ships its own `cdylib` links this crate statically (it is also an rlib,
+//! named `kernel_replay`) and invokes [`export_c_abi!`] once at its crate root. Rust exports the
+//! `#[no_mangle]` functions of linked rlibs from a `cdylib`, so the entry points keep their
+//! names; defining forwarding functions of the same names would collide with them. The macro
+//! instead anchors every entry point (and, later, each enabled backend's) with a `#[used]`
+//! reference, so no link step can drop one, and it documents the intent at the call site.
+//! That shared object is then the one shared object of its process: do not load
+//! `libkernel_replay.so` beside it.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod abi;
+mod checked;
+pub mod entry;
+mod state;
+pub mod sys;
+pub mod threads;
+mod tool;
+
+use std::sync::Arc;
+
+pub use replay_context::Contexts;
+pub use replay_core::ReplayService;
+
+/// The process's replay service, created with the C ABI's context registry as its context
+/// control. Backends in this shared object must take the service from here (not from
+/// `ReplayService::global()`), so the C ABI and the backends share one core.
+pub fn service() -> &'static ReplayService {
+    state::library_any().service
+}
+
+/// The context registry the service uses (SPEC §5): what C contexts are handles onto.
+/// `None` after `kreplay_shutdown`, which releases it.
+pub fn contexts() -> Option<Arc<Contexts>> {
+    state::library_any().contexts.get()
+}
+
+/// Re-exports the C ABI (and the entry points of enabled backends) from a Rust tool's own
+/// shared object. Invoke once, at the crate root of the tool's `cdylib`:
+///
+/// ```
+/// kernel_replay::export_c_abi!();
+/// # fn main() {}
+/// ```
+///
+/// See the crate documentation ("A Rust tool with its own shared object") for why it anchors
+/// the library's own `#[no_mangle]` functions rather than defining forwarders.
+#[macro_export]
+macro_rules! export_c_abi {
+    () => {
+        #[used]
+        #[doc(hidden)]
+        static __KERNEL_REPLAY_EXPORTS: fn() -> usize = $crate::__private::entry_points;
+    };
+}
+
+#[doc(hidden)]
+pub mod __private {
+    use crate::entry::*;
+
+    /// References every entry point, so a link step keeps them all.
+    pub fn entry_points() -> usize {
+        let all: &[*const ()] = &[
+            kreplay_status_string as *const (),
+            kreplay_last_error as *const (),
+            kreplay_version as *const (),
+            kreplay_version_string as *const (),
+            kreplay_abi_table as *const (),
+            kreplay_abi_layout as *const (),
+            kreplay_context_create as *const (),
+            kreplay_context_destroy as *const (),
+            kreplay_context_start as *const (),
+            kreplay_context_stop as *const (),
+            kreplay_context_is_active as *const (),
+            kreplay_context_declare_participant as *const (),
+            kreplay_context_override as *const (),
+            kreplay_context_participates as *const (),
+            kreplay_has_overrides as *const (),
+            kreplay_configure_replay as *const (),
+            kreplay_replay_owner as *const (),
+            kreplay_replay_is_active as *const (),
+            kreplay_replay_start_context as *const (),
+            kreplay_replay_stop_context as *const (),
+            kreplay_policy_set as *const (),
+            kreplay_policy_json as *const (),
+            kreplay_filter_set as *const (),
+            kreplay_outcome_json as *const (),
+            kreplay_outcome_sink_set as *const (),
+            kreplay_summary_get as *const (),
+            kreplay_summary_json as *const (),
+            kreplay_shutdown as *const (),
+            // Backend entry points join here behind their features (`hsa`, `cuda`).
+        ];
+        std::hint::black_box(all).len()
+    }
+}

@@ -1,0 +1,211 @@
+//! The library's process-wide state: the one replay service (SPEC §2 "One shared object"), the
+//! context registry it uses as its context control, the handle table, the owner, the outcome
+//! sink, and the shut-down flag.
+//!
+//! The service holds its context control for the life of the process (a static), so it gets a
+//! [`SharedContexts`]: the registry until shutdown, nothing after, so that shutdown frees the
+//! registry (no memory stays reachable only through the static, which valgrind would report).
+//!
+//! Lock order (never taken the other way round): handle table → owner → the registry's and the
+//! core's own locks. No lock of this module is held while C code runs, nor while a gate is
+//! disabled (which waits for C code that may call back into the library).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+use replay_context::Contexts;
+use replay_core::{ContextControl, ContextError, ContextId, Policy, ReplayService};
+
+use crate::checked::{Error, HandleTable};
+use crate::tool::{CTool, Gate};
+
+/// A context as the handle table holds it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContextEntry {
+    /// Its id in the registry (ids are never reused).
+    pub(crate) id: ContextId,
+}
+
+/// The handle table, closed at shutdown.
+#[derive(Debug, Default)]
+pub(crate) struct Handles {
+    pub(crate) table: HandleTable<ContextEntry>,
+    pub(crate) closed: bool,
+}
+
+impl Handles {
+    /// The entry of a live handle.
+    pub(crate) fn get(&self, handle: u64) -> Result<ContextEntry, Error> {
+        if self.closed {
+            return Err(Error::ShutDown);
+        }
+        self.table.get(handle).copied().ok_or_else(|| stale(handle))
+    }
+}
+
+/// The error for a handle that is not live.
+pub(crate) fn stale(handle: u64) -> Error {
+    Error::InvalidHandle(format!(
+        "context handle {handle:#x} (slot {}, generation {}) is not a live context: never created, or destroyed",
+        handle & 0xffff_ffff,
+        handle >> 32
+    ))
+}
+
+/// The context that configured the service.
+#[derive(Debug, Clone)]
+pub(crate) struct Owner {
+    pub(crate) handle: u64,
+    pub(crate) id: ContextId,
+    pub(crate) tool: Arc<CTool>,
+}
+
+/// The context control the service holds: the registry until shutdown, then none (toggles
+/// answer `UnknownContext`, loop hooks do nothing).
+#[derive(Debug)]
+pub(crate) struct SharedContexts {
+    inner: RwLock<Option<Arc<Contexts>>>,
+}
+
+impl SharedContexts {
+    /// The registry, until shutdown.
+    pub(crate) fn get(&self) -> Option<Arc<Contexts>> {
+        self.inner.read().clone()
+    }
+
+    /// Drops the service's reference to the registry.
+    pub(crate) fn release(&self) {
+        self.inner.write().take();
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&Contexts) -> R) -> Option<R> {
+        self.inner.read().as_deref().map(f)
+    }
+}
+
+impl ContextControl for SharedContexts {
+    fn start(&self, ctx: ContextId) -> Result<(), ContextError> {
+        self.with(|c| c.start(ctx))
+            .unwrap_or(Err(ContextError::UnknownContext(ctx)))
+    }
+    fn stop(&self, ctx: ContextId) -> Result<(), ContextError> {
+        self.with(|c| ContextControl::stop(c, ctx))
+            .unwrap_or(Err(ContextError::UnknownContext(ctx)))
+    }
+    fn loop_begin(&self) {
+        self.with(|c| c.loop_begin());
+    }
+    fn pass_enter_begin(&self) {
+        self.with(|c| c.pass_enter_begin());
+    }
+    fn pass_enter_end(&self) {
+        self.with(|c| c.pass_enter_end());
+    }
+    fn loop_end(&self) {
+        self.with(|c| c.loop_end());
+    }
+    fn override_for(&self, ctx: ContextId) -> Option<bool> {
+        self.with(|c| c.override_for(ctx)).flatten()
+    }
+    fn has_overrides(&self) -> bool {
+        self.with(|c| c.has_overrides()).unwrap_or(false)
+    }
+}
+
+/// Everything process-wide.
+#[derive(Debug)]
+pub(crate) struct Library {
+    pub(crate) contexts: Arc<SharedContexts>,
+    pub(crate) service: &'static ReplayService,
+    pub(crate) handles: Mutex<Handles>,
+    pub(crate) owner: Mutex<Option<Owner>>,
+    /// The gate of the installed outcome sink.
+    pub(crate) sink: Mutex<Option<Arc<Gate>>>,
+    /// Serialises read-modify-write updates of the policy.
+    pub(crate) policy_lock: Mutex<()>,
+    /// Whether our stderr sink is the process's `log` logger.
+    pub(crate) log_sink: bool,
+}
+
+static LIBRARY: OnceLock<Library> = OnceLock::new();
+static SHUT_DOWN: AtomicBool = AtomicBool::new(false);
+
+impl Library {
+    fn init() -> Self {
+        let log_sink = install_log_sink();
+        let contexts = Arc::new(SharedContexts {
+            inner: RwLock::new(Some(Arc::new(Contexts::new()))),
+        });
+        let ours = Arc::clone(&contexts);
+        let service = ReplayService::global_with(move || ours as Arc<dyn ContextControl>);
+        let theirs = Arc::as_ptr(service.contexts()).cast::<u8>();
+        if !std::ptr::eq(theirs, Arc::as_ptr(&contexts).cast::<u8>()) {
+            log::error!(
+                "[kernel-replay] the replay service was created before the C ABI with another context control; \
+                 context toggles through the C ABI will answer context_error. \
+                 Code in this shared object must take the service from kernel_replay::service()"
+            );
+        }
+        Self {
+            contexts,
+            service,
+            handles: Mutex::new(Handles::default()),
+            owner: Mutex::new(None),
+            sink: Mutex::new(None),
+            policy_lock: Mutex::new(()),
+            log_sink,
+        }
+    }
+
+    /// The registry, or `ShutDown` once released.
+    pub(crate) fn registry(&self) -> Result<Arc<Contexts>, Error> {
+        self.contexts.get().ok_or(Error::ShutDown)
+    }
+
+    /// Whether `id` owns the service.
+    pub(crate) fn is_owner(&self, id: ContextId) -> bool {
+        self.owner.lock().as_ref().is_some_and(|o| o.id == id)
+    }
+}
+
+/// The library, or `ShutDown`.
+pub(crate) fn library() -> Result<&'static Library, Error> {
+    if SHUT_DOWN.load(Ordering::Acquire) {
+        return Err(Error::ShutDown);
+    }
+    Ok(LIBRARY.get_or_init(Library::init))
+}
+
+/// The library, created if needed, even after shutdown (Rust accessors for backends).
+pub(crate) fn library_any() -> &'static Library {
+    LIBRARY.get_or_init(Library::init)
+}
+
+/// The library if it was ever created.
+pub(crate) fn library_if_created() -> Option<&'static Library> {
+    LIBRARY.get()
+}
+
+/// Marks the library shut down; `false` when it already was.
+pub(crate) fn mark_shut_down() -> bool {
+    !SHUT_DOWN.swap(true, Ordering::AcqRel)
+}
+
+/// Installs the core's stderr sink at the level of `KREPLAY_LOG` (or its upstream alias).
+/// `false` when the embedding application installed a `log` logger first.
+fn install_log_sink() -> bool {
+    let from_env = Policy::from_lookup(|name| {
+        matches!(name, "KREPLAY_LOG" | "ROCPROFILER_KERNEL_REPLAY_LOG")
+            .then(|| std::env::var(name).ok())
+            .flatten()
+    });
+    let level = from_env
+        .as_ref()
+        .map_or_else(|_| Policy::default().log_level, |p| p.log_level);
+    let installed = replay_core::log_sink::install(level);
+    if let Err(e) = from_env {
+        log::error!("[kernel-replay] {e}; the log level stays at its default");
+    }
+    installed
+}

@@ -1,0 +1,244 @@
+//! Builds the C11 and C++17 consumer tests (`tests/c/abi_test.c`, `tests/cpp/abi_test.cpp`,
+//! sharing `tests/common/abi_cases.h`) against `include/kernel_replay.h` and the cdylib cargo
+//! built for this test run, runs them (the C one also under valgrind), and checks that the
+//! library exports exactly the functions the header declares.
+//!
+//! Compilers: `$CC` / `$CXX`, else `cc` / `c++`. Valgrind runs when installed; set
+//! `KREPLAY_REQUIRE_VALGRIND=1` (CI does) to fail instead of skipping when it is not.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root exists")
+}
+
+/// The directory holding `libkernel_replay.so` as cargo built it for this test run: the test
+/// executable lives in `target/<profile>/deps`, next to the library's own build output
+/// (cargo builds the package's cdylib before its integration tests).
+fn library_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable has a path");
+    let deps = exe.parent().expect("the test executable is in a directory");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        if dir.join("libkernel_replay.so").exists() {
+            return dir.to_path_buf();
+        }
+    }
+    panic!(
+        "libkernel_replay.so was not found in {} or its parent; build it with `cargo build -p replay-ffi`",
+        deps.display()
+    );
+}
+
+fn out_dir() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("replay-ffi-c-abi");
+    std::fs::create_dir_all(&d).expect("the temporary directory can be created");
+    d
+}
+
+fn compiler(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+/// Runs a command. `LD_LIBRARY_PATH` is removed: cargo points it at `target/<profile>`, whose
+/// uplifted copy of the library may be older than the one in `deps` this run built, and it
+/// would outrank the executables' rpath.
+fn run(cmd: &mut Command) -> (bool, String) {
+    cmd.env_remove("LD_LIBRARY_PATH");
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {shown}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Compiles one consumer test and returns the executable.
+fn build(language: &str, source: &str, exe_name: &str) -> PathBuf {
+    let root = repo_root();
+    let lib = library_dir();
+    let exe = out_dir().join(exe_name);
+    let (cc, std) = match language {
+        "c" => (compiler("CC", "cc"), "-std=c11"),
+        _ => (compiler("CXX", "c++"), "-std=c++17"),
+    };
+    let mut cmd = Command::new(&cc);
+    cmd.arg(std)
+        .args(["-Wall", "-Wextra", "-Werror", "-pedantic", "-g"])
+        .arg("-I")
+        .arg(root.join("include"))
+        .arg("-I")
+        .arg(root.join("tests/common"))
+        .arg(root.join(source))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lkernel_replay")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&exe);
+    let (ok, text) = run(&mut cmd);
+    assert!(ok, "compiling {source} failed:\n{text}");
+    exe
+}
+
+/// Checks the "N passed, N failed" tally the consumer tests print last.
+fn assert_tally(name: &str, ok: bool, output: &str) {
+    let tally = output
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let (p, f) = l.trim().split_once(" passed, ")?;
+            Some((
+                p.parse::<u32>().ok()?,
+                f.strip_suffix(" failed")?.parse::<u32>().ok()?,
+            ))
+        })
+        .unwrap_or_else(|| panic!("{name} printed no tally:\n{output}"));
+    assert!(
+        ok && tally.1 == 0,
+        "{name} failed ({} passed, {} failed):\n{output}",
+        tally.0,
+        tally.1
+    );
+    assert!(
+        tally.0 > 500,
+        "{name} ran too few checks ({}):\n{output}",
+        tally.0
+    );
+    println!("{name}: {} passed, 0 failed", tally.0);
+}
+
+#[test]
+fn c11_consumer_test_passes() {
+    let exe = build("c", "tests/c/abi_test.c", "abi_test_c");
+    let (ok, out) = run(&mut Command::new(&exe));
+    assert_tally("tests/c/abi_test.c", ok, &out);
+}
+
+#[test]
+fn cpp17_consumer_test_passes() {
+    let exe = build("cpp", "tests/cpp/abi_test.cpp", "abi_test_cpp");
+    let (ok, out) = run(&mut Command::new(&exe));
+    assert_tally("tests/cpp/abi_test.cpp", ok, &out);
+}
+
+#[test]
+fn c11_consumer_test_is_clean_under_valgrind() {
+    let have = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var_os("KREPLAY_REQUIRE_VALGRIND").is_none(),
+            "KREPLAY_REQUIRE_VALGRIND is set but valgrind is not installed"
+        );
+        eprintln!("valgrind is not installed; skipping (set KREPLAY_REQUIRE_VALGRIND=1 to fail)");
+        return;
+    }
+    let exe = build("c", "tests/c/abi_test.c", "abi_test_c_valgrind");
+    let (ok, out) = run(Command::new("valgrind")
+        .args(["--error-exitcode=1", "--leak-check=full"])
+        .arg(&exe));
+    assert!(
+        out.contains("ERROR SUMMARY: 0 errors"),
+        "valgrind reported errors:\n{out}"
+    );
+    assert_tally("tests/c/abi_test.c under valgrind", ok, &out);
+}
+
+#[test]
+fn header_compiles_as_c99_and_as_cpp11() {
+    let root = repo_root();
+    let src = out_dir().join("header_only.c");
+    std::fs::write(
+        &src,
+        "#include \"kernel_replay.h\"\nint kreplay_header_only;\n",
+    )
+    .unwrap();
+    for (cc, std, lang) in [
+        (compiler("CC", "cc"), "-std=c99", "c"),
+        (compiler("CXX", "c++"), "-std=c++11", "c++"),
+    ] {
+        let (ok, text) = run(Command::new(&cc)
+            .arg(std)
+            .args([
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-pedantic",
+                "-fsyntax-only",
+                "-x",
+                lang,
+            ])
+            .arg("-I")
+            .arg(root.join("include"))
+            .arg(&src));
+        assert!(ok, "the header does not compile with {cc} {std}:\n{text}");
+    }
+}
+
+/// Function names declared in the header: `name(` at the start of a declaration.
+fn header_functions() -> BTreeSet<String> {
+    let header = std::fs::read_to_string(repo_root().join("include/kernel_replay.h")).unwrap();
+    let mut names = BTreeSet::new();
+    for line in header.lines() {
+        let line = line.trim_start();
+        if line.starts_with('*') || line.starts_with("/*") || line.starts_with("typedef") {
+            continue;
+        }
+        if let Some(open) = line.find('(') {
+            let before = &line[..open];
+            if let Some(name) = before
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next_back()
+            {
+                if name.starts_with("kreplay_") {
+                    names.insert(name.to_owned());
+                }
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_library_exports_exactly_the_header_functions() {
+    let declared = header_functions();
+    assert!(
+        declared.len() >= 28,
+        "too few declarations parsed: {declared:?}"
+    );
+    let so = library_dir().join("libkernel_replay.so");
+    let out = match Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+    {
+        Ok(o) if o.status.success() => o,
+        _ => {
+            eprintln!("nm is not available; skipping the export check");
+            return;
+        }
+    };
+    let exported: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|s| s.starts_with("kreplay_"))
+        .map(str::to_owned)
+        .collect();
+    let missing: Vec<_> = declared.difference(&exported).collect();
+    let extra: Vec<_> = exported.difference(&declared).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "declared but not exported: {missing:?}; exported but not declared: {extra:?}"
+    );
+}

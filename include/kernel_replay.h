@@ -1,0 +1,692 @@
+/*
+ * kernel_replay.h -- the C ABI of kernel-replay (libkernel_replay).
+ *
+ * kernel-replay re-executes one GPU kernel dispatch N times inside one application run and
+ * restores the device memory the kernel may change between passes, so a profiler can collect
+ * one counter group (or timing, PC sampling, thread trace) per pass. This header is the whole
+ * interface a C or C++ tool needs; it is C99 and usable from C++.
+ *
+ * Conventions
+ * -----------
+ * - Every type and function is prefixed `kreplay_`, every constant `KREPLAY_`.
+ * - Every function that can fail returns a kreplay_status_t (KREPLAY_STATUS_OK = 0) and writes
+ *   its results through out-parameters. On failure, kreplay_last_error() describes what was
+ *   wrong; out-parameters are left untouched unless a function says otherwise.
+ * - Handles (kreplay_context_t) are opaque values checked on every call (slot and generation):
+ *   a handle used after kreplay_context_destroy() is answered with
+ *   KREPLAY_STATUS_INVALID_HANDLE, never undefined behaviour.
+ * - Enumerations are passed and stored as fixed-width integers (the `*_t` typedefs below); the
+ *   named constants are the valid values. An out-of-range value is KREPLAY_STATUS_BAD_ENUM.
+ * - Structs are versioned by a leading `size` field (bytes, as the writer built the struct).
+ *   Fields are only ever appended; a field exists for a reader when its offset is below `size`.
+ *   A struct the caller passes in must have `size` >= the size of its first version, else
+ *   KREPLAY_STATUS_BAD_SIZE.
+ * - Thread safety: every function may be called from any thread. Callbacks run on the thread
+ *   that runs the replay window (usually the thread that submitted the dispatch, but a runtime
+ *   may use a thread of its own); do not assume a particular thread.
+ * - Callbacks must not let C++ exceptions escape (that terminates the process).
+ * - After kreplay_shutdown(), every function that touches library state returns
+ *   KREPLAY_STATUS_SHUT_DOWN. The pure functions (kreplay_status_string, kreplay_last_error,
+ *   kreplay_version, kreplay_version_string, kreplay_abi_table, kreplay_abi_layout) keep working.
+ *
+ * The contract behind the operations, phases and payload is SPEC section 3 of kernel-replay.
+ */
+#ifndef KERNEL_REPLAY_H
+#define KERNEL_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ----------------------------------------------------------------------------------------- */
+/* Version                                                                                    */
+/* ----------------------------------------------------------------------------------------- */
+
+/** Version of this header; kreplay_version() returns the library's. */
+#define KREPLAY_VERSION_MAJOR 0
+#define KREPLAY_VERSION_MINOR 1
+#define KREPLAY_VERSION_PATCH 0
+
+/* ----------------------------------------------------------------------------------------- */
+/* Status codes                                                                               */
+/* ----------------------------------------------------------------------------------------- */
+
+/** Result of every fallible function: KREPLAY_STATUS_OK (0) or one of the codes below. */
+typedef int32_t kreplay_status_t;
+
+enum kreplay_status {
+    /** Success. */
+    KREPLAY_STATUS_OK = 0,
+    /** A required pointer argument was NULL. */
+    KREPLAY_STATUS_NULL_POINTER = 1,
+    /** A struct's `size` is smaller than its first version. */
+    KREPLAY_STATUS_BAD_SIZE = 2,
+    /** An enumeration or flag argument has a value outside its range. */
+    KREPLAY_STATUS_BAD_ENUM = 3,
+    /** A handle is not one the library handed out, or was destroyed (stale generation). Also:
+     *  an outcome pointer outside the callback that received it. */
+    KREPLAY_STATUS_INVALID_HANDLE = 4,
+    /** The replay service is already configured: one context per process owns it, for the
+     *  life of the process, even after that context stopped or was destroyed (SPEC 3). */
+    KREPLAY_STATUS_ALREADY_CONFIGURED = 5,
+    /** Nothing has configured the replay service yet. */
+    KREPLAY_STATUS_NOT_CONFIGURED = 6,
+    /** The function may not be called from inside a library callback (configure, destroy a
+     *  context, set the outcome sink, shutdown). */
+    KREPLAY_STATUS_IN_CALLBACK = 7,
+    /** A context toggle outside a PASS ENTER callback of an active replay loop (SPEC 5). */
+    KREPLAY_STATUS_CONTEXT_ERROR = 8,
+    /** A local start of a context that was not active when the replay loop began (SPEC 5). */
+    KREPLAY_STATUS_CONTEXT_NOT_STARTED = 9,
+    /** A toggle on a context with a participant that cannot honour per-pass overrides. */
+    KREPLAY_STATUS_UNSUPPORTED = 10,
+    /** A policy variable or filter value was rejected; kreplay_last_error() names it. */
+    KREPLAY_STATUS_POLICY_ERROR = 11,
+    /** An internal error (a caught panic inside the library); the call had no effect or a
+     *  partial one, described by kreplay_last_error(). */
+    KREPLAY_STATUS_INTERNAL = 12,
+    /** kreplay_shutdown() was called; the library does nothing more. */
+    KREPLAY_STATUS_SHUT_DOWN = 13,
+    /** An argument is malformed (a string that is not UTF-8, an unknown name, a count out of
+     *  range). */
+    KREPLAY_STATUS_BAD_ARGUMENT = 14,
+    /** The caller's buffer is too small; `*required` holds the size needed. */
+    KREPLAY_STATUS_BUFFER_TOO_SMALL = 15,
+    /** The thing to create exists already (a participant of that name on the context). */
+    KREPLAY_STATUS_ALREADY_EXISTS = 16
+};
+
+/**
+ * The symbolic name of a status code ("KREPLAY_STATUS_OK", ...), or "KREPLAY_STATUS_UNKNOWN"
+ * for a value outside the list. Never NULL; the string is static.
+ */
+const char* kreplay_status_string(kreplay_status_t status);
+
+/**
+ * A description of why the last failing call on this thread failed, or "" when the last call
+ * on this thread succeeded. Never NULL. The string belongs to the library and stays valid until
+ * the next kreplay_ call on this thread.
+ */
+const char* kreplay_last_error(void);
+
+/**
+ * The library's version. All three pointers are required (KREPLAY_STATUS_NULL_POINTER).
+ * Compare with KREPLAY_VERSION_* to detect a header/library mismatch.
+ */
+kreplay_status_t kreplay_version(uint32_t* major, uint32_t* minor, uint32_t* patch);
+
+/** The library's version as "MAJOR.MINOR.PATCH". Never NULL; the string is static. */
+const char* kreplay_version_string(void);
+
+/* ----------------------------------------------------------------------------------------- */
+/* Enumerations                                                                               */
+/* ----------------------------------------------------------------------------------------- */
+
+/** kreplay_operation: which operation a callback reports. */
+typedef uint32_t kreplay_operation_t;
+enum kreplay_operation {
+    KREPLAY_OPERATION_NONE = 0,
+    /** Once per candidate dispatch (SPEC 3). */
+    KREPLAY_OPERATION_CONFIG = 1,
+    /** Once per executed pass. */
+    KREPLAY_OPERATION_PASS = 2,
+    KREPLAY_OPERATION_LAST = 3
+};
+
+/** kreplay_phase: enter or exit of an operation. */
+typedef uint32_t kreplay_phase_t;
+enum kreplay_phase {
+    KREPLAY_PHASE_NONE = 0,
+    KREPLAY_PHASE_ENTER = 1,
+    KREPLAY_PHASE_EXIT = 2
+};
+
+/** kreplay_subscription: bit flags of the operations a replay callback receives. */
+typedef uint32_t kreplay_subscription_t;
+enum kreplay_subscription {
+    /** CONFIG ENTER / EXIT. Required: only a CONFIG subscriber can start replay. */
+    KREPLAY_SUBSCRIBE_CONFIG = 1,
+    /** PASS ENTER / EXIT. */
+    KREPLAY_SUBSCRIBE_PASS = 2
+};
+
+/** kreplay_outcome_kind: how a candidate dispatch ended (SPEC 8). */
+typedef uint32_t kreplay_outcome_kind_t;
+enum kreplay_outcome_kind {
+    KREPLAY_OUTCOME_NONE = 0,
+    /** Every planned pass ran. */
+    KREPLAY_OUTCOME_REPLAYED = 1,
+    /** Ran once, unreplayed, for a reason. */
+    KREPLAY_OUTCOME_DECLINED = 2,
+    /** The loop stopped early, safely. */
+    KREPLAY_OUTCOME_TRUNCATED = 3,
+    /** The tool asked for no replay. */
+    KREPLAY_OUTCOME_NOT_REQUESTED = 4
+};
+
+/** kreplay_reason: why a dispatch was declined or truncated (SPEC 8). */
+typedef uint32_t kreplay_reason_t;
+enum kreplay_reason {
+    KREPLAY_REASON_NONE = 0,
+    KREPLAY_REASON_UNTRACKED_MEMORY = 1,
+    KREPLAY_REASON_FOOTPRINT_BUDGET = 2,
+    KREPLAY_REASON_SNAPSHOT_FAILED = 3,
+    KREPLAY_REASON_QUEUE_DRAIN_STUCK = 4,
+    KREPLAY_REASON_AGENT_DRAIN_STUCK = 5,
+    KREPLAY_REASON_COPY_FENCE_STUCK = 6,
+    KREPLAY_REASON_REENTRANT_DISPATCH = 7,
+    KREPLAY_REASON_CALLBACK_FAILED = 8,
+    KREPLAY_REASON_PASS_DRAIN_STUCK = 9,
+    KREPLAY_REASON_PASS_LIMIT = 10,
+    KREPLAY_REASON_WRITE_OUTSIDE_SCOPE = 11,
+    /** The backend refused to submit a pass. */
+    KREPLAY_REASON_SUBMIT_FAILED = 12,
+    /** The after-pass scope check could not be made. */
+    KREPLAY_REASON_SCOPE_CHECK_FAILED = 13,
+    /** Capacity of the per-reason arrays of kreplay_summary_t; reasons stay below it. */
+    KREPLAY_REASON_CAPACITY = 32
+};
+
+/** kreplay_scope: which memory a snapshot covers (SPEC 7.2). */
+typedef uint32_t kreplay_scope_t;
+enum kreplay_scope {
+    KREPLAY_SCOPE_ALL = 0,
+    KREPLAY_SCOPE_ARGUMENTS = 1
+};
+
+/** kreplay_restore: how memory is put back between passes (SPEC 7.4). */
+typedef uint32_t kreplay_restore_t;
+enum kreplay_restore {
+    KREPLAY_RESTORE_FULL = 0,
+    KREPLAY_RESTORE_DIRTY = 1
+};
+
+/** kreplay_override_support: whether a participant honours per-pass overrides (SPEC 5). */
+typedef uint32_t kreplay_override_support_t;
+enum kreplay_override_support {
+    /** Consults kreplay_context_participates() before contributing to each pass. */
+    KREPLAY_OVERRIDES_HONOURED = 0,
+    /** Cannot switch per pass: a toggle on its context returns KREPLAY_STATUS_UNSUPPORTED. */
+    KREPLAY_OVERRIDES_UNSUPPORTED = 1
+};
+
+/** Values written by kreplay_context_override(). */
+enum kreplay_override {
+    /** No local override: use the context's global state. */
+    KREPLAY_OVERRIDE_NONE = -1,
+    /** Locally stopped for the rest of this loop. */
+    KREPLAY_OVERRIDE_STOPPED = 0,
+    /** Locally started for the rest of this loop. */
+    KREPLAY_OVERRIDE_STARTED = 1
+};
+
+/* ----------------------------------------------------------------------------------------- */
+/* Basic types                                                                                */
+/* ----------------------------------------------------------------------------------------- */
+
+/** The tool's per-dispatch value: a number or a pointer (SPEC 3 `user_data`). */
+typedef union kreplay_user_data_t {
+    uint64_t value;
+    void* ptr;
+} kreplay_user_data_t;
+
+/** An opaque context handle. 0 is never a valid handle. */
+typedef struct kreplay_context_t {
+    uint64_t handle;
+} kreplay_context_t;
+
+/** A three-dimensional launch size. */
+typedef struct kreplay_dim3_t {
+    uint32_t x;
+    uint32_t y;
+    uint32_t z;
+} kreplay_dim3_t;
+
+/** What a tool sees of a dispatch (SPEC 3). Owned by the library; valid during the callback
+ *  that received it (and, for the pass-count and continue callbacks, during that call). */
+typedef struct kreplay_dispatch_info_t {
+    /** sizeof(kreplay_dispatch_info_t) as the library built it. */
+    uint64_t size;
+    /** Agent (device) that runs the dispatch, as the backend numbers it. */
+    uint64_t agent_id;
+    /** Queue (HSA queue, CUDA stream) it was submitted to. */
+    uint64_t queue_id;
+    /** Reserved by the library before CONFIG; the same for every pass and a declined run. */
+    uint64_t dispatch_id;
+    /** The kernel object (code handle). */
+    uint64_t kernel_id;
+    /** The kernel's symbol name, NUL-terminated. */
+    const char* kernel_name;
+    /** Grid size in work-items. */
+    kreplay_dim3_t grid;
+    /** Workgroup size in work-items. */
+    kreplay_dim3_t workgroup;
+    /** Private (scratch) segment bytes per work-item. */
+    uint32_t private_segment_size;
+    /** Group (LDS / shared) segment bytes per workgroup. */
+    uint32_t group_segment_size;
+} kreplay_dispatch_info_t;
+
+/* ----------------------------------------------------------------------------------------- */
+/* Outcome records and the run summary (SPEC 8)                                              */
+/* ----------------------------------------------------------------------------------------- */
+
+/** One candidate dispatch's outcome. Owned by the library and valid only during the callback
+ *  that received it (CONFIG EXIT, or the outcome sink); copy what you keep. */
+typedef struct kreplay_outcome_t {
+    /** sizeof(kreplay_outcome_t) as the library built it. */
+    uint64_t size;
+    uint64_t dispatch_id;
+    uint64_t agent_id;
+    /** Kernel name, NUL-terminated. */
+    const char* kernel;
+    /** A kreplay_outcome_kind value. */
+    kreplay_outcome_kind_t outcome;
+    /** A kreplay_reason value (KREPLAY_REASON_NONE when replayed in full). */
+    kreplay_reason_t reason;
+    /** Passes the tool asked for (0 = open-ended or none), before clamping to max_passes. */
+    uint64_t requested_passes;
+    /** Passes that ran (1 for a declined or unrequested dispatch). */
+    uint32_t executed_passes;
+    /** A kreplay_scope value. */
+    kreplay_scope_t scope;
+    /** A kreplay_restore value. */
+    kreplay_restore_t restore;
+    uint32_t captured_regions;
+    /** All tracked bytes of the agent. */
+    uint64_t tracked_bytes;
+    uint64_t captured_bytes;
+    /** Captured bytes per snapshot tier. */
+    uint64_t tier_device_bytes;
+    uint64_t tier_pinned_bytes;
+    uint64_t tier_pageable_bytes;
+    /** Untracked bytes and regions (virtual-memory mappings included). */
+    uint64_t untracked_bytes;
+    uint32_t untracked_regions;
+    /** 1 for tool work launched from inside a callback. */
+    uint32_t reentrancy;
+    double snap_seconds;
+    double restore_seconds;
+    /** Totals over the window. */
+    uint64_t compared_bytes;
+    uint64_t restored_bytes;
+    /** GPU seconds of each executed pass: pass_gpu_seconds_count values. */
+    const double* pass_gpu_seconds;
+    uint64_t pass_gpu_seconds_count;
+    /** Bytes restored before each pass (0 before the first): pass_restored_bytes_count values. */
+    const uint64_t* pass_restored_bytes;
+    uint64_t pass_restored_bytes_count;
+} kreplay_outcome_t;
+
+/** Aggregate over the run (SPEC 8). Filled by kreplay_summary_get(). */
+typedef struct kreplay_summary_t {
+    /** Set by the caller to sizeof(kreplay_summary_t); the library writes back its own size
+     *  when that is smaller. */
+    uint64_t size;
+    /** Candidate dispatches seen (tool work included). */
+    uint64_t dispatches;
+    uint64_t replayed;
+    /** Declined and truncated, all reasons. */
+    uint64_t declined;
+    uint64_t truncated;
+    uint64_t not_requested;
+    /** Passes executed. */
+    uint64_t passes;
+    uint64_t captured_bytes;
+    uint64_t compared_bytes;
+    uint64_t restored_bytes;
+    /** Peak bytes in backing and staging pools. */
+    uint64_t peak_pooled_bytes;
+    /** Time spent in replay windows. */
+    double replay_seconds;
+    /** Declines and truncations by reason, indexed by kreplay_reason values. */
+    uint64_t declined_by_reason[KREPLAY_REASON_CAPACITY];
+    uint64_t truncated_by_reason[KREPLAY_REASON_CAPACITY];
+} kreplay_summary_t;
+
+/* ----------------------------------------------------------------------------------------- */
+/* The replay contract (SPEC 3, 4)                                                            */
+/* ----------------------------------------------------------------------------------------- */
+
+/**
+ * Pass-count callback: asked once, after CONFIG ENTER, with the dispatch and the sequence
+ * `user_data`. Returns the number of passes (SPEC 4): 0 or 1 = no replay (0 with a continue
+ * callback = open-ended); N >= 2 = N passes, clamped to the policy's max_passes.
+ *
+ * There is no separate closure argument: `user_data` is the closure. Leave a pointer to your
+ * state in `user_data` in CONFIG ENTER and it comes back here.
+ */
+typedef uint64_t (*kreplay_pass_count_callback_t)(const kreplay_dispatch_info_t* dispatch_info,
+                                                  kreplay_user_data_t user_data);
+
+/**
+ * Continue callback: asked after a pass with that pass's `user_data` (SPEC 4). Returns 0 to
+ * stop, a positive value to go on. A negative value breaks the contract: the loop ends with
+ * outcome truncated, reason callback_failed.
+ */
+typedef int32_t (*kreplay_continue_callback_t)(const kreplay_dispatch_info_t* dispatch_info,
+                                               uint32_t current_pass, uint32_t total_passes,
+                                               kreplay_user_data_t user_data);
+
+/**
+ * A context toggle (SPEC 5): kreplay_replay_start_context / kreplay_replay_stop_context.
+ * Usable only inside a PASS ENTER callback; elsewhere KREPLAY_STATUS_CONTEXT_ERROR.
+ */
+typedef kreplay_status_t (*kreplay_context_toggle_t)(kreplay_context_t context);
+
+/**
+ * What a replay callback sees (SPEC 3). C layout is ABI: the field order is fixed, fields are
+ * only appended, and there is no tail padding (64 bytes on LP64 platforms). A zero-filled
+ * payload means "do not replay".
+ *
+ * `dispatch_info` is a pointer (not an embedded struct) so that the dispatch info can grow,
+ * versioned by its own `size`, without moving the payload's later fields.
+ */
+typedef struct kreplay_replay_payload_t {
+    /** sizeof(kreplay_replay_payload_t) as the library built it. */
+    uint64_t size;
+    /** The dispatch; valid during the callback. */
+    const kreplay_dispatch_info_t* dispatch_info;
+    /** 0-based index of this pass (0 in CONFIG). */
+    uint32_t current_pass;
+    /** N for a fixed loop after clamping, 0 for an open-ended loop (0 in CONFIG). */
+    uint32_t total_passes;
+    /** Written by the tool in CONFIG ENTER (NULL = no replay); NULL and ignored elsewhere. */
+    kreplay_pass_count_callback_t replay_pass_count;
+    /** Written by the tool in CONFIG ENTER. In PASS the library shows the callback in effect;
+     *  a value written in PASS EXIT replaces it for the decision after this pass only (NULL:
+     *  a fixed loop goes on, an open-ended loop stops). Ignored in other phases. */
+    kreplay_continue_callback_t replay_continue;
+    /** Library-provided toggles, usable only inside PASS ENTER (SPEC 5). Never NULL. */
+    kreplay_context_toggle_t replay_start_context;
+    kreplay_context_toggle_t replay_stop_context;
+    /** The outcome, in CONFIG EXIT only (NULL elsewhere); valid during the callback. */
+    const kreplay_outcome_t* outcome;
+} kreplay_replay_payload_t;
+
+/**
+ * The tool's replay callback, called for each operation and phase it subscribed to.
+ *
+ * `user_data` threading (SPEC 3): the value the tool leaves in CONFIG ENTER is the sequence
+ * value. It is passed to the pass-count callback, to every PASS ENTER and to CONFIG EXIT. Each
+ * pass works on its own copy: what PASS ENTER writes is seen by that pass's EXIT and by the
+ * continue callback called after it; the next pass starts again from the sequence value.
+ *
+ * `callback_data` is the pointer given to kreplay_configure_replay().
+ */
+typedef void (*kreplay_replay_callback_t)(kreplay_operation_t operation, kreplay_phase_t phase,
+                                          kreplay_replay_payload_t* payload,
+                                          kreplay_user_data_t* user_data, void* callback_data);
+
+/** Receives every outcome record (tool work included), on the thread that ran the window. */
+typedef void (*kreplay_outcome_sink_t)(const kreplay_outcome_t* outcome, void* data);
+
+/* ----------------------------------------------------------------------------------------- */
+/* Contexts (SPEC 3, 5)                                                                       */
+/* ----------------------------------------------------------------------------------------- */
+
+/**
+ * Creates a context: inactive, without participants. `*context` receives its handle.
+ * Errors: NULL_POINTER, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_context_create(kreplay_context_t* context);
+
+/**
+ * Destroys a context; its handle becomes stale. If it owns the replay service, replay stops,
+ * and this call waits until callbacks running on other threads have returned; no callback is
+ * made after it returns (so `callback_data` may be freed). The service stays configured:
+ * a later kreplay_configure_replay() returns ALREADY_CONFIGURED.
+ * Errors: INVALID_HANDLE, IN_CALLBACK, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_context_destroy(kreplay_context_t context);
+
+/**
+ * Starts a context globally. If it owns the replay service, replay becomes active.
+ * Errors: INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_context_start(kreplay_context_t context);
+
+/**
+ * Stops a context globally. If it owns the replay service, dispatches then run untouched.
+ * A local start made earlier in a running loop stays in force for that loop.
+ * Errors: INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_context_stop(kreplay_context_t context);
+
+/**
+ * `*active` receives 1 when the context is started globally, else 0.
+ * Errors: NULL_POINTER, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_context_is_active(kreplay_context_t context, int32_t* active);
+
+/**
+ * Declares a service (participant: "counters", "pc_sampling", ...) that contributes to passes
+ * on behalf of `context`, and whether it honours per-pass overrides (SPEC 5). Declare before
+ * replay loops toggle the context. `name` is NUL-terminated UTF-8 and copied.
+ * Errors: NULL_POINTER, BAD_ARGUMENT (not UTF-8), BAD_ENUM (`support`), ALREADY_EXISTS
+ * (a participant of that name), INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_context_declare_participant(kreplay_context_t context, const char* name,
+                                                     kreplay_override_support_t support);
+
+/**
+ * For participants: the local override of `context` in the replay loop running on this thread.
+ * `*value` receives KREPLAY_OVERRIDE_NONE (use the global state), KREPLAY_OVERRIDE_STOPPED or
+ * KREPLAY_OVERRIDE_STARTED.
+ * Errors: NULL_POINTER, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_context_override(kreplay_context_t context, int32_t* value);
+
+/**
+ * For participants: `*participates` receives 1 when `context` takes part in the pass being
+ * prepared on this thread (its local override if any, else its global state), else 0.
+ * Errors: NULL_POINTER, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_context_participates(kreplay_context_t context, int32_t* participates);
+
+/**
+ * The fast path for participants: `*any` receives 1 when any local override exists on this
+ * thread, else 0 (then every context follows its global state).
+ * Errors: NULL_POINTER, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_has_overrides(int32_t* any);
+
+/* ----------------------------------------------------------------------------------------- */
+/* The replay service                                                                         */
+/* ----------------------------------------------------------------------------------------- */
+
+/**
+ * Makes `context` the owner of the replay service with `callback` (SPEC 3). Exactly one
+ * context per process owns it: a second call returns ALREADY_CONFIGURED, even after the owner
+ * stopped or was destroyed. Replay is active while the owner is started
+ * (kreplay_context_start), whether it was started before or after this call.
+ *
+ * `subscription` is a combination of KREPLAY_SUBSCRIBE_* flags. Only a CONFIG subscriber can
+ * start replay: a subscription without KREPLAY_SUBSCRIBE_CONFIG is accepted but inert.
+ * `callback_data` is passed back to every call of `callback`, from whatever thread runs the
+ * window; it must stay valid until the context is destroyed or the library shut down.
+ * Errors: NULL_POINTER (`callback`), BAD_ENUM (`subscription` 0 or with unknown bits),
+ * INVALID_HANDLE, ALREADY_CONFIGURED, IN_CALLBACK, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_configure_replay(kreplay_context_t context,
+                                          kreplay_subscription_t subscription,
+                                          kreplay_replay_callback_t callback,
+                                          void* callback_data);
+
+/**
+ * `*owner` receives the context that configured the replay service (possibly destroyed since).
+ * Errors: NULL_POINTER, NOT_CONFIGURED, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_replay_owner(kreplay_context_t* owner);
+
+/**
+ * `*active` receives 1 when replay is active (configured and its owner started), else 0.
+ * Errors: NULL_POINTER, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_replay_is_active(int32_t* active);
+
+/**
+ * `replay_start_context(ctx)` (SPEC 5): inside a PASS ENTER callback, starts `context` for this
+ * thread and this loop only (sticky across passes until changed; gone when the loop ends).
+ * The payload's `replay_start_context` points here.
+ * Errors: INVALID_HANDLE (checked first), CONTEXT_ERROR (outside PASS ENTER of an active loop),
+ * UNSUPPORTED (a participant cannot honour overrides), CONTEXT_NOT_STARTED (not active when the
+ * loop began), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_replay_start_context(kreplay_context_t context);
+
+/**
+ * `replay_stop_context(ctx)` (SPEC 5): inside a PASS ENTER callback, stops `context` for this
+ * thread and this loop only. The payload's `replay_stop_context` points here.
+ * Errors: INVALID_HANDLE, CONTEXT_ERROR, UNSUPPORTED, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_replay_stop_context(kreplay_context_t context);
+
+/* ----------------------------------------------------------------------------------------- */
+/* Policy and the kernel filter (SPEC 8, 3)                                                   */
+/* ----------------------------------------------------------------------------------------- */
+
+/**
+ * Sets one policy variable, named as its environment variable: "KREPLAY_MAX_PASSES", its
+ * upstream alias "ROCPROFILER_KERNEL_REPLAY_MAX_PASSES", or the bare "MAX_PASSES". Values are
+ * parsed as the environment's are (e.g. "16MiB", "500ms", "dirty"). A rejected value leaves the
+ * policy unchanged. Setting "KREPLAY_LOG" also changes the level of the library's default
+ * stderr log sink. Takes effect from the next dispatch.
+ * Errors: NULL_POINTER, BAD_ARGUMENT (not UTF-8), POLICY_ERROR (unknown variable or malformed
+ * value; kreplay_last_error() names the variable and what was expected), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_policy_set(const char* name, const char* value);
+
+/**
+ * The policy in force, as JSON, copied into `buffer` with a terminating NUL. `*required`
+ * receives the bytes needed (NUL included); when `buffer_size` is smaller, nothing is copied
+ * and BUFFER_TOO_SMALL is returned. `buffer` may be NULL when `buffer_size` is 0.
+ * Errors: NULL_POINTER, BUFFER_TOO_SMALL, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_policy_json(char* buffer, size_t buffer_size, size_t* required);
+
+/**
+ * The kernel filter (SPEC 3; profilers' -k / -s / -c options). A zero-filled filter (with
+ * `size` set) admits every dispatch.
+ */
+typedef struct kreplay_kernel_filter_t {
+    /** Set by the caller to sizeof(kreplay_kernel_filter_t). */
+    uint64_t size;
+    /** Name patterns to admit (none = all): a pattern with '*' or '?' is a glob over the whole
+     *  name, one without matches anywhere in the name. May be NULL when include_count is 0. */
+    const char* const* include;
+    uint64_t include_count;
+    /** Name patterns to refuse; exclusion wins over inclusion. */
+    const char* const* exclude;
+    uint64_t exclude_count;
+    /** Dispatch ids admitted, inclusive: [range_first, range_last]; range_last 0 = no upper
+     *  bound (dispatch ids start at 1). */
+    uint64_t range_first;
+    uint64_t range_last;
+    /** Matching dispatches to skip before the first candidate. */
+    uint64_t skip;
+    /** Most candidates to admit; 0 = no limit. */
+    uint64_t count;
+} kreplay_kernel_filter_t;
+
+/**
+ * Replaces the kernel filter of the policy. Patterns are copied. Counts above 65536 are
+ * refused (BAD_ARGUMENT).
+ * Errors: NULL_POINTER (`filter`, a pattern array with a non-zero count, or a pattern),
+ * BAD_SIZE, BAD_ARGUMENT (not UTF-8, count too large), POLICY_ERROR (an empty pattern,
+ * range_last < range_first), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_filter_set(const kreplay_kernel_filter_t* filter);
+
+/* ----------------------------------------------------------------------------------------- */
+/* Outcomes and the summary                                                                   */
+/* ----------------------------------------------------------------------------------------- */
+
+/**
+ * The outcome record as JSON (the same fields, names as in the log line), copied into
+ * `buffer` as kreplay_policy_json() does. `outcome` must be the pointer the library passed to
+ * the callback that is running (INVALID_HANDLE otherwise, e.g. a copy, or after it returned).
+ * Errors: NULL_POINTER, INVALID_HANDLE, BUFFER_TOO_SMALL, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_outcome_json(const kreplay_outcome_t* outcome, char* buffer,
+                                      size_t buffer_size, size_t* required);
+
+/**
+ * Installs a function that receives every outcome record (NULL removes it). A previous sink is
+ * not called after this returns (the call waits for sink calls running on other threads).
+ * Errors: IN_CALLBACK, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_outcome_sink_set(kreplay_outcome_sink_t sink, void* data);
+
+/**
+ * The run summary so far. Set `summary->size = sizeof(kreplay_summary_t)` first.
+ * Errors: NULL_POINTER, BAD_SIZE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_summary_get(kreplay_summary_t* summary);
+
+/**
+ * The run summary as JSON, copied into `buffer` as kreplay_policy_json() does.
+ * Errors: NULL_POINTER, BUFFER_TOO_SMALL, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_summary_json(char* buffer, size_t buffer_size, size_t* required);
+
+/* ----------------------------------------------------------------------------------------- */
+/* Shutdown                                                                                   */
+/* ----------------------------------------------------------------------------------------- */
+
+/**
+ * Shuts the library down: replay stops, no callback or sink call is made after this returns
+ * (it waits for those running on other threads), every thread the library started is joined,
+ * and every handle becomes invalid. Afterwards every stateful function returns SHUT_DOWN
+ * (this one too); the library cannot be restarted in this process.
+ * Errors: IN_CALLBACK, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_shutdown(void);
+
+/* ----------------------------------------------------------------------------------------- */
+/* ABI self-check                                                                             */
+/* ----------------------------------------------------------------------------------------- */
+
+/** One fact about the library's own view of this ABI. */
+typedef struct kreplay_abi_entry_t {
+    /** "sizeof(T)", "alignof(T)", "offsetof(T, field)" or a constant's name. */
+    const char* name;
+    /** Its value as the library was compiled (negative constants as two's complement). */
+    uint64_t value;
+} kreplay_abi_entry_t;
+
+/**
+ * The library's table of sizes, alignments, field offsets and constant values, so a C or C++
+ * build can check this header against the library it links. `*entries` receives a static
+ * array of `*count` entries.
+ * Errors: NULL_POINTER.
+ */
+kreplay_status_t kreplay_abi_table(const kreplay_abi_entry_t** entries, uint64_t* count);
+
+/**
+ * One entry of that table by name (e.g. "offsetof(kreplay_replay_payload_t, outcome)").
+ * Errors: NULL_POINTER, BAD_ARGUMENT (no such entry).
+ */
+kreplay_status_t kreplay_abi_layout(const char* name, uint64_t* value);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+/* Compile-time checks of the LP64 layout, where the compiler can make them. */
+#if UINTPTR_MAX == 0xffffffffffffffffu
+#if defined(__cplusplus) && __cplusplus >= 201103L
+static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t layout");
+static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
+static_assert(sizeof(kreplay_outcome_t) == 184, "kreplay_outcome_t layout");
+#elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t layout");
+_Static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
+_Static_assert(sizeof(kreplay_outcome_t) == 184, "kreplay_outcome_t layout");
+#endif
+#endif
+
+#endif /* KERNEL_REPLAY_H */
