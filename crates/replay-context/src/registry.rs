@@ -157,6 +157,18 @@ impl Contexts {
         self.set_active(ctx, false)
     }
 
+    /// Forgets `ctx` (its handle was destroyed). A loop that began with it active keeps its
+    /// snapshot of that fact until the loop ends; toggles on it then answer `UnknownContext`.
+    pub fn remove_context(&self, ctx: ContextId) -> Result<(), RegistryError> {
+        let mut table = self.table.write();
+        table
+            .remove(&ctx)
+            .map(|_| ())
+            .ok_or(RegistryError::UnknownContext(ctx))?;
+        table.shrink_to_fit();
+        Ok(())
+    }
+
     fn set_active(&self, ctx: ContextId, active: bool) -> Result<(), RegistryError> {
         let mut table = self.table.write();
         let entry = table

@@ -413,3 +413,15 @@ fn create_context_skips_ids_the_tool_registered() {
     let fresh = c.create_context();
     assert_eq!(fresh, ContextId(3));
 }
+
+#[test]
+fn removed_contexts_are_forgotten() {
+    let c = Contexts::new();
+    let ctx = c.create_context();
+    c.activate(ctx).unwrap();
+    assert!(c.contains(ctx));
+    c.remove_context(ctx).unwrap();
+    assert!(!c.contains(ctx));
+    assert!(!c.is_active(ctx));
+    assert!(c.remove_context(ctx).is_err());
+}

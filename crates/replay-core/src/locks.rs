@@ -35,6 +35,12 @@ pub struct Gates {
 }
 
 impl Gates {
+    /// Forgets every gate (shutdown only: no window may be running).
+    pub fn clear(&self) {
+        self.map.clear();
+        self.map.shrink_to_fit();
+    }
+
     /// The gate of `agent`.
     pub fn get(&self, agent: AgentId) -> Arc<AgentGate> {
         if let Some(g) = self.map.get(&agent) {

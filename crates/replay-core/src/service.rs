@@ -21,6 +21,8 @@ use crate::outcome::{OutcomeRecord, RunSummary};
 use crate::policy::Policy;
 use crate::types::{ContextId, Dispatch, KernelKey, SubmissionKind};
 
+static GLOBAL: OnceLock<Arc<ReplayService>> = OnceLock::new();
+
 /// Who owns the replay service.
 #[derive(Clone)]
 pub struct Registration {
@@ -109,21 +111,53 @@ impl ReplayService {
 
     /// The process-wide service: policy from the environment (a malformed variable is logged
     /// and the defaults are kept, so a typo never takes the application down), the wall clock,
-    /// and no context control until [`ReplayService::global_with`] installs one.
+    /// and no context control unless [`ReplayService::global_with`] or
+    /// [`ReplayService::global_with_clock`] created it first.
     pub fn global() -> &'static ReplayService {
         Self::global_with(|| Arc::new(NoContextControl))
     }
 
     /// The process-wide service, created on first use with the context control `make` builds.
     pub fn global_with(make: impl FnOnce() -> Arc<dyn ContextControl>) -> &'static ReplayService {
-        static GLOBAL: OnceLock<ReplayService> = OnceLock::new();
+        Self::global_slot(|| (make(), Arc::new(SystemClock::new()) as Arc<dyn Clock>))
+    }
+
+    /// The process-wide service as an `Arc` (for backends that hold it), created on first use
+    /// with the context control and clock `make` returns. Later calls return the same one.
+    pub fn global_with_clock(
+        make: impl FnOnce() -> (Arc<dyn ContextControl>, Arc<dyn Clock>),
+    ) -> Arc<ReplayService> {
+        Self::global_slot(make);
+        Arc::clone(GLOBAL.get().expect("initialised above"))
+    }
+
+    /// Whether the process-wide service exists yet.
+    pub fn global_exists() -> bool {
+        GLOBAL.get().is_some()
+    }
+
+    fn global_slot(
+        make: impl FnOnce() -> (Arc<dyn ContextControl>, Arc<dyn Clock>),
+    ) -> &'static ReplayService {
         GLOBAL.get_or_init(|| {
             let policy = Policy::from_env().unwrap_or_else(|e| {
                 log::error!("[kernel-replay] {e}; replay policy left at its defaults");
                 Policy::default()
             });
-            ReplayService::new(policy, Arc::new(SystemClock::new()), make())
+            let (contexts, clock) = make();
+            Arc::new(ReplayService::new(policy, clock, contexts))
         })
+    }
+
+    /// Drops the per-agent gates, the kernel memo and the warning sets, so an explicit shutdown
+    /// leaves nothing reachable. Only call it when no window can be running (after shutdown).
+    pub fn release_tables(&self) {
+        self.gates.clear();
+        self.memo.clear();
+        self.memo.shrink_to_fit();
+        let mut kinds = self.warned_kinds.lock();
+        kinds.clear();
+        kinds.shrink_to_fit();
     }
 
     /// Makes `context` the owner (SPEC §3). A second call fails, even after the owner stopped.
