@@ -457,19 +457,28 @@ impl GpuShared {
     pub(crate) fn run_copies(&self, agent: &AgentShared, ops: &[CopyOp]) -> Result<(), String> {
         let mut secs = 0.0;
         for (i, op) in ops.iter().enumerate() {
-            let data = self
-                .loc_read(agent, op.src, op.len)
-                .and_then(|d| self.loc_write(agent, op.dst, &d))
-                .map_err(|e| {
-                    format!(
-                        "copy {} of {}: {:?} -> {:?} ({} bytes): {e}",
-                        i + 1,
-                        ops.len(),
-                        op.src,
-                        op.dst,
-                        op.len
-                    )
-                });
+            // In bounded slices: a whole-region staging buffer would cost a fresh allocation
+            // (and its page faults) as large as the region.
+            const SLICE: u64 = 4 << 20;
+            let mut copied = Ok(());
+            let mut off = 0;
+            while off < op.len && copied.is_ok() {
+                let n = SLICE.min(op.len - off);
+                copied = self
+                    .loc_read(agent, offset_loc(op.src, off), n)
+                    .and_then(|d| self.loc_write(agent, offset_loc(op.dst, off), &d));
+                off += n;
+            }
+            let data = copied.map_err(|e| {
+                format!(
+                    "copy {} of {}: {:?} -> {:?} ({} bytes): {e}",
+                    i + 1,
+                    ops.len(),
+                    op.src,
+                    op.dst,
+                    op.len
+                )
+            });
             data?;
             secs += self
                 .modelled_copy_seconds(agent, op.src, op.len)
@@ -613,6 +622,17 @@ impl SimMemory {
             self.gpu.clock.now(),
             abandoned,
         );
+    }
+}
+
+/// `loc` moved `off` bytes on.
+fn offset_loc(loc: MemLoc, off: u64) -> MemLoc {
+    match loc {
+        MemLoc::Device { addr } => MemLoc::Device { addr: addr + off },
+        MemLoc::Backing { id, offset } => MemLoc::Backing {
+            id,
+            offset: offset + off,
+        },
     }
 }
 
