@@ -19,7 +19,12 @@
 //!   truncates (after). Only a failed restore between passes aborts.
 //! - Reasons beyond SPEC §8's list: `submit_failed` (the backend refused a pass) and
 //!   `scope_check_failed` (the after-pass check could not be made); both end safely.
-//! - A pass that stalls gets no PASS EXIT; CONFIG EXIT reports `pass_drain_stuck`.
+//! - A pass that stalls gets no PASS EXIT; CONFIG EXIT reports `pass_drain_stuck`. The kernel
+//!   is then remembered, and its later dispatches are declined with that same reason (the
+//!   record names why it is not replayed) until its code object is unloaded.
+//! - Submissions a runtime forwards from a thread of its own never block on an agent's lock:
+//!   inside a window they come back `deferred` for the backend to resubmit in order
+//!   ([`types::Origin`]).
 
 #![forbid(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]

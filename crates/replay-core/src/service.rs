@@ -60,6 +60,26 @@ pub type OutcomeSink = Arc<dyn Fn(&OutcomeRecord) + Send + Sync>;
 pub struct DispatchReport {
     /// The outcome record, for candidates and tool work; `None` for ordinary submissions.
     pub record: Option<OutcomeRecord>,
+    /// Not submitted: a forwarded submission found the agent inside a replay window. The
+    /// backend resubmits it later, keeping its queue order (SPEC §9.1: a runtime thread never
+    /// blocks on a window).
+    pub deferred: bool,
+}
+
+impl DispatchReport {
+    pub(crate) fn done(record: Option<OutcomeRecord>) -> Self {
+        Self {
+            record,
+            deferred: false,
+        }
+    }
+
+    pub(crate) fn deferred() -> Self {
+        Self {
+            record: None,
+            deferred: true,
+        }
+    }
 }
 
 /// The process's replay service.

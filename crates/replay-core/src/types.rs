@@ -130,16 +130,34 @@ impl SubmissionKind {
     }
 }
 
-/// The thread a submission arrived on. A runtime may forward submissions to a thread of its own
-/// (SPEC §9.1); there tool work is recognised by the per-agent marker, not by a thread-local.
+/// The thread a submission arrived on, and what the backend knows of where it came from.
+///
+/// A runtime may forward submissions to a thread of its own (SPEC §9.1). There a thread-local
+/// cannot tell tool work (launched from inside a tool callback) from the application's work:
+/// a backend that knows says so ([`Origin::ForwardedToolWork`],
+/// [`Origin::ForwardedApplication`]); one that does not ([`Origin::RuntimeThread`]) leaves it
+/// to the per-agent marker, which treats anything forwarded while a callback of a window on
+/// that agent runs as tool work. A forwarded submission never blocks on an agent's lock: when a
+/// window holds it, the service answers `deferred` and the backend resubmits later, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Origin {
     /// The thread that submitted (rang the doorbell, called launch).
     #[default]
     SubmittingThread,
-    /// A runtime thread that forwards submissions made elsewhere.
+    /// A runtime thread, provenance unknown.
     RuntimeThread,
+    /// A runtime thread; a tool callback launched it.
+    ForwardedToolWork,
+    /// A runtime thread; the application launched it.
+    ForwardedApplication,
+}
+
+impl Origin {
+    /// Whether a runtime thread delivered it (it must not block on an agent's lock).
+    pub const fn is_forwarded(self) -> bool {
+        !matches!(self, Self::SubmittingThread)
+    }
 }
 
 /// One submission as the backend hands it to the core.

@@ -34,13 +34,18 @@ pub(crate) fn submit(
     // Fast path: one relaxed load when the service is off.
     if !svc.active.load(Ordering::Relaxed) {
         agent.submit_ordinary(&dispatch)?;
-        return Ok(DispatchReport { record: None });
+        return Ok(DispatchReport::done(None));
     }
     let gate = svc.gates.get(agent.id());
 
     // Step 3 first for every submission: tool work skips the lock so nothing deadlocks.
-    let forwarded_tool_work = dispatch.origin == Origin::RuntimeThread && gate.in_callback();
-    if thread_in_callback() || forwarded_tool_work {
+    let tool_work = thread_in_callback()
+        || match dispatch.origin {
+            Origin::ForwardedToolWork => true,
+            Origin::RuntimeThread => gate.in_callback(),
+            Origin::SubmittingThread | Origin::ForwardedApplication => false,
+        };
+    if tool_work {
         dispatch.info.dispatch_id = reserve(svc);
         let mut rec = OutcomeRecord::new(
             dispatch.info.dispatch_id,
@@ -53,7 +58,7 @@ pub(crate) fn submit(
         rec.executed_passes = 1;
         agent.submit_ordinary(&dispatch)?;
         svc.emit(&rec, 0.0, 0);
-        return Ok(DispatchReport { record: Some(rec) });
+        return Ok(DispatchReport::done(Some(rec)));
     }
 
     // Step 1: the gate.
@@ -73,10 +78,25 @@ pub(crate) fn submit(
         return ordinary(&gate, agent, &dispatch);
     };
     let policy = svc.policy();
+    // A forwarded candidate takes the writer lock now, without waiting, so the runtime thread
+    // never blocks behind a window (it then holds the lock through CONFIG as well).
+    let early = if dispatch.origin.is_forwarded() {
+        match gate.lock.try_write() {
+            Some(g) => Some(g),
+            None => return Ok(DispatchReport::deferred()),
+        }
+    } else {
+        None
+    };
     // The dispatch id is reserved before CONFIG (and before the filter's range check).
     dispatch.info.dispatch_id = reserve(svc);
     if !policy.filter.admit(&dispatch.info, &svc.filter_state) {
-        return ordinary(&gate, agent, &dispatch);
+        return match early {
+            Some(_held) => agent
+                .submit_ordinary(&dispatch)
+                .map(|()| DispatchReport::done(None)),
+            None => ordinary(&gate, agent, &dispatch),
+        };
     }
 
     let mut w = Window {
@@ -94,26 +114,35 @@ pub(crate) fn submit(
             &dispatch.info.kernel_name,
         ),
         started: svc.clock.now(),
+        early: early.is_some(),
     };
     w.record.scope = policy.scope;
     w.record.restore = policy.restore;
-    let rec = w.run()?;
-    Ok(DispatchReport { record: Some(rec) })
+    let rec = w.run(early)?;
+    Ok(DispatchReport::done(Some(rec)))
 }
 
 fn reserve(svc: &ReplayService) -> DispatchId {
     DispatchId(svc.next_dispatch.fetch_add(1, Ordering::Relaxed))
 }
 
-/// An ordinary submission: the reader lock across the submission only.
+/// An ordinary submission: the reader lock across the submission only. A forwarded one never
+/// waits for it: inside a window it is deferred.
 fn ordinary(
     gate: &AgentGate,
     agent: &dyn Agent,
     dispatch: &Dispatch,
 ) -> Result<DispatchReport, BackendError> {
-    let _reader = gate.lock.read();
+    let _reader = if dispatch.origin.is_forwarded() {
+        match gate.lock.try_read() {
+            Some(r) => r,
+            None => return Ok(DispatchReport::deferred()),
+        }
+    } else {
+        gate.lock.read()
+    };
     agent.submit_ordinary(dispatch)?;
-    Ok(DispatchReport { record: None })
+    Ok(DispatchReport::done(None))
 }
 
 /// Brackets a pass loop for the context layer (SPEC §5).
@@ -156,6 +185,9 @@ struct Window<'a> {
     seq: UserData,
     record: OutcomeRecord,
     started: std::time::Duration,
+    /// The writer lock was taken before CONFIG (a forwarded submission); the read-locked
+    /// paths must not lock again.
+    early: bool,
 }
 
 impl Window<'_> {
@@ -221,7 +253,10 @@ impl Window<'_> {
         }
     }
 
-    fn run(&mut self) -> Result<OutcomeRecord, BackendError> {
+    fn run(
+        &mut self,
+        early: Option<parking_lot::RwLockWriteGuard<'_, ()>>,
+    ) -> Result<OutcomeRecord, BackendError> {
         // Step 2: CONFIG ENTER, then the pass-count callback, then the plan.
         let mut seq: UserData = 0;
         let (pass_count_fn, continue_fn, entered) = {
@@ -267,7 +302,10 @@ impl Window<'_> {
 
         // Step 4: the writer lock, for the whole window.
         let gate = self.gate;
-        let _writer = gate.lock.write();
+        let _writer = match early {
+            Some(g) => g,
+            None => gate.lock.write(),
+        };
         let locked_at = self.svc.clock.now();
 
         // Remembered kernels.
@@ -637,12 +675,15 @@ impl Window<'_> {
         self.record.reason = Reason::None;
         self.record.executed_passes = 1;
         self.config_exit();
-        {
-            let _reader = self.gate.lock.read();
-            self.agent.submit_ordinary(self.dispatch)?;
-        }
+        self.submit_ordinary_read_locked()?;
         self.svc.emit(&self.record, 0.0, 0);
         Ok(self.record.clone())
+    }
+
+    /// The ordinary run under the reader lock, or under the writer lock already held.
+    fn submit_ordinary_read_locked(&self) -> Result<(), BackendError> {
+        let _reader = (!self.early).then(|| self.gate.lock.read());
+        self.agent.submit_ordinary(self.dispatch)
     }
 
     /// A decline before the lock was taken (a CONFIG-time callback failure).
@@ -651,10 +692,7 @@ impl Window<'_> {
         self.record.reason = reason;
         self.record.executed_passes = 1;
         self.config_exit();
-        {
-            let _reader = self.gate.lock.read();
-            self.agent.submit_ordinary(self.dispatch)?;
-        }
+        self.submit_ordinary_read_locked()?;
         self.svc.emit(&self.record, 0.0, 0);
         Ok(self.record.clone())
     }

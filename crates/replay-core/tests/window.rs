@@ -1167,6 +1167,8 @@ fn pass_exit_may_replace_the_continue_callback_for_its_pass_only() {
 }
 
 type Backend = Arc<Mutex<Option<(Arc<MockAgent>, Arc<MockMemory>)>>>;
+/// (kernel, deferred, reason) per forwarded submission.
+type Log3 = Arc<Mutex<Vec<(String, bool, Option<Reason>)>>>;
 
 #[test]
 fn tool_work_from_a_callback_runs_once_without_the_lock() {
@@ -1389,4 +1391,88 @@ mod user_data {
             prop_assert_eq!(rec.outcome, Outcome::Replayed);
         }
     }
+}
+
+#[test]
+fn forwarded_submissions_never_block_on_a_window() {
+    // While a window holds the agent, a forwarded application dispatch (ordinary or candidate)
+    // is deferred, not submitted and not blocked; forwarded tool work runs at once.
+    let seen: Log3 = Arc::default();
+    let backend: Backend = Arc::default();
+    let (b2, s2) = (backend.clone(), seen.clone());
+    let h = Harness::custom(policy(), move |weak, _| {
+        Arc::new(
+            move |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData| {
+                if (op, ph) == (Operation::Config, Phase::Enter)
+                    && &*p.dispatch_info.kernel_name == "k"
+                {
+                    p.replay_pass_count = Some(Arc::new(|_, _| 2));
+                }
+                if (op, ph) == (Operation::Pass, Phase::Enter) && p.current_pass == 0 {
+                    let svc = weak.upgrade().unwrap();
+                    let Some((a, m)) = b2.lock().clone() else {
+                        return;
+                    };
+                    let s3 = s2.clone();
+                    std::thread::spawn(move || {
+                        for (name, kind, origin) in [
+                            ("copy", SubmissionKind::Copy, Origin::ForwardedApplication),
+                            (
+                                "cand",
+                                SubmissionKind::KernelDispatch,
+                                Origin::ForwardedApplication,
+                            ),
+                            (
+                                "tool",
+                                SubmissionKind::KernelDispatch,
+                                Origin::ForwardedToolWork,
+                            ),
+                        ] {
+                            let mut d = dispatch(name);
+                            d.kind = kind;
+                            d.origin = origin;
+                            let r = svc.submit(&*a, &*m, d).unwrap();
+                            s3.lock().push((
+                                name.to_string(),
+                                r.deferred,
+                                r.record.map(|r| r.reason),
+                            ));
+                        }
+                    })
+                    .join()
+                    .unwrap();
+                }
+            },
+        )
+    });
+    let a = Arc::new(agent(&h));
+    let m = Arc::new(memory(&h, plan_of(10), Some(snap(&h.log, 10))));
+    *backend.lock() = Some((a.clone(), m.clone()));
+    let rec = h
+        .svc
+        .submit(&*a, &*m, dispatch("k"))
+        .unwrap()
+        .record
+        .unwrap();
+    *backend.lock() = None;
+    assert_eq!(rec.outcome, Outcome::Replayed);
+    assert_eq!(
+        *seen.lock(),
+        vec![
+            ("copy".to_string(), true, None),
+            ("cand".to_string(), true, None),
+            ("tool".to_string(), false, Some(Reason::ReentrantDispatch)),
+        ]
+    );
+    // Only the tool work ran inside the window.
+    assert_eq!(h.log().iter().filter(|e| *e == "ordinary").count(), 1);
+    // Once the window is over, a forwarded candidate runs its own window.
+    let mut d = dispatch("k");
+    d.origin = Origin::ForwardedApplication;
+    let r = h
+        .svc
+        .submit(&*a, &memory(&h, plan_of(10), Some(snap(&h.log, 10))), d)
+        .unwrap();
+    assert!(!r.deferred);
+    assert_eq!(r.record.unwrap().outcome, Outcome::Replayed);
 }

@@ -55,9 +55,10 @@ pub enum Fault {
         /// Pass index.
         pass: u32,
     },
-    /// The first copy batch back to application memory (backing → device) fails. Restores are
-    /// the only such copies, so this hits the restore after the first pass: the window aborts
-    /// the process (SPEC §6) — test it in a child process.
+    /// A copy batch back to application memory (backing → device) fails. Restores are the
+    /// only such copies. The memory layer retries a failed batch region by region, so with
+    /// [`FaultMode::Once`] the retry succeeds; with [`FaultMode::Always`] the restore fails and
+    /// the window aborts the process (SPEC §6) — test that in a child process.
     RestoreFail,
     /// The next digest batch fails (scope check → truncated `scope_check_failed`; a `dirty`
     /// restore → abort).

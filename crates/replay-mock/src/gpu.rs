@@ -28,6 +28,11 @@ use crate::memory::{
 use crate::queue::{run_lane, Hold, Lane, LaneKind, Progress, Signal, WorkerState};
 use crate::tracker::ModuleTable;
 
+thread_local! {
+    /// Set on the simulator's worker threads.
+    static IS_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// How the simulator behaves.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -473,7 +478,10 @@ impl GpuShared {
         };
         let h = std::thread::Builder::new()
             .name(name)
-            .spawn(move || run_lane(g, a, l))
+            .spawn(move || {
+                IS_WORKER.with(|w| w.set(true));
+                run_lane(g, a, l)
+            })
             .expect("spawn a simulator worker thread");
         self.threads.lock().push(h);
     }
@@ -743,10 +751,15 @@ impl SimGpu {
                 l.shut_down();
             }
         }
-        let me = std::thread::current().id();
+        // Only a worker can be joining itself; asking other threads for their id would allocate
+        // a handle, never freed, on threads Rust did not start (a C tool's main thread).
+        let me = IS_WORKER
+            .try_with(std::cell::Cell::get)
+            .unwrap_or(false)
+            .then(|| std::thread::current().id());
         let threads: Vec<_> = sh.threads.lock().drain(..).collect();
         for t in threads {
-            if t.thread().id() != me {
+            if Some(t.thread().id()) != me {
                 let _ = t.join();
             }
         }

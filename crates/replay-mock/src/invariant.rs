@@ -22,10 +22,11 @@
 //! too; such tests should not expect [`Invariants::check`] to pass unless they also end it
 //! (with `signal_completion` or `submit_ordinary` from the same thread).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::ThreadId;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -211,9 +212,26 @@ pub struct InvariantStats {
     pub completions_tracked: u64,
 }
 
+/// A number unique to the calling thread for the life of the process (0 only during thread
+/// teardown). Used instead of `std::thread::current().id()`, which allocates a handle for a
+/// thread Rust did not start (a C or C++ tool's main thread) that is never freed.
+fn thread_key() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static KEY: Cell<u64> = const { Cell::new(0) };
+    }
+    KEY.try_with(|k| {
+        if k.get() == 0 {
+            k.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        k.get()
+    })
+    .unwrap_or(0)
+}
+
 #[derive(Debug)]
 struct Window {
-    thread: ThreadId,
+    thread: u64,
     exclusive: bool,
 }
 
@@ -252,7 +270,7 @@ impl fmt::Debug for Invariants {
 
 impl Invariants {
     pub(crate) fn drain_begun(&self, agent: AgentId) {
-        let me = std::thread::current().id();
+        let me = thread_key();
         let mut i = self.inner.lock();
         match i.windows.get(&agent) {
             Some(w) if w.thread == me => {}
@@ -278,7 +296,7 @@ impl Invariants {
 
     /// Whether the calling thread runs the window open on `agent`.
     pub(crate) fn is_window_thread(&self, agent: AgentId) -> bool {
-        let me = std::thread::current().id();
+        let me = thread_key();
         self.inner
             .lock()
             .windows

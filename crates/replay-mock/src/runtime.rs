@@ -692,19 +692,42 @@ impl SimRuntime {
         service: Option<&ReplayService>,
         dispatch: Dispatch,
     ) -> Result<Option<OutcomeRecord>, BackendError> {
+        match Self::try_submit(gpu, agent, engine, service, dispatch) {
+            Ok(Some(r)) => Ok(r),
+            // Only forwarded submissions are deferred, and those go through the runtime thread.
+            Ok(None) => Err(BackendError::new(
+                replay_core::BackendErrorKind::InvalidArgument,
+                replay_core::Agent::id(agent),
+                "submit",
+                "a submission from the submitting thread was deferred",
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Submits through the service; `Ok(None)` when the service deferred it (a forwarded
+    /// submission while a window holds the agent): the caller resubmits it later.
+    fn try_submit(
+        gpu: &GpuShared,
+        agent: &SimAgent,
+        engine: &MemoryEngine,
+        service: Option<&ReplayService>,
+        dispatch: Dispatch,
+    ) -> Result<Option<Option<OutcomeRecord>>, BackendError> {
         use replay_core::Agent as _;
         let handle = dispatch.handle;
         let r = match service {
-            Some(s) => s
-                .submit(agent, engine, dispatch)
-                .map(|DispatchReport { record }| record),
+            Some(s) => match s.submit(agent, engine, dispatch)? {
+                DispatchReport { deferred: true, .. } => return Ok(None),
+                DispatchReport { record, .. } => Ok(record),
+            },
             None => agent.submit_ordinary(&dispatch).map(|()| None),
         };
         gpu.pending.lock().remove(&handle);
         if r.is_err() {
             gpu.invariants.untrack_completion(handle);
         }
-        r
+        r.map(Some)
     }
 
     fn launch(
@@ -790,13 +813,15 @@ impl SimRuntime {
         args: &[u8],
         grid: Dim3,
     ) -> Result<Completion, SimError> {
-        let (dispatch, completion) = self.prepare(
-            queue,
-            Payload::Kernel(kernel.clone()),
-            args,
-            grid,
-            Origin::RuntimeThread,
-        )?;
+        // The simulated runtime knows whether a tool callback launched it, as a runtime that
+        // tags packets written from callback threads would.
+        let origin = if replay_core::locks::thread_in_callback() {
+            Origin::ForwardedToolWork
+        } else {
+            Origin::ForwardedApplication
+        };
+        let (dispatch, completion) =
+            self.prepare(queue, Payload::Kernel(kernel.clone()), args, grid, origin)?;
         let fwd = Forward {
             agent: self.agent(queue.agent),
             engine: self.engine(queue.agent),
@@ -811,16 +836,58 @@ impl SimRuntime {
             let thread = std::thread::Builder::new()
                 .name("sim-runtime".into())
                 .spawn(move || {
-                    for w in rx {
-                        let r = Self::submit_now(
-                            &gpu,
-                            &w.agent,
-                            &w.engine,
-                            w.service.as_deref(),
-                            w.dispatch,
-                        );
-                        let _ = w.report.set(r);
-                        gpu.progress.notify();
+                    // Like the HSA runtime's async thread, it never blocks on a replay window:
+                    // a deferred launch waits here, in order, while later work (tool work
+                    // launched from that window's callbacks among it) goes on.
+                    let mut deferred: std::collections::VecDeque<Forward> = Default::default();
+                    loop {
+                        let next = if deferred.is_empty() {
+                            match rx.recv() {
+                                Ok(w) => Some(w),
+                                Err(_) => break,
+                            }
+                        } else {
+                            match rx.recv_timeout(Duration::from_micros(200)) {
+                                Ok(w) => Some(w),
+                                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+                                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,
+                            }
+                        };
+                        let mut work: Vec<Forward> = Vec::new();
+                        // Retry the oldest deferred launches first, keeping their order.
+                        work.extend(deferred.drain(..));
+                        work.extend(next);
+                        for w in work {
+                            let blocked_queue = deferred.iter().any(|d| {
+                                d.dispatch.info.queue == w.dispatch.info.queue
+                                    && d.dispatch.info.agent == w.dispatch.info.agent
+                            });
+                            if blocked_queue && w.dispatch.origin != Origin::ForwardedToolWork {
+                                // Keep queue order behind an earlier deferred launch.
+                                deferred.push_back(w);
+                                continue;
+                            }
+                            match Self::try_submit(
+                                &gpu,
+                                &w.agent,
+                                &w.engine,
+                                w.service.as_deref(),
+                                w.dispatch.clone(),
+                            ) {
+                                Ok(None) => deferred.push_back(w),
+                                Ok(Some(r)) => {
+                                    let _ = w.report.set(Ok(r));
+                                    gpu.progress.notify();
+                                }
+                                Err(e) => {
+                                    let _ = w.report.set(Err(e));
+                                    gpu.progress.notify();
+                                }
+                            }
+                        }
+                        if deferred.is_empty() && gpu.is_shut_down() {
+                            break;
+                        }
                     }
                 })
                 .expect("spawn the simulated runtime thread");
