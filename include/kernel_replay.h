@@ -27,7 +27,10 @@
  * - Callbacks must not let C++ exceptions escape (that terminates the process).
  * - After kreplay_shutdown(), every function that touches library state returns
  *   KREPLAY_STATUS_SHUT_DOWN. The pure functions (kreplay_status_string, kreplay_last_error,
- *   kreplay_version, kreplay_version_string, kreplay_abi_table, kreplay_abi_layout) keep working.
+ *   kreplay_version, kreplay_version_string, kreplay_abi_table, kreplay_abi_layout,
+ *   kreplay_sim_counter_group_name) keep working.
+ * - The simulated GPU (kreplay_sim_*, at the end of this header) lets a tool be tested without
+ *   a GPU: its dispatches go through the same replay service and reach the same callbacks.
  *
  * The contract behind the operations, phases and payload is SPEC section 3 of kernel-replay.
  */
@@ -96,7 +99,14 @@ enum kreplay_status {
     /** The caller's buffer is too small; `*required` holds the size needed. */
     KREPLAY_STATUS_BUFFER_TOO_SMALL = 15,
     /** The thing to create exists already (a participant of that name on the context). */
-    KREPLAY_STATUS_ALREADY_EXISTS = 16
+    KREPLAY_STATUS_ALREADY_EXISTS = 16,
+    /** The simulated device reported an error: a kernel's memory fault or trap, a refused
+     *  launch, a simulator shut down under the call. */
+    KREPLAY_STATUS_DEVICE_ERROR = 17,
+    /** The simulated device (or one of its pools) is out of memory. */
+    KREPLAY_STATUS_OUT_OF_MEMORY = 18,
+    /** Nothing of that name or id exists (a module variable, a counter sample). */
+    KREPLAY_STATUS_NOT_FOUND = 19
 };
 
 /**
@@ -647,6 +657,422 @@ kreplay_status_t kreplay_summary_json(char* buffer, size_t buffer_size, size_t* 
 kreplay_status_t kreplay_shutdown(void);
 
 /* ----------------------------------------------------------------------------------------- */
+/* The simulated GPU                                                                          */
+/* ----------------------------------------------------------------------------------------- */
+/*
+ * A simulated runtime ("simulator") with N agents: host-backed device memory of every class of
+ * SPEC 7.1, queues and a copy engine with worker threads, built-in kernels, code objects with
+ * variables, simulated counters, fault injection. Every kreplay_sim_dispatch() goes through the
+ * one replay service of the process on the calling thread, exactly as an intercepted launch on
+ * a GPU does: the tool configured with kreplay_configure_replay() gets its CONFIG and PASS
+ * callbacks there, and the replay window restores memory between passes.
+ *
+ * - The simulator runs on the wall clock, the same clock the replay service measures on, so
+ *   the policy's timeouts (KREPLAY_PASS_TIMEOUT, ...) are real time.
+ * - Addresses are simulated device addresses (64-bit values, not host pointers); move bytes
+ *   with kreplay_sim_write() / kreplay_sim_read(). Agent `a` allocates in its own address
+ *   range, so two simulators that make the same allocations in the same order get the same
+ *   addresses (and comparable digests).
+ * - Handles (kreplay_sim_t, kreplay_sim_kernel_t, kreplay_sim_module_t,
+ *   kreplay_sim_dispatch_t) are checked like context handles; a handle of one type passed as
+ *   another is INVALID_HANDLE. Destroying a simulator invalidates its kernels, modules and
+ *   dispatches.
+ * - kreplay_shutdown() shuts every simulator left down and joins its worker threads.
+ * - These functions may be called from inside replay callbacks (a kernel launched there is
+ *   tool work: it runs once, unreplayed), except kreplay_sim_destroy().
+ */
+
+/** A simulated runtime. 0 is never a valid handle. */
+typedef struct kreplay_sim_t {
+    uint64_t handle;
+} kreplay_sim_t;
+
+/** A kernel of a simulator (a built-in, or a module's instance of one). */
+typedef struct kreplay_sim_kernel_t {
+    uint64_t handle;
+} kreplay_sim_kernel_t;
+
+/** A code object loaded on one agent of a simulator. */
+typedef struct kreplay_sim_module_t {
+    uint64_t handle;
+} kreplay_sim_module_t;
+
+/** A launched dispatch, until kreplay_sim_wait() releases it. */
+typedef struct kreplay_sim_dispatch_t {
+    uint64_t handle;
+} kreplay_sim_dispatch_t;
+
+/** kreplay_sim_memory: the memory class of a simulated allocation (SPEC 7.1). Module
+ *  variables (MODULE_VARIABLE) and constants (READ_ONLY) come from kreplay_sim_module_load. */
+typedef uint32_t kreplay_sim_memory_t;
+enum kreplay_sim_memory {
+    /** Coarse-grained device memory: tracked, captured, restored. */
+    KREPLAY_SIM_MEMORY_DEVICE_COARSE = 0,
+    /** Fine-grained device memory (host-coherent). */
+    KREPLAY_SIM_MEMORY_FINE_GRAINED = 1,
+    /** Managed (unified) memory. */
+    KREPLAY_SIM_MEMORY_MANAGED = 2,
+    /** Pinned host memory, counted against the agent's pinned capacity. */
+    KREPLAY_SIM_MEMORY_PINNED_HOST = 3,
+    /** Device memory imported from another process: never captured. */
+    KREPLAY_SIM_MEMORY_IPC_IMPORTED = 4,
+    /** Memory owned by a peer agent, as this agent's tracker sees it. */
+    KREPLAY_SIM_MEMORY_PEER = 5,
+    /** A virtual-memory mapping (stream-ordered allocator, mapped handle): untracked for
+     *  replay; a dispatch that may touch it is declined (untracked_memory) under scope all. */
+    KREPLAY_SIM_MEMORY_VIRTUAL_MAPPING = 6,
+    /** Kernel-argument memory: excluded from snapshots. */
+    KREPLAY_SIM_MEMORY_KERNARG = 7,
+    /** Device memory marked as the tool's own: excluded from snapshots. */
+    KREPLAY_SIM_MEMORY_TOOL_OWNED = 8,
+    /** Device memory the backend never hears of (an unwrapped allocation path): replay
+     *  cannot restore it. */
+    KREPLAY_SIM_MEMORY_UNTRACKED = 9
+};
+
+/** kreplay_sim_counter_group: the simulated counter groups. Like a real counter block, an
+ *  execution collects the one group selected on its agent when it was submitted, so a tool
+ *  needs one pass per group. */
+typedef uint32_t kreplay_sim_counter_group_t;
+enum kreplay_sim_counter_group {
+    /** Work-items launched (the grid size). */
+    KREPLAY_SIM_COUNTER_WORK_ITEMS = 0,
+    /** Bytes the kernel loaded. */
+    KREPLAY_SIM_COUNTER_BYTES_READ = 1,
+    /** Bytes the kernel stored. */
+    KREPLAY_SIM_COUNTER_BYTES_WRITTEN = 2,
+    /** Modelled instructions (memory accesses plus per-element work). */
+    KREPLAY_SIM_COUNTER_INSTRUCTIONS = 3,
+    /** Number of groups. */
+    KREPLAY_SIM_COUNTER_GROUP_COUNT = 4,
+    /** No group: clears the selection; in a sample, nothing was collected. */
+    KREPLAY_SIM_COUNTER_NONE = 4
+};
+
+/** `pass` argument of kreplay_sim_counter_read(): the latest execution of the dispatch. */
+#define KREPLAY_SIM_LAST_EXECUTION 0xFFFFFFFFu
+/** `pass` field of a sample taken from the ordinary (unreplayed) run of a dispatch. */
+#define KREPLAY_SIM_ORDINARY_RUN 0xFFFFFFFFu
+
+/** kreplay_sim_fault_kind: faults the simulator injects; the comment says what the replay
+ *  window makes of each (SPEC 8 reasons). */
+typedef uint32_t kreplay_sim_fault_kind_t;
+enum kreplay_sim_fault_kind {
+    /** Backing memory cannot be allocated in any tier: declined snapshot_failed. */
+    KREPLAY_SIM_FAULT_SNAPSHOT_OOM = 0,
+    /** Backing memory cannot be allocated in `tier` (the others still work). */
+    KREPLAY_SIM_FAULT_TIER_OOM = 1,
+    /** The first copy batch of a capture fails: declined snapshot_failed. */
+    KREPLAY_SIM_FAULT_CAPTURE_COPY_FAIL = 2,
+    /** The first copy batch of a capture stalls: declined snapshot_failed. */
+    KREPLAY_SIM_FAULT_CAPTURE_COPY_STUCK = 3,
+    /** The next queue drain does not complete in time: declined queue_drain_stuck. */
+    KREPLAY_SIM_FAULT_QUEUE_DRAIN_STUCK = 4,
+    /** The next agent drain does not complete in time: declined agent_drain_stuck. */
+    KREPLAY_SIM_FAULT_AGENT_DRAIN_STUCK = 5,
+    /** The next copy fence does not complete in time: declined copy_fence_stuck. */
+    KREPLAY_SIM_FAULT_COPY_FENCE_STUCK = 6,
+    /** Pass `pass` exceeds the pass timeout: truncated pass_drain_stuck. */
+    KREPLAY_SIM_FAULT_PASS_STUCK = 7,
+    /** Pass `pass` is refused: declined (pass 0) or truncated submit_failed. */
+    KREPLAY_SIM_FAULT_PASS_SUBMIT_FAIL = 8,
+    /** The first restore copy fails: the replay window aborts the process (SPEC 6). */
+    KREPLAY_SIM_FAULT_RESTORE_FAIL = 9,
+    /** The next digest batch fails: truncated scope_check_failed (aborts under restore
+     *  dirty). */
+    KREPLAY_SIM_FAULT_DIGEST_FAIL = 10,
+    /** The module-variable enumeration is incomplete: declined untracked_memory. */
+    KREPLAY_SIM_FAULT_INCOMPLETE_MODULE_ENUMERATION = 11,
+    /** During pass `pass`, the allocation at `address` is freed: the next restore skips it. */
+    KREPLAY_SIM_FAULT_FREE_DURING_PASS = 12,
+    /** During pass `pass`, the allocation at `address` is freed and made again. */
+    KREPLAY_SIM_FAULT_REALLOC_DURING_PASS = 13,
+    /** The ordinary submission is refused: kreplay_sim_dispatch() returns DEVICE_ERROR. */
+    KREPLAY_SIM_FAULT_ORDINARY_SUBMIT_FAIL = 14
+};
+
+/** kreplay_sim_fault_mode: how often an injected fault fires. */
+typedef uint32_t kreplay_sim_fault_mode_t;
+enum kreplay_sim_fault_mode {
+    /** At its next occasion only. */
+    KREPLAY_SIM_FAULT_ONCE = 0,
+    /** At every occasion, until kreplay_sim_fault_clear(). */
+    KREPLAY_SIM_FAULT_ALWAYS = 1
+};
+
+/** kreplay_sim_tier: a snapshot tier (SPEC 7.3), for KREPLAY_SIM_FAULT_TIER_OOM. */
+typedef uint32_t kreplay_sim_tier_t;
+enum kreplay_sim_tier {
+    KREPLAY_SIM_TIER_DEVICE = 0,
+    KREPLAY_SIM_TIER_PINNED_HOST = 1,
+    KREPLAY_SIM_TIER_PAGEABLE_HOST = 2
+};
+
+/** A fault to inject. Zero-fill it, set `size` and `kind`, and the fields the kind uses. */
+typedef struct kreplay_sim_fault_t {
+    /** Set by the caller to sizeof(kreplay_sim_fault_t). */
+    uint64_t size;
+    /** A kreplay_sim_fault_kind value. */
+    kreplay_sim_fault_kind_t kind;
+    /** A kreplay_sim_fault_mode value. */
+    kreplay_sim_fault_mode_t mode;
+    /** The 0-based pass, for PASS_STUCK, PASS_SUBMIT_FAIL, FREE_ / REALLOC_DURING_PASS. */
+    uint32_t pass;
+    /** A kreplay_sim_tier value, for TIER_OOM. */
+    kreplay_sim_tier_t tier;
+    /** Base of an allocation, for FREE_ / REALLOC_DURING_PASS (non-zero). */
+    uint64_t address;
+} kreplay_sim_fault_t;
+
+/** One variable of a code object (`__device__` / `__constant__` globals). */
+typedef struct kreplay_sim_variable_t {
+    /** NUL-terminated UTF-8 name, unique in the module. */
+    const char* name;
+    /** Size in bytes (1 to 2^30). */
+    uint64_t size;
+    /** `size` initial bytes, or NULL for zeros. Copied. */
+    const void* init;
+    /** 1 for a constant (kernels cannot store to it; snapshots skip it), else 0. */
+    uint32_t read_only;
+    /** 0. */
+    uint32_t reserved;
+} kreplay_sim_variable_t;
+
+/** A code object to load. */
+typedef struct kreplay_sim_module_desc_t {
+    /** Set by the caller to sizeof(kreplay_sim_module_desc_t). */
+    uint64_t size;
+    /** NUL-terminated UTF-8 name. */
+    const char* name;
+    /** `variable_count` variables (at most 4096; may be NULL when 0). */
+    const kreplay_sim_variable_t* variables;
+    uint64_t variable_count;
+    /** `kernel_count` built-in kernel names the module holds (see kreplay_sim_kernel_create;
+     *  at most 4096; may be NULL when 0). */
+    const char* const* kernels;
+    uint64_t kernel_count;
+} kreplay_sim_module_desc_t;
+
+/** What became of a dispatch, filled by kreplay_sim_wait(). */
+typedef struct kreplay_sim_result_t {
+    /** Set by the caller to sizeof(kreplay_sim_result_t). */
+    uint64_t size;
+    /** The dispatch id the library reserved; 0 without an outcome record (replay inactive,
+     *  or filtered out). */
+    uint64_t dispatch_id;
+    /** A kreplay_outcome_kind value; KREPLAY_OUTCOME_NONE without an outcome record. */
+    kreplay_outcome_kind_t outcome;
+    /** A kreplay_reason value. */
+    kreplay_reason_t reason;
+    /** Passes that ran (0 without an outcome record). */
+    uint32_t executed_passes;
+    /** How often the application's completion fired: 1, whatever replay did. */
+    uint32_t completions;
+} kreplay_sim_result_t;
+
+/** What one execution of a dispatch collected, filled by kreplay_sim_counter_read(). */
+typedef struct kreplay_sim_counter_sample_t {
+    /** Set by the caller to sizeof(kreplay_sim_counter_sample_t). */
+    uint64_t size;
+    uint64_t agent_id;
+    uint64_t dispatch_id;
+    /** The 0-based pass, or KREPLAY_SIM_ORDINARY_RUN for the ordinary run. */
+    uint32_t pass;
+    /** The group collected (a kreplay_sim_counter_group value), or KREPLAY_SIM_COUNTER_NONE. */
+    kreplay_sim_counter_group_t group;
+    /** Its value; 0 when nothing was collected. */
+    uint64_t value;
+    /** Modelled GPU time of the execution. */
+    double gpu_seconds;
+} kreplay_sim_counter_sample_t;
+
+/** A 128-bit digest of memory. */
+typedef struct kreplay_sim_digest_t {
+    uint64_t lo;
+    uint64_t hi;
+} kreplay_sim_digest_t;
+
+/**
+ * Creates a simulator with `agent_count` agents (1 to 16), numbered from 0, each with 2 queues
+ * (numbered from 0), 1 GiB of device memory, 256 MiB of pinned and 1 GiB of pageable host
+ * memory. Its dispatches go through the replay service. `*sim` receives its handle.
+ * Errors: NULL_POINTER, BAD_ARGUMENT (`agent_count`), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_create(uint32_t agent_count, kreplay_sim_t* sim);
+
+/**
+ * Destroys a simulator: its kernels, modules and dispatches become invalid, work still queued
+ * is dropped, and its worker threads are joined before this returns.
+ * Errors: INVALID_HANDLE, IN_CALLBACK, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_destroy(kreplay_sim_t sim);
+
+/**
+ * Waits until every queue and copy engine of the simulator completed what was submitted.
+ * Errors: INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_synchronize(kreplay_sim_t sim);
+
+/**
+ * Allocates `size` bytes (1 to 2^30) of class `memory` on `agent`; `*address` receives the
+ * simulated device address. Memory is zero-filled.
+ * Errors: NULL_POINTER, BAD_ENUM (`memory`), BAD_ARGUMENT (`size` 0, `agent` out of range),
+ * OUT_OF_MEMORY, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_alloc(kreplay_sim_t sim, uint32_t agent, uint64_t size,
+                                   kreplay_sim_memory_t memory, uint64_t* address);
+
+/**
+ * Frees an allocation made by kreplay_sim_alloc() (`address` is its base).
+ * Errors: BAD_ARGUMENT (not the base of a live allocation), INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_free(kreplay_sim_t sim, uint64_t address);
+
+/**
+ * Copies `size` bytes (at most 2^30) from `data` to simulated memory at `address`,
+ * synchronously (setup and checks; constants included). `data` may be NULL when `size` is 0.
+ * Errors: NULL_POINTER, BAD_ARGUMENT (unmapped or out-of-bounds range, size too large),
+ * INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_write(kreplay_sim_t sim, uint64_t address, const void* data,
+                                   size_t size);
+
+/**
+ * Copies `size` bytes (at most 2^30) of simulated memory at `address` to `data`,
+ * synchronously. `data` may be NULL when `size` is 0.
+ * Errors: NULL_POINTER, BAD_ARGUMENT, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_read(kreplay_sim_t sim, uint64_t address, void* data, size_t size);
+
+/**
+ * `*digest` receives a digest of all application memory of `agent`: every allocation made
+ * through the simulator (tracked or not) and every module variable, with its address and size;
+ * never kernel-argument, tool or backing memory. Equal memory at equal addresses gives equal
+ * digests, across simulators: compare a run with replay against one without.
+ * Errors: NULL_POINTER, BAD_ARGUMENT (`agent`), INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_digest(kreplay_sim_t sim, uint32_t agent,
+                                    kreplay_sim_digest_t* digest);
+
+/**
+ * A built-in kernel by name; `*kernel` receives its handle (valid until the simulator is
+ * destroyed). Argument blocks are 8-byte little-endian words, counts in elements:
+ *   "fill_u32"        (dst, count, value)   dst[i] = value                      (u32)
+ *   "axpy_rmw"        (x, y, count, a)      y[i] = a * x[i] + y[i]   (u32, wrapping;
+ *                                           a read-modify-write: replay needs the restore)
+ *   "increment_u64"   (ptr, delta)          *ptr += delta            (atomic u64; also on
+ *                                           module variables)
+ *   "reduce_sum_u32"  (src, count, out)     *out += sum of src[0..count)   (u64 total)
+ * A count above 2^26 elements traps; a bad address is a memory fault. Both complete the
+ * dispatch with an error that kreplay_sim_wait() reports as DEVICE_ERROR.
+ * Errors: NULL_POINTER, BAD_ARGUMENT (unknown name; kreplay_last_error() lists the names),
+ * INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_kernel_create(kreplay_sim_t sim, const char* name,
+                                           kreplay_sim_kernel_t* kernel);
+
+/**
+ * Loads a code object on `agent`: allocates its variables (class MODULE_VARIABLE, READ_ONLY
+ * for constants; found by the memory layer at snapshot time) and makes its kernels.
+ * `*module` receives its handle.
+ * Errors: NULL_POINTER, BAD_SIZE, BAD_ARGUMENT (agent, a variable of size 0 or too large,
+ * read_only not 0/1, reserved not 0, an unknown kernel name, counts above 4096, not UTF-8),
+ * ALREADY_EXISTS (a name listed twice), OUT_OF_MEMORY, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_module_load(kreplay_sim_t sim, uint32_t agent,
+                                         const kreplay_sim_module_desc_t* desc,
+                                         kreplay_sim_module_t* module);
+
+/**
+ * `*address` receives the device address of a module variable.
+ * Errors: NULL_POINTER, NOT_FOUND, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_module_variable(kreplay_sim_module_t module, const char* name,
+                                             uint64_t* address);
+
+/**
+ * `*kernel` receives a handle to a kernel of a module (it runs only on the module's agent).
+ * Errors: NULL_POINTER, NOT_FOUND, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_module_kernel(kreplay_sim_module_t module, const char* name,
+                                           kreplay_sim_kernel_t* kernel);
+
+/**
+ * Unloads a code object: its variables are freed, its kernel handles become invalid, and the
+ * replay service forgets what it learnt about its kernels.
+ * Errors: INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_module_unload(kreplay_sim_module_t module);
+
+/**
+ * Launches `kernel` on queue `queue` of `agent` over `grid` work-items (every dimension at
+ * least 1) with the argument block `args` (`args_size` bytes, at most 4096; copied). The
+ * launch goes through the replay service on this thread and returns after the replay window,
+ * if there was one (the tool's callbacks ran here); the kernel completes asynchronously.
+ * `*dispatch` receives a handle for kreplay_sim_wait(); pass NULL not to keep one.
+ * Errors: NULL_POINTER (`args` with a non-zero size), BAD_ARGUMENT (agent, queue, grid, size,
+ * a module kernel on another agent), INVALID_HANDLE (`sim`, `kernel`, or a kernel of another
+ * simulator), DEVICE_ERROR (the launch was refused), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_dispatch(kreplay_sim_t sim, uint32_t agent, uint32_t queue,
+                                      kreplay_sim_kernel_t kernel, const void* args,
+                                      size_t args_size, kreplay_dim3_t grid,
+                                      kreplay_sim_dispatch_t* dispatch);
+
+/**
+ * Waits until a dispatch completed and releases its handle (a second wait is
+ * INVALID_HANDLE). When `result` is not NULL (set `result->size` first) it receives what
+ * became of the dispatch, also when the kernel failed.
+ * Errors: BAD_SIZE (`result`; the handle is then kept), DEVICE_ERROR (the kernel faulted or
+ * trapped, or the simulator was destroyed meanwhile), INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_wait(kreplay_sim_dispatch_t dispatch, kreplay_sim_result_t* result);
+
+/**
+ * Selects the counter group executions on `agent` collect from now on
+ * (KREPLAY_SIM_COUNTER_NONE: none). A tool calls it in PASS ENTER with the group of that pass:
+ * the pass is submitted after PASS ENTER returns.
+ * Errors: BAD_ENUM (`group`), BAD_ARGUMENT (`agent`), INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_counter_select(kreplay_sim_t sim, uint32_t agent,
+                                            kreplay_sim_counter_group_t group);
+
+/**
+ * `*sample` (set `sample->size` first) receives what pass `pass` of dispatch `dispatch_id`
+ * collected (KREPLAY_SIM_LAST_EXECUTION: its latest execution, the ordinary run included).
+ * Results are stored before the pass completes, so PASS EXIT of a pass can read it.
+ * `dispatch_id` is the payload's dispatch_info->dispatch_id (0 for dispatches made while
+ * replay was inactive).
+ * Errors: NULL_POINTER, BAD_SIZE, NOT_FOUND, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_counter_read(kreplay_sim_t sim, uint64_t dispatch_id, uint32_t pass,
+                                          kreplay_sim_counter_sample_t* sample);
+
+/** The name of a counter group ("work_items", "bytes_read", "bytes_written", "instructions",
+ *  "none"), or "unknown". Never NULL; the string is static. */
+const char* kreplay_sim_counter_group_name(kreplay_sim_counter_group_t group);
+
+/**
+ * Arms a fault on `agent`. `*fault_id` receives its id when `fault_id` is not NULL.
+ * Errors: NULL_POINTER, BAD_SIZE, BAD_ENUM (kind, mode, tier), BAD_ARGUMENT (`agent`, a zero
+ * address), INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_fault_inject(kreplay_sim_t sim, uint32_t agent,
+                                          const kreplay_sim_fault_t* fault, uint64_t* fault_id);
+
+/**
+ * `*hits` receives how often the fault `fault_id` fired (0 for an unknown id).
+ * Errors: NULL_POINTER, INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_fault_hits(kreplay_sim_t sim, uint64_t fault_id, uint32_t* hits);
+
+/**
+ * Disarms every fault of the simulator.
+ * Errors: INVALID_HANDLE, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_fault_clear(kreplay_sim_t sim);
+
+/* ----------------------------------------------------------------------------------------- */
 /* ABI self-check                                                                             */
 /* ----------------------------------------------------------------------------------------- */
 
@@ -682,10 +1108,12 @@ kreplay_status_t kreplay_abi_layout(const char* name, uint64_t* value);
 static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t layout");
 static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
 static_assert(sizeof(kreplay_outcome_t) == 184, "kreplay_outcome_t layout");
+static_assert(sizeof(kreplay_sim_counter_sample_t) == 48, "kreplay_sim_counter_sample_t layout");
 #elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t layout");
 _Static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
 _Static_assert(sizeof(kreplay_outcome_t) == 184, "kreplay_outcome_t layout");
+_Static_assert(sizeof(kreplay_sim_counter_sample_t) == 48, "kreplay_sim_counter_sample_t layout");
 #endif
 #endif
 

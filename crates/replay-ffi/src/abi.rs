@@ -192,6 +192,9 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     value!(KREPLAY_STATUS_BAD_ARGUMENT),
     value!(KREPLAY_STATUS_BUFFER_TOO_SMALL),
     value!(KREPLAY_STATUS_ALREADY_EXISTS),
+    value!(KREPLAY_STATUS_DEVICE_ERROR),
+    value!(KREPLAY_STATUS_OUT_OF_MEMORY),
+    value!(KREPLAY_STATUS_NOT_FOUND),
     // Operations and phases.
     value!(KREPLAY_OPERATION_NONE),
     value!(KREPLAY_OPERATION_CONFIG),
@@ -234,6 +237,109 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     value!(KREPLAY_OVERRIDE_NONE),
     value!(KREPLAY_OVERRIDE_STOPPED),
     value!(KREPLAY_OVERRIDE_STARTED),
+    // The simulator: handles.
+    size!(kreplay_sim_t),
+    offset!(kreplay_sim_t, handle),
+    size!(kreplay_sim_kernel_t),
+    offset!(kreplay_sim_kernel_t, handle),
+    size!(kreplay_sim_module_t),
+    offset!(kreplay_sim_module_t, handle),
+    size!(kreplay_sim_dispatch_t),
+    offset!(kreplay_sim_dispatch_t, handle),
+    // Its scalar typedefs.
+    size!(kreplay_sim_memory_t),
+    size!(kreplay_sim_counter_group_t),
+    size!(kreplay_sim_fault_kind_t),
+    size!(kreplay_sim_fault_mode_t),
+    size!(kreplay_sim_tier_t),
+    // kreplay_sim_fault_t
+    size!(kreplay_sim_fault_t),
+    align!(kreplay_sim_fault_t),
+    offset!(kreplay_sim_fault_t, size),
+    offset!(kreplay_sim_fault_t, kind),
+    offset!(kreplay_sim_fault_t, mode),
+    offset!(kreplay_sim_fault_t, pass),
+    offset!(kreplay_sim_fault_t, tier),
+    offset!(kreplay_sim_fault_t, address),
+    // kreplay_sim_variable_t
+    size!(kreplay_sim_variable_t),
+    align!(kreplay_sim_variable_t),
+    offset!(kreplay_sim_variable_t, name),
+    offset!(kreplay_sim_variable_t, size),
+    offset!(kreplay_sim_variable_t, init),
+    offset!(kreplay_sim_variable_t, read_only),
+    offset!(kreplay_sim_variable_t, reserved),
+    // kreplay_sim_module_desc_t
+    size!(kreplay_sim_module_desc_t),
+    align!(kreplay_sim_module_desc_t),
+    offset!(kreplay_sim_module_desc_t, size),
+    offset!(kreplay_sim_module_desc_t, name),
+    offset!(kreplay_sim_module_desc_t, variables),
+    offset!(kreplay_sim_module_desc_t, variable_count),
+    offset!(kreplay_sim_module_desc_t, kernels),
+    offset!(kreplay_sim_module_desc_t, kernel_count),
+    // kreplay_sim_result_t
+    size!(kreplay_sim_result_t),
+    align!(kreplay_sim_result_t),
+    offset!(kreplay_sim_result_t, size),
+    offset!(kreplay_sim_result_t, dispatch_id),
+    offset!(kreplay_sim_result_t, outcome),
+    offset!(kreplay_sim_result_t, reason),
+    offset!(kreplay_sim_result_t, executed_passes),
+    offset!(kreplay_sim_result_t, completions),
+    // kreplay_sim_counter_sample_t
+    size!(kreplay_sim_counter_sample_t),
+    align!(kreplay_sim_counter_sample_t),
+    offset!(kreplay_sim_counter_sample_t, size),
+    offset!(kreplay_sim_counter_sample_t, agent_id),
+    offset!(kreplay_sim_counter_sample_t, dispatch_id),
+    offset!(kreplay_sim_counter_sample_t, pass),
+    offset!(kreplay_sim_counter_sample_t, group),
+    offset!(kreplay_sim_counter_sample_t, value),
+    offset!(kreplay_sim_counter_sample_t, gpu_seconds),
+    // kreplay_sim_digest_t
+    size!(kreplay_sim_digest_t),
+    offset!(kreplay_sim_digest_t, lo),
+    offset!(kreplay_sim_digest_t, hi),
+    // Simulator constants.
+    value!(KREPLAY_SIM_MEMORY_DEVICE_COARSE),
+    value!(KREPLAY_SIM_MEMORY_FINE_GRAINED),
+    value!(KREPLAY_SIM_MEMORY_MANAGED),
+    value!(KREPLAY_SIM_MEMORY_PINNED_HOST),
+    value!(KREPLAY_SIM_MEMORY_IPC_IMPORTED),
+    value!(KREPLAY_SIM_MEMORY_PEER),
+    value!(KREPLAY_SIM_MEMORY_VIRTUAL_MAPPING),
+    value!(KREPLAY_SIM_MEMORY_KERNARG),
+    value!(KREPLAY_SIM_MEMORY_TOOL_OWNED),
+    value!(KREPLAY_SIM_MEMORY_UNTRACKED),
+    value!(KREPLAY_SIM_COUNTER_WORK_ITEMS),
+    value!(KREPLAY_SIM_COUNTER_BYTES_READ),
+    value!(KREPLAY_SIM_COUNTER_BYTES_WRITTEN),
+    value!(KREPLAY_SIM_COUNTER_INSTRUCTIONS),
+    value!(KREPLAY_SIM_COUNTER_GROUP_COUNT),
+    value!(KREPLAY_SIM_COUNTER_NONE),
+    value!(KREPLAY_SIM_LAST_EXECUTION),
+    value!(KREPLAY_SIM_ORDINARY_RUN),
+    value!(KREPLAY_SIM_FAULT_SNAPSHOT_OOM),
+    value!(KREPLAY_SIM_FAULT_TIER_OOM),
+    value!(KREPLAY_SIM_FAULT_CAPTURE_COPY_FAIL),
+    value!(KREPLAY_SIM_FAULT_CAPTURE_COPY_STUCK),
+    value!(KREPLAY_SIM_FAULT_QUEUE_DRAIN_STUCK),
+    value!(KREPLAY_SIM_FAULT_AGENT_DRAIN_STUCK),
+    value!(KREPLAY_SIM_FAULT_COPY_FENCE_STUCK),
+    value!(KREPLAY_SIM_FAULT_PASS_STUCK),
+    value!(KREPLAY_SIM_FAULT_PASS_SUBMIT_FAIL),
+    value!(KREPLAY_SIM_FAULT_RESTORE_FAIL),
+    value!(KREPLAY_SIM_FAULT_DIGEST_FAIL),
+    value!(KREPLAY_SIM_FAULT_INCOMPLETE_MODULE_ENUMERATION),
+    value!(KREPLAY_SIM_FAULT_FREE_DURING_PASS),
+    value!(KREPLAY_SIM_FAULT_REALLOC_DURING_PASS),
+    value!(KREPLAY_SIM_FAULT_ORDINARY_SUBMIT_FAIL),
+    value!(KREPLAY_SIM_FAULT_ONCE),
+    value!(KREPLAY_SIM_FAULT_ALWAYS),
+    value!(KREPLAY_SIM_TIER_DEVICE),
+    value!(KREPLAY_SIM_TIER_PINNED_HOST),
+    value!(KREPLAY_SIM_TIER_PAGEABLE_HOST),
 ];
 
 /// The entry named `name`.
@@ -272,6 +378,11 @@ mod tests {
             assert_eq!(lookup("sizeof(kreplay_outcome_t)"), Some(184));
             assert_eq!(lookup("sizeof(kreplay_summary_t)"), Some(608));
             assert_eq!(lookup("sizeof(kreplay_kernel_filter_t)"), Some(72));
+            assert_eq!(lookup("sizeof(kreplay_sim_fault_t)"), Some(32));
+            assert_eq!(lookup("sizeof(kreplay_sim_variable_t)"), Some(32));
+            assert_eq!(lookup("sizeof(kreplay_sim_module_desc_t)"), Some(48));
+            assert_eq!(lookup("sizeof(kreplay_sim_result_t)"), Some(32));
+            assert_eq!(lookup("sizeof(kreplay_sim_counter_sample_t)"), Some(48));
         }
         assert_eq!(lookup("KREPLAY_OVERRIDE_NONE"), Some(u64::MAX));
         assert_eq!(lookup("no such entry"), None);

@@ -63,6 +63,12 @@ pub(crate) enum Error {
     ShutDown,
     /// A bug: a caught panic or an impossible state.
     Internal(String),
+    /// The simulated device reported an error (a kernel's memory fault, a refused launch).
+    Device(String),
+    /// The simulated device is out of memory.
+    OutOfMemory(String),
+    /// Nothing of that name or id exists.
+    NotFound(String),
 }
 
 impl Error {
@@ -86,6 +92,9 @@ impl Error {
             Self::AlreadyExists(_) => KREPLAY_STATUS_ALREADY_EXISTS,
             Self::ShutDown => KREPLAY_STATUS_SHUT_DOWN,
             Self::Internal(_) => KREPLAY_STATUS_INTERNAL,
+            Self::Device(_) => KREPLAY_STATUS_DEVICE_ERROR,
+            Self::OutOfMemory(_) => KREPLAY_STATUS_OUT_OF_MEMORY,
+            Self::NotFound(_) => KREPLAY_STATUS_NOT_FOUND,
         }
     }
 }
@@ -114,6 +123,7 @@ impl fmt::Display for Error {
             Self::AlreadyExists(msg) => f.write_str(msg),
             Self::ShutDown => f.write_str("kreplay_shutdown() was called; the library is shut down"),
             Self::Internal(msg) => write!(f, "internal error: {msg}"),
+            Self::Device(msg) | Self::OutOfMemory(msg) | Self::NotFound(msg) => f.write_str(msg),
         }
     }
 }
@@ -207,16 +217,22 @@ struct Slot<T> {
     value: Option<T>,
 }
 
-/// Values addressed by opaque `u64` handles: slot index in the low 32 bits, generation in the
-/// high 32. A slot's generation starts at 1 and grows on every removal, so a handle is never 0
-/// and a stale handle never matches a reused slot; a slot whose generation would wrap is
-/// retired instead of reused.
+/// Bits of a handle's low word that hold the slot index; the byte above holds the table's tag.
+const SLOT_BITS: u32 = 24;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+
+/// Values addressed by opaque `u64` handles: slot index in the low 24 bits, the table's tag in
+/// the next 8 (0 for contexts; each handle type has its own, so a handle of one type is never
+/// taken for another), generation in the high 32. A slot's generation starts at 1 and grows on
+/// every removal, so a handle is never 0 and a stale handle never matches a reused slot; a slot
+/// whose generation would wrap is retired instead of reused.
 #[derive(Debug)]
 pub(crate) struct HandleTable<T> {
     slots: Vec<Slot<T>>,
     free: Vec<u32>,
     live: usize,
     max_slots: usize,
+    tag: u8,
 }
 
 impl<T> Default for HandleTable<T> {
@@ -232,16 +248,28 @@ impl<T> HandleTable<T> {
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
-            max_slots: max_slots.min(u32::MAX as usize),
+            max_slots: max_slots.min(SLOT_MASK as usize + 1),
+            tag: 0,
         }
     }
 
-    fn encode(slot: u32, generation: u32) -> u64 {
-        (u64::from(generation) << 32) | u64::from(slot)
+    /// An empty table whose handles carry `tag`.
+    pub(crate) fn tagged(tag: u8) -> Self {
+        Self {
+            tag,
+            ..Self::default()
+        }
     }
 
-    fn decode(handle: u64) -> (usize, u32) {
-        ((handle & 0xffff_ffff) as usize, (handle >> 32) as u32)
+    fn encode(&self, slot: u32, generation: u32) -> u64 {
+        (u64::from(generation) << 32) | (u64::from(self.tag) << SLOT_BITS) | u64::from(slot)
+    }
+
+    /// Slot and generation of a handle of this table; `None` for another table's tag.
+    fn decode(&self, handle: u64) -> Option<(usize, u32)> {
+        let low = handle & 0xffff_ffff;
+        ((low >> SLOT_BITS) as u8 == self.tag)
+            .then_some(((low & SLOT_MASK) as usize, (handle >> 32) as u32))
     }
 
     /// Stores `value`; its handle, or `Err(value)` when the table is full.
@@ -250,8 +278,9 @@ impl<T> HandleTable<T> {
             let s = &mut self.slots[slot as usize];
             debug_assert!(s.value.is_none());
             s.value = Some(value);
+            let generation = s.generation;
             self.live += 1;
-            return Ok(Self::encode(slot, s.generation));
+            return Ok(self.encode(slot, generation));
         }
         if self.slots.len() >= self.max_slots {
             return Err(value);
@@ -262,12 +291,12 @@ impl<T> HandleTable<T> {
             value: Some(value),
         });
         self.live += 1;
-        Ok(Self::encode(slot, 1))
+        Ok(self.encode(slot, 1))
     }
 
     /// The value of a live handle.
     pub(crate) fn get(&self, handle: u64) -> Option<&T> {
-        let (slot, generation) = Self::decode(handle);
+        let (slot, generation) = self.decode(handle)?;
         let s = self.slots.get(slot)?;
         (s.generation == generation && generation != 0)
             .then_some(s.value.as_ref())
@@ -276,12 +305,19 @@ impl<T> HandleTable<T> {
 
     /// Removes a live handle's value; the handle (and every copy of it) becomes stale.
     pub(crate) fn remove(&mut self, handle: u64) -> Option<T> {
-        let (slot, generation) = Self::decode(handle);
+        let (slot, generation) = self.decode(handle)?;
         let s = self.slots.get_mut(slot)?;
         if s.generation != generation || generation == 0 {
             return None;
         }
-        let value = s.value.take()?;
+        s.value.as_ref()?;
+        Some(self.take_slot(slot))
+    }
+
+    /// Takes the value of an occupied slot and makes its handles stale.
+    fn take_slot(&mut self, slot: usize) -> T {
+        let s = &mut self.slots[slot];
+        let value = s.value.take().expect("the slot is occupied");
         self.live -= 1;
         match s.generation.checked_add(1) {
             Some(g) => {
@@ -291,7 +327,20 @@ impl<T> HandleTable<T> {
             // Retired: no generation is left that no old handle carries.
             None => s.generation = 0,
         }
-        Some(value)
+        value
+    }
+
+    /// Removes every value for which `pred` holds (their handles become stale) and returns
+    /// them.
+    pub(crate) fn remove_where(&mut self, mut pred: impl FnMut(&T) -> bool) -> Vec<T> {
+        let hit: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.value.as_ref().is_some_and(&mut pred))
+            .map(|(i, _)| i)
+            .collect();
+        hit.into_iter().map(|i| self.take_slot(i)).collect()
     }
 
     /// Live values.
@@ -358,6 +407,34 @@ pub(crate) unsafe trait ZeroValid: Copy {
 unsafe impl ZeroValid for kreplay_kernel_filter_t {}
 // SAFETY: integers, a float and arrays of integers only.
 unsafe impl ZeroValid for kreplay_summary_t {}
+
+/// Checks a versioned struct pointer without copying it: NULL, alignment, and `size` (at
+/// least `first_version`).
+///
+/// # Safety
+///
+/// 1. `p` is NULL or points to a struct whose first 8 bytes are its `size` (u64), readable.
+pub(crate) unsafe fn check_versioned<T>(
+    p: *const T,
+    what: &'static str,
+    first_version: usize,
+) -> Result<(), Error> {
+    non_null(p, what)?;
+    if p as usize % align_of::<T>() != 0 || p as usize % align_of::<u64>() != 0 {
+        return Err(Error::BadArgument(format!("`{what}` is misaligned")));
+    }
+    // SAFETY: non-null and aligned for u64 (checked); the first 8 bytes are readable
+    // (caller, item 1).
+    let size = unsafe { p.cast::<u64>().read() };
+    if size < first_version as u64 {
+        return Err(Error::BadSize {
+            what,
+            got: size,
+            min: first_version,
+        });
+    }
+    Ok(())
+}
 
 /// Reads a versioned struct the caller passes in: checks NULL, alignment and `size` (at least
 /// `first_version` bytes), and copies `min(size, size_of::<T>())` bytes; fields the caller's
@@ -808,7 +885,7 @@ mod tests {
         let mut t = HandleTable::default();
         let a = t.insert(1).unwrap();
         t.slots[0].generation = u32::MAX;
-        let h = HandleTable::<i32>::encode(0, u32::MAX);
+        let h = t.encode(0, u32::MAX);
         assert_eq!(t.remove(h), Some(1));
         assert_eq!(t.slots[0].generation, 0);
         let b = t.insert(2).unwrap();
@@ -816,6 +893,37 @@ mod tests {
         assert_eq!(t.get(a), None);
         assert_eq!(t.get(h), None);
         assert_eq!(t.get(0), None, "generation 0 never matches");
+    }
+
+    #[test]
+    fn a_handle_of_another_table_is_refused() {
+        let mut contexts = HandleTable::default();
+        let mut sims = HandleTable::tagged(1);
+        let c = contexts.insert("context").unwrap();
+        let s = sims.insert("sim").unwrap();
+        assert_eq!(c & 0xffff_ffff, 0, "context handles keep tag 0");
+        assert_eq!((s >> 24) & 0xff, 1);
+        assert_eq!(s & 0xff_ffff, c & 0xff_ffff, "same slot and generation");
+        assert_eq!(s >> 32, c >> 32);
+        assert_eq!(contexts.get(s), None);
+        assert_eq!(sims.get(c), None);
+        assert_eq!(sims.remove(c), None);
+        assert_eq!(sims.get(s), Some(&"sim"));
+    }
+
+    #[test]
+    fn remove_where_makes_the_removed_handles_stale() {
+        let mut t = HandleTable::tagged(3);
+        let hs: Vec<u64> = (0..5).map(|i| t.insert(i).unwrap()).collect();
+        let mut gone = t.remove_where(|v| v % 2 == 0);
+        gone.sort_unstable();
+        assert_eq!(gone, vec![0, 2, 4]);
+        assert_eq!(t.len(), 2);
+        for (i, h) in hs.iter().enumerate() {
+            assert_eq!(t.get(*h).is_some(), i % 2 == 1, "{i}");
+        }
+        let again = t.insert(9).unwrap();
+        assert!(!hs.contains(&again), "a reused slot has a new generation");
     }
 
     #[test]

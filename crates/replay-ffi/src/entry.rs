@@ -24,7 +24,8 @@ use crate::tool::{in_callback, live_outcome, sink_closure, CTool};
 /// Most patterns a filter may list.
 const MAX_PATTERNS: u64 = 65536;
 
-fn refuse_in_callback() -> Result<(), Error> {
+/// Fails with `InCallback` inside a library callback.
+pub(crate) fn refuse_in_callback() -> Result<(), Error> {
     if in_callback() {
         Err(Error::InCallback)
     } else {
@@ -66,6 +67,9 @@ pub extern "C" fn kreplay_status_string(status: kreplay_status_t) -> *const c_ch
         KREPLAY_STATUS_BAD_ARGUMENT => c"KREPLAY_STATUS_BAD_ARGUMENT",
         KREPLAY_STATUS_BUFFER_TOO_SMALL => c"KREPLAY_STATUS_BUFFER_TOO_SMALL",
         KREPLAY_STATUS_ALREADY_EXISTS => c"KREPLAY_STATUS_ALREADY_EXISTS",
+        KREPLAY_STATUS_DEVICE_ERROR => c"KREPLAY_STATUS_DEVICE_ERROR",
+        KREPLAY_STATUS_OUT_OF_MEMORY => c"KREPLAY_STATUS_OUT_OF_MEMORY",
+        KREPLAY_STATUS_NOT_FOUND => c"KREPLAY_STATUS_NOT_FOUND",
         _ => c"KREPLAY_STATUS_UNKNOWN",
     };
     s.as_ptr()
@@ -214,8 +218,9 @@ pub extern "C" fn kreplay_context_destroy(context: kreplay_context_t) -> kreplay
                 .table
                 .remove(context.handle)
                 .ok_or_else(|| stale(context.handle))?;
-            // The registry cannot forget a context; an inactive one without a handle is inert.
-            let _ = lib.registry()?.deactivate(entry.id);
+            // Forgotten by the registry (its memory goes too); a loop that began with it keeps
+            // its snapshot until the loop ends.
+            let _ = lib.registry()?.remove_context(entry.id);
             let owner = lib.owner.lock();
             match owner.as_ref() {
                 Some(o) if o.id == entry.id => {
@@ -756,7 +761,13 @@ pub extern "C" fn kreplay_shutdown() -> kreplay_status_t {
             // Contexts die with the registry (every handle is invalid already).
             lib.contexts.release();
         }
+        // Runs the simulator's hook (its runtimes' worker threads are joined) and joins the
+        // library's own threads.
         let report = crate::threads::shutdown_all();
+        if let Some(lib) = library_if_created() {
+            // No window can run any more: replay is stopped and every runtime is shut down.
+            lib.service.release_tables();
+        }
         if !report.panicked.is_empty() {
             log::error!(
                 "[kernel-replay] shutdown: library threads or hooks panicked: {:?}",

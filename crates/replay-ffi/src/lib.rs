@@ -22,14 +22,21 @@
 //! - [`abi`]: the library's view of the layout (sizes, offsets, constant values), exported so C
 //!   and C++ tests compare it with the header.
 //! - [`threads`]: the registry of threads the library starts, joined by `kreplay_shutdown`.
+//! - [`sim`]: the simulated GPU through the C ABI (`kreplay_sim_*`): simulators with N agents,
+//!   memory of every class, built-in kernels, modules, dispatches through the one service,
+//!   counters, faults and digests, so a C or C++ tool is tested without a GPU.
 //!
 //! ## Design choices
 //!
-//! - **One core.** The library uses [`replay_core::ReplayService::global_with`] with a
-//!   [`replay_context::Contexts`] registry as its context control. Code in the same shared
-//!   object (backends) must take the service from [`service()`], so that it is created with
-//!   that registry; a service created earlier through `ReplayService::global()` is logged as
-//!   an error (toggles would then answer `context_error`).
+//! - **One core.** The library creates the process-wide service with
+//!   [`replay_core::ReplayService::global_with_clock`] (an `Arc`), with a
+//!   [`replay_context::Contexts`] registry as its context control and a wall clock
+//!   ([`replay_mock::SimClock::real`], [`clock()`]) created once. The simulator requires the
+//!   service to run on its runtimes' clock, so every simulator of the C ABI is built on that
+//!   same clock; real backends measure on it too (it is the wall clock). Code in the same
+//!   shared object (backends) must take the service from [`service()`], so that it is created
+//!   with that registry and clock; a service created earlier through `ReplayService::global()`
+//!   is logged as an error (toggles would then answer `context_error`).
 //! - **Contexts.** A C context is a handle onto a registry context. Global start/stop of the
 //!   context that owns the service also starts/stops replay, so "replay is active" means "the
 //!   owner is started" whatever the order of configure and start. Destroying the owner stops
@@ -50,13 +57,16 @@
 //!   pointer is `INVALID_HANDLE`, not a wild read. Strings are copied out into caller buffers
 //!   (`required` tells the size), so no library-owned string outlives a call, except
 //!   `kreplay_last_error`'s, which is valid until the next call on the same thread.
-//! - **Shutdown.** `kreplay_shutdown` stops replay, closes the callback and sink gates, joins
-//!   every registered thread and invalidates every handle; afterwards stateful calls answer
-//!   `SHUT_DOWN`. The core itself starts no thread (the window runs on the submitting thread),
-//!   so until a backend or the simulator registers threads there is nothing to join.
+//! - **Shutdown.** `kreplay_shutdown` stops replay, closes the callback and sink gates, runs
+//!   the [`threads`] registry's hooks (the simulator's shuts every simulator left down, joining
+//!   its queue and copy-engine workers), joins every registered thread and invalidates every
+//!   handle; afterwards stateful calls answer `SHUT_DOWN`. The core itself starts no thread
+//!   (the window runs on the submitting thread).
 //! - **Memory at exit.** Shutdown releases what the library holds through statics (the context
-//!   registry, behind the service's context control, and the per-dispatch tables), so a leak
-//!   checker run after it reports nothing of ours.
+//!   registry, behind the service's context control; the service's per-agent gates and kernel
+//!   memo, through `release_tables`; the simulators and their handle tables), and destroying a
+//!   context removes it from the registry, so a leak checker run after it reports nothing of
+//!   ours.
 //! - **Logging.** The first call installs the core's stderr sink
 //!   ([`replay_core::log_sink`]) at the level of `KREPLAY_LOG`, unless the embedding
 //!   application installed a `log` logger first; `kreplay_policy_set("KREPLAY_LOG", ..)`
@@ -86,6 +96,7 @@
 pub mod abi;
 mod checked;
 pub mod entry;
+pub mod sim;
 mod state;
 pub mod sys;
 pub mod threads;
@@ -96,11 +107,18 @@ use std::sync::Arc;
 pub use replay_context::Contexts;
 pub use replay_core::ReplayService;
 
-/// The process's replay service, created with the C ABI's context registry as its context
-/// control. Backends in this shared object must take the service from here (not from
+/// The process's replay service (the `Arc` of [`ReplayService::global_with_clock`]), created
+/// with the C ABI's context registry as its context control and [`clock()`] as its clock.
+/// Backends in this shared object must take the service from here (not from
 /// `ReplayService::global()`), so the C ABI and the backends share one core.
-pub fn service() -> &'static ReplayService {
-    state::library_any().service
+pub fn service() -> Arc<ReplayService> {
+    Arc::clone(&state::library_any().service)
+}
+
+/// The clock the service measures on: the wall clock, as a [`replay_mock::SimClock`] so the
+/// simulated runtimes of the C ABI (`kreplay_sim_*`) share it, as the simulator requires.
+pub fn clock() -> Arc<replay_mock::SimClock> {
+    Arc::clone(&state::library_any().clock)
 }
 
 /// The context registry the service uses (SPEC §5): what C contexts are handles onto.
@@ -131,6 +149,7 @@ macro_rules! export_c_abi {
 #[doc(hidden)]
 pub mod __private {
     use crate::entry::*;
+    use crate::sim;
 
     /// References every entry point, so a link step keeps them all.
     pub fn entry_points() -> usize {
@@ -163,6 +182,27 @@ pub mod __private {
             kreplay_summary_get as *const (),
             kreplay_summary_json as *const (),
             kreplay_shutdown as *const (),
+            sim::kreplay_sim_create as *const (),
+            sim::kreplay_sim_destroy as *const (),
+            sim::kreplay_sim_synchronize as *const (),
+            sim::kreplay_sim_alloc as *const (),
+            sim::kreplay_sim_free as *const (),
+            sim::kreplay_sim_write as *const (),
+            sim::kreplay_sim_read as *const (),
+            sim::kreplay_sim_digest as *const (),
+            sim::kreplay_sim_kernel_create as *const (),
+            sim::kreplay_sim_module_load as *const (),
+            sim::kreplay_sim_module_variable as *const (),
+            sim::kreplay_sim_module_kernel as *const (),
+            sim::kreplay_sim_module_unload as *const (),
+            sim::kreplay_sim_dispatch as *const (),
+            sim::kreplay_sim_wait as *const (),
+            sim::kreplay_sim_counter_select as *const (),
+            sim::kreplay_sim_counter_read as *const (),
+            sim::kreplay_sim_counter_group_name as *const (),
+            sim::kreplay_sim_fault_inject as *const (),
+            sim::kreplay_sim_fault_hits as *const (),
+            sim::kreplay_sim_fault_clear as *const (),
             // Backend entry points join here behind their features (`hsa`, `cuda`).
         ];
         std::hint::black_box(all).len()

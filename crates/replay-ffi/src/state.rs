@@ -1,6 +1,13 @@
 //! The library's process-wide state: the one replay service (SPEC §2 "One shared object"), the
-//! context registry it uses as its context control, the handle table, the owner, the outcome
-//! sink, and the shut-down flag.
+//! context registry it uses as its context control, the clock, the handle table, the owner, the
+//! outcome sink, the simulators, and the shut-down flag.
+//!
+//! The service is [`ReplayService::global_with_clock`]'s `Arc`, created once with the registry
+//! and with the library's clock: a wall clock (`SimClock::real()`), the one every simulated
+//! runtime of the C ABI is built with, because the simulator's waits and the service's bounded
+//! waits must measure the same time (replay-mock: "the replay service must run on the
+//! runtime's clock"). A real backend in this shared object measures on it too; it is the wall
+//! clock.
 //!
 //! The service holds its context control for the life of the process (a static), so it gets a
 //! [`SharedContexts`]: the registry until shutdown, nothing after, so that shutdown frees the
@@ -15,7 +22,8 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use replay_context::Contexts;
-use replay_core::{ContextControl, ContextError, ContextId, Policy, ReplayService};
+use replay_core::{Clock, ContextControl, ContextError, ContextId, Policy, ReplayService};
+use replay_mock::SimClock;
 
 use crate::checked::{Error, HandleTable};
 use crate::tool::{CTool, Gate};
@@ -117,7 +125,11 @@ impl ContextControl for SharedContexts {
 #[derive(Debug)]
 pub(crate) struct Library {
     pub(crate) contexts: Arc<SharedContexts>,
-    pub(crate) service: &'static ReplayService,
+    pub(crate) service: Arc<ReplayService>,
+    /// The service's clock (the wall clock), shared with every simulated runtime.
+    pub(crate) clock: Arc<SimClock>,
+    /// Simulated runtimes and their kernels, modules and dispatches.
+    pub(crate) sims: Mutex<crate::sim::SimTables>,
     pub(crate) handles: Mutex<Handles>,
     pub(crate) owner: Mutex<Option<Owner>>,
     /// The gate of the installed outcome sink.
@@ -138,18 +150,27 @@ impl Library {
             inner: RwLock::new(Some(Arc::new(Contexts::new()))),
         });
         let ours = Arc::clone(&contexts);
-        let service = ReplayService::global_with(move || ours as Arc<dyn ContextControl>);
+        let clock = SimClock::real();
+        let service_clock = Arc::clone(&clock);
+        let service = ReplayService::global_with_clock(move || {
+            (
+                ours as Arc<dyn ContextControl>,
+                service_clock as Arc<dyn Clock>,
+            )
+        });
         let theirs = Arc::as_ptr(service.contexts()).cast::<u8>();
         if !std::ptr::eq(theirs, Arc::as_ptr(&contexts).cast::<u8>()) {
             log::error!(
-                "[kernel-replay] the replay service was created before the C ABI with another context control; \
-                 context toggles through the C ABI will answer context_error. \
+                "[kernel-replay] the replay service was created before the C ABI with another context control \
+                 and clock; context toggles through the C ABI will answer context_error. \
                  Code in this shared object must take the service from kernel_replay::service()"
             );
         }
         Self {
             contexts,
             service,
+            clock,
+            sims: Mutex::new(crate::sim::SimTables::default()),
             handles: Mutex::new(Handles::default()),
             owner: Mutex::new(None),
             sink: Mutex::new(None),

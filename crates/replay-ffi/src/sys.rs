@@ -60,6 +60,12 @@ pub const KREPLAY_STATUS_BAD_ARGUMENT: kreplay_status_t = 14;
 pub const KREPLAY_STATUS_BUFFER_TOO_SMALL: kreplay_status_t = 15;
 /// The thing to create exists already.
 pub const KREPLAY_STATUS_ALREADY_EXISTS: kreplay_status_t = 16;
+/// The simulated device reported an error.
+pub const KREPLAY_STATUS_DEVICE_ERROR: kreplay_status_t = 17;
+/// The simulated device is out of memory.
+pub const KREPLAY_STATUS_OUT_OF_MEMORY: kreplay_status_t = 18;
+/// Nothing of that name or id exists.
+pub const KREPLAY_STATUS_NOT_FOUND: kreplay_status_t = 19;
 
 // ----- Enumerations ------------------------------------------------------------------------
 
@@ -416,6 +422,232 @@ pub struct kreplay_kernel_filter_t {
     pub count: u64,
 }
 
+// ----- The simulator ---------------------------------------------------------------------
+
+/// `kreplay_sim_t`: a simulated runtime.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct kreplay_sim_t {
+    /// The handle; 0 is never valid.
+    pub handle: u64,
+}
+
+/// `kreplay_sim_kernel_t`: a kernel of a simulated runtime.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct kreplay_sim_kernel_t {
+    /// The handle; 0 is never valid.
+    pub handle: u64,
+}
+
+/// `kreplay_sim_module_t`: a loaded code object.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct kreplay_sim_module_t {
+    /// The handle; 0 is never valid.
+    pub handle: u64,
+}
+
+/// `kreplay_sim_dispatch_t`: a launched dispatch, until waited for.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct kreplay_sim_dispatch_t {
+    /// The handle; 0 is never valid.
+    pub handle: u64,
+}
+
+/// `kreplay_sim_memory_t`: the memory class of a simulated allocation (SPEC §7.1).
+pub type kreplay_sim_memory_t = u32;
+/// Coarse-grained device memory.
+pub const KREPLAY_SIM_MEMORY_DEVICE_COARSE: kreplay_sim_memory_t = 0;
+/// Fine-grained device memory.
+pub const KREPLAY_SIM_MEMORY_FINE_GRAINED: kreplay_sim_memory_t = 1;
+/// Managed (unified) memory.
+pub const KREPLAY_SIM_MEMORY_MANAGED: kreplay_sim_memory_t = 2;
+/// Pinned host memory.
+pub const KREPLAY_SIM_MEMORY_PINNED_HOST: kreplay_sim_memory_t = 3;
+/// IPC-imported device memory.
+pub const KREPLAY_SIM_MEMORY_IPC_IMPORTED: kreplay_sim_memory_t = 4;
+/// Memory owned by a peer agent.
+pub const KREPLAY_SIM_MEMORY_PEER: kreplay_sim_memory_t = 5;
+/// A virtual-memory mapping.
+pub const KREPLAY_SIM_MEMORY_VIRTUAL_MAPPING: kreplay_sim_memory_t = 6;
+/// Kernel-argument memory.
+pub const KREPLAY_SIM_MEMORY_KERNARG: kreplay_sim_memory_t = 7;
+/// Device memory marked as the tool's own.
+pub const KREPLAY_SIM_MEMORY_TOOL_OWNED: kreplay_sim_memory_t = 8;
+/// Device memory the backend never hears of.
+pub const KREPLAY_SIM_MEMORY_UNTRACKED: kreplay_sim_memory_t = 9;
+
+/// `kreplay_sim_counter_group_t`.
+pub type kreplay_sim_counter_group_t = u32;
+/// Work-items launched.
+pub const KREPLAY_SIM_COUNTER_WORK_ITEMS: kreplay_sim_counter_group_t = 0;
+/// Bytes loaded.
+pub const KREPLAY_SIM_COUNTER_BYTES_READ: kreplay_sim_counter_group_t = 1;
+/// Bytes stored.
+pub const KREPLAY_SIM_COUNTER_BYTES_WRITTEN: kreplay_sim_counter_group_t = 2;
+/// Modelled instructions.
+pub const KREPLAY_SIM_COUNTER_INSTRUCTIONS: kreplay_sim_counter_group_t = 3;
+/// Number of groups.
+pub const KREPLAY_SIM_COUNTER_GROUP_COUNT: kreplay_sim_counter_group_t = 4;
+/// No group (selection cleared, or nothing collected).
+pub const KREPLAY_SIM_COUNTER_NONE: kreplay_sim_counter_group_t = 4;
+
+/// `pass` argument of `kreplay_sim_counter_read`: the latest execution of the dispatch.
+pub const KREPLAY_SIM_LAST_EXECUTION: u32 = u32::MAX;
+/// `pass` field of a sample taken from the ordinary (unreplayed) run.
+pub const KREPLAY_SIM_ORDINARY_RUN: u32 = u32::MAX;
+
+/// `kreplay_sim_fault_kind_t`.
+pub type kreplay_sim_fault_kind_t = u32;
+/// `alloc_backing` fails with out-of-memory.
+pub const KREPLAY_SIM_FAULT_SNAPSHOT_OOM: kreplay_sim_fault_kind_t = 0;
+/// `alloc_backing` fails for one tier.
+pub const KREPLAY_SIM_FAULT_TIER_OOM: kreplay_sim_fault_kind_t = 1;
+/// The first capture copy batch fails.
+pub const KREPLAY_SIM_FAULT_CAPTURE_COPY_FAIL: kreplay_sim_fault_kind_t = 2;
+/// The first capture copy batch stalls.
+pub const KREPLAY_SIM_FAULT_CAPTURE_COPY_STUCK: kreplay_sim_fault_kind_t = 3;
+/// The next queue drain stalls.
+pub const KREPLAY_SIM_FAULT_QUEUE_DRAIN_STUCK: kreplay_sim_fault_kind_t = 4;
+/// The next agent drain stalls.
+pub const KREPLAY_SIM_FAULT_AGENT_DRAIN_STUCK: kreplay_sim_fault_kind_t = 5;
+/// The next copy fence stalls.
+pub const KREPLAY_SIM_FAULT_COPY_FENCE_STUCK: kreplay_sim_fault_kind_t = 6;
+/// Pass `pass` exceeds the pass timeout.
+pub const KREPLAY_SIM_FAULT_PASS_STUCK: kreplay_sim_fault_kind_t = 7;
+/// Pass `pass` is refused.
+pub const KREPLAY_SIM_FAULT_PASS_SUBMIT_FAIL: kreplay_sim_fault_kind_t = 8;
+/// The first restore copy fails (the window aborts the process).
+pub const KREPLAY_SIM_FAULT_RESTORE_FAIL: kreplay_sim_fault_kind_t = 9;
+/// The next digest batch fails.
+pub const KREPLAY_SIM_FAULT_DIGEST_FAIL: kreplay_sim_fault_kind_t = 10;
+/// The module-variable enumeration is incomplete.
+pub const KREPLAY_SIM_FAULT_INCOMPLETE_MODULE_ENUMERATION: kreplay_sim_fault_kind_t = 11;
+/// The allocation at `address` is freed during pass `pass`.
+pub const KREPLAY_SIM_FAULT_FREE_DURING_PASS: kreplay_sim_fault_kind_t = 12;
+/// The allocation at `address` is freed and made again during pass `pass`.
+pub const KREPLAY_SIM_FAULT_REALLOC_DURING_PASS: kreplay_sim_fault_kind_t = 13;
+/// The ordinary submission is refused.
+pub const KREPLAY_SIM_FAULT_ORDINARY_SUBMIT_FAIL: kreplay_sim_fault_kind_t = 14;
+
+/// `kreplay_sim_fault_mode_t`.
+pub type kreplay_sim_fault_mode_t = u32;
+/// Fires at its next occasion only.
+pub const KREPLAY_SIM_FAULT_ONCE: kreplay_sim_fault_mode_t = 0;
+/// Fires at every occasion.
+pub const KREPLAY_SIM_FAULT_ALWAYS: kreplay_sim_fault_mode_t = 1;
+
+/// `kreplay_sim_tier_t`: a snapshot tier (SPEC §7.3).
+pub type kreplay_sim_tier_t = u32;
+/// Device memory.
+pub const KREPLAY_SIM_TIER_DEVICE: kreplay_sim_tier_t = 0;
+/// Pinned host memory.
+pub const KREPLAY_SIM_TIER_PINNED_HOST: kreplay_sim_tier_t = 1;
+/// Pageable host memory.
+pub const KREPLAY_SIM_TIER_PAGEABLE_HOST: kreplay_sim_tier_t = 2;
+
+/// `kreplay_sim_fault_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kreplay_sim_fault_t {
+    /// Size set by the caller.
+    pub size: u64,
+    /// A `KREPLAY_SIM_FAULT_*` kind.
+    pub kind: kreplay_sim_fault_kind_t,
+    /// `KREPLAY_SIM_FAULT_ONCE` or `_ALWAYS`.
+    pub mode: kreplay_sim_fault_mode_t,
+    /// The pass, for the pass faults.
+    pub pass: u32,
+    /// The tier, for `TIER_OOM`.
+    pub tier: kreplay_sim_tier_t,
+    /// The allocation, for `FREE_DURING_PASS` and `REALLOC_DURING_PASS`.
+    pub address: u64,
+}
+
+/// `kreplay_sim_variable_t`: one variable of a code object.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kreplay_sim_variable_t {
+    /// NUL-terminated name.
+    pub name: *const c_char,
+    /// Size in bytes.
+    pub size: u64,
+    /// `size` initial bytes, or NULL for zeros.
+    pub init: *const c_void,
+    /// 1 for a constant, else 0.
+    pub read_only: u32,
+    /// 0.
+    pub reserved: u32,
+}
+
+/// `kreplay_sim_module_desc_t`: a code object to load.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kreplay_sim_module_desc_t {
+    /// Size set by the caller.
+    pub size: u64,
+    /// NUL-terminated name.
+    pub name: *const c_char,
+    /// Variables.
+    pub variables: *const kreplay_sim_variable_t,
+    /// Their count.
+    pub variable_count: u64,
+    /// Built-in kernel names.
+    pub kernels: *const *const c_char,
+    /// Their count.
+    pub kernel_count: u64,
+}
+
+/// `kreplay_sim_result_t`: what became of a dispatch.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kreplay_sim_result_t {
+    /// Size set by the caller.
+    pub size: u64,
+    /// The library's dispatch id; 0 without an outcome record.
+    pub dispatch_id: u64,
+    /// A `KREPLAY_OUTCOME_*` value; `KREPLAY_OUTCOME_NONE` without a record.
+    pub outcome: kreplay_outcome_kind_t,
+    /// A `KREPLAY_REASON_*` value.
+    pub reason: kreplay_reason_t,
+    /// Passes that ran (0 without a record).
+    pub executed_passes: u32,
+    /// How often the application's completion fired.
+    pub completions: u32,
+}
+
+/// `kreplay_sim_counter_sample_t`: what one execution collected.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kreplay_sim_counter_sample_t {
+    /// Size set by the caller.
+    pub size: u64,
+    /// Agent.
+    pub agent_id: u64,
+    /// Dispatch id.
+    pub dispatch_id: u64,
+    /// Pass index, or `KREPLAY_SIM_ORDINARY_RUN`.
+    pub pass: u32,
+    /// Group collected, or `KREPLAY_SIM_COUNTER_NONE`.
+    pub group: kreplay_sim_counter_group_t,
+    /// Its value (0 when none was collected).
+    pub value: u64,
+    /// Modelled GPU seconds of the execution.
+    pub gpu_seconds: f64,
+}
+
+/// `kreplay_sim_digest_t`: a 128-bit digest.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct kreplay_sim_digest_t {
+    /// Low 64 bits.
+    pub lo: u64,
+    /// High 64 bits.
+    pub hi: u64,
+}
+
 // ----- ABI self-check ----------------------------------------------------------------------
 
 /// `kreplay_abi_entry_t`.
@@ -439,4 +671,13 @@ pub mod first_version {
     pub const SUMMARY: usize = std::mem::size_of::<super::kreplay_summary_t>();
     /// `kreplay_kernel_filter_t`.
     pub const KERNEL_FILTER: usize = std::mem::size_of::<super::kreplay_kernel_filter_t>();
+    /// `kreplay_sim_fault_t`.
+    pub const SIM_FAULT: usize = std::mem::size_of::<super::kreplay_sim_fault_t>();
+    /// `kreplay_sim_module_desc_t`.
+    pub const SIM_MODULE_DESC: usize = std::mem::size_of::<super::kreplay_sim_module_desc_t>();
+    /// `kreplay_sim_result_t`.
+    pub const SIM_RESULT: usize = std::mem::size_of::<super::kreplay_sim_result_t>();
+    /// `kreplay_sim_counter_sample_t`.
+    pub const SIM_COUNTER_SAMPLE: usize =
+        std::mem::size_of::<super::kreplay_sim_counter_sample_t>();
 }

@@ -9,7 +9,8 @@
 //!   registration.
 //!
 //! After shutdown both refuse. The core starts no thread (SPEC §6: the window runs on the
-//! submitting thread), so today the registry is empty unless a backend registers.
+//! submitting thread); the simulator of the C ABI registers a hook at its first
+//! `kreplay_sim_create`, and backends register theirs.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,8 +1,9 @@
 //! Full replays driven through the C ABI: the tool is a set of `extern "C"` functions
 //! configured with `kreplay_configure_replay`, exactly as a C tool's would be, and a fake
-//! synchronous agent submits dispatches through `kernel_replay::service()` (the simulator's C
-//! entry points replace it in phase 2 of issue 5). Its pass submission stands in for the
-//! participants, which consult `kreplay_context_participates` before contributing.
+//! synchronous agent submits dispatches through `kernel_replay::service()`, so every step of
+//! the window is deterministic (the C and C++ tests drive full replays on the simulator through
+//! `kreplay_sim_*`). Its pass submission stands in for the participants, which consult
+//! `kreplay_context_participates` before contributing.
 //!
 //! Checked: payload fields per phase, `user_data` threading (SPEC §3), the pass plan from C
 //! callbacks (fixed, clamped 2^63, open-ended, continue replaced or removed in PASS EXIT,
