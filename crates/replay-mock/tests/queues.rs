@@ -299,5 +299,11 @@ fn runtime_shuts_down_cleanly() {
     rt.shutdown();
     assert!(wall.elapsed() < Duration::from_secs(2));
     assert!(rt.dispatch(q, &slow, &[], common::grid(1)).is_err());
-    assert_eq!(pending.wait(), Err(replay_mock::KernelError::Lost));
+    // A kernel the worker had already picked up may still finish; one still queued is lost.
+    // Either way its completion is settled: waiting never hangs.
+    let settled = pending.wait();
+    assert!(
+        matches!(settled, Ok(()) | Err(replay_mock::KernelError::Lost)),
+        "{settled:?}"
+    );
 }
