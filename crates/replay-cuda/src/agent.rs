@@ -1,0 +1,354 @@
+//! One CUDA device as the replay window drives it (SPEC §6, §9.2): drains, passes and the
+//! ordinary run, with every wait bounded by polling events.
+//!
+//! - **Drains.** A drain records one event per stream it covers and polls them: the dispatch's
+//!   stream (queue drain); every compute queue the backend knows plus the legacy default
+//!   stream (agent drain: an event on the legacy stream also waits for every blocking stream
+//!   of the context); the copy queues the backend knows plus the memory layer's own copy and
+//!   digest streams (copy fence). Streams the application created without registering them
+//!   and that are non-blocking are invisible to the agent drain; in library mode every stream
+//!   the launch API sees is registered.
+//! - **Passes** are launched on the application's stream with the captured argument block,
+//!   between two timing events; `poll_pass` polls the second and reports the GPU time between
+//!   them. The application's completion is not part of a pass.
+//! - **Completion.** In library mode the caller's completion is the stream order itself: work
+//!   the caller enqueues after `launch` returns runs after the last pass. A caller that wants
+//!   an event passes a [`crate::queue::CompletionEvent`]; `signal_completion` records it once
+//!   after the last pass, `submit_ordinary` after the ordinary run (never on a pass).
+//! - **Abandon.** An abandoned drain or pass drops its events; the driver destroys an event
+//!   that has not completed when it completes, so nothing the device still references is
+//!   freed early.
+//! - **Caches.** NVIDIA GPUs keep copy engines coherent with L2, so restores need no flush; the
+//!   backend has no cache-flush operation and does not claim `CACHE_FLUSH`
+//!   (`cache_control=flush` logs a warning per pass and runs the pass).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use replay_core::{
+    Agent, AgentId, BackendError, BackendErrorKind, Capabilities, Dispatch, DrainTarget,
+    PassCompletion, Ticket,
+};
+use smallvec::SmallVec;
+
+use crate::driver::{wait_events, Device, Event};
+use crate::error::CudaError;
+use crate::memory::CudaMemory;
+use crate::queue::{launch_raw, CapturedLaunch, QueueKind, QueueRegistry};
+
+enum TicketState {
+    Drain(SmallVec<[Event; 4]>),
+    Pass { start: Event, end: Event },
+}
+
+/// One CUDA device as an [`Agent`].
+pub struct CudaAgent {
+    device: Arc<Device>,
+    id: AgentId,
+    queues: Arc<QueueRegistry>,
+    memory: Arc<CudaMemory>,
+    launches: Mutex<HashMap<u64, Arc<CapturedLaunch>>>,
+    tickets: Mutex<HashMap<u64, TicketState>>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for CudaAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaAgent")
+            .field("id", &self.id)
+            .field("device", &self.device.info().name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaAgent {
+    /// The agent of `device`.
+    pub fn new(
+        device: Arc<Device>,
+        id: AgentId,
+        queues: Arc<QueueRegistry>,
+        memory: Arc<CudaMemory>,
+    ) -> Self {
+        Self {
+            device,
+            id,
+            queues,
+            memory,
+            launches: Mutex::new(HashMap::new()),
+            tickets: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    /// Registers a captured launch; the returned number is the dispatch's `handle`.
+    pub(crate) fn register_launch(&self, l: Arc<CapturedLaunch>) -> u64 {
+        let h = self.next.fetch_add(1, Ordering::Relaxed);
+        self.launches.lock().insert(h, l);
+        h
+    }
+
+    /// Forgets a launch once its submission returned.
+    pub(crate) fn unregister_launch(&self, handle: u64) {
+        self.launches.lock().remove(&handle);
+    }
+
+    fn launch_of(
+        &self,
+        d: &Dispatch,
+        op: &'static str,
+    ) -> Result<Arc<CapturedLaunch>, BackendError> {
+        self.launches.lock().get(&d.handle).cloned().ok_or_else(|| {
+            BackendError::new(
+                BackendErrorKind::InvalidArgument,
+                self.id,
+                op,
+                format!(
+                    "dispatch handle {} is not a launch of this backend (kernel {:?})",
+                    d.handle, d.info.kernel_name
+                ),
+            )
+        })
+    }
+
+    fn err(&self, e: CudaError, op: &'static str) -> BackendError {
+        e.to_backend(self.id, op)
+    }
+
+    fn ticket(&self, t: TicketState) -> Ticket {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.tickets.lock().insert(n, t);
+        Ticket(n)
+    }
+
+    /// Launches `l` once with the block `kernarg` (its first `layout` bytes are the block).
+    fn launch(&self, l: &CapturedLaunch, kernarg: &[u8]) -> Result<(), CudaError> {
+        self.device.bind()?;
+        // SAFETY: the launch was captured by `CudaBackend::launch`, whose caller guaranteed
+        // (unsafe contract) that function, argument block and stream match and that the memory
+        // the kernel reaches is valid; the module is kept loaded by the captured launch; the
+        // context is current (bound above). `kernarg` is the captured block, padded with zero
+        // bytes past the last parameter, which the layout never reads.
+        unsafe { launch_raw(l.func, &l.cfg, l.stream, &l.layout, kernarg) }
+    }
+
+    fn streams_for(&self, target: DrainTarget) -> SmallVec<[cudarc::driver::sys::CUstream; 8]> {
+        let mut v: SmallVec<[cudarc::driver::sys::CUstream; 8]> = SmallVec::new();
+        match target {
+            DrainTarget::Queue(q) => v.push(q.0 as cudarc::driver::sys::CUstream),
+            DrainTarget::Agent => {
+                v.push(std::ptr::null_mut()); // legacy default stream
+                v.extend(self.queues.live(QueueKind::Compute).iter().map(|q| q.raw()));
+                v.extend(self.launches.lock().values().map(|l| l.stream));
+            }
+            DrainTarget::CopyFence => {
+                v.extend(self.queues.live(QueueKind::Copy).iter().map(|q| q.raw()));
+                v.extend(self.memory.internal_streams());
+            }
+        }
+        let mut seen: SmallVec<[cudarc::driver::sys::CUstream; 8]> = SmallVec::new();
+        for s in v {
+            if !seen.contains(&s) {
+                seen.push(s);
+            }
+        }
+        seen
+    }
+
+    /// Live tickets (tests and diagnostics).
+    pub fn pending_tickets(&self) -> usize {
+        self.tickets.lock().len()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+}
+
+impl Agent for CudaAgent {
+    fn id(&self) -> AgentId {
+        self.id
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::COPY_FENCE;
+        if self.memory.device_digests() {
+            c |= Capabilities::DEVICE_DIGESTS;
+        }
+        c
+    }
+
+    fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError> {
+        let op = target.as_str();
+        self.device.bind().map_err(|e| self.err(e, op))?;
+        let mut events = SmallVec::new();
+        for s in self.streams_for(target) {
+            let e = self.device.event(false).map_err(|e| self.err(e, op))?;
+            e.record(s).map_err(|e| self.err(e, op))?;
+            events.push(e);
+        }
+        Ok(self.ticket(TicketState::Drain(events)))
+    }
+
+    fn poll_drain(&self, ticket: Ticket, budget: Duration) -> Result<bool, BackendError> {
+        const OP: &str = "poll drain";
+        let events = match self.tickets.lock().remove(&ticket.0) {
+            Some(TicketState::Drain(e)) => e,
+            Some(other) => {
+                self.tickets.lock().insert(ticket.0, other);
+                return Err(BackendError::new(
+                    BackendErrorKind::InvalidArgument,
+                    self.id,
+                    OP,
+                    format!("ticket {} is not a drain", ticket.0),
+                ));
+            }
+            None => {
+                return Err(BackendError::new(
+                    BackendErrorKind::InvalidArgument,
+                    self.id,
+                    OP,
+                    format!("unknown ticket {}", ticket.0),
+                ))
+            }
+        };
+        // The wait holds no lock.
+        let r = self
+            .device
+            .bind()
+            .and_then(|()| wait_events(&events.iter().collect::<Vec<_>>(), budget));
+        match r {
+            Ok(true) => {
+                for e in events {
+                    self.device.recycle_event(e);
+                }
+                Ok(true)
+            }
+            Ok(false) => {
+                self.tickets
+                    .lock()
+                    .insert(ticket.0, TicketState::Drain(events));
+                Ok(false)
+            }
+            Err(e) => {
+                self.tickets
+                    .lock()
+                    .insert(ticket.0, TicketState::Drain(events));
+                Err(self.err(e, OP))
+            }
+        }
+    }
+
+    fn submit_pass(&self, dispatch: &Dispatch, _pass: u32) -> Result<Ticket, BackendError> {
+        const OP: &str = "submit pass";
+        let l = self.launch_of(dispatch, OP)?;
+        let run = || -> Result<TicketState, CudaError> {
+            self.device.bind()?;
+            let start = self.device.event(true)?;
+            let end = self.device.event(true)?;
+            start.record(l.stream)?;
+            self.launch(&l, &dispatch.kernarg)?;
+            end.record(l.stream)?;
+            Ok(TicketState::Pass { start, end })
+        };
+        let state = run().map_err(|e| self.err(e, OP))?;
+        Ok(self.ticket(state))
+    }
+
+    fn poll_pass(
+        &self,
+        ticket: Ticket,
+        budget: Duration,
+    ) -> Result<Option<PassCompletion>, BackendError> {
+        const OP: &str = "poll pass";
+        let (start, end) = match self.tickets.lock().remove(&ticket.0) {
+            Some(TicketState::Pass { start, end }) => (start, end),
+            Some(other) => {
+                self.tickets.lock().insert(ticket.0, other);
+                return Err(BackendError::new(
+                    BackendErrorKind::InvalidArgument,
+                    self.id,
+                    OP,
+                    format!("ticket {} is not a pass", ticket.0),
+                ));
+            }
+            None => {
+                return Err(BackendError::new(
+                    BackendErrorKind::InvalidArgument,
+                    self.id,
+                    OP,
+                    format!("unknown ticket {}", ticket.0),
+                ))
+            }
+        };
+        let r = self
+            .device
+            .bind()
+            .and_then(|()| wait_events(&[&end], budget));
+        match r {
+            Ok(true) => {
+                let ms = Event::elapsed_ms(&start, &end).unwrap_or_else(|e| {
+                    log::debug!("[kernel-replay] pass time unavailable: {e}");
+                    0.0
+                });
+                self.device.recycle_event(start);
+                self.device.recycle_event(end);
+                Ok(Some(PassCompletion {
+                    gpu_seconds: f64::from(ms) / 1e3,
+                }))
+            }
+            Ok(false) => {
+                self.tickets
+                    .lock()
+                    .insert(ticket.0, TicketState::Pass { start, end });
+                Ok(None)
+            }
+            Err(e) => {
+                self.tickets
+                    .lock()
+                    .insert(ticket.0, TicketState::Pass { start, end });
+                Err(self.err(e, OP))
+            }
+        }
+    }
+
+    fn abandon(&self, ticket: Ticket) {
+        // Dropping the events is safe while the device still works on them: the driver
+        // destroys them when they complete.
+        self.tickets.lock().remove(&ticket.0);
+    }
+
+    fn flush_caches(&self) -> Result<(), BackendError> {
+        Err(BackendError::new(
+            BackendErrorKind::Unsupported,
+            self.id,
+            "flush caches",
+            "the CUDA backend has no cache flush; copies are coherent with L2",
+        ))
+    }
+
+    fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError> {
+        const OP: &str = "submit ordinary";
+        let l = self.launch_of(dispatch, OP)?;
+        self.launch(&l, &dispatch.kernarg)
+            .map_err(|e| self.err(e, OP))?;
+        if let Some(c) = &l.completion {
+            c.event.record(l.stream).map_err(|e| self.err(e, OP))?;
+        }
+        Ok(())
+    }
+
+    fn signal_completion(&self, dispatch: &Dispatch) -> Result<(), BackendError> {
+        const OP: &str = "signal completion";
+        let l = self.launch_of(dispatch, OP)?;
+        if let Some(c) = &l.completion {
+            self.device.bind().map_err(|e| self.err(e, OP))?;
+            // Recorded on the application's stream after every pass submitted so far.
+            c.event.record(l.stream).map_err(|e| self.err(e, OP))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,271 @@
+//! The library API (SPEC §9.2, "launch under replay"): one [`CudaBackend`] per device ties the
+//! agent, the device memory, the memory layer, the allocator, the module registry and the
+//! queues together, and [`CudaBackend::launch`] runs a launch through
+//! [`ReplayService::submit`], so the window of SPEC §6 runs around it when the service is
+//! active and a tool asked for passes.
+//!
+//! ```text
+//! CudaBackend::launch ─► Dispatch { argument block, grid, block, stream } ─► ReplayService::submit
+//!     inactive / declined / not requested ─► CudaAgent::submit_ordinary (launch once)
+//!     replayed ─► drains (events) ─► MemoryEngine::capture ─► passes (launch + timing events)
+//!               ─► restores (copy streams) ─► signal_completion (the caller's event, once)
+//! ```
+//!
+//! `launch` returns when the window is done: the passes completed (they were waited for),
+//! the last pass's writes are in memory, and a caller's completion event is recorded after it.
+//! An ordinary (not replayed) launch returns at once, asynchronous as usual. Library launches
+//! come from the submitting thread (`Origin::SubmittingThread`), so the service never defers
+//! them; a launch from inside a tool callback is tool work and runs once.
+
+use std::sync::Arc;
+
+use replay_core::{
+    AgentId, BackendError, Dim3, Dispatch, DispatchId, DispatchInfo, DispatchReport, KernelId,
+    KernelKey, Origin, ReplayService, SubmissionKind,
+};
+use replay_memory::{MemoryEngine, Tracker};
+
+use crate::agent::CudaAgent;
+use crate::driver::Device;
+use crate::error::CudaResult;
+use crate::memory::{CudaMemory, TierConfig};
+use crate::module::{CudaFunction, ModuleRegistry};
+use crate::queue::{
+    launch_raw, ArgBlock, CapturedLaunch, CompletionEvent, LaunchConfig, Queue, QueueKind,
+    QueueRegistry,
+};
+use crate::tracker::CudaAllocator;
+
+/// Options of one launch.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchOptions {
+    /// Recorded once as the launch's completion (after the last pass, or after the ordinary
+    /// run).
+    pub completion: Option<Arc<CompletionEvent>>,
+}
+
+/// How a backend is set up.
+#[derive(Debug, Clone, Default)]
+pub struct BackendConfig {
+    /// Tier sizing and copy chunking.
+    pub tiers: TierConfig,
+}
+
+/// The CUDA backend of one device.
+pub struct CudaBackend {
+    device: Arc<Device>,
+    agent: Arc<CudaAgent>,
+    memory: Arc<CudaMemory>,
+    engine: Arc<MemoryEngine>,
+    allocator: CudaAllocator,
+    modules: Arc<ModuleRegistry>,
+    queues: Arc<QueueRegistry>,
+    legacy: Arc<Queue>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("device", self.device.info())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal` as agent `AgentId(ordinal)`, reporting allocations to `tracker`.
+    /// Fails with [`crate::CudaError::Unavailable`] where CUDA cannot be used.
+    pub fn new(ordinal: i32, tracker: Arc<Tracker>, config: BackendConfig) -> CudaResult<Self> {
+        let device = Device::open(ordinal)?;
+        let id = AgentId(ordinal as u64);
+        let modules = Arc::new(ModuleRegistry::new(id, Arc::clone(&device)));
+        let memory = Arc::new(CudaMemory::new(&device, id, &modules, config.tiers)?);
+        let queues = Arc::new(QueueRegistry::default());
+        let agent = Arc::new(CudaAgent::new(
+            Arc::clone(&device),
+            id,
+            Arc::clone(&queues),
+            Arc::clone(&memory),
+        ));
+        let engine = Arc::new(MemoryEngine::new(
+            id,
+            Arc::clone(&tracker),
+            Arc::clone(&memory) as Arc<dyn replay_core::DeviceMemory>,
+            Arc::clone(&modules) as Arc<dyn replay_memory::ModuleVariables>,
+        ));
+        let allocator = CudaAllocator::new(Arc::clone(&device), id, tracker);
+        {
+            let weak = Arc::downgrade(&engine);
+            allocator.set_oom_hook(Some(Arc::new(move || {
+                if let Some(e) = weak.upgrade() {
+                    e.release_pools();
+                }
+            })));
+        }
+        // SAFETY: the legacy default stream (null) exists for as long as the context does.
+        let legacy =
+            unsafe { queues.register_raw(&device, std::ptr::null_mut(), QueueKind::Compute) };
+        Ok(Self {
+            device,
+            agent,
+            memory,
+            engine,
+            allocator,
+            modules,
+            queues,
+            legacy,
+        })
+    }
+
+    /// The agent id.
+    pub fn agent_id(&self) -> AgentId {
+        self.agent.id_value()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The agent (for [`ReplayService::submit`]).
+    pub fn agent(&self) -> &Arc<CudaAgent> {
+        &self.agent
+    }
+
+    /// The device memory.
+    pub fn memory(&self) -> &Arc<CudaMemory> {
+        &self.memory
+    }
+
+    /// The memory layer (the window's `Snapshotter`).
+    pub fn engine(&self) -> &Arc<MemoryEngine> {
+        &self.engine
+    }
+
+    /// The tracked allocator.
+    pub fn allocator(&self) -> &CudaAllocator {
+        &self.allocator
+    }
+
+    /// The module registry (compile, load, enumerate).
+    pub fn modules(&self) -> &Arc<ModuleRegistry> {
+        &self.modules
+    }
+
+    /// A new non-blocking stream, registered with the agent.
+    pub fn create_queue(&self, kind: QueueKind) -> CudaResult<Arc<Queue>> {
+        self.queues.create(&self.device, kind)
+    }
+
+    /// The legacy default stream.
+    pub fn legacy_queue(&self) -> &Arc<Queue> {
+        &self.legacy
+    }
+
+    /// Registers a stream the application created (see [`QueueRegistry::register_raw`]).
+    ///
+    /// # Safety
+    /// As [`QueueRegistry::register_raw`]: the stream belongs to this device's primary context
+    /// and outlives the returned queue.
+    pub unsafe fn register_stream(
+        &self,
+        stream: cudarc::driver::sys::CUstream,
+        kind: QueueKind,
+    ) -> Arc<Queue> {
+        // SAFETY: forwarded contract.
+        unsafe { self.queues.register_raw(&self.device, stream, kind) }
+    }
+
+    /// Builds the window's dispatch for a launch.
+    fn dispatch(
+        &self,
+        func: &CudaFunction,
+        cfg: &LaunchConfig,
+        queue: &Queue,
+        args: &ArgBlock,
+        handle: u64,
+    ) -> Dispatch {
+        let id = self.agent_id();
+        Dispatch {
+            info: DispatchInfo {
+                agent: id,
+                queue: queue.id(),
+                dispatch_id: DispatchId(0),
+                kernel_id: KernelId(func.raw() as u64),
+                kernel_name: Arc::clone(func.name()),
+                grid: Dim3::new(
+                    cfg.grid.x.saturating_mul(cfg.block.x),
+                    cfg.grid.y.saturating_mul(cfg.block.y),
+                    cfg.grid.z.saturating_mul(cfg.block.z),
+                ),
+                workgroup: cfg.block,
+                private_segment_size: func.local_bytes(),
+                group_segment_size: func.static_shared_bytes() + cfg.shared_mem_bytes,
+            },
+            kernel: KernelKey {
+                agent: id,
+                code_object: func.module().load_id(),
+                symbol: func.raw() as u64,
+            },
+            kind: SubmissionKind::KernelDispatch,
+            kernarg: args.kernarg(),
+            origin: Origin::SubmittingThread,
+            handle,
+        }
+    }
+
+    /// Launches `func` **under replay**: builds the dispatch and hands it to `service`, which
+    /// runs it once (service inactive, filtered out, not requested, declined) or runs the
+    /// replay window around it. Returns the service's report (its outcome record, for a
+    /// candidate). An error means the launch itself could not be made.
+    ///
+    /// # Safety
+    /// 1. `args` matches `func`'s parameter list (sizes and offsets).
+    /// 2. Every device pointer in `args` is valid for everything the kernel does with it, for
+    ///    every pass.
+    /// 3. `queue` is a stream of this backend's device (created or registered here).
+    pub unsafe fn launch(
+        &self,
+        service: &ReplayService,
+        func: &CudaFunction,
+        cfg: LaunchConfig,
+        queue: &Arc<Queue>,
+        args: &ArgBlock,
+        options: LaunchOptions,
+    ) -> Result<DispatchReport, BackendError> {
+        let captured = Arc::new(CapturedLaunch {
+            func: func.raw(),
+            cfg,
+            stream: queue.raw(),
+            layout: args.params().into(),
+            completion: options.completion,
+            _keep: Some(Arc::clone(func.module())),
+        });
+        let handle = self.agent.register_launch(captured);
+        let dispatch = self.dispatch(func, &cfg, queue, args, handle);
+        let r = service.submit(&*self.agent, &*self.engine, dispatch);
+        self.agent.unregister_launch(handle);
+        r
+    }
+
+    /// Launches `func` once, outside the replay service (reference runs, fills, tool work).
+    ///
+    /// # Safety
+    /// As [`CudaBackend::launch`].
+    pub unsafe fn launch_plain(
+        &self,
+        func: &CudaFunction,
+        cfg: LaunchConfig,
+        queue: &Queue,
+        args: &ArgBlock,
+    ) -> CudaResult<()> {
+        self.device.bind()?;
+        // SAFETY: forwarded contract; the context is current.
+        unsafe { launch_raw(func.raw(), &cfg, queue.raw(), args.params(), args.bytes()) }
+    }
+}
+
+impl CudaAgent {
+    fn id_value(&self) -> AgentId {
+        replay_core::Agent::id(self)
+    }
+}

@@ -1,0 +1,129 @@
+//! # replay-cuda
+//!
+//! The NVIDIA backend of kernel-replay (SPEC §9.2): the replay window of `replay-core` and the
+//! memory layer of `replay-memory`, over the CUDA driver API loaded at run time through
+//! [`cudarc`]. Nothing of CUDA is needed to build it; where the driver cannot be loaded,
+//! [`is_available`] says why and every constructor returns that error.
+//!
+//! Layers, as in cudarc: [`sys`] (raw bindings) and [`result`] (status codes as `Result`) are
+//! cudarc's; this crate's modules own the driver objects and implement the core's traits,
+//! with the same role names as every backend:
+//!
+//! | module | role |
+//! |---|---|
+//! | [`agent`] | [`replay_core::Agent`] for a device: drains, passes, ordinary run, completion |
+//! | [`memory`] | [`replay_core::DeviceMemory`]: tiers, batched copies on non-blocking streams with events as fences, device digests |
+//! | [`queue`] | streams the backend knows, argument blocks, launch capture |
+//! | [`tracker`] | allocation API reporting to [`replay_memory::Tracker`] with the classes of SPEC §7.1 |
+//! | [`module`] | NVRTC compilation, cubin loading, module globals from the ELF symbol table |
+//! | [`launch`] | the library API: [`CudaBackend::launch`] runs a launch under replay |
+//! | [`kernels`] | the digest kernels (CUDA C compiled with NVRTC) |
+//!
+//! Who validates what: the core validates every window transition and owns every deadline;
+//! the memory layer plans, places and checks liveness; this crate translates. Misuse of the
+//! backend (an unknown fence, a backing offset out of bounds) is reported as
+//! `BackendErrorKind::InvalidArgument`, never a panic.
+//!
+//! ## Design choices
+//!
+//! - **One context.** Each device is used through its retained primary context, the one the
+//!   CUDA runtime and the application use, so their pointers and ours agree. Every entry point
+//!   makes it current on the calling thread first.
+//! - **Bounded waits.** The driver's synchronise calls have no timeout; every wait records an
+//!   event and polls `cuEventQuery` (spinning, then yielding, then sleeping in short steps)
+//!   within the budget the core gives.
+//! - **Own streams.** Snapshot and restore copies and digest kernels run on non-blocking
+//!   streams of their own, so they neither wait for nor order against the legacy default
+//!   stream; the window orders them against passes by waiting on fences.
+//! - **Digests on the device**, bit-identical to [`replay_core::digest::digest`], by a kernel
+//!   compiled with NVRTC at start-up (see [`kernels`] for the two variants and their costs).
+//!   Without NVRTC the backend digests on the host and says so.
+//! - **Library mode completion** is the stream order: see [`agent`].
+//! - **Kernel identity.** A kernel's `code_object` is its module's load number, never reused,
+//!   so what the library remembers about a misbehaving kernel dies with its module.
+//!
+//! ## Unsafe code
+//!
+//! Confined to this crate: driver and NVRTC calls through cudarc's `sys` and `result` layers,
+//! the `Send`/`Sync` of driver handles, pinned and pageable backing memory, and opening the
+//! CUDA libraries. The ELF reader is safe code over byte slices. Launching a kernel is
+//! `unsafe` for the caller ([`CudaBackend::launch`]): the argument block must match the kernel
+//! and its pointers must be valid, which no library can check.
+//!
+//! ## Testing without a GPU
+//!
+//! Unit tests cover argument blocks, the ELF reader, copy coalescing and scheduling, tier
+//! reports and the memory layer's planning over them, and line-by-line ports of the digest
+//! kernels against the reference. `tests/nvrtc.rs` compiles every CUDA source with NVRTC where
+//! libnvrtc is present. `tests/fake_driver.rs` runs the backend end to end over a fake
+//! `libcuda` (C, compiled at test time) that keeps device memory in host memory and emulates
+//! the kernels by name. The GPU run is the `cuda_bench` binary.
+//!
+//! ## Not covered
+//!
+//! Interception of an unmodified application (CUDA injection with CUPTI callbacks) builds on
+//! this API and is not part of this crate yet. Graph launches, stream captures and cooperative
+//! launches are not submitted through [`CudaBackend::launch`].
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod agent;
+mod driver;
+pub mod error;
+pub mod kernels;
+pub mod launch;
+pub mod memory;
+pub mod module;
+pub mod queue;
+pub mod tracker;
+
+pub use cudarc::driver::{result, sys};
+
+pub use agent::CudaAgent;
+pub use driver::{Device, DeviceInfo, Stream, MIN_DRIVER_VERSION};
+pub use error::{CudaError, CudaResult, NvrtcUnavailable, Unavailable};
+pub use launch::{BackendConfig, CudaBackend, LaunchOptions};
+pub use memory::{CudaMemory, TierConfig};
+pub use module::{compile_cubin, nvrtc_available, CudaFunction, CudaModule, ModuleRegistry};
+pub use queue::{
+    ArgBlock, CompletionEvent, DevicePtr, GpuTimer, KernelParam, LaunchConfig, ParamSlot, Queue,
+    QueueKind,
+};
+pub use tracker::{AllocKind, Allocation, CudaAllocator};
+
+/// Whether CUDA can be used in this process: `Ok(number of devices)`, or why not (the driver
+/// library is missing, `cuInit` failed, no device, a driver older than CUDA 12.0). Loads and
+/// initialises the driver on first call; never panics.
+pub fn is_available() -> Result<i32, Unavailable> {
+    driver::init()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailability_is_reported_clearly() {
+        match is_available() {
+            Ok(n) => assert!(n > 0, "a machine with CUDA reports its devices"),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(!msg.is_empty());
+                if let Unavailable::NoDriverLibrary { tried } = &e {
+                    assert!(msg.contains("libcuda"), "{msg}");
+                    assert!(
+                        tried.iter().any(|t| t.starts_with("libcuda.so")),
+                        "{tried:?}"
+                    );
+                }
+                // Every constructor fails the same way instead of panicking.
+                let err = CudaBackend::new(0, Default::default(), BackendConfig::default())
+                    .expect_err("no backend without CUDA");
+                assert!(matches!(err, CudaError::Unavailable(_)), "{err}");
+                assert!(err.to_string().contains("CUDA is not available"), "{err}");
+                assert!(Device::open(0).is_err());
+            }
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! The backend end to end over a fake CUDA driver, on a machine without a GPU.
+//!
+//! `tests/fake_driver/fake_cuda.c` is compiled with the system C compiler into a
+//! `libcuda.so.1` and loaded before the backend looks for the driver; cudarc's open by name
+//! then resolves to it through its soname. The fake keeps device memory in host memory, runs
+//! every operation at once, emulates the kernels by name and can keep a stream busy, so the
+//! real code paths of this crate run: driver loading, contexts, streams, events and bounded
+//! waits, tracked allocation of every class, module globals from a cubin's symbol table, the
+//! window's drains, passes, restores and digests (host digests where NVRTC is absent, as in
+//! CI). What it cannot show (timing, real kernels, real copies) is the GPU run's job
+//! (`cuda_bench`). Skipped where no C compiler is found, or where a real driver is present.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
+use replay_core::{
+    ContextId, Digest128, MemoryClass, NoContextControl, Outcome, Policy, Reason, ReplayService,
+    RestoreMode, Scope, Subscription, SystemClock,
+};
+use replay_cuda::module::elf::testing::{info, Builder};
+use replay_cuda::module::elf::{STB_GLOBAL, STB_LOCAL, STT_FUNC, STT_OBJECT};
+use replay_cuda::{
+    AllocKind, ArgBlock, BackendConfig, CudaBackend, CudaFunction, DevicePtr, LaunchConfig,
+    QueueKind,
+};
+use replay_memory::{ModuleVariables, Tracker};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Compiles and loads the fake driver; `None` (skip) without a C compiler or with a real one.
+fn load_fake() -> Option<()> {
+    // SAFETY: only tries dlopen on the driver's names and closes what it opened.
+    if unsafe { replay_cuda::sys::is_culib_present() } {
+        eprintln!("skipped: a real CUDA driver is present (cuda_bench covers this machine)");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("replay-cuda-fake-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let lib = dir.join("libcuda.so.1");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_driver/fake_cuda.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .args(["-Wl,-soname,libcuda.so.1", src, "-lpthread"])
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        other => {
+            eprintln!("skipped: could not compile the fake driver with {cc}: {other:?}");
+            return None;
+        }
+    }
+    use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+    // SAFETY: our own fake driver, just compiled; it has no initialisers beyond libc's.
+    let l = unsafe { Library::open(Some(&lib), RTLD_NOW | RTLD_GLOBAL) }.ok()?;
+    // Kept for the process: the backend's open by name resolves to it through its soname, so
+    // the file itself is no longer needed.
+    std::mem::forget(l);
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(())
+}
+
+/// The tool: passes as set, input digests in every PASS ENTER.
+#[derive(Default)]
+struct Tool {
+    passes: Mutex<u64>,
+    ranges: Mutex<Vec<(u64, u64)>>,
+    seen: Mutex<Vec<Vec<Digest128>>>,
+    memory: Mutex<Option<Arc<replay_cuda::CudaMemory>>>,
+}
+
+impl ReplayTool for Tool {
+    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
+        match (op, phase) {
+            (Operation::Config, Phase::Enter) => {
+                let n = *self.passes.lock();
+                p.replay_pass_count = Some(Arc::new(move |_, _| n));
+            }
+            (Operation::Pass, Phase::Enter) => {
+                let ranges = self.ranges.lock().clone();
+                if ranges.is_empty() {
+                    return;
+                }
+                let mem = self.memory.lock().clone().expect("memory set");
+                let key = replay_core::digest::key_from_seed(7);
+                let d = mem.digest_blocking(&ranges, key, WAIT).expect("digest");
+                self.seen.lock().push(d);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn rmw_host(v: &mut [u8], k: u64) {
+    for (i, w) in v.chunks_exact_mut(8).enumerate() {
+        let x = u64::from_le_bytes(w.try_into().unwrap());
+        let y = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(k ^ i as u64);
+        w.copy_from_slice(&y.to_le_bytes());
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len / 8)
+        .flat_map(|i| {
+            (i as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(seed)
+                .to_le_bytes()
+        })
+        .collect()
+}
+
+/// A cubin-like image with the kernels and globals the fake emulates, laid out as NVRTC lays
+/// out `globals.cu` (all globals local, `kr_hidden` not resolvable by name in the fake).
+fn image() -> Vec<u8> {
+    let mut b = Builder::new();
+    let mut f = Vec::new();
+    for k in ["kr_rmw", "kr_spin", "kr_indirect", "kr_globals", "kr_tiny"] {
+        f.push((k, b.section(&format!(".text.{k}"), 1, vec![0; 16], 0)));
+    }
+    let global = b.section(".nv.global", 8, Vec::new(), 8328);
+    let constant = b.section(".nv.constant3", 1, vec![0; 32], 0);
+    for (k, s) in f {
+        b.symbol(k, info(STB_GLOBAL, STT_FUNC), s, 0, 16);
+    }
+    b.symbol("kr_counter", info(STB_LOCAL, STT_OBJECT), global, 0, 8);
+    b.symbol("kr_table", info(STB_LOCAL, STT_OBJECT), global, 136, 8192);
+    b.symbol("kr_hidden", info(STB_LOCAL, STT_OBJECT), global, 8, 128);
+    b.symbol("kr_const", info(STB_LOCAL, STT_OBJECT), constant, 0, 32);
+    b.build()
+}
+
+struct Ctx {
+    backend: Arc<CudaBackend>,
+    service: &'static ReplayService,
+    tool: Arc<Tool>,
+}
+
+impl Ctx {
+    fn policy(&self, scope: Scope, restore: RestoreMode) {
+        self.service
+            .set_policy(Policy {
+                scope,
+                restore,
+                chunk_bytes: 64 << 10,
+                drain_timeout: Duration::from_millis(300),
+                pass_timeout: Duration::from_millis(300),
+                ..Policy::default()
+            })
+            .unwrap();
+    }
+
+    fn launch(
+        &self,
+        f: &CudaFunction,
+        args: &ArgBlock,
+        passes: u64,
+        ranges: Vec<(u64, u64)>,
+    ) -> replay_core::OutcomeRecord {
+        *self.tool.passes.lock() = passes;
+        *self.tool.ranges.lock() = ranges;
+        self.tool.seen.lock().clear();
+        let q = Arc::clone(self.backend.legacy_queue());
+        // SAFETY: the fake emulates every kernel of the image with these parameter lists, over
+        // memory the test owns.
+        let r = unsafe {
+            self.backend.launch(
+                self.service,
+                f,
+                LaunchConfig::linear(4, 64),
+                &q,
+                args,
+                Default::default(),
+            )
+        }
+        .unwrap();
+        r.record.expect("a candidate dispatch has a record")
+    }
+
+    fn inputs_identical(&self, passes: usize) {
+        let seen = self.tool.seen.lock();
+        assert_eq!(seen.len(), passes);
+        assert!(seen.iter().all(|d| *d == seen[0]), "per-pass inputs differ");
+    }
+}
+
+#[test]
+fn the_backend_over_a_fake_driver() {
+    if load_fake().is_none() {
+        return;
+    }
+    assert_eq!(replay_cuda::is_available(), Ok(1));
+    let tracker = Arc::new(Tracker::new());
+    let backend =
+        Arc::new(CudaBackend::new(0, Arc::clone(&tracker), BackendConfig::default()).unwrap());
+    assert_eq!(backend.device().info().name, "Fake CUDA device");
+    assert_eq!(backend.device().info().compute_capability, (9, 0));
+    let service: &'static ReplayService = Box::leak(Box::new(ReplayService::new(
+        Policy::default(),
+        Arc::new(SystemClock::new()),
+        Arc::new(NoContextControl),
+    )));
+    let tool = Arc::new(Tool::default());
+    *tool.memory.lock() = Some(Arc::clone(backend.memory()));
+    service
+        .configure(
+            ContextId(1),
+            Subscription::CONFIG | Subscription::PASS,
+            Arc::clone(&tool) as Arc<dyn ReplayTool>,
+        )
+        .unwrap();
+    service.start().unwrap();
+    let cx = Ctx {
+        backend: Arc::clone(&backend),
+        service,
+        tool,
+    };
+    let module = backend.modules().load(&image(), "fake.cubin").unwrap();
+    let mem = backend.memory();
+    let agent = backend.agent_id();
+
+    // Every allocation class is tracked, and a free is recorded.
+    let alloc = backend.allocator();
+    let q = backend.create_queue(QueueKind::Compute).unwrap();
+    {
+        let d = alloc.alloc_device(4096).unwrap();
+        let m = alloc.alloc_managed(4096).unwrap();
+        let p = alloc.alloc_pinned_host(4096).unwrap();
+        let s = alloc.alloc_async(4096, &q).unwrap();
+        let v = alloc.alloc_virtual(4096).unwrap();
+        for (a, class) in [
+            (&d, MemoryClass::DEVICE_COARSE),
+            (&m, MemoryClass::MANAGED),
+            (&p, MemoryClass::PINNED_HOST),
+            (&s, MemoryClass::VIRTUAL_MAPPING),
+            (&v, MemoryClass::VIRTUAL_MAPPING),
+        ] {
+            assert_eq!(tracker.lookup(agent, a.ptr()).unwrap().class, class);
+        }
+        assert_eq!(v.kind(), AllocKind::Virtual);
+        assert!(p.host_ptr().is_some());
+        let dp = d.ptr();
+        drop(d);
+        assert!(tracker.lookup(agent, dp).is_none(), "the free is recorded");
+    }
+    drop(q);
+
+    // Replay of a read-modify-write kernel, every scope and restore mode.
+    let rmw = module.function("kr_rmw").unwrap();
+    let built = ArgBlock::new().arg(DevicePtr(0)).arg(0u64).arg(0u64);
+    assert_eq!(rmw.param_layout().unwrap(), built.params());
+    let a = alloc.alloc_device(1 << 20).unwrap();
+    let other = alloc.alloc_device(256 << 10).unwrap();
+    let words = a.len() / 8;
+    for scope in [Scope::All, Scope::Arguments] {
+        for restore in [RestoreMode::Full, RestoreMode::Dirty] {
+            let input = pattern(a.len() as usize, scope as u64 * 10 + restore as u64);
+            let untouched = pattern(other.len() as usize, 99);
+            mem.write_device(a.ptr(), &input, WAIT).unwrap();
+            mem.write_device(other.ptr(), &untouched, WAIT).unwrap();
+            let mut want = input.clone();
+            rmw_host(&mut want, 5);
+            cx.policy(scope, restore);
+            let args = ArgBlock::new().arg(DevicePtr(a.ptr())).arg(words).arg(5u64);
+            let rec = cx.launch(&rmw, &args, 4, vec![(a.ptr(), a.len())]);
+            assert_eq!(
+                (rec.outcome, rec.executed_passes),
+                (Outcome::Replayed, 4),
+                "{scope:?}/{restore:?}: {rec}"
+            );
+            cx.inputs_identical(4);
+            assert_eq!(mem.read_device(a.ptr(), a.len(), WAIT).unwrap(), want);
+            assert_eq!(
+                mem.read_device(other.ptr(), other.len(), WAIT).unwrap(),
+                untouched
+            );
+            // Module variables are in every scope: 8 + 128 + 8192 bytes (the constant is not).
+            let expect_captured = 8328
+                + match scope {
+                    Scope::All => a.len() + other.len(),
+                    Scope::Arguments => a.len(),
+                };
+            assert_eq!(rec.captured_bytes, expect_captured);
+            if restore == RestoreMode::Dirty {
+                assert!(rec.pass_restored_bytes.iter().all(|&b| b <= a.len()));
+            }
+        }
+    }
+
+    // Module variables from the image's symbol table, captured and restored.
+    let vars = backend.modules().enumerate(agent).unwrap();
+    let var = |n: &str| vars.iter().find(|v| v.name == n).unwrap().clone();
+    let (counter, table, hidden) = (var("kr_counter"), var("kr_table"), var("kr_hidden"));
+    assert_eq!(
+        hidden.base,
+        counter.base + 8,
+        "resolved through its section"
+    );
+    assert_eq!(table.base, counter.base + 136);
+    assert!(var("kr_const").read_only);
+    mem.write_device(counter.base, &41u64.to_le_bytes(), WAIT)
+        .unwrap();
+    let table0 = pattern(8192, 3);
+    mem.write_device(table.base, &table0, WAIT).unwrap();
+    cx.policy(Scope::Arguments, RestoreMode::Full);
+    let globals = module.function("kr_globals").unwrap();
+    let rec = cx.launch(
+        &globals,
+        &ArgBlock::new().arg(2u64),
+        3,
+        vec![(counter.base, 8)],
+    );
+    assert_eq!(rec.outcome, Outcome::Replayed, "{rec}");
+    cx.inputs_identical(3);
+    let c = mem.read_device(counter.base, 8, WAIT).unwrap();
+    assert_eq!(
+        u64::from_le_bytes(c.try_into().unwrap()),
+        42,
+        "one execution"
+    );
+    let t = mem.read_device(table.base, 8192, WAIT).unwrap();
+    let want: Vec<u8> = table0
+        .chunks_exact(8)
+        .enumerate()
+        .flat_map(|(i, w)| {
+            let x = u64::from_le_bytes(w.try_into().unwrap());
+            (x.wrapping_mul(3) + 2 + [1u64, 2, 3, 4][i & 3]).to_le_bytes()
+        })
+        .collect();
+    assert_eq!(t, want);
+
+    // A write through a pointer in device memory, outside the `arguments` scope.
+    let holder = alloc.alloc_device(4096).unwrap();
+    mem.write_device(holder.ptr(), &other.ptr().to_le_bytes(), WAIT)
+        .unwrap();
+    let before = pattern(other.len() as usize, 5);
+    mem.write_device(other.ptr(), &before, WAIT).unwrap();
+    let indirect = module.function("kr_indirect").unwrap();
+    let args = ArgBlock::new()
+        .arg(DevicePtr(holder.ptr()))
+        .arg(other.len() / 8)
+        .arg(1u64);
+    let rec = cx.launch(&indirect, &args, 4, vec![]);
+    assert_eq!(
+        (rec.outcome, rec.reason, rec.executed_passes),
+        (Outcome::Truncated, Reason::WriteOutsideScope, 1),
+        "{rec}"
+    );
+    let once: Vec<u8> = before
+        .chunks_exact(8)
+        .flat_map(|w| (u64::from_le_bytes(w.try_into().unwrap()).wrapping_mul(3) + 1).to_le_bytes())
+        .collect();
+    assert_eq!(
+        mem.read_device(other.ptr(), other.len(), WAIT).unwrap(),
+        once
+    );
+
+    // A busy stream: the queue drain times out, the launch runs once, unreplayed.
+    let spin = module.function("kr_spin").unwrap();
+    let flag = alloc.alloc_device(8).unwrap();
+    cx.policy(Scope::All, RestoreMode::Full);
+    let legacy = Arc::clone(backend.legacy_queue());
+    let spin_args = ArgBlock::new()
+        .arg(2_000_000_000u64)
+        .arg(DevicePtr(flag.ptr()));
+    // SAFETY: kr_spin(u64 ns, u64* flag) writes one word of `flag`.
+    unsafe { backend.launch_plain(&spin, LaunchConfig::linear(1, 32), &legacy, &spin_args) }
+        .unwrap();
+    let input = pattern(a.len() as usize, 77);
+    mem.write_device(a.ptr(), &input, WAIT).unwrap();
+    let mut want = input.clone();
+    rmw_host(&mut want, 5);
+    let args = ArgBlock::new().arg(DevicePtr(a.ptr())).arg(words).arg(5u64);
+    let rec = cx.launch(&rmw, &args, 4, vec![]);
+    assert_eq!(
+        (rec.outcome, rec.reason, rec.executed_passes),
+        (Outcome::Declined, Reason::QueueDrainStuck, 1),
+        "{rec}"
+    );
+    legacy.synchronize().unwrap();
+    assert_eq!(mem.read_device(a.ptr(), a.len(), WAIT).unwrap(), want);
+    assert_eq!(
+        backend.agent().pending_tickets(),
+        0,
+        "abandoned tickets are dropped"
+    );
+}

@@ -1,0 +1,664 @@
+/*
+ * A fake CUDA driver (libcuda.so.1) for testing replay-cuda's host side without a GPU.
+ *
+ * Device memory is host memory (pointers are unified, as on a real 64-bit system); every
+ * asynchronous operation runs at once on the calling thread; the kernels replay-cuda and its
+ * benchmark use are emulated by name in C. A stream made busy by `kr_spin` completes events
+ * recorded on it only when its busy time has passed, so bounded waits and drain timeouts can be
+ * exercised. Globals: `kr_counter` and `kr_table` resolve by name, the static `kr_hidden` does
+ * not (as a test of section-base resolution), laid out as NVRTC lays out globals.cu.
+ *
+ * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
+ * fails with CUDA_ERROR_NO_DEVICE).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long u64;
+
+enum {
+    OK = 0,
+    E_INVALID_VALUE = 1,
+    E_OUT_OF_MEMORY = 2,
+    E_NOT_INITIALIZED = 3,
+    E_NO_DEVICE = 100,
+    E_INVALID_DEVICE = 101,
+    E_INVALID_HANDLE = 400,
+    E_NOT_FOUND = 500,
+    E_NOT_READY = 600,
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialised;
+static u64 mem_total = 8ULL << 30;
+static u64 mem_used;
+static int ctx_token;
+static __thread void* current_ctx;
+
+static u64 now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (u64)ts.tv_sec * 1000000000ULL + (u64)ts.tv_nsec;
+}
+
+/* ---- allocations ---------------------------------------------------------------------- */
+
+struct alloc {
+    void* p;
+    u64 size;
+    int device; /* counts against device memory */
+    struct alloc* next;
+};
+static struct alloc* allocs;
+
+static CUresult do_alloc(void** out, u64 size, int device) {
+    if (size == 0) {
+        return E_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&lock);
+    if (device && mem_used + size > mem_total) {
+        pthread_mutex_unlock(&lock);
+        return E_OUT_OF_MEMORY;
+    }
+    void* p = NULL;
+    if (posix_memalign(&p, 4096, size) != 0 || p == NULL) {
+        pthread_mutex_unlock(&lock);
+        return E_OUT_OF_MEMORY;
+    }
+    struct alloc* a = malloc(sizeof *a);
+    a->p = p;
+    a->size = size;
+    a->device = device;
+    a->next = allocs;
+    allocs = a;
+    if (device) {
+        mem_used += size;
+    }
+    pthread_mutex_unlock(&lock);
+    *out = p;
+    return OK;
+}
+
+static CUresult do_free(void* p) {
+    pthread_mutex_lock(&lock);
+    for (struct alloc** pp = &allocs; *pp; pp = &(*pp)->next) {
+        if ((*pp)->p == p) {
+            struct alloc* a = *pp;
+            *pp = a->next;
+            if (a->device) {
+                mem_used -= a->size;
+            }
+            free(a->p);
+            free(a);
+            pthread_mutex_unlock(&lock);
+            return OK;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return E_INVALID_VALUE;
+}
+
+/* ---- streams and events --------------------------------------------------------------- */
+
+struct stream {
+    u64 busy_until;
+};
+static struct stream legacy;
+
+static struct stream* S(void* s) {
+    return s ? (struct stream*)s : &legacy;
+}
+
+struct event {
+    u64 at; /* completes at this time (ns); 0 = never recorded */
+    int recorded;
+};
+
+/* ---- the initialisation and device queries -------------------------------------------- */
+
+CUresult cuInit(unsigned flags) {
+    (void)flags;
+    if (getenv("FAKE_CUDA_NO_DEVICE")) {
+        return E_NO_DEVICE;
+    }
+    const char* m = getenv("FAKE_CUDA_MEM");
+    if (m) {
+        mem_total = strtoull(m, NULL, 10);
+    }
+    initialised = 1;
+    return OK;
+}
+
+/* NVRTC opens libcuda.so.1 itself and asks for NVIDIA's private tables; the fake has none. */
+CUresult cuGetExportTable(const void** table, const void* id) {
+    (void)id;
+    *table = NULL;
+    return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+}
+
+CUresult cuDriverGetVersion(int* v) {
+    *v = 13000;
+    return OK;
+}
+
+CUresult cuDeviceGetCount(int* n) {
+    *n = initialised ? 1 : 0;
+    return initialised ? OK : E_NOT_INITIALIZED;
+}
+
+CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+    if (ordinal != 0) {
+        return E_INVALID_DEVICE;
+    }
+    *d = 0;
+    return OK;
+}
+
+CUresult cuDeviceGetAttribute(int* v, int attr, CUdevice d) {
+    (void)d;
+    switch (attr) {
+    case 75: *v = 9; break;                /* compute capability major */
+    case 76: *v = 0; break;                /* minor */
+    case 16: *v = 4; break;                /* multiprocessors */
+    case 38: *v = 50 << 20; break;         /* L2 */
+    case 115: case 102: case 83: case 41: *v = 1; break;
+    default: *v = 0; break;
+    }
+    return OK;
+}
+
+CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
+    (void)d;
+    snprintf(name, (size_t)len, "Fake CUDA device");
+    return OK;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) {
+    (void)d;
+    *bytes = mem_total;
+    return OK;
+}
+
+CUresult cuDevicePrimaryCtxRetain(void** ctx, CUdevice d) {
+    (void)d;
+    *ctx = &ctx_token;
+    return OK;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+    (void)d;
+    return OK;
+}
+
+CUresult cuCtxSetCurrent(void* ctx) {
+    current_ctx = ctx;
+    return OK;
+}
+
+CUresult cuCtxGetCurrent(void** ctx) {
+    *ctx = current_ctx;
+    return OK;
+}
+
+static void wait_until(u64 t) {
+    while (now_ns() < t) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+CUresult cuCtxSynchronize(void) {
+    wait_until(legacy.busy_until);
+    return OK;
+}
+
+CUresult cuStreamSynchronize(void* s) {
+    wait_until(S(s)->busy_until);
+    return OK;
+}
+
+static const char* err_name(CUresult e) {
+    switch (e) {
+    case OK: return "CUDA_SUCCESS";
+    case E_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
+    case E_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case E_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
+    case E_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
+    case E_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
+    case E_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
+    case E_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
+    case E_NOT_READY: return "CUDA_ERROR_NOT_READY";
+    default: return "CUDA_ERROR_UNKNOWN";
+    }
+}
+
+CUresult cuGetErrorName(CUresult e, const char** s) {
+    *s = err_name(e);
+    return OK;
+}
+
+CUresult cuGetErrorString(CUresult e, const char** s) {
+    *s = err_name(e);
+    return OK;
+}
+
+CUresult cuMemGetInfo_v2(size_t* free_b, size_t* total) {
+    pthread_mutex_lock(&lock);
+    *free_b = mem_total - mem_used;
+    *total = mem_total;
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+CUresult cuStreamCreate(void** s, unsigned flags) {
+    (void)flags;
+    struct stream* st = calloc(1, sizeof *st);
+    *s = st;
+    return OK;
+}
+
+CUresult cuStreamDestroy_v2(void* s) {
+    if (s) {
+        free(s);
+    }
+    return OK;
+}
+
+CUresult cuEventCreate(void** e, unsigned flags) {
+    (void)flags;
+    *e = calloc(1, sizeof(struct event));
+    return OK;
+}
+
+CUresult cuEventRecord(void* e, void* s) {
+    struct event* ev = e;
+    u64 t = now_ns();
+    u64 b = S(s)->busy_until;
+    ev->at = b > t ? b : t;
+    ev->recorded = 1;
+    return OK;
+}
+
+CUresult cuEventQuery(void* e) {
+    struct event* ev = e;
+    return now_ns() >= ev->at ? OK : E_NOT_READY;
+}
+
+CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) {
+    struct event* x = a;
+    struct event* y = b;
+    *ms = (float)((double)(y->at - x->at) / 1e6);
+    return OK;
+}
+
+CUresult cuEventDestroy_v2(void* e) {
+    free(e);
+    return OK;
+}
+
+/* ---- memory --------------------------------------------------------------------------- */
+
+CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t size) {
+    void* q;
+    CUresult r = do_alloc(&q, size, 1);
+    if (r == OK) {
+        *p = (CUdeviceptr)(uintptr_t)q;
+    }
+    return r;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr p) {
+    return do_free((void*)(uintptr_t)p);
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr* p, size_t size, unsigned flags) {
+    (void)flags;
+    return cuMemAlloc_v2(p, size);
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr* p, size_t size, void* s) {
+    (void)s;
+    return cuMemAlloc_v2(p, size);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr p, void* s) {
+    (void)s;
+    return cuMemFree_v2(p);
+}
+
+CUresult cuMemHostAlloc(void** p, size_t size, unsigned flags) {
+    (void)flags;
+    return do_alloc(p, size, 0);
+}
+
+CUresult cuMemFreeHost(void* p) {
+    return do_free(p);
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* d, void* p, unsigned flags) {
+    (void)flags;
+    *d = (CUdeviceptr)(uintptr_t)p;
+    return OK;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t* g, const void* prop, int option) {
+    (void)prop;
+    (void)option;
+    *g = 2 << 20;
+    return OK;
+}
+
+CUresult cuMemCreate(u64* handle, size_t size, const void* prop, u64 flags) {
+    (void)prop;
+    (void)flags;
+    void* q;
+    CUresult r = do_alloc(&q, size, 1);
+    if (r == OK) {
+        *handle = (u64)(uintptr_t)q;
+    }
+    return r;
+}
+
+/* A reserved range is backed by the handle mapped into it: the reservation itself is host
+ * memory that cuMemMap does not need to move, so the fake reserves by allocating. */
+CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t align, CUdeviceptr addr, u64 flags) {
+    (void)align;
+    (void)addr;
+    (void)flags;
+    void* q;
+    CUresult r = do_alloc(&q, size, 0);
+    if (r == OK) {
+        *p = (CUdeviceptr)(uintptr_t)q;
+    }
+    return r;
+}
+
+CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, u64 handle, u64 flags) {
+    (void)p;
+    (void)size;
+    (void)off;
+    (void)handle;
+    (void)flags;
+    return OK;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const void* desc, size_t count) {
+    (void)p;
+    (void)size;
+    (void)desc;
+    (void)count;
+    return OK;
+}
+
+CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
+    (void)p;
+    (void)size;
+    return OK;
+}
+
+CUresult cuMemRelease(u64 handle) {
+    return do_free((void*)(uintptr_t)handle);
+}
+
+CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
+    (void)size;
+    return do_free((void*)(uintptr_t)p);
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, void* s) {
+    (void)s;
+    memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
+    return OK;
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* s) {
+    (void)s;
+    memmove((void*)(uintptr_t)dst, src, n);
+    return OK;
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* s) {
+    (void)s;
+    memmove(dst, (const void*)(uintptr_t)src, n);
+    return OK;
+}
+
+/* ---- modules and globals -------------------------------------------------------------- */
+
+struct module {
+    int unused;
+};
+
+/* The .nv.global section of globals.cu as NVRTC lays it out: kr_counter at 0 (8 bytes),
+ * kr_hidden at 8 (128 bytes), kr_table at 136 (8192 bytes). */
+static unsigned char nv_global[8328] __attribute__((aligned(256)));
+static u64 nv_const[4] = {1, 2, 3, 4};
+
+CUresult cuModuleLoadData(void** m, const void* image) {
+    (void)image;
+    *m = calloc(1, sizeof(struct module));
+    return OK;
+}
+
+CUresult cuModuleUnload(void* m) {
+    free(m);
+    return OK;
+}
+
+CUresult cuModuleGetGlobal_v2(CUdeviceptr* p, size_t* bytes, void* m, const char* name) {
+    (void)m;
+    if (strcmp(name, "kr_counter") == 0) {
+        *p = (CUdeviceptr)(uintptr_t)nv_global;
+        *bytes = 8;
+    } else if (strcmp(name, "kr_table") == 0) {
+        *p = (CUdeviceptr)(uintptr_t)(nv_global + 136);
+        *bytes = 8192;
+    } else if (strcmp(name, "kr_const") == 0) {
+        *p = (CUdeviceptr)(uintptr_t)nv_const;
+        *bytes = 32;
+    } else {
+        return E_NOT_FOUND;
+    }
+    return OK;
+}
+
+struct function {
+    char name[64];
+};
+
+CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
+    (void)m;
+    struct function* fn = calloc(1, sizeof *fn);
+    snprintf(fn->name, sizeof fn->name, "%s", name);
+    *f = fn;
+    return OK;
+}
+
+/* Parameter layouts of the kernels whose parameters are all 8 bytes, and kr_digest_*. */
+CUresult cuFuncGetParamInfo(void* f, size_t index, size_t* offset, size_t* size) {
+    const char* n = ((struct function*)f)->name;
+    size_t count = 0;
+    if (strcmp(n, "kr_rmw") == 0 || strcmp(n, "kr_fill") == 0 || strcmp(n, "kr_indirect") == 0
+        || strcmp(n, "kr_read") == 0) {
+        count = 3;
+    } else if (strcmp(n, "kr_spin") == 0) {
+        count = 2;
+    } else if (strcmp(n, "kr_tiny") == 0 || strcmp(n, "kr_globals") == 0
+               || strcmp(n, "kr_hidden_read") == 0) {
+        count = 1;
+    } else if (strncmp(n, "kr_digest_", 10) == 0) {
+        static const size_t off[5] = {0, 8, 16, 24, 32};
+        static const size_t sz[5] = {8, 4, 8, 8, 8};
+        if (index >= 5) {
+            return E_INVALID_VALUE;
+        }
+        *offset = off[index];
+        *size = sz[index];
+        return OK;
+    }
+    if (index >= count) {
+        return E_INVALID_VALUE;
+    }
+    *offset = index * 8;
+    *size = 8;
+    return OK;
+}
+
+CUresult cuFuncGetAttribute(int* v, int attr, void* f) {
+    (void)attr;
+    (void)f;
+    *v = 0;
+    return OK;
+}
+
+/* ---- kernels -------------------------------------------------------------------------- */
+
+#define C1 0x9E3779B97F4A7C15ULL
+#define C2 0xC2B2AE3D27D4EB4FULL
+#define M1 0xFF51AFD7ED558CCDULL
+#define M2 0xC4CEB9FE1A85EC53ULL
+
+static u64 fmix(u64 x) {
+    x ^= x >> 33;
+    x *= M1;
+    x ^= x >> 33;
+    x *= M2;
+    x ^= x >> 33;
+    return x;
+}
+
+static u64 rotl(u64 x, int r) {
+    return (x << r) | (x >> (64 - r));
+}
+
+static u64 le64(const unsigned char* p, size_t n) {
+    u64 v = 0;
+    for (size_t j = 0; j < n && j < 8; ++j) {
+        v |= (u64)p[j] << (8 * j);
+    }
+    return v;
+}
+
+static void digest(const unsigned char* p, u64 len, u64 k0, u64 k1, u64* hi, u64* lo) {
+    u64 h1 = k0 ^ fmix(len + C1);
+    u64 h2 = k1 ^ fmix(len + C2);
+    u64 nfull = len >> 4;
+    for (u64 i = 0; i <= nfull; ++i) {
+        u64 a_lo;
+        u64 a_hi;
+        if (i < nfull) {
+            a_lo = le64(p + i * 16, 8);
+            a_hi = le64(p + i * 16 + 8, 8);
+        } else {
+            u64 rem = len & 15;
+            if (rem == 0) {
+                break;
+            }
+            unsigned char buf[16] = {0};
+            memcpy(buf, p + i * 16, rem);
+            a_lo = le64(buf, 8);
+            a_hi = le64(buf + 8, 8);
+        }
+        u64 a = fmix(a_lo ^ k0 ^ (i * C1));
+        u64 b = fmix(a_hi ^ k1 ^ (i * C2));
+        h1 = rotl(h1 ^ a, 31) * C1 + b;
+        h2 = rotl(h2 ^ b, 27) * C2 + a;
+    }
+    u64 fa = fmix(h1 ^ rotl(h2, 17));
+    u64 fb = fmix(h2 ^ fa);
+    *hi = fa;
+    *lo = fb;
+}
+
+#define ARG(T, i) (*(T*)params[i])
+
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shmem, void* s, void** params, void** extra) {
+    (void)gy;
+    (void)gz;
+    (void)by;
+    (void)bz;
+    (void)shmem;
+    (void)extra;
+    const char* n = ((struct function*)f)->name;
+    if (gx == 0 || bx == 0) {
+        return E_INVALID_VALUE;
+    }
+    if (strcmp(n, "kr_fill") == 0) {
+        u64* p = ARG(u64*, 0);
+        u64 cnt = ARG(u64, 1);
+        u64 seed = ARG(u64, 2);
+        for (u64 i = 0; i < cnt; ++i) {
+            p[i] = fmix(seed ^ (i * C1));
+        }
+    } else if (strcmp(n, "kr_rmw") == 0) {
+        u64* p = ARG(u64*, 0);
+        u64 cnt = ARG(u64, 1);
+        u64 k = ARG(u64, 2);
+        for (u64 i = 0; i < cnt; ++i) {
+            p[i] = p[i] * 6364136223846793005ULL + (k ^ i);
+        }
+    } else if (strcmp(n, "kr_read") == 0) {
+        /* nothing observable */
+    } else if (strcmp(n, "kr_indirect") == 0) {
+        u64** holder = ARG(u64**, 0);
+        u64 cnt = ARG(u64, 1);
+        u64 k = ARG(u64, 2);
+        u64* q = holder[0];
+        for (u64 i = 0; i < cnt; ++i) {
+            q[i] = q[i] * 3ULL + k;
+        }
+    } else if (strcmp(n, "kr_spin") == 0) {
+        u64 ns = ARG(u64, 0);
+        u64* flag = ARG(u64*, 1);
+        flag[0] += 1;
+        struct stream* st = S(s);
+        u64 t = now_ns();
+        u64 start = st->busy_until > t ? st->busy_until : t;
+        st->busy_until = start + ns;
+    } else if (strcmp(n, "kr_tiny") == 0) {
+        u64* p = ARG(u64*, 0);
+        p[0] = p[0] * 3ULL + 1ULL;
+    } else if (strcmp(n, "kr_globals") == 0) {
+        u64 k = ARG(u64, 0);
+        u64* counter = (u64*)nv_global;
+        u64* hidden = (u64*)(nv_global + 8);
+        u64* table = (u64*)(nv_global + 136);
+        for (unsigned i = 0; i < 1024; ++i) {
+            table[i] = table[i] * 3ULL + k + nv_const[i & 3];
+        }
+        for (unsigned i = 0; i < 16; ++i) {
+            hidden[i] = hidden[i] * 5ULL + (u64)i + 1ULL;
+        }
+        counter[0] += 1;
+    } else if (strcmp(n, "kr_hidden_read") == 0) {
+        u64* out = ARG(u64*, 0);
+        memcpy(out, nv_global + 8, 128);
+    } else if (strcmp(n, "kr_digest_warp") == 0 || strcmp(n, "kr_digest_thread") == 0) {
+        const u64* ops = ARG(const u64*, 0);
+        unsigned cnt = ARG(unsigned, 1);
+        u64 k0 = ARG(u64, 2);
+        u64 k1 = ARG(u64, 3);
+        u64* out = ARG(u64*, 4);
+        unsigned blocks = strcmp(n, "kr_digest_warp") == 0 ? gx : gx * bx;
+        if (blocks < cnt || (strcmp(n, "kr_digest_warp") == 0 && bx != 32)) {
+            return E_INVALID_VALUE;
+        }
+        for (unsigned i = 0; i < cnt; ++i) {
+            digest((const unsigned char*)(uintptr_t)ops[2 * i], ops[2 * i + 1], k0, k1,
+                   &out[2 * i], &out[2 * i + 1]);
+        }
+    } else {
+        fprintf(stderr, "fake_cuda: unknown kernel %s\n", n);
+        return E_INVALID_VALUE;
+    }
+    return OK;
+}
