@@ -169,6 +169,8 @@ pub struct OutcomeRecord {
     pub pass_gpu_seconds: SmallVec<[f64; 8]>,
     /// Bytes restored before each pass (0 before the first).
     pub pass_restored_bytes: SmallVec<[u64; 8]>,
+    /// Bytes compared by digest before each pass (0 before the first, and for `full`).
+    pub pass_compared_bytes: SmallVec<[u64; 8]>,
     /// 1 for tool work launched from inside a callback.
     pub reentrancy: u8,
 }
@@ -198,6 +200,7 @@ impl OutcomeRecord {
             restored_bytes: 0,
             pass_gpu_seconds: SmallVec::new(),
             pass_restored_bytes: SmallVec::new(),
+            pass_compared_bytes: SmallVec::new(),
             reentrancy: 0,
         }
     }
@@ -228,7 +231,7 @@ impl fmt::Display for OutcomeRecord {
              captured_bytes={} captured_regions={} tier_bytes=device:{},pinned:{},pageable:{} \
              untracked_bytes={} untracked_regions={} snap_seconds={:.6} restore_seconds={:.6} \
              compared_bytes={} restored_bytes={} pass_gpu_seconds={} pass_restored_bytes={} \
-             reentrancy={}",
+             pass_compared_bytes={} reentrancy={}",
             self.dispatch_id,
             self.agent,
             self.kernel,
@@ -252,6 +255,7 @@ impl fmt::Display for OutcomeRecord {
             self.restored_bytes,
             secs.join(","),
             join(&self.pass_restored_bytes),
+            join(&self.pass_compared_bytes),
             self.reentrancy,
         )
     }

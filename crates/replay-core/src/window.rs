@@ -519,6 +519,7 @@ impl Window<'_> {
         let mut pass: u32 = 0;
         // Nothing is restored before the first pass.
         self.record.pass_restored_bytes.push(0);
+        self.record.pass_compared_bytes.push(0);
         loop {
             // PASS ENTER on this pass's own copy of the sequence value.
             let mut ud = self.seq;
@@ -612,6 +613,7 @@ impl Window<'_> {
                     self.record.restored_bytes += st.restored_bytes;
                     self.record.restore_seconds += st.seconds;
                     self.record.pass_restored_bytes.push(st.restored_bytes);
+                    self.record.pass_compared_bytes.push(st.compared_bytes);
                 }
                 Err(e) => abort_restore(self.dispatch, &e),
             }
@@ -708,6 +710,7 @@ impl Window<'_> {
         self.record.executed_passes = 1;
         self.record.pass_gpu_seconds.clear();
         self.record.pass_restored_bytes.clear();
+        self.record.pass_compared_bytes.clear();
         self.config_exit();
         let r = self.agent.submit_ordinary(self.dispatch);
         let secs = (self.svc.clock.now().saturating_sub(locked_at)).as_secs_f64();

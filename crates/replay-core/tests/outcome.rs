@@ -33,6 +33,7 @@ const SPEC_FIELDS: &[&str] = &[
     "restored_bytes",
     "pass_gpu_seconds",
     "pass_restored_bytes",
+    "pass_compared_bytes",
     "reentrancy",
 ];
 
@@ -120,6 +121,7 @@ fn full_record() -> OutcomeRecord {
         restored_bytes: 8192,
         pass_gpu_seconds: smallvec![0.125, 0.0625, 0.03125, 1.5],
         pass_restored_bytes: smallvec![0, 4096, 0, 4096],
+        pass_compared_bytes: smallvec![0, 12_288, 12_288, 12_288],
         reentrancy: 1,
     }
 }
@@ -180,6 +182,10 @@ fn json_has_every_spec_field() {
     assert_eq!(
         v["pass_restored_bytes"],
         serde_json::json!([0, 4096, 0, 4096])
+    );
+    assert_eq!(
+        v["pass_compared_bytes"],
+        serde_json::json!([0, 12_288, 12_288, 12_288])
     );
     assert_eq!(v["reentrancy"], 1);
 }
@@ -260,6 +266,7 @@ fn display_line_has_every_field_as_key_value() {
         ("restored_bytes", "8192"),
         ("pass_gpu_seconds", "0.125000,0.062500,0.031250,1.500000"),
         ("pass_restored_bytes", "0,4096,0,4096"),
+        ("pass_compared_bytes", "0,12288,12288,12288"),
         ("reentrancy", "1"),
     ] {
         assert_eq!(kv.get(k).map(String::as_str), Some(v), "{k} in {line}");
