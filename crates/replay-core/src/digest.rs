@@ -1,23 +1,47 @@
-//! The reference chunk digest (SPEC §7.4): 128-bit, keyed per run, position-dependent, folded
-//! over 16-byte words in address order. Host-digest backends and the simulator compute exactly
-//! this; device implementations must produce the same value for the same bytes and key.
+//! The reference chunk digest (SPEC §7.4): 128-bit, keyed per run, position-dependent, and
+//! built so that a GPU can compute it at memory speed: every 16-byte word is mixed on its own
+//! and the results are *summed*, so words can be processed in any order and in parallel (one
+//! block per chunk on a device, one pass over the bytes on a host) and still give exactly this
+//! value. Host-digest backends and the simulator compute exactly this; device implementations
+//! must produce the same value for the same bytes and key.
 //!
-//! Each 8-byte lane of word `i` is salted with the key and `i`, passed through a 64-bit
-//! finaliser (a bijection), and folded into its own 64-bit accumulator by rotate-multiply, so a
-//! permutation of words or bytes changes the result. The two accumulators use independent keys.
-//! Treating the output as uniform, two different chunks collide with probability about 2^-128
-//! per comparison; a collision would make `dirty` restore skip one changed chunk (a wrong input
-//! for the next pass), or the scope check miss one write outside the scope.
+//! Word `i` of a chunk, as two little-endian 64-bit halves `(lo, hi)`, contributes two
+//! 128-bit products of key- and position-salted halves, one per lane, each lane with its own
+//! two key words:
+//!
+//! ```text
+//! A += (lo ^ k0 ^ i·C1) × (hi ^ k1 ^ i·C2)      (mod 2^128)
+//! B += (lo ^ k2 ^ i·C3) × (hi ^ k3 ^ i·C4)      (mod 2^128)
+//! ```
+//!
+//! A tail shorter than 16 bytes is zero-padded; the length enters the final mix, which folds
+//! `A`, `B` and the length through a 64-bit finaliser into 128 bits. Swapping two words, or two
+//! bytes of one word, changes the salts their bytes meet, so the digest is position-dependent.
+//!
+//! Collision probability: each lane is an NH-style multiply-accumulate; treating the per-run
+//! key as random, two different chunks give the same lane sum with probability about 2^-64,
+//! and the two lanes use independent key words, so a full 128-bit collision has probability
+//! about 2^-128 per comparison. What a collision would cost: `dirty` restore would skip one
+//! changed chunk (the next pass would see that chunk as the previous pass left it), or the
+//! scope check would miss one write outside the scope. Digests never decide whether the
+//! application's final memory is right: the last pass is never followed by a restore.
 
 use crate::backend::{Digest128, DigestKey};
 
-const C1: u64 = 0x9E37_79B9_7F4A_7C15;
-const C2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+/// Position salts of the two lanes.
+pub const C1: u64 = 0x9E37_79B9_7F4A_7C15;
+/// See [`C1`].
+pub const C2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+/// See [`C1`].
+pub const C3: u64 = 0x1656_67B1_9E37_79F9;
+/// See [`C1`].
+pub const C4: u64 = 0x85EB_CA77_C2B2_AE63;
 const M1: u64 = 0xFF51_AFD7_ED55_8CCD;
 const M2: u64 = 0xC4CE_B9FE_1A85_EC53;
 
+/// The 64-bit finaliser (a bijection) used to derive keys and to finish.
 #[inline]
-fn fmix(mut x: u64) -> u64 {
+pub fn fmix(mut x: u64) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(M1);
     x ^= x >> 33;
@@ -26,37 +50,72 @@ fn fmix(mut x: u64) -> u64 {
     x
 }
 
+/// The four key words of the two lanes, derived from the run's 128-bit key.
+#[inline]
+pub fn lane_keys(key: DigestKey) -> [u64; 4] {
+    let [a, b] = key.0;
+    [a, b, fmix(a ^ C3), fmix(b ^ C4)]
+}
+
+/// One word's contribution to the two lane sums.
+#[inline(always)]
+fn word(k: &[u64; 4], i: u64, lo: u64, hi: u64) -> (u128, u128) {
+    let a = u128::from(lo ^ k[0] ^ i.wrapping_mul(C1)) * u128::from(hi ^ k[1] ^ i.wrapping_mul(C2));
+    let b = u128::from(lo ^ k[2] ^ i.wrapping_mul(C3)) * u128::from(hi ^ k[3] ^ i.wrapping_mul(C4));
+    (a, b)
+}
+
+/// Folds the lane sums and the length into the digest.
+#[inline]
+pub fn finish(a: u128, b: u128, len: u64) -> Digest128 {
+    let (a_lo, a_hi) = (a as u64, (a >> 64) as u64);
+    let (b_lo, b_hi) = (b as u64, (b >> 64) as u64);
+    let x = fmix(a_lo ^ fmix(a_hi ^ len));
+    let y = fmix(b_lo ^ fmix(b_hi ^ x ^ len.rotate_left(32)));
+    let x = fmix(x ^ y.rotate_left(23));
+    Digest128((u128::from(x) << 64) | u128::from(y))
+}
+
 /// Digest of `data` under `key`.
 pub fn digest(key: DigestKey, data: &[u8]) -> Digest128 {
-    let [k0, k1] = key.0;
-    let len = data.len() as u64;
-    let mut h1 = k0 ^ fmix(len.wrapping_add(C1));
-    let mut h2 = k1 ^ fmix(len.wrapping_add(C2));
-    let mut words = data.chunks_exact(16);
-    let mut i: u64 = 0;
-    let mut step = |lo: u64, hi: u64, i: u64| {
-        let a = fmix(lo ^ k0 ^ i.wrapping_mul(C1));
-        let b = fmix(hi ^ k1 ^ i.wrapping_mul(C2));
-        h1 = (h1 ^ a).rotate_left(31).wrapping_mul(C1).wrapping_add(b);
-        h2 = (h2 ^ b).rotate_left(27).wrapping_mul(C2).wrapping_add(a);
-    };
-    for w in words.by_ref() {
-        let lo = u64::from_le_bytes(w[..8].try_into().expect("8 bytes"));
-        let hi = u64::from_le_bytes(w[8..].try_into().expect("8 bytes"));
-        step(lo, hi, i);
-        i += 1;
+    let k = lane_keys(key);
+    // Two independent accumulator pairs (even and odd words) keep the multipliers busy; the
+    // position salts advance by addition instead of a multiply per word.
+    let (mut a0, mut b0, mut a1, mut b1) = (0u128, 0u128, 0u128, 0u128);
+    let mut salt = [0u64; 4];
+    let step = [C1, C2, C3, C4];
+    let le = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let mut pairs = data.chunks_exact(32);
+    for w in pairs.by_ref() {
+        let (lo, hi) = (le(&w[..8]), le(&w[8..16]));
+        a0 = a0.wrapping_add(lane(lo ^ k[0] ^ salt[0], hi ^ k[1] ^ salt[1]));
+        b0 = b0.wrapping_add(lane(lo ^ k[2] ^ salt[2], hi ^ k[3] ^ salt[3]));
+        for (s, c) in salt.iter_mut().zip(step) {
+            *s = s.wrapping_add(c);
+        }
+        let (lo, hi) = (le(&w[16..24]), le(&w[24..]));
+        a1 = a1.wrapping_add(lane(lo ^ k[0] ^ salt[0], hi ^ k[1] ^ salt[1]));
+        b1 = b1.wrapping_add(lane(lo ^ k[2] ^ salt[2], hi ^ k[3] ^ salt[3]));
+        for (s, c) in salt.iter_mut().zip(step) {
+            *s = s.wrapping_add(c);
+        }
     }
-    let rest = words.remainder();
-    if !rest.is_empty() {
+    let (mut a, mut b) = (a0.wrapping_add(a1), b0.wrapping_add(b1));
+    let rest = pairs.remainder();
+    let first = (data.len() / 32 * 2) as u64;
+    for (i, w) in (first..).zip(rest.chunks(16)) {
         let mut buf = [0u8; 16];
-        buf[..rest.len()].copy_from_slice(rest);
-        let lo = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
-        let hi = u64::from_le_bytes(buf[8..].try_into().expect("8 bytes"));
-        step(lo, hi, i);
+        buf[..w.len()].copy_from_slice(w);
+        let (x, y) = word(&k, i, le(&buf[..8]), le(&buf[8..]));
+        a = a.wrapping_add(x);
+        b = b.wrapping_add(y);
     }
-    let a = fmix(h1 ^ h2.rotate_left(17));
-    let b = fmix(h2 ^ a);
-    Digest128((u128::from(a) << 64) | u128::from(b))
+    finish(a, b, data.len() as u64)
+}
+
+#[inline(always)]
+fn lane(x: u64, y: u64) -> u128 {
+    u128::from(x) * u128::from(y)
 }
 
 /// A per-run key from a seed (the process id and time at start, or a test's constant).
@@ -83,5 +142,38 @@ mod tests {
         assert_eq!(digest(k, &a), digest(k, &a.clone()));
         // Length matters even for zero tails.
         assert_ne!(digest(k, &[0u8; 15]), digest(k, &[0u8; 16]));
+        // Swapping the two halves of a word changes it.
+        let mut d = vec![0u8; 16];
+        d[0] = 7;
+        let mut e = vec![0u8; 16];
+        e[8] = 7;
+        assert_ne!(digest(k, &d), digest(k, &e));
+    }
+
+    #[test]
+    fn words_may_be_summed_in_any_order() {
+        // What a parallel implementation relies on: the lane sums are order-free.
+        let k = lane_keys(key_from_seed(9));
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut parts: Vec<(u128, u128)> = data
+            .chunks_exact(16)
+            .enumerate()
+            .map(|(i, w)| {
+                word(
+                    &k,
+                    i as u64,
+                    u64::from_le_bytes(w[..8].try_into().unwrap()),
+                    u64::from_le_bytes(w[8..].try_into().unwrap()),
+                )
+            })
+            .collect();
+        parts.reverse();
+        let (a, b) = parts.iter().fold((0u128, 0u128), |(a, b), (x, y)| {
+            (a.wrapping_add(*x), b.wrapping_add(*y))
+        });
+        assert_eq!(
+            finish(a, b, data.len() as u64),
+            digest(key_from_seed(9), &data)
+        );
     }
 }

@@ -1,85 +1,140 @@
 //! Device code of the backend: the chunk digest of SPEC §7.4 as CUDA C, compiled at run time
 //! with NVRTC (no `nvcc` anywhere).
 //!
-//! It reproduces [`replay_core::digest::digest`] bit for bit. That reference folds the 16-byte
-//! words of a chunk *sequentially* (`h1 = rotl(h1 ^ a, 31) * C1 + b`, ...), so one chunk's fold
-//! is a serial chain of about 65 536 steps per MiB; only the per-word mixing (`a`, `b`: two
-//! `fmix` finalisers, most of the arithmetic) is independent across words. Two kernels:
+//! It reproduces [`replay_core::digest::digest`] bit for bit. That reference is a *sum*: word
+//! `i` (16 bytes, halves `lo`/`hi`) adds `(lo ^ k0 ^ i·C1) × (hi ^ k1 ^ i·C2)` to a 128-bit lane
+//! `A` and `(lo ^ k2 ^ i·C3) × (hi ^ k3 ^ i·C4)` to a lane `B` (mod 2^128), with the key words
+//! from [`replay_core::digest::lane_keys`]; a short tail is zero-padded; `finish(A, B, len)`
+//! folds the result. Sums are order-free, so the device computes them in parallel:
 //!
-//! - `kr_digest_warp`: **one block of 32 threads per chunk**. Each lane loads one word of the
-//!   next 32 (one coalesced 512-byte load) and mixes it; the fold then takes the 32 mixed pairs
-//!   from the lanes by shuffle, in word order. Latency per chunk ≈ the serial chain only, the
-//!   best choice when there are fewer chunks than the GPU has warp slots.
-//! - `kr_digest_thread`: **one thread per chunk**, 64 chunks per block; each thread mixes and
-//!   folds its own chunk, loads double-buffered 128 bytes ahead. Every issued instruction
-//!   serves 32 chunks, so throughput is several times higher once there are thousands of
-//!   chunks (a dirty-restore comparison or a scope check over gigabytes).
+//! - The host splits each digest op into **segments** ([`plan`]): an op no longer than the
+//!   segment size ([`segment_bytes`]: about [`TARGET_BLOCKS`] segments per batch, at least
+//!   [`MIN_SEGMENT`]) is one segment; a longer op becomes several, each starting at a multiple
+//!   of 16 bytes of the op, with the global word index of its first word.
+//! - `kr_digest_seg`: **one block of [`BLOCK`] threads per segment**. Each thread accumulates
+//!   the products of its strided words (four 16-byte loads in flight, position salts advanced
+//!   by additions) into two 128-bit sums held as `(lo, hi)` u64 pairs (`__umul64hi` for the
+//!   high half, carries by comparison); a warp-shuffle and shared-memory reduction gives the
+//!   block's sums; thread 0 applies `finish` when the op is one segment, or stores the partial
+//!   sums otherwise.
+//! - `kr_digest_fin`: one thread per op of several segments (launched only when there is
+//!   one): adds its segments' partial sums and applies `finish`.
 //!
-//! [`select`] chooses by the number of digests ([`THREAD_KERNEL_MIN_OPS`]); the environment
-//! variable `KREPLAY_CUDA_DIGEST=warp|thread` forces one. Both handle any address alignment
-//! (unaligned words are read byte by byte) and any length (the tail word is zero-padded, as
-//! in the reference). Inputs: a table of `{addr, len}` pairs and the 128-bit key; output: two
-//! 64-bit words per digest, `(high, low)`.
+//! The segment table is read, and the results written, by the kernels directly in mapped
+//! pinned host memory: one batch is one launch (two with split ops) and one event, with no
+//! table upload and no result download. Any address alignment works (16-byte loads when the
+//! segment is 16-byte aligned, 8-byte loads when 8-byte aligned, bytes otherwise), and any
+//! length (the tail word is zero-padded, as in the reference).
 //!
-//! The tests below port both kernels' index arithmetic to Rust line by line (lanes simulated
-//! in a loop) and check them against the reference on many lengths and alignments; the GPU
-//! correctness run compares device digests with the reference on bytes copied back.
+//! The tests below port both kernels to Rust line by line (threads and warps simulated in
+//! loops) and check them against the reference on many lengths, alignments and segment sizes;
+//! the GPU correctness run compares device digests with the reference on bytes copied back.
 
-/// Name of the warp-per-chunk kernel.
-pub const DIGEST_WARP: &str = "kr_digest_warp";
-/// Name of the thread-per-chunk kernel.
-pub const DIGEST_THREAD: &str = "kr_digest_thread";
-/// Threads per block of the thread-per-chunk kernel.
-pub const THREAD_BLOCK: u32 = 64;
-/// From this many digests in one batch on, the thread-per-chunk kernel is used.
-pub const THREAD_KERNEL_MIN_OPS: usize = 1536;
+use replay_core::DigestKey;
 
-/// Which digest kernel a batch uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum DigestKernel {
-    /// One 32-thread block per chunk.
-    Warp,
-    /// One thread per chunk.
-    Thread,
+/// Name of the per-segment kernel.
+pub const DIGEST_SEG: &str = "kr_digest_seg";
+/// Name of the kernel that finishes ops of several segments.
+pub const DIGEST_FIN: &str = "kr_digest_fin";
+/// Threads per block of `kr_digest_seg` (the source assumes it: `KR_THREADS`).
+pub const BLOCK: u32 = 256;
+/// Threads per block of `kr_digest_fin`.
+pub const FIN_BLOCK: u32 = 128;
+/// A batch is split into about this many segments (enough blocks to fill an H200 several
+/// times over).
+pub const TARGET_BLOCKS: u64 = 4096;
+/// The smallest segment an op is split into.
+pub const MIN_SEGMENT: u64 = 64 << 10;
+
+/// One segment as `kr_digest_seg` reads it (32 bytes, `KrSeg`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seg {
+    /// Device address of the segment's first byte.
+    pub addr: u64,
+    /// Bytes in the segment.
+    pub len: u64,
+    /// Word index (within the op) of the segment's first word.
+    pub base: u64,
+    /// The op's index in the batch.
+    pub op: u32,
+    /// How many segments the op has (1: the block finishes the op itself).
+    pub nseg: u32,
 }
 
-/// A forced choice from `KREPLAY_CUDA_DIGEST`, read once.
-pub fn forced_kernel() -> Option<DigestKernel> {
-    static F: std::sync::OnceLock<Option<DigestKernel>> = std::sync::OnceLock::new();
-    *F.get_or_init(|| match std::env::var("KREPLAY_CUDA_DIGEST").as_deref() {
-        Ok("warp") => Some(DigestKernel::Warp),
-        Ok("thread") => Some(DigestKernel::Thread),
-        Ok("auto") | Err(_) => None,
-        Ok(other) => {
-            log::warn!(
-                "[kernel-replay] KREPLAY_CUDA_DIGEST={other:?} is not warp, thread or auto; using auto"
-            );
-            None
+/// One op of several segments as `kr_digest_fin` reads it (32 bytes, `KrFin`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fin {
+    /// Index of the op's first segment (its segments are consecutive).
+    pub first: u64,
+    /// Number of segments.
+    pub nseg: u64,
+    /// The op's length in bytes.
+    pub len: u64,
+    /// The op's index in the batch.
+    pub op: u64,
+}
+
+/// The segment size for a batch of `total` bytes: about [`TARGET_BLOCKS`] segments, at least
+/// [`MIN_SEGMENT`], a multiple of 16 KiB.
+pub fn segment_bytes(total: u64) -> u64 {
+    (total / TARGET_BLOCKS)
+        .next_multiple_of(16 << 10)
+        .max(MIN_SEGMENT)
+}
+
+/// Splits ops `(addr, len)` into segments of at most `seg` bytes (rounded down to a multiple
+/// of 16, at least 16) and lists the ops of several segments.
+pub fn plan(ops: &[(u64, u64)], seg: u64) -> (Vec<Seg>, Vec<Fin>) {
+    let seg = (seg & !15).max(16);
+    let mut segs = Vec::with_capacity(ops.len());
+    let mut fins = Vec::new();
+    for (i, &(addr, len)) in ops.iter().enumerate() {
+        let nseg = len.div_ceil(seg).max(1);
+        let nseg32 = u32::try_from(nseg).expect("fewer than 2^32 segments per op");
+        if nseg > 1 {
+            fins.push(Fin {
+                first: segs.len() as u64,
+                nseg,
+                len,
+                op: i as u64,
+            });
         }
-    })
+        for j in 0..nseg {
+            let off = j * seg;
+            segs.push(Seg {
+                addr: addr + off,
+                len: seg.min(len - off),
+                base: off / 16,
+                op: i as u32,
+                nseg: nseg32,
+            });
+        }
+    }
+    (segs, fins)
 }
 
-/// The kernel for a batch of `ops` digests.
-pub fn select(ops: usize, forced: Option<DigestKernel>) -> DigestKernel {
-    forced.unwrap_or(if ops >= THREAD_KERNEL_MIN_OPS {
-        DigestKernel::Thread
-    } else {
-        DigestKernel::Warp
-    })
+/// The four lane key words the kernels take, from the run's key.
+pub fn kernel_keys(key: DigestKey) -> [u64; 4] {
+    replay_core::digest::lane_keys(key)
 }
 
-/// CUDA C source of both digest kernels (no includes: NVRTC compiles it as it is).
+/// CUDA C source of the digest kernels (no includes: NVRTC compiles it as it is).
 pub const DIGEST_SOURCE: &str = r#"
 typedef unsigned long long u64;
 typedef unsigned int u32;
 
+#define KR_THREADS 256
 #define KR_C1 0x9E3779B97F4A7C15ULL
 #define KR_C2 0xC2B2AE3D27D4EB4FULL
+#define KR_C3 0x165667B19E3779F9ULL
+#define KR_C4 0x85EBCA77C2B2AE63ULL
 #define KR_M1 0xFF51AFD7ED558CCDULL
 #define KR_M2 0xC4CEB9FE1A85EC53ULL
 
-struct KrOp { u64 addr; u64 len; };
-struct alignas(16) KrWord { u64 lo; u64 hi; };
+struct KrSeg { u64 addr; u64 len; u64 base; u32 op; u32 nseg; };
+struct KrFin { u64 first; u64 nseg; u64 len; u64 op; };
 
 __device__ __forceinline__ u64 kr_fmix(u64 x) {
     x ^= x >> 33;
@@ -92,6 +147,27 @@ __device__ __forceinline__ u64 kr_fmix(u64 x) {
 
 __device__ __forceinline__ u64 kr_rotl(u64 x, int r) {
     return (x << r) | (x >> (64 - r));
+}
+
+/* (hi:lo) += (hi2:lo2) mod 2^128 */
+__device__ __forceinline__ void kr_add128(u64& lo, u64& hi, u64 lo2, u64 hi2) {
+    u64 l = lo + lo2;
+    hi += hi2 + (l < lo ? 1ULL : 0ULL);
+    lo = l;
+}
+
+/* (hi:lo) += a * b mod 2^128 */
+__device__ __forceinline__ void kr_mac(u64& lo, u64& hi, u64 a, u64 b) {
+    kr_add128(lo, hi, a * b, __umul64hi(a, b));
+}
+
+/* Two lane sums; s1..s4 are the word's position salts i*C1..i*C4. */
+struct KrAcc { u64 alo; u64 ahi; u64 blo; u64 bhi; };
+
+__device__ __forceinline__ void kr_word(KrAcc& c, u64 lo, u64 hi, u64 k0, u64 k1, u64 k2, u64 k3,
+                                        u64 s1, u64 s2, u64 s3, u64 s4) {
+    kr_mac(c.alo, c.ahi, lo ^ k0 ^ s1, hi ^ k1 ^ s2);
+    kr_mac(c.blo, c.bhi, lo ^ k2 ^ s3, hi ^ k3 ^ s4);
 }
 
 /* Reads n (<= 16) bytes at p into a zero-padded little-endian word. */
@@ -108,150 +184,186 @@ __device__ __forceinline__ void kr_load_bytes(const unsigned char* p, u32 n, u64
     }
 }
 
-__device__ __forceinline__ void kr_fold(u64& h1, u64& h2, u64 a, u64 b) {
-    h1 = kr_rotl(h1 ^ a, 31) * KR_C1 + b;
-    h2 = kr_rotl(h2 ^ b, 27) * KR_C2 + a;
+__device__ __forceinline__ void kr_finish(u64 alo, u64 ahi, u64 blo, u64 bhi, u64 len,
+                                          u64* out, u64 op) {
+    u64 x = kr_fmix(alo ^ kr_fmix(ahi ^ len));
+    u64 y = kr_fmix(blo ^ kr_fmix(bhi ^ x ^ kr_rotl(len, 32)));
+    x = kr_fmix(x ^ kr_rotl(y, 23));
+    out[2 * op] = x;
+    out[2 * op + 1] = y;
 }
 
-__device__ __forceinline__ void kr_step(u64& h1, u64& h2, u64 lo, u64 hi, u64 i, u64 k0, u64 k1) {
-    u64 a = kr_fmix(lo ^ k0 ^ (i * KR_C1));
-    u64 b = kr_fmix(hi ^ k1 ^ (i * KR_C2));
-    kr_fold(h1, h2, a, b);
+__device__ __forceinline__ void kr_shfl_add(KrAcc& c, int o) {
+    u64 alo = __shfl_down_sync(0xffffffffu, c.alo, o);
+    u64 ahi = __shfl_down_sync(0xffffffffu, c.ahi, o);
+    u64 blo = __shfl_down_sync(0xffffffffu, c.blo, o);
+    u64 bhi = __shfl_down_sync(0xffffffffu, c.bhi, o);
+    kr_add128(c.alo, c.ahi, alo, ahi);
+    kr_add128(c.blo, c.bhi, blo, bhi);
 }
 
-__device__ __forceinline__ void kr_finish(u64 h1, u64 h2, u64* out, u32 op) {
-    u64 a = kr_fmix(h1 ^ kr_rotl(h2, 17));
-    u64 b = kr_fmix(h2 ^ a);
-    out[2 * (u64)op] = a;
-    out[2 * (u64)op + 1] = b;
-}
-
-/* One block of 32 threads per digest. */
-extern "C" __global__ void kr_digest_warp(const KrOp* ops, u32 n, u64 k0, u64 k1, u64* out) {
-    u32 op = blockIdx.x;
-    if (op >= n) {
+/* One block of KR_THREADS threads per segment. */
+extern "C" __global__ void __launch_bounds__(KR_THREADS)
+kr_digest_seg(const KrSeg* segs, u64 nsegs, u64 k0, u64 k1, u64 k2, u64 k3, u64* partials,
+              u64* out) {
+    __shared__ KrSeg sg;
+    __shared__ u64 red[KR_THREADS / 32][4];
+    u64 s = blockIdx.x;
+    if (s >= nsegs) {
         return;
     }
-    u32 lane = threadIdx.x;
-    const unsigned char* p = (const unsigned char*)ops[op].addr;
-    u64 len = ops[op].len;
-    u64 nfull = len >> 4;
-    bool aligned = (ops[op].addr & 15ULL) == 0;
-    u64 h1 = k0 ^ kr_fmix(len + KR_C1);
-    u64 h2 = k1 ^ kr_fmix(len + KR_C2);
-    for (u64 base = 0; base < nfull; base += 32) {
-        u64 w = base + lane;
-        u64 a = 0;
-        u64 b = 0;
-        if (w < nfull) {
-            u64 lo;
-            u64 hi;
-            if (aligned) {
-                KrWord v = ((const KrWord*)p)[w];
-                lo = v.lo;
-                hi = v.hi;
-            } else {
-                kr_load_bytes(p + w * 16, 16, lo, hi);
-            }
-            a = kr_fmix(lo ^ k0 ^ (w * KR_C1));
-            b = kr_fmix(hi ^ k1 ^ (w * KR_C2));
-        }
-        u64 left = nfull - base;
-        u32 cnt = left < 32 ? (u32)left : 32u;
-        for (u32 j = 0; j < cnt; ++j) {
-            u64 aj = __shfl_sync(0xffffffffu, a, (int)j);
-            u64 bj = __shfl_sync(0xffffffffu, b, (int)j);
-            kr_fold(h1, h2, aj, bj);
-        }
+    u32 t = threadIdx.x;
+    if (t == 0) {
+        sg = segs[s];
     }
-    if (lane == 0) {
-        u32 rem = (u32)(len & 15ULL);
-        if (rem != 0) {
-            u64 lo;
-            u64 hi;
-            kr_load_bytes(p + nfull * 16, rem, lo, hi);
-            kr_step(h1, h2, lo, hi, nfull, k0, k1);
+    __syncthreads();
+    const u64 addr = sg.addr;
+    const u64 len = sg.len;
+    const u64 base = sg.base;
+    const u64 n = len >> 4;
+    KrAcc c = {0, 0, 0, 0};
+    /* Word w of the segment is word base + w of the op; its salts advance by additions. */
+    u64 w = t;
+    u64 i = base + w;
+    u64 s1 = i * KR_C1, s2 = i * KR_C2, s3 = i * KR_C3, s4 = i * KR_C4;
+    const u64 d1 = (u64)KR_THREADS * KR_C1, d2 = (u64)KR_THREADS * KR_C2;
+    const u64 d3 = (u64)KR_THREADS * KR_C3, d4 = (u64)KR_THREADS * KR_C4;
+    if ((addr & 15ULL) == 0) {
+        const ulonglong2* q = (const ulonglong2*)addr;
+        for (; w + 3 * KR_THREADS < n; w += 4 * KR_THREADS) {
+            ulonglong2 v0 = __ldg(&q[w]);
+            ulonglong2 v1 = __ldg(&q[w + KR_THREADS]);
+            ulonglong2 v2 = __ldg(&q[w + 2 * KR_THREADS]);
+            ulonglong2 v3 = __ldg(&q[w + 3 * KR_THREADS]);
+            kr_word(c, v0.x, v0.y, k0, k1, k2, k3, s1, s2, s3, s4);
+            s1 += d1; s2 += d2; s3 += d3; s4 += d4;
+            kr_word(c, v1.x, v1.y, k0, k1, k2, k3, s1, s2, s3, s4);
+            s1 += d1; s2 += d2; s3 += d3; s4 += d4;
+            kr_word(c, v2.x, v2.y, k0, k1, k2, k3, s1, s2, s3, s4);
+            s1 += d1; s2 += d2; s3 += d3; s4 += d4;
+            kr_word(c, v3.x, v3.y, k0, k1, k2, k3, s1, s2, s3, s4);
+            s1 += d1; s2 += d2; s3 += d3; s4 += d4;
         }
-        kr_finish(h1, h2, out, op);
-    }
-}
-
-/* One thread per digest. */
-extern "C" __global__ void kr_digest_thread(const KrOp* ops, u32 n, u64 k0, u64 k1, u64* out) {
-    u32 op = blockIdx.x * blockDim.x + threadIdx.x;
-    if (op >= n) {
-        return;
-    }
-    const unsigned char* p = (const unsigned char*)ops[op].addr;
-    u64 len = ops[op].len;
-    u64 nfull = len >> 4;
-    u64 h1 = k0 ^ kr_fmix(len + KR_C1);
-    u64 h2 = k1 ^ kr_fmix(len + KR_C2);
-    u64 w = 0;
-    if ((ops[op].addr & 15ULL) == 0) {
-        const KrWord* q = (const KrWord*)p;
-        if (nfull >= 8) {
-            KrWord cur[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                cur[j] = q[j];
-            }
-            for (; w + 8 <= nfull; w += 8) {
-                KrWord nxt[8];
-                bool more = w + 16 <= nfull;
-                if (more) {
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        nxt[j] = q[w + 8 + j];
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    kr_step(h1, h2, cur[j].lo, cur[j].hi, w + j, k0, k1);
-                }
-                if (more) {
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        cur[j] = nxt[j];
-                    }
-                }
-            }
+        for (; w < n; w += KR_THREADS) {
+            ulonglong2 v = __ldg(&q[w]);
+            kr_word(c, v.x, v.y, k0, k1, k2, k3, s1, s2, s3, s4);
+            s1 += d1; s2 += d2; s3 += d3; s4 += d4;
         }
-        for (; w < nfull; ++w) {
-            KrWord v = q[w];
-            kr_step(h1, h2, v.lo, v.hi, w, k0, k1);
+    } else if ((addr & 7ULL) == 0) {
+        const u64* q = (const u64*)addr;
+        for (; w < n; w += KR_THREADS) {
+            u64 lo = __ldg(&q[2 * w]);
+            u64 hi = __ldg(&q[2 * w + 1]);
+            kr_word(c, lo, hi, k0, k1, k2, k3, s1, s2, s3, s4);
+            s1 += d1; s2 += d2; s3 += d3; s4 += d4;
         }
     } else {
-        for (; w < nfull; ++w) {
+        const unsigned char* p = (const unsigned char*)addr;
+        for (; w < n; w += KR_THREADS) {
             u64 lo;
             u64 hi;
             kr_load_bytes(p + w * 16, 16, lo, hi);
-            kr_step(h1, h2, lo, hi, w, k0, k1);
+            kr_word(c, lo, hi, k0, k1, k2, k3, s1, s2, s3, s4);
+            s1 += d1; s2 += d2; s3 += d3; s4 += d4;
         }
     }
     u32 rem = (u32)(len & 15ULL);
-    if (rem != 0) {
+    if (t == 0 && rem != 0) {
         u64 lo;
         u64 hi;
-        kr_load_bytes(p + nfull * 16, rem, lo, hi);
-        kr_step(h1, h2, lo, hi, nfull, k0, k1);
+        kr_load_bytes((const unsigned char*)addr + n * 16, rem, lo, hi);
+        u64 j = base + n;
+        kr_word(c, lo, hi, k0, k1, k2, k3, j * KR_C1, j * KR_C2, j * KR_C3, j * KR_C4);
     }
-    kr_finish(h1, h2, out, op);
+    for (int o = 16; o > 0; o >>= 1) {
+        kr_shfl_add(c, o);
+    }
+    u32 lane = t & 31;
+    u32 warp = t >> 5;
+    if (lane == 0) {
+        red[warp][0] = c.alo;
+        red[warp][1] = c.ahi;
+        red[warp][2] = c.blo;
+        red[warp][3] = c.bhi;
+    }
+    __syncthreads();
+    if (warp != 0) {
+        return;
+    }
+    if (lane < KR_THREADS / 32) {
+        c.alo = red[lane][0];
+        c.ahi = red[lane][1];
+        c.blo = red[lane][2];
+        c.bhi = red[lane][3];
+    } else {
+        c.alo = 0;
+        c.ahi = 0;
+        c.blo = 0;
+        c.bhi = 0;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        kr_shfl_add(c, o);
+    }
+    if (lane == 0) {
+        if (sg.nseg == 1) {
+            kr_finish(c.alo, c.ahi, c.blo, c.bhi, len, out, sg.op);
+        } else {
+            partials[4 * s] = c.alo;
+            partials[4 * s + 1] = c.ahi;
+            partials[4 * s + 2] = c.blo;
+            partials[4 * s + 3] = c.bhi;
+        }
+    }
+}
+
+/* One thread per op of several segments: adds their partial sums and finishes. */
+extern "C" __global__ void kr_digest_fin(const KrFin* fins, u64 nfins, const u64* partials,
+                                         u64* out) {
+    u64 f = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= nfins) {
+        return;
+    }
+    KrFin e = fins[f];
+    u64 alo = 0, ahi = 0, blo = 0, bhi = 0;
+    for (u64 j = 0; j < e.nseg; ++j) {
+        const u64* p = partials + 4 * (e.first + j);
+        kr_add128(alo, ahi, p[0], p[1]);
+        kr_add128(blo, bhi, p[2], p[3]);
+    }
+    kr_finish(alo, ahi, blo, bhi, e.len, out, e.op);
 }
 "#;
 
 #[cfg(test)]
 mod tests {
-    //! Line-by-line Rust ports of the two kernels, checked against the reference digest.
+    //! Line-by-line Rust ports of the two kernels (threads and warps simulated), checked
+    //! against the reference digest.
 
     use super::*;
     use replay_core::digest::{digest, key_from_seed};
-    use replay_core::{Digest128, DigestKey};
+    use replay_core::Digest128;
 
     const C1: u64 = 0x9E37_79B9_7F4A_7C15;
     const C2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+    const C3: u64 = 0x1656_67B1_9E37_79F9;
+    const C4: u64 = 0x85EB_CA77_C2B2_AE63;
     const M1: u64 = 0xFF51_AFD7_ED55_8CCD;
     const M2: u64 = 0xC4CE_B9FE_1A85_EC53;
+    const T: u64 = BLOCK as u64;
+
+    /// Simulated device memory: `bytes` at address `BASE` (16-byte aligned).
+    const BASE: u64 = 0x7f00_0000_0000;
+    struct Mem<'a>(&'a [u8]);
+    impl Mem<'_> {
+        fn u64_at(&self, addr: u64) -> u64 {
+            assert_eq!(addr % 8, 0, "aligned load");
+            let o = (addr - BASE) as usize;
+            u64::from_le_bytes(self.0[o..o + 8].try_into().unwrap())
+        }
+        fn byte(&self, addr: u64) -> u8 {
+            self.0[(addr - BASE) as usize]
+        }
+    }
 
     fn fmix(mut x: u64) -> u64 {
         x ^= x >> 33;
@@ -261,14 +373,39 @@ mod tests {
         x ^= x >> 33;
         x
     }
-    /// `kr_rotl`: `(x << r) | (x >> (64 - r))`.
     fn rotl(x: u64, r: u32) -> u64 {
         x.rotate_left(r)
     }
-    fn load_bytes(p: &[u8], n: usize) -> (u64, u64) {
+    fn umul64hi(a: u64, b: u64) -> u64 {
+        ((u128::from(a) * u128::from(b)) >> 64) as u64
+    }
+    /// `kr_add128`.
+    fn add128(lo: &mut u64, hi: &mut u64, lo2: u64, hi2: u64) {
+        let l = lo.wrapping_add(lo2);
+        *hi = hi.wrapping_add(hi2).wrapping_add(u64::from(l < *lo));
+        *lo = l;
+    }
+    /// `kr_mac`.
+    fn mac(lo: &mut u64, hi: &mut u64, a: u64, b: u64) {
+        add128(lo, hi, a.wrapping_mul(b), umul64hi(a, b));
+    }
+    #[derive(Clone, Copy, Default)]
+    struct Acc {
+        alo: u64,
+        ahi: u64,
+        blo: u64,
+        bhi: u64,
+    }
+    /// `kr_word`.
+    #[allow(clippy::too_many_arguments)]
+    fn word(c: &mut Acc, lo: u64, hi: u64, k: &[u64; 4], s: [u64; 4]) {
+        mac(&mut c.alo, &mut c.ahi, lo ^ k[0] ^ s[0], hi ^ k[1] ^ s[1]);
+        mac(&mut c.blo, &mut c.bhi, lo ^ k[2] ^ s[2], hi ^ k[3] ^ s[3]);
+    }
+    fn load_bytes(m: &Mem<'_>, p: u64, n: u32) -> (u64, u64) {
         let (mut lo, mut hi) = (0u64, 0u64);
-        for (j, &byte) in p.iter().enumerate().take(n) {
-            let b = u64::from(byte);
+        for j in 0..n {
+            let b = u64::from(m.byte(p + u64::from(j)));
             if j < 8 {
                 lo |= b << (8 * j);
             } else {
@@ -277,114 +414,161 @@ mod tests {
         }
         (lo, hi)
     }
-    fn fold(h1: &mut u64, h2: &mut u64, a: u64, b: u64) {
-        *h1 = rotl(*h1 ^ a, 31).wrapping_mul(C1).wrapping_add(b);
-        *h2 = rotl(*h2 ^ b, 27).wrapping_mul(C2).wrapping_add(a);
+    /// `kr_finish`: writes `(x, y)` = (high, low) at `out[2 op..]`.
+    fn finish(c: Acc, len: u64, out: &mut [u64], op: u64) {
+        let x = fmix(c.alo ^ fmix(c.ahi ^ len));
+        let y = fmix(c.blo ^ fmix(c.bhi ^ x ^ rotl(len, 32)));
+        let x = fmix(x ^ rotl(y, 23));
+        out[2 * op as usize] = x;
+        out[2 * op as usize + 1] = y;
     }
-    #[allow(clippy::too_many_arguments)]
-    fn step(h1: &mut u64, h2: &mut u64, lo: u64, hi: u64, i: u64, k0: u64, k1: u64) {
-        let a = fmix(lo ^ k0 ^ i.wrapping_mul(C1));
-        let b = fmix(hi ^ k1 ^ i.wrapping_mul(C2));
-        fold(h1, h2, a, b);
+    /// `kr_shfl_add` over a warp's 32 lanes: lane l adds lane l+o (lanes past 31 read their
+    /// own value, which `__shfl_down_sync` returns; only lane 0's result is used).
+    fn shfl_add(lanes: &mut [Acc; 32], o: usize) {
+        let snapshot = *lanes;
+        for (l, c) in lanes.iter_mut().enumerate() {
+            let src = if l + o < 32 {
+                snapshot[l + o]
+            } else {
+                snapshot[l]
+            };
+            add128(&mut c.alo, &mut c.ahi, src.alo, src.ahi);
+            add128(&mut c.blo, &mut c.bhi, src.blo, src.bhi);
+        }
     }
-    fn finish(h1: u64, h2: u64) -> Digest128 {
-        let a = fmix(h1 ^ rotl(h2, 17));
-        let b = fmix(h2 ^ a);
-        Digest128((u128::from(a) << 64) | u128::from(b))
-    }
-    /// A word as the aligned path loads it (`KrWord`: lo then hi, little-endian).
-    fn word(p: &[u8], w: u64) -> (u64, u64) {
-        let o = w as usize * 16;
-        (
-            u64::from_le_bytes(p[o..o + 8].try_into().unwrap()),
-            u64::from_le_bytes(p[o + 8..o + 16].try_into().unwrap()),
-        )
+    fn warp_reduce(lanes: &mut [Acc; 32]) -> Acc {
+        let mut o = 16;
+        while o > 0 {
+            shfl_add(lanes, o);
+            o >>= 1;
+        }
+        lanes[0]
     }
 
-    /// `kr_digest_warp` with its 32 lanes simulated.
-    fn warp_port(key: DigestKey, p: &[u8], aligned: bool) -> Digest128 {
-        let [k0, k1] = key.0;
-        let len = p.len() as u64;
-        let nfull = len >> 4;
-        let mut h1 = k0 ^ fmix(len.wrapping_add(C1));
-        let mut h2 = k1 ^ fmix(len.wrapping_add(C2));
-        let mut base = 0u64;
-        while base < nfull {
-            let mut a = [0u64; 32];
-            let mut b = [0u64; 32];
-            for lane in 0..32u64 {
-                let w = base + lane;
-                if w < nfull {
-                    let (lo, hi) = if aligned {
-                        word(p, w)
-                    } else {
-                        load_bytes(&p[w as usize * 16..], 16)
-                    };
-                    a[lane as usize] = fmix(lo ^ k0 ^ w.wrapping_mul(C1));
-                    b[lane as usize] = fmix(hi ^ k1 ^ w.wrapping_mul(C2));
+    /// `kr_digest_seg`, one block (its threads simulated in a loop).
+    fn seg_port(
+        m: &Mem<'_>,
+        sg: &Seg,
+        s: usize,
+        k: &[u64; 4],
+        partials: &mut [u64],
+        out: &mut [u64],
+    ) {
+        let (addr, len, base) = (sg.addr, sg.len, sg.base);
+        let n = len >> 4;
+        let mut threads = vec![Acc::default(); T as usize];
+        for t in 0..T {
+            let c = &mut threads[t as usize];
+            let mut w = t;
+            let i = base + w;
+            let mut st = [
+                i.wrapping_mul(C1),
+                i.wrapping_mul(C2),
+                i.wrapping_mul(C3),
+                i.wrapping_mul(C4),
+            ];
+            let d = [
+                T.wrapping_mul(C1),
+                T.wrapping_mul(C2),
+                T.wrapping_mul(C3),
+                T.wrapping_mul(C4),
+            ];
+            let adv = |st: &mut [u64; 4]| {
+                for j in 0..4 {
+                    st[j] = st[j].wrapping_add(d[j]);
+                }
+            };
+            if addr & 15 == 0 {
+                let q = |w: u64| (m.u64_at(addr + 16 * w), m.u64_at(addr + 16 * w + 8));
+                while w + 3 * T < n {
+                    let v = [q(w), q(w + T), q(w + 2 * T), q(w + 3 * T)];
+                    for (lo, hi) in v {
+                        word(c, lo, hi, k, st);
+                        adv(&mut st);
+                    }
+                    w += 4 * T;
+                }
+                while w < n {
+                    let (lo, hi) = q(w);
+                    word(c, lo, hi, k, st);
+                    adv(&mut st);
+                    w += T;
+                }
+            } else if addr & 7 == 0 {
+                while w < n {
+                    let lo = m.u64_at(addr + 8 * (2 * w));
+                    let hi = m.u64_at(addr + 8 * (2 * w + 1));
+                    word(c, lo, hi, k, st);
+                    adv(&mut st);
+                    w += T;
+                }
+            } else {
+                while w < n {
+                    let (lo, hi) = load_bytes(m, addr + w * 16, 16);
+                    word(c, lo, hi, k, st);
+                    adv(&mut st);
+                    w += T;
                 }
             }
-            let left = nfull - base;
-            let cnt = if left < 32 { left as u32 } else { 32 };
-            for j in 0..cnt {
-                fold(&mut h1, &mut h2, a[j as usize], b[j as usize]);
+            let rem = (len & 15) as u32;
+            if t == 0 && rem != 0 {
+                let (lo, hi) = load_bytes(m, addr + n * 16, rem);
+                let j = base + n;
+                word(
+                    c,
+                    lo,
+                    hi,
+                    k,
+                    [
+                        j.wrapping_mul(C1),
+                        j.wrapping_mul(C2),
+                        j.wrapping_mul(C3),
+                        j.wrapping_mul(C4),
+                    ],
+                );
             }
-            base += 32;
         }
-        let rem = (len & 15) as usize;
-        if rem != 0 {
-            let (lo, hi) = load_bytes(&p[nfull as usize * 16..], rem);
-            step(&mut h1, &mut h2, lo, hi, nfull, k0, k1);
+        let mut red = Vec::new();
+        for warp in threads.chunks_exact(32) {
+            let mut lanes: [Acc; 32] = warp.try_into().unwrap();
+            red.push(warp_reduce(&mut lanes));
         }
-        finish(h1, h2)
-    }
-
-    /// `kr_digest_thread`, one thread.
-    fn thread_port(key: DigestKey, p: &[u8], aligned: bool) -> Digest128 {
-        let [k0, k1] = key.0;
-        let len = p.len() as u64;
-        let nfull = len >> 4;
-        let mut h1 = k0 ^ fmix(len.wrapping_add(C1));
-        let mut h2 = k1 ^ fmix(len.wrapping_add(C2));
-        let mut w = 0u64;
-        if aligned {
-            if nfull >= 8 {
-                let mut cur: [(u64, u64); 8] = core::array::from_fn(|j| word(p, j as u64));
-                while w + 8 <= nfull {
-                    let mut nxt = [(0u64, 0u64); 8];
-                    let more = w + 16 <= nfull;
-                    if more {
-                        for (j, n) in nxt.iter_mut().enumerate() {
-                            *n = word(p, w + 8 + j as u64);
-                        }
-                    }
-                    for (j, c) in cur.iter().enumerate() {
-                        step(&mut h1, &mut h2, c.0, c.1, w + j as u64, k0, k1);
-                    }
-                    if more {
-                        cur = nxt;
-                    }
-                    w += 8;
-                }
-            }
-            while w < nfull {
-                let (lo, hi) = word(p, w);
-                step(&mut h1, &mut h2, lo, hi, w, k0, k1);
-                w += 1;
-            }
+        let mut lanes = [Acc::default(); 32];
+        lanes[..red.len()].copy_from_slice(&red);
+        let c = warp_reduce(&mut lanes);
+        if sg.nseg == 1 {
+            finish(c, len, out, u64::from(sg.op));
         } else {
-            while w < nfull {
-                let (lo, hi) = load_bytes(&p[w as usize * 16..], 16);
-                step(&mut h1, &mut h2, lo, hi, w, k0, k1);
-                w += 1;
-            }
+            partials[4 * s..4 * s + 4].copy_from_slice(&[c.alo, c.ahi, c.blo, c.bhi]);
         }
-        let rem = (len & 15) as usize;
-        if rem != 0 {
-            let (lo, hi) = load_bytes(&p[nfull as usize * 16..], rem);
-            step(&mut h1, &mut h2, lo, hi, nfull, k0, k1);
+    }
+
+    /// `kr_digest_fin`, one thread.
+    fn fin_port(e: &Fin, partials: &[u64], out: &mut [u64]) {
+        let mut c = Acc::default();
+        for j in 0..e.nseg {
+            let p = &partials[4 * (e.first + j) as usize..];
+            add128(&mut c.alo, &mut c.ahi, p[0], p[1]);
+            add128(&mut c.blo, &mut c.bhi, p[2], p[3]);
         }
-        finish(h1, h2)
+        finish(c, e.len, out, e.op);
+    }
+
+    /// A batch as the backend runs it: plan, one block per segment, then the finishers.
+    fn batch_port(m: &Mem<'_>, key: DigestKey, ops: &[(u64, u64)], seg: u64) -> Vec<Digest128> {
+        let k = kernel_keys(key);
+        let (segs, fins) = plan(ops, seg);
+        let mut partials = vec![0u64; 4 * segs.len()];
+        let mut out = vec![0u64; 2 * ops.len()];
+        for (s, sg) in segs.iter().enumerate() {
+            seg_port(m, sg, s, &k, &mut partials, &mut out);
+        }
+        for e in &fins {
+            fin_port(e, &partials, &mut out);
+        }
+        (0..ops.len())
+            .map(|i| Digest128((u128::from(out[2 * i]) << 64) | u128::from(out[2 * i + 1])))
+            .collect()
     }
 
     fn bytes(n: usize, seed: u64) -> Vec<u8> {
@@ -402,41 +586,99 @@ mod tests {
     #[test]
     fn ports_match_the_reference() {
         let key = key_from_seed(0x5eed);
+        let data = bytes((1 << 20) + 4096, 3);
+        let m = Mem(&data);
         let lens = [
-            0usize, 1, 7, 8, 15, 16, 17, 31, 32, 33, 100, 127, 128, 129, 255, 256, 257, 511, 512,
-            513, 1000, 4096, 4099, 8191, 65_536, 65_541,
+            0u64, 1, 7, 8, 15, 16, 17, 31, 32, 33, 100, 127, 128, 129, 255, 256, 257, 511, 512,
+            513, 1000, 4096, 4099, 8191, 16_384, 16_400, 65_536, 65_541, 200_003,
         ];
-        for &n in &lens {
-            let data = bytes(n, n as u64 + 1);
-            let want = digest(key, &data);
-            for aligned in [true, false] {
-                assert_eq!(warp_port(key, &data, aligned), want, "warp, {n} bytes");
-                assert_eq!(thread_port(key, &data, aligned), want, "thread, {n} bytes");
+        for &len in &lens {
+            for off in [0u64, 1, 3, 8, 12, 16, 24] {
+                let want = digest(key, &data[off as usize..(off + len) as usize]);
+                for seg in [16u64, 48, 4096, 16 << 10, 1 << 20] {
+                    if len / seg > 2_000 {
+                        continue; // slow in a simulated block
+                    }
+                    let got = batch_port(&m, key, &[(BASE + off, len)], seg);
+                    assert_eq!(got[0], want, "len {len} offset {off} segment {seg}");
+                }
             }
         }
-        // A full default chunk.
-        let mib = bytes(1 << 20, 9);
-        assert_eq!(thread_port(key, &mib, true), digest(key, &mib));
-        assert_eq!(warp_port(key, &mib, true), digest(key, &mib));
+        // A full default chunk, and a batch of many ops of mixed alignment.
+        let mib = &data[..1 << 20];
+        assert_eq!(
+            batch_port(&m, key, &[(BASE, 1 << 20)], segment_bytes(1 << 20)),
+            vec![digest(key, mib)]
+        );
+        let ops: Vec<(u64, u64)> = (0..64u64)
+            .map(|i| (BASE + i * 16_411 % 7919, 1000 + i * 977))
+            .collect();
+        let want: Vec<Digest128> = ops
+            .iter()
+            .map(|&(a, l)| digest(key, &data[(a - BASE) as usize..(a - BASE + l) as usize]))
+            .collect();
+        assert_eq!(batch_port(&m, key, &ops, 4096), want);
+        assert_eq!(batch_port(&m, key, &ops, 1 << 20), want);
     }
 
     #[test]
-    fn selection() {
-        assert_eq!(select(1, None), DigestKernel::Warp);
-        assert_eq!(select(THREAD_KERNEL_MIN_OPS - 1, None), DigestKernel::Warp);
-        assert_eq!(select(THREAD_KERNEL_MIN_OPS, None), DigestKernel::Thread);
-        assert_eq!(select(1, Some(DigestKernel::Thread)), DigestKernel::Thread);
+    fn planning() {
+        assert_eq!(segment_bytes(0), MIN_SEGMENT);
+        assert_eq!(segment_bytes(4 << 30), 1 << 20);
+        assert_eq!(segment_bytes(100 << 30), 25 << 20);
+        let (segs, fins) = plan(&[(0x1000, 0), (0x2000, 100), (0x3001, 250)], 96);
+        assert_eq!(segs.len(), 1 + 2 + 3);
+        assert_eq!(
+            segs[0],
+            Seg {
+                addr: 0x1000,
+                len: 0,
+                base: 0,
+                op: 0,
+                nseg: 1
+            }
+        );
+        assert_eq!(
+            (segs[2].addr, segs[2].len, segs[2].base),
+            (0x2000 + 96, 4, 6)
+        );
+        assert_eq!(
+            (segs[5].addr, segs[5].len, segs[5].base),
+            (0x3001 + 192, 58, 12)
+        );
+        assert_eq!(
+            fins,
+            vec![
+                Fin {
+                    first: 1,
+                    nseg: 2,
+                    len: 100,
+                    op: 1
+                },
+                Fin {
+                    first: 3,
+                    nseg: 3,
+                    len: 250,
+                    op: 2
+                }
+            ]
+        );
+        assert_eq!(std::mem::size_of::<Seg>(), 32);
+        assert_eq!(std::mem::size_of::<Fin>(), 32);
     }
 
     #[test]
     fn source_names_the_kernels_and_uses_no_includes() {
-        assert!(DIGEST_SOURCE.contains(&format!("void {DIGEST_WARP}(")));
-        assert!(DIGEST_SOURCE.contains(&format!("void {DIGEST_THREAD}(")));
+        assert!(DIGEST_SOURCE.contains(&format!("{DIGEST_SEG}(")));
+        assert!(DIGEST_SOURCE.contains(&format!("void {DIGEST_FIN}(")));
+        assert!(DIGEST_SOURCE.contains(&format!("#define KR_THREADS {BLOCK}")));
         assert!(!DIGEST_SOURCE.contains("#include"));
         // The constants are the reference's.
         for c in [
             "9E3779B97F4A7C15",
             "C2B2AE3D27D4EB4F",
+            "165667B19E3779F9",
+            "85EBCA77C2B2AE63",
             "FF51AFD7ED558CCD",
             "C4CEB9FE1A85EC53",
         ] {

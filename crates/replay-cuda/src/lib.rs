@@ -36,7 +36,7 @@
 //!   streams of their own, so they neither wait for nor order against the legacy default
 //!   stream; the window orders them against passes by waiting on fences.
 //! - **Digests on the device**, bit-identical to [`replay_core::digest::digest`], by a kernel
-//!   compiled with NVRTC at start-up (see [`kernels`] for the two variants and their costs).
+//!   compiled with NVRTC at start-up (see [`kernels`]: one block per segment, order-free sums).
 //!   Without NVRTC the backend digests on the host and says so.
 //! - **Library mode completion** is the stream order: see [`agent`].
 //! - **Kernel identity.** A kernel's `code_object` is its module's load number, never reused,

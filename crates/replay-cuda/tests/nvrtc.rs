@@ -34,8 +34,8 @@ fn digest_kernels_compile_to_a_cubin() {
     let img = elf::parse(&cubin).unwrap();
     assert_eq!(img.machine, EM_CUDA);
     let f = functions(&img);
-    assert!(f.iter().any(|n| n == kernels::DIGEST_WARP), "{f:?}");
-    assert!(f.iter().any(|n| n == kernels::DIGEST_THREAD), "{f:?}");
+    assert!(f.iter().any(|n| n == kernels::DIGEST_SEG), "{f:?}");
+    assert!(f.iter().any(|n| n == kernels::DIGEST_FIN), "{f:?}");
     assert!(
         img.global_symbols().is_empty(),
         "the digest module has no globals"

@@ -74,10 +74,14 @@
 //!
 //! ## Backends in the same library
 //!
-//! Each backend adds its entry points to this crate behind a Cargo feature of its own
-//! (`hsa`: `OnLoad`/`OnUnload`; `cuda`: the driver's injection entry point). The features are
-//! empty today. Because every entry point is `#[no_mangle]` in this crate, it is exported by
-//! `libkernel_replay.so` and by any shared object that links this crate.
+//! Each backend adds its entry points to this crate behind a Cargo feature of its own.
+//! `hsa` (off by default; it needs nothing of ROCm to build, but a library exporting `OnLoad`
+//! is an HSA tool and the default library should not claim to be one): the `hsa` module's `OnLoad`,
+//! `OnUnload` and `kreplay_hsa_state_json` (declared in `include/kernel_replay_hsa.h`), over
+//! `replay-hsa` (re-exported as `replay_hsa`), so `HSA_TOOLS_LIB` can name this library.
+//! `cuda` (the driver's injection entry point) is empty so far. Because every entry point is
+//! `#[no_mangle]` in this crate, it is exported by `libkernel_replay.so` and by any shared
+//! object that links this crate.
 //!
 //! ## A Rust tool with its own shared object
 //!
@@ -96,6 +100,8 @@
 pub mod abi;
 mod checked;
 pub mod entry;
+#[cfg(feature = "hsa")]
+pub mod hsa;
 pub mod sim;
 mod state;
 pub mod sys;
@@ -106,6 +112,9 @@ use std::sync::Arc;
 
 pub use replay_context::Contexts;
 pub use replay_core::ReplayService;
+/// The HSA backend (feature `hsa`), re-exported so Rust tools reach its state and bindings.
+#[cfg(feature = "hsa")]
+pub use replay_hsa;
 
 /// The process's replay service (the `Arc` of [`ReplayService::global_with_clock`]), created
 /// with the C ABI's context registry as its context control and [`clock()`] as its clock.
@@ -203,8 +212,16 @@ pub mod __private {
             sim::kreplay_sim_fault_inject as *const (),
             sim::kreplay_sim_fault_hits as *const (),
             sim::kreplay_sim_fault_clear as *const (),
-            // Backend entry points join here behind their features (`hsa`, `cuda`).
+            // Backend entry points join below behind their features (`hsa`, `cuda`).
         ];
-        std::hint::black_box(all).len()
+        #[cfg(feature = "hsa")]
+        let hsa: &[*const ()] = &[
+            crate::hsa::OnLoad as *const (),
+            crate::hsa::OnUnload as *const (),
+            crate::hsa::kreplay_hsa_state_json as *const (),
+        ];
+        #[cfg(not(feature = "hsa"))]
+        let hsa: &[*const ()] = &[];
+        std::hint::black_box(all).len() + std::hint::black_box(hsa).len()
     }
 }

@@ -190,7 +190,13 @@ fn header_compiles_as_c99_and_as_cpp11() {
 
 /// Function names declared in the header: `name(` at the start of a declaration.
 fn header_functions() -> BTreeSet<String> {
-    let header = std::fs::read_to_string(repo_root().join("include/kernel_replay.h")).unwrap();
+    let mut header = std::fs::read_to_string(repo_root().join("include/kernel_replay.h")).unwrap();
+    // The HSA entry points are exported only with the `hsa` feature.
+    if cfg!(feature = "hsa") {
+        header.push_str(
+            &std::fs::read_to_string(repo_root().join("include/kernel_replay_hsa.h")).unwrap(),
+        );
+    }
     let mut names = BTreeSet::new();
     for line in header.lines() {
         let line = line.trim_start();

@@ -8,11 +8,18 @@
  * exercised. Globals: `kr_counter` and `kr_table` resolve by name, the static `kr_hidden` does
  * not (as a test of section-base resolution), laid out as NVRTC lays out globals.cu.
  *
+ * Device allocations (cuMemAlloc and friends) are carved one after another out of one reserved
+ * arena, so consecutive allocations are adjacent in the address space as on a real GPU, and a
+ * copy whose device end runs from one allocation (or one module variable) into the next fails
+ * with CUDA_ERROR_INVALID_VALUE, as the real driver's does. cuMemGetAddressRange reports the
+ * allocation around a pointer.
+ *
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
  * fails with CUDA_ERROR_NO_DEVICE).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +66,16 @@ struct alloc {
 };
 static struct alloc* allocs;
 
+/* The device arena: reserved once, bump-allocated, never reused (freed pages are returned
+ * to the system). */
+#define ARENA_BYTES (1ULL << 42)
+static unsigned char* arena;
+static u64 arena_next;
+
+static u64 round_up(u64 x, u64 a) {
+    return (x + a - 1) / a * a;
+}
+
 static CUresult do_alloc(void** out, u64 size, int device) {
     if (size == 0) {
         return E_INVALID_VALUE;
@@ -69,7 +86,26 @@ static CUresult do_alloc(void** out, u64 size, int device) {
         return E_OUT_OF_MEMORY;
     }
     void* p = NULL;
-    if (posix_memalign(&p, 4096, size) != 0 || p == NULL) {
+    if (device) {
+        if (arena == NULL) {
+            void* a = mmap(NULL, ARENA_BYTES, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (a == MAP_FAILED) {
+                pthread_mutex_unlock(&lock);
+                return E_OUT_OF_MEMORY;
+            }
+            arena = a;
+        }
+        /* Small allocations share pages (512-byte granularity), large ones are page-rounded:
+         * either way the next allocation starts right after this one. */
+        u64 len = size < 65536 ? round_up(size, 512) : round_up(size, 4096);
+        if (arena_next + len > ARENA_BYTES) {
+            pthread_mutex_unlock(&lock);
+            return E_OUT_OF_MEMORY;
+        }
+        p = arena + arena_next;
+        arena_next += len;
+    } else if (posix_memalign(&p, 4096, size) != 0 || p == NULL) {
         pthread_mutex_unlock(&lock);
         return E_OUT_OF_MEMORY;
     }
@@ -95,8 +131,16 @@ static CUresult do_free(void* p) {
             *pp = a->next;
             if (a->device) {
                 mem_used -= a->size;
+                /* Zero-fill and release whole pages inside the block (the arena is never
+                 * reused, so nothing else lives in them). */
+                uintptr_t s0 = ((uintptr_t)a->p + 4095) & ~(uintptr_t)4095;
+                uintptr_t e0 = ((uintptr_t)a->p + a->size) & ~(uintptr_t)4095;
+                if (e0 > s0) {
+                    madvise((void*)s0, e0 - s0, MADV_DONTNEED);
+                }
+            } else {
+                free(a->p);
             }
-            free(a->p);
             free(a);
             pthread_mutex_unlock(&lock);
             return OK;
@@ -413,20 +457,96 @@ CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
     return do_free((void*)(uintptr_t)p);
 }
 
+static unsigned char nv_global[8328] __attribute__((aligned(256)));
+static u64 nv_const[4] = {1, 2, 3, 4};
+
+/* The device allocation (or module variable) around p: 1 and its bounds, or 0 (host memory). */
+static int device_range(u64 p, u64* base, u64* size) {
+    static const u64 var_off[3] = {0, 8, 136};
+    static const u64 var_len[3] = {8, 128, 8192};
+    u64 g = (u64)(uintptr_t)nv_global;
+    for (int i = 0; i < 3; ++i) {
+        if (p >= g + var_off[i] && p < g + var_off[i] + var_len[i]) {
+            *base = g + var_off[i];
+            *size = var_len[i];
+            return 1;
+        }
+    }
+    u64 c = (u64)(uintptr_t)nv_const;
+    if (p >= c && p < c + sizeof nv_const) {
+        *base = c;
+        *size = sizeof nv_const;
+        return 1;
+    }
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (struct alloc* a = allocs; a; a = a->next) {
+        u64 b = (u64)(uintptr_t)a->p;
+        if (a->device && p >= b && p < b + a->size) {
+            *base = b;
+            *size = a->size;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+/* A copy's end must lie inside one allocation when it starts in one. */
+static int end_ok(u64 p, u64 n) {
+    u64 base;
+    u64 size;
+    if (n == 0 || !device_range(p, &base, &size)) {
+        return 1;
+    }
+    if (p + n > base + size) {
+        fprintf(stderr,
+                "fake_cuda: copy of %llu bytes at 0x%llx runs past its allocation 0x%llx+%llu\n",
+                n, p, base, size);
+        return 0;
+    }
+    return 1;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
+    u64 b;
+    u64 n;
+    if (!device_range(p, &b, &n)) {
+        return E_NOT_FOUND;
+    }
+    if (base) {
+        *base = b;
+    }
+    if (size) {
+        *size = n;
+    }
+    return OK;
+}
+
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, void* s) {
     (void)s;
+    if (!end_ok(src, n) || !end_ok(dst, n)) {
+        return E_INVALID_VALUE;
+    }
     memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
     return OK;
 }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* s) {
     (void)s;
+    if (!end_ok(dst, n)) {
+        return E_INVALID_VALUE;
+    }
     memmove((void*)(uintptr_t)dst, src, n);
     return OK;
 }
 
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* s) {
     (void)s;
+    if (!end_ok(src, n)) {
+        return E_INVALID_VALUE;
+    }
     memmove(dst, (const void*)(uintptr_t)src, n);
     return OK;
 }
@@ -439,9 +559,6 @@ struct module {
 
 /* The .nv.global section of globals.cu as NVRTC lays it out: kr_counter at 0 (8 bytes),
  * kr_hidden at 8 (128 bytes), kr_table at 136 (8192 bytes). */
-static unsigned char nv_global[8328] __attribute__((aligned(256)));
-static u64 nv_const[4] = {1, 2, 3, 4};
-
 CUresult cuModuleLoadData(void** m, const void* image) {
     (void)image;
     *m = calloc(1, sizeof(struct module));
@@ -494,15 +611,10 @@ CUresult cuFuncGetParamInfo(void* f, size_t index, size_t* offset, size_t* size)
     } else if (strcmp(n, "kr_tiny") == 0 || strcmp(n, "kr_globals") == 0
                || strcmp(n, "kr_hidden_read") == 0) {
         count = 1;
-    } else if (strncmp(n, "kr_digest_", 10) == 0) {
-        static const size_t off[5] = {0, 8, 16, 24, 32};
-        static const size_t sz[5] = {8, 4, 8, 8, 8};
-        if (index >= 5) {
-            return E_INVALID_VALUE;
-        }
-        *offset = off[index];
-        *size = sz[index];
-        return OK;
+    } else if (strcmp(n, "kr_digest_seg") == 0) {
+        count = 8;
+    } else if (strcmp(n, "kr_digest_fin") == 0) {
+        count = 4;
     }
     if (index >= count) {
         return E_INVALID_VALUE;
@@ -523,6 +635,8 @@ CUresult cuFuncGetAttribute(int* v, int attr, void* f) {
 
 #define C1 0x9E3779B97F4A7C15ULL
 #define C2 0xC2B2AE3D27D4EB4FULL
+#define C3 0x165667B19E3779F9ULL
+#define C4 0x85EBCA77C2B2AE63ULL
 #define M1 0xFF51AFD7ED558CCDULL
 #define M2 0xC4CEB9FE1A85EC53ULL
 
@@ -539,43 +653,38 @@ static u64 rotl(u64 x, int r) {
     return (x << r) | (x >> (64 - r));
 }
 
-static u64 le64(const unsigned char* p, size_t n) {
+static u64 le64(const unsigned char* p) {
     u64 v = 0;
-    for (size_t j = 0; j < n && j < 8; ++j) {
+    for (int j = 0; j < 8; ++j) {
         v |= (u64)p[j] << (8 * j);
     }
     return v;
 }
 
-static void digest(const unsigned char* p, u64 len, u64 k0, u64 k1, u64* hi, u64* lo) {
-    u64 h1 = k0 ^ fmix(len + C1);
-    u64 h2 = k1 ^ fmix(len + C2);
-    u64 nfull = len >> 4;
-    for (u64 i = 0; i <= nfull; ++i) {
-        u64 a_lo;
-        u64 a_hi;
-        if (i < nfull) {
-            a_lo = le64(p + i * 16, 8);
-            a_hi = le64(p + i * 16 + 8, 8);
-        } else {
-            u64 rem = len & 15;
-            if (rem == 0) {
-                break;
-            }
-            unsigned char buf[16] = {0};
-            memcpy(buf, p + i * 16, rem);
-            a_lo = le64(buf, 8);
-            a_hi = le64(buf + 8, 8);
-        }
-        u64 a = fmix(a_lo ^ k0 ^ (i * C1));
-        u64 b = fmix(a_hi ^ k1 ^ (i * C2));
-        h1 = rotl(h1 ^ a, 31) * C1 + b;
-        h2 = rotl(h2 ^ b, 27) * C2 + a;
+typedef unsigned __int128 u128;
+
+/* The reference digest's lane sums over one segment: words of len bytes at p whose first word
+ * has index base in its op (SPEC 7.4, replay_core::digest). */
+static void lane_sums(const unsigned char* p, u64 len, u64 base, const u64* k, u128* a, u128* b) {
+    u64 nw = (len + 15) / 16;
+    for (u64 w = 0; w < nw; ++w) {
+        unsigned char buf[16] = {0};
+        u64 take = len - w * 16 < 16 ? len - w * 16 : 16;
+        memcpy(buf, p + w * 16, take);
+        u64 lo = le64(buf);
+        u64 hi = le64(buf + 8);
+        u64 i = base + w;
+        *a += (u128)(lo ^ k[0] ^ (i * C1)) * (u128)(hi ^ k[1] ^ (i * C2));
+        *b += (u128)(lo ^ k[2] ^ (i * C3)) * (u128)(hi ^ k[3] ^ (i * C4));
     }
-    u64 fa = fmix(h1 ^ rotl(h2, 17));
-    u64 fb = fmix(h2 ^ fa);
-    *hi = fa;
-    *lo = fb;
+}
+
+static void finish(u128 a, u128 b, u64 len, u64* out) {
+    u64 x = fmix((u64)a ^ fmix((u64)(a >> 64) ^ len));
+    u64 y = fmix((u64)b ^ fmix((u64)(b >> 64) ^ x ^ rotl(len, 32)));
+    x = fmix(x ^ rotl(y, 23));
+    out[0] = x;
+    out[1] = y;
 }
 
 #define ARG(T, i) (*(T*)params[i])
@@ -642,19 +751,58 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
     } else if (strcmp(n, "kr_hidden_read") == 0) {
         u64* out = ARG(u64*, 0);
         memcpy(out, nv_global + 8, 128);
-    } else if (strcmp(n, "kr_digest_warp") == 0 || strcmp(n, "kr_digest_thread") == 0) {
-        const u64* ops = ARG(const u64*, 0);
-        unsigned cnt = ARG(unsigned, 1);
-        u64 k0 = ARG(u64, 2);
-        u64 k1 = ARG(u64, 3);
-        u64* out = ARG(u64*, 4);
-        unsigned blocks = strcmp(n, "kr_digest_warp") == 0 ? gx : gx * bx;
-        if (blocks < cnt || (strcmp(n, "kr_digest_warp") == 0 && bx != 32)) {
+    } else if (strcmp(n, "kr_digest_seg") == 0) {
+        /* struct KrSeg { u64 addr, len, base; u32 op, nseg; } */
+        const u64* segs = ARG(const u64*, 0);
+        u64 cnt = ARG(u64, 1);
+        u64 k[4] = {ARG(u64, 2), ARG(u64, 3), ARG(u64, 4), ARG(u64, 5)};
+        u64* partials = ARG(u64*, 6);
+        u64* out = ARG(u64*, 7);
+        if (gx < cnt || bx != 256) {
             return E_INVALID_VALUE;
         }
-        for (unsigned i = 0; i < cnt; ++i) {
-            digest((const unsigned char*)(uintptr_t)ops[2 * i], ops[2 * i + 1], k0, k1,
-                   &out[2 * i], &out[2 * i + 1]);
+        for (u64 s_ = 0; s_ < cnt; ++s_) {
+            const u64* e = segs + 4 * s_;
+            u64 addr = e[0];
+            u64 len = e[1];
+            u64 base = e[2];
+            unsigned op = (unsigned)(e[3] & 0xffffffffu);
+            unsigned nseg = (unsigned)(e[3] >> 32);
+            u128 a = 0;
+            u128 b = 0;
+            if (!end_ok(addr, len)) {
+                return E_INVALID_VALUE;
+            }
+            lane_sums((const unsigned char*)(uintptr_t)addr, len, base, k, &a, &b);
+            if (nseg == 1) {
+                finish(a, b, len, out + 2 * (u64)op);
+            } else {
+                u64* q = partials + 4 * s_;
+                q[0] = (u64)a;
+                q[1] = (u64)(a >> 64);
+                q[2] = (u64)b;
+                q[3] = (u64)(b >> 64);
+            }
+        }
+    } else if (strcmp(n, "kr_digest_fin") == 0) {
+        /* struct KrFin { u64 first, nseg, len, op; } */
+        const u64* fins = ARG(const u64*, 0);
+        u64 cnt = ARG(u64, 1);
+        const u64* partials = ARG(const u64*, 2);
+        u64* out = ARG(u64*, 3);
+        if ((u64)gx * bx < cnt) {
+            return E_INVALID_VALUE;
+        }
+        for (u64 f_ = 0; f_ < cnt; ++f_) {
+            const u64* e = fins + 4 * f_;
+            u128 a = 0;
+            u128 b = 0;
+            for (u64 j = 0; j < e[1]; ++j) {
+                const u64* q = partials + 4 * (e[0] + j);
+                a += ((u128)q[1] << 64) | q[0];
+                b += ((u128)q[3] << 64) | q[2];
+            }
+            finish(a, b, e[2], out + 2 * e[3]);
         }
     } else {
         fprintf(stderr, "fake_cuda: unknown kernel %s\n", n);

@@ -7,7 +7,6 @@ use parking_lot::Mutex;
 use replay_core::{
     CopyOp, DeviceMemory, DigestOp, MemLoc, Outcome, Reason, RestoreMode, Scope, Tier,
 };
-use replay_cuda::kernels::DigestKernel;
 use replay_cuda::{ArgBlock, DevicePtr, LaunchConfig, QueueKind};
 use serde_json::{json, Value};
 
@@ -121,8 +120,8 @@ fn cpu_digest(b: &Bench, bytes: &[u8]) -> replay_core::Digest128 {
     replay_core::digest::digest(b.key, bytes)
 }
 
-/// Device digests (both kernels, and the automatic choice) equal the reference on bytes copied
-/// back, for odd lengths and alignments, and for a batch large enough for the thread kernel.
+/// Device digests equal the reference on bytes copied back, for odd lengths and alignments,
+/// with ops as one segment and split over several blocks, and for a batch of many chunks.
 fn digest_equivalence(b: &Bench) -> Result<Value, String> {
     let a = b.alloc(8 * MIB + 64)?;
     b.fill(&a, 11)?;
@@ -150,22 +149,22 @@ fn digest_equivalence(b: &Bench) -> Result<Value, String> {
         .collect();
     let ranges: Vec<(u64, u64)> = cases.iter().map(|&(o, l)| (a.ptr() + o, l)).collect();
     let mut checked = 0;
-    for k in [Some(DigestKernel::Warp), Some(DigestKernel::Thread), None] {
-        mem.force_digest_kernel(k);
+    for k in [None, Some(16u64), Some(4096), Some(64 << 10)] {
+        mem.force_digest_segment(k);
         let got = mem.digest_blocking(&ranges, b.key, WAIT);
-        mem.force_digest_kernel(None);
+        mem.force_digest_segment(None);
         let got = got.map_err(|e| e.to_string())?;
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             ensure(g == w, || {
                 format!(
-                    "{k:?}: digest of {:?} is {g}, the reference says {w}",
+                    "segment {k:?}: digest of {:?} is {g}, the reference says {w}",
                     cases[i]
                 )
             })?;
             checked += 1;
         }
     }
-    // 2048 digests of 4 KiB: the automatic choice is the thread kernel.
+    // 2048 digests of 4 KiB in one batch.
     let small: Vec<(u64, u64)> = (0..2048u64).map(|i| (a.ptr() + i * 4096, 4096)).collect();
     let got = mem
         .digest_blocking(&small, b.key, WAIT)
@@ -499,6 +498,20 @@ fn freed_region(b: &Bench, restore: RestoreMode) -> Result<Value, String> {
     ensure(rec.captured_regions == 2, || {
         format!("{} regions captured", rec.captured_regions)
     })?;
+    // Restores after the free skip the freed region: never more than the live buffer.
+    ensure(
+        rec.pass_restored_bytes
+            .iter()
+            .skip(1)
+            .all(|&x| x <= a.len()),
+        || {
+            format!(
+                "restored {:?} bytes per pass, the live buffer has {}",
+                rec.pass_restored_bytes,
+                a.len()
+            )
+        },
+    )?;
     run.inputs_identical()?;
     ensure(b.digests(&[&a])? == reference, || {
         "final memory differs from one execution".into()

@@ -387,7 +387,7 @@ fn run(o: &Opts, args: &[String]) -> i32 {
         "device_free_bytes": free,
         "host_mem_available_bytes": replay_cuda::memory::host_mem_available(),
         "device_digests": backend.memory().device_digests(),
-        "digest_kernel_threshold_ops": replay_cuda::kernels::THREAD_KERNEL_MIN_OPS,
+        "digest_target_blocks": replay_cuda::kernels::TARGET_BLOCKS,
     });
     let mut rows: Vec<Row> = Vec::new();
     let has = |c: &str| o.cases.iter().any(|x| x == c);

@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use replay_core::{OutcomeRecord, RestoreMode, Scope, Tier};
-use replay_cuda::kernels::DigestKernel;
 use replay_cuda::memory::{Direction, ResolvedCopy};
 use replay_cuda::{Allocation, ArgBlock, DevicePtr, GpuTimer, LaunchConfig, QueueKind};
 use serde_json::{json, Value};
@@ -153,28 +152,29 @@ pub fn ceilings(b: &Bench, rows: &mut Vec<Row>, read_gib: u64) -> Result<Ceiling
 
     let mem = b.backend.memory();
     let mut digest = serde_json::Map::new();
-    for (name, k, len) in [
-        ("warp_1mib_chunks", Some(DigestKernel::Warp), rbytes),
-        ("thread_1mib_chunks", Some(DigestKernel::Thread), rbytes),
-        ("auto_1mib_chunks", None, rbytes),
-        ("warp_16mib", Some(DigestKernel::Warp), 16 * MIB),
-        ("thread_16mib", Some(DigestKernel::Thread), 16 * MIB),
+    // (name, bytes, chunk): chunk digests as the memory layer asks for them, and whole ops
+    // split over several blocks.
+    for (name, len, chunk) in [
+        ("1mib_chunks", rbytes, MIB),
+        ("64kib_chunks", rbytes, 64 << 10),
+        ("16mib_chunks", rbytes, 16 * MIB),
+        ("one_op", rbytes, rbytes),
+        ("16mib_one_op", 16 * MIB, 16 * MIB),
+        ("1mib_one_op", MIB, MIB),
     ] {
-        mem.force_digest_kernel(k);
         let mut v = Vec::new();
-        for i in 0..4 {
+        for i in 0..6 {
             let t = Instant::now();
-            mem.chunk_digests(r.ptr(), len, MIB, b.key, WAIT)
+            mem.chunk_digests(r.ptr(), len, chunk, b.key, WAIT)
                 .map_err(|e| e.to_string())?;
             if i > 0 {
                 v.push(t.elapsed().as_secs_f64());
             }
         }
-        mem.force_digest_kernel(None);
         let s = median(&mut v);
         digest.insert(
             name.into(),
-            json!({ "bytes": len, "seconds": s, "gbps": gbs(len, s), "of_read": gbs(len, s) / (c.read / 1e9).max(1e-9) }),
+            json!({ "bytes": len, "seconds": s, "gbps": gbs(len, s), "of_read": gbs(len, s) / c.read.max(1e-9) }),
         );
     }
     drop(r);

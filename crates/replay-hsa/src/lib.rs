@@ -1,0 +1,63 @@
+//! # replay-hsa
+//!
+//! The AMD backend of kernel-replay (SPEC §9.1): an HSA tool library. The HSA runtime loads the
+//! one shared object (`libkernel_replay`, built by `replay-ffi` with its `hsa` feature) named in
+//! `HSA_TOOLS_LIB` and calls its `OnLoad` with the runtime's API table; this crate is what that
+//! `OnLoad` does. Nothing of ROCm is needed at build time.
+//!
+//! ## Layers (STYLE)
+//!
+//! - [`sys`]: `#[repr(C)]` bindings of the subset used: status codes, agents, signals, queues,
+//!   AQL packets, memory pools, pointer info, and the API tables **bound per major version**
+//!   ([`sys::v1`]: Debian's ROCm 5.2 headers; [`sys::v2`]: current ROCm, root 3 / core 2 / AMD
+//!   extension 2, whose AMD extension table inserts entries in the middle).
+//! - [`result`]: status codes to `Result` ([`result::HsaError`]) and why a table is refused
+//!   ([`result::TableError`]).
+//! - [`table`]: checks `major_id` and `minor_id` (the size) of every table before any entry is
+//!   read, and resolves the slots of the entries the backend needs from the right binding.
+//! - Role modules, named as in every backend: [`agent`] (agents by handle), [`tracker`] (the
+//!   allocation wrappers and the SPEC §7.1 classification), [`queue`] (AQL headers), plus
+//!   [`fence`] (asynchronous copies in flight) and [`tool`] (`OnLoad` / `OnUnload`, the
+//!   process-wide state, the attached C/C++ tool).
+//!
+//! ## What this stage does, and what it does not
+//!
+//! `OnLoad` validates the table, saves the original entries and installs wrappers on core
+//! `hsa_memory_allocate`/`free`, AMD `hsa_amd_memory_pool_allocate`/`free`, the virtual-memory
+//! `hsa_amd_vmem_map`/`unmap` (major 2), and the async-copy entries (`hsa_amd_memory_async_copy`,
+//! `_rect`, and `_on_engine` in major 2); they feed a [`replay_memory::Tracker`] (the free is
+//! recorded before the memory is released) and the copy fence. It then attaches the C/C++ tool
+//! named by `KREPLAY_HSA_TOOL` ([`tool`] documents the symbol it must export).
+//!
+//! **Queue creation is left untouched**: no intercepting queue and no write interceptor yet, so
+//! no dispatch is replayed by this backend; that is the next stage (the replay window in the
+//! write interceptor, following SPEC §9.1 on the runtime's threading).
+//!
+//! ## Design choices
+//!
+//! - **Refuse rather than guess.** An unknown major, a table too small for a needed entry or a
+//!   NULL needed entry installs nothing, logs why, and `OnLoad` answers `false`: the runtime
+//!   then runs the application untouched. Sizes alone are not trusted, because majors move
+//!   entries.
+//! - **Validate, then save, then write.** Every slot is resolved and every original read before
+//!   the first entry is replaced, and the originals are published before the first wrapper, so
+//!   a wrapper never runs without its original.
+//! - **Wrappers never fail the application's call.** They call the original with the caller's
+//!   arguments and return its status; the bookkeeping runs under `catch_unwind`.
+//! - **Queries go to the originals**, never through the wrapped table, so the backend's own
+//!   queries are not recorded as the application's.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod fence;
+pub mod queue;
+pub mod result;
+pub mod sys;
+pub mod table;
+pub mod tool;
+pub mod tracker;
+
+pub use result::{HsaError, TableError};
+pub use tool::{backend, on_load, on_unload, TOOL_ENV, TOOL_INIT_SYMBOL};

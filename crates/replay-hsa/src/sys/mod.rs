@@ -1,0 +1,375 @@
+//! Raw `#[repr(C)]` bindings of the subset of HSA the backend uses (STYLE: the `sys` layer).
+//!
+//! Types shared by every table version live here: status codes, handles (agents, signals,
+//! regions, memory pools), the queue, the 64-byte AQL kernel-dispatch and barrier-AND packets
+//! and their header bits, memory-pool and region info, pointer info, and the API table's
+//! version header. The API tables themselves are bound **per major version** ([`v1`], [`v2`]),
+//! because a major change moves entries (SPEC §9.1).
+//!
+//! Names follow the C headers (`hsa.h`, `hsa_ext_amd.h`, `hsa_api_trace.h`), so a reader can
+//! compare them side by side; enumerations are plain integers because C may store any value
+//! there. Facts come from the runtime's public headers: Debian's `libhsa-runtime-dev` (ROCm
+//! 5.2, major 1, layout-tested in CI against the installed headers) and the current header of
+//! the runtime's public source (ROCm's `rocr-runtime`, `hsa_api_trace.h` and
+//! `hsa_api_trace_version.h`), whose order is pinned by a test.
+
+#![allow(non_camel_case_types, non_snake_case, missing_docs)]
+
+use std::ffi::c_void;
+use std::fmt;
+
+pub mod v1;
+pub mod v2;
+
+/// `hsa_status_t`.
+pub type hsa_status_t = u32;
+pub const HSA_STATUS_SUCCESS: hsa_status_t = 0x0;
+pub const HSA_STATUS_INFO_BREAK: hsa_status_t = 0x1;
+pub const HSA_STATUS_ERROR: hsa_status_t = 0x1000;
+pub const HSA_STATUS_ERROR_INVALID_ARGUMENT: hsa_status_t = 0x1001;
+pub const HSA_STATUS_ERROR_INVALID_QUEUE_CREATION: hsa_status_t = 0x1002;
+pub const HSA_STATUS_ERROR_INVALID_ALLOCATION: hsa_status_t = 0x1003;
+pub const HSA_STATUS_ERROR_INVALID_AGENT: hsa_status_t = 0x1004;
+pub const HSA_STATUS_ERROR_INVALID_REGION: hsa_status_t = 0x1005;
+pub const HSA_STATUS_ERROR_INVALID_SIGNAL: hsa_status_t = 0x1006;
+pub const HSA_STATUS_ERROR_INVALID_QUEUE: hsa_status_t = 0x1007;
+pub const HSA_STATUS_ERROR_OUT_OF_RESOURCES: hsa_status_t = 0x1008;
+pub const HSA_STATUS_ERROR_INVALID_PACKET_FORMAT: hsa_status_t = 0x1009;
+pub const HSA_STATUS_ERROR_RESOURCE_FREE: hsa_status_t = 0x100A;
+pub const HSA_STATUS_ERROR_NOT_INITIALIZED: hsa_status_t = 0x100B;
+
+/// `hsa_agent_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct hsa_agent_t {
+    pub handle: u64,
+}
+
+/// `hsa_signal_t`. A handle of 0 is "no signal".
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct hsa_signal_t {
+    pub handle: u64,
+}
+
+/// `hsa_signal_value_t` (64-bit model).
+pub type hsa_signal_value_t = i64;
+
+/// `hsa_region_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct hsa_region_t {
+    pub handle: u64,
+}
+
+/// `hsa_amd_memory_pool_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct hsa_amd_memory_pool_t {
+    pub handle: u64,
+}
+
+/// `hsa_amd_vmem_alloc_handle_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct hsa_amd_vmem_alloc_handle_t {
+    pub handle: u64,
+}
+
+/// `hsa_agent_info_t` (subset).
+pub type hsa_agent_info_t = u32;
+pub const HSA_AGENT_INFO_DEVICE: hsa_agent_info_t = 17;
+
+/// `hsa_device_type_t`.
+pub type hsa_device_type_t = u32;
+pub const HSA_DEVICE_TYPE_CPU: hsa_device_type_t = 0;
+pub const HSA_DEVICE_TYPE_GPU: hsa_device_type_t = 1;
+pub const HSA_DEVICE_TYPE_DSP: hsa_device_type_t = 2;
+
+/// `hsa_region_info_t` (subset) and its values.
+pub type hsa_region_info_t = u32;
+pub const HSA_REGION_INFO_SEGMENT: hsa_region_info_t = 0;
+pub const HSA_REGION_INFO_GLOBAL_FLAGS: hsa_region_info_t = 1;
+/// `hsa_region_segment_t`.
+pub type hsa_region_segment_t = u32;
+pub const HSA_REGION_SEGMENT_GLOBAL: hsa_region_segment_t = 0;
+pub const HSA_REGION_SEGMENT_READONLY: hsa_region_segment_t = 1;
+pub const HSA_REGION_SEGMENT_PRIVATE: hsa_region_segment_t = 2;
+pub const HSA_REGION_SEGMENT_GROUP: hsa_region_segment_t = 3;
+pub const HSA_REGION_SEGMENT_KERNARG: hsa_region_segment_t = 4;
+/// `hsa_region_global_flag_t` bits.
+pub const HSA_REGION_GLOBAL_FLAG_KERNARG: u32 = 1;
+pub const HSA_REGION_GLOBAL_FLAG_FINE_GRAINED: u32 = 2;
+pub const HSA_REGION_GLOBAL_FLAG_COARSE_GRAINED: u32 = 4;
+
+/// `hsa_amd_memory_pool_info_t` (subset).
+pub type hsa_amd_memory_pool_info_t = u32;
+pub const HSA_AMD_MEMORY_POOL_INFO_SEGMENT: hsa_amd_memory_pool_info_t = 0;
+pub const HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS: hsa_amd_memory_pool_info_t = 1;
+pub const HSA_AMD_MEMORY_POOL_INFO_SIZE: hsa_amd_memory_pool_info_t = 2;
+pub const HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED: hsa_amd_memory_pool_info_t = 5;
+/// `hsa_amd_segment_t`.
+pub type hsa_amd_segment_t = u32;
+pub const HSA_AMD_SEGMENT_GLOBAL: hsa_amd_segment_t = 0;
+pub const HSA_AMD_SEGMENT_READONLY: hsa_amd_segment_t = 1;
+pub const HSA_AMD_SEGMENT_PRIVATE: hsa_amd_segment_t = 2;
+pub const HSA_AMD_SEGMENT_GROUP: hsa_amd_segment_t = 3;
+/// `hsa_amd_memory_pool_global_flag_t` bits.
+pub const HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT: u32 = 1;
+pub const HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED: u32 = 2;
+pub const HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED: u32 = 4;
+/// Current headers only; absent from major 1.
+pub const HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_EXTENDED_SCOPE_FINE_GRAINED: u32 = 8;
+/// `hsa_amd_memory_pool_flag_t`: the `flags` argument of `hsa_amd_memory_pool_allocate`.
+/// Runtime kernarg pools and tools' buffers carry the executable flag.
+pub const HSA_AMD_MEMORY_POOL_STANDARD_FLAG: u32 = 0;
+pub const HSA_AMD_MEMORY_POOL_PCIE_FLAG: u32 = 1 << 0;
+pub const HSA_AMD_MEMORY_POOL_CONTIGUOUS_FLAG: u32 = 1 << 1;
+pub const HSA_AMD_MEMORY_POOL_EXECUTABLE_FLAG: u32 = 1 << 2;
+
+/// `hsa_amd_pointer_type_t`.
+pub type hsa_amd_pointer_type_t = u32;
+pub const HSA_EXT_POINTER_TYPE_UNKNOWN: hsa_amd_pointer_type_t = 0;
+pub const HSA_EXT_POINTER_TYPE_HSA: hsa_amd_pointer_type_t = 1;
+pub const HSA_EXT_POINTER_TYPE_LOCKED: hsa_amd_pointer_type_t = 2;
+pub const HSA_EXT_POINTER_TYPE_GRAPHICS: hsa_amd_pointer_type_t = 3;
+pub const HSA_EXT_POINTER_TYPE_IPC: hsa_amd_pointer_type_t = 4;
+/// Current headers only.
+pub const HSA_EXT_POINTER_TYPE_RESERVED_ADDR: hsa_amd_pointer_type_t = 5;
+/// Current headers only: a virtual-memory mapping (`hsa_amd_vmem_map`).
+pub const HSA_EXT_POINTER_TYPE_HSA_VMEM: hsa_amd_pointer_type_t = 6;
+
+/// `hsa_amd_pointer_info_t` as of major 1. Later runtimes append fields; the `size` field
+/// versions the struct, so passing this size is always accepted.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct hsa_amd_pointer_info_t {
+    pub size: u32,
+    pub type_: hsa_amd_pointer_type_t,
+    pub agentBaseAddress: *mut c_void,
+    pub hostBaseAddress: *mut c_void,
+    pub sizeInBytes: usize,
+    pub userData: *mut c_void,
+    pub agentOwner: hsa_agent_t,
+    pub global_flags: u32,
+}
+
+impl Default for hsa_amd_pointer_info_t {
+    fn default() -> Self {
+        Self {
+            size: std::mem::size_of::<Self>() as u32,
+            type_: HSA_EXT_POINTER_TYPE_UNKNOWN,
+            agentBaseAddress: std::ptr::null_mut(),
+            hostBaseAddress: std::ptr::null_mut(),
+            sizeInBytes: 0,
+            userData: std::ptr::null_mut(),
+            agentOwner: hsa_agent_t::default(),
+            global_flags: 0,
+        }
+    }
+}
+
+/// `hsa_queue_type32_t`.
+pub type hsa_queue_type32_t = u32;
+
+/// `hsa_queue_t` (64-bit little-endian model: `base_address` is a plain pointer).
+#[repr(C)]
+#[derive(Debug)]
+pub struct hsa_queue_t {
+    pub type_: hsa_queue_type32_t,
+    pub features: u32,
+    pub base_address: *mut c_void,
+    pub doorbell_signal: hsa_signal_t,
+    pub size: u32,
+    pub reserved1: u32,
+    pub id: u64,
+}
+
+/// `hsa_packet_type_t`: the low byte of an AQL header.
+pub const HSA_PACKET_TYPE_VENDOR_SPECIFIC: u16 = 0;
+pub const HSA_PACKET_TYPE_INVALID: u16 = 1;
+pub const HSA_PACKET_TYPE_KERNEL_DISPATCH: u16 = 2;
+pub const HSA_PACKET_TYPE_BARRIER_AND: u16 = 3;
+pub const HSA_PACKET_TYPE_AGENT_DISPATCH: u16 = 4;
+pub const HSA_PACKET_TYPE_BARRIER_OR: u16 = 5;
+/// `hsa_packet_header_t`: bit offsets in the 16-bit header.
+pub const HSA_PACKET_HEADER_TYPE: u16 = 0;
+pub const HSA_PACKET_HEADER_BARRIER: u16 = 8;
+pub const HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE: u16 = 9;
+pub const HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE: u16 = 11;
+/// `hsa_packet_header_width_t`.
+pub const HSA_PACKET_HEADER_WIDTH_TYPE: u16 = 8;
+pub const HSA_PACKET_HEADER_WIDTH_BARRIER: u16 = 1;
+pub const HSA_PACKET_HEADER_WIDTH_SCACQUIRE_FENCE_SCOPE: u16 = 2;
+pub const HSA_PACKET_HEADER_WIDTH_SCRELEASE_FENCE_SCOPE: u16 = 2;
+/// `hsa_fence_scope_t`.
+pub const HSA_FENCE_SCOPE_NONE: u16 = 0;
+pub const HSA_FENCE_SCOPE_AGENT: u16 = 1;
+pub const HSA_FENCE_SCOPE_SYSTEM: u16 = 2;
+
+/// `hsa_kernel_dispatch_packet_t` (64 bytes).
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct hsa_kernel_dispatch_packet_t {
+    pub header: u16,
+    pub setup: u16,
+    pub workgroup_size_x: u16,
+    pub workgroup_size_y: u16,
+    pub workgroup_size_z: u16,
+    pub reserved0: u16,
+    pub grid_size_x: u32,
+    pub grid_size_y: u32,
+    pub grid_size_z: u32,
+    pub private_segment_size: u32,
+    pub group_segment_size: u32,
+    pub kernel_object: u64,
+    /// `void*` in C (64-bit model), kept as an address.
+    pub kernarg_address: u64,
+    pub reserved2: u64,
+    pub completion_signal: hsa_signal_t,
+}
+
+/// `hsa_barrier_and_packet_t` (64 bytes).
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct hsa_barrier_and_packet_t {
+    pub header: u16,
+    pub reserved0: u16,
+    pub reserved1: u32,
+    pub dep_signal: [hsa_signal_t; 5],
+    pub reserved2: u64,
+    pub completion_signal: hsa_signal_t,
+}
+
+/// `ApiTableVersion`: the first member of every API table. `minor_id` is the table's size in
+/// bytes, so it tells which entries exist.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ApiTableVersion {
+    pub major_id: u32,
+    pub minor_id: u32,
+    pub step_id: u32,
+    pub reserved: u32,
+}
+
+/// An entry the backend never calls: only its slot (pointer-sized, nullable) matters.
+pub type Entry = Option<unsafe extern "C" fn()>;
+
+// Signatures of the entries the backend calls or wraps (identical in every bound major).
+pub type AgentGetInfoFn =
+    unsafe extern "C" fn(hsa_agent_t, hsa_agent_info_t, *mut c_void) -> hsa_status_t;
+pub type RegionGetInfoFn =
+    unsafe extern "C" fn(hsa_region_t, hsa_region_info_t, *mut c_void) -> hsa_status_t;
+pub type MemoryAllocateFn =
+    unsafe extern "C" fn(hsa_region_t, usize, *mut *mut c_void) -> hsa_status_t;
+pub type MemoryFreeFn = unsafe extern "C" fn(*mut c_void) -> hsa_status_t;
+pub type SignalLoadFn = unsafe extern "C" fn(hsa_signal_t) -> hsa_signal_value_t;
+pub type PoolGetInfoFn = unsafe extern "C" fn(
+    hsa_amd_memory_pool_t,
+    hsa_amd_memory_pool_info_t,
+    *mut c_void,
+) -> hsa_status_t;
+pub type PoolAllocateFn =
+    unsafe extern "C" fn(hsa_amd_memory_pool_t, usize, u32, *mut *mut c_void) -> hsa_status_t;
+pub type PoolFreeFn = unsafe extern "C" fn(*mut c_void) -> hsa_status_t;
+pub type PointerInfoFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut hsa_amd_pointer_info_t,
+    Option<unsafe extern "C" fn(usize) -> *mut c_void>,
+    *mut u32,
+    *mut *mut hsa_agent_t,
+) -> hsa_status_t;
+pub type AsyncCopyFn = unsafe extern "C" fn(
+    *mut c_void,
+    hsa_agent_t,
+    *const c_void,
+    hsa_agent_t,
+    usize,
+    u32,
+    *const hsa_signal_t,
+    hsa_signal_t,
+) -> hsa_status_t;
+/// Current major only (the entry the AMD extension table of major 2 inserts).
+pub type AsyncCopyOnEngineFn = unsafe extern "C" fn(
+    *mut c_void,
+    hsa_agent_t,
+    *const c_void,
+    hsa_agent_t,
+    usize,
+    u32,
+    *const hsa_signal_t,
+    hsa_signal_t,
+    u32,
+    bool,
+) -> hsa_status_t;
+/// `hsa_amd_memory_async_copy_rect`: the pitched-pointer and dimension structs are passed
+/// through untouched, so they stay opaque here.
+pub type AsyncCopyRectFn = unsafe extern "C" fn(
+    *const c_void,
+    *const c_void,
+    *const c_void,
+    *const c_void,
+    *const c_void,
+    hsa_agent_t,
+    u32,
+    u32,
+    *const hsa_signal_t,
+    hsa_signal_t,
+) -> hsa_status_t;
+pub type VmemMapFn = unsafe extern "C" fn(
+    *mut c_void,
+    usize,
+    usize,
+    hsa_amd_vmem_alloc_handle_t,
+    u64,
+) -> hsa_status_t;
+pub type VmemUnmapFn = unsafe extern "C" fn(*mut c_void, usize) -> hsa_status_t;
+
+/// Defines an API table: `version` first, then one pointer-sized slot per entry, in order.
+/// Also generates `ENTRY_NAMES` (the header's field names, in order) and
+/// `entry_offsets()`, which the layout and order tests compare with the headers.
+macro_rules! api_table {
+    ($(#[$meta:meta])* pub struct $name:ident { $($field:ident : $ty:ty,)* }) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        pub struct $name {
+            pub version: $crate::sys::ApiTableVersion,
+            $(pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// The entries' field names as the header spells them (`<function>_fn`), in order.
+            pub const ENTRY_NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// `(field name, byte offset)` of every entry, in order.
+            pub fn entry_offsets() -> Vec<(&'static str, usize)> {
+                vec![$((stringify!($field), std::mem::offset_of!($name, $field))),*]
+            }
+
+            /// A table with `version` and every entry empty.
+            pub fn empty(version: $crate::sys::ApiTableVersion) -> Self {
+                Self { version, $($field: None,)* }
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("version", &self.version)
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+pub(crate) use api_table;
+
+impl fmt::Display for ApiTableVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "major {} size {} step {}",
+            self.major_id, self.minor_id, self.step_id
+        )
+    }
+}

@@ -1,0 +1,414 @@
+//! The HSA tool: what `OnLoad` and `OnUnload` do (SPEC §9.1), and the process-wide backend
+//! state the wrappers report to.
+//!
+//! The `#[no_mangle]` entry points themselves live in the one shared object (`replay-ffi`'s
+//! `hsa` feature), which calls [`on_load`] and [`on_unload`] under `catch_unwind`.
+//!
+//! `OnLoad`: [`crate::table::bind`] checks the versions and resolves every needed slot first;
+//! any [`TableError`] installs nothing, logs why and answers `false`, so the runtime runs the
+//! application untouched. Otherwise the originals are saved (a slot that already holds our
+//! wrapper, from an earlier `OnLoad` on the same table, keeps the original saved then), the
+//! wrappers of [`crate::tracker`] are written, and the tool named by [`TOOL_ENV`] is attached.
+//! **Queue creation is left untouched in this stage**: no intercepting queue, no write
+//! interceptor, so no dispatch is replayed yet; allocations, frees and copies are tracked.
+//!
+//! Attaching a C or C++ tool: `KREPLAY_HSA_TOOL=/path/libtool.so` names a shared library that
+//! links `libkernel_replay` (so it shares this library's one instance) and exports
+//! `int kreplay_tool_init(uint64_t runtime_version)` ([`TOOL_INIT_SYMBOL`]): called once from
+//! `OnLoad` after the wrappers are installed, it configures replay through the C ABI
+//! (`kreplay_context_create`, `kreplay_configure_replay`, ...) and returns 0, or nonzero to
+//! report a failure (logged; the backend stays installed, replay stays unconfigured). An
+//! optional `void kreplay_tool_fini(void)` ([`TOOL_FINI_SYMBOL`]) is called from `OnUnload`.
+//! The library stays loaded until the process exits.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+use replay_memory::Tracker;
+use serde_json::json;
+
+use crate::agent::Agents;
+use crate::fence::CopyFence;
+use crate::result::TableError;
+use crate::sys;
+use crate::table::{self, Bound, Slot, Versions};
+use crate::tracker as wrap;
+
+/// The environment variable naming the tool library `OnLoad` attaches.
+pub const TOOL_ENV: &str = "KREPLAY_HSA_TOOL";
+/// The symbol the tool library must export: `int kreplay_tool_init(uint64_t runtime_version)`.
+pub const TOOL_INIT_SYMBOL: &str = "kreplay_tool_init";
+/// The optional symbol called from `OnUnload`: `void kreplay_tool_fini(void)`.
+pub const TOOL_FINI_SYMBOL: &str = "kreplay_tool_fini";
+
+/// The original entries, saved by `OnLoad` before the wrappers replaced them. Everything the
+/// backend itself calls goes through these, never through the wrapped table.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy)]
+pub struct Originals {
+    pub agent_get_info: sys::AgentGetInfoFn,
+    pub region_get_info: sys::RegionGetInfoFn,
+    pub memory_allocate: sys::MemoryAllocateFn,
+    pub memory_free: sys::MemoryFreeFn,
+    pub signal_load_relaxed: sys::SignalLoadFn,
+    pub pool_get_info: sys::PoolGetInfoFn,
+    pub pool_allocate: sys::PoolAllocateFn,
+    pub pool_free: sys::PoolFreeFn,
+    pub async_copy: sys::AsyncCopyFn,
+    pub pointer_info: sys::PointerInfoFn,
+    pub async_copy_rect: Option<sys::AsyncCopyRectFn>,
+    pub async_copy_on_engine: Option<sys::AsyncCopyOnEngineFn>,
+    pub vmem_map: Option<sys::VmemMapFn>,
+    pub vmem_unmap: Option<sys::VmemUnmapFn>,
+}
+
+/// What the last successful `OnLoad` installed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Installed {
+    /// The table versions received.
+    pub versions: Versions,
+    /// The runtime version `OnLoad` was given.
+    pub runtime_version: u64,
+    /// The entries now wrapped, by C name.
+    pub wrapped: Vec<&'static str>,
+}
+
+/// The attached tool library.
+#[derive(Debug)]
+struct AttachedTool {
+    path: String,
+    init_status: Option<c_int>,
+    error: Option<String>,
+    library: Option<libloading::Library>,
+}
+
+/// The process-wide HSA backend state.
+#[derive(Debug)]
+pub struct Backend {
+    originals: RwLock<Option<Arc<Originals>>>,
+    installed: Mutex<Option<Installed>>,
+    last_refusal: Mutex<Option<String>>,
+    tool: Mutex<Option<AttachedTool>>,
+    /// Every allocation the wrappers saw (SPEC §7.1); stage 2 builds each agent's memory
+    /// engine over it.
+    pub tracker: Arc<Tracker>,
+    /// The agents met so far.
+    pub agents: Agents,
+    /// Asynchronous copies in flight.
+    pub fence: CopyFence,
+}
+
+/// The process's backend (created on first use).
+pub fn backend() -> &'static Backend {
+    static BACKEND: OnceLock<Backend> = OnceLock::new();
+    BACKEND.get_or_init(|| Backend {
+        originals: RwLock::new(None),
+        installed: Mutex::new(None),
+        last_refusal: Mutex::new(None),
+        tool: Mutex::new(None),
+        tracker: Arc::new(Tracker::new()),
+        agents: Agents::new(),
+        fence: CopyFence::new(),
+    })
+}
+
+impl Backend {
+    /// The saved originals, once `OnLoad` installed the wrappers.
+    pub fn originals(&self) -> Option<Arc<Originals>> {
+        self.originals.read().clone()
+    }
+
+    /// What the last successful `OnLoad` installed.
+    pub fn installed(&self) -> Option<Installed> {
+        self.installed.lock().clone()
+    }
+
+    /// The backend's state as JSON, for diagnostics and tests: what is installed, why the last
+    /// refusal happened, the tool, the agents, every tracked region and the copies in flight.
+    pub fn state_json(&self) -> String {
+        let regions: Vec<_> = self
+            .tracker
+            .agents()
+            .into_iter()
+            .flat_map(|a| {
+                self.tracker.regions(a).into_iter().map(move |r| {
+                    json!({
+                        "agent": a.0,
+                        "base": r.base,
+                        "size": r.size,
+                        "generation": r.generation,
+                        "class": r.class.bits(),
+                        "class_names": format!("{:?}", r.class),
+                    })
+                })
+            })
+            .collect();
+        let tool = self
+            .tool
+            .lock()
+            .as_ref()
+            .map(|t| json!({ "path": t.path, "init_status": t.init_status, "error": t.error }));
+        json!({
+            "installed": self.installed(),
+            "last_refusal": *self.last_refusal.lock(),
+            "queues_intercepted": false,
+            "tool": tool,
+            "agents": self.agents.all(),
+            "regions": regions,
+            "copies_submitted": self.fence.submitted(),
+            "copies_recorded": self.fence.recorded(),
+        })
+        .to_string()
+    }
+}
+
+/// The original in a slot: the value there, unless it is our own wrapper (an earlier `OnLoad`
+/// on this same table), in which case the original saved then.
+///
+/// # Safety
+///
+/// 1. The slot's table is alive.
+unsafe fn original<F: Copy>(
+    slot: &Slot<F>,
+    ours: Option<F>,
+    previous: Option<F>,
+    as_addr: impl Fn(F) -> usize,
+) -> Result<F, TableError> {
+    // SAFETY: the caller's item 1; `bind` checked the slot is inside the table and not NULL.
+    let current = unsafe { slot.get() }.ok_or(TableError::NullEntry {
+        table: "api",
+        entry: slot.name,
+    })?;
+    if ours.is_none_or(|w| as_addr(w) != as_addr(current)) {
+        return Ok(current);
+    }
+    previous.ok_or(TableError::AlreadyWrapped {
+        table: "api",
+        entry: slot.name,
+    })
+}
+
+/// Saves the originals of `bound` and installs the wrappers. Nothing is written until every
+/// original is known.
+///
+/// # Safety
+///
+/// 1. The table `bound` was bound from is alive and not used concurrently.
+unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, TableError> {
+    let e = &bound.entries;
+    let prev = backend().originals();
+    let p = prev.as_deref();
+    macro_rules! orig {
+        ($slot:expr, $wrapper:expr, $field:ident) => {{
+            // SAFETY: the caller's item 1.
+            unsafe { original(&$slot, $wrapper, p.map(|o| o.$field), |f| f as usize) }?
+        }};
+    }
+    macro_rules! orig_opt {
+        ($slot:expr, $wrapper:expr, $field:ident) => {
+            match &$slot {
+                Some(s) => Some({
+                    // SAFETY: the caller's item 1.
+                    unsafe {
+                        original(s, Some($wrapper), p.and_then(|o| o.$field), |f| f as usize)
+                    }?
+                }),
+                None => None,
+            }
+        };
+    }
+    let mut originals = Originals {
+        agent_get_info: orig!(e.agent_get_info, None, agent_get_info),
+        region_get_info: orig!(e.region_get_info, None, region_get_info),
+        signal_load_relaxed: orig!(e.signal_load_relaxed, None, signal_load_relaxed),
+        pool_get_info: orig!(e.pool_get_info, None, pool_get_info),
+        pointer_info: orig!(e.pointer_info, None, pointer_info),
+        memory_allocate: orig!(
+            e.memory_allocate,
+            Some(wrap::memory_allocate),
+            memory_allocate
+        ),
+        memory_free: orig!(e.memory_free, Some(wrap::memory_free), memory_free),
+        pool_allocate: orig!(e.pool_allocate, Some(wrap::pool_allocate), pool_allocate),
+        pool_free: orig!(e.pool_free, Some(wrap::pool_free), pool_free),
+        async_copy: orig!(e.async_copy, Some(wrap::async_copy), async_copy),
+        async_copy_rect: orig_opt!(e.async_copy_rect, wrap::async_copy_rect, async_copy_rect),
+        async_copy_on_engine: orig_opt!(
+            e.async_copy_on_engine,
+            wrap::async_copy_on_engine,
+            async_copy_on_engine
+        ),
+        vmem_map: orig_opt!(e.vmem_map, wrap::vmem_map, vmem_map),
+        vmem_unmap: orig_opt!(e.vmem_unmap, wrap::vmem_unmap, vmem_unmap),
+    };
+    // Map and unmap are wrapped together or not at all: a mapping recorded without its unmap
+    // (or the reverse) would leave the inventory wrong.
+    if originals.vmem_map.is_none() || originals.vmem_unmap.is_none() {
+        originals.vmem_map = None;
+        originals.vmem_unmap = None;
+    }
+    // The originals are visible before the first wrapper is.
+    *backend().originals.write() = Some(Arc::new(originals));
+
+    let mut wrapped = Vec::new();
+    // SAFETY: (every `set` below) the caller's item 1; each wrapper has the entry's signature.
+    unsafe {
+        e.memory_allocate.set(wrap::memory_allocate);
+        e.memory_free.set(wrap::memory_free);
+        e.pool_allocate.set(wrap::pool_allocate);
+        e.pool_free.set(wrap::pool_free);
+        e.async_copy.set(wrap::async_copy);
+        wrapped.extend([
+            e.memory_allocate.name,
+            e.memory_free.name,
+            e.pool_allocate.name,
+            e.pool_free.name,
+            e.async_copy.name,
+        ]);
+        if let (Some(s), Some(_)) = (&e.async_copy_rect, originals.async_copy_rect) {
+            s.set(wrap::async_copy_rect);
+            wrapped.push(s.name);
+        }
+        if let (Some(s), Some(_)) = (&e.async_copy_on_engine, originals.async_copy_on_engine) {
+            s.set(wrap::async_copy_on_engine);
+            wrapped.push(s.name);
+        }
+        if let (Some(m), Some(u), Some(_)) = (&e.vmem_map, &e.vmem_unmap, originals.vmem_map) {
+            m.set(wrap::vmem_map);
+            u.set(wrap::vmem_unmap);
+            wrapped.extend([m.name, u.name]);
+        }
+    }
+    Ok(Installed {
+        versions: bound.versions,
+        runtime_version,
+        wrapped,
+    })
+}
+
+/// The body of `OnLoad`: binds the table, installs the wrappers and attaches the tool named by
+/// [`TOOL_ENV`]. `false` (nothing installed, the reason logged) when the table cannot be bound.
+///
+/// # Safety
+///
+/// 1. `table` is NULL or the runtime's `HsaApiTable` as `OnLoad` receives it (see
+///    [`crate::table::bind`]), alive and not used by other threads during the call.
+/// 2. `failed_tool_names` is NULL or points to `failed_tool_count` pointers, each NULL or a
+///    NUL-terminated string.
+pub unsafe fn on_load(
+    table: *mut c_void,
+    runtime_version: u64,
+    failed_tool_count: u64,
+    failed_tool_names: *const *const c_char,
+) -> bool {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _serial = INSTALL.lock();
+    if failed_tool_count > 0 && !failed_tool_names.is_null() {
+        for i in 0..failed_tool_count as usize {
+            // SAFETY: `failed_tool_count` readable pointers (caller, item 2).
+            let name = unsafe { *failed_tool_names.add(i) };
+            if !name.is_null() {
+                // SAFETY: NUL-terminated (caller, item 2).
+                let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+                log::info!(
+                    "[kernel-replay] hsa: the runtime reports that tool {name} failed to load"
+                );
+            }
+        }
+    }
+    // SAFETY: the caller's item 1.
+    let result = unsafe { table::bind(table) }.and_then(|bound| {
+        // SAFETY: the caller's item 1.
+        unsafe { install(&bound, runtime_version) }
+    });
+    match result {
+        Ok(installed) => {
+            log::info!(
+                "[kernel-replay] hsa: installed on runtime {runtime_version} (root {:?}, core {:?}, amd_ext {:?}): wrapped {}; queues are not intercepted in this build, so no dispatch is replayed yet",
+                installed.versions.root,
+                installed.versions.core,
+                installed.versions.amd_ext,
+                installed.wrapped.join(", ")
+            );
+            *backend().installed.lock() = Some(installed);
+            *backend().last_refusal.lock() = None;
+            attach_tool(runtime_version);
+            true
+        }
+        Err(e) => {
+            log::warn!(
+                "[kernel-replay] hsa: installing nothing, the application runs untouched: {e}"
+            );
+            *backend().last_refusal.lock() = Some(e.to_string());
+            false
+        }
+    }
+}
+
+/// The body of `OnUnload`: calls the tool's `kreplay_tool_fini` if it has one. The table is
+/// not touched (the runtime is shutting down); the wrappers keep passing calls to the saved
+/// originals.
+pub fn on_unload() {
+    let tool = backend().tool.lock();
+    let Some(lib) = tool.as_ref().and_then(|t| t.library.as_ref()) else {
+        return;
+    };
+    // SAFETY: looking up a symbol of the loaded tool; if present it has the documented
+    // signature `void kreplay_tool_fini(void)`.
+    if let Ok(fini) = unsafe { lib.get::<unsafe extern "C" fn()>(TOOL_FINI_SYMBOL.as_bytes()) } {
+        // SAFETY: the documented signature; the tool is loaded.
+        unsafe { fini() };
+    }
+}
+
+/// Loads and initialises the tool named by [`TOOL_ENV`], once per process.
+fn attach_tool(runtime_version: u64) {
+    let Some(path) = std::env::var_os(TOOL_ENV) else {
+        return;
+    };
+    let path_s = path.to_string_lossy().into_owned();
+    let mut slot = backend().tool.lock();
+    if slot.is_some() {
+        return;
+    }
+    let mut tool = AttachedTool {
+        path: path_s.clone(),
+        init_status: None,
+        error: None,
+        library: None,
+    };
+    // SAFETY: loading the library the user named runs its initialisers; that is the purpose
+    // of the variable.
+    match unsafe { libloading::Library::new(&path) } {
+        Err(e) => {
+            log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s}: cannot load it: {e}");
+            tool.error = Some(e.to_string());
+        }
+        Ok(lib) => {
+            // SAFETY: the documented signature `int kreplay_tool_init(uint64_t)`.
+            let init = unsafe {
+                lib.get::<unsafe extern "C" fn(u64) -> c_int>(TOOL_INIT_SYMBOL.as_bytes())
+            }
+            .map(|s| *s);
+            match init {
+                Err(e) => {
+                    log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s} does not export {TOOL_INIT_SYMBOL}: {e}");
+                    tool.error = Some(e.to_string());
+                }
+                Ok(init) => {
+                    // SAFETY: the documented signature; the library stays loaded (kept below).
+                    let status = unsafe { init(runtime_version) };
+                    if status != 0 {
+                        log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s}: {TOOL_INIT_SYMBOL} returned {status}; replay stays unconfigured");
+                    } else {
+                        log::info!("[kernel-replay] hsa: attached tool {path_s}");
+                    }
+                    tool.init_status = Some(status);
+                }
+            }
+            tool.library = Some(lib);
+        }
+    }
+    *slot = Some(tool);
+}

@@ -1,0 +1,51 @@
+/*
+ * kernel_replay_hsa.h: the HSA tool entry points of libkernel_replay (SPEC section 9.1).
+ *
+ * Exported only by a library built with replay-ffi's `hsa` feature
+ * (`cargo build --release -p replay-ffi --features hsa`).
+ *
+ * Running an application under a replay tool:
+ *
+ *   HSA_TOOLS_LIB=/path/libkernel_replay.so KREPLAY_HSA_TOOL=/path/libmytool.so ./app
+ *
+ * The runtime calls OnLoad at hsa_init. OnLoad checks the API table's versions (root 1 or 3,
+ * core 1 or 2, AMD extension 1 or 2) and installs nothing, logging why, for any other table;
+ * otherwise it wraps the allocation, free, virtual-memory and async-copy entries, then loads
+ * the library named by KREPLAY_HSA_TOOL, which must export
+ *
+ *   int kreplay_tool_init(uint64_t runtime_version);   (0 = success)
+ *   void kreplay_tool_fini(void);                      (optional, called from OnUnload)
+ *
+ * and link libkernel_replay, so it configures replay through kernel_replay.h on the same
+ * library instance. This build does not intercept queues yet: no dispatch is replayed.
+ */
+#ifndef KERNEL_REPLAY_HSA_H
+#define KERNEL_REPLAY_HSA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernel_replay.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The HSA runtime's tool entry; `table` is the runtime's HsaApiTable*. */
+bool OnLoad(void* table, uint64_t runtime_version, uint64_t failed_tool_count,
+            const char* const* failed_tool_names);
+
+/* The HSA runtime's tool exit. */
+void OnUnload(void);
+
+/* The HSA backend's state as JSON (installed versions and wrapped entries or the last refusal,
+ * the attached tool, agents, tracked allocations with their class, async copies seen).
+ * Same buffer protocol as kreplay_policy_json. */
+kreplay_status_t kreplay_hsa_state_json(char* buffer, size_t buffer_size, size_t* required);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KERNEL_REPLAY_HSA_H */
