@@ -24,6 +24,9 @@ pub const FAULTS: &[&str] = &[
 pub enum Command {
     /// `kreplay demo`.
     Demo(DemoArgs),
+    /// `kreplay bench --backend cuda [ARGS...]`: the arguments after `--backend cuda` go to the
+    /// backend's bench as they are.
+    Bench(BenchArgs),
     /// `kreplay help` or `--help`.
     Help,
     /// `kreplay --version`.
@@ -57,6 +60,23 @@ impl Default for DemoArgs {
     }
 }
 
+/// Backends `kreplay bench` accepts.
+pub const BENCH_BACKENDS: &[&str] = &["cuda"];
+
+/// What `--backend` accepts, for error messages.
+const BENCH_BACKENDS_EXPECTED: &str =
+    "cuda (the simulator's benches are `cargo bench -p replay-mock`)";
+
+/// Options of `kreplay bench`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchArgs {
+    /// The backend (one of [`BENCH_BACKENDS`]).
+    pub backend: String,
+    /// Everything else, in order, for the backend's bench (`run`, `check`, `app`, `merge` and
+    /// their options).
+    pub args: Vec<String>,
+}
+
 /// A command-line error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CliError {
@@ -64,8 +84,11 @@ pub enum CliError {
     #[error("no command given; try `kreplay demo` or `kreplay help`")]
     NoCommand,
     /// An unknown command.
-    #[error("unknown command {0:?}; commands: demo, help")]
+    #[error("unknown command {0:?}; commands: demo, bench, help")]
     UnknownCommand(String),
+    /// `kreplay bench` without `--backend`.
+    #[error("`kreplay bench` needs --backend BACKEND; accepted: {BENCH_BACKENDS_EXPECTED}")]
+    MissingBackend,
     /// An unknown option.
     #[error("unknown option {option:?} for `kreplay {command}`")]
     UnknownOption {
@@ -94,9 +117,18 @@ pub fn usage() -> String {
     format!(
         "kernel-replay command line\n\n\
          usage:\n  kreplay demo [--passes N] [--json] [--inject FAULT] [--scope all|arguments] [--restore full|dirty]\n  \
+         kreplay bench --backend cuda [run] [--cases LIST] [--out FILE] [--big] [--alloc-gib LIST] [OPTIONS]\n  \
+         kreplay bench --backend cuda check\n  \
+         kreplay bench --backend cuda merge FILE... --out FILE\n  \
+         kreplay bench --backend cuda app --alloc-gib N --kernel-mib M [--buffers 4]\n  \
          kreplay help | --help\n  kreplay --version\n\n\
          demo runs a small workload on the simulated GPU under replay and checks every dispatch\n\
          against the same workload run once without replay.\n\n\
+         bench --backend cuda checks and measures the CUDA backend on a real NVIDIA GPU (CUDA is\n\
+         loaded at run time); `kreplay bench --backend cuda --help` lists its cases and options,\n\
+         BENCHMARKS.md has the runs. `check` runs the correctness checks only, `merge` combines the\n\
+         JSON results of several runs, `app` is the child process the ncu case profiles. The\n\
+         simulator's benches are `cargo bench -p replay-mock`.\n\n\
          FAULT is one of: {}\n\n\
          Policy comes from KREPLAY_* environment variables (see the README).",
         FAULTS.join(", ")
@@ -109,6 +141,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, CliErro
     let cmd = it.next().ok_or(CliError::NoCommand)?;
     match cmd.as_str() {
         "demo" => parse_demo(it).map(Command::Demo),
+        "bench" => parse_bench(it).map(Command::Bench),
         "help" | "--help" | "-h" => Ok(Command::Help),
         "--version" | "-V" => Ok(Command::Version),
         _ => Err(CliError::UnknownCommand(cmd)),
@@ -123,6 +156,31 @@ fn value(
     inline
         .or_else(|| it.next())
         .ok_or(CliError::MissingValue(opt))
+}
+
+/// `kreplay bench`: takes `--backend B` (or `--backend=B`) out, wherever it is; the rest is the
+/// backend's, checked by its bench.
+fn parse_bench(mut it: impl Iterator<Item = String>) -> Result<BenchArgs, CliError> {
+    let mut backend = None;
+    let mut args = Vec::new();
+    while let Some(arg) = it.next() {
+        if arg == "--backend" {
+            backend = Some(value(&mut it, None, "--backend")?);
+        } else if let Some(v) = arg.strip_prefix("--backend=") {
+            backend = Some(v.to_owned());
+        } else {
+            args.push(arg);
+        }
+    }
+    let backend = backend.ok_or(CliError::MissingBackend)?;
+    if !BENCH_BACKENDS.contains(&backend.as_str()) {
+        return Err(CliError::BadValue {
+            option: "--backend",
+            value: backend,
+            expected: BENCH_BACKENDS_EXPECTED.into(),
+        });
+    }
+    Ok(BenchArgs { backend, args })
 }
 
 fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<DemoArgs, CliError> {
@@ -221,6 +279,44 @@ mod tests {
         assert!(a.json);
         assert_eq!(a.inject.as_deref(), Some("pass-stuck"));
         assert_eq!((a.scope, a.restore), (Scope::Arguments, RestoreMode::Dirty));
+    }
+
+    #[test]
+    fn bench_options() {
+        let b = |v: &[&str]| BenchArgs {
+            backend: "cuda".into(),
+            args: v.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(
+            p(&["bench", "--backend", "cuda"]),
+            Ok(Command::Bench(b(&[])))
+        );
+        assert_eq!(
+            p(&["bench", "--backend=cuda", "run", "--out", "x.json"]),
+            Ok(Command::Bench(b(&["run", "--out", "x.json"])))
+        );
+        assert_eq!(
+            p(&[
+                "bench",
+                "merge",
+                "a.json",
+                "--backend",
+                "cuda",
+                "--out",
+                "all.json"
+            ]),
+            Ok(Command::Bench(b(&["merge", "a.json", "--out", "all.json"])))
+        );
+        assert_eq!(p(&["bench"]), Err(CliError::MissingBackend));
+        assert_eq!(p(&["bench", "check"]), Err(CliError::MissingBackend));
+        assert_eq!(
+            p(&["bench", "--backend"]),
+            Err(CliError::MissingValue("--backend"))
+        );
+        let e = p(&["bench", "--backend", "mock"]).unwrap_err();
+        assert!(e.to_string().contains("\"mock\""), "{e}");
+        assert!(e.to_string().contains("expected cuda"), "{e}");
+        assert!(e.to_string().contains("cargo bench -p replay-mock"), "{e}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! # kreplay
 //!
 //! The command line of kernel-replay (SPEC §2, top layer): `kreplay demo` runs a workload on the
-//! simulated GPU under replay and checks it against a plain run; benches and running
-//! applications under replay attach here as backends land.
+//! simulated GPU under replay and checks it against a plain run; `kreplay bench --backend cuda`
+//! runs the CUDA backend's checks and measurements on a real GPU ([`replay_cuda::bench`]);
+//! running applications under replay attaches here as backends land.
 
 #![forbid(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -47,6 +48,14 @@ fn main() -> ExitCode {
         cli::Command::Version => {
             println!("kreplay {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
+        }
+        cli::Command::Bench(b) => {
+            // Only "cuda" gets past the parser. The ncu case re-invokes this executable as
+            // `kreplay bench --backend cuda app ...`.
+            let me =
+                replay_cuda::bench::SelfInvocation::current(&["bench", "--backend", &b.backend]);
+            let code = replay_cuda::bench::main_with_args(b.args, me);
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
         cli::Command::Demo(a) => {
             if a.inject.as_deref() == Some("callback-panic") {

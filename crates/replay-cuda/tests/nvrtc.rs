@@ -47,7 +47,7 @@ fn bench_kernels_compile() {
     if !nvrtc() {
         return;
     }
-    let src = include_str!("../src/bin/cuda_bench/kernels.cu");
+    let src = include_str!("../src/bench/kernels.cu");
     let cubin = compile_cubin(src, "kernels.cu", ARCH, &[]).unwrap();
     let img = elf::parse(&cubin).unwrap();
     let f = functions(&img);
@@ -68,7 +68,7 @@ fn module_globals_are_found_in_a_real_cubin() {
     if !nvrtc() {
         return;
     }
-    let src = include_str!("../src/bin/cuda_bench/globals.cu");
+    let src = include_str!("../src/bench/globals.cu");
     let cubin = compile_cubin(src, "globals.cu", ARCH, &[]).unwrap();
     let img = elf::parse(&cubin).unwrap();
     for s in &img.sections {
@@ -99,10 +99,7 @@ fn ptxas_report() {
     }
     for (name, src) in [
         ("kr_digest.cu", kernels::DIGEST_SOURCE),
-        (
-            "kernels.cu",
-            include_str!("../src/bin/cuda_bench/kernels.cu"),
-        ),
+        ("kernels.cu", include_str!("../src/bench/kernels.cu")),
     ] {
         match compile_cubin_logged(src, name, ARCH, &["--ptxas-options=--verbose"]) {
             Ok((c, log)) => eprintln!("{name}: {} bytes\n{log}", c.len()),

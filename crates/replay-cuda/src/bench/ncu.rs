@@ -1,4 +1,5 @@
-//! The peer: Nsight Compute's kernel replay on the same dispatch. `cuda_bench app` allocates
+//! The peer: Nsight Compute's kernel replay on the same dispatch. `PROG app` (see
+//! [`super::SelfInvocation`]) allocates
 //! the footprint and runs the kernel once without replay; the bench times it alone and under
 //! `ncu --replay-mode kernel --set full --clock-control none -k regex:kr_rmw -c 1`.
 
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::common::{progress, Row, GIB, MIB};
+use super::common::{progress, Row, GIB, MIB};
 
 /// Where `ncu` is: `--ncu PATH`, else PATH, `$CUDA_HOME/bin`, `/usr/local/cuda/bin`,
 /// `/usr/local/cuda-*/bin`.
@@ -109,18 +110,12 @@ pub fn run(
     buffers: u64,
     out_dir: &Path,
     timeout: Duration,
+    me: &super::SelfInvocation,
 ) {
     let Some(ncu) = find_ncu(ncu) else {
         progress("ncu: not found (PATH, $CUDA_HOME/bin, /usr/local/cuda*/bin); skipped");
         rows.push(Row::measure("ncu", "not_found", json!({ "found": false })));
         return;
-    };
-    let me = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            rows.push(Row::check("ncu", "self", Err(format!("current_exe: {e}"))));
-            return;
-        }
     };
     progress(&format!("ncu: {}", ncu.display()));
     for &gib in alloc_gib {
@@ -139,7 +134,7 @@ pub fn run(
                 }
             };
             let base_log = out_dir.join(format!("app-{gib}gib-{kmib}mib.log"));
-            let mut c = Command::new(&me);
+            let mut c = me.command();
             app_args(&mut c);
             progress(&format!("ncu {name}: the app alone"));
             let base = run_timed(c, &base_log, timeout);
@@ -157,7 +152,8 @@ pub fn run(
                 "-c",
                 "1",
             ])
-            .arg(&me);
+            .arg(&me.exe)
+            .args(&me.prefix);
             app_args(&mut c);
             let cmdline = format!(
                 "{} --replay-mode kernel --set full --clock-control none -k regex:kr_rmw -c 1 {} app --alloc-gib {gib} --kernel-mib {kmib} --buffers {buffers}{}",
@@ -198,10 +194,10 @@ pub fn run(
     }
 }
 
-/// `cuda_bench app`: allocate `alloc_gib` in `buffers` buffers, fill them, run kr_rmw once over
+/// `PROG app`: allocate `alloc_gib` in `buffers` buffers, fill them, run kr_rmw once over
 /// `kernel_mib` of the first, wait, free. No replay service.
 pub fn app(device: i32, alloc_gib: u64, kernel_mib: u64, buffers: u64, small_first: bool) -> i32 {
-    use replay_cuda::{BackendConfig, CudaBackend};
+    use crate::{BackendConfig, CudaBackend};
     let t = Instant::now();
     let backend = match CudaBackend::new(
         device,
@@ -214,7 +210,7 @@ pub fn app(device: i32, alloc_gib: u64, kernel_mib: u64, buffers: u64, small_fir
             return 2;
         }
     };
-    let bench = match crate::common::Bench::new(backend) {
+    let bench = match super::common::Bench::new(backend) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("app: {e}");
@@ -222,7 +218,7 @@ pub fn app(device: i32, alloc_gib: u64, kernel_mib: u64, buffers: u64, small_fir
         }
     };
     let kbytes = kernel_mib * MIB;
-    let sizes = crate::perf::layout(alloc_gib * GIB, kbytes, small_first, buffers);
+    let sizes = super::perf::layout(alloc_gib * GIB, kbytes, small_first, buffers);
     let mut bufs = Vec::new();
     for s in sizes {
         match bench.alloc(s) {

@@ -5,12 +5,12 @@
 
 use std::time::{Duration, Instant};
 
+use crate::memory::{Direction, ResolvedCopy};
+use crate::{Allocation, ArgBlock, DevicePtr, GpuTimer, LaunchConfig, QueueKind};
 use replay_core::{OutcomeRecord, RestoreMode, Scope, Tier};
-use replay_cuda::memory::{Direction, ResolvedCopy};
-use replay_cuda::{Allocation, ArgBlock, DevicePtr, GpuTimer, LaunchConfig, QueueKind};
 use serde_json::{json, Value};
 
-use crate::common::{ensure, progress, record_json, Bench, Row, GIB, MIB, WAIT};
+use super::common::{ensure, progress, record_json, Bench, Row, GIB, MIB, WAIT};
 
 /// The machine's own ceilings, measured once per run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -42,7 +42,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// seconds.
 fn time_gpu(
     b: &Bench,
-    queue: &replay_cuda::Queue,
+    queue: &crate::Queue,
     reps: usize,
     mut f: impl FnMut() -> Result<(), String>,
 ) -> Result<f64, String> {

@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::{ArgBlock, DevicePtr, LaunchConfig, QueueKind};
 use parking_lot::Mutex;
 use replay_core::{
     CopyOp, DeviceMemory, DigestOp, MemLoc, Outcome, Reason, RestoreMode, Scope, Tier,
 };
-use replay_cuda::{ArgBlock, DevicePtr, LaunchConfig, QueueKind};
 use serde_json::{json, Value};
 
-use crate::common::{ensure, record_json, Bench, Row, GLOBALS_SRC, MIB, WAIT};
+use super::common::{ensure, record_json, Bench, Row, GLOBALS_SRC, MIB, WAIT};
 
 pub fn run_all(b: &Bench, rows: &mut Vec<Row>) {
     const C: &str = "correctness";
