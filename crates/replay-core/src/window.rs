@@ -12,7 +12,6 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use crate::backend::{Agent, DrainTarget, ScopeCheck, Snapshot, Snapshotter, WaitSpec};
 use crate::contract::{ContinueFn, Operation, PassCountFn, Phase, ReplayPayload, UserData};
@@ -113,7 +112,6 @@ pub(crate) fn submit(
             dispatch.info.agent,
             &dispatch.info.kernel_name,
         ),
-        started: svc.clock.now(),
         early: early.is_some(),
     };
     w.record.scope = policy.scope;
@@ -184,7 +182,6 @@ struct Window<'a> {
     /// The sequence `user_data` (SPEC §3).
     seq: UserData,
     record: OutcomeRecord,
-    started: std::time::Duration,
     /// The writer lock was taken before CONFIG (a forwarded submission); the read-locked
     /// paths must not lock again.
     early: bool,
@@ -268,12 +265,12 @@ impl Window<'_> {
         };
         self.seq = seq;
         if !entered {
-            return self.decline_unlocked(Reason::CallbackFailed);
+            return self.run_once(Outcome::Declined, Reason::CallbackFailed);
         }
         let count = match pass_count_fn.as_ref().map(|f| self.ask_pass_count(f)) {
             None => None,
             Some(Ok(n)) => Some(n),
-            Some(Err(())) => return self.decline_unlocked(Reason::CallbackFailed),
+            Some(Err(())) => return self.run_once(Outcome::Declined, Reason::CallbackFailed),
         };
         let plan = PassPlan::new(count, continue_fn.is_some(), self.policy.max_passes);
         self.record.requested_passes = plan.requested();
@@ -286,7 +283,7 @@ impl Window<'_> {
                     "[kernel-replay] a pass count of 0 needs a continue callback; not replaying"
                 );
             }
-            return self.not_requested();
+            return self.run_once(Outcome::NotRequested, Reason::None);
         }
         if let PassPlan::Fixed {
             requested, total, ..
@@ -671,30 +668,20 @@ impl Window<'_> {
         }
     }
 
-    /// The tool asked for no replay: CONFIG EXIT, then the ordinary run under the reader lock.
-    fn not_requested(&mut self) -> Result<OutcomeRecord, BackendError> {
-        self.record.outcome = Outcome::NotRequested;
-        self.record.reason = Reason::None;
-        self.record.executed_passes = 1;
-        self.config_exit();
-        self.submit_ordinary_read_locked()?;
-        self.svc.emit(&self.record, 0.0, 0);
-        Ok(self.record.clone())
-    }
-
-    /// The ordinary run under the reader lock, or under the writer lock already held.
-    fn submit_ordinary_read_locked(&self) -> Result<(), BackendError> {
-        let _reader = (!self.early).then(|| self.gate.lock.read());
-        self.agent.submit_ordinary(self.dispatch)
-    }
-
-    /// A decline before the lock was taken (a CONFIG-time callback failure).
-    fn decline_unlocked(&mut self, reason: Reason) -> Result<OutcomeRecord, BackendError> {
-        self.record.outcome = Outcome::Declined;
+    /// No window: the tool asked for no replay (`NotRequested`), or a CONFIG-time callback
+    /// failed (`Declined`). CONFIG EXIT, then the ordinary run under the reader lock.
+    fn run_once(
+        &mut self,
+        outcome: Outcome,
+        reason: Reason,
+    ) -> Result<OutcomeRecord, BackendError> {
+        self.record.outcome = outcome;
         self.record.reason = reason;
         self.record.executed_passes = 1;
         self.config_exit();
-        self.submit_ordinary_read_locked()?;
+        // Under the reader lock, or under the writer lock a forwarded submission already holds.
+        let _reader = (!self.early).then(|| self.gate.lock.read());
+        self.agent.submit_ordinary(self.dispatch)?;
         self.svc.emit(&self.record, 0.0, 0);
         Ok(self.record.clone())
     }
@@ -738,7 +725,6 @@ impl Window<'_> {
             }
         }
         let secs = (self.svc.clock.now().saturating_sub(locked_at)).as_secs_f64();
-        let _ = self.started;
         self.svc
             .emit(&self.record, secs, self.memory.pooled_peak_bytes());
         Ok(self.record.clone())
@@ -768,5 +754,5 @@ fn fatal(msg: &str) -> ! {
     std::process::abort()
 }
 
-#[allow(dead_code)]
-fn _assert_object_safe(_: &dyn Agent, _: &dyn Snapshotter, _: Arc<dyn Snapshot>) {}
+// The traits the window drives are object-safe: backends are chosen at run time.
+const _: fn(&dyn Agent, &dyn Snapshotter, Box<dyn Snapshot>) = |_, _, _| {};
