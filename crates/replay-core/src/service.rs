@@ -5,8 +5,7 @@
 //! points use that one. Embedders and tests may build private ones with
 //! [`ReplayService::new`].
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use dashmap::DashMap;
@@ -19,7 +18,7 @@ use crate::filter::FilterState;
 use crate::locks::Gates;
 use crate::outcome::{OutcomeRecord, RunSummary};
 use crate::policy::Policy;
-use crate::types::{ContextId, Dispatch, KernelKey, SubmissionKind};
+use crate::types::{ContextId, Dispatch, KernelKey};
 
 static GLOBAL: OnceLock<Arc<ReplayService>> = OnceLock::new();
 
@@ -95,7 +94,8 @@ pub struct ReplayService {
     pub(crate) contexts: Arc<dyn ContextControl>,
     pub(crate) summary: Mutex<RunSummary>,
     pub(crate) sink: RwLock<Option<OutcomeSink>>,
-    pub(crate) warned_kinds: Mutex<HashSet<SubmissionKind>>,
+    /// One bit per `SubmissionKind` already warned about (no lock on the submission path).
+    pub(crate) warned_kinds: AtomicU32,
     pub(crate) warned_zero: AtomicBool,
 }
 
@@ -124,7 +124,7 @@ impl ReplayService {
             contexts,
             summary: Mutex::new(RunSummary::default()),
             sink: RwLock::new(None),
-            warned_kinds: Mutex::new(HashSet::new()),
+            warned_kinds: AtomicU32::new(0),
             warned_zero: AtomicBool::new(false),
         }
     }
@@ -175,9 +175,7 @@ impl ReplayService {
         self.gates.clear();
         self.memo.clear();
         self.memo.shrink_to_fit();
-        let mut kinds = self.warned_kinds.lock();
-        kinds.clear();
-        kinds.shrink_to_fit();
+        self.warned_kinds.store(0, Ordering::Relaxed);
     }
 
     /// Makes `context` the owner (SPEC §3). A second call fails, even after the owner stopped.

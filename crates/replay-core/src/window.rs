@@ -62,7 +62,8 @@ pub(crate) fn submit(
 
     // Step 1: the gate.
     if dispatch.kind != SubmissionKind::KernelDispatch {
-        if svc.warned_kinds.lock().insert(dispatch.kind) {
+        let bit = 1u32 << (dispatch.kind as u32);
+        if svc.warned_kinds.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
             log::warn!(
                 "[kernel-replay] {} submissions are not replayed; they run once, unchanged",
                 dispatch.kind.as_str()
