@@ -1,0 +1,216 @@
+//! # replay-hsa-sim
+//!
+//! A simulated HSA runtime (SPEC §9.1, issue 6): an `HsaApiTable` of the **current major**
+//! (root 3, core 2, AMD extension 2, bound by [`replay_hsa::sys::v2`]) whose entries are
+//! `extern "C"` Rust functions over a simulated GPU, so that `replay-hsa`'s `OnLoad` and its
+//! wrappers can be driven the way a HIP runtime drives the real one, on a machine without an
+//! AMD GPU.
+//!
+//! What is simulated ([`SimHsa::new`] builds one instance):
+//! - **Agents**: one CPU agent and two GPU agents (`hsa_iterate_agents`, `hsa_agent_get_info`).
+//! - **Memory pools** ([`PoolKind`]): per GPU a coarse-grained and a fine-grained device pool;
+//!   on the CPU a kernarg pool (kernarg-init flag) and a fine-grained (pinned host) pool. Regions
+//!   mirror the pools (same handles) for `hsa_memory_allocate`. Allocations are real host
+//!   memory, so the application writes kernarg buffers and packets through plain pointers as
+//!   it would on an APU; kernels reach memory only through checked accessors ([`Dispatch`]):
+//!   an address outside every live allocation is a memory fault.
+//! - **Signals** with real waiting (a mutex and a condition variable per signal; the timeout
+//!   hint of `hsa_signal_wait_*` is read as nanoseconds).
+//! - **User-mode queues** ([`queue`]): a ring of 64-byte AQL packets, read and write indices,
+//!   a doorbell signal and a packet-processor thread per queue that runs kernel-dispatch
+//!   packets (the kernel object names a Rust closure registered with [`SimHsa::register_kernel`])
+//!   and barrier-AND packets, honours the barrier bit, and decrements completion signals. The
+//!   read index moves when a packet is consumed (launched), not when it completes.
+//! - **Intercepting queues** with the real runtime's threading: interceptors are called under
+//!   the queue's lock, most recently registered first, on the thread that rang the doorbell;
+//!   `writer` passes packets down the chain and at the bottom copies them into the hardware
+//!   ring and rings its doorbell on the calling thread, parking them silently when the ring is
+//!   full; a doorbell rung from inside an interceptor is deferred to the single async-events
+//!   thread ([`ASYNC_THREAD_NAME`]), which also retries parked packets.
+//! - The **async-events thread** also runs `hsa_amd_signal_async_handler` handlers (re-armed
+//!   while they answer true) and `hsa_amd_async_function` callbacks, so work a client launches
+//!   from a completion callback reaches the interceptors on that thread, as in the real runtime.
+//! - The **copy engine** (`hsa_amd_memory_async_copy`, `_on_engine`): a thread per instance
+//!   ([`COPY_THREAD_NAME`]) that waits for the dependency signals, copies and decrements the
+//!   completion signal.
+//! - The **loader extension** (`hsa_ven_amd_loader` 1.03, for `hsa_ven_amd_loader_iterate_executables`)
+//!   and executable symbols (`hsa_executable_iterate_agent_symbols`,
+//!   `hsa_executable_symbol_get_info`) backed by modules loaded with [`SimHsa::load_module`].
+//!
+//! Entries that are not simulated are present (never NULL where the real runtime has one) and
+//! answer [`STATUS_NOT_SIMULATED`] (`HSA_STATUS_ERROR`).
+//!
+//! ## Design
+//!
+//! - The C entries carry no context pointer, so handles are process-wide: agents, pools,
+//!   signals, queues, executables and kernel objects live in one registry ([`state`]) and the
+//!   instance is found from the handle. `hsa_iterate_agents` and the loader's executable
+//!   iteration (which take no handle) use the calling thread's instance: the one it created
+//!   last, or the one owning the simulator thread it runs on; otherwise the last created.
+//! - Memory is host memory, not `replay-mock`'s: the simulated GPU of `replay-mock` places
+//!   device memory at fake addresses the host cannot dereference, while an HSA client writes
+//!   kernel arguments and AQL packets through plain pointers (kernarg and queue memory are
+//!   host-visible on real systems too). So allocations here are real, zeroed, page-aligned host
+//!   blocks recorded in a map (pool, owner agent, size), pointer info answers from that map, and
+//!   kernels (closures over [`Dispatch`], not `replay_mock::Kernel`) reach memory only through
+//!   checked accessors that hold the map's read lock. A free takes the write lock, so a kernel
+//!   never touches freed memory.
+//! - Timeout hints are nanoseconds: `hsa_system_get_info` reports a 1 GHz timestamp frequency.
+//! - A faulting kernel (memory fault, panic, unknown kernel object) calls the queue's error
+//!   callback with `HSA_STATUS_ERROR_EXCEPTION`, is listed in [`SimHsa::faults`], and its
+//!   completion signal is not decremented (as on hardware, where the queue goes into error).
+//! - `unsafe` only at the C boundary: every `extern "C"` entry catches panics and answers an
+//!   error status (value-returning signal entries answer `-1`, and a panic is logged).
+//! - Threads end when their instance is dropped or their queue destroyed; every wait inside the
+//!   simulator has a bounded poll interval, so shutdown never hangs.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod entries;
+pub mod queue;
+pub mod state;
+
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+
+pub use entries::{LoaderTable, STATUS_NOT_SIMULATED};
+pub use queue::{ASYNC_THREAD_NAME, COPY_THREAD_NAME, PROCESSOR_THREAD_PREFIX};
+pub use state::{Dispatch, KernelFn, MemFault, PoolKind, SimConfig, VariableSpec};
+
+use replay_hsa::sys::{self, v2};
+
+/// One simulated HSA runtime: its agents, pools, threads, and its API table.
+///
+/// The tables are never freed (as the real runtime's live as long as the process): a tool that
+/// kept the address of a slot never reads freed memory after the instance is dropped.
+pub struct SimHsa {
+    inner: Arc<state::Instance>,
+    root: ManuallyDrop<Box<v2::HsaApiTable>>,
+    core: ManuallyDrop<Box<v2::CoreApiTable>>,
+    amd: ManuallyDrop<Box<v2::AmdExtTable>>,
+}
+
+impl std::fmt::Debug for SimHsa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimHsa")
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimHsa {
+    /// A runtime with one CPU agent and two GPU agents, the pools of [`PoolKind`], its
+    /// async-events and copy-engine threads, and a fresh API table. The calling thread's
+    /// current instance becomes this one.
+    pub fn new(config: SimConfig) -> Self {
+        let inner = state::Instance::new(config);
+        let mut core = Box::new(entries::core_table());
+        let mut amd = Box::new(entries::amd_table());
+        let root = Box::new(v2::HsaApiTable {
+            version: sys::ApiTableVersion {
+                major_id: 3,
+                minor_id: std::mem::size_of::<v2::HsaApiTable>() as u32,
+                step_id: 0,
+                reserved: 0,
+            },
+            core_: &mut *core,
+            amd_ext_: &mut *amd,
+            finalizer_ext_: std::ptr::null_mut(),
+            image_ext_: std::ptr::null_mut(),
+            tools_: std::ptr::null_mut(),
+            pc_sampling_ext_: std::ptr::null_mut(),
+        });
+        Self {
+            inner,
+            root: ManuallyDrop::new(root),
+            core: ManuallyDrop::new(core),
+            amd: ManuallyDrop::new(amd),
+        }
+    }
+
+    /// The root API table, as `OnLoad` receives it. Valid while `self` lives.
+    pub fn table(&mut self) -> *mut v2::HsaApiTable {
+        &mut **self.root
+    }
+
+    /// The core table (read the entries from here, after a tool may have replaced them).
+    pub fn core(&self) -> &v2::CoreApiTable {
+        &self.core
+    }
+
+    /// The AMD extension table.
+    pub fn amd(&self) -> &v2::AmdExtTable {
+        &self.amd
+    }
+
+    /// Makes this instance the calling thread's current one (for `hsa_iterate_agents`).
+    pub fn enter(&self) {
+        state::set_current(&self.inner);
+    }
+
+    /// The CPU agent.
+    pub fn cpu_agent(&self) -> sys::hsa_agent_t {
+        sys::hsa_agent_t {
+            handle: self.inner.agents[0].handle,
+        }
+    }
+
+    /// The GPU agents (two).
+    pub fn gpu_agents(&self) -> Vec<sys::hsa_agent_t> {
+        self.inner.agents[1..]
+            .iter()
+            .map(|a| sys::hsa_agent_t { handle: a.handle })
+            .collect()
+    }
+
+    /// The pool of `kind` (on the CPU agent for the host kinds, on GPU `gpu` for the device
+    /// kinds).
+    pub fn pool(&self, gpu: usize, kind: PoolKind) -> sys::hsa_amd_memory_pool_t {
+        sys::hsa_amd_memory_pool_t {
+            handle: self.inner.pool_handle(gpu, kind),
+        }
+    }
+
+    /// Registers a kernel; the returned value is the kernel object a dispatch packet names.
+    pub fn register_kernel(
+        &self,
+        name: &str,
+        body: impl Fn(&mut Dispatch<'_>) -> Result<(), MemFault> + Send + Sync + 'static,
+    ) -> u64 {
+        state::register_kernel(name, Arc::new(body))
+    }
+
+    /// Loads a module on GPU `gpu`: its variables are allocated from that agent's
+    /// coarse-grained pool (zeroed), its kernels registered. The executable is reported by
+    /// the loader extension and its symbols by `hsa_executable_iterate_agent_symbols`.
+    pub fn load_module(
+        &self,
+        gpu: usize,
+        variables: &[VariableSpec],
+        kernels: &[(&str, KernelFn)],
+    ) -> u64 {
+        self.inner.load_module(gpu, variables, kernels)
+    }
+
+    /// The address of the module variable `name` of this instance's executables.
+    pub fn variable_address(&self, name: &str) -> Option<u64> {
+        self.inner.variable_address(name)
+    }
+
+    /// Packets parked because a hardware ring was full, on the intercepting queue `queue`.
+    pub fn parked(&self, queue: *const sys::hsa_queue_t) -> usize {
+        queue::parked(queue)
+    }
+
+    /// Faults the packet processors reported (kernel memory faults), as text.
+    pub fn faults(&self) -> Vec<String> {
+        self.inner.faults.lock().clone()
+    }
+}
+
+impl Drop for SimHsa {
+    fn drop(&mut self) {
+        self.inner.shut_down();
+    }
+}

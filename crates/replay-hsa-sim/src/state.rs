@@ -1,0 +1,718 @@
+//! The simulator's state: the process-wide registry of handles (agents, pools, signals,
+//! executables, kernel objects), host-backed memory, signals with real waiting, and the
+//! per-instance async-events and copy-engine threads.
+
+use std::alloc::Layout;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, LazyLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use replay_hsa::sys;
+
+/// Configuration of one simulated runtime.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Capacity of each device pool, bytes.
+    pub device_pool_bytes: usize,
+    /// Capacity of each host pool, bytes.
+    pub host_pool_bytes: usize,
+    /// Smallest queue size (packets, a power of two).
+    pub queue_min_size: u32,
+    /// Largest queue size.
+    pub queue_max_size: u32,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            device_pool_bytes: 64 << 20,
+            host_pool_bytes: 64 << 20,
+            queue_min_size: 2,
+            queue_max_size: 4096,
+        }
+    }
+}
+
+/// The memory pools of the simulated agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    /// GPU: coarse-grained device memory (global flags coarse).
+    DeviceCoarse,
+    /// GPU: fine-grained device memory (global flags fine).
+    DeviceFine,
+    /// CPU: the kernarg pool (global flags kernarg-init | fine).
+    Kernarg,
+    /// CPU: fine-grained system memory (pinned host).
+    HostFine,
+}
+
+impl PoolKind {
+    /// `HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS`.
+    pub fn global_flags(self) -> u32 {
+        match self {
+            PoolKind::DeviceCoarse => sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
+            PoolKind::DeviceFine | PoolKind::HostFine => {
+                sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
+            }
+            PoolKind::Kernarg => {
+                sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT
+                    | sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
+            }
+        }
+    }
+}
+
+/// A module variable to load.
+#[derive(Debug, Clone)]
+pub struct VariableSpec {
+    /// Symbol name.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u32,
+    /// `__constant__` (read-only).
+    pub is_const: bool,
+}
+
+/// A memory access outside every live allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemFault {
+    /// The faulting address.
+    pub addr: u64,
+    /// The access length.
+    pub len: usize,
+}
+
+impl std::fmt::Display for MemFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "memory fault at {:#x} ({} bytes)", self.addr, self.len)
+    }
+}
+
+/// A kernel's body.
+pub type KernelFn = Arc<dyn Fn(&mut Dispatch<'_>) -> Result<(), MemFault> + Send + Sync>;
+
+/// What a kernel body sees: its dispatch packet and checked access to simulated memory.
+#[derive(Debug)]
+pub struct Dispatch<'a> {
+    /// The packet (a copy taken when it was consumed).
+    pub packet: &'a sys::hsa_kernel_dispatch_packet_t,
+    /// The agent running it.
+    pub agent: sys::hsa_agent_t,
+}
+
+impl Dispatch<'_> {
+    /// Reads `buf.len()` bytes at `addr`.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemFault> {
+        with_range(addr, buf.len(), |p| {
+            // SAFETY: `with_range` hands a pointer to `buf.len()` bytes inside a live
+            // allocation, kept alive by the memory map's read lock during the call.
+            unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) }
+        })
+    }
+
+    /// Writes `data` at `addr`.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemFault> {
+        with_range(addr, data.len(), |p| {
+            // SAFETY: as in `read`; the allocation is writable host memory.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+        })
+    }
+
+    /// Reads a little-endian `u64`.
+    pub fn read_u64(&self, addr: u64) -> Result<u64, MemFault> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Writes a little-endian `u64`.
+    pub fn write_u64(&self, addr: u64, v: u64) -> Result<(), MemFault> {
+        self.write(addr, &v.to_le_bytes())
+    }
+
+    /// The `i`-th 8-byte word of the kernel arguments.
+    pub fn arg(&self, i: u64) -> Result<u64, MemFault> {
+        self.read_u64(self.packet.kernarg_address + 8 * i)
+    }
+
+    /// Adds `v` to the `u64` at `addr` (atomically with respect to other kernels).
+    pub fn atomic_add_u64(&self, addr: u64, v: u64) -> Result<u64, MemFault> {
+        static ATOMICS: Mutex<()> = Mutex::new(());
+        let _g = ATOMICS.lock();
+        let old = self.read_u64(addr)?;
+        self.write_u64(addr, old.wrapping_add(v))?;
+        Ok(old)
+    }
+
+    /// Work items in the grid.
+    pub fn work_items(&self) -> u64 {
+        u64::from(self.packet.grid_size_x)
+            * u64::from(self.packet.grid_size_y.max(1))
+            * u64::from(self.packet.grid_size_z.max(1))
+    }
+}
+
+// ----- Memory ---------------------------------------------------------------------------------
+
+/// One live allocation.
+#[derive(Debug, Clone)]
+pub struct Alloc {
+    pub(crate) size: usize,
+    layout: Layout,
+    pub(crate) pool: u64,
+    pub(crate) agent: u64,
+}
+
+static MEMORY: LazyLock<RwLock<BTreeMap<u64, Alloc>>> =
+    LazyLock::new(|| RwLock::new(BTreeMap::new()));
+
+/// Allocates `size` bytes of zeroed host memory for `pool`.
+pub(crate) fn allocate(pool: &PoolRec, size: usize) -> Option<u64> {
+    if size == 0 {
+        return None;
+    }
+    {
+        let mut used = pool.used.lock();
+        if *used + size > pool.capacity {
+            return None;
+        }
+        *used += size;
+    }
+    let layout = Layout::from_size_align(size, 4096).ok()?;
+    // SAFETY: `layout` has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        *pool.used.lock() -= size;
+        return None;
+    }
+    MEMORY.write().insert(
+        p as u64,
+        Alloc {
+            size,
+            layout,
+            pool: pool.handle,
+            agent: pool.agent,
+        },
+    );
+    Some(p as u64)
+}
+
+/// Frees the allocation based at `base`.
+pub(crate) fn free(base: u64) -> bool {
+    let Some(a) = MEMORY.write().remove(&base) else {
+        return false;
+    };
+    if let Some(pool) = REG.pools.lock().get(&a.pool) {
+        *pool.used.lock() -= a.size;
+    }
+    // SAFETY: `base` came from `alloc_zeroed` with this layout and was just removed from the
+    // map, so no accessor can reach it any more (they hold the map's read lock while copying).
+    unsafe { std::alloc::dealloc(base as *mut u8, a.layout) };
+    true
+}
+
+/// The allocation containing `addr`: `(base, record)`.
+pub(crate) fn find(addr: u64) -> Option<(u64, Alloc)> {
+    let m = MEMORY.read();
+    let (b, a) = m.range(..=addr).next_back()?;
+    (addr < b + a.size as u64).then(|| (*b, a.clone()))
+}
+
+/// Runs `f` with a pointer to `[addr, addr + len)` if it lies inside one live allocation.
+pub(crate) fn with_range(addr: u64, len: usize, f: impl FnOnce(*mut u8)) -> Result<(), MemFault> {
+    let m = MEMORY.read();
+    let fault = MemFault { addr, len };
+    let (b, a) = m.range(..=addr).next_back().ok_or(fault.clone())?;
+    if addr.checked_add(len as u64).ok_or(fault.clone())? > b + a.size as u64 {
+        return Err(fault);
+    }
+    f(addr as *mut u8);
+    Ok(())
+}
+
+/// Copies `len` bytes between two simulated ranges.
+pub(crate) fn copy(dst: u64, src: u64, len: usize) -> Result<(), MemFault> {
+    let mut tmp = vec![0u8; len];
+    with_range(src, len, |p| {
+        // SAFETY: `len` readable bytes inside a live allocation (map read-locked).
+        unsafe { std::ptr::copy_nonoverlapping(p, tmp.as_mut_ptr(), len) }
+    })?;
+    with_range(dst, len, |p| {
+        // SAFETY: `len` writable bytes inside a live allocation (map read-locked).
+        unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), p, len) }
+    })
+}
+
+// ----- Signals --------------------------------------------------------------------------------
+
+/// A signal: a value with real waiting. A doorbell signal of an intercepting queue carries the
+/// queue it rings.
+pub struct SignalObj {
+    value: Mutex<i64>,
+    cv: Condvar,
+    pub(crate) doorbell_of: Mutex<Option<Weak<crate::queue::InterceptQueue>>>,
+}
+
+impl std::fmt::Debug for SignalObj {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SignalObj({})", *self.value.lock())
+    }
+}
+
+impl SignalObj {
+    /// The value.
+    pub fn load(&self) -> i64 {
+        *self.value.lock()
+    }
+
+    /// Stores without ringing a doorbell hook.
+    pub fn store_silent(&self, v: i64) {
+        *self.value.lock() = v;
+        self.cv.notify_all();
+    }
+
+    /// Applies `f` to the value, returns the previous one.
+    pub fn update(&self, f: impl FnOnce(i64) -> i64) -> i64 {
+        let mut g = self.value.lock();
+        let old = *g;
+        *g = f(old);
+        drop(g);
+        self.cv.notify_all();
+        old
+    }
+
+    /// Waits until `cond(value)` or `timeout`; returns the last value seen.
+    pub fn wait(&self, cond: impl Fn(i64) -> bool, timeout: Option<Duration>) -> i64 {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut g = self.value.lock();
+        loop {
+            if cond(*g) {
+                return *g;
+            }
+            match deadline {
+                Some(d) => {
+                    if Instant::now() >= d || self.cv.wait_until(&mut g, d).timed_out() {
+                        return *g;
+                    }
+                }
+                None => self.cv.wait(&mut g),
+            }
+        }
+    }
+}
+
+/// Creates a signal; its handle.
+pub fn signal_create(initial: i64) -> u64 {
+    let h = next_handle();
+    REG.signals.lock().insert(
+        h,
+        Arc::new(SignalObj {
+            value: Mutex::new(initial),
+            cv: Condvar::new(),
+            doorbell_of: Mutex::new(None),
+        }),
+    );
+    h
+}
+
+/// The signal of `handle`.
+pub fn signal(handle: u64) -> Option<Arc<SignalObj>> {
+    REG.signals.lock().get(&handle).cloned()
+}
+
+/// Destroys a signal.
+pub fn signal_destroy(handle: u64) -> bool {
+    REG.signals.lock().remove(&handle).is_some()
+}
+
+// ----- Registry -------------------------------------------------------------------------------
+
+/// A pool (and the region of the same handle).
+#[derive(Debug)]
+pub struct PoolRec {
+    pub(crate) handle: u64,
+    pub(crate) agent: u64,
+    pub(crate) kind: PoolKind,
+    pub(crate) capacity: usize,
+    used: Mutex<usize>,
+}
+
+/// An agent.
+#[derive(Debug)]
+pub struct AgentRec {
+    pub(crate) handle: u64,
+    pub(crate) device: sys::hsa_device_type_t,
+    pub(crate) name: String,
+    pub(crate) node: u32,
+    pub(crate) pools: Vec<u64>,
+    pub(crate) instance: Weak<Instance>,
+}
+
+/// A symbol of an executable.
+#[derive(Debug, Clone)]
+pub struct SymbolRec {
+    pub(crate) name: String,
+    pub(crate) agent: u64,
+    pub(crate) is_kernel: bool,
+    pub(crate) address: u64,
+    pub(crate) size: u32,
+    pub(crate) is_const: bool,
+}
+
+/// An executable (one loaded module).
+#[derive(Debug)]
+pub struct ExecRec {
+    pub(crate) symbols: Vec<u64>,
+}
+
+pub(crate) struct Registry {
+    next: AtomicU64,
+    pub(crate) agents: Mutex<HashMap<u64, Arc<AgentRec>>>,
+    pub(crate) pools: Mutex<HashMap<u64, Arc<PoolRec>>>,
+    signals: Mutex<HashMap<u64, Arc<SignalObj>>>,
+    pub(crate) kernels: Mutex<HashMap<u64, (String, KernelFn)>>,
+    pub(crate) symbols: Mutex<HashMap<u64, SymbolRec>>,
+    pub(crate) executables: Mutex<HashMap<u64, ExecRec>>,
+    pub(crate) instances: Mutex<Vec<Weak<Instance>>>,
+}
+
+pub(crate) static REG: LazyLock<Registry> = LazyLock::new(|| Registry {
+    next: AtomicU64::new(0x1_0000),
+    agents: Mutex::new(HashMap::new()),
+    pools: Mutex::new(HashMap::new()),
+    signals: Mutex::new(HashMap::new()),
+    kernels: Mutex::new(HashMap::new()),
+    symbols: Mutex::new(HashMap::new()),
+    executables: Mutex::new(HashMap::new()),
+    instances: Mutex::new(Vec::new()),
+});
+
+/// A fresh handle, unique in the process (never 0).
+pub fn next_handle() -> u64 {
+    REG.next.fetch_add(0x40, Ordering::Relaxed)
+}
+
+/// Registers a kernel body; its kernel object.
+pub fn register_kernel(name: &str, body: KernelFn) -> u64 {
+    let h = next_handle();
+    REG.kernels.lock().insert(h, (name.to_owned(), body));
+    h
+}
+
+thread_local! {
+    static CURRENT: RefCell<Weak<Instance>> = const { RefCell::new(Weak::new()) };
+}
+
+/// Makes `inst` the calling thread's current instance.
+pub(crate) fn set_current(inst: &Arc<Instance>) {
+    CURRENT.with(|c| *c.borrow_mut() = Arc::downgrade(inst));
+}
+
+/// The calling thread's instance, else the last one created that is alive.
+pub(crate) fn current() -> Option<Arc<Instance>> {
+    CURRENT
+        .with(|c| c.borrow().upgrade())
+        .or_else(|| REG.instances.lock().iter().rev().find_map(Weak::upgrade))
+}
+
+/// Work for the async-events thread.
+pub(crate) enum AsyncEvent {
+    /// A doorbell rung from inside an interceptor.
+    Doorbell(Weak<crate::queue::InterceptQueue>),
+    /// Retry packets parked on a full ring.
+    Retry(Weak<crate::queue::InterceptQueue>),
+    /// `hsa_amd_signal_async_handler`: call `handler(value, arg)` when the condition holds;
+    /// it stays armed while the handler answers true.
+    Handler(AsyncHandler),
+    /// `hsa_amd_async_function`: call `f(arg)` once.
+    Function(AsyncFunction),
+}
+
+/// A handler armed by `hsa_amd_signal_async_handler`.
+pub(crate) struct AsyncHandler {
+    pub(crate) signal: u64,
+    pub(crate) cond: u32,
+    pub(crate) value: i64,
+    pub(crate) handler: unsafe extern "C" fn(i64, *mut std::ffi::c_void) -> bool,
+    pub(crate) arg: usize,
+}
+
+/// A function queued by `hsa_amd_async_function`.
+pub(crate) struct AsyncFunction {
+    pub(crate) f: unsafe extern "C" fn(*mut std::ffi::c_void),
+    pub(crate) arg: usize,
+}
+
+/// Whether `v` satisfies `hsa_signal_condition_t` `cond` against `compare`.
+pub(crate) fn condition(cond: u32, v: i64, compare: i64) -> bool {
+    match cond {
+        0 => v == compare,
+        1 => v != compare,
+        2 => v < compare,
+        _ => v >= compare,
+    }
+}
+
+/// An asynchronous copy.
+pub(crate) struct CopyJob {
+    pub(crate) dst: u64,
+    pub(crate) src: u64,
+    pub(crate) len: usize,
+    pub(crate) deps: Vec<u64>,
+    pub(crate) completion: u64,
+}
+
+/// One runtime instance.
+pub struct Instance {
+    pub(crate) id: u64,
+    pub(crate) config: SimConfig,
+    /// `[cpu, gpu0, gpu1]`.
+    pub(crate) agents: Vec<Arc<AgentRec>>,
+    pub(crate) executables: Mutex<Vec<u64>>,
+    pub(crate) faults: Mutex<Vec<String>>,
+    pub(crate) shutdown: AtomicBool,
+    async_tx: Mutex<Option<mpsc::Sender<AsyncEvent>>>,
+    copy_tx: Mutex<Option<mpsc::Sender<CopyJob>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance").field("id", &self.id).finish()
+    }
+}
+
+impl Instance {
+    pub(crate) fn new(config: SimConfig) -> Arc<Self> {
+        let inst = Arc::new_cyclic(|weak: &Weak<Instance>| {
+            let mut agents = Vec::new();
+            for (i, (device, name)) in [
+                (sys::HSA_DEVICE_TYPE_CPU, "sim-cpu"),
+                (sys::HSA_DEVICE_TYPE_GPU, "gfx942-sim0"),
+                (sys::HSA_DEVICE_TYPE_GPU, "gfx942-sim1"),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let handle = next_handle();
+                let kinds: &[PoolKind] = if device == sys::HSA_DEVICE_TYPE_CPU {
+                    &[PoolKind::Kernarg, PoolKind::HostFine]
+                } else {
+                    &[PoolKind::DeviceCoarse, PoolKind::DeviceFine]
+                };
+                let mut pools = Vec::new();
+                for &kind in kinds {
+                    let ph = next_handle();
+                    let capacity = if device == sys::HSA_DEVICE_TYPE_CPU {
+                        config.host_pool_bytes
+                    } else {
+                        config.device_pool_bytes
+                    };
+                    REG.pools.lock().insert(
+                        ph,
+                        Arc::new(PoolRec {
+                            handle: ph,
+                            agent: handle,
+                            kind,
+                            capacity,
+                            used: Mutex::new(0),
+                        }),
+                    );
+                    pools.push(ph);
+                }
+                let rec = Arc::new(AgentRec {
+                    handle,
+                    device,
+                    name: name.to_owned(),
+                    node: i as u32,
+                    pools,
+                    instance: weak.clone(),
+                });
+                REG.agents.lock().insert(handle, rec.clone());
+                agents.push(rec);
+            }
+            Instance {
+                id: next_handle(),
+                config,
+                agents,
+                executables: Mutex::new(Vec::new()),
+                faults: Mutex::new(Vec::new()),
+                shutdown: AtomicBool::new(false),
+                async_tx: Mutex::new(None),
+                copy_tx: Mutex::new(None),
+                threads: Mutex::new(Vec::new()),
+            }
+        });
+        REG.instances.lock().push(Arc::downgrade(&inst));
+        set_current(&inst);
+        let (atx, arx) = mpsc::channel::<AsyncEvent>();
+        let (ctx, crx) = mpsc::channel::<CopyJob>();
+        let w = Arc::downgrade(&inst);
+        let async_thread = std::thread::Builder::new()
+            .name(crate::queue::ASYNC_THREAD_NAME.into())
+            .spawn(move || crate::queue::async_events_loop(w, arx))
+            .expect("spawn the async-events thread");
+        let w = Arc::downgrade(&inst);
+        let copy_thread = std::thread::Builder::new()
+            .name(crate::queue::COPY_THREAD_NAME.into())
+            .spawn(move || copy_engine_loop(w, crx))
+            .expect("spawn the copy-engine thread");
+        *inst.async_tx.lock() = Some(atx);
+        *inst.copy_tx.lock() = Some(ctx);
+        inst.threads.lock().extend([async_thread, copy_thread]);
+        inst
+    }
+
+    /// Posts work to the async-events thread.
+    pub(crate) fn post_async(&self, ev: AsyncEvent) {
+        if let Some(tx) = self.async_tx.lock().as_ref() {
+            let _ = tx.send(ev);
+        }
+    }
+
+    /// Submits a copy to the copy engine.
+    pub(crate) fn submit_copy(&self, job: CopyJob) -> bool {
+        self.copy_tx
+            .lock()
+            .as_ref()
+            .is_some_and(|tx| tx.send(job).is_ok())
+    }
+
+    pub(crate) fn pool_handle(&self, gpu: usize, kind: PoolKind) -> u64 {
+        let agent = match kind {
+            PoolKind::Kernarg | PoolKind::HostFine => &self.agents[0],
+            _ => &self.agents[1 + gpu.min(1)],
+        };
+        let pools = REG.pools.lock();
+        agent
+            .pools
+            .iter()
+            .copied()
+            .find(|p| pools.get(p).is_some_and(|r| r.kind == kind))
+            .unwrap_or(0)
+    }
+
+    pub(crate) fn load_module(
+        &self,
+        gpu: usize,
+        variables: &[VariableSpec],
+        kernels: &[(&str, KernelFn)],
+    ) -> u64 {
+        let agent = self.agents[1 + gpu.min(1)].handle;
+        let handle = self.pool_handle(gpu, PoolKind::DeviceCoarse);
+        let pool = REG
+            .pools
+            .lock()
+            .get(&handle)
+            .cloned()
+            .expect("the coarse pool exists");
+        let mut symbols = Vec::new();
+        for v in variables {
+            let address = allocate(&pool, v.size.max(1) as usize).unwrap_or(0);
+            let h = next_handle();
+            REG.symbols.lock().insert(
+                h,
+                SymbolRec {
+                    name: v.name.clone(),
+                    agent,
+                    is_kernel: false,
+                    address,
+                    size: v.size,
+                    is_const: v.is_const,
+                },
+            );
+            symbols.push(h);
+        }
+        for (name, body) in kernels {
+            let object = register_kernel(name, body.clone());
+            let h = next_handle();
+            REG.symbols.lock().insert(
+                h,
+                SymbolRec {
+                    name: (*name).to_owned(),
+                    agent,
+                    is_kernel: true,
+                    address: object,
+                    size: 0,
+                    is_const: false,
+                },
+            );
+            symbols.push(h);
+        }
+        let exec = next_handle();
+        REG.executables.lock().insert(exec, ExecRec { symbols });
+        self.executables.lock().push(exec);
+        exec
+    }
+
+    pub(crate) fn variable_address(&self, name: &str) -> Option<u64> {
+        let execs = self.executables.lock().clone();
+        let ex = REG.executables.lock();
+        let syms = REG.symbols.lock();
+        execs
+            .iter()
+            .filter_map(|e| ex.get(e))
+            .flat_map(|e| e.symbols.iter())
+            .filter_map(|s| syms.get(s))
+            .find(|s| !s.is_kernel && s.name == name)
+            .map(|s| s.address)
+    }
+
+    pub(crate) fn shut_down(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        crate::queue::destroy_instance_queues(self.id);
+        *self.async_tx.lock() = None;
+        *self.copy_tx.lock() = None;
+        let threads: Vec<_> = self.threads.lock().drain(..).collect();
+        let me = std::thread::current().id();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// The instance owning agent `handle`.
+pub(crate) fn instance_of_agent(handle: u64) -> Option<Arc<Instance>> {
+    REG.agents
+        .lock()
+        .get(&handle)
+        .and_then(|a| a.instance.upgrade())
+}
+
+fn copy_engine_loop(inst: Weak<Instance>, rx: mpsc::Receiver<CopyJob>) {
+    if let Some(i) = inst.upgrade() {
+        set_current(&i);
+    }
+    while let Ok(job) = rx.recv() {
+        for d in &job.deps {
+            if let Some(s) = signal(*d) {
+                loop {
+                    if s.wait(|v| v == 0, Some(Duration::from_millis(20))) == 0 {
+                        break;
+                    }
+                    if inst
+                        .upgrade()
+                        .is_none_or(|i| i.shutdown.load(Ordering::SeqCst))
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        if let Err(e) = copy(job.dst, job.src, job.len) {
+            if let Some(i) = inst.upgrade() {
+                i.faults.lock().push(format!("async copy: {e}"));
+            }
+        }
+        if let Some(s) = signal(job.completion) {
+            s.update(|v| v - 1);
+        }
+    }
+}
