@@ -34,7 +34,7 @@ pub unsafe extern "C" fn OnLoad(
     failed_tool_names: *const *const c_char,
 ) -> bool {
     catch_unwind(AssertUnwindSafe(|| {
-        let _service = crate::service();
+        replay_hsa::set_service(crate::service());
         // SAFETY: the caller's items 1 and 2.
         unsafe { replay_hsa::on_load(table, runtime_version, failed_tool_count, failed_tool_names) }
     }))

@@ -23,10 +23,11 @@ fn sim_threads() -> usize {
         .count()
 }
 
-/// Waits (up to 5 s) until `n` simulator threads are named: a new thread takes its name only
-/// once it runs.
+/// Waits (up to 5 s) until exactly `n` simulator threads are listed: a new thread takes its name
+/// only once it runs, and a joined thread's task entry can linger a moment after the join
+/// returns (the kernel clears the thread id before it reaps the task).
 #[track_caller]
-fn expect_started(n: usize) {
+fn expect_threads(n: usize) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while sim_threads() != n && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -70,13 +71,14 @@ fn destroy_and_shutdown_join_the_simulator_threads() {
 
     // Each agent has two queues and a copy engine, each a worker thread.
     let a = create(2);
-    expect_started(6);
+    expect_threads(6);
     ok(kreplay_sim_destroy(a));
-    assert_eq!(sim_threads(), 0, "destroy joins the simulator's threads");
+    // Destroy joins the simulator's threads.
+    expect_threads(0);
 
     let b = create(1);
     let c = create(3);
-    expect_started(3 + 9);
+    expect_threads(3 + 9);
     // Leave work behind on `c`: a dispatch nobody waits for.
     let mut kernel = kreplay_sim_kernel_t::default();
     let mut addr = 0u64;
@@ -109,7 +111,8 @@ fn destroy_and_shutdown_join_the_simulator_threads() {
     }
 
     ok(kernel_replay::entry::kreplay_shutdown());
-    assert_eq!(sim_threads(), 0, "shutdown joins every simulator's threads");
+    // Shutdown joins every simulator's threads.
+    expect_threads(0);
     assert_eq!(kreplay_sim_destroy(b), KREPLAY_STATUS_SHUT_DOWN);
     let mut sim = kreplay_sim_t::default();
     // SAFETY: a valid out-pointer.

@@ -1,14 +1,43 @@
 //! HSA agents as the core names them: each `hsa_agent_t` handle the backend meets gets an
 //! [`AgentId`] (ordinals in first-seen order, never reused) and its device type, queried once.
 //!
-//! Stage 2 implements [`replay_core::Agent`] here for GPU agents (queues, drains, passes).
+//! [`QueueAgent`] implements [`replay_core::Agent`] for one submission on an intercepted
+//! queue: it lives for one interceptor call and writes through that call's `writer`.
+//!
+//! - `submit_pass` writes a copy of the packet with system-scope acquire and release fences and
+//!   its completion signal replaced by a signal of its own (value 1); `poll_pass` waits on that
+//!   signal directly with `hsa_signal_wait_scacquire`, bounded by the budget (never through an
+//!   async handler, which would run on the runtime's async thread); the signal is destroyed once
+//!   it fired, and leaked by `abandon` (the device may still decrement it).
+//! - `submit_ordinary` writes the original packet; `signal_completion` writes a trailing
+//!   barrier-AND (barrier bit set) carrying the application's completion signal, so it fires
+//!   once, after every pass.
+//! - Drains: the queue drain appends a barrier-AND whose completion is the queue's counting
+//!   drain signal (raised by one first) and waits for that signal to reach 0; the agent drain
+//!   does the same on every intercepted queue of the agent (the other queues through their
+//!   application-visible ring and doorbell, which the runtime hands to their interceptors);
+//!   the copy fence waits until the stage-1 copy records of the agent are complete.
+//! - Before every `writer` call of a packet the window waits for (a pass, the queue's drain
+//!   barrier) the ring's free space is checked ([`crate::intercept::QueueState::space`]); no
+//!   room is an error, which the core turns into a decline or a truncation. The ordinary run
+//!   and the trailing completion barrier are written as the application would write them (a
+//!   full ring parks them in the runtime until there is room; nobody here waits for them).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
-use replay_core::AgentId;
+use parking_lot::{Mutex, RwLock};
+use replay_core::{
+    AgentId, BackendError, BackendErrorKind, Capabilities, Dispatch, DrainTarget, PassCompletion,
+    Ticket,
+};
 
+use crate::intercept::{self, Packet, QueueFns, QueueState, WriterFn};
+use crate::queue as aql;
 use crate::sys;
+use crate::tool::{backend, Originals};
 
 /// What the backend knows of one agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -67,6 +96,333 @@ impl Agents {
         let mut v: Vec<_> = self.by_handle.read().values().copied().collect();
         v.sort_by_key(|a| a.id);
         v
+    }
+}
+
+enum Pending {
+    Pass {
+        signal: sys::hsa_signal_t,
+        mark: u64,
+        started: Instant,
+    },
+    Drain {
+        queues: Vec<(Arc<QueueState>, Option<u64>)>,
+    },
+    CopyFence,
+}
+
+/// The [`replay_core::Agent`] of one submission on an intercepted queue.
+pub struct QueueAgent {
+    st: Arc<QueueState>,
+    o: Arc<Originals>,
+    q: QueueFns,
+    writer: WriterFn,
+    packet: Packet,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for QueueAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueAgent")
+            .field("agent", &self.st.agent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueueAgent {
+    /// The agent of one interceptor call: `writer` is that call's writer for `st`'s queue and
+    /// `packet` the dispatch it received.
+    pub fn new(
+        st: Arc<QueueState>,
+        o: Arc<Originals>,
+        q: QueueFns,
+        writer: WriterFn,
+        packet: Packet,
+    ) -> Self {
+        Self {
+            st,
+            o,
+            q,
+            writer,
+            packet,
+            pending: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn err(
+        &self,
+        kind: BackendErrorKind,
+        op: &'static str,
+        msg: impl Into<String>,
+    ) -> BackendError {
+        BackendError::new(kind, self.st.agent.id, op, msg)
+    }
+
+    /// Writes through the writer; the mark after the packets. With `check` (packets the
+    /// window waits for) the ring's space is checked first and no room is an error; without
+    /// it (the ordinary run, the trailing completion barrier: nobody here waits for them) the
+    /// packets are written as the application would, and a full ring parks them in the runtime
+    /// until there is room.
+    fn write(&self, op: &'static str, pkts: &[Packet], check: bool) -> Result<u64, BackendError> {
+        let space = self.st.space(self.o.signal_load_relaxed);
+        if check && space < pkts.len() as u64 {
+            return Err(self.err(
+                BackendErrorKind::OutOfMemory,
+                op,
+                format!(
+                    "the ring has room for {space} packets, {} needed",
+                    pkts.len()
+                ),
+            ));
+        }
+        // SAFETY: `writer` is the writer of the interceptor call running on this thread for
+        // this queue (the window runs synchronously inside that call).
+        Ok(unsafe { intercept::write(&self.st, self.writer, pkts) })
+    }
+
+    fn ticket(&self, p: Pending) -> Ticket {
+        let t = self.next.fetch_add(1, Ordering::Relaxed);
+        self.pending.lock().insert(t, p);
+        Ticket(t)
+    }
+
+    /// Waits at most `budget` for `signal` to reach 0.
+    fn wait_zero(&self, signal: sys::hsa_signal_t, budget: Duration) -> bool {
+        let hint = u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX - 1);
+        // SAFETY: the original `hsa_signal_wait_scacquire` on a live signal; the timeout hint
+        // is in the runtime's timestamp units (nanoseconds on the simulator; a hint only: an
+        // early return is polled again by the core).
+        let v = unsafe {
+            (self.q.signal_wait)(
+                signal,
+                sys::HSA_SIGNAL_CONDITION_EQ,
+                0,
+                hint,
+                sys::HSA_WAIT_STATE_BLOCKED,
+            )
+        };
+        v == 0
+    }
+
+    /// A drain barrier on `st`: raises its counting signal, then appends the barrier.
+    fn drain_barrier(&self, st: &Arc<QueueState>) -> Result<Option<u64>, BackendError> {
+        let barrier = Packet::barrier_and(st.drain_signal, true);
+        if Arc::ptr_eq(st, &self.st) {
+            if self.st.space(self.o.signal_load_relaxed) < 1 {
+                return Err(self.err(
+                    BackendErrorKind::OutOfMemory,
+                    "queue drain",
+                    "the ring is full",
+                ));
+            }
+            // SAFETY: the original add entry on our own counting signal.
+            unsafe { (self.q.signal_add)(st.drain_signal, 1) };
+            let written = self.write("queue drain", &[barrier], true);
+            if written.is_err() {
+                // SAFETY: undo the raise: no barrier will lower it.
+                unsafe { (self.q.signal_subtract)(st.drain_signal, 1) };
+            }
+            return written.map(Some);
+        }
+        if intercept::on_async_thread() {
+            // Another queue's doorbell rung from here is deferred to this very thread, which
+            // is busy with this window: the barrier could never run in time. Decline.
+            return Err(self.err(
+                BackendErrorKind::Unsupported,
+                "agent drain",
+                "a window on the runtime's async thread cannot drain the agent's other queues",
+            ));
+        }
+        // SAFETY: the original add entry on our own counting signal.
+        unsafe { (self.q.signal_add)(st.drain_signal, 1) };
+        if let Err(e) =
+            intercept::submit_to_ring(st.queue as *mut sys::hsa_queue_t, &self.q, &barrier)
+        {
+            // SAFETY: undo the raise: no barrier will lower it.
+            unsafe { (self.q.signal_subtract)(st.drain_signal, 1) };
+            return Err(self.err(BackendErrorKind::OutOfMemory, "agent drain", e));
+        }
+        Ok(None)
+    }
+}
+
+impl replay_core::Agent for QueueAgent {
+    fn id(&self) -> AgentId {
+        self.st.agent.id
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::COPY_FENCE | Capabilities::SYSTEM_SCOPE_FENCES
+    }
+
+    fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError> {
+        match target {
+            DrainTarget::Queue(_) => {
+                let mark = self.drain_barrier(&self.st)?;
+                Ok(self.ticket(Pending::Drain {
+                    queues: vec![(self.st.clone(), mark)],
+                }))
+            }
+            DrainTarget::Agent => {
+                let mut queues = Vec::new();
+                for st in intercept::queues_of(self.st.agent.handle) {
+                    let mark = self.drain_barrier(&st)?;
+                    queues.push((st, mark));
+                }
+                Ok(self.ticket(Pending::Drain { queues }))
+            }
+            DrainTarget::CopyFence => Ok(self.ticket(Pending::CopyFence)),
+        }
+    }
+
+    fn poll_drain(&self, ticket: Ticket, budget: Duration) -> Result<bool, BackendError> {
+        let deadline = Instant::now() + budget;
+        let mut pending = self.pending.lock();
+        let done = match pending.get(&ticket.0) {
+            Some(Pending::Drain { queues }) => {
+                let mut all = true;
+                for (st, _) in queues {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if !self.wait_zero(st.drain_signal, left) {
+                        all = false;
+                        break;
+                    }
+                }
+                if all {
+                    for (st, mark) in queues {
+                        if let Some(m) = mark {
+                            st.retire(*m);
+                        }
+                    }
+                }
+                all
+            }
+            Some(Pending::CopyFence) => {
+                let load = self.o.signal_load_relaxed;
+                let count = |_: ()| {
+                    backend().fence.pending(self.st.agent.id, |s| {
+                        // SAFETY: the original load on a signal the application passed to a copy.
+                        unsafe { load(sys::hsa_signal_t { handle: s }) }
+                    })
+                };
+                loop {
+                    if count(()) == 0 {
+                        break true;
+                    }
+                    if Instant::now() >= deadline {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_micros(200).min(budget));
+                }
+            }
+            _ => {
+                return Err(self.err(
+                    BackendErrorKind::InvalidArgument,
+                    "poll drain",
+                    "unknown ticket",
+                ))
+            }
+        };
+        if done {
+            pending.remove(&ticket.0);
+        }
+        Ok(done)
+    }
+
+    fn submit_pass(&self, _dispatch: &Dispatch, _pass: u32) -> Result<Ticket, BackendError> {
+        if self.st.space(self.o.signal_load_relaxed) < 1 {
+            return Err(self.err(
+                BackendErrorKind::OutOfMemory,
+                "submit pass",
+                "the ring is full",
+            ));
+        }
+        let mut signal = sys::hsa_signal_t::default();
+        // SAFETY: the original signal create with a valid out pointer, no consumers.
+        let st = unsafe { (self.q.signal_create)(1, 0, std::ptr::null(), &mut signal) };
+        if st != sys::HSA_STATUS_SUCCESS {
+            return Err(self.err(
+                BackendErrorKind::OutOfMemory,
+                "submit pass",
+                format!("hsa_signal_create returned {st:#x}"),
+            ));
+        }
+        let mut p = self.packet;
+        p.set_header(aql::replay_pass_header(self.packet.header()));
+        p.set_completion_signal(signal);
+        let mark = match self.write("submit pass", &[p], true) {
+            Ok(m) => m,
+            Err(e) => {
+                // SAFETY: our signal, never written into a ring.
+                unsafe { (self.q.signal_destroy)(signal) };
+                return Err(e);
+            }
+        };
+        Ok(self.ticket(Pending::Pass {
+            signal,
+            mark,
+            started: Instant::now(),
+        }))
+    }
+
+    fn poll_pass(
+        &self,
+        ticket: Ticket,
+        budget: Duration,
+    ) -> Result<Option<PassCompletion>, BackendError> {
+        let (signal, mark, started) = match self.pending.lock().get(&ticket.0) {
+            Some(Pending::Pass {
+                signal,
+                mark,
+                started,
+            }) => (*signal, *mark, *started),
+            _ => {
+                return Err(self.err(
+                    BackendErrorKind::InvalidArgument,
+                    "poll pass",
+                    "unknown ticket",
+                ))
+            }
+        };
+        if !self.wait_zero(signal, budget) {
+            return Ok(None);
+        }
+        self.pending.lock().remove(&ticket.0);
+        self.st.retire(mark);
+        // SAFETY: our signal; the packet that referenced it completed.
+        unsafe { (self.q.signal_destroy)(signal) };
+        Ok(Some(PassCompletion {
+            gpu_seconds: started.elapsed().as_secs_f64(),
+        }))
+    }
+
+    fn abandon(&self, ticket: Ticket) {
+        // A pass's signal or a drain barrier may still be decremented by the device: leaked.
+        self.pending.lock().remove(&ticket.0);
+    }
+
+    fn flush_caches(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn submit_ordinary(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
+        self.write("submit ordinary", &[self.packet], false)
+            .map(|_| ())
+    }
+
+    fn signal_completion(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
+        let app = self.packet.completion_signal();
+        if app.handle == 0 {
+            return Ok(());
+        }
+        self.write(
+            "signal completion",
+            &[Packet::barrier_and(app, true)],
+            false,
+        )
+        .map(|_| ())
     }
 }
 

@@ -29,9 +29,19 @@
 //! recorded before the memory is released) and the copy fence. It then attaches the C/C++ tool
 //! named by `KREPLAY_HSA_TOOL` ([`tool`] documents the symbol it must export).
 //!
-//! **Queue creation is left untouched**: no intercepting queue and no write interceptor yet, so
-//! no dispatch is replayed by this backend; that is the next stage (the replay window in the
-//! write interceptor, following SPEC §9.1 on the runtime's threading).
+//! When the table also has the queue, signal and interception entries (all of them;
+//! [`table::QueueSlots`]), `hsa_queue_create` and `hsa_queue_destroy` are wrapped too: queues
+//! are created as intercepting queues with the write interceptor of [`intercept`], which runs
+//! the replay window (SPEC §6) for a submission of exactly one kernel dispatch through the
+//! service given with [`set_service`] (the shared object gives its one service), with
+//! [`agent::QueueAgent`] as the agent and a [`replay_memory::MemoryEngine`] per agent over
+//! [`memory::HsaMemory`] (synchronous copies through the original `hsa_memory_copy`, host
+//! digests, `restore=full`).
+//!
+//! Not yet: module variables through the loader extension (the engines use no module
+//! variables, so a kernel writing a `__device__` global is not restored), asynchronous copies
+//! with own signals for the memory layer, device digests, and kernel names from executable
+//! symbols (dispatches are named `kernel@<kernel object>`).
 //!
 //! ## Design choices
 //!
@@ -52,6 +62,8 @@
 
 pub mod agent;
 pub mod fence;
+pub mod intercept;
+pub mod memory;
 pub mod queue;
 pub mod result;
 pub mod sys;
@@ -60,4 +72,4 @@ pub mod tool;
 pub mod tracker;
 
 pub use result::{HsaError, TableError};
-pub use tool::{backend, on_load, on_unload, TOOL_ENV, TOOL_INIT_SYMBOL};
+pub use tool::{backend, on_load, on_unload, service, set_service, TOOL_ENV, TOOL_INIT_SYMBOL};

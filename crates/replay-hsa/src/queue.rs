@@ -1,9 +1,6 @@
 //! AQL packets (SPEC §9.1): header fields and the headers the replay window writes.
 //!
-//! **Stage 1 leaves queue creation untouched**: no intercepting queue is created and no write
-//! interceptor is registered, so every packet reaches the hardware as the application wrote
-//! it. Stage 2 creates queues as intercepting queues and runs the window from the interceptor;
-//! these helpers are what it decodes and re-encodes headers with.
+//! The write interceptor ([`crate::intercept`]) decodes and re-encodes headers with these.
 
 use crate::sys;
 

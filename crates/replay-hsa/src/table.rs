@@ -13,7 +13,10 @@
 //! `hsa_amd_memory_pool_get_info`, `hsa_amd_memory_pool_allocate`, `hsa_amd_memory_pool_free`,
 //! `hsa_amd_memory_async_copy`, `hsa_amd_pointer_info`. Optional (wrapped where the table has
 //! them): `hsa_amd_memory_async_copy_rect`, and in major 2 `hsa_amd_memory_async_copy_on_engine`,
-//! `hsa_amd_vmem_map`, `hsa_amd_vmem_unmap`.
+//! `hsa_amd_vmem_map`, `hsa_amd_vmem_unmap`. The queue group ([`QueueSlots`]: core queue
+//! create/destroy and index entries, signal create/destroy/store/add/subtract/wait,
+//! `hsa_memory_copy`, `hsa_iterate_agents`; AMD pool iteration, intercept create/register,
+//! `hsa_amd_async_function`) is bound all or nothing: missing any, queues are not intercepted.
 
 use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
@@ -102,6 +105,32 @@ pub struct Entries {
     pub async_copy_on_engine: Option<Slot<sys::AsyncCopyOnEngineFn>>,
     pub vmem_map: Option<Slot<sys::VmemMapFn>>,
     pub vmem_unmap: Option<Slot<sys::VmemUnmapFn>>,
+    /// The queue, signal and interception entries (stage 2): all present, or `None` and
+    /// queues are left untouched.
+    pub queue: Option<QueueSlots>,
+}
+
+/// The entries queue interception needs (core queue/signal entries, AMD intercept entries).
+#[allow(missing_docs)]
+#[derive(Debug)]
+pub struct QueueSlots {
+    pub queue_create: Slot<sys::QueueCreateFn>,
+    pub queue_destroy: Slot<sys::QueueDestroyFn>,
+    pub load_read_index: Slot<sys::QueueLoadIndexFn>,
+    pub load_write_index: Slot<sys::QueueLoadIndexFn>,
+    pub add_write_index: Slot<sys::QueueAddIndexFn>,
+    pub signal_create: Slot<sys::SignalCreateFn>,
+    pub signal_destroy: Slot<sys::SignalDestroyFn>,
+    pub signal_store: Slot<sys::SignalUpdateFn>,
+    pub signal_add: Slot<sys::SignalUpdateFn>,
+    pub signal_subtract: Slot<sys::SignalUpdateFn>,
+    pub signal_wait: Slot<sys::SignalWaitFn>,
+    pub memory_copy: Slot<sys::MemoryCopyFn>,
+    pub iterate_agents: Slot<sys::IterateAgentsFn>,
+    pub iterate_pools: Slot<sys::IteratePoolsFn>,
+    pub intercept_create: Slot<sys::QueueCreateFn>,
+    pub intercept_register: Slot<sys::InterceptRegisterFn>,
+    pub async_function: Slot<sys::AsyncFunctionFn>,
 }
 
 /// A table whose versions were checked, with the slots of the entries the backend needs.
@@ -264,6 +293,11 @@ pub unsafe fn bind(root: *mut c_void) -> Result<Bound, TableError> {
     // SAFETY: as above.
     let amd = unsafe { Sub::open(amd_ptr, "amd_ext", &AMD_EXT_MAJORS) }?;
     let v2_only = |off: usize| (amd.version.major_id >= 2).then_some(off);
+    // SAFETY: each sub-table is readable for its `minor_id` bytes (caller, item 1), and every
+    // `needed` call checks its offset against that size.
+    let queue = unsafe { queue_slots(&core, &amd) }
+        .map_err(|e| log::info!("[kernel-replay] hsa: queues are not intercepted: {e}"))
+        .ok();
 
     // SAFETY: (every `needed` / `optional` below) each sub-table is readable for its
     // `minor_id` bytes (caller, item 1), and each call checks the offset against that size.
@@ -328,6 +362,7 @@ pub unsafe fn bind(root: *mut c_void) -> Result<Bound, TableError> {
                 v2_only(offset_of!(v2::AmdExtTable, hsa_amd_vmem_unmap_fn)),
                 "hsa_amd_vmem_unmap",
             ),
+            queue,
         }
     };
     Ok(Bound {
@@ -338,4 +373,85 @@ pub unsafe fn bind(root: *mut c_void) -> Result<Bound, TableError> {
         },
         entries,
     })
+}
+
+/// The interception entries, all or none.
+///
+/// # Safety
+///
+/// 1. Both tables are readable for their `minor_id` bytes.
+unsafe fn queue_slots(core: &Sub, amd: &Sub) -> Result<QueueSlots, TableError> {
+    // SAFETY: (every call) the caller's item 1; `needed` checks each offset against the size.
+    unsafe {
+        Ok(QueueSlots {
+            queue_create: core.needed(
+                offset!(core, CoreApiTable, hsa_queue_create_fn),
+                "hsa_queue_create",
+            )?,
+            queue_destroy: core.needed(
+                offset!(core, CoreApiTable, hsa_queue_destroy_fn),
+                "hsa_queue_destroy",
+            )?,
+            load_read_index: core.needed(
+                offset!(core, CoreApiTable, hsa_queue_load_read_index_scacquire_fn),
+                "hsa_queue_load_read_index_scacquire",
+            )?,
+            load_write_index: core.needed(
+                offset!(core, CoreApiTable, hsa_queue_load_write_index_scacquire_fn),
+                "hsa_queue_load_write_index_scacquire",
+            )?,
+            add_write_index: core.needed(
+                offset!(core, CoreApiTable, hsa_queue_add_write_index_scacq_screl_fn),
+                "hsa_queue_add_write_index_scacq_screl",
+            )?,
+            signal_create: core.needed(
+                offset!(core, CoreApiTable, hsa_signal_create_fn),
+                "hsa_signal_create",
+            )?,
+            signal_destroy: core.needed(
+                offset!(core, CoreApiTable, hsa_signal_destroy_fn),
+                "hsa_signal_destroy",
+            )?,
+            signal_store: core.needed(
+                offset!(core, CoreApiTable, hsa_signal_store_screlease_fn),
+                "hsa_signal_store_screlease",
+            )?,
+            signal_add: core.needed(
+                offset!(core, CoreApiTable, hsa_signal_add_screlease_fn),
+                "hsa_signal_add_screlease",
+            )?,
+            signal_subtract: core.needed(
+                offset!(core, CoreApiTable, hsa_signal_subtract_screlease_fn),
+                "hsa_signal_subtract_screlease",
+            )?,
+            signal_wait: core.needed(
+                offset!(core, CoreApiTable, hsa_signal_wait_scacquire_fn),
+                "hsa_signal_wait_scacquire",
+            )?,
+            memory_copy: core.needed(
+                offset!(core, CoreApiTable, hsa_memory_copy_fn),
+                "hsa_memory_copy",
+            )?,
+            iterate_agents: core.needed(
+                offset!(core, CoreApiTable, hsa_iterate_agents_fn),
+                "hsa_iterate_agents",
+            )?,
+            iterate_pools: amd.needed(
+                offset!(amd, AmdExtTable, hsa_amd_agent_iterate_memory_pools_fn),
+                "hsa_amd_agent_iterate_memory_pools",
+            )?,
+            intercept_create: amd.needed(
+                offset!(amd, AmdExtTable, hsa_amd_queue_intercept_create_fn),
+                "hsa_amd_queue_intercept_create",
+            )?,
+            intercept_register: amd.needed(
+                offset!(amd, AmdExtTable, hsa_amd_queue_intercept_register_fn),
+                "hsa_amd_queue_intercept_register",
+            )?,
+            async_function: amd.needed(
+                offset!(amd, AmdExtTable, hsa_amd_async_function_fn),
+                "hsa_amd_async_function",
+            )?,
+        })
+    }
 }

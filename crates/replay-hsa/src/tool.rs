@@ -9,8 +9,9 @@
 //! application untouched. Otherwise the originals are saved (a slot that already holds our
 //! wrapper, from an earlier `OnLoad` on the same table, keeps the original saved then), the
 //! wrappers of [`crate::tracker`] are written, and the tool named by [`TOOL_ENV`] is attached.
-//! **Queue creation is left untouched in this stage**: no intercepting queue, no write
-//! interceptor, so no dispatch is replayed yet; allocations, frees and copies are tracked.
+//! Where the table has every queue, signal and interception entry, `hsa_queue_create` and
+//! `hsa_queue_destroy` are wrapped as well ([`crate::intercept`]); the interceptor submits to
+//! the service given with [`set_service`] (none set: every packet passes through).
 //!
 //! Attaching a C or C++ tool: `KREPLAY_HSA_TOOL=/path/libtool.so` names a shared library that
 //! links `libkernel_replay` (so it shares this library's one instance) and exports
@@ -25,6 +26,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
+use replay_core::ReplayService;
 use replay_memory::Tracker;
 use serde_json::json;
 
@@ -61,6 +63,8 @@ pub struct Originals {
     pub async_copy_on_engine: Option<sys::AsyncCopyOnEngineFn>,
     pub vmem_map: Option<sys::VmemMapFn>,
     pub vmem_unmap: Option<sys::VmemUnmapFn>,
+    /// The queue, signal and interception entries, when the table has them all.
+    pub queue: Option<crate::intercept::QueueFns>,
 }
 
 /// What the last successful `OnLoad` installed.
@@ -97,6 +101,22 @@ pub struct Backend {
     pub agents: Agents,
     /// Asynchronous copies in flight.
     pub fence: CopyFence,
+}
+
+/// The replay service the interceptor submits to. The shared object (`replay-ffi`) sets its
+/// one service before `OnLoad`; tests set their own. Until one is set, every packet passes
+/// through untouched.
+static SERVICE: RwLock<Option<Arc<ReplayService>>> = RwLock::new(None);
+
+/// Gives the backend the service its interceptor submits dispatches to (first call wins for the
+/// process's lifetime is not enforced: a later call replaces it for later submissions).
+pub fn set_service(service: Arc<ReplayService>) {
+    *SERVICE.write() = Some(service);
+}
+
+/// The service set by [`set_service`].
+pub fn service() -> Option<Arc<ReplayService>> {
+    SERVICE.read().clone()
 }
 
 /// The process's backend (created on first use).
@@ -152,7 +172,8 @@ impl Backend {
         json!({
             "installed": self.installed(),
             "last_refusal": *self.last_refusal.lock(),
-            "queues_intercepted": false,
+            "queues_intercepted": self.originals().is_some_and(|o| o.queue.is_some()),
+            "queues": crate::intercept::queue_count(),
             "tool": tool,
             "agents": self.agents.all(),
             "regions": regions,
@@ -241,6 +262,56 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
         ),
         vmem_map: orig_opt!(e.vmem_map, wrap::vmem_map, vmem_map),
         vmem_unmap: orig_opt!(e.vmem_unmap, wrap::vmem_unmap, vmem_unmap),
+        queue: match &e.queue {
+            None => None,
+            Some(q) => {
+                let pq = p.and_then(|o| o.queue);
+                macro_rules! plain {
+                    ($slot:ident) => {{
+                        // SAFETY: the caller's item 1; `bind` checked the slot.
+                        unsafe { q.$slot.get() }.ok_or(TableError::NullEntry {
+                            table: "api",
+                            entry: q.$slot.name,
+                        })?
+                    }};
+                }
+                Some(crate::intercept::QueueFns {
+                    // SAFETY: the caller's item 1.
+                    queue_create: unsafe {
+                        original(
+                            &q.queue_create,
+                            Some(crate::intercept::queue_create as sys::QueueCreateFn),
+                            pq.map(|o| o.queue_create),
+                            |f| f as usize,
+                        )
+                    }?,
+                    // SAFETY: the caller's item 1.
+                    queue_destroy: unsafe {
+                        original(
+                            &q.queue_destroy,
+                            Some(crate::intercept::queue_destroy as sys::QueueDestroyFn),
+                            pq.map(|o| o.queue_destroy),
+                            |f| f as usize,
+                        )
+                    }?,
+                    load_read_index: plain!(load_read_index),
+                    load_write_index: plain!(load_write_index),
+                    add_write_index: plain!(add_write_index),
+                    signal_create: plain!(signal_create),
+                    signal_destroy: plain!(signal_destroy),
+                    signal_store: plain!(signal_store),
+                    signal_add: plain!(signal_add),
+                    signal_subtract: plain!(signal_subtract),
+                    signal_wait: plain!(signal_wait),
+                    memory_copy: plain!(memory_copy),
+                    iterate_agents: plain!(iterate_agents),
+                    iterate_pools: plain!(iterate_pools),
+                    intercept_create: plain!(intercept_create),
+                    intercept_register: plain!(intercept_register),
+                    async_function: plain!(async_function),
+                })
+            }
+        },
     };
     // Map and unmap are wrapped together or not at all: a mapping recorded without its unmap
     // (or the reverse) would leave the inventory wrong.
@@ -278,6 +349,11 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
             m.set(wrap::vmem_map);
             u.set(wrap::vmem_unmap);
             wrapped.extend([m.name, u.name]);
+        }
+        if let (Some(q), Some(_)) = (&e.queue, originals.queue) {
+            q.queue_create.set(crate::intercept::queue_create);
+            q.queue_destroy.set(crate::intercept::queue_destroy);
+            wrapped.extend([q.queue_create.name, q.queue_destroy.name]);
         }
     }
     Ok(Installed {
@@ -325,11 +401,12 @@ pub unsafe fn on_load(
     match result {
         Ok(installed) => {
             log::info!(
-                "[kernel-replay] hsa: installed on runtime {runtime_version} (root {:?}, core {:?}, amd_ext {:?}): wrapped {}; queues are not intercepted in this build, so no dispatch is replayed yet",
+                "[kernel-replay] hsa: installed on runtime {runtime_version} (root {:?}, core {:?}, amd_ext {:?}): wrapped {}; queues intercepted: {}",
                 installed.versions.root,
                 installed.versions.core,
                 installed.versions.amd_ext,
-                installed.wrapped.join(", ")
+                installed.wrapped.join(", "),
+                backend().originals().is_some_and(|o| o.queue.is_some())
             );
             *backend().installed.lock() = Some(installed);
             *backend().last_refusal.lock() = None;

@@ -128,6 +128,11 @@ fn pointer_info(o: &Originals, ptr: *const c_void) -> Option<sys::hsa_amd_pointe
 }
 
 /// The agent record of `handle`, with its device type asked through the original entry.
+pub(crate) fn agent_info(o: &Originals, handle: sys::hsa_agent_t) -> crate::agent::AgentInfo {
+    agent(o, handle)
+}
+
+/// The agent record of `handle`, with its device type asked through the original entry.
 fn agent(o: &Originals, handle: sys::hsa_agent_t) -> crate::agent::AgentInfo {
     backend().agents.get(handle.handle, || {
         let mut device: u32 = u32::MAX;

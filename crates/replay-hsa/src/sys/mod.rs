@@ -373,3 +373,56 @@ impl fmt::Display for ApiTableVersion {
         )
     }
 }
+
+// Queue, signal and interception entries (stage 2). Signatures as in `hsa.h` and
+// `hsa_ext_amd.h`, identical in every bound major.
+
+/// `hsa_queue_error_callback` as `hsa_queue_create` takes it.
+pub type QueueErrorCallback =
+    Option<unsafe extern "C" fn(hsa_status_t, *mut hsa_queue_t, *mut c_void)>;
+/// `hsa_queue_create` and `hsa_amd_queue_intercept_create` (same parameters).
+pub type QueueCreateFn = unsafe extern "C" fn(
+    hsa_agent_t,
+    u32,
+    hsa_queue_type32_t,
+    QueueErrorCallback,
+    *mut c_void,
+    u32,
+    u32,
+    *mut *mut hsa_queue_t,
+) -> hsa_status_t;
+pub type QueueDestroyFn = unsafe extern "C" fn(*mut hsa_queue_t) -> hsa_status_t;
+pub type QueueLoadIndexFn = unsafe extern "C" fn(*const hsa_queue_t) -> u64;
+pub type QueueAddIndexFn = unsafe extern "C" fn(*const hsa_queue_t, u64) -> u64;
+pub type SignalCreateFn = unsafe extern "C" fn(
+    hsa_signal_value_t,
+    u32,
+    *const hsa_agent_t,
+    *mut hsa_signal_t,
+) -> hsa_status_t;
+pub type SignalDestroyFn = unsafe extern "C" fn(hsa_signal_t) -> hsa_status_t;
+/// `hsa_signal_store_*`, `hsa_signal_add_*`, `hsa_signal_subtract_*`.
+pub type SignalUpdateFn = unsafe extern "C" fn(hsa_signal_t, hsa_signal_value_t);
+/// `hsa_signal_wait_*(signal, condition, compare, timeout_hint, wait_state)`.
+pub type SignalWaitFn =
+    unsafe extern "C" fn(hsa_signal_t, u32, hsa_signal_value_t, u64, u32) -> hsa_signal_value_t;
+/// `hsa_signal_condition_t`: `HSA_SIGNAL_CONDITION_EQ`.
+pub const HSA_SIGNAL_CONDITION_EQ: u32 = 0;
+/// `hsa_wait_state_t`: `HSA_WAIT_STATE_BLOCKED`.
+pub const HSA_WAIT_STATE_BLOCKED: u32 = 0;
+pub type MemoryCopyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> hsa_status_t;
+pub type AgentIterCallback = Option<unsafe extern "C" fn(hsa_agent_t, *mut c_void) -> hsa_status_t>;
+pub type IterateAgentsFn = unsafe extern "C" fn(AgentIterCallback, *mut c_void) -> hsa_status_t;
+pub type PoolIterCallback =
+    Option<unsafe extern "C" fn(hsa_amd_memory_pool_t, *mut c_void) -> hsa_status_t>;
+pub type IteratePoolsFn =
+    unsafe extern "C" fn(hsa_agent_t, PoolIterCallback, *mut c_void) -> hsa_status_t;
+/// `hsa_amd_queue_intercept_packet_writer`.
+pub type PacketWriter = Option<unsafe extern "C" fn(*const c_void, u64)>;
+/// `hsa_amd_queue_intercept_handler`.
+pub type InterceptHandler =
+    Option<unsafe extern "C" fn(*const c_void, u64, u64, *mut c_void, PacketWriter)>;
+pub type InterceptRegisterFn =
+    unsafe extern "C" fn(*mut hsa_queue_t, InterceptHandler, *mut c_void) -> hsa_status_t;
+pub type AsyncFunctionFn =
+    unsafe extern "C" fn(Option<unsafe extern "C" fn(*mut c_void)>, *mut c_void) -> hsa_status_t;

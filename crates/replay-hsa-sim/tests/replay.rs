@@ -1,0 +1,613 @@
+//! `replay-hsa` stage 2 on the simulated runtime: `OnLoad` on the sim's table with a tool
+//! configured on the service the backend is given, then a HIP-like client: create a queue,
+//! allocate from pools, write packets, ring the doorbell, wait on the completion signal.
+//!
+//! The backend and the service are process-wide, so the tests of this file run one at a time
+//! (`SERIAL`) and share one tool whose counters each test resets.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use replay_core::{
+    ContextId, NoContextControl, Operation, Phase, Policy, ReplayPayload, ReplayService,
+    ReplayTool, Subscription, SystemClock, UserData,
+};
+use replay_hsa::queue as aql;
+use replay_hsa::sys::{self, Entry};
+use replay_hsa_sim::{PoolKind, SimConfig, SimHsa};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A table slot as the entry's C type.
+///
+/// # Safety
+///
+/// 1. `F` is the entry's C signature and `S` a nullable function pointer field.
+unsafe fn typed<S: Copy, F: Copy>(slot: S) -> F {
+    assert_eq!(std::mem::size_of::<S>(), std::mem::size_of::<Entry>());
+    // SAFETY: same size; a nullable function pointer (caller, item 1).
+    let e: Entry = unsafe { std::mem::transmute_copy(&slot) };
+    let f = e.expect("no entry is NULL");
+    // SAFETY: same size; `F` is the entry's signature (caller, item 1).
+    unsafe { std::mem::transmute_copy(&f) }
+}
+
+/// The tool: `passes` passes; in every PASS ENTER it reads the `u64` at `watch`.
+#[derive(Default)]
+struct Tool {
+    passes: AtomicU64,
+    watch: AtomicU64,
+    seen: Mutex<Vec<u64>>,
+    configs: AtomicU64,
+    /// Run in every CONFIG ENTER (tool work launched from a callback).
+    on_config: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+}
+
+impl ReplayTool for Tool {
+    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
+        match (op, phase) {
+            (Operation::Config, Phase::Enter) => {
+                self.configs.fetch_add(1, Ordering::SeqCst);
+                if let Some(f) = self.on_config.lock().unwrap().as_ref() {
+                    f();
+                }
+                let n = self.passes.load(Ordering::SeqCst);
+                p.replay_pass_count = Some(Arc::new(move |_, _| n));
+            }
+            (Operation::Pass, Phase::Enter) => {
+                let a = self.watch.load(Ordering::SeqCst);
+                if a != 0 {
+                    // SAFETY: a live simulated allocation (host memory) of 8 bytes.
+                    let v = unsafe { std::ptr::read_volatile(a as *const u64) };
+                    self.seen.lock().unwrap().push(v);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+struct World {
+    service: Arc<ReplayService>,
+    tool: Arc<Tool>,
+}
+
+fn world() -> (&'static World, MutexGuard<'static, ()>) {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    static WORLD: OnceLock<World> = OnceLock::new();
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let w = WORLD.get_or_init(|| {
+        let policy = Policy {
+            drain_timeout: Duration::from_secs(5),
+            pass_timeout: Duration::from_secs(5),
+            ..Policy::default()
+        };
+        let service = Arc::new(ReplayService::new(
+            policy,
+            Arc::new(SystemClock::new()),
+            Arc::new(NoContextControl),
+        ));
+        let tool = Arc::new(Tool::default());
+        service
+            .configure(
+                ContextId(1),
+                Subscription::CONFIG | Subscription::PASS,
+                tool.clone() as Arc<dyn ReplayTool>,
+            )
+            .unwrap();
+        replay_hsa::set_service(service.clone());
+        World { service, tool }
+    });
+    w.tool.passes.store(0, Ordering::SeqCst);
+    w.tool.watch.store(0, Ordering::SeqCst);
+    w.tool.configs.store(0, Ordering::SeqCst);
+    w.tool.seen.lock().unwrap().clear();
+    *w.tool.on_config.lock().unwrap() = None;
+    (w, guard)
+}
+
+type QueueCreate = sys::QueueCreateFn;
+
+#[derive(Clone, Copy)]
+struct Api {
+    pool_allocate: sys::PoolAllocateFn,
+    queue_create: QueueCreate,
+    queue_destroy: sys::QueueDestroyFn,
+    load_write_index: sys::QueueLoadIndexFn,
+    add_write_index: sys::QueueAddIndexFn,
+    signal_create: sys::SignalCreateFn,
+    signal_load: sys::SignalLoadFn,
+    signal_store: sys::SignalUpdateFn,
+    signal_wait: sys::SignalWaitFn,
+    async_function: sys::AsyncFunctionFn,
+}
+
+/// A fresh sim with `OnLoad` installed, and the client's entries read from its table after.
+fn sim() -> (SimHsa, Api) {
+    let mut sim = SimHsa::new(SimConfig::default());
+    // SAFETY: the sim's table, alive, not used by other threads during the call.
+    let ok = unsafe { replay_hsa::on_load(sim.table().cast(), 1, 0, std::ptr::null()) };
+    assert!(ok, "{}", replay_hsa::backend().state_json());
+    let c = sim.core();
+    let a = sim.amd();
+    // SAFETY: each entry is read as its C signature.
+    let api = unsafe {
+        Api {
+            pool_allocate: typed(a.hsa_amd_memory_pool_allocate_fn),
+            queue_create: typed(c.hsa_queue_create_fn),
+            queue_destroy: typed(c.hsa_queue_destroy_fn),
+            load_write_index: typed(c.hsa_queue_load_write_index_relaxed_fn),
+            add_write_index: typed(c.hsa_queue_add_write_index_screlease_fn),
+            signal_create: typed(c.hsa_signal_create_fn),
+            signal_load: typed(c.hsa_signal_load_relaxed_fn),
+            signal_store: typed(c.hsa_signal_store_screlease_fn),
+            signal_wait: typed(c.hsa_signal_wait_scacquire_fn),
+            async_function: typed(a.hsa_amd_async_function_fn),
+        }
+    };
+    (sim, api)
+}
+
+impl Api {
+    fn signal(&self, v: i64) -> sys::hsa_signal_t {
+        let mut s = sys::hsa_signal_t::default();
+        // SAFETY: valid out pointer, no consumers.
+        let st = unsafe { (self.signal_create)(v, 0, std::ptr::null(), &mut s) };
+        assert_eq!(st, 0);
+        s
+    }
+
+    fn load(&self, s: sys::hsa_signal_t) -> i64 {
+        // SAFETY: a live signal.
+        unsafe { (self.signal_load)(s) }
+    }
+
+    fn wait_zero(&self, s: sys::hsa_signal_t) -> i64 {
+        // SAFETY: a live signal; EQ 0; the timeout hint is nanoseconds on the sim.
+        unsafe { (self.signal_wait)(s, 0, 0, TIMEOUT.as_nanos() as u64, 0) }
+    }
+
+    fn alloc(&self, pool: sys::hsa_amd_memory_pool_t, size: usize) -> *mut u8 {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: valid out pointer.
+        assert_eq!(unsafe { (self.pool_allocate)(pool, size, 0, &mut p) }, 0);
+        p.cast()
+    }
+
+    fn queue(&self, agent: sys::hsa_agent_t) -> *mut sys::hsa_queue_t {
+        self.queue_of(agent, 64)
+    }
+
+    fn queue_of(&self, agent: sys::hsa_agent_t, size: u32) -> *mut sys::hsa_queue_t {
+        let mut q = std::ptr::null_mut();
+        // SAFETY: valid out pointer; no callback.
+        let st = unsafe {
+            (self.queue_create)(agent, size, 0, None, std::ptr::null_mut(), 0, 0, &mut q)
+        };
+        assert_eq!(st, 0);
+        q
+    }
+
+    /// Writes `packet` at the next write index (header last, release) and rings the doorbell.
+    fn submit(&self, q: *mut sys::hsa_queue_t, packet: [u8; 64]) {
+        // SAFETY: a live queue; the slot is ours until the header is published.
+        unsafe {
+            let idx = (self.add_write_index)(q, 1);
+            let qs = &*q;
+            let slot = qs
+                .base_address
+                .cast::<u8>()
+                .add((idx % u64::from(qs.size)) as usize * 64);
+            std::ptr::copy_nonoverlapping(packet[2..].as_ptr(), slot.add(2), 62);
+            AtomicU16::from_ptr(slot.cast()).store(
+                u16::from_le_bytes([packet[0], packet[1]]),
+                Ordering::Release,
+            );
+            let w = (self.load_write_index)(q);
+            (self.signal_store)(qs.doorbell_signal, w as i64 - 1);
+        }
+    }
+}
+
+fn dispatch(kernel: u64, kernarg: *mut u8, completion: sys::hsa_signal_t) -> [u8; 64] {
+    let p = sys::hsa_kernel_dispatch_packet_t {
+        header: aql::header(sys::HSA_PACKET_TYPE_KERNEL_DISPATCH, true, 1, 1),
+        setup: 1,
+        workgroup_size_x: 1,
+        workgroup_size_y: 1,
+        workgroup_size_z: 1,
+        grid_size_x: 1,
+        grid_size_y: 1,
+        grid_size_z: 1,
+        kernel_object: kernel,
+        kernarg_address: kernarg as u64,
+        completion_signal: completion,
+        ..Default::default()
+    };
+    // SAFETY: a 64-byte plain-integer struct.
+    unsafe { std::mem::transmute(p) }
+}
+
+/// `x = 3x + 1` on the `u64` at `arg0` (read-modify-write: a replay that does not restore
+/// shows).
+fn rmw(x: u64) -> u64 {
+    x.wrapping_mul(3).wrapping_add(1)
+}
+
+fn rmw_kernel(sim: &SimHsa, runs: Arc<AtomicU64>, delay: Duration) -> u64 {
+    sim.register_kernel("rmw", move |d| {
+        let p = d.arg(0)?;
+        let v = d.read_u64(p)?;
+        std::thread::sleep(delay);
+        d.write_u64(p, rmw(v))?;
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+}
+
+/// A coarse device buffer holding `init` and kernargs `(buffer)` on GPU `gpu`.
+fn buffer_and_args(sim: &SimHsa, api: &Api, gpu: usize, init: u64) -> (*mut u64, *mut u8) {
+    let buf = api
+        .alloc(sim.pool(gpu, PoolKind::DeviceCoarse), 64)
+        .cast::<u64>();
+    let args = api.alloc(sim.pool(0, PoolKind::Kernarg), 64);
+    // SAFETY: fresh host-visible simulated allocations.
+    unsafe {
+        buf.write_volatile(init);
+        args.cast::<u64>().write(buf as u64);
+    }
+    (buf, args)
+}
+
+fn read(p: *const u64) -> u64 {
+    // SAFETY: a live simulated allocation.
+    unsafe { std::ptr::read_volatile(p) }
+}
+
+#[test]
+fn a_replayed_dispatch_runs_n_passes_on_identical_inputs_and_completes_once() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let state: serde_json::Value =
+        serde_json::from_str(&replay_hsa::backend().state_json()).unwrap();
+    assert_eq!(state["queues_intercepted"], true, "{state}");
+    let runs = Arc::new(AtomicU64::new(0));
+    let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+    let q = api.queue(sim.gpu_agents()[0]);
+    assert!(
+        replay_hsa::intercept::state_of(q).is_some(),
+        "the queue is intercepted"
+    );
+    let (buf, args) = buffer_and_args(&sim, &api, 0, 5);
+    w.tool.passes.store(4, Ordering::SeqCst);
+    w.tool.watch.store(buf as u64, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = api.signal(1);
+    api.submit(q, dispatch(k, args, done));
+    assert_eq!(api.wait_zero(done), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        api.load(done),
+        0,
+        "the completion signal fired exactly once"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 4, "four passes ran");
+    assert_eq!(
+        *w.tool.seen.lock().unwrap(),
+        vec![5; 4],
+        "every pass saw the same input"
+    );
+    assert_eq!(read(buf), rmw(5), "memory equals one execution");
+    let s = w.service.summary();
+    assert_eq!(
+        (s.replayed - before.replayed, s.passes - before.passes),
+        (1, 4),
+        "{s:?}"
+    );
+    // SAFETY: the queue created above, idle.
+    assert_eq!(unsafe { (api.queue_destroy)(q) }, 0);
+    assert!(replay_hsa::intercept::state_of(q).is_none());
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_barrier_passes_through_once() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let q = api.queue(sim.gpu_agents()[1]);
+    let dep = api.signal(0);
+    let done = api.signal(1);
+    let mut p = sys::hsa_barrier_and_packet_t {
+        header: aql::header(sys::HSA_PACKET_TYPE_BARRIER_AND, true, 2, 2),
+        completion_signal: done,
+        ..Default::default()
+    };
+    p.dep_signal[0] = dep;
+    // SAFETY: a 64-byte plain-integer struct.
+    api.submit(q, unsafe {
+        std::mem::transmute::<sys::hsa_barrier_and_packet_t, [u8; 64]>(p)
+    });
+    assert_eq!(api.wait_zero(done), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(api.load(done), 0, "the barrier ran once");
+    assert_eq!(
+        w.tool.configs.load(Ordering::SeqCst),
+        0,
+        "no window for a barrier"
+    );
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_dispatch_while_the_service_is_inactive_runs_once_untouched() {
+    let (w, _g) = world();
+    w.service.stop().unwrap();
+    let (sim, api) = sim();
+    let runs = Arc::new(AtomicU64::new(0));
+    let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+    let q = api.queue(sim.gpu_agents()[0]);
+    let (buf, args) = buffer_and_args(&sim, &api, 0, 7);
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let done = api.signal(1);
+    api.submit(q, dispatch(k, args, done));
+    assert_eq!(api.wait_zero(done), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(api.load(done), 0);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(read(buf), rmw(7));
+    assert_eq!(
+        w.tool.configs.load(Ordering::SeqCst),
+        0,
+        "the tool was not called"
+    );
+}
+
+/// What the async-thread submitter needs.
+struct Forward {
+    api: Api,
+    /// The `hsa_queue_t*`, as an address.
+    queue: usize,
+    packet: [u8; 64],
+    sent: AtomicU64,
+}
+
+unsafe extern "C" fn forward(arg: *mut c_void) {
+    // SAFETY: the test's `Forward`, alive until the test saw `sent`.
+    let f = unsafe { &*arg.cast::<Forward>() };
+    f.api.submit(f.queue as *mut sys::hsa_queue_t, f.packet);
+    f.sent.store(1, Ordering::SeqCst);
+}
+
+#[test]
+fn an_application_dispatch_arriving_on_the_async_thread_during_a_window_runs_once_after_it() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let gpu = sim.gpu_agents()[0];
+    let a_runs = Arc::new(AtomicU64::new(0));
+    let slow = rmw_kernel(&sim, a_runs.clone(), Duration::from_millis(100));
+    // B's kernel records how many of A's passes had finished when it ran.
+    let seen_at_b = Arc::new(AtomicU64::new(u64::MAX));
+    let b_runs = Arc::new(AtomicU64::new(0));
+    let (ar, sb, br) = (a_runs.clone(), seen_at_b.clone(), b_runs.clone());
+    let kb = sim.register_kernel("b", move |d| {
+        sb.store(ar.load(Ordering::SeqCst), Ordering::SeqCst);
+        br.fetch_add(1, Ordering::SeqCst);
+        let p = d.arg(0)?;
+        let v = d.read_u64(p)?;
+        d.write_u64(p, rmw(v))
+    });
+    let qa = api.queue(gpu);
+    let qb = api.queue(gpu);
+    let (buf_a, args_a) = buffer_and_args(&sim, &api, 0, 1);
+    let (buf_b, args_b) = buffer_and_args(&sim, &api, 0, 10);
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done_a = api.signal(1);
+    let done_b = api.signal(1);
+    let fwd = Box::new(Forward {
+        api,
+        queue: qb as usize,
+        packet: dispatch(kb, args_b, done_b),
+        sent: AtomicU64::new(0),
+    });
+    let fwd_ptr = &*fwd as *const Forward as usize;
+    let ar = a_runs.clone();
+    let poster = std::thread::spawn(move || {
+        // Once A's first pass finished (the window holds the agent), forward B's dispatch
+        // from the runtime's async thread.
+        let start = Instant::now();
+        while ar.load(Ordering::SeqCst) < 1 {
+            assert!(start.elapsed() < TIMEOUT);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // SAFETY: `forward` has the async function's signature; the `Forward` outlives it.
+        let st = unsafe { (api.async_function)(Some(forward), fwd_ptr as *mut c_void) };
+        assert_eq!(st, 0);
+    });
+    api.submit(qa, dispatch(slow, args_a, done_a));
+    assert_eq!(api.wait_zero(done_a), 0);
+    poster.join().unwrap();
+    assert_eq!(api.wait_zero(done_b), 0, "B completes");
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(fwd.sent.load(Ordering::SeqCst), 1);
+    assert_eq!(b_runs.load(Ordering::SeqCst), 1, "B ran exactly once");
+    assert_eq!(
+        seen_at_b.load(Ordering::SeqCst),
+        3,
+        "B ran after the window's three passes"
+    );
+    assert_eq!(api.load(done_b), 0);
+    assert_eq!(api.load(done_a), 0);
+    assert_eq!(read(buf_a), rmw(1));
+    assert_eq!(read(buf_b), rmw(10));
+    assert_eq!(
+        replay_hsa::intercept::state_of(qb).map(|s| s.parked()),
+        Some(0)
+    );
+    let s = w.service.summary();
+    assert_eq!(
+        (
+            s.dispatches - before.dispatches,
+            s.replayed - before.replayed
+        ),
+        (1, 1),
+        "B was deferred (no record of its own), then written untouched: {s:?}"
+    );
+    w.service.stop().unwrap();
+}
+
+fn barrier_on(dep: sys::hsa_signal_t, completion: sys::hsa_signal_t) -> [u8; 64] {
+    let mut p = sys::hsa_barrier_and_packet_t {
+        header: aql::header(sys::HSA_PACKET_TYPE_BARRIER_AND, true, 2, 2),
+        completion_signal: completion,
+        ..Default::default()
+    };
+    p.dep_signal[0] = dep;
+    // SAFETY: a 64-byte plain-integer struct.
+    unsafe { std::mem::transmute::<sys::hsa_barrier_and_packet_t, [u8; 64]>(p) }
+}
+
+#[test]
+fn a_full_ring_declines_instead_of_hanging_and_the_dispatch_runs_once() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let runs = Arc::new(AtomicU64::new(0));
+    let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+    let q = api.queue_of(sim.gpu_agents()[1], 4);
+    let (buf, args) = buffer_and_args(&sim, &api, 1, 2);
+    // Four barriers waiting on `hold` fill the ring of four.
+    let hold = api.signal(1);
+    let barriers = api.signal(4);
+    for _ in 0..4 {
+        api.submit(q, barrier_on(hold, barriers));
+    }
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = api.signal(1);
+    let start = Instant::now();
+    api.submit(q, dispatch(k, args, done));
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "the window declined without waiting for the drain timeout"
+    );
+    let s = w.service.summary();
+    let declined = |s: &replay_core::RunSummary| s.declined.values().sum::<u64>();
+    assert_eq!(declined(&s) - declined(&before), 1, "{s:?}");
+    assert_eq!(s.replayed, before.replayed);
+    // SAFETY: a live signal: releases the barriers.
+    unsafe { (api.signal_store)(hold, 0) };
+    assert_eq!(api.wait_zero(barriers), 0);
+    assert_eq!(api.wait_zero(done), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(api.load(done), 0, "the completion signal fired once");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the dispatch ran once");
+    assert_eq!(read(buf), rmw(2));
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn tool_work_launched_from_a_callback_arrives_on_the_async_thread_and_completes() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let gpu = sim.gpu_agents()[0];
+    let runs = Arc::new(AtomicU64::new(0));
+    let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+    let tool_runs = Arc::new(AtomicU64::new(0));
+    let kt = rmw_kernel(&sim, tool_runs.clone(), Duration::ZERO);
+    let qa = api.queue(gpu);
+    let qt = api.queue(gpu);
+    let (buf, args) = buffer_and_args(&sim, &api, 0, 3);
+    let (tbuf, targs) = buffer_and_args(&sim, &api, 0, 100);
+    let tool_done = api.signal(1);
+    let fwd = Arc::new(Forward {
+        api,
+        queue: qt as usize,
+        packet: dispatch(kt, targs, tool_done),
+        sent: AtomicU64::new(0),
+    });
+    let completed_in_callback = Arc::new(AtomicU64::new(0));
+    {
+        let fwd = fwd.clone();
+        let c = completed_in_callback.clone();
+        *w.tool.on_config.lock().unwrap() = Some(Box::new(move || {
+            if fwd.sent.load(Ordering::SeqCst) != 0 {
+                return;
+            }
+            let p = Arc::as_ptr(&fwd) as *mut c_void;
+            // SAFETY: `forward` has the async function's signature; `fwd` outlives it.
+            assert_eq!(unsafe { (api.async_function)(Some(forward), p) }, 0);
+            // The tool waits for its own work inside the callback.
+            if api.wait_zero(tool_done) == 0 {
+                c.store(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    w.tool.passes.store(2, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = api.signal(1);
+    api.submit(qa, dispatch(k, args, done));
+    assert_eq!(api.wait_zero(done), 0);
+    assert_eq!(
+        completed_in_callback.load(Ordering::SeqCst),
+        1,
+        "the tool's work completed while its callback waited"
+    );
+    assert_eq!(
+        tool_runs.load(Ordering::SeqCst),
+        1,
+        "tool work ran once, not replayed"
+    );
+    assert_eq!(read(tbuf), rmw(100));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the dispatch was replayed twice"
+    );
+    assert_eq!(read(buf), rmw(3));
+    let s = w.service.summary();
+    assert_eq!(s.replayed - before.replayed, 1, "{s:?}");
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn an_application_dispatch_on_the_async_thread_declines_instead_of_hanging() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let gpu = sim.gpu_agents()[1];
+    let runs = Arc::new(AtomicU64::new(0));
+    let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+    let qa = api.queue(gpu);
+    let _other = api.queue(gpu);
+    let (buf, args) = buffer_and_args(&sim, &api, 1, 4);
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = api.signal(1);
+    let fwd = Box::new(Forward {
+        api,
+        queue: qa as usize,
+        packet: dispatch(k, args, done),
+        sent: AtomicU64::new(0),
+    });
+    let start = Instant::now();
+    // SAFETY: `forward` has the async function's signature; `fwd` outlives it.
+    let st = unsafe { (api.async_function)(Some(forward), &*fwd as *const Forward as *mut c_void) };
+    assert_eq!(st, 0);
+    assert_eq!(api.wait_zero(done), 0);
+    assert!(start.elapsed() < Duration::from_secs(4), "no drain timeout");
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(api.load(done), 0, "the completion signal fired once");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the dispatch ran once");
+    assert_eq!(read(buf), rmw(4));
+    let s = w.service.summary();
+    let declined = |s: &replay_core::RunSummary| s.declined.values().sum::<u64>();
+    assert_eq!(declined(&s) - declined(&before), 1, "{s:?}");
+    w.service.stop().unwrap();
+}

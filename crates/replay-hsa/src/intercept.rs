@@ -1,0 +1,697 @@
+//! Queue interception (SPEC §9.1): the `hsa_queue_create` / `hsa_queue_destroy` wrappers and
+//! the write interceptor.
+//!
+//! `hsa_queue_create` is answered with an **intercepting queue** (the original
+//! `hsa_amd_queue_intercept_create`) on which [`interceptor`] is registered; if the runtime
+//! refuses either step the application gets a plain queue from the original entry, untouched.
+//! Each intercepted queue keeps a [`QueueState`]: its agent, its ring size, a **counting drain
+//! signal** (raised by one for every drain barrier the backend appends, lowered by that barrier's
+//! completion, so a drain waits on completion, never on read indices), an estimate of the
+//! hardware ring's occupancy, and the packets parked while a window ran (below). The per-agent
+//! queue list is the registry filtered by agent ([`queues_of`]).
+//!
+//! ## The interceptor
+//!
+//! - A submission that is not exactly one kernel-dispatch packet is written through `writer`
+//!   unchanged, as is everything while no service is set or the service is inactive.
+//! - A single dispatch goes to [`replay_core::ReplayService::submit`] through a
+//!   [`crate::agent::QueueAgent`] bound to this call's `writer`.
+//! - **Threading.** The runtime calls interceptors under the queue's lock, on the ringing
+//!   thread or on its single async-events thread. The backend learns that thread's identity by
+//!   running a function there (`hsa_amd_async_function`, at the first queue creation on each
+//!   agent).
+//!   A dispatch arriving there is marked [`Origin::ForwardedToolWork`] when a tool callback of a
+//!   window on that agent is running (`agent_gate(agent).in_callback()`), else
+//!   [`Origin::ForwardedApplication`]; the service never blocks it on the agent's lock.
+//! - **Deferred packets.** When the service answers `deferred` (a window holds the agent), the
+//!   packet is **parked** on its queue; later submissions on that queue that arrive on the async
+//!   thread are parked behind it, keeping queue order. Parked packets are written at the next
+//!   interceptor call on that queue that finds the agent's window over. Two things guarantee such
+//!   a call: right after parking, the interceptor checks whether the window already ended and
+//!   then writes them itself; and the thread that ran a window, once `submit` returned (the
+//!   lock released), **kicks** every queue of that agent with parked packets: it writes a no-op
+//!   barrier-AND (no dependencies, no completion signal) into that queue's ring and rings its
+//!   doorbell, so the runtime calls the interceptor again (on its async thread, since the
+//!   doorbell is rung from inside an interceptor), which writes the parked packets, then the
+//!   no-op. Parking happens before the lock check and the kick after the lock release, so one
+//!   of the two always sees the other. Packets parked there run exactly once, after the window.
+//! - **Ring space.** `writer` parks packets silently when the hardware ring is full, so the
+//!   backend never waits for a packet that cannot be in the ring: before every `writer` call it
+//!   checks an upper bound of the ring's occupancy (packets written minus packets known
+//!   consumed: everything up to a completed drain barrier or pass, or up to the last
+//!   passed-through packet whose completion signal has fired). No room: an error, and the core
+//!   declines or truncates.
+//! - Every entry catches panics; the interceptor's fallback writes the packets through
+//!   unchanged unless some were already written.
+
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock};
+use std::thread::ThreadId;
+
+use parking_lot::{Mutex, RwLock};
+use replay_core::{
+    AgentId, Dim3, Dispatch, DispatchInfo, KernelId, KernelKey, Origin, QueueId, SubmissionKind,
+};
+
+use crate::agent::{AgentInfo, QueueAgent};
+use crate::queue as aql;
+use crate::sys::{self, hsa_status_t};
+use crate::tool::{backend, Originals};
+
+/// The original queue, signal and interception entries.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy)]
+pub struct QueueFns {
+    pub queue_create: sys::QueueCreateFn,
+    pub queue_destroy: sys::QueueDestroyFn,
+    pub load_read_index: sys::QueueLoadIndexFn,
+    pub load_write_index: sys::QueueLoadIndexFn,
+    pub add_write_index: sys::QueueAddIndexFn,
+    pub signal_create: sys::SignalCreateFn,
+    pub signal_destroy: sys::SignalDestroyFn,
+    pub signal_store: sys::SignalUpdateFn,
+    pub signal_add: sys::SignalUpdateFn,
+    pub signal_subtract: sys::SignalUpdateFn,
+    pub signal_wait: sys::SignalWaitFn,
+    pub memory_copy: sys::MemoryCopyFn,
+    pub iterate_agents: sys::IterateAgentsFn,
+    pub iterate_pools: sys::IteratePoolsFn,
+    pub intercept_create: sys::QueueCreateFn,
+    pub intercept_register: sys::InterceptRegisterFn,
+    pub async_function: sys::AsyncFunctionFn,
+}
+
+/// One 64-byte AQL packet, aligned as the ring's slots.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet(pub [u8; 64]);
+
+impl Packet {
+    /// The header.
+    pub fn header(&self) -> u16 {
+        u16::from_le_bytes([self.0[0], self.0[1]])
+    }
+
+    /// The completion signal (offset 56 in dispatch and barrier packets).
+    pub fn completion_signal(&self) -> sys::hsa_signal_t {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[56..64]);
+        sys::hsa_signal_t {
+            handle: u64::from_le_bytes(b),
+        }
+    }
+
+    /// Replaces the completion signal.
+    pub fn set_completion_signal(&mut self, s: sys::hsa_signal_t) {
+        self.0[56..64].copy_from_slice(&s.handle.to_le_bytes());
+    }
+
+    /// Replaces the header.
+    pub fn set_header(&mut self, h: u16) {
+        self.0[..2].copy_from_slice(&h.to_le_bytes());
+    }
+
+    /// The packet as a kernel dispatch.
+    pub fn as_dispatch(&self) -> sys::hsa_kernel_dispatch_packet_t {
+        // SAFETY: a 64-byte, 64-aligned block read as a plain-integer struct of that size.
+        unsafe { std::ptr::read((self as *const Self).cast()) }
+    }
+
+    /// A barrier-AND packet: barrier bit set, system-scope fences, no dependencies.
+    pub fn barrier_and(completion: sys::hsa_signal_t, barrier: bool) -> Self {
+        let p = sys::hsa_barrier_and_packet_t {
+            header: aql::header(
+                sys::HSA_PACKET_TYPE_BARRIER_AND,
+                barrier,
+                sys::HSA_FENCE_SCOPE_SYSTEM,
+                sys::HSA_FENCE_SCOPE_SYSTEM,
+            ),
+            completion_signal: completion,
+            ..Default::default()
+        };
+        // SAFETY: a 64-byte plain-integer struct read as 64 bytes.
+        Self(unsafe { std::mem::transmute::<sys::hsa_barrier_and_packet_t, [u8; 64]>(p) })
+    }
+}
+
+/// Occupancy bookkeeping of a queue's hardware ring (see the module docs).
+#[derive(Debug, Default, Clone, Copy)]
+struct Occupancy {
+    /// Packets written through `writer` since the queue was created.
+    written: u64,
+    /// Of those, how many are known consumed.
+    retired: u64,
+    /// The last passed-through packet with a completion signal: `(signal, value before, mark)`.
+    marker: Option<(u64, i64, u64)>,
+}
+
+/// What the backend keeps per intercepted queue.
+#[derive(Debug)]
+pub struct QueueState {
+    /// The application's `hsa_queue_t*`.
+    pub queue: usize,
+    /// The queue's agent.
+    pub agent: AgentInfo,
+    /// Ring size in packets.
+    pub size: u64,
+    /// The counting drain signal (outstanding drain barriers).
+    pub drain_signal: sys::hsa_signal_t,
+    occupancy: Mutex<Occupancy>,
+    parked: Mutex<Vec<Packet>>,
+}
+
+impl QueueState {
+    /// Free slots of the hardware ring, as a lower bound.
+    pub fn space(&self, load: sys::SignalLoadFn) -> u64 {
+        let mut o = self.occupancy.lock();
+        if let Some((sig, before, mark)) = o.marker {
+            // SAFETY: the original `hsa_signal_load_relaxed` on a signal the application passed
+            // in a packet. Any change means the packet completed: decremented, or re-armed (or
+            // destroyed) by an application that waited for it.
+            let v = unsafe { load(sys::hsa_signal_t { handle: sig }) };
+            if v != before {
+                o.retired = o.retired.max(mark);
+                o.marker = None;
+            }
+        }
+        self.size.saturating_sub(o.written - o.retired)
+    }
+
+    /// Records `n` packets written; the mark (the count after them).
+    pub fn wrote(&self, n: u64) -> u64 {
+        let mut o = self.occupancy.lock();
+        o.written += n;
+        o.written
+    }
+
+    /// Everything up to `mark` is known consumed.
+    pub fn retire(&self, mark: u64) {
+        let mut o = self.occupancy.lock();
+        o.retired = o.retired.max(mark.min(o.written));
+    }
+
+    fn set_marker(&self, signal: u64, before: i64, mark: u64) {
+        self.occupancy.lock().marker = Some((signal, before, mark));
+    }
+
+    /// Packets parked now.
+    pub fn parked(&self) -> usize {
+        self.parked.lock().len()
+    }
+}
+
+static QUEUES: LazyLock<RwLock<HashMap<usize, Arc<QueueState>>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// Queues with parked packets, per agent handle, to kick after a window.
+static KICKS: LazyLock<Mutex<HashMap<u64, Vec<Arc<QueueState>>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The runtime's async-events threads (one per runtime; several only where a process holds
+/// several simulated runtimes).
+static ASYNC_THREADS: LazyLock<RwLock<HashSet<ThreadId>>> =
+    LazyLock::new(|| RwLock::new(HashSet::new()));
+/// Agents whose runtime was asked for its async thread.
+static ASYNC_ASKED: LazyLock<Mutex<HashSet<u64>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+
+thread_local! {
+    /// Set while this thread's interceptor call wrote at least one packet.
+    static WROTE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Intercepted queues alive.
+pub fn queue_count() -> usize {
+    QUEUES.read().len()
+}
+
+/// The state of the intercepted queue `queue` (the application's pointer).
+pub fn state_of(queue: *const sys::hsa_queue_t) -> Option<Arc<QueueState>> {
+    QUEUES.read().get(&(queue as usize)).cloned()
+}
+
+/// The intercepted queues of agent `handle` (the per-agent queue list).
+pub fn queues_of(handle: u64) -> Vec<Arc<QueueState>> {
+    QUEUES
+        .read()
+        .values()
+        .filter(|q| q.agent.handle == handle)
+        .cloned()
+        .collect()
+}
+
+/// Whether the calling thread is the runtime's async-events thread.
+pub fn on_async_thread() -> bool {
+    ASYNC_THREADS.read().contains(&std::thread::current().id())
+}
+
+unsafe extern "C" fn record_async_thread(_arg: *mut c_void) {
+    let _ = catch_unwind(|| {
+        ASYNC_THREADS.write().insert(std::thread::current().id());
+    });
+}
+
+fn fns() -> Option<(Arc<Originals>, QueueFns)> {
+    let o = backend().originals()?;
+    let q = o.queue?;
+    Some((o, q))
+}
+
+/// Writes `pkts` through `writer`, recording them.
+///
+/// # Safety
+///
+/// 1. `writer` is the writer of the interceptor call running on this thread, for `st`'s queue.
+pub(crate) unsafe fn write(st: &QueueState, writer: WriterFn, pkts: &[Packet]) -> u64 {
+    if pkts.is_empty() {
+        return st.wrote(0);
+    }
+    WROTE.with(|w| w.set(true));
+    // SAFETY: the caller's item 1; `pkts` holds `len` packets alive for the call.
+    unsafe { writer(pkts.as_ptr().cast(), pkts.len() as u64) };
+    st.wrote(pkts.len() as u64)
+}
+
+/// A packet writer as the runtime passes it.
+pub type WriterFn = unsafe extern "C" fn(*const c_void, u64);
+
+// ----- Queue creation -------------------------------------------------------------------------
+
+/// Wrapper of `hsa_queue_create`: an intercepting queue with the write interceptor, or the
+/// original queue if the runtime refuses interception.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_queue_create`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn queue_create(
+    agent: sys::hsa_agent_t,
+    size: u32,
+    type_: sys::hsa_queue_type32_t,
+    callback: sys::QueueErrorCallback,
+    data: *mut c_void,
+    private_segment_size: u32,
+    group_segment_size: u32,
+    queue: *mut *mut sys::hsa_queue_t,
+) -> hsa_status_t {
+    let Some((o, q)) = fns() else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    let intercepted = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe {
+            create_intercepted(
+                &o,
+                &q,
+                agent,
+                size,
+                type_,
+                callback,
+                data,
+                private_segment_size,
+                group_segment_size,
+                queue,
+            )
+        }
+    }));
+    match intercepted {
+        Ok(Some(status)) => status,
+        _ => {
+            // SAFETY: the original entry with the caller's arguments.
+            unsafe {
+                (q.queue_create)(
+                    agent,
+                    size,
+                    type_,
+                    callback,
+                    data,
+                    private_segment_size,
+                    group_segment_size,
+                    queue,
+                )
+            }
+        }
+    }
+}
+
+/// `Some(status)` when the queue was created as an intercepting queue (or the caller's
+/// arguments were refused); `None` to fall back to the original entry.
+#[allow(clippy::too_many_arguments)]
+unsafe fn create_intercepted(
+    o: &Originals,
+    q: &QueueFns,
+    agent: sys::hsa_agent_t,
+    size: u32,
+    type_: sys::hsa_queue_type32_t,
+    callback: sys::QueueErrorCallback,
+    data: *mut c_void,
+    private_segment_size: u32,
+    group_segment_size: u32,
+    out: *mut *mut sys::hsa_queue_t,
+) -> Option<hsa_status_t> {
+    if out.is_null() {
+        return None;
+    }
+    if ASYNC_ASKED.lock().insert(agent.handle) {
+        // SAFETY: the original `hsa_amd_async_function` with a function of the right type.
+        let st = unsafe { (q.async_function)(Some(record_async_thread), std::ptr::null_mut()) };
+        if st != sys::HSA_STATUS_SUCCESS {
+            log::warn!("[kernel-replay] hsa: hsa_amd_async_function failed ({st:#x}); the async-events thread is not recognised");
+        }
+    }
+    let mut p: *mut sys::hsa_queue_t = std::ptr::null_mut();
+    // SAFETY: the original intercept-create with the caller's arguments and our out pointer.
+    let st = unsafe {
+        (q.intercept_create)(
+            agent,
+            size,
+            type_,
+            callback,
+            data,
+            private_segment_size,
+            group_segment_size,
+            &mut p,
+        )
+    };
+    if st != sys::HSA_STATUS_SUCCESS || p.is_null() {
+        log::warn!("[kernel-replay] hsa: hsa_amd_queue_intercept_create failed ({st:#x}); this queue is not intercepted");
+        return None;
+    }
+    let mut drain = sys::hsa_signal_t::default();
+    // SAFETY: the original signal create with a valid out pointer, no consumers.
+    let sst = unsafe { (q.signal_create)(0, 0, std::ptr::null(), &mut drain) };
+    // SAFETY: `p` is the queue just created.
+    let ring = u64::from(unsafe { (*p).size });
+    let info = crate::tracker::agent_info(o, agent);
+    let state = Arc::new(QueueState {
+        queue: p as usize,
+        agent: info,
+        size: ring,
+        drain_signal: drain,
+        occupancy: Mutex::new(Occupancy::default()),
+        parked: Mutex::new(Vec::new()),
+    });
+    let rst = if sst == sys::HSA_STATUS_SUCCESS {
+        QUEUES.write().insert(p as usize, state);
+        // SAFETY: the original register entry on the queue just created; `data` is the
+        // queue's address, looked up (never dereferenced) by the interceptor.
+        unsafe { (q.intercept_register)(p, Some(interceptor), p.cast()) }
+    } else {
+        sst
+    };
+    if rst != sys::HSA_STATUS_SUCCESS {
+        log::warn!("[kernel-replay] hsa: registering the interceptor failed ({rst:#x}); this queue is not intercepted");
+        QUEUES.write().remove(&(p as usize));
+        // SAFETY: the queue was created above and never handed out.
+        unsafe { (q.queue_destroy)(p) };
+        if sst == sys::HSA_STATUS_SUCCESS {
+            // SAFETY: our signal, never used.
+            unsafe { (q.signal_destroy)(drain) };
+        }
+        return None;
+    }
+    // SAFETY: `out` is non-NULL (checked above).
+    unsafe { out.write(p) };
+    Some(sys::HSA_STATUS_SUCCESS)
+}
+
+/// Wrapper of `hsa_queue_destroy`: forgets the queue's state, then destroys it.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_queue_destroy`.
+pub unsafe extern "C" fn queue_destroy(queue: *mut sys::hsa_queue_t) -> hsa_status_t {
+    let Some((o, q)) = fns() else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if let Some(st) = QUEUES.write().remove(&(queue as usize)) {
+            // SAFETY: the original load entry on our own signal.
+            let outstanding = unsafe { (o.signal_load_relaxed)(st.drain_signal) };
+            if outstanding == 0 {
+                // SAFETY: our signal; no barrier of ours references it any more.
+                unsafe { (q.signal_destroy)(st.drain_signal) };
+            }
+            let parked = st.parked();
+            if parked > 0 {
+                log::warn!("[kernel-replay] hsa: a queue was destroyed with {parked} packets parked; they are dropped");
+            }
+        }
+    }));
+    // SAFETY: the original entry with the caller's argument.
+    unsafe { (q.queue_destroy)(queue) }
+}
+
+// ----- The interceptor ------------------------------------------------------------------------
+
+/// The write interceptor registered on every intercepted queue.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_queue_intercept_handler`: `pkts` holds `count` packets,
+/// `writer` is the chain's writer for this call, `data` the value registered (the queue).
+pub unsafe extern "C" fn interceptor(
+    pkts: *const c_void,
+    count: u64,
+    _user_index: u64,
+    data: *mut c_void,
+    writer: sys::PacketWriter,
+) {
+    let Some(writer) = writer else { return };
+    if pkts.is_null() || count == 0 {
+        return;
+    }
+    let packets: Vec<Packet> = (0..count as usize)
+        .map(|i| {
+            // SAFETY: the runtime's contract: `count` 64-byte packets (read unaligned).
+            unsafe { pkts.cast::<Packet>().add(i).read_unaligned() }
+        })
+        .collect();
+    WROTE.with(|w| w.set(false));
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `writer` is this call's writer for the queue `data` names.
+        unsafe { handle(&packets, data as usize, writer) }
+    }));
+    if r.is_err() {
+        log::error!("[kernel-replay] hsa: the interceptor panicked");
+        if !WROTE.with(Cell::get) {
+            // SAFETY: this call's writer with the packets it received.
+            unsafe { writer(packets.as_ptr().cast(), count) };
+        }
+    }
+}
+
+/// Whether the agent's window (if any) is over: its lock is free now.
+fn window_over(svc: &replay_core::ReplayService, agent: AgentId) -> bool {
+    svc.agent_gate(agent).lock.try_read().is_some()
+}
+
+/// # Safety
+///
+/// 1. `writer` is the writer of the interceptor call running on this thread for queue `key`.
+unsafe fn handle(packets: &[Packet], key: usize, writer: WriterFn) {
+    let Some(st) = QUEUES.read().get(&key).cloned() else {
+        // SAFETY: item 1.
+        unsafe { writer(packets.as_ptr().cast(), packets.len() as u64) };
+        return;
+    };
+    let Some((o, q)) = fns() else {
+        // SAFETY: item 1.
+        unsafe { write(&st, writer, packets) };
+        return;
+    };
+    let svc = crate::tool::service();
+    let on_async = on_async_thread();
+
+    // Parked packets first, once the window that deferred them is over.
+    if st.parked() > 0 && svc.as_ref().is_none_or(|s| window_over(s, st.agent.id)) {
+        let parked: Vec<Packet> = std::mem::take(&mut *st.parked.lock());
+        // SAFETY: item 1.
+        unsafe { write(&st, writer, &parked) };
+    }
+
+    let headers: Vec<u16> = packets.iter().map(Packet::header).collect();
+    let single = aql::is_single_dispatch(&headers);
+    let active = svc.as_ref().is_some_and(|s| s.is_active());
+    if !single || !active {
+        // Our own drain barriers never wait behind parked packets (they came later than the
+        // work a drain waits for); anything else keeps queue order behind them.
+        let ours = packets
+            .iter()
+            .all(|p| p.completion_signal() == st.drain_signal);
+        if !ours && st.parked() > 0 {
+            park(&st, packets, svc.as_deref());
+            return;
+        }
+        pass_through(&st, &o, writer, packets);
+        return;
+    }
+    let Some(svc) = svc else { return };
+    let gate = svc.agent_gate(st.agent.id);
+    let origin = if on_async {
+        if gate.in_callback() {
+            Origin::ForwardedToolWork
+        } else {
+            Origin::ForwardedApplication
+        }
+    } else {
+        Origin::SubmittingThread
+    };
+    if origin == Origin::ForwardedApplication && st.parked() > 0 {
+        park(&st, packets, Some(&svc));
+        return;
+    }
+    let packet = packets[0];
+    let dispatch = describe(&st, &packet, origin);
+    let agent = QueueAgent::new(st.clone(), o.clone(), q, writer, packet);
+    let engine = crate::memory::engine(&st.agent);
+    match svc.submit(&agent, &*engine, dispatch) {
+        Ok(report) if report.deferred => park(&st, packets, Some(&svc)),
+        Ok(_) => {}
+        Err(e) => {
+            log::warn!("[kernel-replay] hsa: the dispatch could not be submitted: {e}");
+            if !WROTE.with(Cell::get) {
+                pass_through(&st, &o, writer, packets);
+            }
+        }
+    }
+    // The window (if one ran here) is over and its lock released: kick queues of this agent
+    // that parked packets meanwhile.
+    kick(st.agent.handle, &q, &st);
+}
+
+fn pass_through(st: &QueueState, o: &Originals, writer: WriterFn, packets: &[Packet]) {
+    let marker = packets
+        .iter()
+        .rev()
+        .map(Packet::completion_signal)
+        .find(|s| s.handle != 0 && *s != st.drain_signal);
+    // SAFETY: the original load on the application's signal.
+    let before = marker.map(|s| unsafe { (o.signal_load_relaxed)(s) });
+    // SAFETY: the writer of this interceptor call (the caller's contract).
+    let mark = unsafe { write(st, writer, packets) };
+    if let (Some(s), Some(v)) = (marker, before) {
+        st.set_marker(s.handle, v, mark);
+    }
+}
+
+/// Parks `packets` on `st`, then writes them at once if the window already ended (the
+/// interceptor's caller holds the writer, so the next call flushes them) or registers the queue
+/// for the kick at the window's end.
+fn park(st: &Arc<QueueState>, packets: &[Packet], svc: Option<&replay_core::ReplayService>) {
+    st.parked.lock().extend_from_slice(packets);
+    KICKS
+        .lock()
+        .entry(st.agent.handle)
+        .or_default()
+        .push(st.clone());
+    if svc.is_none_or(|s| window_over(s, st.agent.id)) {
+        // The window ended between the service's answer and now: the kick may have run
+        // before the queue was listed, so kick it ourselves.
+        if let Some((_, q)) = fns() {
+            kick(st.agent.handle, &q, st);
+        }
+    }
+}
+
+/// Kicks every listed queue of agent `handle`: a no-op barrier into its ring and its doorbell,
+/// so the runtime calls the interceptor again and the parked packets are written.
+fn kick(handle: u64, q: &QueueFns, _current: &QueueState) {
+    let victims = KICKS.lock().remove(&handle).unwrap_or_default();
+    let mut seen = std::collections::HashSet::new();
+    for st in victims {
+        if !seen.insert(st.queue) || st.parked() == 0 {
+            continue;
+        }
+        let noop = Packet::barrier_and(sys::hsa_signal_t::default(), false);
+        if let Err(e) = submit_to_ring(st.queue as *mut sys::hsa_queue_t, q, &noop) {
+            log::warn!("[kernel-replay] hsa: cannot kick a queue with parked packets: {e}");
+            KICKS.lock().entry(handle).or_default().push(st.clone());
+        }
+    }
+}
+
+/// Writes `packet` into the application-visible ring of `queue` as a client would (reserve a
+/// slot, body, header last with release) and rings its doorbell. Fails when the ring is full.
+pub(crate) fn submit_to_ring(
+    queue: *mut sys::hsa_queue_t,
+    q: &QueueFns,
+    packet: &Packet,
+) -> Result<(), String> {
+    // SAFETY: `queue` is an intercepted queue alive in the registry (callers look it up).
+    let (size, base, doorbell) = unsafe {
+        let qs = &*queue;
+        (u64::from(qs.size), qs.base_address, qs.doorbell_signal)
+    };
+    // SAFETY: original index entries on a live queue.
+    let (w, r) = unsafe { ((q.load_write_index)(queue), (q.load_read_index)(queue)) };
+    if w.wrapping_sub(r) >= size {
+        return Err("the ring is full".into());
+    }
+    // SAFETY: original index entry on a live queue.
+    let idx = unsafe { (q.add_write_index)(queue, 1) };
+    // SAFETY: slot `idx % size` of the ring, ours until its header is published; the header is
+    // stored last with release ordering, as the AQL protocol requires.
+    unsafe {
+        let slot = base.cast::<u8>().add((idx % size) as usize * 64);
+        std::ptr::copy_nonoverlapping(packet.0[2..].as_ptr(), slot.add(2), 62);
+        std::sync::atomic::AtomicU16::from_ptr(slot.cast())
+            .store(packet.header(), Ordering::Release);
+        (q.signal_store)(doorbell, idx as i64);
+    }
+    Ok(())
+}
+
+/// The core's description of a dispatch packet.
+fn describe(st: &QueueState, packet: &Packet, origin: Origin) -> Dispatch {
+    let d = packet.as_dispatch();
+    let kernarg = read_kernarg(d.kernarg_address);
+    Dispatch {
+        info: DispatchInfo {
+            agent: st.agent.id,
+            queue: QueueId(st.queue as u64),
+            dispatch_id: Default::default(),
+            kernel_id: KernelId(d.kernel_object),
+            kernel_name: Arc::from(format!("kernel@{:#x}", d.kernel_object)),
+            grid: Dim3::new(d.grid_size_x, d.grid_size_y, d.grid_size_z),
+            workgroup: Dim3::new(
+                u32::from(d.workgroup_size_x),
+                u32::from(d.workgroup_size_y),
+                u32::from(d.workgroup_size_z),
+            ),
+            private_segment_size: d.private_segment_size,
+            group_segment_size: d.group_segment_size,
+        },
+        kernel: KernelKey {
+            agent: st.agent.id,
+            code_object: 0,
+            symbol: d.kernel_object,
+        },
+        kind: SubmissionKind::KernelDispatch,
+        kernarg,
+        origin,
+        handle: st.queue as u64,
+    }
+}
+
+/// The first 256 bytes of the argument block (kernarg memory is host-visible), or none when
+/// the tracker does not know the block's extent.
+fn read_kernarg(addr: u64) -> smallvec::SmallVec<[u8; 256]> {
+    let mut out = smallvec::SmallVec::new();
+    if addr == 0 {
+        return out;
+    }
+    let Some((_, region)) = backend().tracker.lookup_any(addr) else {
+        return out;
+    };
+    let len = (region.base + region.size - addr).min(256) as usize;
+    out.resize(len, 0);
+    // SAFETY: `[addr, addr+len)` lies inside a live kernarg allocation the tracker recorded;
+    // kernarg memory is host-visible system memory, and the application finished writing it
+    // before it published the packet.
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
+    out
+}

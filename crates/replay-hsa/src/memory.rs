@@ -1,0 +1,334 @@
+//! [`DeviceMemory`] for HSA (SPEC §7, §9.1): the memory layer's copies and digests on one agent,
+//! and a [`MemoryEngine`] per agent over the stage-1 tracker.
+//!
+//! First version, **synchronous**: every copy runs through the original (unwrapped)
+//! `hsa_memory_copy`, so a batch is complete when `submit_copies` returns and its fence polls
+//! complete at once; no copy of ours reaches the copy fence or the tracker. Digests are **host
+//! digests**: each range is copied into a staging buffer from the CPU agent's fine-grained pool
+//! and digested there, so HSA runs with `restore=full` (the policy default) until a device
+//! digest kernel exists. Backing memory comes from the agent's coarse-grained device pool
+//! (device tier) and the CPU's fine-grained pool (pinned tier) through the original
+//! `hsa_amd_memory_pool_allocate`, so it is never tracked; there is no pageable tier.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use replay_core::{
+    AgentId, BackendError, BackendErrorKind, BackingId, CopyOp, DeviceMemory, Digest128, DigestKey,
+    DigestOp, Fence, MemLoc, Tier, TierInfo,
+};
+use replay_memory::{MemoryEngine, NoModuleVariables};
+
+use crate::agent::AgentInfo;
+use crate::intercept::QueueFns;
+use crate::sys;
+use crate::tool::{backend, Originals};
+
+/// Device memory of one GPU agent, driven through the original entries.
+pub struct HsaMemory {
+    agent: AgentInfo,
+    o: Arc<Originals>,
+    q: QueueFns,
+    device_pool: Option<sys::hsa_amd_memory_pool_t>,
+    host_pool: Option<sys::hsa_amd_memory_pool_t>,
+    backings: Mutex<HashMap<u64, (u64, u64, Tier)>>,
+    digests: Mutex<HashMap<u64, Vec<Digest128>>>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for HsaMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HsaMemory")
+            .field("agent", &self.agent)
+            .field("device_pool", &self.device_pool)
+            .field("host_pool", &self.host_pool)
+            .finish_non_exhaustive()
+    }
+}
+
+unsafe extern "C" fn collect_pool(p: sys::hsa_amd_memory_pool_t, data: *mut c_void) -> u32 {
+    // SAFETY: `data` is the `Vec` passed by `pools_of`, alive for the iteration.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+        (*data.cast::<Vec<sys::hsa_amd_memory_pool_t>>()).push(p)
+    }));
+    sys::HSA_STATUS_SUCCESS
+}
+
+unsafe extern "C" fn collect_agent(a: sys::hsa_agent_t, data: *mut c_void) -> u32 {
+    // SAFETY: `data` is the `Vec` passed by `cpu_agents`, alive for the iteration.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+        (*data.cast::<Vec<sys::hsa_agent_t>>()).push(a)
+    }));
+    sys::HSA_STATUS_SUCCESS
+}
+
+fn pools_of(q: &QueueFns, agent: sys::hsa_agent_t) -> Vec<sys::hsa_amd_memory_pool_t> {
+    let mut v: Vec<sys::hsa_amd_memory_pool_t> = Vec::new();
+    // SAFETY: the original iteration with a callback of the right type and a live `Vec`.
+    unsafe { (q.iterate_pools)(agent, Some(collect_pool), (&mut v as *mut Vec<_>).cast()) };
+    v
+}
+
+fn pool_u32(o: &Originals, p: sys::hsa_amd_memory_pool_t, attr: u32) -> Option<u32> {
+    let mut v: u32 = 0;
+    // SAFETY: the original pool query; segment and flags are 4-byte attributes.
+    let st = unsafe { (o.pool_get_info)(p, attr, (&mut v as *mut u32).cast()) };
+    (st == sys::HSA_STATUS_SUCCESS).then_some(v)
+}
+
+fn pick(
+    o: &Originals,
+    pools: &[sys::hsa_amd_memory_pool_t],
+    want: u32,
+) -> Option<sys::hsa_amd_memory_pool_t> {
+    pools.iter().copied().find(|&p| {
+        pool_u32(o, p, sys::HSA_AMD_MEMORY_POOL_INFO_SEGMENT) == Some(sys::HSA_AMD_SEGMENT_GLOBAL)
+            && pool_u32(o, p, sys::HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS).is_some_and(|f| {
+                f & want != 0 && f & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT == 0
+            })
+    })
+}
+
+impl HsaMemory {
+    /// The memory of GPU agent `agent`, its pools found through the original entries.
+    pub fn new(agent: AgentInfo, o: Arc<Originals>, q: QueueFns) -> Self {
+        let handle = sys::hsa_agent_t {
+            handle: agent.handle,
+        };
+        let device_pool = pick(
+            &o,
+            &pools_of(&q, handle),
+            sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
+        );
+        let mut agents: Vec<sys::hsa_agent_t> = Vec::new();
+        // SAFETY: the original iteration with a callback of the right type and a live `Vec`.
+        unsafe { (q.iterate_agents)(Some(collect_agent), (&mut agents as *mut Vec<_>).cast()) };
+        let host_pool = agents
+            .into_iter()
+            .filter(|a| crate::tracker::agent_info(&o, *a).is_cpu())
+            .find_map(|a| {
+                pick(
+                    &o,
+                    &pools_of(&q, a),
+                    sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
+                )
+            });
+        Self {
+            agent,
+            o,
+            q,
+            device_pool,
+            host_pool,
+            backings: Mutex::new(HashMap::new()),
+            digests: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn err(
+        &self,
+        kind: BackendErrorKind,
+        op: &'static str,
+        msg: impl Into<String>,
+    ) -> BackendError {
+        BackendError::new(kind, self.agent.id, op, msg)
+    }
+
+    fn pool(&self, tier: Tier) -> Option<sys::hsa_amd_memory_pool_t> {
+        match tier {
+            Tier::Device => self.device_pool,
+            Tier::PinnedHost => self.host_pool,
+            Tier::PageableHost => None,
+        }
+    }
+
+    fn addr(&self, loc: MemLoc) -> Result<u64, BackendError> {
+        match loc {
+            MemLoc::Device { addr } => Ok(addr),
+            MemLoc::Backing { id, offset } => self
+                .backings
+                .lock()
+                .get(&id.0)
+                .map(|(base, _, _)| base + offset)
+                .ok_or_else(|| {
+                    self.err(BackendErrorKind::InvalidArgument, "copy", "unknown backing")
+                }),
+        }
+    }
+
+    fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), BackendError> {
+        // SAFETY: the original `hsa_memory_copy` between two ranges the memory layer owns or
+        // tracks (live allocations of at least `len` bytes).
+        let st =
+            unsafe { (self.q.memory_copy)(dst as *mut c_void, src as *const c_void, len as usize) };
+        if st != sys::HSA_STATUS_SUCCESS {
+            return Err(self.err(
+                BackendErrorKind::CopyFailed,
+                "copy",
+                format!("hsa_memory_copy returned {st:#x}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn fence(&self) -> Fence {
+        Fence(self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Staging for host digests, in slices of this many bytes.
+const STAGING: u64 = 4 << 20;
+
+impl DeviceMemory for HsaMemory {
+    fn agent(&self) -> AgentId {
+        self.agent.id
+    }
+
+    fn tier_info(&self, tier: Tier) -> Option<TierInfo> {
+        let pool = self.pool(tier)?;
+        let mut size: usize = 0;
+        // SAFETY: the original pool query; HSA_AMD_MEMORY_POOL_INFO_SIZE is a `size_t`.
+        let st = unsafe {
+            (self.o.pool_get_info)(
+                pool,
+                sys::HSA_AMD_MEMORY_POOL_INFO_SIZE,
+                (&mut size as *mut usize).cast(),
+            )
+        };
+        if st != sys::HSA_STATUS_SUCCESS {
+            return None;
+        }
+        let held: u64 = self
+            .backings
+            .lock()
+            .values()
+            .filter(|(_, _, t)| *t == tier)
+            .map(|(_, s, _)| *s)
+            .sum();
+        Some(TierInfo {
+            available_bytes: (size as u64).saturating_sub(held),
+            gbps: if tier == Tier::Device { 1000.0 } else { 25.0 },
+        })
+    }
+
+    fn alloc_backing(&self, tier: Tier, bytes: u64) -> Result<BackingId, BackendError> {
+        let Some(pool) = self.pool(tier) else {
+            return Err(self.err(
+                BackendErrorKind::Unsupported,
+                "alloc backing",
+                format!("no {} tier", tier.as_str()),
+            ));
+        };
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the original (unwrapped, so untracked) pool allocate with a valid out pointer.
+        let st = unsafe { (self.o.pool_allocate)(pool, bytes.max(1) as usize, 0, &mut p) };
+        if st != sys::HSA_STATUS_SUCCESS || p.is_null() {
+            return Err(self.err(
+                BackendErrorKind::OutOfMemory,
+                "alloc backing",
+                format!("hsa_amd_memory_pool_allocate returned {st:#x}"),
+            ));
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.backings.lock().insert(id, (p as u64, bytes, tier));
+        Ok(BackingId(id))
+    }
+
+    fn free_backing(&self, id: BackingId) {
+        if let Some((base, _, _)) = self.backings.lock().remove(&id.0) {
+            // SAFETY: the original free of a block the original allocate returned.
+            unsafe { (self.o.pool_free)(base as *mut c_void) };
+        }
+    }
+
+    fn submit_copies(&self, ops: &[CopyOp]) -> Result<Fence, BackendError> {
+        for op in ops {
+            self.copy(self.addr(op.dst)?, self.addr(op.src)?, op.len)?;
+        }
+        Ok(self.fence())
+    }
+
+    fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError> {
+        let stage = self.alloc_backing(Tier::PinnedHost, STAGING)?;
+        let result = (|| {
+            let base = self.addr(MemLoc::Backing {
+                id: stage,
+                offset: 0,
+            })?;
+            let mut out = Vec::with_capacity(ops.len());
+            for op in ops {
+                let src = self.addr(op.at)?;
+                let mut data = vec![0u8; op.len as usize];
+                let mut done = 0u64;
+                while done < op.len {
+                    let n = (op.len - done).min(STAGING);
+                    self.copy(base, src + done, n)?;
+                    // SAFETY: `n` bytes of the pinned staging block (host memory), just
+                    // written by a synchronous copy.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            base as *const u8,
+                            data.as_mut_ptr().add(done as usize),
+                            n as usize,
+                        )
+                    };
+                    done += n;
+                }
+                out.push(replay_core::digest::digest(key, &data));
+            }
+            Ok(out)
+        })();
+        self.free_backing(stage);
+        let f = self.fence();
+        self.digests.lock().insert(f.0, result?);
+        Ok(f)
+    }
+
+    fn poll_fence(&self, _fence: Fence, _budget: Duration) -> Result<bool, BackendError> {
+        Ok(true)
+    }
+
+    fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError> {
+        self.digests.lock().remove(&fence.0).ok_or_else(|| {
+            self.err(
+                BackendErrorKind::InvalidArgument,
+                "take digests",
+                "unknown fence",
+            )
+        })
+    }
+
+    fn abandon_fence(&self, fence: Fence) {
+        self.digests.lock().remove(&fence.0);
+    }
+}
+
+static ENGINES: LazyLock<Mutex<HashMap<u64, Arc<MemoryEngine>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The memory engine of `agent` (created on first use over the backend's tracker).
+///
+/// # Panics
+///
+/// If the queue entries are not installed (the interceptor only runs once they are).
+pub fn engine(agent: &AgentInfo) -> Arc<MemoryEngine> {
+    let mut engines = ENGINES.lock();
+    if let Some(e) = engines.get(&agent.handle) {
+        return e.clone();
+    }
+    let o = backend().originals().expect("installed");
+    let q = o.queue.expect("queue entries installed");
+    let mem = HsaMemory::new(*agent, o.clone(), q);
+    let e = Arc::new(MemoryEngine::new(
+        agent.id,
+        backend().tracker.clone(),
+        Arc::new(mem),
+        Arc::new(NoModuleVariables),
+    ));
+    engines.insert(agent.handle, e.clone());
+    e
+}
