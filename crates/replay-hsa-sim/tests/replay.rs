@@ -611,3 +611,162 @@ fn an_application_dispatch_on_the_async_thread_declines_instead_of_hanging() {
     assert_eq!(declined(&s) - declined(&before), 1, "{s:?}");
     w.service.stop().unwrap();
 }
+
+#[test]
+fn a_kernel_incrementing_a_module_variable_ends_with_one_increment() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let runs = Arc::new(AtomicU64::new(0));
+    let counter = Arc::new(AtomicU64::new(0));
+    let (r, c) = (runs.clone(), counter.clone());
+    let inc: replay_hsa_sim::KernelFn = Arc::new(move |d| {
+        let a = c.load(Ordering::SeqCst);
+        let v = d.read_u64(a)?;
+        d.write_u64(a, v + 1)?;
+        r.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    let var = |name: &str, size: u32, is_const: bool| replay_hsa_sim::VariableSpec {
+        name: name.into(),
+        size,
+        is_const,
+    };
+    sim.load_module(
+        0,
+        &[
+            var("counter", 8, false),
+            var("__hip_cuid_0123abcd", 1, false),
+            var("table", 64, true),
+        ],
+        &[("inc", inc)],
+    );
+    let addr = sim.variable_address("counter").expect("loaded");
+    counter.store(addr, Ordering::SeqCst);
+    // SAFETY: the module variable, host-backed simulated memory of 8 bytes.
+    unsafe { (addr as *mut u64).write_volatile(41) };
+
+    // The enumeration through the loader extension sees the writable variable only.
+    let o = replay_hsa::backend().originals().unwrap();
+    let gpu = sim.gpu_agents()[0];
+    let mods = replay_hsa::module::HsaModules::new(gpu.handle, o.loader);
+    let vars = replay_memory::ModuleVariables::enumerate(&mods, replay_core::AgentId(0)).unwrap();
+    assert_eq!(
+        vars.iter()
+            .map(|v| (v.name.as_str(), v.base, v.size))
+            .collect::<Vec<_>>(),
+        vec![("counter", addr, 8)],
+        "{vars:?}"
+    );
+    let other = replay_hsa::module::HsaModules::new(sim.gpu_agents()[1].handle, o.loader);
+    assert!(
+        replay_memory::ModuleVariables::enumerate(&other, replay_core::AgentId(1))
+            .unwrap()
+            .is_empty()
+    );
+
+    // `load_module` answers the executable, not kernel objects: the dispatch names the same
+    // body registered directly.
+    let k = sim.register_kernel("inc-dispatch", {
+        let c = counter.clone();
+        let r = runs.clone();
+        move |d| {
+            let a = c.load(Ordering::SeqCst);
+            let v = d.read_u64(a)?;
+            d.write_u64(a, v + 1)?;
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    });
+    let q = api.queue(gpu);
+    let args = api.alloc(sim.pool(0, PoolKind::Kernarg), 64);
+    w.tool.passes.store(5, Ordering::SeqCst);
+    w.tool.watch.store(addr, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = api.signal(1);
+    api.submit(q, dispatch(k, args, done));
+    assert_eq!(api.wait_zero(done), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(api.load(done), 0, "the completion signal fired once");
+    assert_eq!(runs.load(Ordering::SeqCst), 5, "five passes ran");
+    assert_eq!(
+        *w.tool.seen.lock().unwrap(),
+        vec![41; 5],
+        "every pass saw 41"
+    );
+    assert_eq!(read(addr as *const u64), 42, "one increment");
+    let s = w.service.summary();
+    assert_eq!(s.replayed - before.replayed, 1, "{s:?}");
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn two_gpu_agents_replay_concurrently_from_two_threads() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    w.tool.passes.store(4, Ordering::SeqCst);
+    let before = w.service.summary();
+    // Both windows are open at once: each kernel's first pass waits until the other agent's
+    // kernel has started (bounded), so the two windows overlap.
+    let started = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let overlapped = Arc::new(AtomicU64::new(0));
+    let mut setups = Vec::new();
+    for gpu in 0..2 {
+        let runs = Arc::new(AtomicU64::new(0));
+        let (me, other) = (started[gpu].clone(), started[1 - gpu].clone());
+        let (r, ov) = (runs.clone(), overlapped.clone());
+        let k = sim.register_kernel(&format!("rmw-gpu{gpu}"), move |d| {
+            me.fetch_add(1, Ordering::SeqCst);
+            let start = Instant::now();
+            while other.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if r.load(Ordering::SeqCst) == 0 && other.load(Ordering::SeqCst) != 0 {
+                ov.fetch_add(1, Ordering::SeqCst);
+            }
+            let p = d.arg(0)?;
+            let v = d.read_u64(p)?;
+            d.write_u64(p, rmw(v))?;
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        let q = api.queue(sim.gpu_agents()[gpu]);
+        let (buf, args) = buffer_and_args(&sim, &api, gpu, 20 + gpu as u64);
+        setups.push((runs, k, q as usize, buf as usize, args as usize));
+    }
+    let threads: Vec<_> = setups
+        .iter()
+        .map(|&(_, k, q, _, args)| {
+            std::thread::spawn(move || {
+                let done = api.signal(1);
+                api.submit(
+                    q as *mut sys::hsa_queue_t,
+                    dispatch(k, args as *mut u8, done),
+                );
+                assert_eq!(api.wait_zero(done), 0);
+                std::thread::sleep(Duration::from_millis(50));
+                api.load(done)
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 0, "each completion signal fired once");
+    }
+    for (gpu, (runs, _, _, buf, _)) in setups.iter().enumerate() {
+        assert_eq!(runs.load(Ordering::SeqCst), 4, "gpu {gpu}: four passes");
+        assert_eq!(read(*buf as *const u64), rmw(20 + gpu as u64), "gpu {gpu}");
+    }
+    assert_eq!(
+        overlapped.load(Ordering::SeqCst),
+        2,
+        "both first passes ran while the other agent's window was open"
+    );
+    let s = w.service.summary();
+    assert_eq!(
+        (s.replayed - before.replayed, s.passes - before.passes),
+        (2, 8),
+        "{s:?}"
+    );
+    w.service.stop().unwrap();
+}

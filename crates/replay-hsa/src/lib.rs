@@ -38,8 +38,10 @@
 //! [`memory::HsaMemory`] (synchronous copies through the original `hsa_memory_copy`, host
 //! digests, `restore=full`).
 //!
-//! Not yet: module variables through the loader extension (the engines use no module
-//! variables, so a kernel writing a `__device__` global is not restored), asynchronous copies
+//! Module variables are enumerated per agent through the AMD loader extension and executable
+//! symbol iteration ([`module::HsaModules`]).
+//!
+//! Not yet: asynchronous copies
 //! with own signals for the memory layer, device digests, and kernel names from executable
 //! symbols (dispatches are named `kernel@<kernel object>`).
 //!
@@ -64,6 +66,7 @@ pub mod agent;
 pub mod fence;
 pub mod intercept;
 pub mod memory;
+pub mod module;
 pub mod queue;
 pub mod result;
 pub mod sys;

@@ -21,7 +21,7 @@ use replay_core::{
     AgentId, BackendError, BackendErrorKind, BackingId, CopyOp, DeviceMemory, Digest128, DigestKey,
     DigestOp, Fence, MemLoc, Tier, TierInfo,
 };
-use replay_memory::{MemoryEngine, NoModuleVariables};
+use replay_memory::MemoryEngine;
 
 use crate::agent::AgentInfo;
 use crate::intercept::QueueFns;
@@ -327,7 +327,7 @@ pub fn engine(agent: &AgentInfo) -> Arc<MemoryEngine> {
         agent.id,
         backend().tracker.clone(),
         Arc::new(mem),
-        Arc::new(NoModuleVariables),
+        Arc::new(crate::module::HsaModules::new(agent.handle, o.loader)),
     ));
     engines.insert(agent.handle, e.clone());
     e

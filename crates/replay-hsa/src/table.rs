@@ -17,6 +17,9 @@
 //! create/destroy and index entries, signal create/destroy/store/add/subtract/wait,
 //! `hsa_memory_copy`, `hsa_iterate_agents`; AMD pool iteration, intercept create/register,
 //! `hsa_amd_async_function`) is bound all or nothing: missing any, queues are not intercepted.
+//! So is the loader group ([`LoaderSlots`]: core `hsa_system_get_major_extension_table`,
+//! `hsa_executable_iterate_agent_symbols`, `hsa_executable_symbol_get_info`, read and never
+//! replaced): missing any, every module-variable enumeration fails (`untracked_memory`).
 
 use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
@@ -108,6 +111,19 @@ pub struct Entries {
     /// The queue, signal and interception entries (stage 2): all present, or `None` and
     /// queues are left untouched.
     pub queue: Option<QueueSlots>,
+    /// The entries module-variable enumeration needs (core
+    /// `hsa_system_get_major_extension_table`, `hsa_executable_iterate_agent_symbols`,
+    /// `hsa_executable_symbol_get_info`): all present, or `None` and every enumeration fails.
+    pub loader: Option<LoaderSlots>,
+}
+
+/// The entries module-variable enumeration needs (read, never replaced).
+#[allow(missing_docs)]
+#[derive(Debug)]
+pub struct LoaderSlots {
+    pub get_extension_table: Slot<sys::GetExtensionTableFn>,
+    pub iterate_agent_symbols: Slot<sys::IterateAgentSymbolsFn>,
+    pub symbol_get_info: Slot<sys::SymbolGetInfoFn>,
 }
 
 /// The entries queue interception needs (core queue/signal entries, AMD intercept entries).
@@ -299,6 +315,11 @@ pub unsafe fn bind(root: *mut c_void) -> Result<Bound, TableError> {
         .map_err(|e| log::info!("[kernel-replay] hsa: queues are not intercepted: {e}"))
         .ok();
 
+    // SAFETY: as above.
+    let loader = unsafe { loader_slots(&core) }
+        .map_err(|e| log::info!("[kernel-replay] hsa: no module variables: {e}"))
+        .ok();
+
     // SAFETY: (every `needed` / `optional` below) each sub-table is readable for its
     // `minor_id` bytes (caller, item 1), and each call checks the offset against that size.
     let entries = unsafe {
@@ -363,6 +384,7 @@ pub unsafe fn bind(root: *mut c_void) -> Result<Bound, TableError> {
                 "hsa_amd_vmem_unmap",
             ),
             queue,
+            loader,
         }
     };
     Ok(Bound {
@@ -451,6 +473,31 @@ unsafe fn queue_slots(core: &Sub, amd: &Sub) -> Result<QueueSlots, TableError> {
             async_function: amd.needed(
                 offset!(amd, AmdExtTable, hsa_amd_async_function_fn),
                 "hsa_amd_async_function",
+            )?,
+        })
+    }
+}
+
+/// The module-variable entries, all or none.
+///
+/// # Safety
+///
+/// 1. The core table is readable for its `minor_id` bytes.
+unsafe fn loader_slots(core: &Sub) -> Result<LoaderSlots, TableError> {
+    // SAFETY: (every call) the caller's item 1; `needed` checks each offset against the size.
+    unsafe {
+        Ok(LoaderSlots {
+            get_extension_table: core.needed(
+                offset!(core, CoreApiTable, hsa_system_get_major_extension_table_fn),
+                "hsa_system_get_major_extension_table",
+            )?,
+            iterate_agent_symbols: core.needed(
+                offset!(core, CoreApiTable, hsa_executable_iterate_agent_symbols_fn),
+                "hsa_executable_iterate_agent_symbols",
+            )?,
+            symbol_get_info: core.needed(
+                offset!(core, CoreApiTable, hsa_executable_symbol_get_info_fn),
+                "hsa_executable_symbol_get_info",
             )?,
         })
     }

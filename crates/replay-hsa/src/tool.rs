@@ -65,6 +65,8 @@ pub struct Originals {
     pub vmem_unmap: Option<sys::VmemUnmapFn>,
     /// The queue, signal and interception entries, when the table has them all.
     pub queue: Option<crate::intercept::QueueFns>,
+    /// The module-variable entries, when the table has them all.
+    pub loader: Option<crate::module::LoaderFns>,
 }
 
 /// What the last successful `OnLoad` installed.
@@ -311,6 +313,28 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
                     async_function: plain!(async_function),
                 })
             }
+        },
+        loader: match &e.loader {
+            None => None,
+            // SAFETY: (each `get`) the caller's item 1; `bind` checked the slots.
+            Some(l) => unsafe {
+                match (
+                    l.get_extension_table.get(),
+                    l.iterate_agent_symbols.get(),
+                    l.symbol_get_info.get(),
+                ) {
+                    (
+                        Some(get_extension_table),
+                        Some(iterate_agent_symbols),
+                        Some(symbol_get_info),
+                    ) => Some(crate::module::LoaderFns {
+                        get_extension_table,
+                        iterate_agent_symbols,
+                        symbol_get_info,
+                    }),
+                    _ => None,
+                }
+            },
         },
     };
     // Map and unmap are wrapped together or not at all: a mapping recorded without its unmap

@@ -426,3 +426,48 @@ pub type InterceptRegisterFn =
     unsafe extern "C" fn(*mut hsa_queue_t, InterceptHandler, *mut c_void) -> hsa_status_t;
 pub type AsyncFunctionFn =
     unsafe extern "C" fn(Option<unsafe extern "C" fn(*mut c_void)>, *mut c_void) -> hsa_status_t;
+/// `hsa_system_get_major_extension_table(extension, major, table_length, table)`.
+pub type GetExtensionTableFn = unsafe extern "C" fn(u16, u16, usize, *mut c_void) -> hsa_status_t;
+/// `hsa_executable_iterate_agent_symbols` callback: `(executable, agent, symbol, data)`.
+pub type AgentSymbolCallback =
+    Option<unsafe extern "C" fn(u64, hsa_agent_t, u64, *mut c_void) -> hsa_status_t>;
+/// `hsa_executable_iterate_agent_symbols(executable, agent, callback, data)`.
+pub type IterateAgentSymbolsFn =
+    unsafe extern "C" fn(u64, hsa_agent_t, AgentSymbolCallback, *mut c_void) -> hsa_status_t;
+/// `hsa_executable_symbol_get_info(symbol, attribute, value)`.
+pub type SymbolGetInfoFn = unsafe extern "C" fn(u64, u32, *mut c_void) -> hsa_status_t;
+/// `hsa_ven_amd_loader_iterate_executables` callback: `(executable, data)`.
+pub type ExecutableCallback = Option<unsafe extern "C" fn(u64, *mut c_void) -> hsa_status_t>;
+/// `hsa_ven_amd_loader_iterate_executables(callback, data)`.
+pub type IterateExecutablesFn =
+    unsafe extern "C" fn(ExecutableCallback, *mut c_void) -> hsa_status_t;
+/// `HSA_EXTENSION_AMD_LOADER`.
+pub const HSA_EXTENSION_AMD_LOADER: u16 = 0x201;
+/// `hsa_symbol_kind_t`: `HSA_SYMBOL_KIND_VARIABLE`.
+pub const HSA_SYMBOL_KIND_VARIABLE: u32 = 0;
+/// `HSA_EXECUTABLE_SYMBOL_INFO_TYPE` (`hsa_symbol_kind_t`, 4 bytes).
+pub const HSA_EXECUTABLE_SYMBOL_INFO_TYPE: u32 = 0;
+/// `HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH` (`uint32_t`).
+pub const HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH: u32 = 1;
+/// `HSA_EXECUTABLE_SYMBOL_INFO_NAME` (`NAME_LENGTH` bytes, not NUL-terminated).
+pub const HSA_EXECUTABLE_SYMBOL_INFO_NAME: u32 = 2;
+/// `HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE` (`uint32_t`).
+pub const HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE: u32 = 9;
+/// `HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST` (`bool`).
+pub const HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST: u32 = 10;
+/// `HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS` (`uint64_t`).
+pub const HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS: u32 = 21;
+
+/// `hsa_ven_amd_loader_1_03_pfn_t`: the AMD loader extension table (major 1, minor 3).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(missing_docs)]
+pub struct LoaderTable103 {
+    pub query_host_address: Entry,
+    pub query_segment_descriptors: Entry,
+    pub query_executable: Entry,
+    pub executable_iterate_loaded_code_objects: Entry,
+    pub loaded_code_object_get_info: Entry,
+    pub code_object_reader_create_from_file_with_offset_size: Entry,
+    pub iterate_executables: Entry,
+}

@@ -1,0 +1,226 @@
+//! Module variables on HSA (SPEC §7.1): [`HsaModules`] is the [`ModuleVariables`] of one GPU
+//! agent. At every snapshot it enumerates the loaded executables through the AMD loader
+//! extension (`hsa_system_get_major_extension_table` for `HSA_EXTENSION_AMD_LOADER` 1.03,
+//! `hsa_ven_amd_loader_iterate_executables`) and each executable's symbols for the agent
+//! (`hsa_executable_iterate_agent_symbols`, `hsa_executable_symbol_get_info`), so an executable
+//! loaded after the tool started is covered.
+//!
+//! Kept: variable symbols with an address and a size. Skipped: 1-byte `__hip_cuid_*`
+//! bookkeeping, read-only (`__constant__`) variables and variables above [`MAX_VARIABLE`]. Any
+//! failure of the enumeration (no loader extension, an entry returning an error) is an `Err`,
+//! and the memory layer then declines `untracked_memory` rather than replay with a variable it
+//! cannot restore.
+
+use std::ffi::c_void;
+
+use replay_core::AgentId;
+use replay_memory::{ModuleVariable, ModuleVariables};
+
+use crate::sys;
+
+/// Variables larger than this are not captured (1 GiB).
+pub const MAX_VARIABLE: u64 = 1 << 30;
+
+/// The original entries enumeration uses.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy)]
+pub struct LoaderFns {
+    pub get_extension_table: sys::GetExtensionTableFn,
+    pub iterate_agent_symbols: sys::IterateAgentSymbolsFn,
+    pub symbol_get_info: sys::SymbolGetInfoFn,
+}
+
+/// The module variables of one GPU agent.
+#[derive(Debug, Clone, Copy)]
+pub struct HsaModules {
+    agent: sys::hsa_agent_t,
+    loader: Option<LoaderFns>,
+}
+
+impl HsaModules {
+    /// The variables of agent `agent` (runtime handle), enumerated through `loader`; without
+    /// the entries every enumeration fails.
+    pub fn new(agent: u64, loader: Option<LoaderFns>) -> Self {
+        Self {
+            agent: sys::hsa_agent_t { handle: agent },
+            loader,
+        }
+    }
+}
+
+fn ok(st: sys::hsa_status_t, what: &str) -> Result<(), String> {
+    if st == sys::HSA_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} returned {st:#x}"))
+    }
+}
+
+unsafe extern "C" fn collect_exec(exec: u64, data: *mut c_void) -> sys::hsa_status_t {
+    // SAFETY: `data` is the `Vec` passed by `enumerate`, alive for the iteration.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+        (*data.cast::<Vec<u64>>()).push(exec)
+    }));
+    sys::HSA_STATUS_SUCCESS
+}
+
+unsafe extern "C" fn collect_symbol(
+    _exec: u64,
+    _agent: sys::hsa_agent_t,
+    sym: u64,
+    data: *mut c_void,
+) -> sys::hsa_status_t {
+    // SAFETY: `data` is the `Vec` passed by `enumerate`, alive for the iteration.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+        (*data.cast::<Vec<u64>>()).push(sym)
+    }));
+    sys::HSA_STATUS_SUCCESS
+}
+
+impl LoaderFns {
+    fn info<T: Default>(&self, sym: u64, attr: u32, what: &str) -> Result<T, String> {
+        let mut v = T::default();
+        // SAFETY: the original symbol query; `T` is the attribute's documented type.
+        let st = unsafe { (self.symbol_get_info)(sym, attr, (&mut v as *mut T).cast()) };
+        ok(st, what)?;
+        Ok(v)
+    }
+
+    fn variable(&self, sym: u64) -> Result<Option<ModuleVariable>, String> {
+        let kind: u32 = self.info(sym, sys::HSA_EXECUTABLE_SYMBOL_INFO_TYPE, "symbol type")?;
+        if kind != sys::HSA_SYMBOL_KIND_VARIABLE {
+            return Ok(None);
+        }
+        let len: u32 = self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH,
+            "name length",
+        )?;
+        let mut name = vec![0u8; len as usize];
+        // SAFETY: NAME writes NAME_LENGTH bytes into a buffer of that size.
+        let st = unsafe {
+            (self.symbol_get_info)(
+                sym,
+                sys::HSA_EXECUTABLE_SYMBOL_INFO_NAME,
+                name.as_mut_ptr().cast(),
+            )
+        };
+        ok(st, "symbol name")?;
+        if let Some(nul) = name.iter().position(|&b| b == 0) {
+            name.truncate(nul);
+        }
+        let base: u64 = self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS,
+            "variable address",
+        )?;
+        let size: u32 = self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE,
+            "variable size",
+        )?;
+        let read_only: bool = self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST,
+            "variable is_const",
+        )?;
+        Ok(Some(ModuleVariable {
+            name: String::from_utf8_lossy(&name).into_owned(),
+            base,
+            size: u64::from(size),
+            read_only,
+        }))
+    }
+}
+
+/// Whether a variable is captured (see the module documentation).
+pub fn captured(v: &ModuleVariable) -> bool {
+    !(v.read_only
+        || v.base == 0
+        || v.size == 0
+        || v.size > MAX_VARIABLE
+        || replay_memory::modules::is_bookkeeping(v))
+}
+
+impl ModuleVariables for HsaModules {
+    fn enumerate(&self, _agent: AgentId) -> Result<Vec<ModuleVariable>, String> {
+        let l = self
+            .loader
+            .ok_or("the table lacks the loader and executable-symbol entries")?;
+        let mut table = std::mem::MaybeUninit::<sys::LoaderTable103>::zeroed();
+        // SAFETY: the original entry with a writable buffer of the length given.
+        let st = unsafe {
+            (l.get_extension_table)(
+                sys::HSA_EXTENSION_AMD_LOADER,
+                1,
+                std::mem::size_of::<sys::LoaderTable103>(),
+                table.as_mut_ptr().cast(),
+            )
+        };
+        ok(st, "hsa_system_get_major_extension_table(AMD loader 1)")?;
+        // SAFETY: zero-initialised, then (partly) written with nullable function pointers.
+        let table = unsafe { table.assume_init() };
+        let iterate = table
+            .iterate_executables
+            .ok_or("the AMD loader lacks hsa_ven_amd_loader_iterate_executables")?;
+        // SAFETY: the loader's `hsa_ven_amd_loader_iterate_executables` (1.03 layout).
+        let iterate: sys::IterateExecutablesFn = unsafe { std::mem::transmute(iterate) };
+        let mut execs: Vec<u64> = Vec::new();
+        // SAFETY: a callback of the right type and a live `Vec`.
+        let st = unsafe { iterate(Some(collect_exec), (&mut execs as *mut Vec<u64>).cast()) };
+        ok(st, "hsa_ven_amd_loader_iterate_executables")?;
+        let mut out = Vec::new();
+        for exec in execs {
+            let mut syms: Vec<u64> = Vec::new();
+            // SAFETY: a callback of the right type and a live `Vec`.
+            let st = unsafe {
+                (l.iterate_agent_symbols)(
+                    exec,
+                    self.agent,
+                    Some(collect_symbol),
+                    (&mut syms as *mut Vec<u64>).cast(),
+                )
+            };
+            ok(st, "hsa_executable_iterate_agent_symbols")?;
+            for sym in syms {
+                if let Some(v) = l.variable(sym)? {
+                    if captured(&v) {
+                        out.push(v);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn var(name: &str, size: u64, read_only: bool) -> ModuleVariable {
+        ModuleVariable {
+            name: name.into(),
+            base: 0x1000,
+            size,
+            read_only,
+        }
+    }
+
+    #[test]
+    fn bookkeeping_read_only_and_huge_variables_are_not_captured() {
+        assert!(captured(&var("counter", 8, false)));
+        assert!(captured(&var("__hip_cuid_1234", 8, false)));
+        assert!(captured(&var("big", MAX_VARIABLE, false)));
+        assert!(!captured(&var("__hip_cuid_1234", 1, false)));
+        assert!(!captured(&var("table", 64, true)));
+        assert!(!captured(&var("huge", MAX_VARIABLE + 1, false)));
+        assert!(!captured(&var("empty", 0, false)));
+    }
+
+    #[test]
+    fn without_the_loader_entries_enumeration_is_an_error() {
+        let m = HsaModules::new(1, None);
+        assert!(m.enumerate(AgentId(0)).is_err());
+    }
+}
