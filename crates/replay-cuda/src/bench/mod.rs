@@ -125,6 +125,18 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
             .cloned()
             .ok_or_else(|| format!("{} needs a value", args[*i - 1]))
     };
+    // A numeric option's value, the error naming the option.
+    fn num<T: std::str::FromStr>(args: &[String], i: &mut usize) -> Result<T, String>
+    where
+        T::Err: std::fmt::Display,
+    {
+        let flag = &args[*i];
+        *i += 1;
+        let v = args
+            .get(*i)
+            .ok_or_else(|| format!("{flag} needs a value"))?;
+        v.parse().map_err(|e| format!("{flag}: {e}"))
+    }
     while i < args.len() {
         let a = args[i].as_str();
         match a {
@@ -151,11 +163,7 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
                     _ => None,
                 })?
             }
-            "--passes" => {
-                o.passes = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--passes: {e}"))?
-            }
+            "--passes" => o.passes = num(args, &mut i)?,
             "--layout" => {
                 o.small_first = match take(&mut i)?.as_str() {
                     "small" => true,
@@ -163,67 +171,20 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
                     v => return Err(format!("--layout {v}: expected equal or small")),
                 }
             }
-            "--buffers" => {
-                o.buffers = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--buffers: {e}"))?
-            }
-            "--pinned-gib" => {
-                o.pinned_gib = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--pinned-gib: {e}"))?
-            }
-            "--tier-gib" => {
-                o.tier_gib = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--tier-gib: {e}"))?
-            }
-            "--pageable-gib" => {
-                o.pageable_gib = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--pageable-gib: {e}"))?
-            }
-            "--read-gib" => {
-                o.read_gib = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--read-gib: {e}"))?
-            }
-            "--dirty-gib" => {
-                o.dirty_gib = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--dirty-gib: {e}"))?
-            }
-            "--overhead-passes" => {
-                o.overhead_passes = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--overhead-passes: {e}"))?
-            }
-            "--skip-all-full-from-gib" => {
-                o.skip_all_full_from_gib = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--skip-all-full-from-gib: {e}"))?
-            }
+            "--buffers" => o.buffers = num(args, &mut i)?,
+            "--pinned-gib" => o.pinned_gib = num(args, &mut i)?,
+            "--tier-gib" => o.tier_gib = num(args, &mut i)?,
+            "--pageable-gib" => o.pageable_gib = num(args, &mut i)?,
+            "--read-gib" => o.read_gib = num(args, &mut i)?,
+            "--dirty-gib" => o.dirty_gib = num(args, &mut i)?,
+            "--overhead-passes" => o.overhead_passes = num(args, &mut i)?,
+            "--skip-all-full-from-gib" => o.skip_all_full_from_gib = num(args, &mut i)?,
             "--ncu" => o.ncu = Some(take(&mut i)?),
-            "--ncu-timeout" => {
-                o.ncu_timeout = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--ncu-timeout: {e}"))?
-            }
-            "--device" => {
-                o.device = take(&mut i)?
-                    .parse()
-                    .map_err(|e| format!("--device: {e}"))?
-            }
+            "--ncu-timeout" => o.ncu_timeout = num(args, &mut i)?,
+            "--device" => o.device = num(args, &mut i)?,
             "--log-level" => {
-                o.log_level = match take(&mut i)?.as_str() {
-                    "off" => LogLevel::Off,
-                    "error" => LogLevel::Error,
-                    "warn" => LogLevel::Warn,
-                    "info" => LogLevel::Info,
-                    "debug" => LogLevel::Debug,
-                    "trace" => LogLevel::Trace,
-                    v => return Err(format!("--log-level {v}")),
-                }
+                let v = take(&mut i)?;
+                o.log_level = LogLevel::parse(&v).ok_or_else(|| format!("--log-level {v}"))?
             }
             "-h" | "--help" => return Err(String::new()),
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
