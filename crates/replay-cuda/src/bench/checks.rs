@@ -410,17 +410,7 @@ fn module_variables(b: &Bench, scope: Scope) -> Result<Value, String> {
         vec![(table.base, 8192), (hidden.base, 128), (counter.base, 8)],
     )?;
     let rec = run.rec()?.clone();
-    ensure(
-        rec.outcome == Outcome::Replayed && rec.executed_passes == 4,
-        || {
-            format!(
-                "outcome {} reason {} passes {}",
-                rec.outcome.as_str(),
-                rec.reason.as_str(),
-                rec.executed_passes
-            )
-        },
-    )?;
+    expect_outcome(&rec, Outcome::Replayed, None, 4)?;
     run.inputs_identical()?;
     let now = snapshot(b)?;
     ensure(now == reference, || {
@@ -484,17 +474,7 @@ fn freed_region(b: &Bench, restore: RestoreMode) -> Result<Value, String> {
     let run = run?;
     let rec = run.rec()?.clone();
     ensure(doomed.lock().is_none(), || "the hook did not run".into())?;
-    ensure(
-        rec.outcome == Outcome::Replayed && rec.executed_passes == 4,
-        || {
-            format!(
-                "outcome {} reason {} passes {}",
-                rec.outcome.as_str(),
-                rec.reason.as_str(),
-                rec.executed_passes
-            )
-        },
-    )?;
+    expect_outcome(&rec, Outcome::Replayed, None, 4)?;
     ensure(rec.captured_regions == 2, || {
         format!("{} regions captured", rec.captured_regions)
     })?;
@@ -553,19 +533,7 @@ fn write_outside_scope(b: &Bench) -> Result<Value, String> {
     b.set_policy(Bench::policy(Scope::Arguments, RestoreMode::Full))?;
     let first = b.replay("write_outside_scope", &b.k.indirect, cfg, &args, 5, vec![])?;
     let rec = first.rec()?.clone();
-    ensure(
-        rec.outcome == Outcome::Truncated
-            && rec.reason == Reason::WriteOutsideScope
-            && rec.executed_passes == 1,
-        || {
-            format!(
-                "outcome {} reason {} passes {}",
-                rec.outcome.as_str(),
-                rec.reason.as_str(),
-                rec.executed_passes
-            )
-        },
-    )?;
+    expect_outcome(&rec, Outcome::Truncated, Some(Reason::WriteOutsideScope), 1)?;
     ensure(b.digests(&[&holder, &target])? == reference, || {
         "memory after the truncated replay differs from one execution".into()
     })?;
@@ -883,19 +851,7 @@ fn pass_stuck(b: &Bench) -> Result<Value, String> {
     let cfg = LaunchConfig::linear(1, 32);
     let run = b.replay("pass_stuck", &b.k.spin, cfg, &args, 3, vec![])?;
     let rec = run.rec()?.clone();
-    ensure(
-        rec.outcome == Outcome::Truncated
-            && rec.reason == Reason::PassDrainStuck
-            && rec.executed_passes == 1,
-        || {
-            format!(
-                "outcome {} reason {} passes {}",
-                rec.outcome.as_str(),
-                rec.reason.as_str(),
-                rec.executed_passes
-            )
-        },
-    )?;
+    expect_outcome(&rec, Outcome::Truncated, Some(Reason::PassDrainStuck), 1)?;
     let count = |b: &Bench| -> Result<u64, String> {
         let v = b.read(flag.ptr(), 8)?;
         Ok(u64::from_le_bytes(v.try_into().unwrap_or_default()))
@@ -1020,4 +976,26 @@ fn expect_once_replayed(b: &Bench) -> Result<Value, String> {
         "outer memory differs from one execution".into()
     })?;
     Ok(record_json(&rec))
+}
+
+/// Checks a record's outcome, reason (when given) and executed passes.
+fn expect_outcome(
+    rec: &replay_core::OutcomeRecord,
+    outcome: Outcome,
+    reason: Option<Reason>,
+    passes: u32,
+) -> Result<(), String> {
+    ensure(
+        rec.outcome == outcome
+            && reason.is_none_or(|r| rec.reason == r)
+            && rec.executed_passes == passes,
+        || {
+            format!(
+                "outcome {} reason {} passes {}",
+                rec.outcome.as_str(),
+                rec.reason.as_str(),
+                rec.executed_passes
+            )
+        },
+    )
 }
