@@ -1476,3 +1476,62 @@ fn forwarded_submissions_never_block_on_a_window() {
     assert!(!r.deferred);
     assert_eq!(r.record.unwrap().outcome, Outcome::Replayed);
 }
+
+#[test]
+fn restored_memory_that_nothing_can_consume_aborts() {
+    // A later pass is refused after memory was restored for it, and the ordinary run that
+    // would consume the restored inputs is refused too: memory cannot be repaired.
+    if std::env::var_os("KREPLAY_TEST_CHILD_UNREPAIRABLE").is_some() {
+        let h = Harness::new(ToolScript {
+            passes: Some(3),
+            ..Default::default()
+        });
+        let a = agent_with(
+            &h,
+            AgentScript {
+                fail_submit_pass: Some(1),
+                fail_ordinary: true,
+                ..Default::default()
+            },
+        );
+        let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+        let _ = h.svc.submit(&a, &m, dispatch("rmw_kernel"));
+        unreachable!("unrepairable memory must abort");
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "restored_memory_that_nothing_can_consume_aborts",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("KREPLAY_TEST_CHILD_UNREPAIRABLE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(6), "SIGABRT expected: {stderr}");
+    }
+    assert!(stderr.contains("FATAL: dispatch 1"), "{stderr}");
+    assert!(stderr.contains("rmw_kernel"), "{stderr}");
+    assert!(stderr.contains("cannot be repaired"), "{stderr}");
+}
+
+#[test]
+fn a_panicking_outcome_sink_drops_the_record_but_not_the_dispatch() {
+    let h = Harness::new(two_passes());
+    h.svc
+        .set_outcome_sink(Some(Arc::new(|_: &OutcomeRecord| panic!("sink fails"))));
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(rec.outcome, Outcome::Replayed);
+    assert_eq!(
+        h.log().iter().filter(|e| *e == "signal completion").count(),
+        1
+    );
+    assert_eq!(h.svc.summary().replayed, 1);
+}
