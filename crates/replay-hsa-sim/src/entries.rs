@@ -8,10 +8,10 @@
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use replay_hsa::sys::{self, hsa_status_t, v2, Entry};
 
+use crate::fault::SimFault;
 use crate::queue::{self, InterceptHandler, QueueCallback};
 use crate::state::{self, CopyJob, REG};
 
@@ -373,22 +373,25 @@ extern "C" fn hsa_init() -> hsa_status_t {
     sys::HSA_STATUS_SUCCESS
 }
 
-/// `hsa_system_get_info`: version (1.1), timestamp and its frequency (1 GHz, so timeout hints
-/// in ticks are nanoseconds), the longest signal wait.
+/// `hsa_system_get_info`: version (1.1), timestamp and its frequency
+/// ([`crate::SimConfig::timestamp_hz`], the unit of timeout hints), the longest signal wait.
 unsafe extern "C" fn hsa_system_get_info(attr: u32, value: *mut c_void) -> hsa_status_t {
     guard!("hsa_system_get_info", sys::HSA_STATUS_ERROR, {
         static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        let now = EPOCH
+        let hz = state::timestamp_hz();
+        let now = (EPOCH
             .get_or_init(std::time::Instant::now)
             .elapsed()
-            .as_nanos() as u64;
+            .as_nanos()
+            * u128::from(hz)
+            / 1_000_000_000) as u64;
         // SAFETY: in each arm, `value` points to the attribute's documented type.
         unsafe {
             match attr {
                 0 => put(value, 1u16),
                 1 => put(value, 1u16),
                 2 => put(value, now),
-                3 => put(value, 1_000_000_000u64),
+                3 => put(value, hz),
                 4 => put(value, u64::MAX),
                 _ => sys::HSA_STATUS_ERROR_INVALID_ARGUMENT,
             }
@@ -517,6 +520,11 @@ fn alloc_into(pool: u64, size: usize, out: *mut *mut c_void) -> hsa_status_t {
     let Some(p) = REG.pools.lock().get(&pool).cloned() else {
         return sys::HSA_STATUS_ERROR_INVALID_ARGUMENT;
     };
+    if state::instance_of_agent(p.agent)
+        .is_some_and(|i| i.injected.fire(SimFault::PoolExhausted(p.kind)))
+    {
+        return sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    }
     match state::allocate(&p, size) {
         Some(a) => {
             // SAFETY: `out` is non-NULL and points to a `void*` (the caller's contract).
@@ -553,6 +561,13 @@ unsafe extern "C" fn hsa_memory_copy(
     size: usize,
 ) -> hsa_status_t {
     guard!("hsa_memory_copy", sys::HSA_STATUS_ERROR, {
+        let owner = state::find(dst as u64).or_else(|| state::find(src as u64));
+        if owner
+            .and_then(|(_, a)| state::instance_of_agent(a.agent))
+            .is_some_and(|i| i.injected.fire(SimFault::MemoryCopyFails))
+        {
+            return sys::HSA_STATUS_ERROR;
+        }
         match state::copy(dst as u64, src as u64, size) {
             Ok(()) => sys::HSA_STATUS_SUCCESS,
             Err(_) => sys::HSA_STATUS_ERROR_INVALID_ARGUMENT,
@@ -649,6 +664,9 @@ unsafe extern "C" fn hsa_signal_create(
         if out.is_null() {
             return sys::HSA_STATUS_ERROR_INVALID_ARGUMENT;
         }
+        if state::current().is_some_and(|i| i.injected.fire(SimFault::SignalCreateFails)) {
+            return sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+        }
         let h = state::signal_create(initial);
         // SAFETY: `out` is non-NULL and points to an `hsa_signal_t`.
         unsafe { out.write(sys::hsa_signal_t { handle: h }) };
@@ -735,7 +753,7 @@ unsafe extern "C" fn hsa_signal_wait(
         let Some(sig) = state::signal(s.handle) else {
             return -1;
         };
-        let timeout = (timeout_hint != u64::MAX).then(|| Duration::from_nanos(timeout_hint));
+        let timeout = state::ticks_to_duration(timeout_hint);
         sig.wait(|v| state::condition(cond, v, compare), timeout)
     })
 }
@@ -957,6 +975,9 @@ fn submit_copy(
     };
     if state::find(dst as u64).is_none() || state::find(src as u64).is_none() {
         return sys::HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+    if inst.injected.fire(SimFault::AsyncCopyRefused) {
+        return sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES;
     }
     let deps: Vec<u64> = if num_deps == 0 || deps.is_null() {
         Vec::new()
@@ -1205,6 +1226,9 @@ unsafe extern "C" fn loader_iterate_executables(
             let Some(inst) = state::current() else {
                 return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
             };
+            if inst.injected.fire(SimFault::LoaderIterationFails) {
+                return sys::HSA_STATUS_ERROR;
+            }
             let execs = inst.executables.lock().clone();
             for e in execs {
                 // SAFETY: the application's callback with its data.

@@ -15,7 +15,7 @@
 //!   it would on an APU; kernels reach memory only through checked accessors ([`Dispatch`]):
 //!   an address outside every live allocation is a memory fault.
 //! - **Signals** with real waiting (a mutex and a condition variable per signal; the timeout
-//!   hint of `hsa_signal_wait_*` is read as nanoseconds).
+//!   hint of `hsa_signal_wait_*` is read in timestamp ticks).
 //! - **User-mode queues** ([`queue`]): a ring of 64-byte AQL packets, read and write indices,
 //!   a doorbell signal and a packet-processor thread per queue that runs kernel-dispatch
 //!   packets (the kernel object names a Rust closure registered with [`SimHsa::register_kernel`])
@@ -55,7 +55,12 @@
 //!   kernels (closures over [`Dispatch`], not `replay_mock::Kernel`) reach memory only through
 //!   checked accessors that hold the map's read lock. A free takes the write lock, so a kernel
 //!   never touches freed memory.
-//! - Timeout hints are nanoseconds: `hsa_system_get_info` reports a 1 GHz timestamp frequency.
+//! - Timeout hints are timestamp ticks, as in the real runtime: `hsa_system_get_info` reports
+//!   [`SimConfig::timestamp_hz`] (1 GHz by default, so ticks are nanoseconds); the frequency is
+//!   process-wide (signal entries carry no instance), set by the instance created last.
+//! - **Faults** ([`fault`], [`SimHsa::inject`]): pools that run out, refused async copies, a
+//!   stalled copy engine, failing `hsa_memory_copy`, `hsa_signal_create` and loader iteration,
+//!   so that each fault path of a tool is reached through the runtime's own entries.
 //! - A faulting kernel (memory fault, panic, unknown kernel object) calls the queue's error
 //!   callback with `HSA_STATUS_ERROR_EXCEPTION`, is listed in [`SimHsa::faults`], and its
 //!   completion signal is not decremented (as on hardware, where the queue goes into error).
@@ -68,6 +73,7 @@
 #![warn(missing_docs)]
 
 pub mod entries;
+pub mod fault;
 pub mod queue;
 pub mod state;
 
@@ -75,6 +81,7 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 pub use entries::{LoaderTable, STATUS_NOT_SIMULATED};
+pub use fault::{FaultId, FaultMode, SimFault};
 pub use queue::{ASYNC_THREAD_NAME, COPY_THREAD_NAME, PROCESSOR_THREAD_PREFIX};
 pub use state::{Dispatch, KernelFn, MemFault, PoolKind, SimConfig, VariableSpec};
 
@@ -201,6 +208,21 @@ impl SimHsa {
     /// Packets parked because a hardware ring was full, on the intercepting queue `queue`.
     pub fn parked(&self, queue: *const sys::hsa_queue_t) -> usize {
         queue::parked(queue)
+    }
+
+    /// Arms an injected fault ([`SimFault`]) on this instance.
+    pub fn inject(&self, fault: SimFault, mode: FaultMode) -> FaultId {
+        self.inner.injected.arm(fault, mode)
+    }
+
+    /// Disarms an injected fault (a stalled copy engine resumes).
+    pub fn clear(&self, id: FaultId) {
+        self.inner.injected.clear(id);
+    }
+
+    /// How often the injected fault named `name` ([`SimFault::name`]) fired.
+    pub fn fired(&self, name: &str) -> u64 {
+        self.inner.injected.fired(name)
     }
 
     /// Faults the packet processors reported (kernel memory faults), as text.

@@ -25,6 +25,10 @@ pub struct SimConfig {
     pub queue_min_size: u32,
     /// Largest queue size.
     pub queue_max_size: u32,
+    /// The system timestamp frequency, Hz (`HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY`): the unit of
+    /// `hsa_signal_wait_*` timeout hints. Real systems report e.g. 100 MHz; the default 1 GHz
+    /// makes ticks nanoseconds.
+    pub timestamp_hz: u64,
 }
 
 impl Default for SimConfig {
@@ -34,6 +38,7 @@ impl Default for SimConfig {
             host_pool_bytes: 64 << 20,
             queue_min_size: 2,
             queue_max_size: 4096,
+            timestamp_hz: 1_000_000_000,
         }
     }
 }
@@ -475,6 +480,8 @@ pub struct Instance {
     pub(crate) agents: Vec<Arc<AgentRec>>,
     pub(crate) executables: Mutex<Vec<u64>>,
     pub(crate) faults: Mutex<Vec<String>>,
+    /// Injected faults ([`crate::SimHsa::inject`]).
+    pub(crate) injected: crate::fault::Faults,
     pub(crate) shutdown: AtomicBool,
     async_tx: Mutex<Option<mpsc::Sender<AsyncEvent>>>,
     copy_tx: Mutex<Option<mpsc::Sender<CopyJob>>>,
@@ -542,6 +549,7 @@ impl Instance {
                 agents,
                 executables: Mutex::new(Vec::new()),
                 faults: Mutex::new(Vec::new()),
+                injected: crate::fault::Faults::default(),
                 shutdown: AtomicBool::new(false),
                 async_tx: Mutex::new(None),
                 copy_tx: Mutex::new(None),
@@ -549,6 +557,7 @@ impl Instance {
             }
         });
         REG.instances.lock().push(Arc::downgrade(&inst));
+        TIMESTAMP_HZ.store(inst.config.timestamp_hz.max(1), Ordering::SeqCst);
         set_current(&inst);
         let (atx, arx) = mpsc::channel::<AsyncEvent>();
         let (ctx, crx) = mpsc::channel::<CopyJob>();
@@ -678,6 +687,23 @@ impl Instance {
     }
 }
 
+/// The timestamp frequency of the instance created last (signal entries carry no instance).
+static TIMESTAMP_HZ: AtomicU64 = AtomicU64::new(1_000_000_000);
+
+/// The system timestamp frequency, Hz.
+pub(crate) fn timestamp_hz() -> u64 {
+    TIMESTAMP_HZ.load(Ordering::SeqCst)
+}
+
+/// A timeout hint in timestamp ticks as a duration (`u64::MAX`: none).
+pub(crate) fn ticks_to_duration(ticks: u64) -> Option<Duration> {
+    if ticks == u64::MAX {
+        return None;
+    }
+    let ns = u128::from(ticks) * 1_000_000_000 / u128::from(timestamp_hz());
+    Some(Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)))
+}
+
 /// The instance owning agent `handle`.
 pub(crate) fn instance_of_agent(handle: u64) -> Option<Arc<Instance>> {
     REG.agents
@@ -691,6 +717,15 @@ fn copy_engine_loop(inst: Weak<Instance>, rx: mpsc::Receiver<CopyJob>) {
         set_current(&i);
     }
     while let Ok(job) = rx.recv() {
+        if let Some(i) = inst.upgrade() {
+            let stall = crate::fault::SimFault::CopyEngineStalled;
+            if i.injected.armed(stall) {
+                i.injected.count(stall);
+                while i.injected.armed(stall) && !i.shutdown.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
         for d in &job.deps {
             if let Some(s) = signal(*d) {
                 loop {

@@ -190,10 +190,10 @@ impl QueueAgent {
 
     /// Waits at most `budget` for `signal` to reach 0.
     fn wait_zero(&self, signal: sys::hsa_signal_t, budget: Duration) -> bool {
-        let hint = u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX - 1);
+        let hint = self.q.timeout_hint(budget);
         // SAFETY: the original `hsa_signal_wait_scacquire` on a live signal; the timeout hint
-        // is in the runtime's timestamp units (nanoseconds on the simulator; a hint only: an
-        // early return is polled again by the core).
+        // is in the runtime's timestamp ticks (a hint only: an early return is polled again by
+        // the core).
         let v = unsafe {
             (self.q.signal_wait)(
                 signal,

@@ -83,6 +83,39 @@ pub struct QueueFns {
     pub intercept_create: sys::QueueCreateFn,
     pub intercept_register: sys::InterceptRegisterFn,
     pub async_function: sys::AsyncFunctionFn,
+    pub system_get_info: Option<sys::SystemGetInfoFn>,
+    pub allow_access: Option<sys::AllowAccessFn>,
+}
+
+/// The nanoseconds-per-tick assumption when the runtime does not answer: 1 GHz.
+const DEFAULT_TIMESTAMP_HZ: u64 = 1_000_000_000;
+
+impl QueueFns {
+    /// A wait budget as an `hsa_signal_wait_*` timeout hint, which the runtime reads in system
+    /// timestamp ticks (`HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY`, e.g. 100 MHz on Instinct GPUs):
+    /// passing nanoseconds would make every bounded wait that many times too long. The
+    /// frequency is asked once per `OnLoad` ([`crate::tool::Backend::timestamp_hz`]).
+    pub fn timeout_hint(&self, budget: std::time::Duration) -> u64 {
+        let hz = backend().timestamp_hz(|| {
+            let f = self.system_get_info?;
+            let mut hz: u64 = 0;
+            // SAFETY: the original `hsa_system_get_info`; TIMESTAMP_FREQUENCY is a `uint64_t`.
+            let st = unsafe {
+                f(
+                    sys::HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY,
+                    (&mut hz as *mut u64).cast(),
+                )
+            };
+            (st == sys::HSA_STATUS_SUCCESS && hz > 0).then_some(hz)
+        });
+        ticks(budget, hz.unwrap_or(DEFAULT_TIMESTAMP_HZ))
+    }
+}
+
+/// `budget` in ticks of a `hz` clock, saturating below `u64::MAX` (which means "no timeout").
+pub fn ticks(budget: std::time::Duration, hz: u64) -> u64 {
+    let t = budget.as_nanos().saturating_mul(u128::from(hz)) / 1_000_000_000;
+    u64::try_from(t).unwrap_or(u64::MAX).min(u64::MAX - 1)
 }
 
 /// One 64-byte AQL packet, aligned as the ring's slots.

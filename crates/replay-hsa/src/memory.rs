@@ -1,14 +1,24 @@
 //! [`DeviceMemory`] for HSA (SPEC §7, §9.1): the memory layer's copies and digests on one agent,
 //! and a [`MemoryEngine`] per agent over the stage-1 tracker.
 //!
-//! First version, **synchronous**: every copy runs through the original (unwrapped)
-//! `hsa_memory_copy`, so a batch is complete when `submit_copies` returns and its fence polls
-//! complete at once; no copy of ours reaches the copy fence or the tracker. Digests are **host
-//! digests**: each range is copied into a staging buffer from the CPU agent's fine-grained pool
-//! and digested there, so HSA runs with `restore=full` (the policy default) until a device
-//! digest kernel exists. Backing memory comes from the agent's coarse-grained device pool
-//! (device tier) and the CPU's fine-grained pool (pinned tier) through the original
-//! `hsa_amd_memory_pool_allocate`, so it is never tracked; there is no pageable tier.
+//! **Copies are asynchronous**: a batch is one `hsa_amd_memory_async_copy` per operation
+//! through the original (unwrapped) entry, all decrementing one completion signal armed with
+//! the batch's size, so the copy engines run them concurrently and the fence is that signal
+//! reaching 0 (waited on directly, bounded, never through an async handler). No copy of ours
+//! reaches the copy fence or the tracker. A copy the runtime refuses part-way through a batch
+//! leaves the earlier ones in flight: the signal is lowered by the refused remainder, and the
+//! fence reports the failure only once the submitted copies finished, so the memory layer
+//! never reuses backing memory a copy still writes (a fence that does not finish in time is
+//! abandoned, its signal leaked and its backing quarantined by the memory layer). Completion
+//! signals are reused across batches.
+//!
+//! Digests are **host digests**: each range is copied (synchronously, `hsa_memory_copy`) into
+//! a staging buffer from the CPU agent's fine-grained pool and digested there, so HSA runs with
+//! `restore=full` (the policy default) until a device digest kernel exists. Backing memory
+//! comes from the agent's coarse-grained device pool (device tier) and the CPU's fine-grained
+//! pool (pinned tier, made accessible to the GPU with `hsa_amd_agents_allow_access`) through
+//! the original `hsa_amd_memory_pool_allocate`, so it is never tracked; there is no pageable
+//! tier.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -34,10 +44,23 @@ pub struct HsaMemory {
     o: Arc<Originals>,
     q: QueueFns,
     device_pool: Option<sys::hsa_amd_memory_pool_t>,
-    host_pool: Option<sys::hsa_amd_memory_pool_t>,
+    /// The CPU agent owning `host_pool`, and the pool.
+    host_pool: Option<(sys::hsa_agent_t, sys::hsa_amd_memory_pool_t)>,
     backings: Mutex<HashMap<u64, (u64, u64, Tier)>>,
+    /// Copy batches in flight, by fence.
+    batches: Mutex<HashMap<u64, Batch>>,
+    /// Completion signals of finished batches, at 0, for reuse.
+    idle_signals: Mutex<Vec<sys::hsa_signal_t>>,
     digests: Mutex<HashMap<u64, Vec<Digest128>>>,
     next: AtomicU64,
+}
+
+/// One batch of asynchronous copies: complete when `signal` reaches 0.
+#[derive(Debug)]
+struct Batch {
+    signal: sys::hsa_signal_t,
+    /// Why part of the batch was not submitted (reported once the rest finished).
+    refused: Option<String>,
 }
 
 impl std::fmt::Debug for HsaMemory {
@@ -116,6 +139,7 @@ impl HsaMemory {
                     &pools_of(&q, a),
                     sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
                 )
+                .map(|p| (a, p))
             });
         Self {
             agent,
@@ -124,8 +148,16 @@ impl HsaMemory {
             device_pool,
             host_pool,
             backings: Mutex::new(HashMap::new()),
+            batches: Mutex::new(HashMap::new()),
+            idle_signals: Mutex::new(Vec::new()),
             digests: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
+        }
+    }
+
+    fn gpu(&self) -> sys::hsa_agent_t {
+        sys::hsa_agent_t {
+            handle: self.agent.handle,
         }
     }
 
@@ -141,23 +173,88 @@ impl HsaMemory {
     fn pool(&self, tier: Tier) -> Option<sys::hsa_amd_memory_pool_t> {
         match tier {
             Tier::Device => self.device_pool,
-            Tier::PinnedHost => self.host_pool,
+            Tier::PinnedHost => self.host_pool.map(|(_, p)| p),
             Tier::PageableHost => None,
         }
     }
 
     fn addr(&self, loc: MemLoc) -> Result<u64, BackendError> {
+        self.locate(loc).map(|(a, _)| a)
+    }
+
+    /// The address of `loc` and the agent a copy names for it: the GPU for application memory
+    /// (memory its kernels reach) and device backing, the CPU for pinned backing.
+    fn locate(&self, loc: MemLoc) -> Result<(u64, sys::hsa_agent_t), BackendError> {
         match loc {
-            MemLoc::Device { addr } => Ok(addr),
-            MemLoc::Backing { id, offset } => self
-                .backings
-                .lock()
-                .get(&id.0)
-                .map(|(base, _, _)| base + offset)
-                .ok_or_else(|| {
-                    self.err(BackendErrorKind::InvalidArgument, "copy", "unknown backing")
-                }),
+            MemLoc::Device { addr } => Ok((addr, self.gpu())),
+            MemLoc::Backing { id, offset } => {
+                let (base, _, tier) =
+                    self.backings.lock().get(&id.0).copied().ok_or_else(|| {
+                        self.err(BackendErrorKind::InvalidArgument, "copy", "unknown backing")
+                    })?;
+                let agent = match (tier, self.host_pool) {
+                    (Tier::PinnedHost, Some((cpu, _))) => cpu,
+                    _ => self.gpu(),
+                };
+                Ok((base + offset, agent))
+            }
         }
+    }
+
+    /// A completion signal for a batch, armed with `n`.
+    fn batch_signal(&self, n: i64) -> Result<sys::hsa_signal_t, BackendError> {
+        let reused = self.idle_signals.lock().pop();
+        let signal = match reused {
+            Some(s) => s,
+            None => {
+                let mut s = sys::hsa_signal_t::default();
+                // SAFETY: the original signal create with a valid out pointer, no consumers.
+                let st = unsafe { (self.q.signal_create)(0, 0, std::ptr::null(), &mut s) };
+                if st != sys::HSA_STATUS_SUCCESS {
+                    return Err(self.err(
+                        BackendErrorKind::OutOfMemory,
+                        "copy",
+                        format!("hsa_signal_create returned {st:#x}"),
+                    ));
+                }
+                s
+            }
+        };
+        // SAFETY: the original store on our own signal, which no copy references now.
+        unsafe { (self.q.signal_store)(signal, n) };
+        Ok(signal)
+    }
+
+    /// Submits one asynchronous copy decrementing `signal`.
+    fn async_copy(&self, op: &CopyOp, signal: sys::hsa_signal_t) -> Result<(), BackendError> {
+        let (dst, dst_agent) = self.locate(op.dst)?;
+        let (src, src_agent) = self.locate(op.src)?;
+        // SAFETY: the original `hsa_amd_memory_async_copy` between two ranges the memory layer
+        // owns or tracks (live allocations of at least `len` bytes, kept alive until the fence
+        // completes or is abandoned and quarantined); no dependencies.
+        let st = unsafe {
+            (self.o.async_copy)(
+                dst as *mut c_void,
+                dst_agent,
+                src as *const c_void,
+                src_agent,
+                op.len as usize,
+                0,
+                std::ptr::null(),
+                signal,
+            )
+        };
+        if st != sys::HSA_STATUS_SUCCESS {
+            return Err(self.err(
+                BackendErrorKind::CopyFailed,
+                "copy",
+                format!(
+                    "hsa_amd_memory_async_copy of {} bytes {src:#x} -> {dst:#x} returned {st:#x}",
+                    op.len
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), BackendError> {
@@ -233,6 +330,23 @@ impl DeviceMemory for HsaMemory {
                 format!("hsa_amd_memory_pool_allocate returned {st:#x}"),
             ));
         }
+        if tier == Tier::PinnedHost {
+            if let Some(allow) = self.q.allow_access {
+                let gpu = self.gpu();
+                // SAFETY: the original entry on a block the original allocate just returned;
+                // one agent, no flags.
+                let st = unsafe { allow(1, &gpu, std::ptr::null(), p) };
+                if st != sys::HSA_STATUS_SUCCESS {
+                    // SAFETY: the original free of the block just allocated, used by nobody.
+                    unsafe { (self.o.pool_free)(p) };
+                    return Err(self.err(
+                        BackendErrorKind::OutOfMemory,
+                        "alloc backing",
+                        format!("hsa_amd_agents_allow_access for the GPU returned {st:#x}"),
+                    ));
+                }
+            }
+        }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.backings.lock().insert(id, (p as u64, bytes, tier));
         Ok(BackingId(id))
@@ -246,10 +360,33 @@ impl DeviceMemory for HsaMemory {
     }
 
     fn submit_copies(&self, ops: &[CopyOp]) -> Result<Fence, BackendError> {
-        for op in ops {
-            self.copy(self.addr(op.dst)?, self.addr(op.src)?, op.len)?;
+        let fence = self.fence();
+        if ops.is_empty() {
+            return Ok(fence);
         }
-        Ok(self.fence())
+        let n = ops.len() as i64;
+        let signal = self.batch_signal(n)?;
+        let mut refused = None;
+        for (i, op) in ops.iter().enumerate() {
+            if let Err(e) = self.async_copy(op, signal) {
+                if i == 0 {
+                    // Nothing in flight: the signal is ours again.
+                    // SAFETY: the original store on our own signal, referenced by no copy.
+                    unsafe { (self.q.signal_store)(signal, 0) };
+                    self.idle_signals.lock().push(signal);
+                    return Err(e);
+                }
+                // The signal reaches 0 once the `i` submitted copies finished.
+                // SAFETY: the original subtract on our own signal.
+                unsafe { (self.q.signal_subtract)(signal, n - i as i64) };
+                refused = Some(format!("copy {} of {n} refused: {e}", i + 1));
+                break;
+            }
+        }
+        self.batches
+            .lock()
+            .insert(fence.0, Batch { signal, refused });
+        Ok(fence)
     }
 
     fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError> {
@@ -288,8 +425,33 @@ impl DeviceMemory for HsaMemory {
         Ok(f)
     }
 
-    fn poll_fence(&self, _fence: Fence, _budget: Duration) -> Result<bool, BackendError> {
-        Ok(true)
+    fn poll_fence(&self, fence: Fence, budget: Duration) -> Result<bool, BackendError> {
+        let Some(signal) = self.batches.lock().get(&fence.0).map(|b| b.signal) else {
+            // Digest fences (synchronous) and empty batches are complete when submitted.
+            return Ok(true);
+        };
+        let hint = self.q.timeout_hint(budget);
+        // SAFETY: the original wait on our own live signal.
+        let v = unsafe {
+            (self.q.signal_wait)(
+                signal,
+                sys::HSA_SIGNAL_CONDITION_EQ,
+                0,
+                hint,
+                sys::HSA_WAIT_STATE_BLOCKED,
+            )
+        };
+        if v != 0 {
+            return Ok(false);
+        }
+        let Some(batch) = self.batches.lock().remove(&fence.0) else {
+            return Ok(true);
+        };
+        self.idle_signals.lock().push(batch.signal);
+        match batch.refused {
+            None => Ok(true),
+            Some(why) => Err(self.err(BackendErrorKind::CopyFailed, "copy", why)),
+        }
     }
 
     fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError> {
@@ -303,6 +465,8 @@ impl DeviceMemory for HsaMemory {
     }
 
     fn abandon_fence(&self, fence: Fence) {
+        // The copies may still decrement the batch's signal: it is leaked, never reused.
+        self.batches.lock().remove(&fence.0);
         self.digests.lock().remove(&fence.0);
     }
 }

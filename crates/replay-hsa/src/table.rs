@@ -147,6 +147,10 @@ pub struct QueueSlots {
     pub intercept_create: Slot<sys::QueueCreateFn>,
     pub intercept_register: Slot<sys::InterceptRegisterFn>,
     pub async_function: Slot<sys::AsyncFunctionFn>,
+    /// For the timestamp frequency (timeout hints); without it hints assume 1 GHz.
+    pub system_get_info: Option<Slot<sys::SystemGetInfoFn>>,
+    /// For host backing memory the GPU copies into; without it none is used.
+    pub allow_access: Option<Slot<sys::AllowAccessFn>>,
 }
 
 /// A table whose versions were checked, with the slots of the entries the backend needs.
@@ -474,6 +478,14 @@ unsafe fn queue_slots(core: &Sub, amd: &Sub) -> Result<QueueSlots, TableError> {
                 offset!(amd, AmdExtTable, hsa_amd_async_function_fn),
                 "hsa_amd_async_function",
             )?,
+            system_get_info: core.optional(
+                Some(offset!(core, CoreApiTable, hsa_system_get_info_fn)),
+                "hsa_system_get_info",
+            ),
+            allow_access: amd.optional(
+                Some(offset!(amd, AmdExtTable, hsa_amd_agents_allow_access_fn)),
+                "hsa_amd_agents_allow_access",
+            ),
         })
     }
 }

@@ -411,6 +411,14 @@ pub const HSA_SIGNAL_CONDITION_EQ: u32 = 0;
 /// `hsa_wait_state_t`: `HSA_WAIT_STATE_BLOCKED`.
 pub const HSA_WAIT_STATE_BLOCKED: u32 = 0;
 pub type MemoryCopyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> hsa_status_t;
+/// `hsa_system_get_info(attribute, value)`.
+pub type SystemGetInfoFn = unsafe extern "C" fn(u32, *mut c_void) -> hsa_status_t;
+/// `HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY` (`uint64_t`, Hz): the unit of signal-wait timeout
+/// hints.
+pub const HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY: u32 = 3;
+/// `hsa_amd_agents_allow_access(num_agents, agents, flags, ptr)`.
+pub type AllowAccessFn =
+    unsafe extern "C" fn(u32, *const hsa_agent_t, *const u32, *const c_void) -> hsa_status_t;
 pub type AgentIterCallback = Option<unsafe extern "C" fn(hsa_agent_t, *mut c_void) -> hsa_status_t>;
 pub type IterateAgentsFn = unsafe extern "C" fn(AgentIterCallback, *mut c_void) -> hsa_status_t;
 pub type PoolIterCallback =
@@ -445,6 +453,10 @@ pub type IterateExecutablesFn =
 pub const HSA_EXTENSION_AMD_LOADER: u16 = 0x201;
 /// `hsa_symbol_kind_t`: `HSA_SYMBOL_KIND_VARIABLE`.
 pub const HSA_SYMBOL_KIND_VARIABLE: u32 = 0;
+/// `hsa_symbol_kind_t`: `HSA_SYMBOL_KIND_KERNEL`.
+pub const HSA_SYMBOL_KIND_KERNEL: u32 = 1;
+/// `HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT` (`uint64_t`).
+pub const HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT: u32 = 22;
 /// `HSA_EXECUTABLE_SYMBOL_INFO_TYPE` (`hsa_symbol_kind_t`, 4 bytes).
 pub const HSA_EXECUTABLE_SYMBOL_INFO_TYPE: u32 = 0;
 /// `HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH` (`uint32_t`).
