@@ -13,7 +13,9 @@
 //!   mirror the pools (same handles) for `hsa_memory_allocate`. Allocations are real host
 //!   memory, so the application writes kernarg buffers and packets through plain pointers as
 //!   it would on an APU; kernels reach memory only through checked accessors ([`Dispatch`]):
-//!   an address outside every live allocation is a memory fault.
+//!   an address outside every live allocation is a memory fault. As with the real allocators,
+//!   a freed block is reused by the next allocation of its size from its pool (same address,
+//!   new allocation).
 //! - **Signals** with real waiting (a mutex and a condition variable per signal; the timeout
 //!   hint of `hsa_signal_wait_*` is read in timestamp ticks).
 //! - **User-mode queues** ([`queue`]): a ring of 64-byte AQL packets, read and write indices,
@@ -200,6 +202,11 @@ impl SimHsa {
         self.inner.load_module(gpu, variables, kernels)
     }
 
+    /// The kernel object of the kernel symbol `name` of this instance's executables.
+    pub fn kernel_object(&self, name: &str) -> Option<u64> {
+        self.inner.kernel_object(name)
+    }
+
     /// The address of the module variable `name` of this instance's executables.
     pub fn variable_address(&self, name: &str) -> Option<u64> {
         self.inner.variable_address(name)
@@ -212,22 +219,55 @@ impl SimHsa {
 
     /// Arms an injected fault ([`SimFault`]) on this instance.
     pub fn inject(&self, fault: SimFault, mode: FaultMode) -> FaultId {
-        self.inner.injected.arm(fault, mode)
+        self.injector().inject(fault, mode)
     }
 
     /// Disarms an injected fault (a stalled copy engine resumes).
     pub fn clear(&self, id: FaultId) {
-        self.inner.injected.clear(id);
+        self.injector().clear(id);
     }
 
     /// How often the injected fault named `name` ([`SimFault::name`]) fired.
     pub fn fired(&self, name: &str) -> u64 {
-        self.inner.injected.fired(name)
+        self.injector().fired(name)
+    }
+
+    /// A handle that arms faults on this instance from any thread (a tool callback, a kernel).
+    pub fn injector(&self) -> Injector {
+        Injector(self.inner.clone())
     }
 
     /// Faults the packet processors reported (kernel memory faults), as text.
     pub fn faults(&self) -> Vec<String> {
         self.inner.faults.lock().clone()
+    }
+}
+
+/// Arms and clears faults of one instance; `Send + Sync`, cheap to clone. Holding one does not
+/// keep the instance running: dropping its [`SimHsa`] shuts it down.
+#[derive(Clone)]
+pub struct Injector(Arc<state::Instance>);
+
+impl std::fmt::Debug for Injector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Injector").field(&self.0.id).finish()
+    }
+}
+
+impl Injector {
+    /// Arms `fault`.
+    pub fn inject(&self, fault: SimFault, mode: FaultMode) -> FaultId {
+        self.0.injected.arm(fault, mode)
+    }
+
+    /// Disarms a fault.
+    pub fn clear(&self, id: FaultId) {
+        self.0.injected.clear(id);
+    }
+
+    /// How often the fault named `name` fired.
+    pub fn fired(&self, name: &str) -> u64 {
+        self.0.injected.fired(name)
     }
 }
 

@@ -34,7 +34,9 @@ pub struct SimConfig {
 impl Default for SimConfig {
     fn default() -> Self {
         Self {
-            device_pool_bytes: 64 << 20,
+            // Accounting only (blocks are allocated on demand); enough that the memory layer's
+            // device tier (available minus a 10% + 256 MiB headroom) has room.
+            device_pool_bytes: 1 << 30,
             host_pool_bytes: 64 << 20,
             queue_min_size: 2,
             queue_max_size: 4096,
@@ -176,6 +178,15 @@ pub struct Alloc {
 static MEMORY: LazyLock<RwLock<BTreeMap<u64, Alloc>>> =
     LazyLock::new(|| RwLock::new(BTreeMap::new()));
 
+/// Freed blocks kept for reuse, most recent last: `(address, layout, pool)`. Like the real
+/// runtime's allocators, a new allocation of the same size from the same pool gets the block
+/// freed last, so an address is reused (a new generation at an old address, which a tool must
+/// tell apart from the old one).
+static FREED: Mutex<Vec<(u64, Layout, u64)>> = Mutex::new(Vec::new());
+
+/// Freed blocks kept at most (the oldest are released beyond).
+const FREED_KEPT: usize = 64;
+
 /// Allocates `size` bytes of zeroed host memory for `pool`.
 pub(crate) fn allocate(pool: &PoolRec, size: usize) -> Option<u64> {
     if size == 0 {
@@ -189,8 +200,23 @@ pub(crate) fn allocate(pool: &PoolRec, size: usize) -> Option<u64> {
         *used += size;
     }
     let layout = Layout::from_size_align(size, 4096).ok()?;
-    // SAFETY: `layout` has a non-zero size.
-    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    let reused = {
+        let mut freed = FREED.lock();
+        freed
+            .iter()
+            .rposition(|(_, l, pl)| *l == layout && *pl == pool.handle)
+            .map(|i| freed.remove(i).0)
+    };
+    let p = match reused {
+        Some(p) => {
+            // SAFETY: a block of `layout` from `alloc_zeroed`, freed by the application and
+            // reachable by nobody (it is in no map), zeroed again as a fresh allocation is.
+            unsafe { std::ptr::write_bytes(p as *mut u8, 0, size) };
+            p as *mut u8
+        }
+        // SAFETY: `layout` has a non-zero size.
+        None => unsafe { std::alloc::alloc_zeroed(layout) },
+    };
     if p.is_null() {
         *pool.used.lock() -= size;
         return None;
@@ -215,9 +241,14 @@ pub(crate) fn free(base: u64) -> bool {
     if let Some(pool) = REG.pools.lock().get(&a.pool) {
         *pool.used.lock() -= a.size;
     }
-    // SAFETY: `base` came from `alloc_zeroed` with this layout and was just removed from the
-    // map, so no accessor can reach it any more (they hold the map's read lock while copying).
-    unsafe { std::alloc::dealloc(base as *mut u8, a.layout) };
+    let mut freed = FREED.lock();
+    freed.push((base, a.layout, a.pool));
+    if freed.len() > FREED_KEPT {
+        let (old, layout, _) = freed.remove(0);
+        // SAFETY: `old` came from `alloc_zeroed` with this layout and is in no map any more,
+        // so no accessor can reach it (they hold the map's read lock while copying).
+        unsafe { std::alloc::dealloc(old as *mut u8, layout) };
+    }
     true
 }
 
@@ -659,7 +690,15 @@ impl Instance {
         exec
     }
 
+    pub(crate) fn kernel_object(&self, name: &str) -> Option<u64> {
+        self.symbol(name, true)
+    }
+
     pub(crate) fn variable_address(&self, name: &str) -> Option<u64> {
+        self.symbol(name, false)
+    }
+
+    fn symbol(&self, name: &str, kernel: bool) -> Option<u64> {
         let execs = self.executables.lock().clone();
         let ex = REG.executables.lock();
         let syms = REG.symbols.lock();
@@ -668,7 +707,7 @@ impl Instance {
             .filter_map(|e| ex.get(e))
             .flat_map(|e| e.symbols.iter())
             .filter_map(|s| syms.get(s))
-            .find(|s| !s.is_kernel && s.name == name)
+            .find(|s| s.is_kernel == kernel && s.name == name)
             .map(|s| s.address)
     }
 

@@ -1,7 +1,31 @@
 //! Faults through `replay-hsa` on the simulated runtime (SPEC §8), with short policy bounds:
-//! each ends with its reason and memory equal to one execution. A process of its own: the
-//! backend and the service are process-wide, so the tests of this file run one at a time
-//! (`SERIAL`) on one service whose policy bounds are short.
+//! each ends with its reason and memory equal to one execution (or, for a restore that cannot
+//! be repaired, an abort with a message). A process of its own: the backend and the service are
+//! process-wide, so the tests of this file run one at a time (`SERIAL`) on one service whose
+//! policy bounds are short.
+//!
+//! The simulator issue's faults (`replay_mock::Fault`), as HSA exposes them:
+//!
+//! | `replay_mock::Fault`          | here                                                        |
+//! |-------------------------------|-------------------------------------------------------------|
+//! | `SnapshotOom`, `TierOom`      | backing pool exhausted → declined `snapshot_failed` (the    |
+//! |                               | memory layer does not move a failed tier's share to the     |
+//! |                               | next tier within a capture); a device pool without room →   |
+//! |                               | the snapshot is placed in pinned host memory                |
+//! | `CaptureCopyFail`             | an async copy refused → declined `snapshot_failed`          |
+//! | `CaptureCopyStuck`            | copy engine stalled → declined `snapshot_failed`, quarantine|
+//! | `QueueDrainStuck`             | a barrier ahead on the queue → declined `queue_drain_stuck` |
+//! | `AgentDrainStuck`             | a barrier on another queue → declined `agent_drain_stuck`   |
+//! | `CopyFenceStuck`              | an application copy held → declined `copy_fence_stuck`     |
+//! | `PassStuck`                   | a pass held → truncated `pass_drain_stuck`                  |
+//! | `PassSubmitFail { pass: 1 }`  | `hsa_signal_create` fails → truncated `submit_failed`       |
+//! | `RestoreFail` (once / always) | a refused restore copy → retried / abort with a message     |
+//! | `DigestFail`                  | `hsa_memory_copy` fails → truncated `scope_check_failed`    |
+//! | `IncompleteModuleEnumeration` | loader iteration fails → declined `untracked_memory`        |
+//! | `FreeDuringPass`              | the tool frees a region after pass 0 → skipped by restore   |
+//! | `ReallocDuringPass`           | freed and reallocated at the same address → skipped         |
+//! | `OrdinarySubmitFail`          | not reachable: the interceptor's `writer` cannot fail (a    |
+//! |                               | full ring parks packets in the runtime)                     |
 
 // Not every shared helper is used by every test file.
 #[allow(dead_code)]
@@ -14,11 +38,11 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use replay_core::{
-    ContextId, NoContextControl, Operation, Phase, Policy, ReplayPayload, ReplayService,
-    ReplayTool, Subscription, SystemClock, UserData,
+    ContextId, NoContextControl, Operation, OutcomeRecord, Phase, Policy, ReplayPayload,
+    ReplayService, ReplayTool, Scope, Subscription, SystemClock, UserData,
 };
 use replay_hsa::sys;
-use replay_hsa_sim::PoolKind;
+use replay_hsa_sim::{FaultMode, PoolKind, SimConfig, SimFault, SimHsa};
 
 use common::*;
 
@@ -36,8 +60,14 @@ enum Mode {
     FreeAfterPass0,
 }
 
+/// Called at every callback with `(operation, phase, pass)`.
+type Hook = Box<dyn Fn(Operation, Phase, u32) + Send + Sync>;
+
 struct Tool {
     passes: AtomicU64,
+    hook: Mutex<Option<Hook>>,
+    outcome: Mutex<Option<OutcomeRecord>>,
+    names: Mutex<Vec<String>>,
     mode: Mutex<Mode>,
     free_target: AtomicU64,
     free_fn: Mutex<Option<sys::PoolFreeFn>>,
@@ -48,6 +78,18 @@ struct Tool {
 impl ReplayTool for Tool {
     fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
         let mode = *self.mode.lock().unwrap();
+        if let Some(h) = self.hook.lock().unwrap().as_ref() {
+            h(op, phase, p.current_pass);
+        }
+        if (op, phase) == (Operation::Config, Phase::Exit) {
+            *self.outcome.lock().unwrap() = p.outcome.cloned();
+        }
+        if (op, phase) == (Operation::Config, Phase::Enter) {
+            self.names
+                .lock()
+                .unwrap()
+                .push(p.dispatch_info.kernel_name.to_string());
+        }
         match (op, phase) {
             (Operation::Config, Phase::Enter) => {
                 if mode == Mode::PanicInConfig {
@@ -73,6 +115,15 @@ impl ReplayTool for Tool {
     }
 }
 
+/// The tests' policy: short bounds.
+fn policy() -> Policy {
+    Policy {
+        drain_timeout: BOUND,
+        pass_timeout: BOUND,
+        ..Policy::default()
+    }
+}
+
 struct World {
     service: Arc<ReplayService>,
     tool: Arc<Tool>,
@@ -83,18 +134,16 @@ fn world() -> (&'static World, MutexGuard<'static, ()>) {
     static WORLD: OnceLock<World> = OnceLock::new();
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let w = WORLD.get_or_init(|| {
-        let policy = Policy {
-            drain_timeout: BOUND,
-            pass_timeout: BOUND,
-            ..Policy::default()
-        };
         let service = Arc::new(ReplayService::new(
-            policy,
+            policy(),
             Arc::new(SystemClock::new()),
             Arc::new(NoContextControl),
         ));
         let tool = Arc::new(Tool {
             passes: AtomicU64::new(0),
+            hook: Mutex::new(None),
+            outcome: Mutex::new(None),
+            names: Mutex::new(Vec::new()),
             mode: Mutex::new(Mode::Plain),
             free_target: AtomicU64::new(0),
             free_fn: Mutex::new(None),
@@ -112,6 +161,10 @@ fn world() -> (&'static World, MutexGuard<'static, ()>) {
         World { service, tool }
     });
     w.tool.passes.store(0, Ordering::SeqCst);
+    *w.tool.hook.lock().unwrap() = None;
+    *w.tool.outcome.lock().unwrap() = None;
+    w.tool.names.lock().unwrap().clear();
+    w.service.set_policy(policy()).unwrap();
     *w.tool.mode.lock().unwrap() = Mode::Plain;
     w.tool.free_target.store(0, Ordering::SeqCst);
     w.tool.freed.store(0, Ordering::SeqCst);
@@ -294,5 +347,548 @@ fn a_region_freed_by_the_tool_after_pass_0_is_skipped_by_restore() {
         1,
         "the window completed: {s:?}"
     );
+    w.service.stop().unwrap();
+}
+
+// ----- The simulator's faults through the backend ------------------------------------------
+
+/// One application set-up on GPU `gpu`: the `rmw` kernel, a queue, a buffer holding `init`.
+struct Case {
+    sim: SimHsa,
+    api: Api,
+    runs: Arc<AtomicU64>,
+    kernel: u64,
+    queue: *mut sys::hsa_queue_t,
+    buf: *mut u64,
+    args: *mut u8,
+    init: u64,
+}
+
+impl Case {
+    fn new(gpu: usize, init: u64) -> Self {
+        Self::with(SimConfig::default(), gpu, init)
+    }
+
+    fn with(config: SimConfig, gpu: usize, init: u64) -> Self {
+        let (sim, api) = sim_with(config);
+        let runs = Arc::new(AtomicU64::new(0));
+        let kernel = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+        let queue = api.queue(sim.gpu_agents()[gpu]);
+        let (buf, args) = buffer_and_args(&sim, &api, gpu, init);
+        Self {
+            sim,
+            api,
+            runs,
+            kernel,
+            queue,
+            buf,
+            args,
+            init,
+        }
+    }
+
+    /// Submits the dispatch; its completion signal.
+    fn dispatch(&self) -> sys::hsa_signal_t {
+        let done = self.api.signal(1);
+        self.api
+            .submit(self.queue, dispatch(self.kernel, self.args, done));
+        done
+    }
+
+    /// [`ends_once`] for this case.
+    fn ends_once(&self, done: sys::hsa_signal_t) {
+        ends_once(&self.api, done, &self.runs, self.buf, self.init);
+    }
+}
+
+/// Runs one dispatch of `case` asking for 3 passes; checks it ended once with one declined
+/// (or truncated) dispatch of `reason`; the outcome record.
+fn expect(w: &World, case: &Case, declined: bool, reason: &str) -> Option<OutcomeRecord> {
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = case.dispatch();
+    case.ends_once(done);
+    let s = w.service.summary();
+    let (now, then) = if declined {
+        (&s.declined, &before.declined)
+    } else {
+        (&s.truncated, &before.truncated)
+    };
+    assert_eq!(delta(now, then, reason), 1, "{reason}: {s:?}");
+    assert_eq!(s.replayed, before.replayed, "not replayed: {s:?}");
+    let outcome = w.tool.outcome.lock().unwrap().clone();
+    if let Some(o) = &outcome {
+        assert_eq!(o.reason.as_str(), reason, "{o:?}");
+    }
+    outcome
+}
+
+#[test]
+fn snapshot_memory_the_runtime_cannot_allocate_declines_snapshot_failed() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 21);
+    let dev = c.sim.inject(
+        SimFault::PoolExhausted(PoolKind::DeviceCoarse),
+        FaultMode::Always,
+    );
+    let o = expect(w, &c, true, "snapshot_failed").expect("CONFIG EXIT has the outcome");
+    assert_eq!(o.captured_bytes, 0, "{o:?}");
+    assert!(c.sim.fired("pool_exhausted") >= 1);
+    c.sim.clear(dev);
+    // The pool works again: the next dispatch is replayed from device backing memory.
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let done = c.dispatch();
+    assert_eq!(c.api.wait_zero(done), 0);
+    assert_eq!(read(c.buf), rmw(rmw(21)));
+    let o = w
+        .tool
+        .outcome
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("CONFIG EXIT has the outcome");
+    assert!(o.tier_bytes.device >= 64, "{o:?}");
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_device_pool_without_room_places_the_snapshot_in_pinned_host_memory() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    // 64 MiB of device memory is less than the headroom the memory layer leaves free.
+    let c = Case::with(
+        SimConfig {
+            device_pool_bytes: 64 << 20,
+            ..SimConfig::default()
+        },
+        1,
+        22,
+    );
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = c.dispatch();
+    assert_eq!(c.api.wait_zero(done), 0);
+    assert_eq!(read(c.buf), rmw(22), "memory equals one execution");
+    assert_eq!(c.runs.load(Ordering::SeqCst), 3);
+    assert_eq!(w.service.summary().replayed - before.replayed, 1);
+    let o = w
+        .tool
+        .outcome
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("CONFIG EXIT has the outcome");
+    assert_eq!(o.tier_bytes.device, 0, "{o:?}");
+    assert!(
+        o.tier_bytes.pinned >= 64,
+        "captured in pinned host memory: {o:?}"
+    );
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_refused_capture_copy_declines_snapshot_failed() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 23);
+    c.sim.inject(SimFault::AsyncCopyRefused, FaultMode::Once);
+    expect(w, &c, true, "snapshot_failed");
+    assert_eq!(c.sim.fired("async_copy_refused"), 1);
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_stuck_capture_copy_declines_snapshot_failed_and_quarantines_its_backing() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 24);
+    let agent = c.sim.gpu_agents()[0];
+    let info = replay_hsa::backend().agents.get(agent.handle, || None);
+    let engine = replay_hsa::memory::engine(&info);
+    let stall = c.sim.inject(SimFault::CopyEngineStalled, FaultMode::Always);
+    let start = Instant::now();
+    expect(w, &c, true, "snapshot_failed");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the capture gave up"
+    );
+    assert!(
+        engine.quarantined_bytes() > 0,
+        "backing a stuck copy may still write is never reused"
+    );
+    c.sim.clear(stall);
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn an_agent_drain_that_does_not_complete_in_time_declines_agent_drain_stuck() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 25);
+    // Work on another queue of the same agent waits on an unsignalled dependency.
+    let other = c.api.queue(c.sim.gpu_agents()[0]);
+    let hold = c.api.signal(1);
+    let barrier_done = c.api.signal(1);
+    c.api.submit(other, barrier_on(hold, barrier_done));
+    expect(w, &c, true, "agent_drain_stuck");
+    // SAFETY: a live signal: releases the barrier.
+    unsafe { (c.api.signal_store)(hold, 0) };
+    assert_eq!(c.api.wait_zero(barrier_done), 0);
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn an_application_copy_that_does_not_finish_in_time_declines_copy_fence_stuck() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 26);
+    let agent = c.sim.gpu_agents()[0];
+    let src = c.api.alloc(c.sim.pool(0, PoolKind::HostFine), 64);
+    let dst = c.api.alloc(c.sim.pool(0, PoolKind::DeviceCoarse), 64);
+    let hold = c.api.signal(1);
+    let copied = c.api.signal(1);
+    c.api.copy_after(agent, dst, src, 64, hold, copied);
+    expect(w, &c, true, "copy_fence_stuck");
+    assert_eq!(c.api.load(copied), 1, "the copy is still held");
+    // SAFETY: a live signal: lets the copy run.
+    unsafe { (c.api.signal_store)(hold, 0) };
+    assert_eq!(c.api.wait_zero(copied), 0);
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn the_window_waits_for_an_application_copy_in_flight_and_every_pass_sees_its_result() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let agent = sim.gpu_agents()[0];
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let k = sim.register_kernel("rmw-recording", move |d| {
+        let p = d.arg(0)?;
+        let v = d.read_u64(p)?;
+        s2.lock().unwrap().push(v);
+        d.write_u64(p, rmw(v))
+    });
+    let q = api.queue(agent);
+    let (buf, args) = buffer_and_args(&sim, &api, 0, 1);
+    // The application copies 77 into the buffer; the copy waits on `hold`, which a thread
+    // releases shortly after the dispatch was submitted (well inside the drain bound).
+    let src = api.alloc(sim.pool(0, PoolKind::HostFine), 64);
+    // SAFETY: a fresh host-visible simulated allocation.
+    unsafe { src.cast::<u64>().write_volatile(77) };
+    let hold = api.signal(1);
+    let copied = api.signal(1);
+    api.copy_after(agent, buf.cast(), src, 8, hold, copied);
+    let store = api.signal_store;
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: a live signal.
+        unsafe { store(hold, 0) };
+    });
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = api.signal(1);
+    api.submit(q, dispatch(k, args, done));
+    releaser.join().unwrap();
+    assert_eq!(api.wait_zero(done), 0);
+    assert_eq!(
+        api.load(copied),
+        0,
+        "the copy finished before the window captured"
+    );
+    assert_eq!(*seen.lock().unwrap(), vec![77, 77, 77], "identical inputs");
+    assert_eq!(read(buf), rmw(77), "memory equals one execution");
+    assert_eq!(w.service.summary().replayed - before.replayed, 1);
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_pass_the_runtime_refuses_after_a_restore_truncates_submit_failed_and_runs_once() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 27);
+    let inj = c.sim.injector();
+    *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+        if (op, phase, pass) == (Operation::Pass, Phase::Enter, 1) {
+            inj.inject(SimFault::SignalCreateFails, FaultMode::Once);
+        }
+    }));
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = c.dispatch();
+    assert_eq!(c.api.wait_zero(done), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(c.api.load(done), 0, "the completion signal fired once");
+    let s = w.service.summary();
+    assert_eq!(
+        delta(&s.truncated, &before.truncated, "submit_failed"),
+        1,
+        "{s:?}"
+    );
+    assert_eq!(c.sim.fired("signal_create_fails"), 1);
+    // Pass 0, then the ordinary run on restored memory.
+    assert_eq!(c.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(read(c.buf), rmw(27), "memory equals one execution");
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_restore_copy_refused_once_is_retried_and_the_replay_completes() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(1, 28);
+    let inj = c.sim.injector();
+    *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+        if (op, phase, pass) == (Operation::Pass, Phase::Exit, 0) {
+            inj.inject(SimFault::AsyncCopyRefused, FaultMode::Once);
+        }
+    }));
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = c.dispatch();
+    assert_eq!(c.api.wait_zero(done), 0);
+    assert_eq!(
+        c.sim.fired("async_copy_refused"),
+        1,
+        "the restore met the fault"
+    );
+    assert_eq!(c.runs.load(Ordering::SeqCst), 3);
+    assert_eq!(read(c.buf), rmw(28), "memory equals one execution");
+    assert_eq!(w.service.summary().replayed - before.replayed, 1);
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_restore_the_runtime_always_refuses_aborts_with_a_message() {
+    if std::env::var_os("KREPLAY_TEST_CHILD_RESTORE").is_some() {
+        let (w, _g) = world();
+        w.service.start().unwrap();
+        let c = Case::new(0, 29);
+        let inj = c.sim.injector();
+        *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+            if (op, phase, pass) == (Operation::Pass, Phase::Exit, 0) {
+                inj.inject(SimFault::AsyncCopyRefused, FaultMode::Always);
+            }
+        }));
+        w.tool.passes.store(3, Ordering::SeqCst);
+        let done = c.dispatch();
+        c.api.wait_zero(done);
+        unreachable!("a restore that cannot be repaired must abort");
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_restore_the_runtime_always_refuses_aborts_with_a_message",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("KREPLAY_TEST_CHILD_RESTORE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(6), "SIGABRT expected: {stderr}");
+    }
+    assert!(stderr.contains("FATAL: restore failed"), "{stderr}");
+    assert!(stderr.contains("hsa_amd_memory_async_copy"), "{stderr}");
+}
+
+#[test]
+fn a_failed_scope_check_digest_truncates_scope_check_failed() {
+    let (w, _g) = world();
+    w.service
+        .set_policy(Policy {
+            scope: Scope::Arguments,
+            ..policy()
+        })
+        .unwrap();
+    w.service.start().unwrap();
+    let c = Case::new(0, 30);
+    // A tracked region outside the arguments' scope: the check digests it after each pass.
+    let outside = c.api.alloc(c.sim.pool(0, PoolKind::DeviceCoarse), 4096);
+    assert!(!outside.is_null());
+    let inj = c.sim.injector();
+    *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+        if (op, phase, pass) == (Operation::Pass, Phase::Exit, 0) {
+            inj.inject(SimFault::MemoryCopyFails, FaultMode::Always);
+        }
+    }));
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = c.dispatch();
+    assert_eq!(c.api.wait_zero(done), 0);
+    let s = w.service.summary();
+    assert_eq!(
+        delta(&s.truncated, &before.truncated, "scope_check_failed"),
+        1,
+        "{s:?}"
+    );
+    assert!(c.sim.fired("memory_copy_fails") >= 1);
+    // The check failed after pass 0: that pass's results stand, nothing ran again.
+    assert_eq!(c.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(read(c.buf), rmw(30), "memory equals one execution");
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_module_enumeration_that_fails_declines_untracked_memory() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 31);
+    let f = c
+        .sim
+        .inject(SimFault::LoaderIterationFails, FaultMode::Always);
+    expect(w, &c, true, "untracked_memory");
+    c.sim.clear(f);
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_region_reallocated_at_the_same_address_during_a_pass_is_not_restored() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 32);
+    let pool = c.sim.pool(0, PoolKind::DeviceCoarse);
+    let old = c.api.alloc(pool, 4096);
+    // SAFETY: a fresh host-visible simulated allocation.
+    unsafe { old.cast::<u64>().write_volatile(5) };
+    let (free, alloc) = (c.api.pool_free, c.api.pool_allocate);
+    let again = Arc::new(AtomicU64::new(0));
+    let a2 = again.clone();
+    let old_addr = old as u64;
+    *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+        if (op, phase, pass) == (Operation::Pass, Phase::Exit, 0) {
+            let mut p = std::ptr::null_mut();
+            // SAFETY: the wrapped free and allocate of the application's entries; the new
+            // block is written as the application's new data.
+            unsafe {
+                assert_eq!(free(old_addr as *mut c_void), 0);
+                assert_eq!(alloc(pool, 4096, 0, &mut p), 0);
+                p.cast::<u64>().write_volatile(0xdead);
+            }
+            a2.store(p as u64, Ordering::SeqCst);
+        }
+    }));
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = c.dispatch();
+    assert_eq!(c.api.wait_zero(done), 0);
+    assert_eq!(
+        again.load(Ordering::SeqCst),
+        old_addr,
+        "the runtime reused the address (what this test is about)"
+    );
+    assert_eq!(
+        read(old.cast()),
+        0xdead,
+        "the new allocation's data was not overwritten"
+    );
+    assert_eq!(read(c.buf), rmw(32), "memory equals one execution");
+    assert_eq!(c.runs.load(Ordering::SeqCst), 3);
+    assert_eq!(w.service.summary().replayed - before.replayed, 1);
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn timeouts_follow_the_runtimes_timestamp_frequency() {
+    // At 1 kHz a hint in nanoseconds would be a million times too long: the 500 ms pass bound
+    // would become days, and this test would hang instead of truncating.
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::with(
+        SimConfig {
+            timestamp_hz: 1_000,
+            ..SimConfig::default()
+        },
+        0,
+        33,
+    );
+    let gate = c.api.signal(1);
+    let first = Arc::new(AtomicU64::new(1));
+    let (r, f) = (c.runs.clone(), first.clone());
+    let k = c.sim.register_kernel("stalls-once-khz", move |d| {
+        if f.swap(0, Ordering::SeqCst) == 1 {
+            let g = replay_hsa_sim::state::signal(gate.handle).expect("a live signal");
+            g.wait(|v| v == 0, Some(TIMEOUT));
+        }
+        let p = d.arg(0)?;
+        let v = d.read_u64(p)?;
+        d.write_u64(p, rmw(v))?;
+        r.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = c.api.signal(1);
+    let start = Instant::now();
+    c.api.submit(c.queue, dispatch(k, c.args, done));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the pass bound held"
+    );
+    let s = w.service.summary();
+    assert_eq!(
+        delta(&s.truncated, &before.truncated, "pass_drain_stuck"),
+        1,
+        "{s:?}"
+    );
+    // SAFETY: a live signal: releases the stalled pass.
+    unsafe { (c.api.signal_store)(gate, 0) };
+    c.ends_once(done);
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn dispatches_carry_the_kernel_symbols_name() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let runs = Arc::new(AtomicU64::new(0));
+    let r = runs.clone();
+    let body: replay_hsa_sim::KernelFn = Arc::new(move |d| {
+        let p = d.arg(0)?;
+        let v = d.read_u64(p)?;
+        d.write_u64(p, rmw(v))?;
+        r.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    sim.load_module(0, &[], &[("_Z3rmwPm.kd", body)]);
+    let object = sim
+        .kernel_object("_Z3rmwPm.kd")
+        .expect("the module's kernel");
+    let q = api.queue(sim.gpu_agents()[0]);
+    let (buf, args) = buffer_and_args(&sim, &api, 0, 34);
+    w.tool.passes.store(2, Ordering::SeqCst);
+    let done = api.signal(1);
+    api.submit(q, dispatch(object, args, done));
+    assert_eq!(api.wait_zero(done), 0);
+    assert_eq!(read(buf), rmw(34));
+    assert_eq!(*w.tool.names.lock().unwrap(), vec!["_Z3rmwPm".to_owned()]);
+    // The kernel filter matches that name: excluded, the next dispatch is not replayed.
+    w.service
+        .set_policy(Policy {
+            filter: replay_core::filter::KernelFilter {
+                exclude: vec!["_Z3rmw*".into()],
+                ..Default::default()
+            },
+            ..policy()
+        })
+        .unwrap();
+    let before = w.service.summary();
+    let done = api.signal(1);
+    api.submit(q, dispatch(object, args, done));
+    assert_eq!(api.wait_zero(done), 0);
+    assert_eq!(read(buf), rmw(rmw(34)));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "two passes, then one ordinary run"
+    );
+    assert_eq!(w.service.summary().replayed, before.replayed);
     w.service.stop().unwrap();
 }

@@ -578,7 +578,7 @@ unsafe fn handle(packets: &[Packet], key: usize, writer: WriterFn) {
         return;
     }
     let packet = packets[0];
-    let dispatch = describe(&st, &packet, origin);
+    let dispatch = describe(&st, &o, &packet, origin);
     let agent = QueueAgent::new(st.clone(), o.clone(), q, writer, packet);
     let engine = crate::memory::engine(&st.agent);
     match svc.submit(&agent, &*engine, dispatch) {
@@ -679,8 +679,11 @@ pub(crate) fn submit_to_ring(
 }
 
 /// The core's description of a dispatch packet.
-fn describe(st: &QueueState, packet: &Packet, origin: Origin) -> Dispatch {
+fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> Dispatch {
     let d = packet.as_dispatch();
+    let agent = sys::hsa_agent_t {
+        handle: st.agent.handle,
+    };
     let kernarg = read_kernarg(d.kernarg_address);
     Dispatch {
         info: DispatchInfo {
@@ -688,7 +691,7 @@ fn describe(st: &QueueState, packet: &Packet, origin: Origin) -> Dispatch {
             queue: QueueId(st.queue as u64),
             dispatch_id: Default::default(),
             kernel_id: KernelId(d.kernel_object),
-            kernel_name: Arc::from(format!("kernel@{:#x}", d.kernel_object)),
+            kernel_name: crate::kernels::global().name(d.kernel_object, agent, o.loader.as_ref()),
             grid: Dim3::new(d.grid_size_x, d.grid_size_y, d.grid_size_z),
             workgroup: Dim3::new(
                 u32::from(d.workgroup_size_x),

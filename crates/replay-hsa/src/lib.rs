@@ -17,7 +17,9 @@
 //!   read, and resolves the slots of the entries the backend needs from the right binding.
 //! - Role modules, named as in every backend: [`agent`] (agents by handle), [`tracker`] (the
 //!   allocation wrappers and the SPEC §7.1 classification), [`queue`] (AQL headers), plus
-//!   [`fence`] (asynchronous copies in flight) and [`tool`] (`OnLoad` / `OnUnload`, the
+//!   [`fence`] (asynchronous copies in flight), [`kernels`] (kernel names), [`module`] (module
+//!   variables), [`memory`] (the memory layer's copies), [`intercept`] (the write
+//!   interceptor) and [`tool`] (`OnLoad` / `OnUnload`, the
 //!   process-wide state, the attached C/C++ tool).
 //!
 //! ## What this stage does, and what it does not
@@ -35,15 +37,17 @@
 //! the replay window (SPEC §6) for a submission of exactly one kernel dispatch through the
 //! service given with [`set_service`] (the shared object gives its one service), with
 //! [`agent::QueueAgent`] as the agent and a [`replay_memory::MemoryEngine`] per agent over
-//! [`memory::HsaMemory`] (synchronous copies through the original `hsa_memory_copy`, host
-//! digests, `restore=full`).
+//! [`memory::HsaMemory`] (asynchronous copies through the original
+//! `hsa_amd_memory_async_copy` on reused completion signals, host digests, `restore=full`).
+//! Signal-wait timeouts are converted to the runtime's timestamp ticks.
 //!
 //! Module variables are enumerated per agent through the AMD loader extension and executable
-//! symbol iteration ([`module::HsaModules`]).
+//! symbol iteration ([`module::HsaModules`]); the same walk names kernels
+//! ([`kernels::KernelNames`]: kernel object → symbol name), so the kernel filter matches the
+//! names users know.
 //!
-//! Not yet: asynchronous copies
-//! with own signals for the memory layer, device digests, and kernel names from executable
-//! symbols (dispatches are named `kernel@<kernel object>`).
+//! Not yet: device digests (a digest kernel in a code object needs the AMD toolchain), so
+//! `restore=dirty` and the `arguments` scope check digest on the host.
 //!
 //! ## Design choices
 //!
@@ -65,6 +69,7 @@
 pub mod agent;
 pub mod fence;
 pub mod intercept;
+pub mod kernels;
 pub mod memory;
 pub mod module;
 pub mod queue;

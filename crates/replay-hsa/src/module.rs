@@ -78,79 +78,14 @@ unsafe extern "C" fn collect_symbol(
 }
 
 impl LoaderFns {
-    fn info<T: Default>(&self, sym: u64, attr: u32, what: &str) -> Result<T, String> {
-        let mut v = T::default();
-        // SAFETY: the original symbol query; `T` is the attribute's documented type.
-        let st = unsafe { (self.symbol_get_info)(sym, attr, (&mut v as *mut T).cast()) };
-        ok(st, what)?;
-        Ok(v)
-    }
-
-    fn variable(&self, sym: u64) -> Result<Option<ModuleVariable>, String> {
-        let kind: u32 = self.info(sym, sys::HSA_EXECUTABLE_SYMBOL_INFO_TYPE, "symbol type")?;
-        if kind != sys::HSA_SYMBOL_KIND_VARIABLE {
-            return Ok(None);
-        }
-        let len: u32 = self.info(
-            sym,
-            sys::HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH,
-            "name length",
-        )?;
-        let mut name = vec![0u8; len as usize];
-        // SAFETY: NAME writes NAME_LENGTH bytes into a buffer of that size.
-        let st = unsafe {
-            (self.symbol_get_info)(
-                sym,
-                sys::HSA_EXECUTABLE_SYMBOL_INFO_NAME,
-                name.as_mut_ptr().cast(),
-            )
-        };
-        ok(st, "symbol name")?;
-        if let Some(nul) = name.iter().position(|&b| b == 0) {
-            name.truncate(nul);
-        }
-        let base: u64 = self.info(
-            sym,
-            sys::HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS,
-            "variable address",
-        )?;
-        let size: u32 = self.info(
-            sym,
-            sys::HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE,
-            "variable size",
-        )?;
-        let read_only: bool = self.info(
-            sym,
-            sys::HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST,
-            "variable is_const",
-        )?;
-        Ok(Some(ModuleVariable {
-            name: String::from_utf8_lossy(&name).into_owned(),
-            base,
-            size: u64::from(size),
-            read_only,
-        }))
-    }
-}
-
-/// Whether a variable is captured (see the module documentation).
-pub fn captured(v: &ModuleVariable) -> bool {
-    !(v.read_only
-        || v.base == 0
-        || v.size == 0
-        || v.size > MAX_VARIABLE
-        || replay_memory::modules::is_bookkeeping(v))
-}
-
-impl ModuleVariables for HsaModules {
-    fn enumerate(&self, _agent: AgentId) -> Result<Vec<ModuleVariable>, String> {
-        let l = self
-            .loader
-            .ok_or("the table lacks the loader and executable-symbol entries")?;
+    /// Every symbol of `agent` in every loaded executable, with its executable: the loader
+    /// extension's executables (`hsa_ven_amd_loader_iterate_executables`), then each one's
+    /// agent symbols. Any failure is an `Err` naming the entry.
+    pub fn agent_symbols(&self, agent: sys::hsa_agent_t) -> Result<Vec<(u64, u64)>, String> {
         let mut table = std::mem::MaybeUninit::<sys::LoaderTable103>::zeroed();
         // SAFETY: the original entry with a writable buffer of the length given.
         let st = unsafe {
-            (l.get_extension_table)(
+            (self.get_extension_table)(
                 sys::HSA_EXTENSION_AMD_LOADER,
                 1,
                 std::mem::size_of::<sys::LoaderTable103>(),
@@ -174,19 +109,112 @@ impl ModuleVariables for HsaModules {
             let mut syms: Vec<u64> = Vec::new();
             // SAFETY: a callback of the right type and a live `Vec`.
             let st = unsafe {
-                (l.iterate_agent_symbols)(
+                (self.iterate_agent_symbols)(
                     exec,
-                    self.agent,
+                    agent,
                     Some(collect_symbol),
                     (&mut syms as *mut Vec<u64>).cast(),
                 )
             };
             ok(st, "hsa_executable_iterate_agent_symbols")?;
-            for sym in syms {
-                if let Some(v) = l.variable(sym)? {
-                    if captured(&v) {
-                        out.push(v);
-                    }
+            out.extend(syms.into_iter().map(|s| (exec, s)));
+        }
+        Ok(out)
+    }
+
+    /// The symbol's kind (`hsa_symbol_kind_t`).
+    pub fn kind(&self, sym: u64) -> Result<u32, String> {
+        self.info(sym, sys::HSA_EXECUTABLE_SYMBOL_INFO_TYPE, "symbol type")
+    }
+
+    /// The symbol's name (the runtime writes `NAME_LENGTH` bytes, not NUL-terminated).
+    pub fn name(&self, sym: u64) -> Result<String, String> {
+        let len: u32 = self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH,
+            "name length",
+        )?;
+        let mut name = vec![0u8; len as usize];
+        // SAFETY: NAME writes NAME_LENGTH bytes into a buffer of that size.
+        let st = unsafe {
+            (self.symbol_get_info)(
+                sym,
+                sys::HSA_EXECUTABLE_SYMBOL_INFO_NAME,
+                name.as_mut_ptr().cast(),
+            )
+        };
+        ok(st, "symbol name")?;
+        if let Some(nul) = name.iter().position(|&b| b == 0) {
+            name.truncate(nul);
+        }
+        Ok(String::from_utf8_lossy(&name).into_owned())
+    }
+
+    /// A kernel symbol's kernel object (what dispatch packets name).
+    pub fn kernel_object(&self, sym: u64) -> Result<u64, String> {
+        self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT,
+            "kernel object",
+        )
+    }
+
+    fn info<T: Default>(&self, sym: u64, attr: u32, what: &str) -> Result<T, String> {
+        let mut v = T::default();
+        // SAFETY: the original symbol query; `T` is the attribute's documented type.
+        let st = unsafe { (self.symbol_get_info)(sym, attr, (&mut v as *mut T).cast()) };
+        ok(st, what)?;
+        Ok(v)
+    }
+
+    fn variable(&self, sym: u64) -> Result<Option<ModuleVariable>, String> {
+        if self.kind(sym)? != sys::HSA_SYMBOL_KIND_VARIABLE {
+            return Ok(None);
+        }
+        let name = self.name(sym)?;
+        let base: u64 = self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS,
+            "variable address",
+        )?;
+        let size: u32 = self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE,
+            "variable size",
+        )?;
+        let read_only: bool = self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST,
+            "variable is_const",
+        )?;
+        Ok(Some(ModuleVariable {
+            name,
+            base,
+            size: u64::from(size),
+            read_only,
+        }))
+    }
+}
+
+/// Whether a variable is captured (see the module documentation).
+pub fn captured(v: &ModuleVariable) -> bool {
+    !(v.read_only
+        || v.base == 0
+        || v.size == 0
+        || v.size > MAX_VARIABLE
+        || replay_memory::modules::is_bookkeeping(v))
+}
+
+impl ModuleVariables for HsaModules {
+    fn enumerate(&self, _agent: AgentId) -> Result<Vec<ModuleVariable>, String> {
+        let l = self
+            .loader
+            .ok_or("the table lacks the loader and executable-symbol entries")?;
+        let mut out = Vec::new();
+        for (_, sym) in l.agent_symbols(self.agent)? {
+            if let Some(v) = l.variable(sym)? {
+                if captured(&v) {
+                    out.push(v);
                 }
             }
         }

@@ -40,11 +40,17 @@ pub struct Api {
     pub signal_wait: sys::SignalWaitFn,
     pub async_function: sys::AsyncFunctionFn,
     pub pool_free: sys::PoolFreeFn,
+    pub async_copy: sys::AsyncCopyFn,
 }
 
 /// A fresh sim with `OnLoad` installed, and the client's entries read from its table after.
 pub fn sim() -> (SimHsa, Api) {
-    let mut sim = SimHsa::new(SimConfig::default());
+    sim_with(SimConfig::default())
+}
+
+/// [`sim`] with a configuration of its own.
+pub fn sim_with(config: SimConfig) -> (SimHsa, Api) {
+    let mut sim = SimHsa::new(config);
     // SAFETY: the sim's table, alive, not used by other threads during the call.
     let ok = unsafe { replay_hsa::on_load(sim.table().cast(), 1, 0, std::ptr::null()) };
     assert!(ok, "{}", replay_hsa::backend().state_json());
@@ -64,6 +70,7 @@ pub fn sim() -> (SimHsa, Api) {
             signal_wait: typed(c.hsa_signal_wait_scacquire_fn),
             async_function: typed(a.hsa_amd_async_function_fn),
             pool_free: typed(a.hsa_amd_memory_pool_free_fn),
+            async_copy: typed(a.hsa_amd_memory_async_copy_fn),
         }
     };
     (sim, api)
@@ -84,8 +91,26 @@ impl Api {
     }
 
     pub fn wait_zero(&self, s: sys::hsa_signal_t) -> i64 {
-        // SAFETY: a live signal; EQ 0; the timeout hint is nanoseconds on the sim.
+        // SAFETY: a live signal; EQ 0; the hint is generous at any timestamp frequency of the
+        // tests (nanoseconds at the default 1 GHz).
         unsafe { (self.signal_wait)(s, 0, 0, TIMEOUT.as_nanos() as u64, 0) }
+    }
+
+    /// An application copy through the (wrapped) `hsa_amd_memory_async_copy`, after `dep`
+    /// reaches 0, decrementing `done`.
+    pub fn copy_after(
+        &self,
+        agent: sys::hsa_agent_t,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        dep: sys::hsa_signal_t,
+        done: sys::hsa_signal_t,
+    ) {
+        // SAFETY: live simulated allocations of `len` bytes; one dependency signal.
+        let st =
+            unsafe { (self.async_copy)(dst.cast(), agent, src.cast(), agent, len, 1, &dep, done) };
+        assert_eq!(st, 0);
     }
 
     pub fn alloc(&self, pool: sys::hsa_amd_memory_pool_t, size: usize) -> *mut u8 {
