@@ -892,3 +892,53 @@ fn dispatches_carry_the_kernel_symbols_name() {
     assert_eq!(w.service.summary().replayed, before.replayed);
     w.service.stop().unwrap();
 }
+
+#[test]
+fn the_window_waits_for_work_on_the_agents_other_queues() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let agent = sim.gpu_agents()[0];
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let k = sim.register_kernel("rmw-recording-2", move |d| {
+        let p = d.arg(0)?;
+        let v = d.read_u64(p)?;
+        s2.lock().unwrap().push(v);
+        d.write_u64(p, rmw(v))
+    });
+    let set = sim.register_kernel("set-50", |d| {
+        let p = d.arg(0)?;
+        d.write_u64(p, 50)
+    });
+    let (buf, args) = buffer_and_args(&sim, &api, 0, 1);
+    // Another queue of the agent: a barrier held until shortly after the dispatch was
+    // submitted, then a kernel that sets the buffer to 50.
+    let other = api.queue(agent);
+    let hold = api.signal(1);
+    api.submit(other, barrier_on(hold, sys::hsa_signal_t::default()));
+    let set_done = api.signal(1);
+    api.submit(other, dispatch(set, args, set_done));
+    let store = api.signal_store;
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: a live signal.
+        unsafe { store(hold, 0) };
+    });
+    let q = api.queue(agent);
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = api.signal(1);
+    api.submit(q, dispatch(k, args, done));
+    releaser.join().unwrap();
+    assert_eq!(api.wait_zero(done), 0);
+    assert_eq!(
+        api.load(set_done),
+        0,
+        "the other queue's work finished first"
+    );
+    assert_eq!(*seen.lock().unwrap(), vec![50, 50, 50], "identical inputs");
+    assert_eq!(read(buf), rmw(50), "memory equals one execution");
+    assert_eq!(w.service.summary().replayed - before.replayed, 1);
+    w.service.stop().unwrap();
+}
