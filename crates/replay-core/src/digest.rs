@@ -78,12 +78,73 @@ pub fn finish(a: u128, b: u128, len: u64) -> Digest128 {
 
 /// Digest of `data` under `key`.
 pub fn digest(key: DigestKey, data: &[u8]) -> Digest128 {
-    let k = lane_keys(key);
+    let mut s = DigestStream::new(key);
+    s.update(data);
+    s.finish()
+}
+
+/// A digest computed over consecutive pieces of one range, for hosts that see the range
+/// through a bounded staging buffer: every piece but the last must be a multiple of 16 bytes
+/// (whole words), and the result equals [`digest`] of the concatenation.
+#[derive(Debug, Clone)]
+pub struct DigestStream {
+    k: [u64; 4],
+    a: u128,
+    b: u128,
+    len: u64,
+}
+
+impl DigestStream {
+    /// An empty stream under `key`.
+    pub fn new(key: DigestKey) -> Self {
+        Self {
+            k: lane_keys(key),
+            a: 0,
+            b: 0,
+            len: 0,
+        }
+    }
+
+    /// Feeds the next piece.
+    ///
+    /// # Panics
+    ///
+    /// If an earlier piece was not a multiple of 16 bytes (the words would be misaligned).
+    pub fn update(&mut self, data: &[u8]) {
+        assert!(
+            self.len % 16 == 0,
+            "a digest piece of {} bytes that is not a multiple of 16 was not the last",
+            self.len
+        );
+        let (a, b) = sums(&self.k, self.len / 16, data);
+        self.a = self.a.wrapping_add(a);
+        self.b = self.b.wrapping_add(b);
+        self.len += data.len() as u64;
+    }
+
+    /// Bytes fed so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was fed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The digest of everything fed.
+    pub fn finish(self) -> Digest128 {
+        finish(self.a, self.b, self.len)
+    }
+}
+
+/// The lane sums of `data`, whose first word is word `first` of its range.
+fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
     // Two independent accumulator pairs (even and odd words) keep the multipliers busy; the
     // position salts advance by addition instead of a multiply per word.
     let (mut a0, mut b0, mut a1, mut b1) = (0u128, 0u128, 0u128, 0u128);
-    let mut salt = [0u64; 4];
     let step = [C1, C2, C3, C4];
+    let mut salt = step.map(|c| first.wrapping_mul(c));
     let le = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
     let mut pairs = data.chunks_exact(32);
     for w in pairs.by_ref() {
@@ -102,15 +163,15 @@ pub fn digest(key: DigestKey, data: &[u8]) -> Digest128 {
     }
     let (mut a, mut b) = (a0.wrapping_add(a1), b0.wrapping_add(b1));
     let rest = pairs.remainder();
-    let first = (data.len() / 32 * 2) as u64;
-    for (i, w) in (first..).zip(rest.chunks(16)) {
+    let next = first + (data.len() / 32 * 2) as u64;
+    for (i, w) in (next..).zip(rest.chunks(16)) {
         let mut buf = [0u8; 16];
         buf[..w.len()].copy_from_slice(w);
-        let (x, y) = word(&k, i, le(&buf[..8]), le(&buf[8..]));
+        let (x, y) = word(k, i, le(&buf[..8]), le(&buf[8..]));
         a = a.wrapping_add(x);
         b = b.wrapping_add(y);
     }
-    finish(a, b, data.len() as u64)
+    (a, b)
 }
 
 #[inline(always)]
@@ -175,5 +236,29 @@ mod tests {
             finish(a, b, data.len() as u64),
             digest(key_from_seed(9), &data)
         );
+    }
+
+    #[test]
+    fn a_stream_of_whole_word_pieces_equals_the_one_shot_digest() {
+        let key = key_from_seed(42);
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        for piece in [16, 32, 48, 160, 992] {
+            let mut s = DigestStream::new(key);
+            for p in data.chunks(piece) {
+                s.update(p);
+            }
+            assert_eq!(s.len(), 1000);
+            assert_eq!(s.finish(), digest(key, &data), "pieces of {piece}");
+        }
+        assert!(DigestStream::new(key).is_empty());
+        assert_eq!(DigestStream::new(key).finish(), digest(key, &[]));
+    }
+
+    #[test]
+    #[should_panic(expected = "not a multiple of 16")]
+    fn a_misaligned_piece_before_the_last_is_refused() {
+        let mut s = DigestStream::new(key_from_seed(1));
+        s.update(&[0u8; 20]);
+        s.update(&[0u8; 16]);
     }
 }

@@ -12,8 +12,10 @@
 //! abandoned, its signal leaked and its backing quarantined by the memory layer). Completion
 //! signals are reused across batches.
 //!
-//! Digests are **host digests**: each range is copied (synchronously, `hsa_memory_copy`) into
-//! a staging buffer from the CPU agent's fine-grained pool and digested there, so HSA runs with
+//! Digests are **host digests**: each range is copied (synchronously, `hsa_memory_copy`) slice
+//! by slice into one staging block from the CPU agent's fine-grained pool and digested there as
+//! a stream ([`replay_core::digest::DigestStream`]), so host memory stays bounded whatever the
+//! range's size, so HSA runs with
 //! `restore=full` (the policy default) until a device digest kernel exists. Backing memory
 //! comes from the agent's coarse-grained device pool (device tier) and the CPU's fine-grained
 //! pool (pinned tier, made accessible to the GPU with `hsa_amd_agents_allow_access`) through
@@ -27,6 +29,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use replay_core::digest::DigestStream;
 use replay_core::{
     AgentId, BackendError, BackendErrorKind, BackingId, CopyOp, DeviceMemory, Digest128, DigestKey,
     DigestOp, Fence, MemLoc, Tier, TierInfo,
@@ -52,6 +55,8 @@ pub struct HsaMemory {
     /// Completion signals of finished batches, at 0, for reuse.
     idle_signals: Mutex<Vec<sys::hsa_signal_t>>,
     digests: Mutex<HashMap<u64, Vec<Digest128>>>,
+    /// The pinned block host digests stage through, once allocated.
+    staging: Mutex<Option<BackingId>>,
     next: AtomicU64,
 }
 
@@ -151,6 +156,7 @@ impl HsaMemory {
             batches: Mutex::new(HashMap::new()),
             idle_signals: Mutex::new(Vec::new()),
             digests: Mutex::new(HashMap::new()),
+            staging: Mutex::new(None),
             next: AtomicU64::new(1),
         }
     }
@@ -277,7 +283,8 @@ impl HsaMemory {
     }
 }
 
-/// Staging for host digests, in slices of this many bytes.
+/// Staging for host digests, in slices of this many bytes (a multiple of the digest's 16-byte
+/// word).
 const STAGING: u64 = 4 << 20;
 
 impl DeviceMemory for HsaMemory {
@@ -390,38 +397,37 @@ impl DeviceMemory for HsaMemory {
     }
 
     fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError> {
-        let stage = self.alloc_backing(Tier::PinnedHost, STAGING)?;
-        let result = (|| {
-            let base = self.addr(MemLoc::Backing {
-                id: stage,
-                offset: 0,
-            })?;
-            let mut out = Vec::with_capacity(ops.len());
-            for op in ops {
-                let src = self.addr(op.at)?;
-                let mut data = vec![0u8; op.len as usize];
-                let mut done = 0u64;
-                while done < op.len {
-                    let n = (op.len - done).min(STAGING);
-                    self.copy(base, src + done, n)?;
-                    // SAFETY: `n` bytes of the pinned staging block (host memory), just
-                    // written by a synchronous copy.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            base as *const u8,
-                            data.as_mut_ptr().add(done as usize),
-                            n as usize,
-                        )
-                    };
-                    done += n;
-                }
-                out.push(replay_core::digest::digest(key, &data));
+        // One staging block, reused by every batch of this agent (digests are synchronous, and
+        // the memory layer runs one window per agent at a time).
+        let mut staging = self.staging.lock();
+        let base = match *staging {
+            Some(id) => self.addr(MemLoc::Backing { id, offset: 0 })?,
+            None => {
+                let id = self.alloc_backing(Tier::PinnedHost, STAGING)?;
+                *staging = Some(id);
+                self.addr(MemLoc::Backing { id, offset: 0 })?
             }
-            Ok(out)
-        })();
-        self.free_backing(stage);
+        };
+        let mut out = Vec::with_capacity(ops.len());
+        for op in ops {
+            let src = self.addr(op.at)?;
+            // Slice by slice through the staging block: host memory stays bounded by it
+            // whatever the range's size.
+            let mut stream = DigestStream::new(key);
+            while stream.len() < op.len {
+                let done = stream.len();
+                let n = (op.len - done).min(STAGING);
+                self.copy(base, src + done, n)?;
+                // SAFETY: `n` bytes of the pinned staging block (host memory of `STAGING`
+                // bytes), just written by a synchronous copy; nobody else uses it (lock held).
+                let slice = unsafe { std::slice::from_raw_parts(base as *const u8, n as usize) };
+                stream.update(slice);
+            }
+            out.push(stream.finish());
+        }
+        drop(staging);
         let f = self.fence();
-        self.digests.lock().insert(f.0, result?);
+        self.digests.lock().insert(f.0, out);
         Ok(f)
     }
 
