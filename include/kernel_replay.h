@@ -329,6 +329,10 @@ typedef struct kreplay_outcome_t {
     /** Bytes restored before each pass (0 before the first): pass_restored_bytes_count values. */
     const uint64_t* pass_restored_bytes;
     uint64_t pass_restored_bytes_count;
+    /** Bytes compared (digested) before each pass, for a `dirty` restore and the `arguments`
+     *  scope check (0 before the first): pass_compared_bytes_count values. */
+    const uint64_t* pass_compared_bytes;
+    uint64_t pass_compared_bytes_count;
 } kreplay_outcome_t;
 
 /** Aggregate over the run (SPEC 8). Filled by kreplay_summary_get(). */
@@ -1107,12 +1111,12 @@ kreplay_status_t kreplay_abi_layout(const char* name, uint64_t* value);
 #if defined(__cplusplus) && __cplusplus >= 201103L
 static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t layout");
 static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
-static_assert(sizeof(kreplay_outcome_t) == 184, "kreplay_outcome_t layout");
+static_assert(sizeof(kreplay_outcome_t) == 200, "kreplay_outcome_t layout");
 static_assert(sizeof(kreplay_sim_counter_sample_t) == 48, "kreplay_sim_counter_sample_t layout");
 #elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t layout");
 _Static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
-_Static_assert(sizeof(kreplay_outcome_t) == 184, "kreplay_outcome_t layout");
+_Static_assert(sizeof(kreplay_outcome_t) == 200, "kreplay_outcome_t layout");
 _Static_assert(sizeof(kreplay_sim_counter_sample_t) == 48, "kreplay_sim_counter_sample_t layout");
 #endif
 #endif

@@ -154,6 +154,8 @@ static const kr_fact kr_facts[] = {
     KR_OFF(kreplay_outcome_t, pass_gpu_seconds_count),
     KR_OFF(kreplay_outcome_t, pass_restored_bytes),
     KR_OFF(kreplay_outcome_t, pass_restored_bytes_count),
+    KR_OFF(kreplay_outcome_t, pass_compared_bytes),
+    KR_OFF(kreplay_outcome_t, pass_compared_bytes_count),
     KR_SIZE(kreplay_summary_t),
     KR_ALIGN(kreplay_summary_t),
     KR_OFF(kreplay_summary_t, size),
@@ -405,7 +407,7 @@ static void kr_check_layout(void) {
              sizeof(kreplay_replay_payload_t));
     KR_CHECK(offsetof(kreplay_dispatch_info_t, group_segment_size) + sizeof(uint32_t) ==
              sizeof(kreplay_dispatch_info_t));
-    KR_CHECK(offsetof(kreplay_outcome_t, pass_restored_bytes_count) + sizeof(uint64_t) ==
+    KR_CHECK(offsetof(kreplay_outcome_t, pass_compared_bytes_count) + sizeof(uint64_t) ==
              sizeof(kreplay_outcome_t));
 
     {

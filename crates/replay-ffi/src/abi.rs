@@ -128,6 +128,8 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     offset!(kreplay_outcome_t, pass_gpu_seconds_count),
     offset!(kreplay_outcome_t, pass_restored_bytes),
     offset!(kreplay_outcome_t, pass_restored_bytes_count),
+    offset!(kreplay_outcome_t, pass_compared_bytes),
+    offset!(kreplay_outcome_t, pass_compared_bytes_count),
     // kreplay_summary_t
     size!(kreplay_summary_t),
     align!(kreplay_summary_t),
@@ -375,7 +377,7 @@ mod tests {
                 Some(56)
             );
             assert_eq!(lookup("sizeof(kreplay_dispatch_info_t)"), Some(80));
-            assert_eq!(lookup("sizeof(kreplay_outcome_t)"), Some(184));
+            assert_eq!(lookup("sizeof(kreplay_outcome_t)"), Some(200));
             assert_eq!(lookup("sizeof(kreplay_summary_t)"), Some(608));
             assert_eq!(lookup("sizeof(kreplay_kernel_filter_t)"), Some(72));
             assert_eq!(lookup("sizeof(kreplay_sim_fault_t)"), Some(32));
@@ -400,7 +402,7 @@ mod tests {
             size_of::<kreplay_dispatch_info_t>()
         );
         assert_eq!(
-            offset_of!(kreplay_outcome_t, pass_restored_bytes_count) + size_of::<u64>(),
+            offset_of!(kreplay_outcome_t, pass_compared_bytes_count) + size_of::<u64>(),
             size_of::<kreplay_outcome_t>()
         );
     }

@@ -732,6 +732,7 @@ pub(crate) struct COutcome {
     _kernel: CString,
     _gpu_seconds: Box<[f64]>,
     _restored: Box<[u64]>,
+    _compared: Box<[u64]>,
     record: OutcomeRecord,
 }
 
@@ -747,6 +748,7 @@ impl COutcome {
         let kernel = lossy_cstring(&r.kernel);
         let secs: Box<[f64]> = r.pass_gpu_seconds.iter().copied().collect();
         let restored: Box<[u64]> = r.pass_restored_bytes.iter().copied().collect();
+        let compared: Box<[u64]> = r.pass_compared_bytes.iter().copied().collect();
         let c = kreplay_outcome_t {
             size: size_of::<kreplay_outcome_t>() as u64,
             dispatch_id: r.dispatch_id.0,
@@ -777,12 +779,15 @@ impl COutcome {
             pass_gpu_seconds_count: secs.len() as u64,
             pass_restored_bytes: restored.as_ptr(),
             pass_restored_bytes_count: restored.len() as u64,
+            pass_compared_bytes: compared.as_ptr(),
+            pass_compared_bytes_count: compared.len() as u64,
         };
         Self {
             c,
             _kernel: kernel,
             _gpu_seconds: secs,
             _restored: restored,
+            _compared: compared,
             record: r.clone(),
         }
     }

@@ -297,6 +297,10 @@ pub struct kreplay_outcome_t {
     pub pass_restored_bytes: *const u64,
     /// Their count.
     pub pass_restored_bytes_count: u64,
+    /// Per-pass compared bytes (digested for `dirty` and the scope check).
+    pub pass_compared_bytes: *const u64,
+    /// Their count.
+    pub pass_compared_bytes_count: u64,
 }
 
 /// `kreplay_summary_t`.

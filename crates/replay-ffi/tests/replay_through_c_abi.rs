@@ -58,6 +58,7 @@ struct OutcomeSeen {
     executed: u32,
     gpu_seconds: Vec<f64>,
     restored: Vec<u64>,
+    compared: Vec<u64>,
     reentrancy: u32,
     json: String,
 }
@@ -153,10 +154,11 @@ unsafe fn read_outcome(o: *const kreplay_outcome_t) -> OutcomeSeen {
     // SAFETY: `buf` holds `need` bytes.
     ok(unsafe { kreplay_outcome_json(o, buf.as_mut_ptr(), need, &mut need) });
     // SAFETY: the arrays hold their counts of values for the callback (header contract).
-    let (secs, restored) = unsafe {
+    let (secs, restored, compared) = unsafe {
         (
             std::slice::from_raw_parts(r.pass_gpu_seconds, r.pass_gpu_seconds_count as usize),
             std::slice::from_raw_parts(r.pass_restored_bytes, r.pass_restored_bytes_count as usize),
+            std::slice::from_raw_parts(r.pass_compared_bytes, r.pass_compared_bytes_count as usize),
         )
     };
     OutcomeSeen {
@@ -171,6 +173,7 @@ unsafe fn read_outcome(o: *const kreplay_outcome_t) -> OutcomeSeen {
         executed: r.executed_passes,
         gpu_seconds: secs.to_vec(),
         restored: restored.to_vec(),
+        compared: compared.to_vec(),
         reentrancy: r.reentrancy,
         // SAFETY: the accessor wrote a NUL-terminated string.
         json: unsafe { CStr::from_ptr(buf.as_ptr()) }
@@ -489,6 +492,7 @@ impl Snapshot for FakeSnapshot {
     fn restore(&mut self, _wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError> {
         Ok(RestoreStats {
             restored_bytes: 64,
+            compared_bytes: 32,
             ..RestoreStats::default()
         })
     }
@@ -671,6 +675,7 @@ fn full_replays_through_the_c_abi() {
     assert_eq!((exit.requested, exit.executed), (3, 3));
     assert_eq!(exit.gpu_seconds, vec![0.001, 0.002, 0.003]);
     assert_eq!(exit.restored, vec![0, 64, 64]);
+    assert_eq!(exit.compared, vec![0, 32, 32]);
     assert!(
         exit.json.contains("\"outcome\":\"replayed\""),
         "{}",
