@@ -17,7 +17,19 @@
  *   void kreplay_tool_fini(void);                      (optional, called from OnUnload)
  *
  * and link libkernel_replay, so it configures replay through kernel_replay.h on the same
- * library instance. This build does not intercept queues yet: no dispatch is replayed.
+ * library instance (examples/hsa-cpp-tool is one). Application queues are created as
+ * intercepting queues whose write interceptor runs the replay window for single kernel
+ * dispatches.
+ *
+ * A Rust tool instead ships its own shared object carrying these entry points (it links
+ * kernel-replay statically) and defines kreplay_tool_init there with
+ * `kernel_replay::export_c_abi!(hsa_tool = ..)`:
+ *
+ *   HSA_TOOLS_LIB=/path/libmytool.so ./app
+ *
+ * With KREPLAY_HSA_TOOL unset, OnLoad calls the kreplay_tool_init defined in the shared object
+ * that holds OnLoad itself (libkernel_replay.so defines none); when both exist, the library
+ * named by KREPLAY_HSA_TOOL wins. examples/hsa-rust-tool is such a tool.
  */
 #ifndef KERNEL_REPLAY_HSA_H
 #define KERNEL_REPLAY_HSA_H

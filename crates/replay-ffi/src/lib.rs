@@ -93,6 +93,13 @@
 //! reference, so no link step can drop one, and it documents the intent at the call site.
 //! That shared object is then the one shared object of its process: do not load
 //! `libkernel_replay.so` beside it.
+//!
+//! As an HSA tool (feature `hsa`), that shared object is what `HSA_TOOLS_LIB` names, and the
+//! tool's own initialisation is the `kreplay_tool_init` that `OnLoad` calls:
+//! `export_c_abi!(hsa_tool = my_init)` defines it there (`my_init: fn(u64) -> Result<(), E>`,
+//! `E: Display`, given the runtime version; see [`export_c_abi!`]). `OnLoad` looks it up in the
+//! object that holds its own code when `KREPLAY_HSA_TOOL` is unset, so no second library is
+//! needed. `examples/hsa-rust-tool` is a complete one, tested on the simulated HSA runtime.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -146,6 +153,30 @@ pub fn contexts() -> Option<Arc<Contexts>> {
 ///
 /// See the crate documentation ("A Rust tool with its own shared object") for why it anchors
 /// the library's own `#[no_mangle]` functions rather than defining forwarders.
+///
+/// ## As an HSA tool (feature `hsa`)
+///
+/// ```ignore
+/// // The tool's cdylib, named by HSA_TOOLS_LIB (examples/hsa-rust-tool compiles this form).
+/// kernel_replay::export_c_abi!(hsa_tool = init, hsa_tool_fini = fini);
+///
+/// fn init(runtime_version: u64) -> Result<(), String> {
+///     let service = kernel_replay::service();
+///     // service.configure(..), service.start() ...
+///     Ok(())
+/// }
+/// fn fini() { /* print a summary */ }
+/// ```
+///
+/// `hsa_tool = PATH` also defines, in the tool's shared object,
+/// `#[no_mangle] extern "C" fn kreplay_tool_init(runtime_version: u64) -> c_int`, which
+/// `OnLoad` calls once after installing its wrappers (found in that same object when
+/// `KREPLAY_HSA_TOOL` is unset; a library named by the variable wins). It calls
+/// `PATH(runtime_version)`, any `FnOnce(u64) -> Result<(), E>` with `E: Display`, and answers
+/// 0 for `Ok`, 1 for `Err` (logged with its message) and 2 for a panic (caught and logged:
+/// no panic reaches the runtime). `hsa_tool_fini = PATH` (optional, `FnOnce()`) defines
+/// `kreplay_tool_fini`, called from `OnUnload`, panics caught the same way. Both need
+/// `replay-ffi`'s `hsa` feature (without it, compiling the form is an error saying so).
 #[macro_export]
 macro_rules! export_c_abi {
     () => {
@@ -153,12 +184,90 @@ macro_rules! export_c_abi {
         #[doc(hidden)]
         static __KERNEL_REPLAY_EXPORTS: fn() -> usize = $crate::__private::entry_points;
     };
+    (hsa_tool = $init:path $(,)?) => {
+        $crate::export_c_abi!();
+        /// The HSA tool's initialisation, called by `OnLoad` (`export_c_abi!(hsa_tool = ..)`).
+        #[no_mangle]
+        pub extern "C" fn kreplay_tool_init(runtime_version: u64) -> ::std::ffi::c_int {
+            $crate::__private::hsa_tool_init(stringify!($init), runtime_version, $init)
+        }
+    };
+    (hsa_tool = $init:path, hsa_tool_fini = $fini:path $(,)?) => {
+        $crate::export_c_abi!(hsa_tool = $init);
+        /// The HSA tool's exit, called by `OnUnload` (`export_c_abi!(hsa_tool_fini = ..)`).
+        #[no_mangle]
+        pub extern "C" fn kreplay_tool_fini() {
+            $crate::__private::hsa_tool_fini(stringify!($fini), $fini)
+        }
+    };
 }
 
 #[doc(hidden)]
 pub mod __private {
+    use std::ffi::c_int;
+    #[cfg(feature = "hsa")]
+    use std::fmt::Display;
+    #[cfg(feature = "hsa")]
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
     use crate::entry::*;
     use crate::sim;
+
+    /// The body of the `kreplay_tool_init` that `export_c_abi!(hsa_tool = ..)` defines: 0 when
+    /// `init` answers `Ok`, 1 for `Err` and 2 for a panic (both logged), so no panic crosses
+    /// the C boundary into `OnLoad`.
+    #[cfg(feature = "hsa")]
+    pub fn hsa_tool_init<E: Display>(
+        name: &str,
+        runtime_version: u64,
+        init: impl FnOnce(u64) -> Result<(), E>,
+    ) -> c_int {
+        match catch_unwind(AssertUnwindSafe(|| init(runtime_version))) {
+            Ok(Ok(())) => 0,
+            Ok(Err(e)) => {
+                log::error!("[kernel-replay] hsa: the tool's init ({name}) failed: {e}");
+                1
+            }
+            Err(_) => {
+                log::error!("[kernel-replay] hsa: the tool's init ({name}) panicked");
+                2
+            }
+        }
+    }
+
+    /// The body of the `kreplay_tool_fini` that `export_c_abi!(.., hsa_tool_fini = ..)`
+    /// defines: runs `fini`, catching and logging a panic.
+    #[cfg(feature = "hsa")]
+    pub fn hsa_tool_fini(name: &str, fini: impl FnOnce()) {
+        if catch_unwind(AssertUnwindSafe(fini)).is_err() {
+            log::error!("[kernel-replay] hsa: the tool's fini ({name}) panicked");
+        }
+    }
+
+    /// Implemented by nothing: what makes `export_c_abi!(hsa_tool = ..)` without the `hsa`
+    /// feature a compile error that says what is missing.
+    #[cfg(not(feature = "hsa"))]
+    #[diagnostic::on_unimplemented(
+        message = "`export_c_abi!(hsa_tool = ..)` needs the `hsa` feature of replay-ffi (kernel_replay)",
+        label = "enable `features = [\"hsa\"]` on the replay-ffi dependency"
+    )]
+    pub trait HsaFeatureRequired {}
+
+    /// Without the `hsa` feature: does not compile (see [`HsaFeatureRequired`]).
+    #[cfg(not(feature = "hsa"))]
+    pub fn hsa_tool_init<E: HsaFeatureRequired>(
+        _name: &str,
+        _runtime_version: u64,
+        _init: impl FnOnce(u64) -> Result<(), E>,
+    ) -> c_int {
+        unreachable!("HsaFeatureRequired has no implementation")
+    }
+
+    /// Without the `hsa` feature: does not compile (see [`HsaFeatureRequired`]).
+    #[cfg(not(feature = "hsa"))]
+    pub fn hsa_tool_fini<F: FnOnce() + HsaFeatureRequired>(_name: &str, _fini: F) {
+        unreachable!("HsaFeatureRequired has no implementation")
+    }
 
     /// References every entry point, so a link step keeps them all.
     pub fn entry_points() -> usize {
@@ -223,5 +332,37 @@ pub mod __private {
         #[cfg(not(feature = "hsa"))]
         let hsa: &[*const ()] = &[];
         std::hint::black_box(all).len() + std::hint::black_box(hsa).len()
+    }
+}
+
+#[cfg(all(test, feature = "hsa"))]
+mod tests {
+    use super::__private::{hsa_tool_fini, hsa_tool_init};
+
+    // What `export_c_abi!(hsa_tool = ..)` answers `OnLoad` for each way the tool's init ends
+    // (the end-to-end path is examples/hsa-rust-tool's test).
+    #[test]
+    fn the_hsa_tool_init_wrapper_maps_ok_err_and_panic_to_status_codes() {
+        let mut seen = None;
+        assert_eq!(
+            hsa_tool_init("ok", 42, |v| {
+                seen = Some(v);
+                Ok::<(), String>(())
+            }),
+            0
+        );
+        assert_eq!(seen, Some(42), "the runtime version is passed on");
+        assert_eq!(hsa_tool_init("err", 1, |_| Err("no groups")), 1);
+        assert_eq!(
+            hsa_tool_init("panics", 1, |_| -> Result<(), String> {
+                panic!("tool bug")
+            }),
+            2,
+            "a panic is caught and reported, not unwound into OnLoad"
+        );
+        let mut ran = false;
+        hsa_tool_fini("fini", || ran = true);
+        assert!(ran);
+        hsa_tool_fini("panicking fini", || panic!("tool bug"));
     }
 }

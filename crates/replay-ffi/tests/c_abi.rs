@@ -247,6 +247,9 @@ fn the_library_exports_exactly_the_header_functions() {
     let extra: Vec<_> = exported.difference(&declared).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "declared but not exported: {missing:?}; exported but not declared: {extra:?}"
+        "declared but not exported: {missing:?}; exported but not declared: {extra:?} \
+         (only the `hsa` entry points differ? cargo writes the cdylib of every feature set of \
+         replay-ffi to the same path, and examples/hsa-rust-tool turns `hsa` on in workspace \
+         builds: after building with other features, touch crates/replay-ffi/src/lib.rs)"
     );
 }

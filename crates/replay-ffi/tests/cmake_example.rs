@@ -4,6 +4,8 @@
 //! - `examples/cpp-counter-tool` with CMake (`find_package(kernel_replay REQUIRED)`), runs it
 //!   and checks its per-pass results, outcome lines and the memory verdict; a project asking
 //!   for an incompatible version is refused; the static imported target links and runs;
+//! - `examples/hsa-cpp-tool` with CMake: its shared library builds, exports the HSA tool
+//!   entry points and loads with every symbol resolved;
 //! - a tiny C program through the pkg-config file (`pkg-config --cflags --libs kernel_replay`
 //!   with `PKG_CONFIG_PATH`), shared and static (`Libs.private`).
 //!
@@ -228,6 +230,47 @@ fn the_cpp_counter_tool_builds_with_cmake_against_the_installed_package() {
         .unwrap_or_else(|e| panic!("configuring the static probe failed:\n{e}"));
     let out = run_ok(&mut Command::new(b.join("probe")));
     assert!(out.contains("probe ok 0.1.0"), "{out}");
+}
+
+/// The HSA C++ tool example's CMakeLists builds its shared library against the installed
+/// package, exporting the tool entry points and linking `libkernel_replay.so`; it loads with
+/// every symbol resolved (`RTLD_NOW`). (Its replay on the simulated HSA runtime is
+/// `hsa_cpp_tool.rs`.)
+#[test]
+fn the_hsa_cpp_tool_builds_with_cmake_against_the_installed_package() {
+    if !have("cmake") {
+        return;
+    }
+    let prefix = installed();
+    let build = cmake_build(
+        &repo_root().join("examples/hsa-cpp-tool"),
+        &work_dir().join("build-hsa-cpp-tool"),
+        prefix,
+    )
+    .unwrap_or_else(|e| panic!("configuring the HSA C++ tool failed:\n{e}"));
+    let so = build.join("libhsa-cpp-tool.so");
+    assert!(so.is_file(), "{} was not built", so.display());
+    // SAFETY: the example's library; its initialisers are C++ static constructors of its own
+    // state. RTLD_NOW: every undefined symbol must resolve now.
+    let lib =
+        unsafe { libloading::os::unix::Library::open(Some(&so), libloading::os::unix::RTLD_NOW) }
+            .unwrap_or_else(|e| panic!("dlopen {}: {e:?}", so.display()));
+    for name in [
+        "kreplay_tool_init",
+        "kreplay_tool_fini",
+        "hsa_cpp_tool_report",
+    ] {
+        // SAFETY: only checking that the symbol exists; nothing is called or read through it.
+        let found = unsafe { lib.get::<*const ()>(name.as_bytes()) }.is_ok();
+        assert!(found, "{name} is not exported");
+    }
+    let (_, needed) = run(Command::new("readelf").arg("-d").arg(&so));
+    if !needed.is_empty() {
+        assert!(
+            needed.contains("[libkernel_replay.so]"),
+            "the tool links the installed library:\n{needed}"
+        );
+    }
 }
 
 /// A tiny C program: version, a simulator, one kernel, shutdown.

@@ -21,8 +21,16 @@
 //! report a failure (logged; the backend stays installed, replay stays unconfigured). An
 //! optional `void kreplay_tool_fini(void)` ([`TOOL_FINI_SYMBOL`]) is called from `OnUnload`.
 //! The library stays loaded until the process exits.
+//!
+//! Attaching a Rust tool: a tool built as its own cdylib (linking `replay-ffi` as an rlib, so
+//! this code is inside it and `HSA_TOOLS_LIB` names it) defines the same `kreplay_tool_init`
+//! there with `kernel_replay::export_c_abi!(hsa_tool = ..)`. When [`TOOL_ENV`] is unset,
+//! `OnLoad` finds it in the shared object that holds this code (`dladdr`, then `dlopen` with
+//! `RTLD_NOLOAD` and `dlsym`, keeping only a definition inside that object) and calls it the
+//! same way; `libkernel_replay.so` does not export one. When both exist, [`TOOL_ENV`] wins.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
@@ -103,6 +111,9 @@ pub struct Backend {
     pub agents: Agents,
     /// Asynchronous copies in flight.
     pub fence: CopyFence,
+    /// The runtime's timestamp frequency in Hz; 0 until asked after the last `OnLoad`,
+    /// `u64::MAX` when the runtime did not answer.
+    timestamp_hz: AtomicU64,
 }
 
 /// The replay service the interceptor submits to. The shared object (`replay-ffi`) sets its
@@ -132,10 +143,32 @@ pub fn backend() -> &'static Backend {
         tracker: Arc::new(Tracker::new()),
         agents: Agents::new(),
         fence: CopyFence::new(),
+        timestamp_hz: AtomicU64::new(0),
     })
 }
 
 impl Backend {
+    /// The runtime's timestamp frequency (Hz), asked with `ask` once per `OnLoad` (lazily: the
+    /// runtime answers system queries only once `hsa_init` returned). `None` when it did not
+    /// answer (logged once).
+    pub fn timestamp_hz(&self, ask: impl FnOnce() -> Option<u64>) -> Option<u64> {
+        match self.timestamp_hz.load(Ordering::Relaxed) {
+            0 => {
+                let hz = ask();
+                if hz.is_none() {
+                    log::warn!(
+                        "[kernel-replay] hsa: hsa_system_get_info(TIMESTAMP_FREQUENCY) did not answer; signal-wait timeouts assume 1 GHz ticks"
+                    );
+                }
+                self.timestamp_hz
+                    .store(hz.unwrap_or(u64::MAX), Ordering::Relaxed);
+                hz
+            }
+            u64::MAX => None,
+            hz => Some(hz),
+        }
+    }
+
     /// The saved originals, once `OnLoad` installed the wrappers.
     pub fn originals(&self) -> Option<Arc<Originals>> {
         self.originals.read().clone()
@@ -311,6 +344,10 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
                     intercept_create: plain!(intercept_create),
                     intercept_register: plain!(intercept_register),
                     async_function: plain!(async_function),
+                    // SAFETY: the caller's item 1; `bind` checked the slot.
+                    system_get_info: q.system_get_info.as_ref().and_then(|s| unsafe { s.get() }),
+                    // SAFETY: the caller's item 1; `bind` checked the slot.
+                    allow_access: q.allow_access.as_ref().and_then(|s| unsafe { s.get() }),
                 })
             }
         },
@@ -434,6 +471,7 @@ pub unsafe fn on_load(
             );
             *backend().installed.lock() = Some(installed);
             *backend().last_refusal.lock() = None;
+            backend().timestamp_hz.store(0, Ordering::Relaxed);
             attach_tool(runtime_version);
             true
         }
@@ -463,16 +501,53 @@ pub fn on_unload() {
     }
 }
 
-/// Loads and initialises the tool named by [`TOOL_ENV`], once per process.
+/// Attaches the tool, once per process: the library named by [`TOOL_ENV`], else the
+/// [`TOOL_INIT_SYMBOL`] exported by the shared object that holds this code (a Rust tool's own
+/// cdylib, through `kernel_replay::export_c_abi!(hsa_tool = ..)`), else none. When both exist
+/// the variable wins: it is how a user picks a tool at run time. Nothing attached leaves the
+/// slot empty, so a later `OnLoad` may still attach one.
 fn attach_tool(runtime_version: u64) {
-    let Some(path) = std::env::var_os(TOOL_ENV) else {
-        return;
-    };
-    let path_s = path.to_string_lossy().into_owned();
     let mut slot = backend().tool.lock();
-    if slot.is_some() {
+    if let Some(t) = slot.as_ref() {
+        log::debug!(
+            "[kernel-replay] hsa: tool {} is already attached; not attaching again",
+            t.path
+        );
         return;
     }
+    let own = own_tool_hook();
+    if let Some(path) = std::env::var_os(TOOL_ENV) {
+        if let Ok(Some((own_path, _, _))) = &own {
+            log::info!("[kernel-replay] hsa: {TOOL_ENV} is set: it takes precedence over the {TOOL_INIT_SYMBOL} exported by {own_path}, which is not called");
+        }
+        *slot = Some(load_named_tool(&path, runtime_version));
+        return;
+    }
+    match own {
+        Ok(Some((path, init, library))) => {
+            log::info!("[kernel-replay] hsa: {TOOL_ENV} is unset; initialising the tool built into {path} (it exports {TOOL_INIT_SYMBOL})");
+            let mut tool = AttachedTool {
+                path,
+                init_status: None,
+                error: None,
+                library: Some(library),
+            };
+            // SAFETY: the documented signature; the object is this code's own, loaded for as
+            // long as this code runs, and its handle is kept in the slot.
+            unsafe { run_tool_init(&mut tool, init, runtime_version) };
+            *slot = Some(tool);
+        }
+        Ok(None) => log::info!("[kernel-replay] hsa: no tool attached: {TOOL_ENV} is unset and this library exports no {TOOL_INIT_SYMBOL}; replay stays unconfigured unless the application configures it"),
+        Err(why) => log::info!("[kernel-replay] hsa: no tool attached: {TOOL_ENV} is unset and the built-in {TOOL_INIT_SYMBOL} cannot be looked up ({why}); replay stays unconfigured unless the application configures it"),
+    }
+}
+
+/// `int kreplay_tool_init(uint64_t runtime_version)`.
+type ToolInitFn = unsafe extern "C" fn(u64) -> c_int;
+
+/// Loads the library named by [`TOOL_ENV`] and calls its [`TOOL_INIT_SYMBOL`].
+fn load_named_tool(path: &std::ffi::OsStr, runtime_version: u64) -> AttachedTool {
+    let path_s = path.to_string_lossy().into_owned();
     let mut tool = AttachedTool {
         path: path_s.clone(),
         init_status: None,
@@ -481,35 +556,121 @@ fn attach_tool(runtime_version: u64) {
     };
     // SAFETY: loading the library the user named runs its initialisers; that is the purpose
     // of the variable.
-    match unsafe { libloading::Library::new(&path) } {
+    match unsafe { libloading::Library::new(path) } {
         Err(e) => {
+            let e = describe(&e);
             log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s}: cannot load it: {e}");
-            tool.error = Some(e.to_string());
+            tool.error = Some(e);
         }
         Ok(lib) => {
             // SAFETY: the documented signature `int kreplay_tool_init(uint64_t)`.
-            let init = unsafe {
-                lib.get::<unsafe extern "C" fn(u64) -> c_int>(TOOL_INIT_SYMBOL.as_bytes())
-            }
-            .map(|s| *s);
+            let init = unsafe { lib.get::<ToolInitFn>(TOOL_INIT_SYMBOL.as_bytes()) }.map(|s| *s);
             match init {
                 Err(e) => {
+                    let e = describe(&e);
                     log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s} does not export {TOOL_INIT_SYMBOL}: {e}");
-                    tool.error = Some(e.to_string());
+                    tool.error = Some(e);
                 }
-                Ok(init) => {
-                    // SAFETY: the documented signature; the library stays loaded (kept below).
-                    let status = unsafe { init(runtime_version) };
-                    if status != 0 {
-                        log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s}: {TOOL_INIT_SYMBOL} returned {status}; replay stays unconfigured");
-                    } else {
-                        log::info!("[kernel-replay] hsa: attached tool {path_s}");
-                    }
-                    tool.init_status = Some(status);
-                }
+                // SAFETY: the documented signature; the library stays loaded (kept below).
+                Ok(init) => unsafe { run_tool_init(&mut tool, init, runtime_version) },
             }
             tool.library = Some(lib);
         }
     }
-    *slot = Some(tool);
+    tool
+}
+
+/// A loader error with its causes: libloading's own message is only "dlopen failed", the
+/// loader's reason (`dlerror`: which file, why) is its source.
+fn describe(e: &libloading::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    text
+}
+
+/// Calls a tool's init and records its status.
+///
+/// # Safety
+///
+/// 1. `init` has the signature of [`TOOL_INIT_SYMBOL`] and its library stays loaded.
+unsafe fn run_tool_init(tool: &mut AttachedTool, init: ToolInitFn, runtime_version: u64) {
+    // SAFETY: the caller's item 1.
+    let status = unsafe { init(runtime_version) };
+    if status != 0 {
+        log::error!(
+            "[kernel-replay] hsa: tool {}: {TOOL_INIT_SYMBOL} returned {status}; replay stays unconfigured",
+            tool.path
+        );
+    } else {
+        log::info!("[kernel-replay] hsa: attached tool {}", tool.path);
+    }
+    tool.init_status = Some(status);
+}
+
+/// The shared object holding this code (its path, from `dladdr` on one of our functions), and,
+/// when that object itself defines [`TOOL_INIT_SYMBOL`], the function and a handle keeping the
+/// object loaded. `Ok(None)`: it does not (as `libkernel_replay.so` does not). `Err`: why it
+/// could not be looked up.
+#[cfg(unix)]
+fn own_tool_hook() -> Result<Option<(String, ToolInitFn, libloading::Library)>, String> {
+    use std::os::unix::ffi::OsStrExt as _;
+
+    /// The path of the object containing `addr` (copied out) and its load base, from `dladdr`.
+    fn object_of(addr: *const c_void) -> Option<(std::ffi::OsString, usize)> {
+        // SAFETY: `Dl_info` is plain pointers; all-zero is a valid value.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: `dladdr` only inspects the loader's tables and writes `info`.
+        let found = unsafe { libc::dladdr(addr, &mut info) };
+        if found == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        // SAFETY: a NUL-terminated path owned by the loader, valid while that object stays
+        // loaded, which it does during this call (it holds `addr`); copied out at once.
+        let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+        Some((
+            std::ffi::OsStr::from_bytes(name).to_owned(),
+            info.dli_fbase as usize,
+        ))
+    }
+
+    let (name, base) = object_of(own_tool_hook as *const c_void)
+        .ok_or("dladdr does not know the object holding replay-hsa's code")?;
+    let path = name.to_string_lossy().into_owned();
+    let flags = libc::RTLD_NOLOAD | libc::RTLD_LAZY;
+    // SAFETY: RTLD_NOLOAD never loads anything: it only returns a handle to this object, which
+    // is loaded (it runs this code), so no initialiser runs.
+    let lib = unsafe { libloading::os::unix::Library::open(Some(&name), flags) }.map_err(|e| {
+        format!(
+            "{path} cannot be reopened with RTLD_NOLOAD: {}",
+            describe(&e)
+        )
+    })?;
+    // SAFETY: the documented signature `int kreplay_tool_init(uint64_t)`; checked below to be
+    // defined in this very object.
+    let Ok(init) = (unsafe { lib.get::<ToolInitFn>(TOOL_INIT_SYMBOL.as_bytes()) }).map(|s| *s)
+    else {
+        return Ok(None);
+    };
+    // `dlsym` on a handle also searches the object's dependencies (for the main program, the
+    // global scope): only a definition inside this very object is this code's tool.
+    match object_of(init as *const c_void) {
+        Some((_, b)) if b == base => Ok(Some((path, init, libloading::Library::from(lib)))),
+        other => {
+            log::debug!(
+                "[kernel-replay] hsa: the {TOOL_INIT_SYMBOL} found from {path} is defined in {}, not in it; ignored",
+                other.map_or_else(|| "an unknown object".into(), |(n, _)| n.to_string_lossy().into_owned())
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Without `dladdr`, no built-in tool is looked up.
+#[cfg(not(unix))]
+fn own_tool_hook() -> Result<Option<(String, ToolInitFn, libloading::Library)>, String> {
+    Err("not supported on this platform".into())
 }

@@ -1,0 +1,291 @@
+//! An HSA tool library under test, driven the way the runtime and a HIP application drive it:
+//! the library is opened with `dlopen`, its `OnLoad` gets the simulated runtime's
+//! (`replay-hsa-sim`) API table, and the client then reads its entries back from that table
+//! (wrapped or not, as the tool left them) to create a queue, allocate from pools, write a
+//! kernel-dispatch packet, ring the doorbell and wait on the completion signal.
+//!
+//! Shared by the example's test (`libhsa_rust_tool.so`) and replay-ffi's C++ tool test
+//! (`libkernel_replay.so` + `KREPLAY_HSA_TOOL`), which includes this file by path, so both
+//! tools are checked by the same client.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kernel_replay::replay_hsa::queue as aql;
+use kernel_replay::replay_hsa::sys::{self, Entry};
+use replay_hsa_sim::{PoolKind, SimHsa};
+
+/// Bound of every wait on a completion signal.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The directory of the shared object `name` that cargo built for this test run: the test
+/// executable is in `target/<profile>/deps`, and cargo builds the package's cdylib there (and
+/// uplifts a copy to the parent) before its integration tests.
+pub fn library_dir(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable has a path");
+    let deps = exe.parent().expect("the test executable is in a directory");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        if dir.join(name).exists() {
+            return dir.to_path_buf();
+        }
+    }
+    panic!("{name} was not found in {} or its parent", deps.display());
+}
+
+type OnLoadFn = unsafe extern "C" fn(*mut c_void, u64, u64, *const *const c_char) -> bool;
+type OnUnloadFn = unsafe extern "C" fn();
+type JsonFn = unsafe extern "C" fn(*mut c_char, usize, *mut usize) -> i32;
+
+/// A tool library opened as the HSA runtime opens it (`HSA_TOOLS_LIB`).
+pub struct ToolLibrary {
+    on_load: OnLoadFn,
+    on_unload: OnUnloadFn,
+    state_json: JsonFn,
+    /// Kept open: the entries above point into it.
+    pub lib: libloading::Library,
+}
+
+impl ToolLibrary {
+    /// Opens `path`, which must export `OnLoad`, `OnUnload` and `kreplay_hsa_state_json`.
+    pub fn open(path: &Path) -> Self {
+        // SAFETY: a library this test run built; its initialisers are Rust's (and C++'s).
+        let lib = unsafe { libloading::Library::new(path) }
+            .unwrap_or_else(|e| panic!("dlopen {}: {e}", path.display()));
+        // SAFETY: the signatures of include/kernel_replay_hsa.h.
+        unsafe {
+            Self {
+                on_load: *lib.get::<OnLoadFn>(b"OnLoad").expect(
+                    "OnLoad is not exported: a libkernel_replay.so without replay-ffi's `hsa` \
+                     feature? (cargo writes the cdylib of every feature set to the same path: \
+                     touch crates/replay-ffi/src/lib.rs to relink it)",
+                ),
+                on_unload: *lib.get::<OnUnloadFn>(b"OnUnload").expect("OnUnload"),
+                state_json: *lib
+                    .get::<JsonFn>(b"kreplay_hsa_state_json")
+                    .expect("kreplay_hsa_state_json"),
+                lib,
+            }
+        }
+    }
+
+    /// The runtime's `OnLoad(table, runtime_version, 0, NULL)` with the sim's table.
+    pub fn on_load(&self, sim: &mut SimHsa, runtime_version: u64) -> bool {
+        // SAFETY: the sim's table, alive and not used by other threads during the call.
+        unsafe { (self.on_load)(sim.table().cast(), runtime_version, 0, std::ptr::null()) }
+    }
+
+    /// The runtime's `OnUnload()`.
+    pub fn on_unload(&self) {
+        // SAFETY: no preconditions.
+        unsafe { (self.on_unload)() }
+    }
+
+    /// `kreplay_hsa_state_json`: what the backend installed, the attached tool, regions.
+    pub fn state(&self) -> serde_json::Value {
+        let mut required = 0usize;
+        // SAFETY: asking for the size with no buffer.
+        unsafe { (self.state_json)(std::ptr::null_mut(), 0, &mut required) };
+        let mut buf = vec![0u8; required];
+        // SAFETY: a buffer of `required` bytes.
+        let st = unsafe { (self.state_json)(buf.as_mut_ptr().cast(), buf.len(), &mut required) };
+        assert_eq!(st, 0, "kreplay_hsa_state_json");
+        let text = CStr::from_bytes_until_nul(&buf).unwrap().to_str().unwrap();
+        serde_json::from_str(text).unwrap()
+    }
+}
+
+/// A table slot as the entry's C type.
+///
+/// # Safety
+///
+/// 1. `F` is the entry's C signature and `S` a nullable function pointer field.
+unsafe fn typed<S: Copy, F: Copy>(slot: S) -> F {
+    assert_eq!(std::mem::size_of::<S>(), std::mem::size_of::<Entry>());
+    // SAFETY: same size; a nullable function pointer (caller, item 1).
+    let e: Entry = unsafe { std::mem::transmute_copy(&slot) };
+    let f = e.expect("no entry is NULL");
+    // SAFETY: same size; `F` is the entry's signature (caller, item 1).
+    unsafe { std::mem::transmute_copy(&f) }
+}
+
+/// The entries a HIP-like client uses, read from the table after `OnLoad`.
+#[derive(Clone, Copy)]
+pub struct Client {
+    pool_allocate: sys::PoolAllocateFn,
+    queue_create: sys::QueueCreateFn,
+    queue_destroy: sys::QueueDestroyFn,
+    load_write_index: sys::QueueLoadIndexFn,
+    add_write_index: sys::QueueAddIndexFn,
+    signal_create: sys::SignalCreateFn,
+    signal_load: sys::SignalLoadFn,
+    signal_store: sys::SignalUpdateFn,
+    signal_wait: sys::SignalWaitFn,
+}
+
+impl Client {
+    /// The client of `sim`, reading the entries as the tool left them.
+    pub fn new(sim: &SimHsa) -> Self {
+        let c = sim.core();
+        let a = sim.amd();
+        // SAFETY: each entry is read as its C signature.
+        unsafe {
+            Self {
+                pool_allocate: typed(a.hsa_amd_memory_pool_allocate_fn),
+                queue_create: typed(c.hsa_queue_create_fn),
+                queue_destroy: typed(c.hsa_queue_destroy_fn),
+                load_write_index: typed(c.hsa_queue_load_write_index_relaxed_fn),
+                add_write_index: typed(c.hsa_queue_add_write_index_screlease_fn),
+                signal_create: typed(c.hsa_signal_create_fn),
+                signal_load: typed(c.hsa_signal_load_relaxed_fn),
+                signal_store: typed(c.hsa_signal_store_screlease_fn),
+                signal_wait: typed(c.hsa_signal_wait_scacquire_fn),
+            }
+        }
+    }
+
+    /// A signal with value `v`.
+    pub fn signal(&self, v: i64) -> sys::hsa_signal_t {
+        let mut s = sys::hsa_signal_t::default();
+        // SAFETY: valid out pointer, no consumers.
+        let st = unsafe { (self.signal_create)(v, 0, std::ptr::null(), &mut s) };
+        assert_eq!(st, 0);
+        s
+    }
+
+    /// A signal's value.
+    pub fn load(&self, s: sys::hsa_signal_t) -> i64 {
+        // SAFETY: a live signal.
+        unsafe { (self.signal_load)(s) }
+    }
+
+    /// Waits until `s` is 0 (bounded by [`TIMEOUT`]); its value then.
+    pub fn wait_zero(&self, s: sys::hsa_signal_t) -> i64 {
+        // SAFETY: a live signal; EQ 0; the sim's timeout hint is in nanoseconds (1 GHz).
+        unsafe { (self.signal_wait)(s, 0, 0, TIMEOUT.as_nanos() as u64, 0) }
+    }
+
+    /// `size` bytes from `pool`.
+    pub fn alloc(&self, pool: sys::hsa_amd_memory_pool_t, size: usize) -> *mut u8 {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: valid out pointer.
+        assert_eq!(unsafe { (self.pool_allocate)(pool, size, 0, &mut p) }, 0);
+        p.cast()
+    }
+
+    /// A 64-packet queue on `agent`.
+    pub fn queue(&self, agent: sys::hsa_agent_t) -> *mut sys::hsa_queue_t {
+        let mut q = std::ptr::null_mut();
+        // SAFETY: valid out pointer; no callback.
+        let st =
+            unsafe { (self.queue_create)(agent, 64, 0, None, std::ptr::null_mut(), 0, 0, &mut q) };
+        assert_eq!(st, 0);
+        q
+    }
+
+    /// Destroys a queue made by [`Client::queue`].
+    pub fn destroy(&self, q: *mut sys::hsa_queue_t) {
+        // SAFETY: a live, idle queue.
+        assert_eq!(unsafe { (self.queue_destroy)(q) }, 0);
+    }
+
+    /// Writes `packet` at the next write index (header last, release) and rings the doorbell.
+    pub fn submit(&self, q: *mut sys::hsa_queue_t, packet: [u8; 64]) {
+        // SAFETY: a live queue; the slot is ours until the header is published.
+        unsafe {
+            let idx = (self.add_write_index)(q, 1);
+            let qs = &*q;
+            let slot = qs
+                .base_address
+                .cast::<u8>()
+                .add((idx % u64::from(qs.size)) as usize * 64);
+            std::ptr::copy_nonoverlapping(packet[2..].as_ptr(), slot.add(2), 62);
+            AtomicU16::from_ptr(slot.cast()).store(
+                u16::from_le_bytes([packet[0], packet[1]]),
+                Ordering::Release,
+            );
+            let w = (self.load_write_index)(q);
+            (self.signal_store)(qs.doorbell_signal, w as i64 - 1);
+        }
+    }
+}
+
+/// A one-work-item kernel-dispatch packet with system-scope fences.
+pub fn dispatch(kernel: u64, kernarg: *mut u8, completion: sys::hsa_signal_t) -> [u8; 64] {
+    let p = sys::hsa_kernel_dispatch_packet_t {
+        header: aql::header(sys::HSA_PACKET_TYPE_KERNEL_DISPATCH, true, 2, 2),
+        setup: 1,
+        workgroup_size_x: 1,
+        workgroup_size_y: 1,
+        workgroup_size_z: 1,
+        grid_size_x: 1,
+        grid_size_y: 1,
+        grid_size_z: 1,
+        kernel_object: kernel,
+        kernarg_address: kernarg as u64,
+        completion_signal: completion,
+        ..Default::default()
+    };
+    // SAFETY: a 64-byte plain-integer struct.
+    unsafe { std::mem::transmute(p) }
+}
+
+/// `x = 3x + 1`: a read-modify-write, so a replay that did not restore memory between passes
+/// shows in the result and in the inputs later passes see.
+pub fn rmw(x: u64) -> u64 {
+    x.wrapping_mul(3).wrapping_add(1)
+}
+
+/// Registers the `rmw` kernel on the `u64` at kernarg 0; every execution appends the value it
+/// read to `inputs`.
+pub fn rmw_kernel(sim: &SimHsa, inputs: Arc<Mutex<Vec<u64>>>) -> u64 {
+    sim.register_kernel("rmw", move |d| {
+        let p = d.arg(0)?;
+        let v = d.read_u64(p)?;
+        d.write_u64(p, rmw(v))?;
+        inputs.lock().unwrap().push(v);
+        Ok(())
+    })
+}
+
+/// A coarse device buffer on GPU 0 holding `init`, and a kernarg block pointing at it.
+pub fn buffer_and_args(sim: &SimHsa, client: &Client, init: u64) -> (*mut u64, *mut u8) {
+    let buf = client
+        .alloc(sim.pool(0, PoolKind::DeviceCoarse), 64)
+        .cast::<u64>();
+    let args = client.alloc(sim.pool(0, PoolKind::Kernarg), 64);
+    // SAFETY: fresh host-visible simulated allocations of 64 bytes.
+    unsafe {
+        buf.write_volatile(init);
+        args.cast::<u64>().write(buf as u64);
+    }
+    (buf, args)
+}
+
+/// The `u64` at `p`.
+pub fn read(p: *const u64) -> u64 {
+    // SAFETY: a live simulated allocation.
+    unsafe { std::ptr::read_volatile(p) }
+}
+
+/// One application dispatch of `rmw` on `buf` (holding `init`), through an intercepted queue
+/// on GPU 0: returns (value after completion, inputs the executions saw, the completion
+/// signal's value a while after it reached 0).
+pub fn run_rmw_dispatch(sim: &SimHsa, client: &Client, init: u64) -> (u64, Vec<u64>, i64) {
+    let inputs = Arc::new(Mutex::new(Vec::new()));
+    let kernel = rmw_kernel(sim, inputs.clone());
+    let q = client.queue(sim.gpu_agents()[0]);
+    let (buf, args) = buffer_and_args(sim, client, init);
+    let done = client.signal(1);
+    client.submit(q, dispatch(kernel, args, done));
+    assert_eq!(client.wait_zero(done), 0, "the dispatch completed");
+    // A second decrement (a pass completing the application's signal) would land after the
+    // first: give it time to show.
+    std::thread::sleep(Duration::from_millis(50));
+    let after = client.load(done);
+    client.destroy(q);
+    let seen = inputs.lock().unwrap().clone();
+    (read(buf), seen, after)
+}
