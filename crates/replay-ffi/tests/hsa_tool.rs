@@ -674,7 +674,8 @@ fn exercise_v1(core: &v1::CoreApiTable, amd: &v1::AmdExtTable) -> Vec<u64> {
     vec![a as u64, b as u64]
 }
 
-/// Builds the C tool: `kreplay_tool_init` sets `KREPLAY_MAX_PASSES=7` through the C ABI.
+/// Builds the C tool: `kreplay_tool_init` reads the backend's state (which must answer while
+/// the tool attaches) and sets `KREPLAY_MAX_PASSES=7` through the C ABI.
 fn build_tool() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-ffi-hsa");
@@ -682,9 +683,13 @@ fn build_tool() -> PathBuf {
     let src = dir.join("tool.c");
     std::fs::write(
         &src,
-        "#include <stdint.h>\n#include \"kernel_replay_hsa.h\"\n\
+        "#include <stdint.h>\n#include <string.h>\n#include \"kernel_replay_hsa.h\"\n\
          int kreplay_tool_init(uint64_t runtime_version) {\n\
+           char state[65536]; size_t need = 0;\n\
            if (runtime_version != 42) return 2;\n\
+           /* Asking for the backend's state from init must answer, not deadlock. */\n\
+           if (kreplay_hsa_state_json(state, sizeof state, &need) != KREPLAY_STATUS_OK) return 3;\n\
+           if (!strstr(state, \"\\\"tool\\\":\\\"attaching\\\"\")) return 4;\n\
            return kreplay_policy_set(\"KREPLAY_MAX_PASSES\", \"7\") == KREPLAY_STATUS_OK ? 0 : 1;\n\
          }\n",
     )

@@ -199,11 +199,14 @@ impl Backend {
                 })
             })
             .collect();
-        let tool = self
-            .tool
-            .lock()
-            .as_ref()
-            .map(|t| json!({ "path": t.path, "init_status": t.init_status, "error": t.error }));
+        // The slot is locked while a tool's init runs: a tool asking for the state from its
+        // init must not deadlock, so it sees "attaching" then.
+        let tool = match self.tool.try_lock() {
+            Some(slot) => slot
+                .as_ref()
+                .map(|t| json!({ "path": t.path, "init_status": t.init_status, "error": t.error })),
+            None => Some(json!("attaching")),
+        };
         json!({
             "installed": self.installed(),
             "last_refusal": *self.last_refusal.lock(),
