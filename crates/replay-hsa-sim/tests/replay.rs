@@ -175,6 +175,41 @@ fn a_barrier_passes_through_once() {
 }
 
 #[test]
+fn a_multi_packet_write_and_an_application_copy_pass_through_once() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let runs = Arc::new(AtomicU64::new(0));
+    let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+    let q = api.queue(sim.gpu_agents()[0]);
+    let (b1, a1) = buffer_and_args(&sim, &api, 0, 3);
+    let (b2, a2) = buffer_and_args(&sim, &api, 0, 4);
+    w.tool.passes.store(4, Ordering::SeqCst);
+    let before = w.service.summary();
+    // Two dispatches in one write: not a single dispatch, so no window; each runs once.
+    let (d1, d2) = (api.signal(1), api.signal(1));
+    api.submit_many(q, &[dispatch(k, a1, d1), dispatch(k, a2, d2)]);
+    assert_eq!(api.wait_zero(d1), 0);
+    assert_eq!(api.wait_zero(d2), 0);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!((read(b1), read(b2)), (rmw(3), rmw(4)));
+    // An application copy while replay is active runs once.
+    let src = api.alloc(sim.pool(0, PoolKind::HostFine), 64);
+    // SAFETY: a fresh host-visible simulated allocation.
+    unsafe { src.cast::<u64>().write_volatile(99) };
+    let (ready, copied) = (api.signal(0), api.signal(1));
+    api.copy_after(sim.gpu_agents()[0], b1.cast(), src, 8, ready, copied);
+    assert_eq!(api.wait_zero(copied), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(api.load(copied), 0, "the copy completed once");
+    assert_eq!(read(b1), 99);
+    assert_eq!(w.tool.configs.load(Ordering::SeqCst), 0, "no window");
+    let s = w.service.summary();
+    assert_eq!(s.replayed, before.replayed, "{s:?}");
+    w.service.stop().unwrap();
+}
+
+#[test]
 fn a_dispatch_while_the_service_is_inactive_runs_once_untouched() {
     let (w, _g) = world();
     w.service.stop().unwrap();

@@ -134,6 +134,32 @@ impl Api {
         q
     }
 
+    /// Writes `packets` at the next write indices (each header last, release) and rings the
+    /// doorbell once, for the last: the runtime hands them to the interceptor in one call.
+    pub fn submit_many(&self, q: *mut sys::hsa_queue_t, packets: &[[u8; 64]]) {
+        // SAFETY: a live queue; the slots are ours until their headers are published.
+        unsafe {
+            let qs = &*q;
+            let first = (self.add_write_index)(q, packets.len() as u64);
+            for (i, packet) in packets.iter().enumerate() {
+                let idx = first + i as u64;
+                let slot = qs
+                    .base_address
+                    .cast::<u8>()
+                    .add((idx % u64::from(qs.size)) as usize * 64);
+                std::ptr::copy_nonoverlapping(packet[2..].as_ptr(), slot.add(2), 62);
+                AtomicU16::from_ptr(slot.cast()).store(
+                    u16::from_le_bytes([packet[0], packet[1]]),
+                    Ordering::Release,
+                );
+            }
+            (self.signal_store)(
+                qs.doorbell_signal,
+                (first + packets.len() as u64 - 1) as i64,
+            );
+        }
+    }
+
     /// Writes `packet` at the next write index (header last, release) and rings the doorbell.
     pub fn submit(&self, q: *mut sys::hsa_queue_t, packet: [u8; 64]) {
         // SAFETY: a live queue; the slot is ours until the header is published.
