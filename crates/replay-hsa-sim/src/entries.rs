@@ -277,6 +277,10 @@ pub(crate) fn core_table() -> v2::CoreApiTable {
         &mut t.hsa_executable_iterate_agent_symbols_fn,
         hsa_executable_iterate_agent_symbols as *const (),
     );
+    set(
+        &mut t.hsa_executable_destroy_fn,
+        hsa_executable_destroy as *const (),
+    );
     fill_stubs(&mut t, &v2::CoreApiTable::entry_offsets());
     t
 }
@@ -1240,6 +1244,28 @@ unsafe extern "C" fn loader_iterate_executables(
             sys::HSA_STATUS_SUCCESS
         }
     )
+}
+
+/// `hsa_executable_destroy`: the executable and its symbols disappear, its variables' memory
+/// is released (as the real loader unloads the code object's segments).
+unsafe extern "C" fn hsa_executable_destroy(exec: u64) -> hsa_status_t {
+    guard!("hsa_executable_destroy", sys::HSA_STATUS_ERROR, {
+        let Some(rec) = REG.executables.lock().remove(&exec) else {
+            return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
+        };
+        for inst in state::instances() {
+            inst.executables.lock().retain(|e| *e != exec);
+        }
+        let mut symbols = REG.symbols.lock();
+        for s in rec.symbols {
+            if let Some(sym) = symbols.remove(&s) {
+                if !sym.is_kernel && sym.address != 0 {
+                    state::free(sym.address);
+                }
+            }
+        }
+        sys::HSA_STATUS_SUCCESS
+    })
 }
 
 type SymbolCallback =

@@ -449,6 +449,15 @@ pub(crate) fn set_current(inst: &Arc<Instance>) {
     CURRENT.with(|c| *c.borrow_mut() = Arc::downgrade(inst));
 }
 
+/// Every live instance.
+pub(crate) fn instances() -> Vec<Arc<Instance>> {
+    REG.instances
+        .lock()
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect()
+}
+
 /// The calling thread's instance, else the last one created that is alive.
 pub(crate) fn current() -> Option<Arc<Instance>> {
     CURRENT

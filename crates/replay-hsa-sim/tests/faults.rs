@@ -857,7 +857,7 @@ fn dispatches_carry_the_kernel_symbols_name() {
         r.fetch_add(1, Ordering::SeqCst);
         Ok(())
     });
-    sim.load_module(0, &[], &[("_Z3rmwPm.kd", body)]);
+    let exec = sim.load_module(0, &[], &[("_Z3rmwPm.kd", body)]);
     let object = sim
         .kernel_object("_Z3rmwPm.kd")
         .expect("the module's kernel");
@@ -890,6 +890,28 @@ fn dispatches_carry_the_kernel_symbols_name() {
         "two passes, then one ordinary run"
     );
     assert_eq!(w.service.summary().replayed, before.replayed);
+    // Destroying the executable through the (wrapped) entry forgets its kernels, whose
+    // kernel-object addresses a later executable may reuse.
+    let state: serde_json::Value =
+        serde_json::from_str(&replay_hsa::backend().state_json()).unwrap();
+    assert!(
+        state["installed"]["wrapped"]
+            .as_array()
+            .unwrap()
+            .contains(&"hsa_executable_destroy".into()),
+        "{state}"
+    );
+    assert!(replay_hsa::kernels::global().knows(object));
+    // SAFETY: the core table's entry as its C signature.
+    let destroy: sys::ExecutableDestroyFn = unsafe { typed(sim.core().hsa_executable_destroy_fn) };
+    // SAFETY: the executable loaded above, idle.
+    assert_eq!(unsafe { destroy(exec) }, 0);
+    assert!(!replay_hsa::kernels::global().knows(object), "forgotten");
+    assert_eq!(
+        sim.kernel_object("_Z3rmwPm.kd"),
+        None,
+        "the runtime destroyed it too"
+    );
     w.service.stop().unwrap();
 }
 

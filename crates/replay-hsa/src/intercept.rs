@@ -684,6 +684,7 @@ fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> 
     let agent = sys::hsa_agent_t {
         handle: st.agent.handle,
     };
+    let kernel = crate::kernels::global().lookup(d.kernel_object, agent, o.loader.as_ref());
     let kernarg = read_kernarg(d.kernarg_address);
     Dispatch {
         info: DispatchInfo {
@@ -691,7 +692,7 @@ fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> 
             queue: QueueId(st.queue as u64),
             dispatch_id: Default::default(),
             kernel_id: KernelId(d.kernel_object),
-            kernel_name: crate::kernels::global().name(d.kernel_object, agent, o.loader.as_ref()),
+            kernel_name: kernel.name,
             grid: Dim3::new(d.grid_size_x, d.grid_size_y, d.grid_size_z),
             workgroup: Dim3::new(
                 u32::from(d.workgroup_size_x),
@@ -703,7 +704,7 @@ fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> 
         },
         kernel: KernelKey {
             agent: st.agent.id,
-            code_object: 0,
+            code_object: kernel.executable,
             symbol: d.kernel_object,
         },
         kind: SubmissionKind::KernelDispatch,

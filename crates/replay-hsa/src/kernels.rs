@@ -1,27 +1,44 @@
-//! Kernel names (SPEC §3's dispatch description, and the kernel filter of §4 that matches on
-//! them): an AQL dispatch packet names only a kernel object (the address of its descriptor),
-//! so [`KernelNames`] maps kernel objects to the names of the executables' kernel symbols,
-//! found through the loader extension and `hsa_executable_iterate_agent_symbols` like the
-//! module variables of [`crate::module`].
+//! Kernel names and lifetimes (SPEC §3's dispatch description, the kernel filter of §4 that
+//! matches on names, and §7.2's forgetting of unloaded code): an AQL dispatch packet names only
+//! a kernel object (the address of its descriptor), so [`KernelNames`] maps kernel objects to
+//! the names and executables of the executables' kernel symbols, found through the loader
+//! extension and `hsa_executable_iterate_agent_symbols` like the module variables of
+//! [`crate::module`].
 //!
 //! The map is filled per agent on the first dispatch of a kernel object it does not know (an
 //! executable loaded since is found then), so the steady state is one read-locked lookup.
 //! Names are the symbols' (mangled) names without the `.kd` suffix code-object v3+ descriptors
 //! carry. An object no executable defines (or an enumeration that failed) is remembered as
 //! `kernel@0x…`, so a failing loader is asked once per kernel object, not once per dispatch.
+//!
+//! `hsa_executable_destroy` is wrapped ([`executable_destroy`]): before the runtime destroys
+//! an executable, its kernels are forgotten here and in the service's memo of kernels that
+//! wrote outside the `arguments` scope (keyed by executable), because a later executable may
+//! get the same kernel-object addresses.
 
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
 use crate::module::LoaderFns;
-use crate::sys;
+use crate::sys::{self, hsa_status_t};
+use crate::tool::backend;
 
-/// Kernel object → kernel name, for every agent.
+/// What a dispatch's kernel object resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSymbol {
+    /// The kernel's name (or `kernel@0x…` when no symbol names it).
+    pub name: Arc<str>,
+    /// The executable defining it (0 when unknown).
+    pub executable: u64,
+}
+
+/// Kernel object → kernel symbol, for every agent.
 #[derive(Debug, Default)]
 pub struct KernelNames {
-    names: RwLock<HashMap<u64, Arc<str>>>,
+    symbols: RwLock<HashMap<u64, KernelSymbol>>,
 }
 
 /// The process's map (kernel objects are process-wide addresses).
@@ -46,16 +63,16 @@ impl KernelNames {
         Self::default()
     }
 
-    /// The name of `kernel_object`, dispatched on `agent`; on a miss the agent's kernel
+    /// The symbol of `kernel_object`, dispatched on `agent`; on a miss the agent's kernel
     /// symbols are enumerated through `loader` (if the table has the entries).
-    pub fn name(
+    pub fn lookup(
         &self,
         kernel_object: u64,
         agent: sys::hsa_agent_t,
         loader: Option<&LoaderFns>,
-    ) -> Arc<str> {
-        if let Some(n) = self.names.read().get(&kernel_object) {
-            return n.clone();
+    ) -> KernelSymbol {
+        if let Some(k) = self.symbols.read().get(&kernel_object) {
+            return k.clone();
         }
         let found = match loader.map(|l| kernel_symbols(l, agent)) {
             Some(Ok(found)) => found,
@@ -68,19 +85,35 @@ impl KernelNames {
             }
             None => Vec::new(),
         };
-        let mut names = self.names.write();
-        for (object, name) in found {
-            names.entry(object).or_insert(name);
+        let mut symbols = self.symbols.write();
+        for (object, symbol) in found {
+            symbols.entry(object).or_insert(symbol);
         }
-        names
+        symbols
             .entry(kernel_object)
-            .or_insert_with(|| fallback(kernel_object))
+            .or_insert_with(|| KernelSymbol {
+                name: fallback(kernel_object),
+                executable: 0,
+            })
             .clone()
     }
 
-    /// Names known, for diagnostics.
+    /// Forgets the kernels of `executable`; how many.
+    pub fn forget_executable(&self, executable: u64) -> usize {
+        let mut symbols = self.symbols.write();
+        let before = symbols.len();
+        symbols.retain(|_, k| k.executable != executable);
+        before - symbols.len()
+    }
+
+    /// Whether `kernel_object` is known (named or remembered as unnamed).
+    pub fn knows(&self, kernel_object: u64) -> bool {
+        self.symbols.read().contains_key(&kernel_object)
+    }
+
+    /// Kernel objects known, for diagnostics.
     pub fn len(&self) -> usize {
-        self.names.read().len()
+        self.symbols.read().len()
     }
 
     /// Whether none is known.
@@ -89,20 +122,55 @@ impl KernelNames {
     }
 }
 
-/// `(kernel object, name)` of every kernel symbol of `agent`.
-fn kernel_symbols(l: &LoaderFns, agent: sys::hsa_agent_t) -> Result<Vec<(u64, Arc<str>)>, String> {
+/// `(kernel object, symbol)` of every kernel symbol of `agent`.
+fn kernel_symbols(
+    l: &LoaderFns,
+    agent: sys::hsa_agent_t,
+) -> Result<Vec<(u64, KernelSymbol)>, String> {
     let mut out = Vec::new();
-    for (_, sym) in l.agent_symbols(agent)? {
+    for (executable, sym) in l.agent_symbols(agent)? {
         if l.kind(sym)? != sys::HSA_SYMBOL_KIND_KERNEL {
             continue;
         }
         let name = l.name(sym)?;
         let object = l.kernel_object(sym)?;
         if object != 0 {
-            out.push((object, Arc::from(display_name(&name))));
+            out.push((
+                object,
+                KernelSymbol {
+                    name: Arc::from(display_name(&name)),
+                    executable,
+                },
+            ));
         }
     }
     Ok(out)
+}
+
+/// Wrapper of core `hsa_executable_destroy`: the executable's kernels are forgotten first.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_executable_destroy`.
+pub(crate) unsafe extern "C" fn executable_destroy(executable: u64) -> hsa_status_t {
+    let Some(destroy) = backend().originals().and_then(|o| o.executable_destroy) else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    let forgot = catch_unwind(AssertUnwindSafe(|| {
+        global().forget_executable(executable);
+        if let Some(svc) = crate::tool::service() {
+            for a in backend().agents.all() {
+                svc.forget_code_object(a.id, executable);
+            }
+        }
+    }));
+    if forgot.is_err() {
+        log::error!(
+            "[kernel-replay] hsa: forgetting the kernels of executable {executable:#x} panicked; the call went through"
+        );
+    }
+    // SAFETY: the original entry with the caller's argument.
+    unsafe { destroy(executable) }
 }
 
 #[cfg(test)]
@@ -116,7 +184,10 @@ mod tests {
         let k = KernelNames::new();
         assert!(k.is_empty());
         let agent = sys::hsa_agent_t { handle: 1 };
-        assert_eq!(&*k.name(0x1000, agent, None), "kernel@0x1000");
-        assert_eq!(k.len(), 1, "a miss is remembered");
+        let s = k.lookup(0x1000, agent, None);
+        assert_eq!((&*s.name, s.executable), ("kernel@0x1000", 0));
+        assert!(k.knows(0x1000), "a miss is remembered");
+        assert_eq!(k.forget_executable(0), 1);
+        assert!(!k.knows(0x1000));
     }
 }

@@ -28,8 +28,10 @@
 //! `hsa_memory_allocate`/`free`, AMD `hsa_amd_memory_pool_allocate`/`free`, the virtual-memory
 //! `hsa_amd_vmem_map`/`unmap` (major 2), and the async-copy entries (`hsa_amd_memory_async_copy`,
 //! `_rect`, and `_on_engine` in major 2); they feed a [`replay_memory::Tracker`] (the free is
-//! recorded before the memory is released) and the copy fence. It then attaches the C/C++ tool
-//! named by `KREPLAY_HSA_TOOL` ([`tool`] documents the symbol it must export).
+//! recorded before the memory is released) and the copy fence; and core
+//! `hsa_executable_destroy`, so an unloaded executable's kernels are forgotten
+//! ([`kernels`]). It then attaches the tool: the C/C++ library named by `KREPLAY_HSA_TOOL`, or
+//! one built into the shared object itself ([`tool`] documents the symbols).
 //!
 //! When the table also has the queue, signal and interception entries (all of them;
 //! [`table::QueueSlots`]), `hsa_queue_create` and `hsa_queue_destroy` are wrapped too: queues

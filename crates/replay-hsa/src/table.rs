@@ -108,6 +108,8 @@ pub struct Entries {
     pub async_copy_on_engine: Option<Slot<sys::AsyncCopyOnEngineFn>>,
     pub vmem_map: Option<Slot<sys::VmemMapFn>>,
     pub vmem_unmap: Option<Slot<sys::VmemUnmapFn>>,
+    /// Wrapped where present: an executable's kernels are forgotten before it is destroyed.
+    pub executable_destroy: Option<Slot<sys::ExecutableDestroyFn>>,
     /// The queue, signal and interception entries (stage 2): all present, or `None` and
     /// queues are left untouched.
     pub queue: Option<QueueSlots>,
@@ -386,6 +388,10 @@ pub unsafe fn bind(root: *mut c_void) -> Result<Bound, TableError> {
             vmem_unmap: amd.optional(
                 v2_only(offset_of!(v2::AmdExtTable, hsa_amd_vmem_unmap_fn)),
                 "hsa_amd_vmem_unmap",
+            ),
+            executable_destroy: core.optional(
+                Some(offset!(core, CoreApiTable, hsa_executable_destroy_fn)),
+                "hsa_executable_destroy",
             ),
             queue,
             loader,

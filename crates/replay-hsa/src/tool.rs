@@ -71,6 +71,7 @@ pub struct Originals {
     pub async_copy_on_engine: Option<sys::AsyncCopyOnEngineFn>,
     pub vmem_map: Option<sys::VmemMapFn>,
     pub vmem_unmap: Option<sys::VmemUnmapFn>,
+    pub executable_destroy: Option<sys::ExecutableDestroyFn>,
     /// The queue, signal and interception entries, when the table has them all.
     pub queue: Option<crate::intercept::QueueFns>,
     /// The module-variable entries, when the table has them all.
@@ -300,6 +301,11 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
         ),
         vmem_map: orig_opt!(e.vmem_map, wrap::vmem_map, vmem_map),
         vmem_unmap: orig_opt!(e.vmem_unmap, wrap::vmem_unmap, vmem_unmap),
+        executable_destroy: orig_opt!(
+            e.executable_destroy,
+            crate::kernels::executable_destroy,
+            executable_destroy
+        ),
         queue: match &e.queue {
             None => None,
             Some(q) => {
@@ -413,6 +419,10 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
             m.set(wrap::vmem_map);
             u.set(wrap::vmem_unmap);
             wrapped.extend([m.name, u.name]);
+        }
+        if let (Some(s), Some(_)) = (&e.executable_destroy, originals.executable_destroy) {
+            s.set(crate::kernels::executable_destroy);
+            wrapped.push(s.name);
         }
         if let (Some(q), Some(_)) = (&e.queue, originals.queue) {
             q.queue_create.set(crate::intercept::queue_create);

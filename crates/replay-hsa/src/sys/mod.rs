@@ -580,6 +580,8 @@ pub type AgentSymbolCallback =
 /// `hsa_executable_iterate_agent_symbols(executable, agent, callback, data)`.
 pub type IterateAgentSymbolsFn =
     unsafe extern "C" fn(u64, hsa_agent_t, AgentSymbolCallback, *mut c_void) -> hsa_status_t;
+/// `hsa_executable_destroy(executable)`.
+pub type ExecutableDestroyFn = unsafe extern "C" fn(u64) -> hsa_status_t;
 /// `hsa_executable_symbol_get_info(symbol, attribute, value)`.
 pub type SymbolGetInfoFn = unsafe extern "C" fn(u64, u32, *mut c_void) -> hsa_status_t;
 /// `hsa_ven_amd_loader_iterate_executables` callback: `(executable, data)`.
