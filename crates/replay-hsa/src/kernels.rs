@@ -11,7 +11,7 @@
 //! carry. An object no executable defines (or an enumeration that failed) is remembered as
 //! `kernel@0x…`, so a failing loader is asked once per kernel object, not once per dispatch.
 //!
-//! `hsa_executable_destroy` is wrapped ([`executable_destroy`]): before the runtime destroys
+//! `hsa_executable_destroy` is wrapped (`executable_destroy`): before the runtime destroys
 //! an executable, its kernels are forgotten here and in the service's memo of kernels that
 //! wrote outside the `arguments` scope (keyed by executable), because a later executable may
 //! get the same kernel-object addresses.
