@@ -762,9 +762,12 @@ enum kreplay_sim_counter_group {
  *  window makes of each (SPEC 8 reasons). */
 typedef uint32_t kreplay_sim_fault_kind_t;
 enum kreplay_sim_fault_kind {
-    /** Backing memory cannot be allocated in any tier: declined snapshot_failed. */
+    /** Backing memory cannot be allocated in any tier: declined snapshot_failed (with
+     *  KREPLAY_SIM_FAULT_ONCE only one allocation fails, and the capture moves that tier's share
+     *  to the next tier). */
     KREPLAY_SIM_FAULT_SNAPSHOT_OOM = 0,
-    /** Backing memory cannot be allocated in `tier` (the others still work). */
+    /** Backing memory cannot be allocated in `tier` (the others still work: the capture moves
+     *  that tier's share to the next tiers with room). */
     KREPLAY_SIM_FAULT_TIER_OOM = 1,
     /** The first copy batch of a capture fails: declined snapshot_failed. */
     KREPLAY_SIM_FAULT_CAPTURE_COPY_FAIL = 2,

@@ -426,8 +426,9 @@ fn run_workload(
                 rt.engine(A0).release_pools();
             }
             if let Some(f) = fault.clone() {
-                // A restore batch is retried region by region: fail every attempt.
-                let mode = if matches!(f, Fault::RestoreFail) {
+                // A restore batch is retried region by region, and a tier that cannot allocate
+                // hands its share to the next: fail every attempt of this dispatch.
+                let mode = if matches!(f, Fault::RestoreFail | Fault::SnapshotOom) {
                     FaultMode::Always
                 } else {
                     FaultMode::Once
@@ -450,6 +451,9 @@ fn run_workload(
             .dispatch(rt.queue(agent, q), &kernel, &kargs, Dim3::new(1024, 1, 1))
             .map_err(sim)?;
         c.wait().map_err(sim)?;
+        if replay && target && inject == Some("snapshot-oom") {
+            rt.gpu().clear_faults();
+        }
         if !replay && target && inject == Some("freed-region") {
             // The reference frees the same region, after the dispatch.
             rt.free(A0, w.scratch).map_err(sim)?;

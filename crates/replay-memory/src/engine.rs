@@ -666,7 +666,8 @@ impl Snapshotter for MemoryEngine {
             }
         }
 
-        // Placement: device, then pinned, then pageable, splitting a region where a tier runs out.
+        // Placement: device, then pinned, then pageable, splitting a region where a tier runs out;
+        // a tier that fails to allocate hands its share to the later ones.
         let caps = self.tier_caps(policy);
         let total: u64 = live.iter().map(|r| r.size).sum();
         if total > caps.iter().sum() {
@@ -694,10 +695,28 @@ impl Snapshotter for MemoryEngine {
                     cursors[i].left = need[i];
                 }
                 Err(e) => {
+                    // The tier reported room it could not give (fragmentation, another
+                    // process): its share moves to the later tiers where their caps allow.
+                    let mut carry = need[i];
+                    for j in i + 1..3 {
+                        let take = carry.min(caps[j] - need[j]);
+                        need[j] += take;
+                        carry -= take;
+                    }
+                    if carry == 0 {
+                        log::info!(
+                            "[kernel-replay] agent {}: {} bytes of {} backing memory could not be allocated ({e}); using the next tiers",
+                            sh.agent,
+                            need[i],
+                            tier.as_str()
+                        );
+                        need[i] = 0;
+                        continue;
+                    }
                     let blocks = cursors.into_iter().flat_map(|c| c.blocks).collect();
                     sh.give_back(blocks, Some(policy.pool_keep_bytes));
                     return Err(fail(format!(
-                        "could not allocate {} bytes of {} backing memory: {e}",
+                        "could not allocate {} bytes of {} backing memory, and the later tiers have no room for them: {e}",
                         need[i],
                         tier.as_str()
                     )));

@@ -34,7 +34,9 @@
 //!   it reports; pageable = `pageable_tier_bytes` or when 0 half of `MemAvailable` from
 //!   `/proc/meminfo` (the backend's own report where procfs is missing). No tier is given more
 //!   than the backend reports available; free pooled blocks count as available. The sum is
-//!   `SnapshotPlan::capacity_bytes`.
+//!   `SnapshotPlan::capacity_bytes`. A tier whose allocation fails anyway (its report was
+//!   optimistic: fragmentation, another process) hands its share to the later tiers within
+//!   their budgets; only when they cannot take it does the capture fail.
 //! - **Pools.** Backing blocks are pooled per agent and reused by the next capture (smallest
 //!   block that fits, else largest first plus one new block for the rest). When a snapshot is
 //!   dropped its blocks return to the pool, which is then trimmed per tier to

@@ -402,8 +402,36 @@ fn assert_nothing_leaked(e: &Env) {
 }
 
 #[test]
-fn capture_out_of_memory_fails_and_leaks_nothing() {
+fn a_tier_that_cannot_allocate_hands_its_share_to_the_next() {
     let e = env();
+    e.dev
+        .app_alloc(&e.tracker, 0x1000, 300, MemoryClass::DEVICE_COARSE);
+    e.dev.st.lock().fail_alloc = Some(Tier::PinnedHost);
+    let p = Policy {
+        device_tier_bytes: 100,
+        pinned_tier_bytes: 100,
+        ..policy()
+    };
+    let snap = e
+        .engine
+        .capture(&plan_all(&e, &p), &p, &wait(&e.clock))
+        .unwrap();
+    let st = snap.stats();
+    assert_eq!(
+        (
+            st.tier_bytes.device,
+            st.tier_bytes.pinned,
+            st.tier_bytes.pageable
+        ),
+        (100, 0, 200),
+        "the pinned share went to the pageable tier"
+    );
+}
+
+#[test]
+fn capture_out_of_memory_fails_and_leaks_nothing() {
+    // No pageable tier: the pinned tier's share has nowhere to go.
+    let e = env_with([Some(GIB), Some(GIB), None]);
     e.dev
         .app_alloc(&e.tracker, 0x1000, 300, MemoryClass::DEVICE_COARSE);
     e.dev.st.lock().fail_alloc = Some(Tier::PinnedHost);
@@ -413,6 +441,7 @@ fn capture_out_of_memory_fails_and_leaks_nothing() {
     };
     let err = capture_err(&e, &plan_all(&e, &p), &p);
     assert!(err.message.contains("pinned"), "{err}");
+    assert!(err.message.contains("no room"), "{err}");
     assert!(err.message.contains("out of memory"), "{err}");
     assert_eq!(e.dev.st.lock().allocs, 1, "the device block was allocated");
     assert_eq!(e.dev.st.lock().copy_batches, 0);

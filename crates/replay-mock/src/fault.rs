@@ -18,11 +18,13 @@ use replay_core::{AgentId, Tier};
 /// (SPEC §6, §8) makes of it with `replay-memory` as the memory layer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Fault {
-    /// `alloc_backing` fails (any tier) with out-of-memory. Once: the next call fails. The
-    /// capture fails → declined `snapshot_failed`. Pools are reused across windows, so inject
-    /// it before the agent's first capture (or after `release_pools`) for it to be reached.
+    /// `alloc_backing` fails (any tier) with out-of-memory. Once: the next call fails, and the
+    /// capture moves that tier's share to the next tiers with room; Always: every tier fails →
+    /// declined `snapshot_failed`. Pools are reused across windows, so inject it before the
+    /// agent's first capture (or after `release_pools`) for it to be reached.
     SnapshotOom,
-    /// `alloc_backing` fails for this tier only (the others still work).
+    /// `alloc_backing` fails for this tier only (the others still work): the capture moves
+    /// its share to the next tiers with room.
     TierOom(Tier),
     /// The first copy batch of a capture (device → backing) completes with an error: its fence
     /// reports `CopyFailed`. → declined `snapshot_failed`.

@@ -91,11 +91,14 @@ fn declined(r: &OutcomeRecord, reason: Reason) {
 #[test]
 fn snapshot_oom_declines() {
     let s = setup(3);
-    let f = s.rt.inject(AgentId(0), Fault::SnapshotOom, FaultMode::Once);
+    // Every tier refuses: a tier that fails hands its share to the next, so one refusal alone
+    // would not decline.
+    let f =
+        s.rt.inject(AgentId(0), Fault::SnapshotOom, FaultMode::Always);
     declined(&s.run(), Reason::SnapshotFailed);
-    assert_eq!(s.rt.fault_hits(f), 1);
+    assert!(s.rt.fault_hits(f) >= 2, "the later tiers were tried too");
     s.assert_one_execution();
-    // Once: the next dispatch replays.
+    s.rt.gpu().clear_faults();
     let r = s.run();
     assert_eq!(r.outcome, Outcome::Replayed, "{r}");
     s.finish();
@@ -109,6 +112,26 @@ fn tier_oom_fails_only_that_tier() {
     assert!(mem.alloc_backing(Tier::Device, 4096).is_err());
     assert!(mem.alloc_backing(Tier::Device, 4096).is_err());
     assert!(mem.alloc_backing(Tier::PinnedHost, 4096).is_ok());
+}
+
+#[test]
+fn a_tier_that_cannot_allocate_leaves_the_snapshot_to_the_next_tier() {
+    // This agent's device memory is below the device tier's headroom: snapshots go to pinned
+    // host memory, which now refuses; the pageable tier takes its share.
+    let s = setup(3);
+    s.rt.engine(AgentId(0)).release_pools();
+    let f = s.rt.inject(
+        AgentId(0),
+        Fault::TierOom(Tier::PinnedHost),
+        FaultMode::Always,
+    );
+    let r = s.run();
+    assert_eq!(r.outcome, Outcome::Replayed, "{r}");
+    assert!(s.rt.fault_hits(f) >= 1, "{r}");
+    assert_eq!((r.tier_bytes.device, r.tier_bytes.pinned), (0, 0), "{r}");
+    assert_eq!(r.tier_bytes.pageable, r.captured_bytes, "{r}");
+    s.assert_one_execution();
+    s.finish();
 }
 
 #[test]

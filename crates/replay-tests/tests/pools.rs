@@ -73,7 +73,7 @@ fn steady_state_dispatches_allocate_no_new_backing() {
     let more = rt.alloc(A0, 64 * KIB, MemoryClass::DEVICE_COARSE).unwrap();
     let r = app.run(&rt);
     assert_outcome(&r, Outcome::Declined, Reason::SnapshotFailed);
-    assert_eq!(rt.fault_hits(oom), 1);
+    assert!(rt.fault_hits(oom) >= 1, "every tier with room refused");
     rt.gpu().clear_faults();
     assert_outcome(&app.run(&rt), Outcome::Replayed, Reason::None);
 
