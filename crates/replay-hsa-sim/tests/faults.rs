@@ -8,10 +8,8 @@
 //!
 //! | `replay_mock::Fault`          | here                                                        |
 //! |-------------------------------|-------------------------------------------------------------|
-//! | `SnapshotOom`, `TierOom`      | backing pool exhausted → declined `snapshot_failed` (the    |
-//! |                               | memory layer does not move a failed tier's share to the     |
-//! |                               | next tier within a capture); a device pool without room →   |
-//! |                               | the snapshot is placed in pinned host memory                |
+//! | `SnapshotOom`                 | both backing pools exhausted → declined `snapshot_failed`   |
+//! | `TierOom(Device)`             | device pool exhausted → the snapshot goes to pinned memory  |
 //! | `CaptureCopyFail`             | an async copy refused → declined `snapshot_failed`          |
 //! | `CaptureCopyStuck`            | copy engine stalled → declined `snapshot_failed`, quarantine|
 //! | `QueueDrainStuck`             | a barrier ahead on the queue → declined `queue_drain_stuck` |
@@ -432,11 +430,16 @@ fn snapshot_memory_the_runtime_cannot_allocate_declines_snapshot_failed() {
         SimFault::PoolExhausted(PoolKind::DeviceCoarse),
         FaultMode::Always,
     );
+    let host = c.sim.inject(
+        SimFault::PoolExhausted(PoolKind::HostFine),
+        FaultMode::Always,
+    );
     let o = expect(w, &c, true, "snapshot_failed").expect("CONFIG EXIT has the outcome");
     assert_eq!(o.captured_bytes, 0, "{o:?}");
-    assert!(c.sim.fired("pool_exhausted") >= 1);
+    assert!(c.sim.fired("pool_exhausted") >= 2, "both tiers were tried");
     c.sim.clear(dev);
-    // The pool works again: the next dispatch is replayed from device backing memory.
+    c.sim.clear(host);
+    // The pools work again: the next dispatch is replayed from device backing memory.
     w.tool.passes.store(3, Ordering::SeqCst);
     let done = c.dispatch();
     assert_eq!(c.api.wait_zero(done), 0);
@@ -449,6 +452,42 @@ fn snapshot_memory_the_runtime_cannot_allocate_declines_snapshot_failed() {
         .clone()
         .expect("CONFIG EXIT has the outcome");
     assert!(o.tier_bytes.device >= 64, "{o:?}");
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn a_device_pool_that_cannot_allocate_leaves_the_snapshot_to_pinned_host_memory() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 20);
+    let dev = c.sim.inject(
+        SimFault::PoolExhausted(PoolKind::DeviceCoarse),
+        FaultMode::Always,
+    );
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let before = w.service.summary();
+    let done = c.dispatch();
+    assert_eq!(c.api.wait_zero(done), 0);
+    assert_eq!(read(c.buf), rmw(20), "memory equals one execution");
+    assert_eq!(c.runs.load(Ordering::SeqCst), 3);
+    assert_eq!(w.service.summary().replayed - before.replayed, 1);
+    assert!(
+        c.sim.fired("pool_exhausted") >= 1,
+        "the device tier was tried first"
+    );
+    let o = w
+        .tool
+        .outcome
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("CONFIG EXIT has the outcome");
+    assert_eq!(o.tier_bytes.device, 0, "{o:?}");
+    assert!(
+        o.tier_bytes.pinned >= 64,
+        "captured in pinned host memory: {o:?}"
+    );
+    c.sim.clear(dev);
     w.service.stop().unwrap();
 }
 
