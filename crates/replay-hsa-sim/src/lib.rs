@@ -39,6 +39,9 @@
 //!   and executable symbols (`hsa_executable_iterate_agent_symbols`,
 //!   `hsa_executable_symbol_get_info`) backed by modules loaded with [`SimHsa::load_module`].
 //!
+//! [`client::Client`] drives it the way the HIP runtime would (queues, pools, AQL packets,
+//! doorbells, completion signals, async copies), for tests of HSA tools.
+//!
 //! Entries that are not simulated are present (never NULL where the real runtime has one) and
 //! answer [`STATUS_NOT_SIMULATED`] (`HSA_STATUS_ERROR`).
 //!
@@ -74,6 +77,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod entries;
 pub mod fault;
 pub mod queue;
@@ -82,6 +86,7 @@ pub mod state;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
+pub use client::Client;
 pub use entries::{LoaderTable, STATUS_NOT_SIMULATED};
 pub use fault::{FaultId, FaultMode, SimFault};
 pub use queue::{ASYNC_THREAD_NAME, COPY_THREAD_NAME, PROCESSOR_THREAD_PREFIX};

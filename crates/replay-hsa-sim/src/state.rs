@@ -743,6 +743,12 @@ pub(crate) fn timestamp_hz() -> u64 {
     TIMESTAMP_HZ.load(Ordering::SeqCst)
 }
 
+/// A duration in timestamp ticks (saturating below `u64::MAX`, which means "no timeout").
+pub(crate) fn duration_to_ticks(d: Duration) -> u64 {
+    let t = d.as_nanos().saturating_mul(u128::from(timestamp_hz())) / 1_000_000_000;
+    u64::try_from(t).unwrap_or(u64::MAX).min(u64::MAX - 1)
+}
+
 /// A timeout hint in timestamp ticks as a duration (`u64::MAX`: none).
 pub(crate) fn ticks_to_duration(ticks: u64) -> Option<Duration> {
     if ticks == u64::MAX {

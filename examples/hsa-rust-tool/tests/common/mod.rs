@@ -10,16 +10,13 @@
 
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kernel_replay::replay_hsa::queue as aql;
-use kernel_replay::replay_hsa::sys::{self, Entry};
 use replay_hsa_sim::{PoolKind, SimHsa};
 
-/// Bound of every wait on a completion signal.
-pub const TIMEOUT: Duration = Duration::from_secs(20);
+/// The simulator's HIP-like client: entries read back from the table after `OnLoad`.
+pub use replay_hsa_sim::client::{dispatch, Client};
 
 /// The directory of the shared object `name` that cargo built for this test run: the test
 /// executable is in `target/<profile>/deps`, and cargo builds the package's cdylib there (and
@@ -95,141 +92,6 @@ impl ToolLibrary {
         let text = CStr::from_bytes_until_nul(&buf).unwrap().to_str().unwrap();
         serde_json::from_str(text).unwrap()
     }
-}
-
-/// A table slot as the entry's C type.
-///
-/// # Safety
-///
-/// 1. `F` is the entry's C signature and `S` a nullable function pointer field.
-unsafe fn typed<S: Copy, F: Copy>(slot: S) -> F {
-    assert_eq!(std::mem::size_of::<S>(), std::mem::size_of::<Entry>());
-    // SAFETY: same size; a nullable function pointer (caller, item 1).
-    let e: Entry = unsafe { std::mem::transmute_copy(&slot) };
-    let f = e.expect("no entry is NULL");
-    // SAFETY: same size; `F` is the entry's signature (caller, item 1).
-    unsafe { std::mem::transmute_copy(&f) }
-}
-
-/// The entries a HIP-like client uses, read from the table after `OnLoad`.
-#[derive(Clone, Copy)]
-pub struct Client {
-    pool_allocate: sys::PoolAllocateFn,
-    queue_create: sys::QueueCreateFn,
-    queue_destroy: sys::QueueDestroyFn,
-    load_write_index: sys::QueueLoadIndexFn,
-    add_write_index: sys::QueueAddIndexFn,
-    signal_create: sys::SignalCreateFn,
-    signal_load: sys::SignalLoadFn,
-    signal_store: sys::SignalUpdateFn,
-    signal_wait: sys::SignalWaitFn,
-}
-
-impl Client {
-    /// The client of `sim`, reading the entries as the tool left them.
-    pub fn new(sim: &SimHsa) -> Self {
-        let c = sim.core();
-        let a = sim.amd();
-        // SAFETY: each entry is read as its C signature.
-        unsafe {
-            Self {
-                pool_allocate: typed(a.hsa_amd_memory_pool_allocate_fn),
-                queue_create: typed(c.hsa_queue_create_fn),
-                queue_destroy: typed(c.hsa_queue_destroy_fn),
-                load_write_index: typed(c.hsa_queue_load_write_index_relaxed_fn),
-                add_write_index: typed(c.hsa_queue_add_write_index_screlease_fn),
-                signal_create: typed(c.hsa_signal_create_fn),
-                signal_load: typed(c.hsa_signal_load_relaxed_fn),
-                signal_store: typed(c.hsa_signal_store_screlease_fn),
-                signal_wait: typed(c.hsa_signal_wait_scacquire_fn),
-            }
-        }
-    }
-
-    /// A signal with value `v`.
-    pub fn signal(&self, v: i64) -> sys::hsa_signal_t {
-        let mut s = sys::hsa_signal_t::default();
-        // SAFETY: valid out pointer, no consumers.
-        let st = unsafe { (self.signal_create)(v, 0, std::ptr::null(), &mut s) };
-        assert_eq!(st, 0);
-        s
-    }
-
-    /// A signal's value.
-    pub fn load(&self, s: sys::hsa_signal_t) -> i64 {
-        // SAFETY: a live signal.
-        unsafe { (self.signal_load)(s) }
-    }
-
-    /// Waits until `s` is 0 (bounded by [`TIMEOUT`]); its value then.
-    pub fn wait_zero(&self, s: sys::hsa_signal_t) -> i64 {
-        // SAFETY: a live signal; EQ 0; the sim's timeout hint is in nanoseconds (1 GHz).
-        unsafe { (self.signal_wait)(s, 0, 0, TIMEOUT.as_nanos() as u64, 0) }
-    }
-
-    /// `size` bytes from `pool`.
-    pub fn alloc(&self, pool: sys::hsa_amd_memory_pool_t, size: usize) -> *mut u8 {
-        let mut p = std::ptr::null_mut();
-        // SAFETY: valid out pointer.
-        assert_eq!(unsafe { (self.pool_allocate)(pool, size, 0, &mut p) }, 0);
-        p.cast()
-    }
-
-    /// A 64-packet queue on `agent`.
-    pub fn queue(&self, agent: sys::hsa_agent_t) -> *mut sys::hsa_queue_t {
-        let mut q = std::ptr::null_mut();
-        // SAFETY: valid out pointer; no callback.
-        let st =
-            unsafe { (self.queue_create)(agent, 64, 0, None, std::ptr::null_mut(), 0, 0, &mut q) };
-        assert_eq!(st, 0);
-        q
-    }
-
-    /// Destroys a queue made by [`Client::queue`].
-    pub fn destroy(&self, q: *mut sys::hsa_queue_t) {
-        // SAFETY: a live, idle queue.
-        assert_eq!(unsafe { (self.queue_destroy)(q) }, 0);
-    }
-
-    /// Writes `packet` at the next write index (header last, release) and rings the doorbell.
-    pub fn submit(&self, q: *mut sys::hsa_queue_t, packet: [u8; 64]) {
-        // SAFETY: a live queue; the slot is ours until the header is published.
-        unsafe {
-            let idx = (self.add_write_index)(q, 1);
-            let qs = &*q;
-            let slot = qs
-                .base_address
-                .cast::<u8>()
-                .add((idx % u64::from(qs.size)) as usize * 64);
-            std::ptr::copy_nonoverlapping(packet[2..].as_ptr(), slot.add(2), 62);
-            AtomicU16::from_ptr(slot.cast()).store(
-                u16::from_le_bytes([packet[0], packet[1]]),
-                Ordering::Release,
-            );
-            let w = (self.load_write_index)(q);
-            (self.signal_store)(qs.doorbell_signal, w as i64 - 1);
-        }
-    }
-}
-
-/// A one-work-item kernel-dispatch packet with system-scope fences.
-pub fn dispatch(kernel: u64, kernarg: *mut u8, completion: sys::hsa_signal_t) -> [u8; 64] {
-    let p = sys::hsa_kernel_dispatch_packet_t {
-        header: aql::header(sys::HSA_PACKET_TYPE_KERNEL_DISPATCH, true, 2, 2),
-        setup: 1,
-        workgroup_size_x: 1,
-        workgroup_size_y: 1,
-        workgroup_size_z: 1,
-        grid_size_x: 1,
-        grid_size_y: 1,
-        grid_size_z: 1,
-        kernel_object: kernel,
-        kernarg_address: kernarg as u64,
-        completion_signal: completion,
-        ..Default::default()
-    };
-    // SAFETY: a 64-byte plain-integer struct.
-    unsafe { std::mem::transmute(p) }
 }
 
 /// `x = 3x + 1`: a read-modify-write, so a replay that did not restore memory between passes

@@ -1,0 +1,243 @@
+//! A HIP-like client of the simulated runtime, for tests of HSA tools (this workspace's, and a
+//! tool author's own): it reads the application's entries from the API table **after** the
+//! tool's `OnLoad` (so it calls the tool's wrappers, as the HIP runtime would) and drives the
+//! runtime the way an application does: create a queue, allocate from pools, write AQL packets
+//! (header last, with release ordering) and ring the doorbell, wait on completion signals,
+//! copy asynchronously.
+//!
+//! Every helper asserts that the runtime answered `HSA_STATUS_SUCCESS`: a failure is a test
+//! failure with the entry named. The raw entries are public for tests that need another
+//! argument or want the status.
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+use replay_hsa::queue as aql;
+use replay_hsa::sys::{self, Entry};
+
+use crate::SimHsa;
+
+/// How long the client's waits are bounded (a hint large enough for any timestamp frequency a
+/// test configures, yet finite so a broken tool fails the test instead of hanging it).
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A table slot read as its entry's C type.
+///
+/// # Safety
+///
+/// 1. `F` is the entry's C signature and `S` a nullable function pointer field of a table.
+pub unsafe fn typed<S: Copy, F: Copy>(slot: S) -> F {
+    assert_eq!(std::mem::size_of::<S>(), std::mem::size_of::<Entry>());
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<Entry>());
+    // SAFETY: same size; a nullable function pointer (caller, item 1).
+    let e: Entry = unsafe { std::mem::transmute_copy(&slot) };
+    let f = e.expect("no entry of the simulated table is NULL");
+    // SAFETY: same size; `F` is the entry's signature (caller, item 1).
+    unsafe { std::mem::transmute_copy(&f) }
+}
+
+/// The entries an application uses, as the table holds them now.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy)]
+pub struct Client {
+    pub pool_allocate: sys::PoolAllocateFn,
+    pub pool_free: sys::PoolFreeFn,
+    pub queue_create: sys::QueueCreateFn,
+    pub queue_destroy: sys::QueueDestroyFn,
+    pub load_write_index: sys::QueueLoadIndexFn,
+    pub add_write_index: sys::QueueAddIndexFn,
+    pub signal_create: sys::SignalCreateFn,
+    pub signal_load: sys::SignalLoadFn,
+    pub signal_store: sys::SignalUpdateFn,
+    pub signal_wait: sys::SignalWaitFn,
+    pub async_function: sys::AsyncFunctionFn,
+    pub async_copy: sys::AsyncCopyFn,
+}
+
+impl Client {
+    /// The client of `sim`, reading the entries as a tool's `OnLoad` left them.
+    pub fn new(sim: &SimHsa) -> Self {
+        let c = sim.core();
+        let a = sim.amd();
+        // SAFETY: each entry is read as its C signature (the field names say which).
+        unsafe {
+            Self {
+                pool_allocate: typed(a.hsa_amd_memory_pool_allocate_fn),
+                pool_free: typed(a.hsa_amd_memory_pool_free_fn),
+                queue_create: typed(c.hsa_queue_create_fn),
+                queue_destroy: typed(c.hsa_queue_destroy_fn),
+                load_write_index: typed(c.hsa_queue_load_write_index_relaxed_fn),
+                add_write_index: typed(c.hsa_queue_add_write_index_screlease_fn),
+                signal_create: typed(c.hsa_signal_create_fn),
+                signal_load: typed(c.hsa_signal_load_relaxed_fn),
+                signal_store: typed(c.hsa_signal_store_screlease_fn),
+                signal_wait: typed(c.hsa_signal_wait_scacquire_fn),
+                async_function: typed(a.hsa_amd_async_function_fn),
+                async_copy: typed(a.hsa_amd_memory_async_copy_fn),
+            }
+        }
+    }
+
+    /// A signal with value `v`.
+    pub fn signal(&self, v: i64) -> sys::hsa_signal_t {
+        let mut s = sys::hsa_signal_t::default();
+        // SAFETY: valid out pointer, no consumers.
+        let st = unsafe { (self.signal_create)(v, 0, std::ptr::null(), &mut s) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_signal_create");
+        s
+    }
+
+    /// A signal's value.
+    pub fn load(&self, s: sys::hsa_signal_t) -> i64 {
+        // SAFETY: the entry's contract; the runtime answers for unknown signals.
+        unsafe { (self.signal_load)(s) }
+    }
+
+    /// Stores `v` into a signal (release).
+    pub fn store(&self, s: sys::hsa_signal_t, v: i64) {
+        // SAFETY: the entry's contract; the runtime ignores unknown signals.
+        unsafe { (self.signal_store)(s, v) }
+    }
+
+    /// Waits until `s` is 0, bounded by [`TIMEOUT`]; its value then.
+    pub fn wait_zero(&self, s: sys::hsa_signal_t) -> i64 {
+        let hint = crate::state::duration_to_ticks(TIMEOUT);
+        // SAFETY: the entry's contract: EQ 0, a finite hint in the runtime's ticks.
+        unsafe {
+            (self.signal_wait)(
+                s,
+                sys::HSA_SIGNAL_CONDITION_EQ,
+                0,
+                hint,
+                sys::HSA_WAIT_STATE_BLOCKED,
+            )
+        }
+    }
+
+    /// `size` bytes from `pool`.
+    pub fn alloc(&self, pool: sys::hsa_amd_memory_pool_t, size: usize) -> *mut u8 {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: valid out pointer.
+        let st = unsafe { (self.pool_allocate)(pool, size, 0, &mut p) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_memory_pool_allocate");
+        p.cast()
+    }
+
+    /// Frees a block from [`Client::alloc`].
+    pub fn free(&self, p: *mut u8) {
+        // SAFETY: the entry's contract; the runtime answers an error for unknown pointers.
+        let st = unsafe { (self.pool_free)(p.cast()) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_memory_pool_free");
+    }
+
+    /// A 64-packet queue on `agent`.
+    pub fn queue(&self, agent: sys::hsa_agent_t) -> *mut sys::hsa_queue_t {
+        self.queue_of(agent, 64)
+    }
+
+    /// A queue of `size` packets on `agent`.
+    pub fn queue_of(&self, agent: sys::hsa_agent_t, size: u32) -> *mut sys::hsa_queue_t {
+        let mut q = std::ptr::null_mut();
+        // SAFETY: valid out pointer; no callback.
+        let st = unsafe {
+            (self.queue_create)(agent, size, 0, None, std::ptr::null_mut(), 0, 0, &mut q)
+        };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_queue_create");
+        q
+    }
+
+    /// Destroys an idle queue from [`Client::queue`].
+    pub fn destroy(&self, q: *mut sys::hsa_queue_t) {
+        // SAFETY: the entry's contract; the runtime answers an error for unknown queues.
+        let st = unsafe { (self.queue_destroy)(q) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_queue_destroy");
+    }
+
+    /// Writes `packet` at the next write index and rings the doorbell.
+    ///
+    /// `q` must be a live queue from [`Client::queue`] (its ring is written directly, as an
+    /// application does).
+    pub fn submit(&self, q: *mut sys::hsa_queue_t, packet: [u8; 64]) {
+        self.submit_many(q, &[packet]);
+    }
+
+    /// Writes `packets` at the next write indices (each header last, with release ordering)
+    /// and rings the doorbell once, for the last: the runtime hands them to the interceptors in
+    /// one call.
+    ///
+    /// `q` must be a live queue from [`Client::queue`] with room for the packets.
+    pub fn submit_many(&self, q: *mut sys::hsa_queue_t, packets: &[[u8; 64]]) {
+        assert!(!q.is_null() && !packets.is_empty());
+        // SAFETY: `q` is a live queue (the caller's contract); the slots reserved by the write
+        // index are ours until their headers are published.
+        unsafe {
+            let qs = &*q;
+            let first = (self.add_write_index)(q, packets.len() as u64);
+            for (i, packet) in packets.iter().enumerate() {
+                let idx = first + i as u64;
+                let slot = qs
+                    .base_address
+                    .cast::<u8>()
+                    .add((idx % u64::from(qs.size)) as usize * 64);
+                std::ptr::copy_nonoverlapping(packet[2..].as_ptr(), slot.add(2), 62);
+                AtomicU16::from_ptr(slot.cast()).store(
+                    u16::from_le_bytes([packet[0], packet[1]]),
+                    Ordering::Release,
+                );
+            }
+            (self.signal_store)(
+                qs.doorbell_signal,
+                (first + packets.len() as u64 - 1) as i64,
+            );
+        }
+    }
+
+    /// An asynchronous copy of `len` bytes from `src` to `dst` (both on `agent`'s side) that
+    /// starts once `dep` is 0 and decrements `done`.
+    pub fn copy_after(
+        &self,
+        agent: sys::hsa_agent_t,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        dep: sys::hsa_signal_t,
+        done: sys::hsa_signal_t,
+    ) {
+        // SAFETY: the entry's contract: one dependency signal; the runtime checks the ranges.
+        let st =
+            unsafe { (self.async_copy)(dst.cast(), agent, src.cast(), agent, len, 1, &dep, done) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_memory_async_copy");
+    }
+}
+
+/// A one-work-item kernel-dispatch packet with system-scope fences and the barrier bit.
+pub fn dispatch(kernel: u64, kernarg: *mut u8, completion: sys::hsa_signal_t) -> [u8; 64] {
+    let p = sys::hsa_kernel_dispatch_packet_t {
+        header: aql::header(sys::HSA_PACKET_TYPE_KERNEL_DISPATCH, true, 2, 2),
+        setup: 1,
+        workgroup_size_x: 1,
+        workgroup_size_y: 1,
+        workgroup_size_z: 1,
+        grid_size_x: 1,
+        grid_size_y: 1,
+        grid_size_z: 1,
+        kernel_object: kernel,
+        kernarg_address: kernarg as u64,
+        completion_signal: completion,
+        ..Default::default()
+    };
+    // SAFETY: a 64-byte plain-integer struct.
+    unsafe { std::mem::transmute::<sys::hsa_kernel_dispatch_packet_t, [u8; 64]>(p) }
+}
+
+/// A barrier-AND packet (barrier bit, system-scope fences) waiting on `dep`.
+pub fn barrier_on(dep: sys::hsa_signal_t, completion: sys::hsa_signal_t) -> [u8; 64] {
+    let mut p = sys::hsa_barrier_and_packet_t {
+        header: aql::header(sys::HSA_PACKET_TYPE_BARRIER_AND, true, 2, 2),
+        completion_signal: completion,
+        ..Default::default()
+    };
+    p.dep_signal[0] = dep;
+    // SAFETY: a 64-byte plain-integer struct.
+    unsafe { std::mem::transmute::<sys::hsa_barrier_and_packet_t, [u8; 64]>(p) }
+}
