@@ -147,16 +147,16 @@ impl Client {
     }
 
     /// Destroys an idle queue from [`Client::queue`].
+    // The pointer is only handed to the runtime's entry, which checks it against its queues.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn destroy(&self, q: *mut sys::hsa_queue_t) {
-        // SAFETY: the entry's contract; the runtime answers an error for unknown queues.
+        // SAFETY: the entry's contract; the simulator answers an error for unknown queues.
         let st = unsafe { (self.queue_destroy)(q) };
         assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_queue_destroy");
     }
 
-    /// Writes `packet` at the next write index and rings the doorbell.
-    ///
-    /// `q` must be a live queue from [`Client::queue`] (its ring is written directly, as an
-    /// application does).
+    /// Writes `packet` at the next write index and rings the doorbell (see
+    /// [`Client::submit_many`]).
     pub fn submit(&self, q: *mut sys::hsa_queue_t, packet: [u8; 64]) {
         self.submit_many(q, &[packet]);
     }
@@ -165,11 +165,18 @@ impl Client {
     /// and rings the doorbell once, for the last: the runtime hands them to the interceptors in
     /// one call.
     ///
-    /// `q` must be a live queue from [`Client::queue`] with room for the packets.
+    /// # Panics
+    ///
+    /// If `q` is not a live queue of the simulator (a queue from [`Client::queue`]). The ring
+    /// must have room for the packets (as for an application, a full ring is overwritten).
+    // `q` is checked against the simulator's live queues, and their memory is held while it is
+    // written, so no argument makes this unsound.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn submit_many(&self, q: *mut sys::hsa_queue_t, packets: &[[u8; 64]]) {
-        assert!(!q.is_null() && !packets.is_empty());
-        // SAFETY: `q` is a live queue (the caller's contract); the slots reserved by the write
-        // index are ours until their headers are published.
+        let _alive = crate::queue::lookup(q).expect("a live queue of the simulator");
+        assert!(!packets.is_empty());
+        // SAFETY: `q` is a live queue whose memory `_alive` holds; the slots reserved by the
+        // write index are ours until their headers are published.
         unsafe {
             let qs = &*q;
             let first = (self.add_write_index)(q, packets.len() as u64);
