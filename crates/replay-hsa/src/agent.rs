@@ -188,24 +188,6 @@ impl QueueAgent {
         Ticket(t)
     }
 
-    /// Waits at most `budget` for `signal` to reach 0.
-    fn wait_zero(&self, signal: sys::hsa_signal_t, budget: Duration) -> bool {
-        let hint = self.q.timeout_hint(budget);
-        // SAFETY: the original `hsa_signal_wait_scacquire` on a live signal; the timeout hint
-        // is in the runtime's timestamp ticks (a hint only: an early return is polled again by
-        // the core).
-        let v = unsafe {
-            (self.q.signal_wait)(
-                signal,
-                sys::HSA_SIGNAL_CONDITION_EQ,
-                0,
-                hint,
-                sys::HSA_WAIT_STATE_BLOCKED,
-            )
-        };
-        v == 0
-    }
-
     /// A drain barrier on `st`: raises its counting signal, then appends the barrier.
     fn drain_barrier(&self, st: &Arc<QueueState>) -> Result<Option<u64>, BackendError> {
         let barrier = Packet::barrier_and(st.drain_signal, true);
@@ -285,7 +267,7 @@ impl replay_core::Agent for QueueAgent {
                 let mut all = true;
                 for (st, _) in queues {
                     let left = deadline.saturating_duration_since(Instant::now());
-                    if !self.wait_zero(st.drain_signal, left) {
+                    if !self.q.wait_zero(st.drain_signal, left) {
                         all = false;
                         break;
                     }
@@ -386,7 +368,7 @@ impl replay_core::Agent for QueueAgent {
                 ))
             }
         };
-        if !self.wait_zero(signal, budget) {
+        if !self.q.wait_zero(signal, budget) {
             return Ok(None);
         }
         self.pending.lock().remove(&ticket.0);

@@ -112,6 +112,27 @@ impl QueueFns {
     }
 }
 
+impl QueueFns {
+    /// Waits at most `budget` (a hint: the runtime may return early, and the caller polls
+    /// again) for `signal` to reach 0, directly on the calling thread (never through an async
+    /// handler). Whether it did.
+    pub fn wait_zero(&self, signal: sys::hsa_signal_t, budget: std::time::Duration) -> bool {
+        let hint = self.timeout_hint(budget);
+        // SAFETY: the original `hsa_signal_wait_scacquire` on a signal the caller keeps alive
+        // for the call; the hint is in the runtime's timestamp ticks.
+        let v = unsafe {
+            (self.signal_wait)(
+                signal,
+                sys::HSA_SIGNAL_CONDITION_EQ,
+                0,
+                hint,
+                sys::HSA_WAIT_STATE_BLOCKED,
+            )
+        };
+        v == 0
+    }
+}
+
 /// `budget` in ticks of a `hz` clock, saturating below `u64::MAX` (which means "no timeout").
 pub fn ticks(budget: std::time::Duration, hz: u64) -> u64 {
     let t = budget.as_nanos().saturating_mul(u128::from(hz)) / 1_000_000_000;

@@ -436,18 +436,8 @@ impl DeviceMemory for HsaMemory {
             // Digest fences (synchronous) and empty batches are complete when submitted.
             return Ok(true);
         };
-        let hint = self.q.timeout_hint(budget);
-        // SAFETY: the original wait on our own live signal.
-        let v = unsafe {
-            (self.q.signal_wait)(
-                signal,
-                sys::HSA_SIGNAL_CONDITION_EQ,
-                0,
-                hint,
-                sys::HSA_WAIT_STATE_BLOCKED,
-            )
-        };
-        if v != 0 {
+        // Our own signal, alive until the batch is retired or abandoned (then leaked).
+        if !self.q.wait_zero(signal, budget) {
             return Ok(false);
         }
         let Some(batch) = self.batches.lock().remove(&fence.0) else {
