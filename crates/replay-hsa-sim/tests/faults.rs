@@ -602,14 +602,7 @@ fn the_window_waits_for_an_application_copy_in_flight_and_every_pass_sees_its_re
     w.service.start().unwrap();
     let (sim, api) = sim();
     let agent = sim.gpu_agents()[0];
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s2 = seen.clone();
-    let k = sim.register_kernel("rmw-recording", move |d| {
-        let p = d.arg(0)?;
-        let v = d.read_u64(p)?;
-        s2.lock().unwrap().push(v);
-        d.write_u64(p, rmw(v))
-    });
+    let (k, seen) = recording_rmw_kernel(&sim);
     let q = api.queue(agent);
     let (buf, args) = buffer_and_args(&sim, &api, 0, 1);
     // The application copies 77 into the buffer; the copy waits on `hold`, which a thread
@@ -641,6 +634,19 @@ fn the_window_waits_for_an_application_copy_in_flight_and_every_pass_sees_its_re
     assert_eq!(read(buf), rmw(77), "memory equals one execution");
     assert_eq!(w.service.summary().replayed - before.replayed, 1);
     w.service.stop().unwrap();
+}
+
+/// An `rmw` kernel that records the value each execution read.
+fn recording_rmw_kernel(sim: &SimHsa) -> (u64, Arc<Mutex<Vec<u64>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let k = sim.register_kernel("rmw-recording", move |d| {
+        let p = d.arg(0)?;
+        let v = d.read_u64(p)?;
+        s2.lock().unwrap().push(v);
+        d.write_u64(p, rmw(v))
+    });
+    (k, seen)
 }
 
 #[test]
@@ -960,14 +966,7 @@ fn the_window_waits_for_work_on_the_agents_other_queues() {
     w.service.start().unwrap();
     let (sim, api) = sim();
     let agent = sim.gpu_agents()[0];
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s2 = seen.clone();
-    let k = sim.register_kernel("rmw-recording-2", move |d| {
-        let p = d.arg(0)?;
-        let v = d.read_u64(p)?;
-        s2.lock().unwrap().push(v);
-        d.write_u64(p, rmw(v))
-    });
+    let (k, seen) = recording_rmw_kernel(&sim);
     let set = sim.register_kernel("set-50", |d| {
         let p = d.arg(0)?;
         d.write_u64(p, 50)
