@@ -452,6 +452,20 @@ unsafe extern "C" fn hsa_agent_get_info(
                 15 => put(value, 1u32),
                 16 => put(value, a.node),
                 sys::HSA_AGENT_INFO_DEVICE => put(value, a.device),
+                // One physical memory backs both device pools on a GPU; the simulator keeps
+                // their capacities apart and reports the coarse pool's, where device
+                // allocations and other processes' use land.
+                sys::HSA_AMD_AGENT_INFO_MEMORY_AVAIL if gpu => {
+                    let pools = REG.pools.lock();
+                    let avail: usize = a
+                        .pools
+                        .iter()
+                        .filter_map(|p| pools.get(p))
+                        .filter(|p| p.kind == state::PoolKind::DeviceCoarse)
+                        .map(|p| p.available())
+                        .sum();
+                    put(value, avail as u64)
+                }
                 _ => sys::HSA_STATUS_ERROR_INVALID_ARGUMENT,
             }
         }

@@ -25,6 +25,10 @@ pub struct SimConfig {
     pub queue_min_size: u32,
     /// Largest queue size.
     pub queue_max_size: u32,
+    /// Device memory taken by others (another process): allocations from each GPU's
+    /// coarse-grained pool fail that much earlier, and `HSA_AMD_AGENT_INFO_MEMORY_AVAIL`
+    /// reports that much less, while the pool's size stays the same (as on a shared GPU).
+    pub device_reserved_bytes: usize,
     /// The system timestamp frequency, Hz (`HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY`): the unit of
     /// `hsa_signal_wait_*` timeout hints. Real systems report e.g. 100 MHz; the default 1 GHz
     /// makes ticks nanoseconds.
@@ -40,6 +44,7 @@ impl Default for SimConfig {
             host_pool_bytes: 64 << 20,
             queue_min_size: 2,
             queue_max_size: 4096,
+            device_reserved_bytes: 0,
             timestamp_hz: 1_000_000_000,
         }
     }
@@ -194,7 +199,7 @@ pub(crate) fn allocate(pool: &PoolRec, size: usize) -> Option<u64> {
     }
     {
         let mut used = pool.used.lock();
-        if *used + size > pool.capacity {
+        if *used + size > pool.capacity - pool.reserved {
             return None;
         }
         *used += size;
@@ -375,7 +380,16 @@ pub struct PoolRec {
     pub(crate) agent: u64,
     pub(crate) kind: PoolKind,
     pub(crate) capacity: usize,
+    /// Taken by others: never available to this runtime.
+    pub(crate) reserved: usize,
     used: Mutex<usize>,
+}
+
+impl PoolRec {
+    /// Bytes an allocation may still take.
+    pub(crate) fn available(&self) -> usize {
+        (self.capacity - self.reserved).saturating_sub(*self.used.lock())
+    }
 }
 
 /// An agent.
@@ -567,6 +581,11 @@ impl Instance {
                             agent: handle,
                             kind,
                             capacity,
+                            reserved: if kind == PoolKind::DeviceCoarse {
+                                config.device_reserved_bytes.min(capacity)
+                            } else {
+                                0
+                            },
                             used: Mutex::new(0),
                         }),
                     );

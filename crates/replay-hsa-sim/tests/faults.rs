@@ -1094,3 +1094,83 @@ fn host_digests_restore_only_the_chunks_a_pass_changed_and_check_the_scope_in_sl
     assert_eq!(read(far as *const u64), rmw(35));
     w.service.stop().unwrap();
 }
+
+#[test]
+fn device_memory_another_process_uses_is_left_to_it() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    // A GPU whose 1 GiB coarse pool is mostly used by another process: the device tier sees
+    // what is free (HSA_AMD_AGENT_INFO_MEMORY_AVAIL, 200 MiB, less than the 10% + 256 MiB the
+    // memory layer leaves to the application), not the pool's size.
+    let c = Case::with(
+        SimConfig {
+            device_pool_bytes: 1 << 30,
+            device_reserved_bytes: 824 << 20,
+            ..SimConfig::default()
+        },
+        0,
+        36,
+    );
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let done = c.dispatch();
+    assert_eq!(c.api.wait_zero(done), 0);
+    assert_eq!(read(c.buf), rmw(36));
+    let o = w
+        .tool
+        .outcome
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("CONFIG EXIT has the outcome");
+    assert_eq!(o.tier_bytes.device, 0, "no device memory taken: {o:?}");
+    assert!(o.tier_bytes.pinned >= 64, "{o:?}");
+    w.service.stop().unwrap();
+}
+
+#[test]
+fn pooled_backing_memory_yields_to_an_application_allocation() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let mib = 1usize << 20;
+    let c = Case::new(0, 37);
+    let agent = c.sim.gpu_agents()[0];
+    let info = replay_hsa::backend().agents.get(agent.handle, || None);
+    let engine = replay_hsa::memory::engine(&info);
+    // A snapshot of a 100 MiB buffer stays pooled in device memory after its window...
+    let coarse = c.sim.pool(0, PoolKind::DeviceCoarse);
+    let big = c.api.alloc(coarse, 100 * mib).cast::<u64>();
+    // SAFETY: a fresh host-visible simulated allocation.
+    unsafe { big.write_volatile(37) };
+    let args = c.api.alloc(c.sim.pool(0, PoolKind::Kernarg), 64);
+    // SAFETY: as above.
+    unsafe { args.cast::<u64>().write(big as u64) };
+    w.tool.passes.store(3, Ordering::SeqCst);
+    let done = c.api.signal(1);
+    c.api.submit(c.queue, dispatch(c.kernel, args, done));
+    assert_eq!(c.api.wait_zero(done), 0);
+    assert_eq!(read(big), rmw(37));
+    let o = w
+        .tool
+        .outcome
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("CONFIG EXIT has the outcome");
+    assert!(o.tier_bytes.device >= 100 * mib as u64, "{o:?}");
+    let pooled = engine.pooled_bytes();
+    assert!(
+        pooled >= 100 * mib as u64,
+        "the backing stays pooled: {pooled}"
+    );
+    // ...and the application then asks for all the rest of the 1 GiB pool: it gets it,
+    // because the pooled backing memory is released for it.
+    let rest = 1024 - 100 - 1;
+    let all_else = c.api.alloc(coarse, rest * mib);
+    assert!(!all_else.is_null());
+    assert!(
+        engine.pooled_bytes() < pooled,
+        "pooled backing memory was released for the application"
+    );
+    c.api.free(all_else);
+    w.service.stop().unwrap();
+}

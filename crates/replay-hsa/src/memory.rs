@@ -161,6 +161,20 @@ impl HsaMemory {
         }
     }
 
+    /// `HSA_AMD_AGENT_INFO_MEMORY_AVAIL` of the GPU, when the runtime answers it.
+    fn memory_avail(&self) -> Option<u64> {
+        let mut v: u64 = 0;
+        // SAFETY: the original agent query; MEMORY_AVAIL is a `uint64_t`.
+        let st = unsafe {
+            (self.o.agent_get_info)(
+                self.gpu(),
+                sys::HSA_AMD_AGENT_INFO_MEMORY_AVAIL,
+                (&mut v as *mut u64).cast(),
+            )
+        };
+        (st == sys::HSA_STATUS_SUCCESS).then_some(v)
+    }
+
     fn gpu(&self) -> sys::hsa_agent_t {
         sys::hsa_agent_t {
             handle: self.agent.handle,
@@ -313,8 +327,26 @@ impl DeviceMemory for HsaMemory {
             .filter(|(_, _, t)| *t == tier)
             .map(|(_, s, _)| *s)
             .sum();
+        let available = match tier {
+            // What is free on the GPU now (the application's memory, other processes' and our
+            // own backing all count as used), so the memory layer's headroom is kept from
+            // what the application can still allocate, not from the pool's size. Runtimes
+            // without the attribute: the pool's size less our backing and the application's
+            // tracked device memory.
+            Tier::Device => self.memory_avail().unwrap_or_else(|| {
+                let app: u64 = backend()
+                    .tracker
+                    .regions(self.agent.id)
+                    .iter()
+                    .filter(|r| r.class.contains(replay_core::MemoryClass::DEVICE_COARSE))
+                    .map(|r| r.size)
+                    .sum();
+                (size as u64).saturating_sub(held).saturating_sub(app)
+            }),
+            _ => (size as u64).saturating_sub(held),
+        };
         Some(TierInfo {
-            available_bytes: (size as u64).saturating_sub(held),
+            available_bytes: available,
             gbps: if tier == Tier::Device { 1000.0 } else { 25.0 },
         })
     }
@@ -469,6 +501,21 @@ impl DeviceMemory for HsaMemory {
 
 static ENGINES: LazyLock<Mutex<HashMap<u64, Arc<MemoryEngine>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Frees the pooled backing memory of every agent's memory engine (blocks a live snapshot
+/// holds are freed when it ends); the bytes freed now. For the allocation wrappers when an
+/// application allocation fails for lack of memory (SPEC §7.3).
+pub fn release_pools() -> u64 {
+    let engines: Vec<Arc<MemoryEngine>> = ENGINES.lock().values().cloned().collect();
+    engines
+        .iter()
+        .map(|e| {
+            let before = e.pooled_bytes();
+            e.release_pools();
+            before.saturating_sub(e.pooled_bytes())
+        })
+        .sum()
+}
 
 /// The memory engine of `agent` (created on first use over the backend's tracker).
 ///

@@ -195,6 +195,24 @@ fn originals() -> Result<std::sync::Arc<Originals>, hsa_status_t> {
         .ok_or(sys::HSA_STATUS_ERROR_NOT_INITIALIZED)
 }
 
+/// Runs an application allocation; when the runtime answers out-of-resources while the memory
+/// layer holds pooled backing memory, that memory is released (SPEC §7.3: the application's
+/// memory comes first) and the allocation runs once more.
+fn allocate_or_release(what: &str, alloc: impl Fn() -> hsa_status_t) -> hsa_status_t {
+    let st = alloc();
+    if st != sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES {
+        return st;
+    }
+    let freed = catch_unwind(crate::memory::release_pools).unwrap_or(0);
+    if freed == 0 {
+        return st;
+    }
+    log::info!(
+        "[kernel-replay] hsa: {what} ran out of memory; released {freed} bytes of pooled snapshot memory and retried"
+    );
+    alloc()
+}
+
 /// Wrapper of core `hsa_memory_allocate`.
 ///
 /// # Safety
@@ -209,8 +227,10 @@ pub(crate) unsafe extern "C" fn memory_allocate(
         Ok(o) => o,
         Err(st) => return st,
     };
-    // SAFETY: the original entry with the caller's arguments.
-    let st = unsafe { (o.memory_allocate)(region, size, ptr) };
+    let st = allocate_or_release("hsa_memory_allocate", || {
+        // SAFETY: the original entry with the caller's arguments.
+        unsafe { (o.memory_allocate)(region, size, ptr) }
+    });
     if st == sys::HSA_STATUS_SUCCESS && !ptr.is_null() {
         quietly("hsa_memory_allocate", || {
             // SAFETY: the runtime wrote the new address through `ptr` (success).
@@ -263,8 +283,10 @@ pub(crate) unsafe extern "C" fn pool_allocate(
         Ok(o) => o,
         Err(st) => return st,
     };
-    // SAFETY: the original entry with the caller's arguments.
-    let st = unsafe { (o.pool_allocate)(pool, size, flags, ptr) };
+    let st = allocate_or_release("hsa_amd_memory_pool_allocate", || {
+        // SAFETY: the original entry with the caller's arguments.
+        unsafe { (o.pool_allocate)(pool, size, flags, ptr) }
+    });
     if st == sys::HSA_STATUS_SUCCESS && !ptr.is_null() {
         quietly("hsa_amd_memory_pool_allocate", || {
             // SAFETY: the runtime wrote the new address through `ptr` (success).

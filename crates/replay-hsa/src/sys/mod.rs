@@ -79,6 +79,9 @@ pub struct hsa_amd_vmem_alloc_handle_t {
 /// `hsa_agent_info_t` (subset).
 pub type hsa_agent_info_t = u32;
 pub const HSA_AGENT_INFO_DEVICE: hsa_agent_info_t = 17;
+/// `HSA_AMD_AGENT_INFO_MEMORY_AVAIL` (`uint64_t`): bytes free across the agent's global pools
+/// (not in Debian's ROCm 5.2 headers; an older runtime answers an error).
+pub const HSA_AMD_AGENT_INFO_MEMORY_AVAIL: hsa_agent_info_t = 0xA015;
 
 /// `hsa_device_type_t`.
 pub type hsa_device_type_t = u32;
