@@ -371,7 +371,7 @@ pub struct CudaMemory {
     state: Mutex<State>,
     /// Bit i set: tier `Tier::ALL[i]` disabled.
     disabled: AtomicU8,
-    fail_alloc: Mutex<Option<Tier>>,
+    fail_alloc: Mutex<Vec<Tier>>,
     /// Forced digest segment size in bytes (0: [`kernels::segment_bytes`]).
     segment: AtomicU64,
     /// The last capacity report and when it was taken: the memory layer asks for each tier
@@ -419,7 +419,7 @@ impl CudaMemory {
             config,
             state: Mutex::new(State::default()),
             disabled: AtomicU8::new(0),
-            fail_alloc: Mutex::new(None),
+            fail_alloc: Mutex::new(Vec::new()),
             segment: AtomicU64::new(0),
             capacity: Mutex::new(None),
         })
@@ -450,10 +450,11 @@ impl CudaMemory {
         }
     }
 
-    /// Makes every `alloc_backing` of `tier` fail (fault injection on real hardware, to
-    /// provoke `snapshot_failed`); `None` clears it.
-    pub fn inject_alloc_failure(&self, tier: Option<Tier>) {
-        *self.fail_alloc.lock() = tier;
+    /// Makes every `alloc_backing` of the `tiers` fail (fault injection on real hardware: one
+    /// tier moves the snapshot to the next, all of them provoke `snapshot_failed`); an empty
+    /// slice clears it.
+    pub fn inject_alloc_failure(&self, tiers: &[Tier]) {
+        *self.fail_alloc.lock() = tiers.to_vec();
     }
 
     /// Forces the digest segment size (`None`: about [`kernels::TARGET_BLOCKS`] segments per
@@ -1040,7 +1041,7 @@ impl DeviceMemory for CudaMemory {
 
     fn alloc_backing(&self, tier: Tier, bytes: u64) -> Result<BackingId, BackendError> {
         const OP: &str = "allocate backing memory";
-        if *self.fail_alloc.lock() == Some(tier) {
+        if self.fail_alloc.lock().contains(&tier) {
             return Err(BackendError::new(
                 BackendErrorKind::OutOfMemory,
                 self.agent,

@@ -67,6 +67,7 @@ pub fn run_all(b: &Bench, rows: &mut Vec<Row>) {
         "decline/snapshot_failed",
         decline_snapshot(b),
     ));
+    rows.push(Row::check(C, "tier_fallback", tier_fallback(b)));
     rows.push(Row::check(
         C,
         "decline/callback_failed",
@@ -749,11 +750,53 @@ fn decline_snapshot(b: &Bench) -> Result<Value, String> {
         (Outcome::Declined, Reason::SnapshotFailed),
         |b| {
             b.backend.engine().release_pools();
-            mem.inject_alloc_failure(Some(Tier::Device));
+            mem.inject_alloc_failure(&Tier::ALL);
             b.set_policy(Bench::policy(Scope::All, RestoreMode::Full))
         },
-        |_| mem.inject_alloc_failure(None),
+        |_| mem.inject_alloc_failure(&[]),
     )
+}
+
+/// Device backing memory that cannot be allocated (though the driver reported it free): the
+/// snapshot moves to the host tiers and the replay completes.
+fn tier_fallback(b: &Bench) -> Result<Value, String> {
+    let mem = b.backend.memory();
+    let a = b.alloc(8 * MIB)?;
+    let words = a.len() / 8;
+    b.fill(&a, 67)?;
+    b.rmw_plain(a.ptr(), words, 5)?;
+    let reference = b.digests(&[&a])?;
+    b.fill(&a, 67)?;
+    b.sync()?;
+    b.backend.engine().release_pools();
+    mem.inject_alloc_failure(&[Tier::Device]);
+    let run = b
+        .set_policy(Bench::policy(Scope::All, RestoreMode::Full))
+        .and_then(|()| {
+            b.replay(
+                "tier_fallback",
+                &b.k.rmw,
+                b.grid(words),
+                &Bench::rmw_args(a.ptr(), words, 5),
+                3,
+                vec![(a.ptr(), a.len())],
+            )
+        });
+    mem.inject_alloc_failure(&[]);
+    b.backend.engine().release_pools();
+    let run = run?;
+    let rec = run.rec()?.clone();
+    expect_outcome(&rec, Outcome::Replayed, Some(Reason::None), 3)?;
+    ensure(
+        rec.tier_bytes.device == 0
+            && rec.tier_bytes.pinned + rec.tier_bytes.pageable == rec.captured_bytes,
+        || format!("tiers {:?} for {} bytes", rec.tier_bytes, rec.captured_bytes),
+    )?;
+    run.inputs_identical()?;
+    ensure(b.digests(&[&a])? == reference, || {
+        "memory differs from one execution".into()
+    })?;
+    Ok(record_json(&rec))
 }
 
 fn decline_callback(b: &Bench) -> Result<Value, String> {
