@@ -790,7 +790,12 @@ fn tier_fallback(b: &Bench) -> Result<Value, String> {
     ensure(
         rec.tier_bytes.device == 0
             && rec.tier_bytes.pinned + rec.tier_bytes.pageable == rec.captured_bytes,
-        || format!("tiers {:?} for {} bytes", rec.tier_bytes, rec.captured_bytes),
+        || {
+            format!(
+                "tiers {:?} for {} bytes",
+                rec.tier_bytes, rec.captured_bytes
+            )
+        },
     )?;
     run.inputs_identical()?;
     ensure(b.digests(&[&a])? == reference, || {
