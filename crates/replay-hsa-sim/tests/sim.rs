@@ -11,25 +11,10 @@ use std::time::{Duration, Instant};
 
 use replay_hsa::queue as aql;
 use replay_hsa::sys::{self, v2, Entry};
+use replay_hsa_sim::client::typed;
 use replay_hsa_sim::{PoolKind, SimConfig, SimHsa, VariableSpec, ASYNC_THREAD_NAME};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A table slot (an untyped `Entry` or a typed `Option<fn>`) as the entry's C type.
-///
-/// # Safety
-///
-/// 1. `F` is the entry's C signature (a function pointer type) and `S` a nullable function
-///    pointer field.
-unsafe fn typed<S: Copy, F: Copy>(slot: S) -> F {
-    assert_eq!(std::mem::size_of::<S>(), std::mem::size_of::<Entry>());
-    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<Entry>());
-    // SAFETY: same size; a nullable function pointer (caller, item 1).
-    let e: Entry = unsafe { std::mem::transmute_copy(&slot) };
-    let f = e.expect("no entry is NULL");
-    // SAFETY: same size; `F` is the entry's signature (caller, item 1).
-    unsafe { std::mem::transmute_copy(&f) }
-}
 
 type IterAgents = unsafe extern "C" fn(
     Option<unsafe extern "C" fn(sys::hsa_agent_t, *mut c_void) -> u32>,
