@@ -8,12 +8,12 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use replay_context::{ContextError, ContextId, Contexts, OverrideSupport};
 use replay_core::{
-    Agent, AgentId, BackendError, Capabilities, CaptureStats, Dim3, Dispatch, DispatchId,
-    DispatchInfo, DrainTarget, KernelId, KernelKey, Operation, Origin, Outcome, PassCompletion,
-    Phase, Policy, QueueId, ReplayPayload, ReplayService, RestoreError, RestoreStats, Scope,
-    ScopeCheck, Snapshot, SnapshotError, SnapshotPlan, Snapshotter, SubmissionKind, Subscription,
-    SystemClock, Ticket, UserData, WaitSpec,
+    Agent, AgentId, BackendError, Capabilities, Dim3, Dispatch, DispatchId, DispatchInfo,
+    DrainTarget, KernelId, KernelKey, Operation, Origin, Outcome, PassCompletion, Phase, Policy,
+    QueueId, ReplayPayload, ReplayService, SubmissionKind, Subscription, SystemClock, Ticket,
+    UserData,
 };
+use replay_mock::instant::InstantSnapshotter;
 
 /// What the participant saw when a pass (or the ordinary run) was submitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,48 +82,6 @@ impl Agent for FakeAgent {
     fn signal_completion(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
         self.signalled.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-}
-
-/// A snapshotter with nothing to capture.
-struct FakeMemory;
-
-struct FakeSnapshot;
-
-impl Snapshotter for FakeMemory {
-    fn plan(
-        &self,
-        _dispatch: &Dispatch,
-        scope: Scope,
-        _policy: &Policy,
-    ) -> Result<SnapshotPlan, BackendError> {
-        Ok(SnapshotPlan {
-            scope,
-            ..SnapshotPlan::default()
-        })
-    }
-    fn capture(
-        &self,
-        _plan: &SnapshotPlan,
-        _policy: &Policy,
-        _wait: &WaitSpec<'_>,
-    ) -> Result<Box<dyn Snapshot>, SnapshotError> {
-        Ok(Box::new(FakeSnapshot))
-    }
-    fn pooled_peak_bytes(&self) -> u64 {
-        0
-    }
-}
-
-impl Snapshot for FakeSnapshot {
-    fn stats(&self) -> CaptureStats {
-        CaptureStats::default()
-    }
-    fn check_scope(&mut self, _wait: &WaitSpec<'_>) -> Result<ScopeCheck, BackendError> {
-        Ok(ScopeCheck::Clean)
-    }
-    fn restore(&mut self, _wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError> {
-        Ok(RestoreStats::default())
     }
 }
 
@@ -225,7 +183,7 @@ fn stop_in_pass_enter_reaches_participants_for_the_rest_of_the_loop_only() {
 
     // First dispatch: the tool stops `counters` in PASS ENTER of pass 1.
     let rec = svc
-        .submit(&agent, &FakeMemory, dispatch())
+        .submit(&agent, &InstantSnapshotter::default(), dispatch())
         .unwrap()
         .record
         .expect("a candidate has a record");
@@ -283,7 +241,7 @@ fn stop_in_pass_enter_reaches_participants_for_the_rest_of_the_loop_only() {
     // Second dispatch: no toggle in any pass; every pass sees `counters` again.
     answers.lock().clear();
     let rec = svc
-        .submit(&agent, &FakeMemory, dispatch())
+        .submit(&agent, &InstantSnapshotter::default(), dispatch())
         .unwrap()
         .record
         .expect("a candidate has a record");

@@ -23,11 +23,10 @@ use kernel_replay::entry::*;
 use kernel_replay::sys::*;
 use parking_lot::Mutex;
 use replay_core::{
-    Agent, AgentId, BackendError, Capabilities, CaptureStats, Dim3, Dispatch, DispatchId,
-    DispatchInfo, DrainTarget, KernelId, KernelKey, Origin, PassCompletion, Policy, QueueId,
-    RestoreError, RestoreStats, Scope, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan,
-    Snapshotter, SubmissionKind, Ticket, WaitSpec,
+    Agent, AgentId, BackendError, Capabilities, Dim3, Dispatch, DispatchId, DispatchInfo,
+    DrainTarget, KernelId, KernelKey, Origin, PassCompletion, QueueId, SubmissionKind, Ticket,
 };
+use replay_mock::instant::InstantSnapshotter;
 
 // ----- What the tool and the participants saw ----------------------------------------------
 
@@ -112,6 +111,13 @@ struct Handles {
 
 static HANDLES: OnceLock<Handles> = OnceLock::new();
 static AGENT: OnceLock<FakeAgent> = OnceLock::new();
+/// Restores report 64 bytes written back and 32 compared, so the outcome's per-pass arrays
+/// can be checked through the C ABI.
+static SNAPSHOTTER: InstantSnapshotter = InstantSnapshotter {
+    footprint_bytes: 0,
+    restored_bytes: 64,
+    compared_bytes: 32,
+};
 static TOOL_DATA: u64 = 0x5eed;
 
 fn handles() -> Handles {
@@ -341,7 +347,7 @@ unsafe extern "C" fn on_replay(
                 // Tool work: a kernel launched from inside a callback runs once, unreplayed.
                 let agent = AGENT.get().unwrap();
                 let report = kernel_replay::service()
-                    .submit(agent, &FakeMemory, dispatch("tool_kernel"))
+                    .submit(agent, &SNAPSHOTTER, dispatch("tool_kernel"))
                     .unwrap();
                 assert!(report.record.is_some());
             }
@@ -454,50 +460,6 @@ impl Agent for FakeAgent {
     }
 }
 
-struct FakeMemory;
-struct FakeSnapshot;
-
-impl Snapshotter for FakeMemory {
-    fn plan(
-        &self,
-        _dispatch: &Dispatch,
-        scope: Scope,
-        _policy: &Policy,
-    ) -> Result<SnapshotPlan, BackendError> {
-        Ok(SnapshotPlan {
-            scope,
-            ..SnapshotPlan::default()
-        })
-    }
-    fn capture(
-        &self,
-        _plan: &SnapshotPlan,
-        _policy: &Policy,
-        _wait: &WaitSpec<'_>,
-    ) -> Result<Box<dyn Snapshot>, SnapshotError> {
-        Ok(Box::new(FakeSnapshot))
-    }
-    fn pooled_peak_bytes(&self) -> u64 {
-        0
-    }
-}
-
-impl Snapshot for FakeSnapshot {
-    fn stats(&self) -> CaptureStats {
-        CaptureStats::default()
-    }
-    fn check_scope(&mut self, _wait: &WaitSpec<'_>) -> Result<ScopeCheck, BackendError> {
-        Ok(ScopeCheck::Clean)
-    }
-    fn restore(&mut self, _wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError> {
-        Ok(RestoreStats {
-            restored_bytes: 64,
-            compared_bytes: 32,
-            ..RestoreStats::default()
-        })
-    }
-}
-
 fn dispatch(kernel: &str) -> Dispatch {
     Dispatch {
         info: DispatchInfo {
@@ -529,7 +491,7 @@ fn run(scenario: u32) -> replay_core::OutcomeRecord {
     *log = Log::default();
     drop(log);
     kernel_replay::service()
-        .submit(AGENT.get().unwrap(), &FakeMemory, dispatch("saxpy"))
+        .submit(AGENT.get().unwrap(), &SNAPSHOTTER, dispatch("saxpy"))
         .unwrap()
         .record
         .expect("a candidate has a record")
@@ -815,7 +777,7 @@ fn full_replays_through_the_c_abi() {
     ok(kreplay_context_destroy(h.owner));
     LOG.lock().calls.clear();
     let report = kernel_replay::service()
-        .submit(agent, &FakeMemory, dispatch("saxpy"))
+        .submit(agent, &SNAPSHOTTER, dispatch("saxpy"))
         .unwrap();
     assert!(report.record.is_none(), "the service is inactive");
     assert!(LOG.lock().calls.is_empty());

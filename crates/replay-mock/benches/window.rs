@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use replay_core::{
-    Agent, AgentId, BackendError, Capabilities, CaptureStats, ContextId, Dim3, Dispatch,
-    DispatchId, DispatchInfo, DrainTarget, KernelId, KernelKey, MemoryClass, NoContextControl,
-    Operation, Origin, PassCompletion, Phase, Policy, QueueId, ReplayPayload, ReplayService,
-    RestoreError, RestoreStats, Scope, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan,
-    Snapshotter, SubmissionKind, Subscription, SystemClock, Ticket, UserData, WaitSpec,
+    Agent, AgentId, BackendError, Capabilities, ContextId, Dim3, Dispatch, DispatchId,
+    DispatchInfo, DrainTarget, KernelId, KernelKey, MemoryClass, NoContextControl, Operation,
+    Origin, PassCompletion, Phase, Policy, QueueId, ReplayPayload, ReplayService, Snapshotter,
+    SubmissionKind, Subscription, SystemClock, Ticket, UserData, WaitSpec,
 };
 use replay_memory::Tracker;
+use replay_mock::instant::InstantSnapshotter;
 use replay_mock::{AgentConfig, KernArgs, Kernel, SimClock, SimRuntime};
 
 const PASSES: u64 = 64;
@@ -165,44 +165,6 @@ impl Agent for InstantAgent {
     }
 }
 
-struct InstantMemory;
-struct InstantSnapshot;
-
-impl Snapshotter for InstantMemory {
-    fn plan(&self, _: &Dispatch, scope: Scope, _: &Policy) -> Result<SnapshotPlan, BackendError> {
-        Ok(SnapshotPlan {
-            scope,
-            tracked_bytes: 4096,
-            captured_bytes: 4096,
-            capacity_bytes: 1 << 30,
-            ..Default::default()
-        })
-    }
-    fn capture(
-        &self,
-        _: &SnapshotPlan,
-        _: &Policy,
-        _: &WaitSpec<'_>,
-    ) -> Result<Box<dyn Snapshot>, SnapshotError> {
-        Ok(Box::new(InstantSnapshot))
-    }
-    fn pooled_peak_bytes(&self) -> u64 {
-        0
-    }
-}
-
-impl Snapshot for InstantSnapshot {
-    fn stats(&self) -> CaptureStats {
-        CaptureStats::default()
-    }
-    fn check_scope(&mut self, _: &WaitSpec<'_>) -> Result<ScopeCheck, BackendError> {
-        Ok(ScopeCheck::Clean)
-    }
-    fn restore(&mut self, _: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError> {
-        Ok(RestoreStats::default())
-    }
-}
-
 fn instant_service() -> ReplayService {
     let svc = ReplayService::new(
         Policy::default(),
@@ -261,8 +223,15 @@ fn core_cost(c: &mut Criterion) {
     g.bench_function("window over an instant backend (per pass)", |b| {
         b.iter(|| {
             black_box(
-                svc.submit(&InstantAgent, &InstantMemory, d.clone())
-                    .unwrap(),
+                svc.submit(
+                    &InstantAgent,
+                    &InstantSnapshotter {
+                        footprint_bytes: 4096,
+                        ..InstantSnapshotter::default()
+                    },
+                    d.clone(),
+                )
+                .unwrap(),
             )
         })
     });
@@ -281,8 +250,15 @@ fn core_cost(c: &mut Criterion) {
         w.push(per_pass(
             || {
                 black_box(
-                    svc.submit(&InstantAgent, &InstantMemory, d.clone())
-                        .unwrap(),
+                    svc.submit(
+                        &InstantAgent,
+                        &InstantSnapshotter {
+                            footprint_bytes: 4096,
+                            ..InstantSnapshotter::default()
+                        },
+                        d.clone(),
+                    )
+                    .unwrap(),
                 );
             },
             rounds,

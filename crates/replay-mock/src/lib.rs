@@ -97,6 +97,7 @@ pub mod error;
 pub mod expect;
 pub mod fault;
 pub mod gpu;
+pub mod instant;
 pub mod invariant;
 pub mod kernel;
 pub mod memory;
