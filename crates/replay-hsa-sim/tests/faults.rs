@@ -613,6 +613,27 @@ fn the_window_waits_for_an_application_copy_in_flight_and_every_pass_sees_its_re
     let hold = api.signal(1);
     let copied = api.signal(1);
     api.copy_after(agent, buf.cast(), src, 8, hold, copied);
+    let before = w.service.summary();
+    dispatch_while_held(w, &api, q, dispatch(k, args, api.signal(1)), hold);
+    assert_eq!(
+        api.load(copied),
+        0,
+        "the copy finished before the window captured"
+    );
+    replayed_on(w, &before, &seen, buf, 77);
+    w.service.stop().unwrap();
+}
+
+/// Submits `packet` (3 passes asked) while `hold` keeps work the window must wait for from
+/// finishing; a thread releases `hold` 100 ms later (well inside the drain bound). Waits for the
+/// packet's completion signal.
+fn dispatch_while_held(
+    w: &World,
+    api: &Api,
+    q: *mut sys::hsa_queue_t,
+    packet: [u8; 64],
+    hold: sys::hsa_signal_t,
+) {
     let store = api.signal_store;
     let releaser = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
@@ -620,20 +641,26 @@ fn the_window_waits_for_an_application_copy_in_flight_and_every_pass_sees_its_re
         unsafe { store(hold, 0) };
     });
     w.tool.passes.store(3, Ordering::SeqCst);
-    let before = w.service.summary();
-    let done = api.signal(1);
-    api.submit(q, dispatch(k, args, done));
+    // The completion signal sits in the packet's last 8 bytes.
+    let done = sys::hsa_signal_t {
+        handle: u64::from_le_bytes(packet[56..64].try_into().unwrap()),
+    };
+    api.submit(q, packet);
     releaser.join().unwrap();
     assert_eq!(api.wait_zero(done), 0);
-    assert_eq!(
-        api.load(copied),
-        0,
-        "the copy finished before the window captured"
-    );
-    assert_eq!(*seen.lock().unwrap(), vec![77, 77, 77], "identical inputs");
-    assert_eq!(read(buf), rmw(77), "memory equals one execution");
+}
+
+/// The dispatch was replayed once, every pass read `input`, and memory holds one execution.
+fn replayed_on(
+    w: &World,
+    before: &replay_core::RunSummary,
+    seen: &Mutex<Vec<u64>>,
+    buf: *const u64,
+    input: u64,
+) {
+    assert_eq!(*seen.lock().unwrap(), vec![input; 3], "identical inputs");
+    assert_eq!(read(buf), rmw(input), "memory equals one execution");
     assert_eq!(w.service.summary().replayed - before.replayed, 1);
-    w.service.stop().unwrap();
 }
 
 /// An `rmw` kernel that records the value each execution read.
@@ -979,27 +1006,15 @@ fn the_window_waits_for_work_on_the_agents_other_queues() {
     api.submit(other, barrier_on(hold, sys::hsa_signal_t::default()));
     let set_done = api.signal(1);
     api.submit(other, dispatch(set, args, set_done));
-    let store = api.signal_store;
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(100));
-        // SAFETY: a live signal.
-        unsafe { store(hold, 0) };
-    });
     let q = api.queue(agent);
-    w.tool.passes.store(3, Ordering::SeqCst);
     let before = w.service.summary();
-    let done = api.signal(1);
-    api.submit(q, dispatch(k, args, done));
-    releaser.join().unwrap();
-    assert_eq!(api.wait_zero(done), 0);
+    dispatch_while_held(w, &api, q, dispatch(k, args, api.signal(1)), hold);
     assert_eq!(
         api.load(set_done),
         0,
         "the other queue's work finished first"
     );
-    assert_eq!(*seen.lock().unwrap(), vec![50, 50, 50], "identical inputs");
-    assert_eq!(read(buf), rmw(50), "memory equals one execution");
-    assert_eq!(w.service.summary().replayed - before.replayed, 1);
+    replayed_on(w, &before, &seen, buf, 50);
     w.service.stop().unwrap();
 }
 
