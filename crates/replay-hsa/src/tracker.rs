@@ -213,6 +213,31 @@ fn allocate_or_release(what: &str, alloc: impl Fn() -> hsa_status_t) -> hsa_stat
     alloc()
 }
 
+/// Runs an application allocation through [`allocate_or_release`] and, when it succeeded,
+/// records the block with the facts `facts` gives (the bookkeeping never fails the call).
+///
+/// # Safety
+///
+/// 1. `ptr` is NULL or valid for reading the `void*` the runtime writes on success.
+unsafe fn allocate_and_record(
+    o: &Originals,
+    what: &str,
+    ptr: *mut *mut c_void,
+    size: usize,
+    alloc: impl Fn() -> hsa_status_t,
+    facts: impl FnOnce() -> AllocFacts,
+) -> hsa_status_t {
+    let st = allocate_or_release(what, alloc);
+    if st == sys::HSA_STATUS_SUCCESS && !ptr.is_null() {
+        quietly(what, || {
+            // SAFETY: the runtime wrote the new address through `ptr` (success; item 1).
+            let p = unsafe { *ptr };
+            record_alloc(o, p, size, facts());
+        });
+    }
+    st
+}
+
 /// Wrapper of core `hsa_memory_allocate`.
 ///
 /// # Safety
@@ -227,30 +252,22 @@ pub(crate) unsafe extern "C" fn memory_allocate(
         Ok(o) => o,
         Err(st) => return st,
     };
-    let st = allocate_or_release("hsa_memory_allocate", || {
-        // SAFETY: the original entry with the caller's arguments.
-        unsafe { (o.memory_allocate)(region, size, ptr) }
-    });
-    if st == sys::HSA_STATUS_SUCCESS && !ptr.is_null() {
-        quietly("hsa_memory_allocate", || {
-            // SAFETY: the runtime wrote the new address through `ptr` (success).
-            let p = unsafe { *ptr };
-            let region_info = |attr| {
-                // SAFETY: the original `hsa_region_get_info`; both attributes asked are 4 bytes.
-                info_u32(|out| unsafe { (o.region_get_info)(region, attr, out) })
-            };
-            let facts = AllocFacts {
-                source: Source::Region,
-                segment: region_info(sys::HSA_REGION_INFO_SEGMENT),
-                global_flags: region_info(sys::HSA_REGION_INFO_GLOBAL_FLAGS),
-                alloc_flags: 0,
-                pointer_type: None,
-                owner_device: None,
-            };
-            record_alloc(&o, p, size, facts);
-        });
-    }
-    st
+    let region_info = |attr| {
+        // SAFETY: the original `hsa_region_get_info`; both attributes asked are 4 bytes.
+        info_u32(|out| unsafe { (o.region_get_info)(region, attr, out) })
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let alloc = || unsafe { (o.memory_allocate)(region, size, ptr) };
+    let facts = || AllocFacts {
+        source: Source::Region,
+        segment: region_info(sys::HSA_REGION_INFO_SEGMENT),
+        global_flags: region_info(sys::HSA_REGION_INFO_GLOBAL_FLAGS),
+        alloc_flags: 0,
+        pointer_type: None,
+        owner_device: None,
+    };
+    // SAFETY: `ptr` is valid for a write, then a read (the caller's contract).
+    unsafe { allocate_and_record(&o, "hsa_memory_allocate", ptr, size, alloc, facts) }
 }
 
 /// Wrapper of core `hsa_memory_free`: the free is recorded first.
@@ -283,31 +300,23 @@ pub(crate) unsafe extern "C" fn pool_allocate(
         Ok(o) => o,
         Err(st) => return st,
     };
-    let st = allocate_or_release("hsa_amd_memory_pool_allocate", || {
-        // SAFETY: the original entry with the caller's arguments.
-        unsafe { (o.pool_allocate)(pool, size, flags, ptr) }
-    });
-    if st == sys::HSA_STATUS_SUCCESS && !ptr.is_null() {
-        quietly("hsa_amd_memory_pool_allocate", || {
-            // SAFETY: the runtime wrote the new address through `ptr` (success).
-            let p = unsafe { *ptr };
-            let pool_info = |attr| {
-                // SAFETY: the original `hsa_amd_memory_pool_get_info`; both attributes asked
-                // are 4 bytes.
-                info_u32(|out| unsafe { (o.pool_get_info)(pool, attr, out) })
-            };
-            let facts = AllocFacts {
-                source: Source::Pool,
-                segment: pool_info(sys::HSA_AMD_MEMORY_POOL_INFO_SEGMENT),
-                global_flags: pool_info(sys::HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS),
-                alloc_flags: flags,
-                pointer_type: None,
-                owner_device: None,
-            };
-            record_alloc(&o, p, size, facts);
-        });
-    }
-    st
+    let pool_info = |attr| {
+        // SAFETY: the original `hsa_amd_memory_pool_get_info`; both attributes asked are 4
+        // bytes.
+        info_u32(|out| unsafe { (o.pool_get_info)(pool, attr, out) })
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let alloc = || unsafe { (o.pool_allocate)(pool, size, flags, ptr) };
+    let facts = || AllocFacts {
+        source: Source::Pool,
+        segment: pool_info(sys::HSA_AMD_MEMORY_POOL_INFO_SEGMENT),
+        global_flags: pool_info(sys::HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS),
+        alloc_flags: flags,
+        pointer_type: None,
+        owner_device: None,
+    };
+    // SAFETY: `ptr` is valid for a write, then a read (the caller's contract).
+    unsafe { allocate_and_record(&o, "hsa_amd_memory_pool_allocate", ptr, size, alloc, facts) }
 }
 
 /// Wrapper of AMD `hsa_amd_memory_pool_free`: the free is recorded first.
