@@ -266,8 +266,9 @@ impl SelfInvocation {
             .join(" ")
     }
 
-    /// How the usage text names the program: the executable's file name and the prefix.
-    fn program_name(&self) -> String {
+    /// How the usage text and the recorded results name the program: the executable's file
+    /// name and the prefix (never its path).
+    pub(crate) fn program_name(&self) -> String {
         std::iter::once(
             self.exe
                 .file_name()
@@ -429,7 +430,8 @@ fn run(o: &Opts, args: &[String], me: &SelfInvocation) -> i32 {
         "tool": "cuda_bench",
         "version": 1,
         "args": args,
-        "program": me.display(),
+        // The file name, not the path: results are committed, paths are the machine's.
+        "program": me.program_name(),
         "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         "device": info,
         "device_free_bytes": free,

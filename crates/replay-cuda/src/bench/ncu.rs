@@ -157,8 +157,9 @@ pub fn run(
             app_args(&mut c);
             let cmdline = format!(
                 "{} --replay-mode kernel --set full --clock-control none -k regex:kr_rmw -c 1 {} app --alloc-gib {gib} --kernel-mib {kmib} --buffers {buffers}{}",
-                ncu.display(),
-                me.display(),
+                // Names, not paths: the command is recorded in results that get committed.
+                ncu.file_name().unwrap_or(ncu.as_os_str()).to_string_lossy(),
+                me.program_name(),
                 if small_first { " --layout small" } else { "" }
             );
             progress(&format!("ncu {name}: {cmdline}"));
@@ -184,7 +185,9 @@ pub fn run(
                         "profiled": ok,
                         "scan": scan,
                         "command": cmdline,
-                        "log": ncu_log.display().to_string(),
+                        "log": ncu_log
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned()),
                     })
                 }
                 (b, p) => json!({ "error": format!("app: {b:?}; ncu: {p:?}") }),
