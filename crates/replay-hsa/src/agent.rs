@@ -321,16 +321,13 @@ impl replay_core::Agent for QueueAgent {
                 "the ring is full",
             ));
         }
-        let mut signal = sys::hsa_signal_t::default();
-        // SAFETY: the original signal create with a valid out pointer, no consumers.
-        let st = unsafe { (self.q.signal_create)(1, 0, std::ptr::null(), &mut signal) };
-        if st != sys::HSA_STATUS_SUCCESS {
-            return Err(self.err(
+        let signal = self.q.create_signal(1).map_err(|st| {
+            self.err(
                 BackendErrorKind::OutOfMemory,
                 "submit pass",
                 format!("hsa_signal_create returned {st:#x}"),
-            ));
-        }
+            )
+        })?;
         let mut p = self.packet;
         p.set_header(aql::replay_pass_header(self.packet.header()));
         p.set_completion_signal(signal);

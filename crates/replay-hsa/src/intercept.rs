@@ -113,6 +113,19 @@ impl QueueFns {
 }
 
 impl QueueFns {
+    /// A signal of our own with value `initial` (no consumers), through the original entry;
+    /// the runtime's status when it refuses.
+    pub fn create_signal(&self, initial: i64) -> Result<sys::hsa_signal_t, hsa_status_t> {
+        let mut s = sys::hsa_signal_t::default();
+        // SAFETY: the original signal create with a valid out pointer, no consumers.
+        let st = unsafe { (self.signal_create)(initial, 0, std::ptr::null(), &mut s) };
+        if st == sys::HSA_STATUS_SUCCESS {
+            Ok(s)
+        } else {
+            Err(st)
+        }
+    }
+
     /// Waits at most `budget` (a hint: the runtime may return early, and the caller polls
     /// again) for `signal` to reach 0, directly on the calling thread (never through an async
     /// handler). Whether it did.
@@ -434,9 +447,10 @@ unsafe fn create_intercepted(
         log::warn!("[kernel-replay] hsa: hsa_amd_queue_intercept_create failed ({st:#x}); this queue is not intercepted");
         return None;
     }
-    let mut drain = sys::hsa_signal_t::default();
-    // SAFETY: the original signal create with a valid out pointer, no consumers.
-    let sst = unsafe { (q.signal_create)(0, 0, std::ptr::null(), &mut drain) };
+    let (drain, sst) = match q.create_signal(0) {
+        Ok(s) => (s, sys::HSA_STATUS_SUCCESS),
+        Err(st) => (sys::hsa_signal_t::default(), st),
+    };
     // SAFETY: `p` is the queue just created.
     let ring = u64::from(unsafe { (*p).size });
     let info = crate::tracker::agent_info(o, agent);

@@ -226,19 +226,13 @@ impl HsaMemory {
         let reused = self.idle_signals.lock().pop();
         let signal = match reused {
             Some(s) => s,
-            None => {
-                let mut s = sys::hsa_signal_t::default();
-                // SAFETY: the original signal create with a valid out pointer, no consumers.
-                let st = unsafe { (self.q.signal_create)(0, 0, std::ptr::null(), &mut s) };
-                if st != sys::HSA_STATUS_SUCCESS {
-                    return Err(self.err(
-                        BackendErrorKind::OutOfMemory,
-                        "copy",
-                        format!("hsa_signal_create returned {st:#x}"),
-                    ));
-                }
-                s
-            }
+            None => self.q.create_signal(0).map_err(|st| {
+                self.err(
+                    BackendErrorKind::OutOfMemory,
+                    "copy",
+                    format!("hsa_signal_create returned {st:#x}"),
+                )
+            })?,
         };
         // SAFETY: the original store on our own signal, which no copy references now.
         unsafe { (self.q.signal_store)(signal, n) };
