@@ -53,25 +53,16 @@ impl SimFault {
     }
 }
 
-/// Whether a fault fires once or until cleared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum FaultMode {
-    /// At its next occasion only.
-    #[default]
-    Once,
-    /// At every occasion until cleared.
-    Always,
-}
-
-/// Handle of an armed fault, for [`crate::SimHsa::clear`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FaultId(pub u64);
+/// The same modes and handles as the simulated GPU's faults.
+pub use replay_mock::fault::{FaultId, FaultMode};
 
 #[derive(Debug)]
 struct Armed {
     id: u64,
     fault: SimFault,
     mode: FaultMode,
+    /// Occasions still let through before the fault fires.
+    skip: u32,
 }
 
 /// The armed faults of one instance and how often each fired.
@@ -83,9 +74,15 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    pub(crate) fn arm(&self, fault: SimFault, mode: FaultMode) -> FaultId {
+    /// Arms `fault` to fire after `skip` occasions have passed untouched.
+    pub(crate) fn arm(&self, fault: SimFault, mode: FaultMode, skip: u32) -> FaultId {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        self.armed.lock().push(Armed { id, fault, mode });
+        self.armed.lock().push(Armed {
+            id,
+            fault,
+            mode,
+            skip,
+        });
         FaultId(id)
     }
 
@@ -100,6 +97,10 @@ impl Faults {
         let Some(i) = armed.iter().position(|a| a.fault == fault) else {
             return false;
         };
+        if armed[i].skip > 0 {
+            armed[i].skip -= 1;
+            return false;
+        }
         if armed[i].mode == FaultMode::Once {
             armed.remove(i);
         }
@@ -130,11 +131,11 @@ mod tests {
     #[test]
     fn once_fires_once_always_until_cleared() {
         let f = Faults::default();
-        f.arm(SimFault::MemoryCopyFails, FaultMode::Once);
+        f.arm(SimFault::MemoryCopyFails, FaultMode::Once, 0);
         assert!(!f.fire(SimFault::AsyncCopyRefused));
         assert!(f.fire(SimFault::MemoryCopyFails));
         assert!(!f.fire(SimFault::MemoryCopyFails));
-        let id = f.arm(SimFault::AsyncCopyRefused, FaultMode::Always);
+        let id = f.arm(SimFault::AsyncCopyRefused, FaultMode::Always, 0);
         assert!(f.fire(SimFault::AsyncCopyRefused));
         assert!(f.fire(SimFault::AsyncCopyRefused));
         f.clear(id);
@@ -142,10 +143,15 @@ mod tests {
         assert_eq!(f.fired("memory_copy_fails"), 1);
         assert_eq!(f.fired("async_copy_refused"), 2);
         let pool = SimFault::PoolExhausted(PoolKind::DeviceCoarse);
-        f.arm(pool, FaultMode::Once);
+        f.arm(pool, FaultMode::Once, 0);
         assert!(!f.fire(SimFault::PoolExhausted(PoolKind::HostFine)));
         assert!(f.armed(pool));
         assert!(f.fire(pool));
         assert!(!f.armed(pool));
+        f.arm(SimFault::SignalCreateFails, FaultMode::Once, 2);
+        assert!(!f.fire(SimFault::SignalCreateFails));
+        assert!(!f.fire(SimFault::SignalCreateFails));
+        assert!(f.fire(SimFault::SignalCreateFails), "the third occasion");
+        assert!(!f.fire(SimFault::SignalCreateFails));
     }
 }

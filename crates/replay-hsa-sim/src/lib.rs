@@ -227,6 +227,11 @@ impl SimHsa {
         self.injector().inject(fault, mode)
     }
 
+    /// [`SimHsa::inject`], firing only after `skip` occasions passed untouched.
+    pub fn inject_after(&self, fault: SimFault, mode: FaultMode, skip: u32) -> FaultId {
+        self.injector().inject_after(fault, mode, skip)
+    }
+
     /// Disarms an injected fault (a stalled copy engine resumes).
     pub fn clear(&self, id: FaultId) {
         self.injector().clear(id);
@@ -262,7 +267,13 @@ impl std::fmt::Debug for Injector {
 impl Injector {
     /// Arms `fault`.
     pub fn inject(&self, fault: SimFault, mode: FaultMode) -> FaultId {
-        self.0.injected.arm(fault, mode)
+        self.0.injected.arm(fault, mode, 0)
+    }
+
+    /// Arms `fault` to fire only after `skip` occasions passed untouched (the second copy of a
+    /// batch, say).
+    pub fn inject_after(&self, fault: SimFault, mode: FaultMode, skip: u32) -> FaultId {
+        self.0.injected.arm(fault, mode, skip)
     }
 
     /// Disarms a fault.

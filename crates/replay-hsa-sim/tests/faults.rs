@@ -538,6 +538,39 @@ fn a_refused_capture_copy_declines_snapshot_failed() {
 }
 
 #[test]
+fn a_capture_copy_refused_part_way_waits_for_the_copies_already_submitted() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    let c = Case::new(0, 38);
+    // A second region, so the capture is one batch of two copies; the runtime accepts the
+    // first and refuses the second, and its copy engine holds the accepted one.
+    let other = c.api.alloc(c.sim.pool(0, PoolKind::DeviceCoarse), 4096);
+    assert!(!other.is_null());
+    let info = replay_hsa::backend()
+        .agents
+        .get(c.sim.gpu_agents()[0].handle, || None);
+    let engine = replay_hsa::memory::engine(&info);
+    let stall = c.sim.inject(SimFault::CopyEngineStalled, FaultMode::Always);
+    c.sim
+        .inject_after(SimFault::AsyncCopyRefused, FaultMode::Once, 1);
+    expect(w, &c, true, "snapshot_failed");
+    assert_eq!(
+        c.sim.fired("async_copy_refused"),
+        1,
+        "the second copy was refused"
+    );
+    // The failure is not reported while the accepted copy may still write into the backing:
+    // the fence waits for it, gives up at the bound, and the backing is quarantined rather
+    // than handed to the next capture.
+    assert!(
+        engine.quarantined_bytes() > 0,
+        "backing an accepted copy may still write is never reused"
+    );
+    c.sim.clear(stall);
+    w.service.stop().unwrap();
+}
+
+#[test]
 fn a_stuck_capture_copy_declines_snapshot_failed_and_quarantines_its_backing() {
     let (w, _g) = world();
     w.service.start().unwrap();
