@@ -899,6 +899,10 @@ unsafe extern "C" fn hsa_amd_agents_allow_access(
     ptr: *const c_void,
 ) -> hsa_status_t {
     guard!("hsa_amd_agents_allow_access", sys::HSA_STATUS_ERROR, {
+        let owner = state::find(ptr as u64).and_then(|(_, a)| state::instance_of_agent(a.agent));
+        if owner.is_some_and(|i| i.injected.fire(SimFault::AllowAccessFails)) {
+            return sys::HSA_STATUS_ERROR;
+        }
         if state::find(ptr as u64).is_some() {
             sys::HSA_STATUS_SUCCESS
         } else {

@@ -37,6 +37,8 @@ pub enum SimFault {
     SignalCreateFails,
     /// `hsa_ven_amd_loader_iterate_executables` answers `HSA_STATUS_ERROR`.
     LoaderIterationFails,
+    /// `hsa_amd_agents_allow_access` answers `HSA_STATUS_ERROR`.
+    AllowAccessFails,
 }
 
 impl SimFault {
@@ -49,6 +51,7 @@ impl SimFault {
             Self::MemoryCopyFails => "memory_copy_fails",
             Self::SignalCreateFails => "signal_create_fails",
             Self::LoaderIterationFails => "loader_iteration_fails",
+            Self::AllowAccessFails => "allow_access_fails",
         }
     }
 }

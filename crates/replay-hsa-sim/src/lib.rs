@@ -64,7 +64,8 @@
 //!   [`SimConfig::timestamp_hz`] (1 GHz by default, so ticks are nanoseconds); the frequency is
 //!   process-wide (signal entries carry no instance), set by the instance created last.
 //! - **Faults** ([`fault`], [`SimHsa::inject`]): pools that run out, refused async copies, a
-//!   stalled copy engine, failing `hsa_memory_copy`, `hsa_signal_create` and loader iteration,
+//!   stalled copy engine, failing `hsa_memory_copy`, `hsa_signal_create`, loader iteration and
+//!   `hsa_amd_agents_allow_access`,
 //!   so that each fault path of a tool is reached through the runtime's own entries.
 //! - A faulting kernel (memory fault, panic, unknown kernel object) calls the queue's error
 //!   callback with `HSA_STATUS_ERROR_EXCEPTION`, is listed in [`SimHsa::faults`], and its

@@ -527,6 +527,36 @@ fn a_device_pool_without_room_places_the_snapshot_in_pinned_host_memory() {
 }
 
 #[test]
+fn pinned_backing_the_gpu_cannot_be_given_access_to_declines_snapshot_failed() {
+    let (w, _g) = world();
+    w.service.start().unwrap();
+    // Device memory below the headroom: the snapshot would go to pinned host memory, which
+    // the GPU must be allowed to reach; the runtime refuses that.
+    let c = Case::with(
+        SimConfig {
+            device_pool_bytes: 64 << 20,
+            ..SimConfig::default()
+        },
+        0,
+        39,
+    );
+    let f = c.sim.inject(SimFault::AllowAccessFails, FaultMode::Always);
+    let info = replay_hsa::backend()
+        .agents
+        .get(c.sim.gpu_agents()[0].handle, || None);
+    let engine = replay_hsa::memory::engine(&info);
+    expect(w, &c, true, "snapshot_failed");
+    assert!(c.sim.fired("allow_access_fails") >= 1);
+    assert_eq!(
+        engine.pooled_bytes(),
+        0,
+        "the refused block was freed, not kept"
+    );
+    c.sim.clear(f);
+    w.service.stop().unwrap();
+}
+
+#[test]
 fn a_refused_capture_copy_declines_snapshot_failed() {
     let (w, _g) = world();
     w.service.start().unwrap();
