@@ -36,8 +36,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use replay_core::{
-    ContextId, NoContextControl, Operation, OutcomeRecord, Phase, Policy, ReplayPayload,
-    ReplayService, ReplayTool, Scope, Subscription, SystemClock, UserData,
+    Operation, OutcomeRecord, Phase, Policy, ReplayPayload, ReplayService, ReplayTool, Scope,
+    UserData,
 };
 use replay_hsa::sys;
 use replay_hsa_sim::{FaultMode, PoolKind, SimConfig, SimFault, SimHsa};
@@ -132,11 +132,6 @@ fn world() -> (&'static World, MutexGuard<'static, ()>) {
     static WORLD: OnceLock<World> = OnceLock::new();
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let w = WORLD.get_or_init(|| {
-        let service = Arc::new(ReplayService::new(
-            policy(),
-            Arc::new(SystemClock::new()),
-            Arc::new(NoContextControl),
-        ));
         let tool = Arc::new(Tool {
             passes: AtomicU64::new(0),
             hook: Mutex::new(None),
@@ -148,14 +143,7 @@ fn world() -> (&'static World, MutexGuard<'static, ()>) {
             freed: AtomicU64::new(0),
             pass_exits: AtomicU64::new(0),
         });
-        service
-            .configure(
-                ContextId(1),
-                Subscription::CONFIG | Subscription::PASS,
-                tool.clone() as Arc<dyn ReplayTool>,
-            )
-            .unwrap();
-        replay_hsa::set_service(service.clone());
+        let service = install_service(policy(), tool.clone());
         World { service, tool }
     });
     w.tool.passes.store(0, Ordering::SeqCst);

@@ -14,10 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use replay_core::{
-    ContextId, NoContextControl, Operation, Phase, Policy, ReplayPayload, ReplayService,
-    ReplayTool, Subscription, SystemClock, UserData,
-};
+use replay_core::{Operation, Phase, Policy, ReplayPayload, ReplayService, ReplayTool, UserData};
 use replay_hsa::queue as aql;
 use replay_hsa::sys;
 use replay_hsa_sim::PoolKind;
@@ -74,20 +71,8 @@ fn world() -> (&'static World, MutexGuard<'static, ()>) {
             pass_timeout: Duration::from_secs(5),
             ..Policy::default()
         };
-        let service = Arc::new(ReplayService::new(
-            policy,
-            Arc::new(SystemClock::new()),
-            Arc::new(NoContextControl),
-        ));
         let tool = Arc::new(Tool::default());
-        service
-            .configure(
-                ContextId(1),
-                Subscription::CONFIG | Subscription::PASS,
-                tool.clone() as Arc<dyn ReplayTool>,
-            )
-            .unwrap();
-        replay_hsa::set_service(service.clone());
+        let service = install_service(policy, tool.clone());
         World { service, tool }
     });
     w.tool.passes.store(0, Ordering::SeqCst);

@@ -11,6 +11,28 @@ use replay_hsa_sim::{PoolKind, SimConfig, SimHsa};
 #[allow(unused_imports)]
 pub use replay_hsa_sim::client::{barrier_on, dispatch, typed, Client as Api, TIMEOUT};
 
+/// The process's replay service for these tests: `policy`, the wall clock, `tool` subscribed
+/// to CONFIG and PASS, handed to the backend's interceptor.
+pub fn install_service(
+    policy: replay_core::Policy,
+    tool: Arc<dyn replay_core::ReplayTool>,
+) -> Arc<replay_core::ReplayService> {
+    let service = Arc::new(replay_core::ReplayService::new(
+        policy,
+        Arc::new(replay_core::SystemClock::new()),
+        Arc::new(replay_core::NoContextControl),
+    ));
+    service
+        .configure(
+            replay_core::ContextId(1),
+            replay_core::Subscription::CONFIG | replay_core::Subscription::PASS,
+            tool,
+        )
+        .unwrap();
+    replay_hsa::set_service(service.clone());
+    service
+}
+
 /// A fresh sim with `OnLoad` installed, and the client's entries read from its table after.
 pub fn sim() -> (SimHsa, Api) {
     sim_with(SimConfig::default())
