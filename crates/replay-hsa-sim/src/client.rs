@@ -123,6 +123,22 @@ impl Client {
         p.cast()
     }
 
+    /// A 64-byte coarse-grained buffer on GPU `gpu` holding `init`, and a kernel-argument block
+    /// (from the CPU's kernarg pool) whose first argument points at it: the inputs of a
+    /// one-argument kernel.
+    pub fn buffer_and_args(&self, sim: &SimHsa, gpu: usize, init: u64) -> (*mut u64, *mut u8) {
+        let buf = self
+            .alloc(sim.pool(gpu, crate::PoolKind::DeviceCoarse), 64)
+            .cast::<u64>();
+        let args = self.alloc(sim.pool(0, crate::PoolKind::Kernarg), 64);
+        // SAFETY: two fresh simulated allocations of 64 bytes, host memory.
+        unsafe {
+            buf.write_volatile(init);
+            args.cast::<u64>().write(buf as u64);
+        }
+        (buf, args)
+    }
+
     /// Frees a block from [`Client::alloc`].
     pub fn free(&self, p: *mut u8) {
         // SAFETY: the entry's contract; the runtime answers an error for unknown pointers.

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use replay_hsa_sim::{PoolKind, SimConfig, SimHsa};
+use replay_hsa_sim::{SimConfig, SimHsa};
 
 // Not every test file uses every helper.
 #[allow(unused_imports)]
@@ -67,16 +67,7 @@ pub fn rmw_kernel(sim: &SimHsa, runs: Arc<AtomicU64>, delay: Duration) -> u64 {
 
 /// A coarse device buffer holding `init` and kernargs `(buffer)` on GPU `gpu`.
 pub fn buffer_and_args(sim: &SimHsa, api: &Api, gpu: usize, init: u64) -> (*mut u64, *mut u8) {
-    let buf = api
-        .alloc(sim.pool(gpu, PoolKind::DeviceCoarse), 64)
-        .cast::<u64>();
-    let args = api.alloc(sim.pool(0, PoolKind::Kernarg), 64);
-    // SAFETY: fresh host-visible simulated allocations.
-    unsafe {
-        buf.write_volatile(init);
-        args.cast::<u64>().write(buf as u64);
-    }
-    (buf, args)
+    api.buffer_and_args(sim, gpu, init)
 }
 
 pub fn read(p: *const u64) -> u64 {

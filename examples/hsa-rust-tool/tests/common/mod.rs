@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use replay_hsa_sim::{PoolKind, SimHsa};
+use replay_hsa_sim::SimHsa;
 
 /// The simulator's HIP-like client: entries read back from the table after `OnLoad`.
 pub use replay_hsa_sim::client::{dispatch, Client};
@@ -114,16 +114,7 @@ pub fn rmw_kernel(sim: &SimHsa, inputs: Arc<Mutex<Vec<u64>>>) -> u64 {
 
 /// A coarse device buffer on GPU 0 holding `init`, and a kernarg block pointing at it.
 pub fn buffer_and_args(sim: &SimHsa, client: &Client, init: u64) -> (*mut u64, *mut u8) {
-    let buf = client
-        .alloc(sim.pool(0, PoolKind::DeviceCoarse), 64)
-        .cast::<u64>();
-    let args = client.alloc(sim.pool(0, PoolKind::Kernarg), 64);
-    // SAFETY: fresh host-visible simulated allocations of 64 bytes.
-    unsafe {
-        buf.write_volatile(init);
-        args.cast::<u64>().write(buf as u64);
-    }
-    (buf, args)
+    client.buffer_and_args(sim, 0, init)
 }
 
 /// The `u64` at `p`.
