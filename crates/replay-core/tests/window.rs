@@ -1271,6 +1271,24 @@ fn ordinary_dispatches_from_other_threads_wait_for_the_window() {
     assert_eq!(log[log.len() - 2], "signal completion", "{log:?}");
 }
 
+/// Runs test `name` of this binary in a child process with `env` set (the child's part of the
+/// test then runs and must abort); checks it died of SIGABRT and returns its stderr.
+fn abort_in_child(name: &str, env: &str) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{stderr}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(6), "SIGABRT expected: {stderr}");
+    }
+    stderr
+}
+
 #[test]
 fn restore_failure_aborts_naming_dispatch_and_region() {
     if std::env::var_os("KREPLAY_TEST_CHILD").is_some() {
@@ -1293,23 +1311,10 @@ fn restore_failure_aborts_naming_dispatch_and_region() {
         let _ = h.svc.submit(&a, &m, dispatch("rmw_kernel"));
         unreachable!("a failed restore must abort");
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "restore_failure_aborts_naming_dispatch_and_region",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("KREPLAY_TEST_CHILD", "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(out.status.signal(), Some(6), "SIGABRT expected: {stderr}");
-    }
+    let stderr = abort_in_child(
+        "restore_failure_aborts_naming_dispatch_and_region",
+        "KREPLAY_TEST_CHILD",
+    );
     assert!(stderr.contains("FATAL: restore failed"), "{stderr}");
     assert!(stderr.contains("dispatch 1"), "{stderr}");
     assert!(stderr.contains("rmw_kernel"), "{stderr}");
@@ -1498,23 +1503,10 @@ fn restored_memory_that_nothing_can_consume_aborts() {
         let _ = h.svc.submit(&a, &m, dispatch("rmw_kernel"));
         unreachable!("unrepairable memory must abort");
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "restored_memory_that_nothing_can_consume_aborts",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("KREPLAY_TEST_CHILD_UNREPAIRABLE", "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(out.status.signal(), Some(6), "SIGABRT expected: {stderr}");
-    }
+    let stderr = abort_in_child(
+        "restored_memory_that_nothing_can_consume_aborts",
+        "KREPLAY_TEST_CHILD_UNREPAIRABLE",
+    );
     assert!(stderr.contains("FATAL: dispatch 1"), "{stderr}");
     assert!(stderr.contains("rmw_kernel"), "{stderr}");
     assert!(stderr.contains("cannot be repaired"), "{stderr}");
