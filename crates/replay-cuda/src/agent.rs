@@ -65,6 +65,32 @@ impl std::fmt::Debug for CudaAgent {
 }
 
 impl CudaAgent {
+    /// Takes `ticket`'s state out when `pick` accepts it (the waits then hold no lock); a
+    /// ticket of another kind stays, and the error says what it is not.
+    fn take_ticket<T>(
+        &self,
+        ticket: Ticket,
+        op: &'static str,
+        what: &str,
+        pick: impl FnOnce(TicketState) -> Result<T, TicketState>,
+    ) -> Result<T, BackendError> {
+        let mut tickets = self.tickets.lock();
+        let message = match tickets.remove(&ticket.0).map(pick) {
+            Some(Ok(v)) => return Ok(v),
+            Some(Err(other)) => {
+                tickets.insert(ticket.0, other);
+                format!("ticket {} is not {what}", ticket.0)
+            }
+            None => format!("unknown ticket {}", ticket.0),
+        };
+        Err(BackendError::new(
+            BackendErrorKind::InvalidArgument,
+            self.id,
+            op,
+            message,
+        ))
+    }
+
     /// The agent of `device`.
     pub fn new(
         device: Arc<Device>,
@@ -195,26 +221,10 @@ impl Agent for CudaAgent {
 
     fn poll_drain(&self, ticket: Ticket, budget: Duration) -> Result<bool, BackendError> {
         const OP: &str = "poll drain";
-        let events = match self.tickets.lock().remove(&ticket.0) {
-            Some(TicketState::Drain(e)) => e,
-            Some(other) => {
-                self.tickets.lock().insert(ticket.0, other);
-                return Err(BackendError::new(
-                    BackendErrorKind::InvalidArgument,
-                    self.id,
-                    OP,
-                    format!("ticket {} is not a drain", ticket.0),
-                ));
-            }
-            None => {
-                return Err(BackendError::new(
-                    BackendErrorKind::InvalidArgument,
-                    self.id,
-                    OP,
-                    format!("unknown ticket {}", ticket.0),
-                ))
-            }
-        };
+        let events = self.take_ticket(ticket, OP, "a drain", |t| match t {
+            TicketState::Drain(e) => Ok(e),
+            other => Err(other),
+        })?;
         // The wait holds no lock.
         let r = self
             .device
@@ -264,26 +274,10 @@ impl Agent for CudaAgent {
         budget: Duration,
     ) -> Result<Option<PassCompletion>, BackendError> {
         const OP: &str = "poll pass";
-        let (start, end) = match self.tickets.lock().remove(&ticket.0) {
-            Some(TicketState::Pass { start, end }) => (start, end),
-            Some(other) => {
-                self.tickets.lock().insert(ticket.0, other);
-                return Err(BackendError::new(
-                    BackendErrorKind::InvalidArgument,
-                    self.id,
-                    OP,
-                    format!("ticket {} is not a pass", ticket.0),
-                ));
-            }
-            None => {
-                return Err(BackendError::new(
-                    BackendErrorKind::InvalidArgument,
-                    self.id,
-                    OP,
-                    format!("unknown ticket {}", ticket.0),
-                ))
-            }
-        };
+        let (start, end) = self.take_ticket(ticket, OP, "a pass", |t| match t {
+            TicketState::Pass { start, end } => Ok((start, end)),
+            other => Err(other),
+        })?;
         let r = self
             .device
             .bind()
