@@ -628,7 +628,7 @@ unsafe fn handle(packets: &[Packet], key: usize, writer: WriterFn) {
     }
     // The window (if one ran here) is over and its lock released: kick queues of this agent
     // that parked packets meanwhile.
-    kick(st.agent.handle, &q, &st);
+    kick(st.agent.handle, &q);
 }
 
 fn pass_through(st: &QueueState, o: &Originals, writer: WriterFn, packets: &[Packet]) {
@@ -660,14 +660,14 @@ fn park(st: &Arc<QueueState>, packets: &[Packet], svc: Option<&replay_core::Repl
         // The window ended between the service's answer and now: the kick may have run
         // before the queue was listed, so kick it ourselves.
         if let Some((_, q)) = fns() {
-            kick(st.agent.handle, &q, st);
+            kick(st.agent.handle, &q);
         }
     }
 }
 
 /// Kicks every listed queue of agent `handle`: a no-op barrier into its ring and its doorbell,
 /// so the runtime calls the interceptor again and the parked packets are written.
-fn kick(handle: u64, q: &QueueFns, _current: &QueueState) {
+fn kick(handle: u64, q: &QueueFns) {
     let victims = KICKS.lock().remove(&handle).unwrap_or_default();
     let mut seen = std::collections::HashSet::new();
     for st in victims {
