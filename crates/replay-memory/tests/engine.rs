@@ -36,6 +36,21 @@ struct Env {
     engine: MemoryEngine,
 }
 
+impl Env {
+    /// An application allocation of coarse-grained device memory.
+    fn coarse(&self, base: u64, size: u64) {
+        self.dev
+            .app_alloc(&self.tracker, base, size, MemoryClass::DEVICE_COARSE);
+    }
+
+    /// A capture of every tracked region under `p`.
+    fn capture_all(&self, p: &Policy) -> Box<dyn replay_core::Snapshot> {
+        self.engine
+            .capture(&plan_all(self, p), p, &wait(&self.clock))
+            .unwrap()
+    }
+}
+
 fn env_with(avail: [Option<u64>; 3]) -> Env {
     let clock = Arc::new(VirtualClock::default());
     let tracker = Arc::new(Tracker::new());
@@ -82,12 +97,9 @@ fn plan_all(e: &Env, p: &Policy) -> replay_core::SnapshotPlan {
 #[test]
 fn capture_then_restore_brings_bytes_back() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 4096, MemoryClass::DEVICE_COARSE);
-    e.dev
-        .app_alloc(&e.tracker, 0x10000, 100, MemoryClass::DEVICE_COARSE);
-    e.dev
-        .app_alloc(&e.tracker, 0x20000, 3 * MIB + 5, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 4096);
+    e.coarse(0x10000, 100);
+    e.coarse(0x20000, 3 * MIB + 5);
     let before = e.dev.memory();
     let p = policy();
     let plan = plan_all(&e, &p);
@@ -190,8 +202,7 @@ fn plan_rejects_a_dispatch_of_another_agent() {
 #[test]
 fn module_variables_captured_once_and_filtered() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x10_0000, 0x1000, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x10_0000, 0x1000);
     e.dev.raw_alloc(0x50_0000, 64);
     e.dev.raw_alloc(0x60_0000, 8 * MIB); // large: through the tiers like any region
     e.dev.raw_alloc(0x70_0000 + 0x100_0000, 16);
@@ -260,10 +271,8 @@ fn automatic_budgets_leave_headroom() {
 #[test]
 fn regions_split_across_tiers_within_budgets() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 300, MemoryClass::DEVICE_COARSE);
-    e.dev
-        .app_alloc(&e.tracker, 0x2000, 100, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 300);
+    e.coarse(0x2000, 100);
     let p = Policy {
         device_tier_bytes: 120,
         pinned_tier_bytes: 200,
@@ -291,8 +300,7 @@ fn regions_split_across_tiers_within_budgets() {
 
     // Without a pinned tier, device then pageable.
     let e = env_with([Some(GIB), None, Some(GIB)]);
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 300, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 300);
     let p = Policy {
         device_tier_bytes: 100,
         ..policy()
@@ -312,8 +320,7 @@ fn regions_split_across_tiers_within_budgets() {
 #[test]
 fn capture_beyond_the_tiers_fails_cleanly() {
     let e = env_with([Some(GIB), None, None]);
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 300, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 300);
     let p = Policy {
         device_tier_bytes: 100,
         ..policy()
@@ -328,8 +335,7 @@ fn capture_beyond_the_tiers_fails_cleanly() {
 #[test]
 fn pool_reused_across_captures_and_trimmed() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 1000, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 1000);
     let p = policy();
     let plan = plan_all(&e, &p);
     for _ in 0..3 {
@@ -341,8 +347,7 @@ fn pool_reused_across_captures_and_trimmed() {
     assert_eq!(e.engine.pooled_peak_bytes(), 1000);
 
     // A larger snapshot reuses the pooled block and allocates only the rest.
-    e.dev
-        .app_alloc(&e.tracker, 0x2000, 500, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x2000, 500);
     let plan = plan_all(&e, &p);
     let snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
     assert_eq!(e.dev.st.lock().allocs, 2);
@@ -370,13 +375,9 @@ fn pool_reused_across_captures_and_trimmed() {
 #[test]
 fn release_during_a_window_frees_blocks_when_they_return() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 1000, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 1000);
     let p = policy();
-    let snap = e
-        .engine
-        .capture(&plan_all(&e, &p), &p, &wait(&e.clock))
-        .unwrap();
+    let snap = e.capture_all(&p);
     e.engine.release_pools();
     assert_eq!(
         e.dev.backing_live(),
@@ -404,18 +405,14 @@ fn assert_nothing_leaked(e: &Env) {
 #[test]
 fn a_tier_that_cannot_allocate_hands_its_share_to_the_next() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 300, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 300);
     e.dev.st.lock().fail_alloc = Some(Tier::PinnedHost);
     let p = Policy {
         device_tier_bytes: 100,
         pinned_tier_bytes: 100,
         ..policy()
     };
-    let snap = e
-        .engine
-        .capture(&plan_all(&e, &p), &p, &wait(&e.clock))
-        .unwrap();
+    let snap = e.capture_all(&p);
     let st = snap.stats();
     assert_eq!(
         (
@@ -432,8 +429,7 @@ fn a_tier_that_cannot_allocate_hands_its_share_to_the_next() {
 fn capture_out_of_memory_fails_and_leaks_nothing() {
     // No pageable tier: the pinned tier's share has nowhere to go.
     let e = env_with([Some(GIB), Some(GIB), None]);
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 300, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 300);
     e.dev.st.lock().fail_alloc = Some(Tier::PinnedHost);
     let p = Policy {
         device_tier_bytes: 100,
@@ -451,8 +447,7 @@ fn capture_out_of_memory_fails_and_leaks_nothing() {
 #[test]
 fn capture_copy_failure_fails_and_leaks_nothing() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 300, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 300);
     e.dev.st.lock().fail_next_copies = 1;
     let p = policy();
     let err = capture_err(&e, &plan_all(&e, &p), &p);
@@ -463,8 +458,7 @@ fn capture_copy_failure_fails_and_leaks_nothing() {
 #[test]
 fn capture_stuck_fence_is_bounded_and_quarantines_the_backing() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 300, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 300);
     e.dev.st.lock().stuck = true;
     let p = policy();
     let w = wait(&e.clock);
@@ -489,10 +483,8 @@ fn capture_stuck_fence_is_bounded_and_quarantines_the_backing() {
 #[test]
 fn capture_skips_a_region_freed_since_planning() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 100, MemoryClass::DEVICE_COARSE);
-    e.dev
-        .app_alloc(&e.tracker, 0x2000, 100, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 100);
+    e.coarse(0x2000, 100);
     let p = policy();
     let plan = plan_all(&e, &p);
     e.dev.app_free(&e.tracker, 0x2000);
@@ -506,24 +498,17 @@ fn capture_skips_a_region_freed_since_planning() {
 #[test]
 fn restore_skips_freed_and_reallocated_regions() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 100, MemoryClass::DEVICE_COARSE);
-    e.dev
-        .app_alloc(&e.tracker, 0x2000, 100, MemoryClass::DEVICE_COARSE);
-    e.dev
-        .app_alloc(&e.tracker, 0x3000, 100, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 100);
+    e.coarse(0x2000, 100);
+    e.coarse(0x3000, 100);
     let p = policy();
-    let mut snap = e
-        .engine
-        .capture(&plan_all(&e, &p), &p, &wait(&e.clock))
-        .unwrap();
+    let mut snap = e.capture_all(&p);
     let kept = e.dev.read(0x3000, 100);
     // Freed: writing there would fail in the fake (no memory).
     e.dev.app_free(&e.tracker, 0x1000);
     // Reallocated at the same base with new content: must not be overwritten.
     e.dev.app_free(&e.tracker, 0x2000);
-    e.dev
-        .app_alloc(&e.tracker, 0x2000, 100, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x2000, 100);
     e.dev.write(0x2000, &[0x55; 100]);
     e.dev.write(0x3000, &[0; 100]);
     let rs = snap.restore(&wait(&e.clock)).unwrap();
@@ -542,15 +527,10 @@ fn restore_skips_freed_and_reallocated_regions() {
 #[test]
 fn restore_failure_names_the_region() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 100, MemoryClass::DEVICE_COARSE);
-    e.dev
-        .app_alloc(&e.tracker, 0x2000, 200, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 100);
+    e.coarse(0x2000, 200);
     let p = policy();
-    let mut snap = e
-        .engine
-        .capture(&plan_all(&e, &p), &p, &wait(&e.clock))
-        .unwrap();
+    let mut snap = e.capture_all(&p);
     e.dev.st.lock().fail_copies_at = Some(0x2010);
     let err = snap.restore(&wait(&e.clock)).unwrap_err();
     assert_eq!((err.base, err.size), (0x2000, 200));
@@ -560,16 +540,11 @@ fn restore_failure_names_the_region() {
 #[test]
 fn restore_rides_over_a_transient_batch_failure() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 100, MemoryClass::DEVICE_COARSE);
-    e.dev
-        .app_alloc(&e.tracker, 0x2000, 200, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 100);
+    e.coarse(0x2000, 200);
     let before = e.dev.memory();
     let p = policy();
-    let mut snap = e
-        .engine
-        .capture(&plan_all(&e, &p), &p, &wait(&e.clock))
-        .unwrap();
+    let mut snap = e.capture_all(&p);
     e.dev.write(0x1000, &[0; 100]);
     e.dev.st.lock().fail_next_copies = 1;
     let rs = snap.restore(&wait(&e.clock)).unwrap();
@@ -580,13 +555,9 @@ fn restore_rides_over_a_transient_batch_failure() {
 #[test]
 fn restore_stuck_fence_names_the_batch_and_leaks_the_backing() {
     let e = env();
-    e.dev
-        .app_alloc(&e.tracker, 0x1000, 100, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x1000, 100);
     let p = policy();
-    let mut snap = e
-        .engine
-        .capture(&plan_all(&e, &p), &p, &wait(&e.clock))
-        .unwrap();
+    let mut snap = e.capture_all(&p);
     e.dev.st.lock().stuck = true;
     let err = snap.restore(&wait(&e.clock)).unwrap_err();
     assert_eq!((err.base, err.size), (0x1000, 100));
@@ -606,8 +577,7 @@ fn dirty_restore_writes_back_only_changed_chunks() {
         10 * chunk + 100,
         MemoryClass::DEVICE_COARSE,
     );
-    e.dev
-        .app_alloc(&e.tracker, 0x100000, 2 * chunk, MemoryClass::DEVICE_COARSE);
+    e.coarse(0x100000, 2 * chunk);
     let before = e.dev.memory();
     let p = Policy {
         restore: RestoreMode::Dirty,
@@ -615,10 +585,7 @@ fn dirty_restore_writes_back_only_changed_chunks() {
         device_tier_bytes: 5 * chunk, // a chunk split across tiers too
         ..policy()
     };
-    let mut snap = e
-        .engine
-        .capture(&plan_all(&e, &p), &p, &wait(&e.clock))
-        .unwrap();
+    let mut snap = e.capture_all(&p);
     // Untouched: nothing written back.
     let rs = snap.restore(&wait(&e.clock)).unwrap();
     assert_eq!(rs.restored_bytes, 0);
