@@ -149,7 +149,14 @@ fn copy_fence_stuck_declines() {
     copy.wait().unwrap();
     assert_eq!(copy.fired(), 1);
     assert_eq!(rt.read(dst, 8192).unwrap(), vec![0x77; 8192]);
-    let reference = reference(1, |rt| {
+    assert_matches_reference(&rt, &copy_then_run_reference());
+    assert_eq!(replay.log.outcomes(), vec![rec]);
+    finish(&rt);
+}
+
+/// The reference of the copy-fence tests: the application copies 8 KiB, then runs once.
+fn copy_then_run_reference() -> Vec<replay_core::Digest128> {
+    reference(1, |rt| {
         let app = RmwApp::setup(rt);
         let dst = rt.alloc(A0, 8192, MemoryClass::DEVICE_COARSE).unwrap();
         rt.copy_async(A0, dst, app.other, 8192)
@@ -157,10 +164,7 @@ fn copy_fence_stuck_declines() {
             .wait()
             .unwrap();
         app.run_plain(rt);
-    });
-    assert_matches_reference(&rt, &reference);
-    assert_eq!(replay.log.outcomes(), vec![rec]);
-    finish(&rt);
+    })
 }
 
 #[test]
@@ -198,16 +202,7 @@ fn copy_fence_stuck_behind_a_stalled_application_copy() {
     assert_eq!(copy.fired(), 1);
     rt.wait_idle();
     mem.free_backing(scratch);
-    let reference = reference(1, |rt| {
-        let app = RmwApp::setup(rt);
-        let dst = rt.alloc(A0, 8192, MemoryClass::DEVICE_COARSE).unwrap();
-        rt.copy_async(A0, dst, app.other, 8192)
-            .unwrap()
-            .wait()
-            .unwrap();
-        app.run_plain(rt);
-    });
-    assert_matches_reference(&rt, &reference);
+    assert_matches_reference(&rt, &copy_then_run_reference());
     assert_eq!(replay.log.outcomes(), vec![rec]);
     finish(&rt);
 }
