@@ -258,6 +258,27 @@ pub trait DeviceMemory: Send + Sync {
     fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError>;
     /// Gives up a batch that did not complete in time.
     fn abandon_fence(&self, fence: Fence);
+    /// Asks the runtime about `addr`, an argument word the tracker does not know (SPEC §7.1:
+    /// `cuPointerGetAttribute`, `hsa_amd_pointer_info`). `Ok(None)`: the runtime knows no
+    /// allocation there that the agent can reach (pageable host memory, or a word that is not a
+    /// pointer). The default answers `Ok(None)`; a backend whose runtime can tell overrides it.
+    fn query_pointer(&self, addr: u64) -> Result<Option<PointerInfo>, BackendError> {
+        let _ = addr;
+        Ok(None)
+    }
+}
+
+/// What the runtime says about an address the tracker never saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointerInfo {
+    /// Base of the allocation that holds the address.
+    pub base: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its class as the runtime describes it (SPEC §7.1 table).
+    pub class: MemoryClass,
+    /// The agent that owns it, when it is device memory and the runtime says.
+    pub owner: Option<AgentId>,
 }
 
 bitflags! {

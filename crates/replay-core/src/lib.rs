@@ -47,15 +47,16 @@ mod window;
 
 pub use backend::{
     Agent, BackingId, Capabilities, CaptureStats, Clock, CopyOp, DeviceMemory, Digest128,
-    DigestKey, DigestOp, DrainTarget, Fence, MemLoc, MemoryClass, PassCompletion, RegionRef,
-    RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan, Snapshotter,
-    SystemClock, Ticket, Tier, TierInfo, UntrackedSummary, WaitSpec,
+    DigestKey, DigestOp, DrainTarget, Fence, MemLoc, MemoryClass, PassCompletion, PointerInfo,
+    RegionRef, RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan,
+    Snapshotter, SystemClock, Ticket, Tier, TierInfo, UntrackedSummary, WaitSpec,
 };
 pub use contract::{
     ContextControl, ContinueFn, NoContextControl, Operation, PassCountFn, Phase, ReplayPayload,
     ReplayTool, Subscription, UserData,
 };
 pub use error::{BackendError, BackendErrorKind, ContextError, ServiceError};
+pub use locks::WriteGate;
 pub use outcome::{Outcome, OutcomeRecord, Reason, RunSummary, TierBytes};
 pub use plan::PassPlan;
 pub use policy::{CacheControl, Policy, PolicyError, RestoreMode, Scope};

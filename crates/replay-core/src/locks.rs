@@ -7,15 +7,17 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use parking_lot::RwLock;
+use parking_lot::{ArcRwLockReadGuard, RawRwLock, RwLock};
 
 use crate::types::AgentId;
 
 /// One agent's lock and tool-work marker.
 #[derive(Debug, Default)]
 pub struct AgentGate {
-    /// Writer: a replay window. Reader: an ordinary submission while the service is active.
-    pub lock: RwLock<()>,
+    /// Writer: a replay window. Reader: an ordinary submission, and every other write to the
+    /// agent's memory the backend can gate ([`WriteGate`]), while the service is active or a
+    /// window is open.
+    pub lock: Arc<RwLock<()>>,
     /// Number of tool callbacks running inside a window on this agent. A runtime that forwards
     /// submissions to its own thread (SPEC §9.1) cannot use a thread-local, so it checks this.
     marker: AtomicU32,
@@ -78,5 +80,34 @@ impl Drop for CallbackScope<'_> {
     fn drop(&mut self) {
         self.gate.marker.fetch_sub(1, Ordering::AcqRel);
         CALLBACK_DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Held by a path that may write an agent's memory without being replayed (copies, memsets,
+/// multi-packet batches, launches the backend does not replay) across its own submission, so a
+/// window's restore never undoes it (SPEC §6 step 4). Obtained from
+/// [`crate::ReplayService::enter_write`] or [`crate::ReplayService::try_enter_write`].
+#[must_use = "the gate is released when this is dropped"]
+pub enum WriteGate {
+    /// Nothing is held: the service is inactive and no window is open, or the caller is tool
+    /// work inside a window's callback (which must never wait for that window).
+    Open,
+    /// The agent's reader side, released on drop.
+    Held(ArcRwLockReadGuard<RawRwLock, ()>),
+}
+
+impl std::fmt::Debug for WriteGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Open => f.write_str("WriteGate::Open"),
+            Self::Held(_) => f.write_str("WriteGate::Held"),
+        }
+    }
+}
+
+impl WriteGate {
+    /// Whether the reader side is held.
+    pub fn is_held(&self) -> bool {
+        matches!(self, Self::Held(_))
     }
 }

@@ -15,7 +15,7 @@ use crate::backend::{Agent, Clock, Snapshotter, SystemClock};
 use crate::contract::{ContextControl, NoContextControl, ReplayTool, Subscription};
 use crate::error::{BackendError, ServiceError};
 use crate::filter::FilterState;
-use crate::locks::Gates;
+use crate::locks::{Gates, WriteGate};
 use crate::outcome::{OutcomeRecord, RunSummary};
 use crate::policy::Policy;
 use crate::types::{ContextId, Dispatch, KernelKey};
@@ -266,6 +266,34 @@ impl ReplayService {
     /// is open; tests check the lock is held where SPEC §6 says).
     pub fn agent_gate(&self, agent: crate::types::AgentId) -> Arc<crate::locks::AgentGate> {
         self.gates.get(agent)
+    }
+
+    /// Takes the reader side of `agent`'s gate for a write that is not replayed (SPEC §6 step
+    /// 4), waiting while a window holds it. Tool work (this thread inside a callback) gets
+    /// [`WriteGate::Open`] at once. Must not be called where waiting could deadlock (inside a
+    /// runtime's queue lock): use [`ReplayService::try_enter_write`] there and park the work.
+    pub fn enter_write(&self, agent: crate::types::AgentId) -> WriteGate {
+        if !self.gate_may_be_closed() || crate::locks::thread_in_callback() {
+            return WriteGate::Open;
+        }
+        let gate = self.gates.get(agent);
+        WriteGate::Held(gate.lock.read_arc())
+    }
+
+    /// Like [`ReplayService::enter_write`] without waiting: `None` while a window holds the
+    /// gate (the caller parks the work and retries when the window ends).
+    pub fn try_enter_write(&self, agent: crate::types::AgentId) -> Option<WriteGate> {
+        if !self.gate_may_be_closed() || crate::locks::thread_in_callback() {
+            return Some(WriteGate::Open);
+        }
+        let gate = self.gates.get(agent);
+        gate.lock.try_read_arc().map(WriteGate::Held)
+    }
+
+    /// Whether any gate may be write-held: the service is active (a window may start at any
+    /// moment) or was so recently enough that a window may still be open.
+    pub(crate) fn gate_may_be_closed(&self) -> bool {
+        self.active.load(Ordering::Acquire)
     }
 
     /// The clock the service measures on.
