@@ -15,6 +15,10 @@ pub enum BackendErrorKind {
     Unsupported,
     /// A handle or argument the backend does not know (a programming error in the caller).
     InvalidArgument,
+    /// The submission was handed to the device (the work may run) and something after it
+    /// failed: submitting again could execute the dispatch twice, so the window never falls
+    /// back to another submission after this error.
+    AfterSubmit,
     /// Anything else.
     Other,
 }

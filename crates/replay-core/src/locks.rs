@@ -111,3 +111,21 @@ impl WriteGate {
         matches!(self, Self::Held(_))
     }
 }
+
+/// Counts a window as open while it holds an agent's writer lock, so that writes gated by
+/// [`WriteGate`] keep waiting for it even after the service is stopped.
+#[derive(Debug)]
+pub(crate) struct WindowOpen<'a>(&'a AtomicU32);
+
+impl<'a> WindowOpen<'a> {
+    pub(crate) fn enter(count: &'a AtomicU32) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(count)
+    }
+}
+
+impl Drop for WindowOpen<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}

@@ -97,6 +97,8 @@ pub struct ReplayService {
     /// One bit per `SubmissionKind` already warned about (no lock on the submission path).
     pub(crate) warned_kinds: AtomicU32,
     pub(crate) warned_zero: AtomicBool,
+    /// Windows holding a writer lock now ([`crate::locks::WindowOpen`]).
+    pub(crate) windows_open: AtomicU32,
 }
 
 impl std::fmt::Debug for ReplayService {
@@ -126,6 +128,7 @@ impl ReplayService {
             sink: RwLock::new(None),
             warned_kinds: AtomicU32::new(0),
             warned_zero: AtomicBool::new(false),
+            windows_open: AtomicU32::new(0),
         }
     }
 
@@ -293,7 +296,13 @@ impl ReplayService {
     /// Whether any gate may be write-held: the service is active (a window may start at any
     /// moment) or was so recently enough that a window may still be open.
     pub(crate) fn gate_may_be_closed(&self) -> bool {
-        self.active.load(Ordering::Acquire)
+        self.active.load(Ordering::Acquire) || self.windows_open.load(Ordering::Acquire) > 0
+    }
+
+    /// Number of windows holding an agent's writer lock now (SPEC §6: stopping the service
+    /// does not open a gate a window holds).
+    pub fn open_windows(&self) -> u32 {
+        self.windows_open.load(Ordering::Acquire)
     }
 
     /// The clock the service measures on.

@@ -300,6 +300,9 @@ impl Window<'_> {
 
         // Step 4: the writer lock, for the whole window.
         let gate = self.gate;
+        // Counted before the lock is taken, so a writer that sees no open window and no active
+        // service cannot slip in between (it would then wait on the lock like any reader).
+        let _open = crate::locks::WindowOpen::enter(&self.svc.windows_open);
         let _writer = match early {
             Some(g) => g,
             None => gate.lock.write(),
