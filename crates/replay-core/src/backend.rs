@@ -215,9 +215,10 @@ pub struct DigestOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Fence(pub u64);
 
-/// Per-run key of the digest (SPEC §7.4).
+/// Per-run key of the digest (SPEC §7.4): four independent 64-bit words, two per lane
+/// (see [`crate::digest`]; [`crate::digest::random_key`] draws them from the OS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DigestKey(pub [u64; 2]);
+pub struct DigestKey(pub [u64; 4]);
 
 /// A 128-bit digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -357,8 +358,9 @@ pub struct SnapshotPlan {
     pub captured_bytes: u64,
     /// What is not covered.
     pub untracked: UntrackedSummary,
-    /// Set when the scope reaches memory no snapshot can cover (IPC, peer, an incomplete
-    /// module-variable enumeration): always declines `untracked_memory`.
+    /// Set when the arguments reach memory no snapshot can cover (IPC, peer, virtual-memory
+    /// mappings, device memory only the runtime knows, a failed pointer query) or the
+    /// module-variable enumeration is incomplete: always declines `untracked_memory`.
     pub uncapturable: Option<String>,
     /// What the tiers can hold within their budgets now.
     pub capacity_bytes: u64,
@@ -417,7 +419,8 @@ pub struct RestoreStats {
 /// The result of the after-pass check of memory outside the scope (SPEC §7.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScopeCheck {
-    /// Nothing outside the scope changed (or the scope is `all`).
+    /// Nothing the scope check watches changed (under `all`, it watches only capturable
+    /// memory no argument reached).
     Clean,
     /// A region outside the scope changed.
     Changed {
@@ -470,8 +473,9 @@ pub trait Snapshotter: Send + Sync {
 pub trait Snapshot: Send {
     /// What the capture did.
     fn stats(&self) -> CaptureStats;
-    /// Checks memory outside the scope after a pass.
+    /// Checks the tracked memory outside the snapshot after a pass (SPEC §7.2).
     fn check_scope(&mut self, wait: &WaitSpec<'_>) -> Result<ScopeCheck, BackendError>;
-    /// Restores the captured memory before the next pass.
+    /// Restores the captured memory before the next pass. Frees and unloads of captured
+    /// memory on other threads wait until it returns (`replay-memory`'s tracker holds).
     fn restore(&mut self, wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError>;
 }

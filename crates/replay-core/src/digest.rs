@@ -18,13 +18,27 @@
 //! `A`, `B` and the length through a 64-bit finaliser into 128 bits. Swapping two words, or two
 //! bytes of one word, changes the salts their bytes meet, so the digest is position-dependent.
 //!
-//! Collision probability: each lane is an NH-style multiply-accumulate; treating the per-run
-//! key as random, two different chunks give the same lane sum with probability about 2^-64,
-//! and the two lanes use independent key words, so a full 128-bit collision has probability
-//! about 2^-128 per comparison. What a collision would cost: `dirty` restore would skip one
-//! changed chunk (the next pass would see that chunk as the previous pass left it), or the
-//! scope check would miss one write outside the scope. Digests never decide whether the
-//! application's final memory is right: the last pass is never followed by a restore.
+//! **Keys.** The four key words are independent: [`random_key`] reads them from the operating
+//! system's random source (`/dev/urandom`) once per engine, so the data a kernel writes cannot
+//! be chosen against them. [`key_from_seed`] derives four words from a 64-bit seed through
+//! SplitMix64 (distinct, well-mixed, but only 64 bits of entropy in all): for reproducible
+//! tests, not for the bound below.
+//!
+//! **Collision probability, per comparison** (one chunk compared with its digest before the
+//! pass). Each lane is an NH-style multiply-accumulate of key-masked 64-bit halves; for NH's
+//! additive masking two different chunks of equal length give the same 128-bit lane sum with
+//! probability at most 2^-64 over a random key, and the XOR masking used here (cheaper on a
+//! GPU) is expected to behave alike, though that is not proven. The two lanes have
+//! independent keys, so both collide with probability about 2^-128; the finaliser's fold of
+//! the two 128-bit sums into 128 bits adds about 2^-128. So about 2^-127 per comparison under
+//! a random key, and a run that compares `n` chunks misses a change with probability about
+//! `n`·2^-127. Under [`key_from_seed`] an adversary who knows the seed can do far better.
+//!
+//! **What a collision costs.** `dirty` restore skips one changed chunk: the next pass starts
+//! with that chunk as the previous pass left it, and when that pass is the last one, the
+//! application's final memory differs from one execution (digests do decide it: a chunk missed
+//! before the last pass changes that pass's inputs). The scope check misses one write outside
+//! the scope: nothing undoes it, and later passes (and the final memory) include it.
 
 use crate::backend::{Digest128, DigestKey};
 
@@ -50,11 +64,11 @@ pub fn fmix(mut x: u64) -> u64 {
     x
 }
 
-/// The four key words of the two lanes, derived from the run's 128-bit key.
+/// The four key words of the two lanes (`k0, k1` for lane A, `k2, k3` for lane B): the key's
+/// words as they are, since they are drawn independently.
 #[inline]
 pub fn lane_keys(key: DigestKey) -> [u64; 4] {
-    let [a, b] = key.0;
-    [a, b, fmix(a ^ C3), fmix(b ^ C4)]
+    key.0
 }
 
 /// One word's contribution to the two lane sums.
@@ -179,9 +193,58 @@ fn lane(x: u64, y: u64) -> u128 {
     u128::from(x) * u128::from(y)
 }
 
-/// A per-run key from a seed (the process id and time at start, or a test's constant).
+/// SplitMix64's increment and output mix: consecutive outputs of distinct states.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A reproducible key from a seed (tests, reproducible runs): four SplitMix64 outputs, so each
+/// key word comes from its own state and no lane's keys are computed from the other's. Only
+/// 64 bits of entropy: use [`random_key`] for the bound in the module docs.
 pub fn key_from_seed(seed: u64) -> DigestKey {
-    DigestKey([fmix(seed ^ C1), fmix(seed.rotate_left(32) ^ C2)])
+    let mut s = seed;
+    DigestKey([
+        splitmix(&mut s),
+        splitmix(&mut s),
+        splitmix(&mut s),
+        splitmix(&mut s),
+    ])
+}
+
+/// A per-run key of four independent words from the operating system's random source
+/// (`/dev/urandom`). Where it cannot be read, falls back (with a warning) to SplitMix64 over
+/// the time, the process id, a per-process counter and an address, which is unpredictable
+/// enough for data that does not attack the digest but carries no guarantee.
+pub fn random_key() -> DigestKey {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    match read {
+        Ok(()) => {
+            let w =
+                |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            DigestKey([w(0), w(1), w(2), w(3)])
+        }
+        Err(e) => {
+            static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            log::warn!(
+                "[kernel-replay] /dev/urandom could not be read ({e}); digest keys come from the time and process id"
+            );
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let local = 0u8;
+            let addr = std::ptr::addr_of!(local) as u64;
+            let seed = fmix(nanos) ^ fmix(u64::from(std::process::id()) ^ n.rotate_left(17)) ^ addr;
+            key_from_seed(seed)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +272,36 @@ mod tests {
         let mut e = vec![0u8; 16];
         e[8] = 7;
         assert_ne!(digest(k, &d), digest(k, &e));
+    }
+
+    #[test]
+    fn the_two_lanes_are_keyed_independently() {
+        // Issue 11: lane B's key words were computed from lane A's (`fmix(k0 ^ C3)`), so the
+        // two lanes shared one 128-bit key and the second lane added no collision resistance.
+        for seed in [0u64, 1, 42, u64::MAX] {
+            let k = lane_keys(key_from_seed(seed));
+            assert_ne!(
+                k[2],
+                fmix(k[0] ^ C3),
+                "seed {seed}: lane B derived from lane A"
+            );
+            assert_ne!(
+                k[3],
+                fmix(k[1] ^ C4),
+                "seed {seed}: lane B derived from lane A"
+            );
+            let mut words = k.to_vec();
+            words.sort_unstable();
+            words.dedup();
+            assert_eq!(words.len(), 4, "seed {seed}: four distinct key words");
+        }
+        // Changing only lane B's words changes the digest: lane B is keyed on its own.
+        let data = [0x5au8; 64];
+        let a = DigestKey([1, 2, 3, 4]);
+        let b = DigestKey([1, 2, 3, 5]);
+        assert_ne!(digest(a, &data), digest(b, &data));
+        // Keys from the OS source differ from run to run (here: from call to call).
+        assert_ne!(random_key(), random_key());
     }
 
     #[test]

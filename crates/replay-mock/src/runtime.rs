@@ -299,7 +299,12 @@ impl WeakRuntime {
 }
 
 /// A fixed key for [`SimRuntime::digest_agent_memory`], so digests compare across runtimes.
-pub const FINAL_DIGEST_KEY: DigestKey = DigestKey([0x6b72_6570_6c61_7921, 0x7369_6d75_6c61_7465]);
+pub const FINAL_DIGEST_KEY: DigestKey = DigestKey([
+    0x6b72_6570_6c61_7921,
+    0x7369_6d75_6c61_7465,
+    0x6669_6e61_6c5f_6b65,
+    0x795f_6f66_5f73_696d,
+]);
 
 impl SimRuntime {
     /// A builder.
