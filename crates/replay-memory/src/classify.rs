@@ -11,8 +11,8 @@ pub enum Treatment {
     /// data, tool-owned and library memory. Restoring it would clobber in-flight arguments or
     /// the tool's own results.
     Excluded,
-    /// Fine-grained, managed or pinned host memory: not in `all`; captured by `arguments` when
-    /// an argument points into it.
+    /// Fine-grained, managed or pinned host memory: not in `all` by itself; captured under
+    /// every scope when an argument points into it, else watched by the scope check.
     CapturableUntracked,
     /// IPC-imported or peer memory, or a class nobody described: no snapshot can cover it;
     /// reaching it declines `untracked_memory`.

@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 
 use crate::classify::{classify, Treatment};
 use crate::modules::{is_bookkeeping, ModuleVariables};
-use crate::tracker::Tracker;
+use crate::tracker::{MemoryHold, Tracker};
 
 /// Automatic device-tier headroom: the application keeps this fraction of what the device
 /// reports available ...
@@ -27,9 +27,14 @@ pub const DEVICE_HEADROOM_DIVISOR: u64 = 10;
 /// ... plus this many bytes, so its next allocations still succeed while a snapshot is held.
 pub const DEVICE_HEADROOM_BYTES: u64 = 256 << 20;
 
-/// Generation of module-variable regions: they are not allocations the tracker knows, and
-/// live as long as their code object (generations from the tracker start at 1).
+/// Generation of module-variable regions: they are not allocations the tracker knows; their
+/// liveness is the load of their code object ([`ModuleVariables::load_generation`]).
+/// Generations from the tracker start at 1.
 const MODULE_GENERATION: u64 = 0;
+
+/// Generation of an allocation the tracker never saw and the runtime described
+/// ([`DeviceMemory::query_pointer`]): its liveness is the runtime's answer, asked again.
+const RUNTIME_GENERATION: u64 = u64::MAX;
 
 /// A backing allocation, in use by a snapshot or free in the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,13 +138,33 @@ struct Shared {
     agent: AgentId,
     tracker: Arc<Tracker>,
     device: Arc<dyn DeviceMemory>,
+    modules: Arc<dyn ModuleVariables>,
     key: DigestKey,
     pool: Mutex<Pool>,
 }
 
 impl Shared {
-    fn is_live(&self, r: &RegionRef) -> bool {
-        r.generation == MODULE_GENERATION || self.tracker.is_live(self.agent, r)
+    /// Whether `r` is still the memory it was when planned or captured; `load` is the load
+    /// generation of a module variable's code object at capture. Call under a hold
+    /// ([`Tracker::hold`]) so that the answer stays true until the copies are done.
+    fn is_live(&self, r: &RegionRef, load: Option<u64>) -> bool {
+        match r.generation {
+            MODULE_GENERATION => match load {
+                Some(g) => self.modules.load_generation(self.agent, r.base) == Some(g),
+                None => true,
+            },
+            RUNTIME_GENERATION => matches!(
+                self.device.query_pointer(r.base),
+                Ok(Some(i)) if i.base == r.base && i.size == r.size && i.class == r.class
+            ),
+            _ => self.tracker.is_live(self.agent, r),
+        }
+    }
+
+    /// Holds `regions` against frees and unloads while the caller reads or writes them.
+    fn hold<'r>(&self, regions: impl Iterator<Item = &'r RegionRef>) -> MemoryHold<'_> {
+        let ranges: Vec<(u64, u64)> = regions.map(|r| (r.base, r.size)).collect();
+        self.tracker.hold(self.agent, &ranges)
     }
 
     /// Free pooled blocks covering `need` bytes of `tier`, plus one new allocation for the rest.
@@ -286,6 +311,8 @@ struct Piece {
 #[derive(Debug, Clone)]
 struct CapturedRegion {
     region: RegionRef,
+    /// A module variable's code-object load generation at capture.
+    load: Option<u64>,
     pieces: SmallVec<[Piece; 2]>,
     /// Chunk digests at capture (restore `dirty` only).
     digests: Vec<Digest128>,
@@ -323,7 +350,6 @@ struct Watched {
 /// The memory layer of one agent: implements [`Snapshotter`] over [`DeviceMemory`].
 pub struct MemoryEngine {
     shared: Arc<Shared>,
-    modules: Arc<dyn ModuleVariables>,
     host_available: Option<u64>,
 }
 
@@ -337,28 +363,23 @@ impl std::fmt::Debug for MemoryEngine {
 }
 
 impl MemoryEngine {
-    /// An engine for `agent`, whose memory `device` drives. The digest key is per run, from the
-    /// process id and the time.
+    /// An engine for `agent`, whose memory `device` drives. The digest key is per engine, four
+    /// independent words from the OS's random source ([`replay_core::digest::random_key`]).
     pub fn new(
         agent: AgentId,
         tracker: Arc<Tracker>,
         device: Arc<dyn DeviceMemory>,
         modules: Arc<dyn ModuleVariables>,
     ) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let seed = nanos ^ (u64::from(std::process::id()) << 32) ^ agent.0;
         Self {
             shared: Arc::new(Shared {
                 agent,
                 tracker,
                 device,
-                key: replay_core::digest::key_from_seed(seed),
+                modules,
+                key: replay_core::digest::random_key(),
                 pool: Mutex::new(Pool::default()),
             }),
-            modules,
             host_available: None,
         }
     }
@@ -465,28 +486,65 @@ impl MemoryEngine {
         BackendError::new(kind, self.shared.agent, operation, msg)
     }
 
-    /// Regions an `arguments` scope covers: every allocation an 8-byte-aligned argument word
-    /// points into. Sets `uncapturable` for a word into memory no snapshot can cover.
-    fn argument_regions(
+    /// What the kernel's arguments reach (SPEC §7.1, §7.2): every allocation an 8-byte-aligned
+    /// argument word points into, anywhere inside it. Tracked captured and capturable memory
+    /// (fine-grained, managed, pinned host) is returned; a word the tracker does not know, and
+    /// that no module variable in `vars` (sorted (start, end) ranges) holds, is asked of the
+    /// runtime ([`DeviceMemory::query_pointer`]). Memory no snapshot can cover sets
+    /// `uncapturable`; what the tracker does not count already is added to `untracked`.
+    ///
+    /// What the runtime describes: capturable memory is returned with [`RUNTIME_GENERATION`]
+    /// (captured like tracked memory; its liveness is asked of the runtime again); coarse
+    /// device memory the tracker never saw is uncapturable, because the library would not hear
+    /// of its free, so a restore could write it after the application released it; IPC, peer,
+    /// virtual-memory and undescribed memory is uncapturable; excluded classes (kernarg pools,
+    /// read-only, tool memory) are skipped. A failed query is uncapturable: the word may point
+    /// at memory the kernel writes. `Ok(None)`: not reachable, skipped.
+    fn argument_reach(
         &self,
         dispatch: &Dispatch,
+        vars: &[(u64, u64)],
         uncapturable: &mut Option<String>,
+        untracked: &mut UntrackedSummary,
     ) -> SmallVec<[RegionRef; 8]> {
         let agent = self.shared.agent;
         let tracker = &*self.shared.tracker;
         let mut out: SmallVec<[RegionRef; 8]> = SmallVec::new();
+        // Untracked allocations already counted, as (start, end).
+        let mut counted: SmallVec<[(u64, u64); 4]> = SmallVec::new();
+        let count = |counted: &mut SmallVec<[(u64, u64); 4]>,
+                     base: u64,
+                     size: u64,
+                     class: MemoryClass,
+                     u: &mut UntrackedSummary| {
+            let end = base.saturating_add(size);
+            if counted.iter().any(|&(s, e)| s == base && e == end) {
+                return;
+            }
+            counted.push((base, end));
+            if classify(class) == Treatment::VirtualMapping {
+                u.vmem_bytes += size;
+                u.vmem_regions += 1;
+            } else {
+                u.bytes += size;
+                u.regions += 1;
+            }
+        };
         for (i, word) in dispatch.argument_words().enumerate() {
             if word == 0 {
                 continue;
             }
             let offset = i * 8;
+            if out
+                .iter()
+                .any(|o| o.base <= word && word < o.base.saturating_add(o.size))
+                || counted.iter().any(|&(s, e)| s <= word && word < e)
+            {
+                continue;
+            }
             if let Some(r) = tracker.lookup(agent, word) {
                 match classify(r.class) {
-                    Treatment::Captured | Treatment::CapturableUntracked => {
-                        if !out.iter().any(|o| o.base == r.base) {
-                            out.push(r);
-                        }
-                    }
+                    Treatment::Captured | Treatment::CapturableUntracked => out.push(r),
                     Treatment::Excluded => {}
                     Treatment::Uncapturable | Treatment::VirtualMapping => {
                         uncapturable.get_or_insert_with(|| {
@@ -497,8 +555,11 @@ impl MemoryEngine {
                         });
                     }
                 }
-            } else if let Some((owner, r)) = tracker.lookup_any(word) {
+                continue;
+            }
+            if let Some((owner, r)) = tracker.lookup_any(word) {
                 if classify(r.class) != Treatment::Excluded {
+                    count(&mut counted, r.base, r.size, r.class, untracked);
                     uncapturable.get_or_insert_with(|| {
                         format!(
                             "argument at offset {offset} ({word:#x}) points into memory {:#x}+{} of agent {owner}; peer memory cannot be captured",
@@ -506,6 +567,68 @@ impl MemoryEngine {
                         )
                     });
                 }
+                continue;
+            }
+            let k = vars.partition_point(|&(s, _)| s <= word);
+            if k > 0 && word < vars[k - 1].1 {
+                // A module variable: covered (or skipped as constant) by the enumeration.
+                continue;
+            }
+            let info = match self.shared.device.query_pointer(word) {
+                Ok(None) => continue,
+                Ok(Some(info)) => info,
+                Err(e) => {
+                    uncapturable.get_or_insert_with(|| {
+                        format!(
+                            "argument at offset {offset} ({word:#x}) is unknown to the tracker and the runtime could not describe it: {e}"
+                        )
+                    });
+                    continue;
+                }
+            };
+            let inside = info.base <= word && word < info.base.saturating_add(info.size);
+            let peer = info.owner.is_some_and(|o| o != agent)
+                && !info
+                    .class
+                    .intersects(MemoryClass::PINNED_HOST | MemoryClass::MANAGED);
+            let why = match classify(info.class) {
+                _ if !inside => Some(format!(
+                    "the runtime described it as {:#x}+{}, which does not contain it",
+                    info.base, info.size
+                )),
+                Treatment::Excluded => None,
+                _ if peer => Some(format!(
+                    "it is {:?} memory {:#x}+{} of agent {}; peer memory cannot be captured",
+                    info.class,
+                    info.base,
+                    info.size,
+                    info.owner.map_or(agent, |o| o)
+                )),
+                Treatment::CapturableUntracked => {
+                    out.push(RegionRef {
+                        base: info.base,
+                        size: info.size,
+                        generation: RUNTIME_GENERATION,
+                        class: info.class,
+                    });
+                    None
+                }
+                Treatment::Captured => Some(format!(
+                    "it is {:?} memory {:#x}+{} whose allocation the tracker never saw, so its free would not be seen either",
+                    info.class, info.base, info.size
+                )),
+                Treatment::Uncapturable | Treatment::VirtualMapping => Some(format!(
+                    "it is {:?} memory {:#x}+{} that no snapshot can cover",
+                    info.class, info.base, info.size
+                )),
+            };
+            if let Some(why) = why {
+                count(&mut counted, info.base, info.size, info.class, untracked);
+                uncapturable.get_or_insert_with(|| {
+                    format!(
+                        "argument at offset {offset} ({word:#x}) points into untracked memory: {why}"
+                    )
+                });
             }
         }
         out
@@ -569,17 +692,53 @@ impl Snapshotter for MemoryEngine {
             scope,
             ..SnapshotPlan::default()
         };
+
+        // Module variables first: an argument into one is covered by the enumeration, not
+        // asked of the runtime.
+        let vars = match self.shared.modules.enumerate(agent) {
+            Err(why) => {
+                plan.uncapturable.get_or_insert_with(|| {
+                    format!("module variables of agent {agent} could not be enumerated: {why}")
+                });
+                Vec::new()
+            }
+            Ok(mut vars) => {
+                vars.sort_by_key(|v| v.base);
+                vars
+            }
+        };
+        let var_ranges: Vec<(u64, u64)> = vars
+            .iter()
+            .map(|v| (v.base, v.base.saturating_add(v.size)))
+            .collect();
+
+        // Under every scope, the capturable memory the arguments reach is captured, and
+        // memory they reach that nothing can capture declines (SPEC §7.1).
+        let mut untracked = UntrackedSummary::default();
+        let reach = self.argument_reach(
+            dispatch,
+            &var_ranges,
+            &mut plan.uncapturable,
+            &mut untracked,
+        );
         let mut regions: SmallVec<[RegionRef; 8]> = match scope {
-            Scope::All => all
-                .iter()
-                .filter(|r| classify(r.class) == Treatment::Captured)
-                .copied()
-                .collect(),
-            Scope::Arguments => self.argument_regions(dispatch, &mut plan.uncapturable),
+            Scope::All => {
+                let mut v: SmallVec<[RegionRef; 8]> = all
+                    .iter()
+                    .filter(|r| classify(r.class) == Treatment::Captured)
+                    .copied()
+                    .collect();
+                v.extend(
+                    reach
+                        .into_iter()
+                        .filter(|r| classify(r.class) != Treatment::Captured),
+                );
+                v
+            }
+            Scope::Arguments => reach,
         };
         regions.retain(|r| r.size > 0);
 
-        let mut untracked = UntrackedSummary::default();
         for r in &all {
             match classify(r.class) {
                 Treatment::Captured => plan.tracked_bytes += r.size,
@@ -602,34 +761,24 @@ impl Snapshotter for MemoryEngine {
         plan.untracked = untracked;
 
         // Module variables: what the scope does not already cover, each part once.
-        match self.modules.enumerate(agent) {
-            Err(why) => {
-                plan.uncapturable.get_or_insert_with(|| {
-                    format!("module variables of agent {agent} could not be enumerated: {why}")
-                });
+        let mut covered: Vec<(u64, u64)> = regions
+            .iter()
+            .map(|r| (r.base, r.base.saturating_add(r.size)))
+            .collect();
+        for v in vars {
+            if v.read_only || v.size == 0 || is_bookkeeping(&v) {
+                continue;
             }
-            Ok(mut vars) => {
-                vars.sort_by_key(|v| v.base);
-                let mut covered: Vec<(u64, u64)> = regions
-                    .iter()
-                    .map(|r| (r.base, r.base.saturating_add(r.size)))
-                    .collect();
-                for v in vars {
-                    if v.read_only || v.size == 0 || is_bookkeeping(&v) {
-                        continue;
-                    }
-                    covered.sort_unstable();
-                    let parts = uncovered(v.base, v.size, &covered);
-                    for (base, size) in parts {
-                        covered.push((base, base + size));
-                        regions.push(RegionRef {
-                            base,
-                            size,
-                            generation: MODULE_GENERATION,
-                            class: MemoryClass::MODULE_VARIABLE,
-                        });
-                    }
-                }
+            covered.sort_unstable();
+            let parts = uncovered(v.base, v.size, &covered);
+            for (base, size) in parts {
+                covered.push((base, base + size));
+                regions.push(RegionRef {
+                    base,
+                    size,
+                    generation: MODULE_GENERATION,
+                    class: MemoryClass::MODULE_VARIABLE,
+                });
             }
         }
         regions.sort_by_key(|r| r.base);
@@ -649,12 +798,50 @@ impl Snapshotter for MemoryEngine {
         let start = wait.clock.now();
         let fail = |message: String| SnapshotError { message };
 
+        // Memory outside the scope that the scope check watches (SPEC §7.2): under every
+        // scope, every tracked region of a captured or capturable class that is not captured,
+        // so a write through a pointer stored in device memory into fine-grained, managed or
+        // pinned memory is seen like one into coarse memory.
+        let mut watched: Vec<Watched> = sh
+            .tracker
+            .regions(sh.agent)
+            .into_iter()
+            .filter(|r| {
+                r.size > 0
+                    && matches!(
+                        classify(r.class),
+                        Treatment::Captured | Treatment::CapturableUntracked
+                    )
+                    && !plan
+                        .regions
+                        .iter()
+                        .any(|l| l.base == r.base && l.generation == r.generation)
+            })
+            .map(|region| Watched {
+                region,
+                digests: Vec::new(),
+            })
+            .collect();
+
+        // Frees and unloads of this memory wait until the copies and digests below are done;
+        // taken before the liveness re-check so that its answer stays true meanwhile.
+        let hold = sh.hold(plan.regions.iter().chain(watched.iter().map(|w| &w.region)));
+        watched.retain(|w| sh.is_live(&w.region, None));
+
         // Liveness re-check: the plan may be stale.
         let mut stats = CaptureStats::default();
         let mut live: Vec<RegionRef> = Vec::with_capacity(plan.regions.len());
+        let mut loads: Vec<Option<u64>> = Vec::with_capacity(plan.regions.len());
         for r in &plan.regions {
-            if sh.is_live(r) {
+            let load = if r.generation == MODULE_GENERATION {
+                sh.modules.load_generation(sh.agent, r.base)
+            } else {
+                None
+            };
+            let unloaded = r.generation == MODULE_GENERATION && load.is_none();
+            if !unloaded && sh.is_live(r, load) {
                 live.push(*r);
+                loads.push(load);
             } else {
                 log::warn!(
                     "[kernel-replay] agent {}: region {:#x}+{} was freed or reallocated since planning; not captured",
@@ -764,9 +951,13 @@ impl Snapshotter for MemoryEngine {
             }
             regions.push(CapturedRegion {
                 region: *r,
+                load: None,
                 pieces,
                 digests: Vec::new(),
             });
+        }
+        for (c, load) in regions.iter_mut().zip(&loads) {
+            c.load = *load;
         }
         let blocks: Vec<Block> = cursors.into_iter().flat_map(|c| c.blocks).collect();
 
@@ -793,22 +984,12 @@ impl Snapshotter for MemoryEngine {
                 counts.push(chunk_ops(c.region.base, c.region.size, chunk, &mut dops));
             }
         }
-        let mut watched: Vec<Watched> = Vec::new();
-        if plan.scope == Scope::Arguments {
-            for r in sh.tracker.regions(sh.agent) {
-                let inside = live
-                    .iter()
-                    .any(|l| l.base == r.base && l.generation == r.generation);
-                if !inside && r.size > 0 && classify(r.class) == Treatment::Captured {
-                    counts.push(chunk_ops(r.base, r.size, chunk, &mut dops));
-                    watched.push(Watched {
-                        region: r,
-                        digests: Vec::new(),
-                    });
-                }
-            }
+        for w in &watched {
+            counts.push(chunk_ops(w.region.base, w.region.size, chunk, &mut dops));
         }
-        match sh.digest_batch(&dops, wait) {
+        let digested = sh.digest_batch(&dops, wait);
+        drop(hold);
+        match digested {
             Ok(digests) => {
                 let mut it = digests.into_iter();
                 let mut n = counts.into_iter();
@@ -884,45 +1065,52 @@ impl EngineSnapshot {
         let sh = &*self.shared;
         let mut live: Vec<usize> = Vec::with_capacity(self.regions.len());
         for (i, c) in self.regions.iter().enumerate() {
-            if sh.is_live(&c.region) {
+            if sh.is_live(&c.region, c.load) {
                 live.push(i);
             } else {
                 log::warn!(
-                    "[kernel-replay] agent {}: region {:#x}+{} was freed, shrunk or reallocated since capture; not restored",
+                    "[kernel-replay] agent {}: region {:#x}+{} was freed, shrunk, reallocated or unloaded since capture; not restored",
                     sh.agent,
                     c.region.base,
                     c.region.size
                 );
             }
         }
+        let full = |live: Vec<usize>| {
+            let mut out = Vec::with_capacity(live.len());
+            for i in live {
+                let c: &CapturedRegion = &self.regions[i];
+                let mut ops = Vec::with_capacity(c.pieces.len());
+                c.restore_ops(0, c.region.size, &mut ops);
+                out.push((i, ops));
+            }
+            out
+        };
         let mut out = Vec::with_capacity(live.len());
         match self.mode {
-            RestoreMode::Full => {
-                for i in live {
-                    let c = &self.regions[i];
-                    let mut ops = Vec::with_capacity(c.pieces.len());
-                    c.restore_ops(0, c.region.size, &mut ops);
-                    out.push((i, ops));
-                }
-            }
+            RestoreMode::Full => out = full(live),
             RestoreMode::Dirty => {
                 let mut dops = Vec::new();
+                let mut compared = 0;
                 for &i in &live {
                     let r = &self.regions[i].region;
                     chunk_ops(r.base, r.size, self.chunk, &mut dops);
-                    stats.compared_bytes += r.size;
+                    compared += r.size;
                 }
-                let now = sh.digest_batch(&dops, wait).map_err(|e| {
-                    let first = live.first().map(|&i| self.regions[i].region);
-                    RestoreError {
-                        base: first.map_or(0, |r| r.base),
-                        size: first.map_or(0, |r| r.size),
-                        message: format!(
-                            "digests of {} regions before restore failed: {e}",
+                let now = match sh.digest_batch(&dops, wait) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        // The digests only read: memory is as the pass left it, and writing
+                        // every captured byte back repairs it as well as `dirty` would.
+                        log::warn!(
+                            "[kernel-replay] agent {}: digests of {} regions before a dirty restore failed ({e}); restoring them in full",
+                            sh.agent,
                             live.len()
-                        ),
+                        );
+                        return Ok(full(live));
                     }
-                })?;
+                };
+                stats.compared_bytes += compared;
                 let mut now = now.into_iter();
                 for i in live {
                     let c = &self.regions[i];
@@ -955,11 +1143,12 @@ impl Snapshot for EngineSnapshot {
             return Ok(ScopeCheck::Clean);
         }
         let sh = &*self.shared;
+        let _hold = sh.hold(self.watched.iter().map(|w| &w.region));
         let mut dops = Vec::new();
         let mut checked: Vec<&Watched> = Vec::new();
         for w in &self.watched {
             // A region freed meanwhile cannot be compared; its bytes are no one's any more.
-            if sh.tracker.is_live(sh.agent, &w.region) {
+            if sh.is_live(&w.region, None) {
                 chunk_ops(w.region.base, w.region.size, self.chunk, &mut dops);
                 checked.push(w);
             }
@@ -992,6 +1181,10 @@ impl Snapshot for EngineSnapshot {
         let sh = Arc::clone(&self.shared);
         let start = wait.clock.now();
         let mut stats = RestoreStats::default();
+        // Frees and unloads of captured memory wait until the copies are done, and the
+        // liveness re-check in `restore_plan` runs under the same hold: check and copy are one
+        // step (SPEC §7.1).
+        let _hold = sh.hold(self.regions.iter().map(|c| &c.region));
         let per_region = self.restore_plan(wait, &mut stats)?;
         let all: Vec<CopyOp> = per_region
             .iter()

@@ -7,7 +7,8 @@
 //!
 //! - [`tracker`] (§7.1): the per-agent inventory with generations that are never reused. A free
 //!   is recorded *before* the backend releases the memory, so every later liveness check fails
-//!   and no restore writes into released memory.
+//!   and no restore writes into released memory; a free (or an unload) of memory a capture,
+//!   restore or scope check is copying waits, bounded, until it is done ([`tracker::MemoryHold`]).
 //! - [`mod@classify`] (§7.1 table): the treatment of each [`replay_core::MemoryClass`].
 //! - [`modules`] (§7.1): module-scope variables, enumerated per agent at snapshot time.
 //! - [`engine`] (§7.2–§7.4): scopes `all` and `arguments`, placement across the device,
@@ -48,39 +49,63 @@
 //!   still write its backing memory; those blocks are neither freed nor reused (counted by
 //!   [`MemoryEngine::quarantined_bytes`]), like an abandoned drain's barrier signal upstream.
 //!   Other failures (out of memory, a refused or failed copy) return every block to the pool.
-//! - **Liveness.** Capture and every restore re-check each region against the tracker
-//!   (base, size and generation): a region freed, shrunk or reallocated meanwhile is skipped
-//!   with a warning, never written. Module variables carry generation 0 and are not re-checked:
-//!   they live as long as their code object, which the runtime does not unload while its
-//!   kernel is in flight.
+//! - **Liveness.** Capture and every restore re-check each region (base, size and generation
+//!   against the tracker; a module variable's code-object load against
+//!   [`ModuleVariables::load_generation`]; memory only the runtime knows against a new
+//!   [`replay_core::DeviceMemory::query_pointer`]): a region freed, shrunk, reallocated or
+//!   unloaded meanwhile is skipped with a warning, never written. The check and the copies are
+//!   one step: they run under a hold on the tracker, and a free or an unload overlapping it
+//!   waits (bounded) for the hold to end. Backends must report frees through
+//!   [`Tracker::record_free`] and unloads through [`Tracker::release_with`] for that; memory
+//!   only the runtime knows is freed without the library hearing of it, so for it the re-check
+//!   narrows the race but cannot close it.
 //! - **Restore failures.** A failed restore batch is retried region by region (rewriting
 //!   snapshot bytes is idempotent); that names the failing region in the
 //!   [`replay_core::RestoreError`] and rides over a transient failure. A stuck fence names the
-//!   first region of the batch.
+//!   first region of the batch. A `dirty` restore whose digest batch fails (digests only read,
+//!   so memory is as the pass left it) restores every captured byte instead, with a warning;
+//!   only a failure of that restore is fatal.
 //! - **Untracked summary.** Capturable-untracked memory outside the scope and uncapturable
 //!   memory (IPC, peer mappings, undescribed classes) count in `untracked.bytes/regions`:
 //!   a kernel may write them and nothing restores them. Virtual-memory mappings count in
 //!   `vmem_bytes/vmem_regions`.
-//! - **Scope `arguments`.** Every non-zero 8-byte word of the argument block (hidden arguments
-//!   included) that points anywhere inside an allocation of the agent adds it when it is
-//!   captured or capturable-untracked (fine-grained, managed, pinned host); one that points into
-//!   IPC, virtual-mapping or another agent's memory sets `uncapturable`. A word that happens to
-//!   look like an address only makes the snapshot larger (or declines, for peer memory): it
-//!   never makes it smaller. Tracked regions outside the scope are digested before the first
-//!   pass and compared after every pass (`check_scope`).
+//! - **What arguments reach, under every scope.** Every non-zero 8-byte word of the argument
+//!   block (hidden arguments included) that points anywhere inside an allocation of the agent
+//!   adds it when it is captured or capturable-untracked (fine-grained, managed, pinned host):
+//!   scope `arguments` is exactly those regions (plus module variables), scope `all` is every
+//!   coarse region plus the capturable ones reached. A word into IPC, virtual-mapping or
+//!   another agent's memory sets `uncapturable` (declines `untracked_memory`).
+//! - **Memory the tracker never saw.** A word the tracker does not know, and that no module
+//!   variable holds, is asked of the runtime ([`replay_core::DeviceMemory::query_pointer`]).
+//!   Fine-grained, managed or pinned memory it describes is captured like tracked memory of
+//!   those classes. Coarse device memory it describes declines: the library would not hear of
+//!   its free, so a restore could write it after the application released it (deciding that
+//!   it stays allocated for the window is not possible). IPC, peer, virtual-memory and
+//!   undescribed memory declines too, and so does a failed query; each declined allocation is
+//!   counted in `untracked.bytes/regions`. `Ok(None)` (not reachable: pageable host memory or
+//!   a scalar) is skipped. A word that happens to look like an address only makes the
+//!   snapshot larger (or declines): it never makes it smaller.
+//! - **Scope check.** Under every scope, tracked coarse, fine-grained, managed and pinned
+//!   regions outside the snapshot are digested before the first pass and compared after every
+//!   pass (`check_scope`), so a write through a pointer stored in device memory into them
+//!   truncates `write_outside_scope` instead of applying once per pass. Under `all` only
+//!   capturable regions no argument reached are watched; every coarse region is captured.
 //! - **Module variables.** Read-only ones and the one-byte `__hip_cuid_*` markers are skipped;
 //!   a variable (or the part of one) already covered by a captured region or an earlier
 //!   variable is not captured twice; large ones go through the tiers like any region. An
 //!   enumeration error sets `uncapturable`.
-//! - **Digests** ([`replay_core::digest`]): keyed per run (process id and time), 128-bit;
-//!   a collision (about 2^-128 per comparison) would let `dirty` skip one changed chunk or the
-//!   scope check miss one write outside the scope.
+//! - **Digests** ([`replay_core::digest`]): 128-bit, keyed per engine with four independent
+//!   words from the OS's random source; about 2^-127 collision probability per comparison. A
+//!   collision would let `dirty` skip one changed chunk or the scope check miss one write
+//!   outside the scope; either changes the next pass's inputs, and when that is the last pass,
+//!   the application's final memory: digests do decide it, with that probability.
 //!
 //! ## What no scope can see
 //!
 //! Neither `all` nor `arguments` covers memory nobody tracks: host memory reached through
 //! pointers stored on the device, device-side heaps (`malloc` in kernels), textures and surfaces
-//! reached through handles, and any allocation the backend's wrappers did not see. Writes by
+//! reached through handles, and allocations the backend's wrappers did not see that no argument
+//! points into (an argument into one is asked of the runtime, above). Writes by
 //! other agents or by host threads while the window is open are not undone either. Atomics
 //! (counters, queues in device memory that is not captured) and output streams (`printf`)
 //! act once per pass. A kernel that depends on such state sees it change between passes; its

@@ -22,6 +22,21 @@ pub trait ModuleVariables: Send + Sync {
     /// The variables of every code object loaded on `agent` now; `Err(why)` when the
     /// enumeration is incomplete (the snapshot then declines `untracked_memory`).
     fn enumerate(&self, agent: AgentId) -> Result<Vec<ModuleVariable>, String>;
+
+    /// Identifies the load of the code object whose variable holds `addr` on `agent`: a value
+    /// that is never reused, so a variable of a code object unloaded since (and of one loaded
+    /// at the same address afterwards) is recognised; `None` when no loaded code object holds
+    /// `addr`. The memory layer asks at capture and again under its hold before every restore:
+    /// a variable whose answer changed is skipped with a warning, never written. Unloads must
+    /// remove the code object from this answer inside [`crate::Tracker::release_with`], so an
+    /// unload waits for a restore in flight.
+    ///
+    /// The default answers `Some(0)` for every address: a backend that cannot tell (or never
+    /// unloads) keeps the old rule that variables live as long as their code object.
+    fn load_generation(&self, agent: AgentId, addr: u64) -> Option<u64> {
+        let _ = (agent, addr);
+        Some(0)
+    }
 }
 
 /// No code objects, no variables (backends without module variables, tests).

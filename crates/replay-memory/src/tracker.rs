@@ -8,12 +8,27 @@
 //! Regions of one agent never overlap in the inventory: an allocation reported over a range
 //! that still holds live entries evicts them with a warning (a free the backend did not see),
 //! because the new allocation is what the memory is now.
+//!
+//! **Holds** make a restore's liveness check and its copy one step (SPEC §7.1). The memory
+//! engine takes a [`MemoryHold`] over the ranges it is about to read or write *before* it
+//! re-checks their liveness, and drops it once its copies' fence completed. A free
+//! ([`Tracker::record_free`]) or a code-object unload ([`Tracker::release_with`]) of memory
+//! that overlaps a hold waits until the hold is dropped, and it removes the memory while new
+//! holds are kept out, so either the free comes first and the liveness check fails, or the
+//! restore comes first and the free waits for its copies. The wait is bounded: the holder's
+//! own waits are bounded by the policy, and [`Tracker::set_release_wait_cap`] (default
+//! [`DEFAULT_RELEASE_WAIT_CAP`] of wall time) guards against a holder that never returns; past
+//! it the free proceeds with an error logged.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use parking_lot::{Condvar, Mutex, RwLock};
 use replay_core::{AgentId, MemoryClass, RegionRef};
+
+/// How long a free or an unload waits at most, in wall time, for holds over its memory.
+pub const DEFAULT_RELEASE_WAIT_CAP: Duration = Duration::from_secs(300);
 
 /// Process-wide: generations stay unique even across several trackers (tests, embedders).
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -75,16 +90,141 @@ impl Inventory {
     }
 }
 
-/// The per-process allocation inventory (SPEC §7.1). `Send + Sync`; lookups take a read lock.
+/// One hold: its id, the agent, and the held ranges as (start, end).
+type Held = (u64, AgentId, Vec<(u64, u64)>);
+
+/// Ranges the memory engine reads or writes now, and the frees waiting for them.
 #[derive(Debug, Default)]
+struct Holds {
+    next: u64,
+    active: Vec<Held>,
+    /// Frees and unloads waiting for a hold now.
+    waiting: usize,
+}
+
+impl Holds {
+    fn overlaps(&self, agent: AgentId, ranges: &[(u64, u64)]) -> bool {
+        self.active.iter().any(|(_, a, held)| {
+            *a == agent
+                && held
+                    .iter()
+                    .any(|&(s, e)| ranges.iter().any(|&(rs, re)| rs < e && s < re))
+        })
+    }
+}
+
+/// The per-process allocation inventory (SPEC §7.1). `Send + Sync`; lookups take a read lock.
+#[derive(Debug)]
 pub struct Tracker {
     agents: RwLock<BTreeMap<AgentId, Inventory>>,
+    holds: Mutex<Holds>,
+    released: Condvar,
+    wait_cap: Mutex<Duration>,
+}
+
+impl Default for Tracker {
+    fn default() -> Self {
+        Self {
+            agents: RwLock::default(),
+            holds: Mutex::default(),
+            released: Condvar::new(),
+            wait_cap: Mutex::new(DEFAULT_RELEASE_WAIT_CAP),
+        }
+    }
+}
+
+/// Memory the engine reads or writes now: frees and unloads overlapping it wait until it is
+/// dropped (see the module docs).
+#[derive(Debug)]
+#[must_use = "the hold ends when dropped"]
+pub struct MemoryHold<'a> {
+    tracker: &'a Tracker,
+    id: u64,
+}
+
+impl Drop for MemoryHold<'_> {
+    fn drop(&mut self) {
+        let mut h = self.tracker.holds.lock();
+        h.active.retain(|(id, _, _)| *id != self.id);
+        drop(h);
+        self.tracker.released.notify_all();
+    }
 }
 
 impl Tracker {
     /// An empty inventory.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Holds `ranges` (base, size) of `agent`'s memory until the returned guard is dropped:
+    /// a free or an unload overlapping them waits. Take it *before* re-checking liveness.
+    pub fn hold(&self, agent: AgentId, ranges: &[(u64, u64)]) -> MemoryHold<'_> {
+        let ranges = ranges
+            .iter()
+            .filter(|(_, size)| *size > 0)
+            .map(|&(b, s)| (b, end(b, s)))
+            .collect();
+        let mut h = self.holds.lock();
+        let id = h.next;
+        h.next += 1;
+        h.active.push((id, agent, ranges));
+        MemoryHold { tracker: self, id }
+    }
+
+    /// Frees and unloads waiting for a hold now (tests, diagnostics).
+    pub fn waiting_releases(&self) -> usize {
+        self.holds.lock().waiting
+    }
+
+    /// The longest a free or an unload waits for a hold, in wall time.
+    pub fn set_release_wait_cap(&self, cap: Duration) {
+        *self.wait_cap.lock() = cap;
+    }
+
+    /// Waits until no hold of `agent` overlaps `ranges` (bounded), then runs `release` while
+    /// new holds are kept out, and returns its result. For releases of memory the tracker does
+    /// not inventory, such as a code object's variables on unload: `release` makes the memory
+    /// unknown to whatever liveness check covers it (the loader's table), so a restore either
+    /// finished its copies before, or sees the memory gone after.
+    pub fn release_with<R>(
+        &self,
+        agent: AgentId,
+        ranges: &[(u64, u64)],
+        release: impl FnOnce() -> R,
+    ) -> R {
+        let ranges: Vec<(u64, u64)> = ranges
+            .iter()
+            .filter(|(_, size)| *size > 0)
+            .map(|&(b, s)| (b, end(b, s)))
+            .collect();
+        let mut h = self.holds.lock();
+        self.wait_for_holds(&mut h, agent, &ranges);
+        release()
+    }
+
+    /// Blocks on the hold lock until no hold overlaps, or the cap passed (logged).
+    fn wait_for_holds(
+        &self,
+        h: &mut parking_lot::MutexGuard<'_, Holds>,
+        agent: AgentId,
+        ranges: &[(u64, u64)],
+    ) {
+        if !h.overlaps(agent, ranges) {
+            return;
+        }
+        let cap = *self.wait_cap.lock();
+        let deadline = Instant::now() + cap;
+        h.waiting += 1;
+        while h.overlaps(agent, ranges) {
+            if self.released.wait_until(h, deadline).timed_out() && h.overlaps(agent, ranges) {
+                log::error!(
+                    "[kernel-replay] agent {agent}: a free of memory a restore is writing waited {cap:?} for it; releasing the memory anyway"
+                );
+                break;
+            }
+        }
+        h.waiting -= 1;
     }
 
     /// Records an allocation the backend reported; returns its generation (never reused,
@@ -117,8 +257,14 @@ impl Tracker {
     }
 
     /// Records a free *before* the backend releases the memory (so no restore writes into
-    /// released memory); returns the region if it was known.
+    /// released memory); returns the region if it was known. When a restore or capture holds
+    /// the region ([`Tracker::hold`]), waits (bounded) until it is done.
     pub fn record_free(&self, agent: AgentId, base: u64) -> Option<RegionRef> {
+        let mut holds = self.holds.lock();
+        let size = self.agents.read().get(&agent)?.live.get(&base)?.size;
+        self.wait_for_holds(&mut holds, agent, &[(base, end(base, size))]);
+        // Still under the hold lock: no restore can take a hold and pass its liveness check
+        // between the wait and the removal.
         let mut agents = self.agents.write();
         let inv = agents.get_mut(&agent)?;
         let e = inv.live.remove(&base)?;
@@ -297,6 +443,69 @@ mod tests {
         // Other agents are unaffected.
         t.record_alloc(B, 0x5000, 0x100, C);
         assert_eq!(t.lookup(B, 0x5000).unwrap().class, C);
+    }
+
+    /// Waits (bounded, wall time, only as a guard) until `cond` holds.
+    fn eventually(cond: impl Fn() -> bool) {
+        for _ in 0..10_000 {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("condition not reached");
+    }
+
+    #[test]
+    fn a_free_waits_for_a_hold_over_its_region() {
+        // Issue 11 item 7: a free on another thread could release memory between a restore's
+        // liveness check and its copy.
+        let t = std::sync::Arc::new(Tracker::new());
+        t.record_alloc(A, 0x1000, 0x100, C);
+        t.record_alloc(A, 0x2000, 0x100, C);
+        let r = t.lookup(A, 0x1000).unwrap();
+        let hold = t.hold(A, &[(0x1000, 0x100)]);
+        // Other memory, and the same range of another agent, are not held.
+        assert!(t.record_free(A, 0x2000).is_some());
+        t.record_alloc(B, 0x1000, 0x100, C);
+        assert!(t.record_free(B, 0x1000).is_some());
+        let t2 = std::sync::Arc::clone(&t);
+        let freer = std::thread::spawn(move || t2.record_free(A, 0x1000));
+        eventually(|| t.waiting_releases() == 1);
+        assert!(t.is_live(A, &r), "still live while the hold lasts");
+        drop(hold);
+        assert_eq!(freer.join().unwrap(), Some(r));
+        assert!(!t.is_live(A, &r));
+        assert_eq!(t.waiting_releases(), 0);
+    }
+
+    #[test]
+    fn a_release_waits_for_a_hold_and_runs_with_new_holds_kept_out() {
+        let t = std::sync::Arc::new(Tracker::new());
+        let hold = t.hold(A, &[(0x7000, 0x80)]);
+        // Not overlapping: runs at once.
+        assert_eq!(t.release_with(A, &[(0x7080, 0x10)], || 1), 1);
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (t2, d2) = (std::sync::Arc::clone(&t), std::sync::Arc::clone(&done));
+        let unload = std::thread::spawn(move || {
+            t2.release_with(A, &[(0x7040, 0x10)], || {
+                d2.store(true, Ordering::SeqCst);
+            })
+        });
+        eventually(|| t.waiting_releases() == 1);
+        assert!(!done.load(Ordering::SeqCst), "waits for the hold");
+        drop(hold);
+        unload.join().unwrap();
+        assert!(done.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_free_past_the_wait_cap_proceeds() {
+        let t = Tracker::new();
+        t.set_release_wait_cap(Duration::from_millis(1));
+        t.record_alloc(A, 0x1000, 0x100, C);
+        let _hold = t.hold(A, &[(0x1000, 0x100)]);
+        assert!(t.record_free(A, 0x1000).is_some());
     }
 
     #[test]

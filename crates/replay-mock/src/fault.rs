@@ -63,7 +63,7 @@ pub enum Fault {
     /// the window aborts the process (SPEC §6) — test that in a child process.
     RestoreFail,
     /// The next digest batch fails (scope check → truncated `scope_check_failed`; a `dirty`
-    /// restore → abort).
+    /// restore → a full restore of every captured byte instead).
     DigestFail,
     /// The module-variable enumeration of the agent is incomplete (`enumerate` answers `Err`).
     /// → declined `untracked_memory`.

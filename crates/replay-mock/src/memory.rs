@@ -11,6 +11,12 @@
 //! backing allocations (never reported to the tracker), and batched copies and digests that
 //! run asynchronously on the agent's copy engine behind fences. Digests are
 //! [`replay_core::digest::digest`] of each operation's bytes.
+//!
+//! [`SimMemory::query_pointer`] answers like `hsa_amd_pointer_info` / `cuPointerGetAttribute`
+//! for any address the simulated GPU allocated, reported to the tracker or not
+//! ([`crate::SimRuntime::alloc_untracked`] models allocations made behind the tracker's back),
+//! and [`SimMemory::on_next_restore`] lets a test act on another thread while a restore is in
+//! flight (a free racing it, SPEC §7.1).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +25,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use replay_core::{
     AgentId, BackendError, BackendErrorKind, BackingId, Clock, CopyOp, DeviceMemory, Digest128,
-    DigestKey, DigestOp, Fence, MemLoc, MemoryClass, Tier, TierInfo,
+    DigestKey, DigestOp, Fence, MemLoc, MemoryClass, PointerInfo, Tier, TierInfo,
 };
 
 use crate::error::SimError;
@@ -162,6 +168,15 @@ pub struct AllocInfo {
     pub pool: Pool,
 }
 
+/// A test's action run on the copy engine when the next restore batch starts.
+pub(crate) struct RestoreHook(Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for RestoreHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RestoreHook")
+    }
+}
+
 /// One agent's memory: allocations by base and per-pool usage.
 #[derive(Debug)]
 pub(crate) struct Heap {
@@ -171,6 +186,7 @@ pub(crate) struct Heap {
     caps: [u64; 3],
     used: Mutex<[u64; 3]>,
     allocs: RwLock<BTreeMap<u64, Arc<Allocation>>>,
+    restore_hook: Mutex<Option<RestoreHook>>,
 }
 
 fn round_up(v: u64, a: u64) -> u64 {
@@ -186,6 +202,7 @@ impl Heap {
             caps,
             used: Mutex::new([0; 3]),
             allocs: RwLock::new(BTreeMap::new()),
+            restore_hook: Mutex::new(None),
         }
     }
 
@@ -455,6 +472,12 @@ impl GpuShared {
 
     /// A batch of the memory layer's copies, on the copy engine.
     pub(crate) fn run_copies(&self, agent: &AgentShared, ops: &[CopyOp]) -> Result<(), String> {
+        if direction(ops) == CopyDirection::Restore {
+            let hook = agent.heap.restore_hook.lock().take();
+            if let Some(RestoreHook(f)) = hook {
+                f();
+            }
+        }
         let mut secs = 0.0;
         for (i, op) in ops.iter().enumerate() {
             // In bounded slices: a whole-region staging buffer would cost a fresh allocation
@@ -577,6 +600,14 @@ impl SimMemory {
     /// Number of live backing allocations.
     pub fn backing_count(&self) -> usize {
         self.agent.backings.lock().len()
+    }
+
+    /// Runs `f` on the agent's copy engine when the next restore batch (backing → device
+    /// copies) starts executing, before it writes a byte; the window is then waiting for that
+    /// batch's fence. For tests that race a free or an unload against a restore in flight.
+    /// Replaces a hook not run yet.
+    pub fn on_next_restore(&self, f: impl FnOnce() + Send + 'static) {
+        *self.agent.heap.restore_hook.lock() = Some(RestoreHook(Box::new(f)));
     }
 
     fn submit_batch(
@@ -880,6 +911,28 @@ impl DeviceMemory for SimMemory {
                 format!("fence {} has not completed", fence.0),
             )),
         }
+    }
+
+    /// The simulated runtime's pointer query: any allocation of any agent that holds `addr`,
+    /// whoever made it (reported to the tracker or not, module variables, the kernarg pool,
+    /// backing memory: as the real runtimes, it knows them all). Host-resident memory
+    /// (pinned, managed) has no owning agent; device memory names its agent.
+    fn query_pointer(&self, addr: u64) -> Result<Option<PointerInfo>, BackendError> {
+        let Some(owner) = agent_of(addr) else {
+            return Ok(None);
+        };
+        let Some(a) = self.gpu.agent_shared(owner).and_then(|o| o.heap.find(addr)) else {
+            return Ok(None);
+        };
+        let host = a
+            .class
+            .intersects(MemoryClass::PINNED_HOST | MemoryClass::MANAGED);
+        Ok(Some(PointerInfo {
+            base: a.base,
+            size: a.size,
+            class: a.class,
+            owner: (!host).then_some(owner),
+        }))
     }
 
     fn abandon_fence(&self, fence: Fence) {

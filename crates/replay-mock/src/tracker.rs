@@ -7,7 +7,9 @@
 //! the memory is released). Module variables are not reported as allocations: like
 //! `__device__` globals they are found by enumerating the loaded code objects at snapshot time.
 //! Their storage is device memory of class `MODULE_VARIABLE` (`| READ_ONLY` for constants,
-//! which kernels cannot store to).
+//! which kernels cannot store to). A code object's handle is never reused, so it is the load
+//! generation the memory layer re-checks before a restore; an unload removes the code object
+//! inside [`replay_memory::Tracker::release_with`], so it waits for a restore in flight.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -240,7 +242,17 @@ impl GpuShared {
 
     pub(crate) fn unload_module(&self, agent: AgentId, code_object: u64) -> Result<(), SimError> {
         let a = self.agent_or_err(agent)?;
-        let removed = {
+        let ranges: Vec<(u64, u64)> = self
+            .modules
+            .loaded
+            .read()
+            .iter()
+            .filter(|m| m.agent == agent && m.code_object == code_object)
+            .flat_map(|m| m.variables.iter().map(|v| (v.base, v.size)))
+            .collect();
+        // SPEC §7.1: an unload of captured variables waits for a restore in flight; once the
+        // code object leaves the table, every later liveness check of its variables fails.
+        let removed = self.tracker.release_with(agent, &ranges, || {
             let mut l = self.modules.loaded.write();
             let i = l
                 .iter()
@@ -250,12 +262,27 @@ impl GpuShared {
                         "code object {code_object} is not loaded on agent {agent}"
                     ))
                 })?;
-            l.remove(i)
-        };
+            Ok::<_, SimError>(l.remove(i))
+        })?;
         for v in removed.variables {
             a.heap.remove(v.base);
         }
         Ok(())
+    }
+
+    /// The code object (its handle is never reused) whose variable holds `addr` on `agent`.
+    fn module_load_of(&self, agent: AgentId, addr: u64) -> Option<u64> {
+        self.modules
+            .loaded
+            .read()
+            .iter()
+            .find(|m| {
+                m.agent == agent
+                    && m.variables
+                        .iter()
+                        .any(|v| v.base <= addr && addr < v.base + v.size.max(1))
+            })
+            .map(|m| m.code_object)
     }
 
     fn enumerate_modules(&self, agent: AgentId) -> Result<Vec<ModuleVariable>, String> {
@@ -289,5 +316,9 @@ impl std::fmt::Debug for SimModuleVariables {
 impl ModuleVariables for SimModuleVariables {
     fn enumerate(&self, agent: AgentId) -> Result<Vec<ModuleVariable>, String> {
         self.gpu.enumerate_modules(agent)
+    }
+
+    fn load_generation(&self, agent: AgentId, addr: u64) -> Option<u64> {
+        self.gpu.module_load_of(agent, addr)
     }
 }

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use replay_core::{
     AgentId, BackendError, BackendErrorKind, BackingId, Clock, CopyOp, DeviceMemory, Digest128,
     DigestKey, DigestOp, Dim3, Dispatch, DispatchId, DispatchInfo, Fence, KernelId, KernelKey,
-    MemLoc, MemoryClass, Origin, QueueId, SubmissionKind, Tier, TierInfo, WaitSpec,
+    MemLoc, MemoryClass, Origin, PointerInfo, QueueId, SubmissionKind, Tier, TierInfo, WaitSpec,
 };
 use replay_memory::Tracker;
 
@@ -66,6 +66,14 @@ pub struct State {
     pub stuck: bool,
     /// Time a batch takes.
     pub latency: Duration,
+    /// The next this many `submit_digests` calls fail.
+    pub fail_next_digests: u32,
+    /// What the runtime says about addresses (`query_pointer`): allocations it knows.
+    pub pointers: Vec<PointerInfo>,
+    /// `query_pointer` fails.
+    pub fail_queries: bool,
+    /// Every address `query_pointer` was asked about.
+    pub queries: Vec<u64>,
     fences: HashMap<u64, PendingFence>,
     next_fence: u64,
     // Counters.
@@ -123,6 +131,24 @@ impl FakeDevice {
             .map(|i| (base.wrapping_add(i * 13) % 241) as u8)
             .collect();
         self.st.lock().mem.insert(base, data);
+    }
+
+    /// Memory the runtime knows and the tracker never heard of (`query_pointer` describes it).
+    pub fn runtime_alloc(&self, base: u64, size: u64, class: MemoryClass, owner: Option<AgentId>) {
+        self.raw_alloc(base, size);
+        self.st.lock().pointers.push(PointerInfo {
+            base,
+            size,
+            class,
+            owner,
+        });
+    }
+
+    /// Memory the runtime knew is released behind the tracker's back.
+    pub fn runtime_free(&self, base: u64) {
+        let mut st = self.st.lock();
+        st.pointers.retain(|p| p.base != base);
+        st.mem.remove(&base);
     }
 
     /// The application frees: recorded first, then released.
@@ -293,6 +319,10 @@ impl DeviceMemory for FakeDevice {
     fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError> {
         let mut st = self.st.lock();
         st.digest_batches += 1;
+        if st.fail_next_digests > 0 {
+            st.fail_next_digests -= 1;
+            return Err(self.err(BackendErrorKind::CopyFailed, "submit digests", "injected"));
+        }
         let mut out = Vec::with_capacity(ops.len());
         for op in ops {
             let data = st
@@ -351,6 +381,19 @@ impl DeviceMemory for FakeDevice {
                     "no digests",
                 )
             })
+    }
+
+    fn query_pointer(&self, addr: u64) -> Result<Option<PointerInfo>, BackendError> {
+        let mut st = self.st.lock();
+        st.queries.push(addr);
+        if st.fail_queries {
+            return Err(self.err(BackendErrorKind::Other, "query pointer", "injected"));
+        }
+        Ok(st
+            .pointers
+            .iter()
+            .find(|p| p.base <= addr && addr < p.base + p.size)
+            .copied())
     }
 
     fn abandon_fence(&self, fence: Fence) {
