@@ -447,8 +447,10 @@ impl SimRuntime {
     }
 
     /// Allocates memory the backend does not see (never reported to the tracker): a
-    /// virtual-memory mapping made through an unwrapped path, a device-side heap. Replay cannot
-    /// restore it.
+    /// virtual-memory mapping made through an unwrapped path, a device-side heap. The runtime
+    /// still knows it ([`SimMemory`]'s `query_pointer`): an argument into it is captured when it
+    /// is fine-grained, managed or pinned, and declines `untracked_memory` otherwise (SPEC
+    /// §7.1); memory no argument points into is not restored.
     pub fn alloc_untracked(
         &self,
         agent: AgentId,
