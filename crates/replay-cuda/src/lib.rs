@@ -84,14 +84,15 @@ pub mod tracker;
 pub use cudarc::driver::{result, sys};
 
 pub use agent::CudaAgent;
+pub use driver::{CaptureStatus, RelaxedCapture};
 pub use driver::{Device, DeviceInfo, Stream, MIN_DRIVER_VERSION};
 pub use error::{CudaError, CudaResult, NvrtcUnavailable, Unavailable};
-pub use launch::{BackendConfig, CudaBackend, LaunchOptions};
-pub use memory::{CudaMemory, TierConfig};
+pub use launch::{BackendConfig, CaptureMode, CudaBackend, LaunchOptions};
+pub use memory::{CudaMemory, PointerAttributes, TierConfig};
 pub use module::{compile_cubin, nvrtc_available, CudaFunction, CudaModule, ModuleRegistry};
 pub use queue::{
-    ArgBlock, CompletionEvent, DevicePtr, GpuTimer, KernelParam, LaunchConfig, ParamSlot, Queue,
-    QueueKind,
+    ArgBlock, CapturedGraph, CompletionEvent, DevicePtr, GpuTimer, KernelParam, LaunchConfig,
+    ParamSlot, Queue, QueueKind,
 };
 pub use tracker::{AllocKind, Allocation, CudaAllocator};
 

@@ -385,6 +385,7 @@ fn module_variables(b: &Bench, scope: Scope) -> Result<Value, String> {
     // SAFETY: kr_hidden_read(u64* out) writes 16 words to `out`, 128 bytes we own.
     unsafe {
         b.backend.launch_plain(
+            b.service,
             &read_fn,
             LaunchConfig::linear(1, 32),
             &b.queue,
@@ -398,7 +399,11 @@ fn module_variables(b: &Bench, scope: Scope) -> Result<Value, String> {
     drop(out);
 
     // SAFETY: kr_globals(u64 k) touches only the module's own globals.
-    unsafe { b.backend.launch_plain(&func, cfg, &b.queue, &args) }.map_err(|e| e.to_string())?;
+    unsafe {
+        b.backend
+            .launch_plain(b.service, &func, cfg, &b.queue, &args)
+    }
+    .map_err(|e| e.to_string())?;
     let reference = snapshot(b)?;
     set(5)?;
     b.set_policy(Bench::policy(scope, RestoreMode::Full))?;
@@ -526,8 +531,11 @@ fn write_outside_scope(b: &Bench) -> Result<Value, String> {
     b.fill(&target, 41)?;
     // SAFETY: kr_indirect(u64* const* holder, u64 n, u64 k) writes n words through holder[0],
     // which points to `target` (n words).
-    unsafe { b.backend.launch_plain(&b.k.indirect, cfg, &b.queue, &args) }
-        .map_err(|e| e.to_string())?;
+    unsafe {
+        b.backend
+            .launch_plain(b.service, &b.k.indirect, cfg, &b.queue, &args)
+    }
+    .map_err(|e| e.to_string())?;
     let reference = b.digests(&[&holder, &target])?;
     b.fill(&target, 41)?;
     b.sync()?;
@@ -870,8 +878,13 @@ fn decline_drain(b: &Bench, which: Drain) -> Result<Value, String> {
                 .arg(DevicePtr(flag.ptr()));
             // SAFETY: kr_spin(u64 ns, u64* flag) writes one word to `flag` (8 bytes we own).
             unsafe {
-                b.backend
-                    .launch_plain(&b.k.spin, LaunchConfig::linear(1, 32), &other, &args)
+                b.backend.launch_plain(
+                    b.service,
+                    &b.k.spin,
+                    LaunchConfig::linear(1, 32),
+                    &other,
+                    &args,
+                )
             }
             .map_err(|e| e.to_string())
         },
