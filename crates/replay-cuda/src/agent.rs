@@ -7,10 +7,14 @@
 //!   of the context); the copy queues the backend knows plus the memory layer's own copy and
 //!   digest streams (copy fence). Streams the application created without registering them
 //!   and that are non-blocking are invisible to the agent drain; in library mode every stream
-//!   the launch API sees is registered.
+//!   the launch API sees is registered. A drain that would record on a capturing stream
+//!   declines instead (see the crate docs, "Stream capture").
 //! - **Passes** are launched on the application's stream with the captured argument block,
 //!   between two timing events; `poll_pass` polls the second and reports the GPU time between
 //!   them. The application's completion is not part of a pass.
+//! - **After the launch.** Once `cuLaunchKernel` accepted a pass (or an ordinary run), any
+//!   failure that follows (the event recorded after it, the caller's completion) is
+//!   `BackendErrorKind::AfterSubmit`: the work may run, so the window never submits again.
 //! - **Completion.** In library mode the caller's completion is the stream order itself: work
 //!   the caller enqueues after `launch` returns runs after the last pass. A caller that wants
 //!   an event passes a [`crate::queue::CompletionEvent`]; `signal_completion` records it once

@@ -25,6 +25,12 @@
 //!   pageable copies complete before their submission returns). Without NVRTC the backend
 //!   falls back to host digests over bytes staged through pinned memory (and stops claiming
 //!   `DEVICE_DIGESTS`).
+//! - **Release.** Driver backing (device and pinned) given back is released later, outside the
+//!   window ([`CudaMemory::release_deferred`]): `cuMemFree` / `cuMemFreeHost` wait for the whole
+//!   device. While a stream capture the backend can see is live, device and pinned backing is
+//!   not allocated either. Pageable backing is released at once.
+//! - **Pointer queries.** [`DeviceMemory::query_pointer`] asks `cuPointerGetAttributes` about an
+//!   address the tracker never saw and gives its SPEC §7.1 class ([`PointerAttributes`]).
 //! - **Ordering.** Nothing here orders against application streams: the window has waited for
 //!   the pass (or drained the device) before it asks for a copy or a digest, and waits for each
 //!   fence before it submits the next pass.
@@ -1527,6 +1533,68 @@ mod tests {
                 assert_eq!(c.dst - 0x7000_0000, c.src - 0x1000);
             }
         }
+    }
+
+    #[test]
+    fn pointer_attributes_give_the_spec_class() {
+        let agent = AgentId(0);
+        let dev = |ordinal| PointerAttributes {
+            memory_type: 2,
+            device_ordinal: ordinal,
+            range: (0x1000, 0x1000),
+            ..Default::default()
+        };
+        let c = |a: PointerAttributes| a.classify(0x1800, agent, 0).map(|i| (i.class, i.owner));
+        assert_eq!(c(PointerAttributes::default()), None, "unknown to CUDA");
+        assert_eq!(c(dev(0)), Some((MemoryClass::DEVICE_COARSE, Some(agent))));
+        assert_eq!(
+            c(dev(1)),
+            Some((MemoryClass::PEER, Some(AgentId(1)))),
+            "another device's memory"
+        );
+        assert_eq!(
+            c(PointerAttributes {
+                is_managed: true,
+                ..dev(0)
+            }),
+            Some((MemoryClass::MANAGED, Some(agent)))
+        );
+        assert_eq!(
+            c(PointerAttributes {
+                memory_type: 1,
+                ..dev(0)
+            }),
+            Some((MemoryClass::PINNED_HOST, None))
+        );
+        for a in [
+            PointerAttributes {
+                mapped: true,
+                ..dev(0)
+            },
+            PointerAttributes {
+                from_pool: true,
+                ..dev(0)
+            },
+        ] {
+            assert_eq!(c(a), Some((MemoryClass::VIRTUAL_MAPPING, Some(agent))));
+        }
+        // The extent: the range, else the mapping, else unknown (size 0).
+        let i = PointerAttributes {
+            mapped: true,
+            range: (0, 0),
+            mapping: (0x1000, 0x4000),
+            ..dev(0)
+        }
+        .classify(0x1800, agent, 0)
+        .unwrap();
+        assert_eq!((i.base, i.size), (0x1000, 0x4000));
+        let i = PointerAttributes {
+            range: (0, 0),
+            ..dev(0)
+        }
+        .classify(0x1800, agent, 0)
+        .unwrap();
+        assert_eq!((i.base, i.size), (0x1800, 0));
     }
 
     #[test]
