@@ -42,7 +42,8 @@ use crate::tracker::CudaAllocator;
 #[derive(Debug, Clone, Default)]
 pub struct LaunchOptions {
     /// Recorded once as the launch's completion (after the last pass, or after the ordinary
-    /// run).
+    /// run). For a launch into a capturing stream the record joins the capture, like any event
+    /// recorded there: query it only after the capture ended.
     pub completion: Option<Arc<CompletionEvent>>,
 }
 

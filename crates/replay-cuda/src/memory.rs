@@ -824,7 +824,9 @@ impl CudaMemory {
         Ok(out)
     }
 
-    /// Copies `bytes` into device memory at `addr` (waits, bounded by `timeout`).
+    /// Copies `bytes` into device memory at `addr` (waits, bounded by `timeout`). Not gated
+    /// (tools and benchmarks outside a window, or tool work inside one): a write that may run
+    /// beside a window goes through [`crate::CudaBackend::copy`].
     pub fn write_device(&self, addr: u64, bytes: &[u8], timeout: Duration) -> CudaResult<()> {
         if bytes.is_empty() {
             return Ok(());

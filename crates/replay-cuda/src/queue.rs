@@ -73,7 +73,9 @@ impl Queue {
         &self.device
     }
 
-    /// Enqueues one copy on the queue (benchmarks measuring copy ceilings, tools).
+    /// Enqueues one copy on the queue (benchmarks measuring copy ceilings, tools outside a
+    /// window). Not gated: a copy that may run while the service is active goes through
+    /// [`crate::CudaBackend::copy`].
     ///
     /// # Safety
     /// Both ends must be valid for `c.len` bytes (device memory, or host memory for the host
