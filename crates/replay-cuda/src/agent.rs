@@ -7,10 +7,14 @@
 //!   of the context); the copy queues the backend knows plus the memory layer's own copy and
 //!   digest streams (copy fence). Streams the application created without registering them
 //!   and that are non-blocking are invisible to the agent drain; in library mode every stream
-//!   the launch API sees is registered.
+//!   the launch API sees is registered. A drain that would record on a capturing stream
+//!   declines instead (see the crate docs, "Stream capture").
 //! - **Passes** are launched on the application's stream with the captured argument block,
 //!   between two timing events; `poll_pass` polls the second and reports the GPU time between
 //!   them. The application's completion is not part of a pass.
+//! - **After the launch.** Once `cuLaunchKernel` accepted a pass (or an ordinary run), any
+//!   failure that follows (the event recorded after it, the caller's completion) is
+//!   `BackendErrorKind::AfterSubmit`: the work may run, so the window never submits again.
 //! - **Completion.** In library mode the caller's completion is the stream order itself: work
 //!   the caller enqueues after `launch` returns runs after the last pass. A caller that wants
 //!   an event passes a [`crate::queue::CompletionEvent`]; `signal_completion` records it once
@@ -160,7 +164,14 @@ impl CudaAgent {
         unsafe { launch_raw(l.func, &l.cfg, l.stream, &l.layout, kernarg) }
     }
 
-    fn streams_for(&self, target: DrainTarget) -> SmallVec<[cudarc::driver::sys::CUstream; 8]> {
+    /// The streams a drain of `target` records events on. A capturing stream among them
+    /// declines the drain: an event recorded there joins the capture instead of marking the
+    /// stream's progress, and querying it invalidates the capture; the work submitted there
+    /// before the capture began cannot be waited for otherwise.
+    fn streams_for(
+        &self,
+        target: DrainTarget,
+    ) -> Result<SmallVec<[cudarc::driver::sys::CUstream; 8]>, BackendError> {
         let mut v: SmallVec<[cudarc::driver::sys::CUstream; 8]> = SmallVec::new();
         match target {
             DrainTarget::Queue(q) => v.push(q.0 as cudarc::driver::sys::CUstream),
@@ -180,7 +191,19 @@ impl CudaAgent {
                 seen.push(s);
             }
         }
-        seen
+        let op = target.as_str();
+        match self.queues.capturing_stream(&seen) {
+            Ok(None) => Ok(seen),
+            Ok(Some(why)) => Err(BackendError::new(
+                BackendErrorKind::Unsupported,
+                self.id,
+                op,
+                format!(
+                    "{why}: its earlier work cannot be waited for without invalidating the capture"
+                ),
+            )),
+            Err(e) => Err(self.err(e, op)),
+        }
     }
 
     /// Live tickets (tests and diagnostics).
@@ -211,7 +234,7 @@ impl Agent for CudaAgent {
         let op = target.as_str();
         self.device.bind().map_err(|e| self.err(e, op))?;
         let mut events = SmallVec::new();
-        for s in self.streams_for(target) {
+        for s in self.streams_for(target)? {
             let e = self.device.event(false).map_err(|e| self.err(e, op))?;
             e.record(s).map_err(|e| self.err(e, op))?;
             events.push(e);
@@ -255,17 +278,27 @@ impl Agent for CudaAgent {
     fn submit_pass(&self, dispatch: &Dispatch, _pass: u32) -> Result<Ticket, BackendError> {
         const OP: &str = "submit pass";
         let l = self.launch_of(dispatch, OP)?;
-        let run = || -> Result<TicketState, CudaError> {
+        let (start, end) = (|| -> Result<(Event, Event), CudaError> {
             self.device.bind()?;
             let start = self.device.event(true)?;
             let end = self.device.event(true)?;
             start.record(l.stream)?;
-            self.launch(&l, &dispatch.kernarg)?;
-            end.record(l.stream)?;
-            Ok(TicketState::Pass { start, end })
-        };
-        let state = run().map_err(|e| self.err(e, OP))?;
-        Ok(self.ticket(state))
+            Ok((start, end))
+        })()
+        .map_err(|e| self.err(e, OP))?;
+        self.launch(&l, &dispatch.kernarg)
+            .map_err(|e| self.err(e, OP))?;
+        // The launch was accepted: the pass may run. Whatever fails from here on must not
+        // lead to another submission (SPEC §6: one execution at most per pass).
+        if let Err(e) = end.record(l.stream) {
+            return Err(BackendError::new(
+                BackendErrorKind::AfterSubmit,
+                self.id,
+                OP,
+                format!("the pass was launched, then: {e}"),
+            ));
+        }
+        Ok(self.ticket(TicketState::Pass { start, end }))
     }
 
     fn poll_pass(
@@ -330,7 +363,15 @@ impl Agent for CudaAgent {
         self.launch(&l, &dispatch.kernarg)
             .map_err(|e| self.err(e, OP))?;
         if let Some(c) = &l.completion {
-            c.event.record(l.stream).map_err(|e| self.err(e, OP))?;
+            // The launch was accepted: a failure here must not lead to another submission.
+            c.event.record(l.stream).map_err(|e| {
+                BackendError::new(
+                    BackendErrorKind::AfterSubmit,
+                    self.id,
+                    OP,
+                    format!("the launch was made, then its completion failed: {e}"),
+                )
+            })?;
         }
         Ok(())
     }

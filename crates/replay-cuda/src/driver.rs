@@ -433,3 +433,87 @@ pub(crate) struct SendPtr(pub *mut c_void);
 unsafe impl Send for SendPtr {}
 // SAFETY: as above.
 unsafe impl Sync for SendPtr {}
+
+/// What `cuStreamIsCapturing` says about a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureStatus {
+    /// Not capturing: work submitted there runs.
+    None,
+    /// Capturing a graph: work submitted there is recorded, not run, and an event recorded
+    /// there must not be queried.
+    Active,
+    /// A capture that was invalidated and not yet ended.
+    Invalidated,
+    /// The legacy default stream while a blocking stream of the context captures: anything
+    /// submitted to the legacy stream would join (and invalidate) that capture.
+    ImplicitLegacy,
+}
+
+impl CaptureStatus {
+    /// Whether submitting to (or recording an event on) the stream would touch a capture.
+    pub fn is_live(self) -> bool {
+        self != Self::None
+    }
+}
+
+/// The capture status of `stream` (null: the legacy default stream). The query itself is
+/// allowed during any capture and never invalidates one.
+pub(crate) fn capture_status(stream: sys::CUstream) -> CudaResult<CaptureStatus> {
+    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: `stream` is a live stream of the current context or null; out pointer to a live
+    // local.
+    let r = unsafe { sys::cuStreamIsCapturing(stream, &mut st) };
+    if r == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT {
+        return Ok(CaptureStatus::ImplicitLegacy);
+    }
+    r.call("cuStreamIsCapturing")?;
+    Ok(match st {
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
+        _ => CaptureStatus::Invalidated,
+    })
+}
+
+/// Puts the calling thread in the relaxed stream-capture mode until dropped, then restores the
+/// mode it had (`cuThreadExchangeStreamCaptureMode`).
+///
+/// In the default (global) mode, a "potentially unsafe" driver call (an allocation, a free, an
+/// event or stream query, a synchronisation) made on any thread while another thread captures
+/// in global mode (PyTorch's default) fails and invalidates that capture. The window's own
+/// driver calls run under this guard, so they never disturb another thread's capture; the
+/// window itself never submits to, records on or queries a capturing stream (see
+/// [`crate::agent`]).
+#[derive(Debug)]
+pub struct RelaxedCapture {
+    previous: Option<sys::CUstreamCaptureMode>,
+}
+
+impl RelaxedCapture {
+    /// Enters the relaxed mode on this thread.
+    pub fn enter() -> Self {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a thread-local exchange of the capture mode; out/in pointer to a live local.
+        let r = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        match r.result() {
+            Ok(()) => Self {
+                previous: Some(mode),
+            },
+            Err(e) => {
+                log::debug!("[kernel-replay] cuThreadExchangeStreamCaptureMode: {e}");
+                Self { previous: None }
+            }
+        }
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        if let Some(mut mode) = self.previous.take() {
+            // SAFETY: restores the mode this thread had when the guard was entered.
+            let r = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+            if let Err(e) = r.result() {
+                log::warn!("[kernel-replay] restoring the thread's stream-capture mode: {e}");
+            }
+        }
+    }
+}

@@ -25,14 +25,16 @@ use replay_core::{
 };
 use replay_memory::{MemoryEngine, Tracker};
 
+use cudarc::driver::sys;
+
 use crate::agent::CudaAgent;
-use crate::driver::Device;
-use crate::error::CudaResult;
+use crate::driver::{capture_status, Device, RelaxedCapture};
+use crate::error::{CudaResult, DriverCall};
 use crate::memory::{CudaMemory, TierConfig};
 use crate::module::{CudaFunction, ModuleRegistry};
 use crate::queue::{
-    launch_raw, ArgBlock, CapturedLaunch, CompletionEvent, LaunchConfig, Queue, QueueKind,
-    QueueRegistry,
+    launch_raw, ArgBlock, CapturedGraph, CapturedLaunch, CompletionEvent, LaunchConfig, Queue,
+    QueueKind, QueueRegistry,
 };
 use crate::tracker::CudaAllocator;
 
@@ -40,7 +42,8 @@ use crate::tracker::CudaAllocator;
 #[derive(Debug, Clone, Default)]
 pub struct LaunchOptions {
     /// Recorded once as the launch's completion (after the last pass, or after the ordinary
-    /// run).
+    /// run). For a launch into a capturing stream the record joins the capture, like any event
+    /// recorded there: query it only after the capture ended.
     pub completion: Option<Arc<CompletionEvent>>,
 }
 
@@ -80,6 +83,7 @@ impl CudaBackend {
         let modules = Arc::new(ModuleRegistry::new(id, Arc::clone(&device)));
         let memory = Arc::new(CudaMemory::new(&device, id, &modules, config.tiers)?);
         let queues = Arc::new(QueueRegistry::default());
+        memory.set_queues(Arc::clone(&queues));
         let agent = Arc::new(CudaAgent::new(
             Arc::clone(&device),
             id,
@@ -95,9 +99,14 @@ impl CudaBackend {
         let allocator = CudaAllocator::new(Arc::clone(&device), id, tracker);
         {
             let weak = Arc::downgrade(&engine);
+            let mem = Arc::downgrade(&memory);
             allocator.set_oom_hook(Some(Arc::new(move || {
                 if let Some(e) = weak.upgrade() {
                     e.release_pools();
+                }
+                // The application needs the memory now: released even behind busy streams.
+                if let Some(m) = mem.upgrade() {
+                    m.release_deferred(true);
                 }
             })));
         }
@@ -232,6 +241,10 @@ impl CudaBackend {
         args: &ArgBlock,
         options: LaunchOptions,
     ) -> Result<DispatchReport, BackendError> {
+        // The window's driver calls (allocations, frees, event queries) must not disturb a
+        // capture another thread runs in global mode.
+        let _relaxed = RelaxedCapture::enter();
+        let kind = self.submission_kind(queue)?;
         let captured = Arc::new(CapturedLaunch {
             func: func.raw(),
             cfg,
@@ -241,27 +254,145 @@ impl CudaBackend {
             _keep: Some(Arc::clone(func.module())),
         });
         let handle = self.agent.register_launch(captured);
-        let dispatch = self.dispatch(func, &cfg, queue, args, handle);
+        let mut dispatch = self.dispatch(func, &cfg, queue, args, handle);
+        dispatch.kind = kind;
         let r = service.submit(&*self.agent, &*self.engine, dispatch);
         self.agent.unregister_launch(handle);
+        // Backing the window gave back is released here, outside it, once nothing is running.
+        self.memory.release_deferred(false);
         r
     }
 
-    /// Launches `func` once, outside the replay service (reference runs, fills, tool work).
+    /// What a launch into `queue` is for the window: a kernel dispatch, or (the stream is
+    /// capturing a graph, or is the legacy stream implicated in a capture) a stream capture,
+    /// which runs once, unchanged, into the graph (SPEC §6 step 1).
+    fn submission_kind(&self, queue: &Queue) -> Result<SubmissionKind, BackendError> {
+        const OP: &str = "launch";
+        let agent = self.agent_id();
+        self.device.bind().map_err(|e| e.to_backend(agent, OP))?;
+        let status = capture_status(queue.raw()).map_err(|e| e.to_backend(agent, OP))?;
+        Ok(if status.is_live() {
+            SubmissionKind::StreamCapture
+        } else {
+            SubmissionKind::KernelDispatch
+        })
+    }
+
+    /// Begins capturing `queue` into a graph (`cuStreamBeginCapture`, in `mode`). While any
+    /// capture the backend knows is live, windows decline rather than record on, wait for or
+    /// allocate beside it; launches into the capturing stream run once, into the graph.
+    pub fn begin_capture(&self, queue: &Queue, mode: CaptureMode) -> CudaResult<()> {
+        self.device.bind()?;
+        let m = match mode {
+            CaptureMode::Global => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CaptureMode::ThreadLocal => {
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+            }
+            CaptureMode::Relaxed => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        };
+        // SAFETY: `queue` is a live stream of this device's context, which is current.
+        unsafe { sys::cuStreamBeginCapture_v2(queue.raw(), m) }.call("cuStreamBeginCapture")?;
+        self.queues.capture_begun();
+        Ok(())
+    }
+
+    /// Ends the capture on `queue` and instantiates the graph. Fails (the capture counts as
+    /// ended) when the capture was invalidated.
+    pub fn end_capture(&self, queue: &Queue) -> CudaResult<CapturedGraph> {
+        self.device.bind()?;
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: `queue` is a live stream of this device's context; out pointer to a live
+        // local.
+        let r = unsafe { sys::cuStreamEndCapture(queue.raw(), &mut graph) };
+        self.queues.capture_ended();
+        r.call("cuStreamEndCapture")?;
+        CapturedGraph::instantiate(&self.device, graph)
+    }
+
+    /// Launches a captured graph on `queue`, once, under the agent's gate (SPEC §6 step 4): it
+    /// waits while a window is open, so no restore undoes what the graph writes.
+    ///
+    /// # Safety
+    /// Every pointer the captured work uses is still valid for what it does.
+    pub unsafe fn launch_graph(
+        &self,
+        service: &ReplayService,
+        graph: &CapturedGraph,
+        queue: &Queue,
+    ) -> CudaResult<()> {
+        let _gate = service.enter_write(self.agent_id());
+        self.device.bind()?;
+        // SAFETY: forwarded contract; the context is current and `queue` is of this device.
+        unsafe { graph.launch_raw(queue.raw()) }
+    }
+
+    /// Enqueues one copy on `queue` under the agent's gate (SPEC §6 step 4): it waits while a
+    /// window is open, so no restore undoes it; a window that starts later waits for it in its
+    /// drains (for a copy queue, the copy fence).
+    ///
+    /// # Safety
+    /// As [`Queue::copy_async`].
+    pub unsafe fn copy(
+        &self,
+        service: &ReplayService,
+        queue: &Queue,
+        c: &crate::memory::ResolvedCopy,
+    ) -> CudaResult<()> {
+        let _gate = service.enter_write(self.agent_id());
+        // SAFETY: forwarded contract.
+        unsafe { queue.copy_async(c) }
+    }
+
+    /// Sets `count` 32-bit words at `addr` to `value` on `queue`, under the agent's gate (as
+    /// [`CudaBackend::copy`]).
+    ///
+    /// # Safety
+    /// `addr` is device memory valid for `4 * count` bytes until the memset completed.
+    pub unsafe fn memset_d32(
+        &self,
+        service: &ReplayService,
+        queue: &Queue,
+        addr: u64,
+        value: u32,
+        count: usize,
+    ) -> CudaResult<()> {
+        let _gate = service.enter_write(self.agent_id());
+        self.device.bind()?;
+        // SAFETY: forwarded contract; the context is current and `queue` is of this device.
+        unsafe { sys::cuMemsetD32Async(addr, value, count, queue.raw()) }.call("cuMemsetD32Async")
+    }
+
+    /// Launches `func` once, not replayed (reference runs, fills, tool work), under the
+    /// agent's gate (SPEC §6 step 4): it waits while a window is open on another thread, so no
+    /// restore undoes it; tool work inside a window's callback runs at once.
     ///
     /// # Safety
     /// As [`CudaBackend::launch`].
     pub unsafe fn launch_plain(
         &self,
+        service: &ReplayService,
         func: &CudaFunction,
         cfg: LaunchConfig,
         queue: &Queue,
         args: &ArgBlock,
     ) -> CudaResult<()> {
+        let _gate = service.enter_write(self.agent_id());
         self.device.bind()?;
         // SAFETY: forwarded contract; the context is current.
         unsafe { launch_raw(func.raw(), &cfg, queue.raw(), args.params(), args.bytes()) }
     }
+}
+
+/// How a capture begun through [`CudaBackend::begin_capture`] restricts the driver calls of
+/// other threads (`CUstreamCaptureMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureMode {
+    /// Potentially unsafe calls on any thread in global mode fail (PyTorch's default).
+    Global,
+    /// Only this thread's unsafe calls fail.
+    ThreadLocal,
+    /// No restriction.
+    Relaxed,
 }
 
 impl CudaAgent {

@@ -61,11 +61,69 @@
 //! the kernels by name. The GPU run is [`bench`](mod@bench)
 //! (`kreplay bench --backend cuda`, or the `cuda_bench` binary).
 //!
+//! ## Stream capture
+//!
+//! A launch into a stream that is capturing a graph (or into the legacy stream while a blocking
+//! stream captures) is a `SubmissionKind::StreamCapture`: it runs once, unchanged, into the
+//! graph, and is never replayed. [`CudaBackend::begin_capture`], [`CudaBackend::end_capture`]
+//! and [`CudaBackend::launch_graph`] are the library API for captures; a graph launch is gated
+//! like any write that is not replayed. The window never disturbs a capture:
+//!
+//! - its driver calls run with the thread in the relaxed capture mode ([`RelaxedCapture`]),
+//!   so an allocation, free or event query never fails and never invalidates a capture that
+//!   another thread runs in global mode (PyTorch's default). The mode covers the whole
+//!   [`CudaBackend::launch`] call, the tool's callbacks of the window included, and is restored
+//!   when it returns;
+//! - a drain that would record an event on a capturing stream (one the backend knows, or the
+//!   legacy stream implicated in a capture) declines the window instead: such an event joins
+//!   the capture, querying it invalidates the capture, and the work submitted there before the
+//!   capture began cannot be waited for otherwise;
+//! - no device or pinned backing is allocated while a capture the backend can see is live
+//!   (the snapshot falls back to pooled or pageable memory, or declines), and no backing is
+//!   freed then ([`CudaMemory::release_deferred`]).
+//!
+//! A capture on a non-blocking stream the application created without registering it is
+//! invisible to the backend; the relaxed mode keeps the window from disturbing it.
+//!
+//! ## Freeing backing memory
+//!
+//! `cuMemFree` and `cuMemFreeHost` wait for the whole device (measured on an H200: 1.5 s
+//! behind a kernel spinning on another stream; forever beside a persistent kernel). Backing the
+//! memory layer gives back is therefore never freed inside a window: it is kept on a deferred
+//! list and released after the launch returns, outside the window, once every stream the
+//! backend knows is idle and no capture is live; at once when an application allocation fails
+//! for lack of memory; and when the backend is dropped.
+//!
+//! ## What the window gates, and what it cannot (SPEC §6 step 4)
+//!
+//! Every write to device memory made through this crate takes the agent's gate across its
+//! submission, so it waits while a window is open and no restore undoes it:
+//! [`CudaBackend::launch`] (replayed or not), [`CudaBackend::launch_plain`],
+//! [`CudaBackend::copy`], [`CudaBackend::memset_d32`], [`CudaBackend::launch_graph`]. Tool work
+//! inside a window's callback runs at once. Not gated: [`Queue::copy_async`] and
+//! [`CudaMemory::write_device`] (for benchmarks and tools outside a window), and everything the
+//! application does without the backend: kernels, copies and memsets it submits to the driver
+//! or the runtime itself, work of other libraries (NCCL, cuBLAS workspaces), and host writes to
+//! managed or pinned memory. A restore undoes such a write if it lands during a window. While
+//! the service is active, an application in library mode must route its device writes through
+//! the backend, or keep other threads from writing device memory while it launches kernels
+//! under replay, and register the streams it uses so the drains see their work.
+//!
+//! ## What a tool sees of a replayed launch's timing
+//!
+//! The passes run on the application's stream, one after another, with the restores between
+//! them on the backend's own streams, waited for before the next pass. Events the application
+//! records on that stream around a replayed launch therefore enclose all N passes (and the
+//! waits and restores between them): their elapsed time is about N times the kernel's plus
+//! the restores, not one execution's. Per-pass GPU times are in the outcome record
+//! (`pass_gpu_seconds`, from events around each pass alone); a caller's completion event
+//! ([`LaunchOptions::completion`]) is recorded once, after the last pass.
+//!
 //! ## Not covered
 //!
 //! Interception of an unmodified application (CUDA injection with CUPTI callbacks) builds on
-//! this API and is not part of this crate yet. Graph launches, stream captures and cooperative
-//! launches are not submitted through [`CudaBackend::launch`].
+//! this API and is not part of this crate yet. Cooperative launches are not submitted through
+//! [`CudaBackend::launch`].
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -84,14 +142,15 @@ pub mod tracker;
 pub use cudarc::driver::{result, sys};
 
 pub use agent::CudaAgent;
+pub use driver::{CaptureStatus, RelaxedCapture};
 pub use driver::{Device, DeviceInfo, Stream, MIN_DRIVER_VERSION};
 pub use error::{CudaError, CudaResult, NvrtcUnavailable, Unavailable};
-pub use launch::{BackendConfig, CudaBackend, LaunchOptions};
-pub use memory::{CudaMemory, TierConfig};
+pub use launch::{BackendConfig, CaptureMode, CudaBackend, LaunchOptions};
+pub use memory::{CudaMemory, PointerAttributes, TierConfig};
 pub use module::{compile_cubin, nvrtc_available, CudaFunction, CudaModule, ModuleRegistry};
 pub use queue::{
-    ArgBlock, CompletionEvent, DevicePtr, GpuTimer, KernelParam, LaunchConfig, ParamSlot, Queue,
-    QueueKind,
+    ArgBlock, CapturedGraph, CompletionEvent, DevicePtr, GpuTimer, KernelParam, LaunchConfig,
+    ParamSlot, Queue, QueueKind,
 };
 pub use tracker::{AllocKind, Allocation, CudaAllocator};
 

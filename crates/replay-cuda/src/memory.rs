@@ -25,12 +25,19 @@
 //!   pageable copies complete before their submission returns). Without NVRTC the backend
 //!   falls back to host digests over bytes staged through pinned memory (and stops claiming
 //!   `DEVICE_DIGESTS`).
+//! - **Release.** Driver backing (device and pinned) given back is released later, outside the
+//!   window ([`CudaMemory::release_deferred`]): `cuMemFree` / `cuMemFreeHost` wait for the whole
+//!   device. While a stream capture the backend can see is live, device and pinned backing is
+//!   not allocated either. Pageable backing is released at once.
+//! - **Pointer queries.** [`DeviceMemory::query_pointer`] asks `cuPointerGetAttributes` about an
+//!   address the tracker never saw and gives its SPEC §7.1 class ([`PointerAttributes`]).
 //! - **Ordering.** Nothing here orders against application streams: the window has waited for
 //!   the pass (or drained the device) before it asks for a copy or a digest, and waits for each
 //!   fence before it submits the next pass.
 
 use std::alloc::Layout;
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +46,7 @@ use cudarc::driver::sys;
 use parking_lot::Mutex;
 use replay_core::{
     AgentId, BackendError, BackendErrorKind, BackingId, CopyOp, DeviceMemory, Digest128, DigestKey,
-    DigestOp, Fence, MemLoc, Tier, TierInfo,
+    DigestOp, Fence, MemLoc, MemoryClass, PointerInfo, Tier, TierInfo,
 };
 use smallvec::SmallVec;
 
@@ -47,7 +54,7 @@ use crate::driver::{wait_events, Device, Event, SendPtr, Stream};
 use crate::error::{CudaError, CudaResult, DriverCall};
 use crate::kernels;
 use crate::module::{compile_cubin, CudaFunction, CudaModule, ModuleRegistry};
-use crate::queue::{launch_raw, ArgBlock, DevicePtr, LaunchConfig};
+use crate::queue::{launch_raw, ArgBlock, DevicePtr, LaunchConfig, QueueRegistry};
 
 /// How the backend sizes and drives its tiers.
 #[derive(Debug, Clone, PartialEq)]
@@ -341,6 +348,13 @@ struct Pending {
 #[derive(Debug, Default)]
 struct State {
     backing: HashMap<u64, Backing>,
+    /// Backing given back but not yet released: `cuMemFree` and `cuMemFreeHost` wait for the
+    /// whole device, so they never run inside a window ([`CudaMemory::release_deferred`]).
+    deferred: Vec<Backing>,
+    /// Digest buffers dropped from the pool (or of a finished host-fallback batch), released
+    /// with the deferred backing for the same reason.
+    deferred_scratch: Vec<Scratch>,
+    deferred_staging: Vec<Staging>,
     next_backing: u64,
     fences: HashMap<u64, Pending>,
     next_fence: u64,
@@ -378,6 +392,8 @@ pub struct CudaMemory {
     /// several times per window, and a report costs a driver call and a read of
     /// `/proc/meminfo`.
     capacity: Mutex<Option<(std::time::Instant, CapacityReport)>>,
+    /// The backend's queues: live stream captures and idle checks.
+    queues: std::sync::OnceLock<Arc<QueueRegistry>>,
 }
 
 impl CudaMemory {
@@ -422,12 +438,97 @@ impl CudaMemory {
             fail_alloc: Mutex::new(Vec::new()),
             segment: AtomicU64::new(0),
             capacity: Mutex::new(None),
+            queues: std::sync::OnceLock::new(),
         })
     }
 
     /// Whether digests run on the device.
     pub fn device_digests(&self) -> bool {
         self.kernels.is_some()
+    }
+
+    /// Gives the memory the backend's queues (stream captures and idle checks see them).
+    pub(crate) fn set_queues(&self, queues: Arc<QueueRegistry>) {
+        let _ = self.queues.set(queues);
+    }
+
+    /// A stream capture the backend can see, described (see [`QueueRegistry::live_capture`]).
+    fn live_capture(&self) -> Option<String> {
+        let q = self.queues.get()?;
+        match q.live_capture() {
+            Ok(c) => c,
+            Err(e) => Some(format!("the capture state is unknown: {e}")),
+        }
+    }
+
+    /// Bytes of backing memory given back and not yet released.
+    pub fn deferred_bytes(&self) -> u64 {
+        self.state.lock().deferred.iter().map(Backing::bytes).sum()
+    }
+
+    /// Releases the backing memory given back since the last call, when that cannot wait for
+    /// other work: with `force`, always (the application needs the memory now, or the backend
+    /// goes away); otherwise only when every stream the backend knows is idle and no stream
+    /// capture is live, since `cuMemFree` / `cuMemFreeHost` wait for the whole device (1.5 s
+    /// behind a kernel spinning on another stream, measured on an H200; forever beside a
+    /// persistent kernel). The backend calls it after each launch, outside the window, with no
+    /// lock held. Returns the bytes still deferred.
+    pub fn release_deferred(&self, force: bool) -> u64 {
+        {
+            let st = self.state.lock();
+            if st.deferred.is_empty()
+                && st.deferred_scratch.is_empty()
+                && st.deferred_staging.is_empty()
+            {
+                return 0;
+            }
+        }
+        let _relaxed = crate::driver::RelaxedCapture::enter();
+        if !force && !self.device_idle() {
+            return self.deferred_bytes();
+        }
+        let (blocks, scratch, staging) = {
+            let mut st = self.state.lock();
+            (
+                std::mem::take(&mut st.deferred),
+                std::mem::take(&mut st.deferred_scratch),
+                std::mem::take(&mut st.deferred_staging),
+            )
+        };
+        self.invalidate_capacity();
+        for b in blocks {
+            self.release_backing(b);
+        }
+        if self.device.bind().is_ok() {
+            drop(scratch);
+            drop(staging);
+        } else {
+            scratch.into_iter().for_each(std::mem::forget);
+            staging.into_iter().for_each(std::mem::forget);
+        }
+        self.deferred_bytes()
+    }
+
+    /// Whether every stream the backend knows (and its own) has no pending work, and no
+    /// stream capture is live: a free then waits for nothing the backend can see.
+    fn device_idle(&self) -> bool {
+        if self.device.bind().is_err() {
+            return false;
+        }
+        let Some(q) = self.queues.get() else {
+            return false;
+        };
+        if self.live_capture().is_some() {
+            return false;
+        }
+        let mut streams = q.known_streams();
+        streams.extend(self.internal_streams());
+        streams.iter().all(|&s| {
+            // SAFETY: a live stream of the current context (known, owned, or the legacy one),
+            // none of them capturing (checked above).
+            let r = unsafe { sys::cuStreamQuery(s) };
+            r == sys::CUresult::CUDA_SUCCESS
+        })
     }
 
     /// The streams this memory copies and digests on (the copy fence waits for them).
@@ -643,7 +744,8 @@ impl CudaMemory {
             // Keep the largest ones.
             st.scratch
                 .sort_by_key(|s| std::cmp::Reverse(s.caps.iter().sum::<usize>()));
-            st.scratch.truncate(4);
+            let extra = st.scratch.split_off(4);
+            st.deferred_scratch.extend(extra);
         }
     }
 
@@ -722,7 +824,9 @@ impl CudaMemory {
         Ok(out)
     }
 
-    /// Copies `bytes` into device memory at `addr` (waits, bounded by `timeout`).
+    /// Copies `bytes` into device memory at `addr` (waits, bounded by `timeout`). Not gated
+    /// (tools and benchmarks outside a window, or tool work inside one): a write that may run
+    /// beside a window goes through [`crate::CudaBackend::copy`].
     pub fn write_device(&self, addr: u64, bytes: &[u8], timeout: Duration) -> CudaResult<()> {
         if bytes.is_empty() {
             return Ok(());
@@ -1012,9 +1116,124 @@ fn tier_index(t: Tier) -> usize {
     }
 }
 
+/// What `cuPointerGetAttributes` says about an address (zero where the driver does not say).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PointerAttributes {
+    /// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE`: 0 (unknown to CUDA), 1 host, 2 device.
+    pub memory_type: u32,
+    /// `CU_POINTER_ATTRIBUTE_IS_MANAGED`.
+    pub is_managed: bool,
+    /// `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`.
+    pub device_ordinal: i32,
+    /// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR` / `RANGE_SIZE`: the allocation around it.
+    pub range: (u64, u64),
+    /// `CU_POINTER_ATTRIBUTE_MAPPED`: a virtual-memory mapping (`cuMemMap`).
+    pub mapped: bool,
+    /// `CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR` / `MAPPING_SIZE`: the mapping around it.
+    pub mapping: (u64, u64),
+    /// `CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE` is set: stream-ordered pool memory.
+    pub from_pool: bool,
+}
+
+impl PointerAttributes {
+    /// Asks the driver about `addr` (the context must be current). Never fails for an address
+    /// CUDA does not know: `memory_type` is then 0.
+    pub fn query(addr: u64) -> CudaResult<Self> {
+        use sys::CUpointer_attribute as A;
+        let mut attrs = [
+            A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            A::CU_POINTER_ATTRIBUTE_MAPPED,
+            A::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+            A::CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+            A::CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+        ];
+        // Every slot is 8 bytes and zeroed, wider than any attribute's value (unsigned int,
+        // int, bool, CUdeviceptr, size_t, a handle), so a narrower write leaves a value that
+        // reads the same (little-endian).
+        let mut vals = [0u64; 9];
+        let mut data: [*mut c_void; 9] = std::array::from_fn(|i| {
+            // SAFETY: in bounds of `vals`.
+            unsafe { vals.as_mut_ptr().add(i) }.cast()
+        });
+        // SAFETY: `attrs` and `data` have 9 entries each; every data pointer points to 8
+        // writable bytes that outlive the call. The call does not fail for unknown addresses.
+        unsafe {
+            sys::cuPointerGetAttributes(
+                attrs.len() as u32,
+                attrs.as_mut_ptr(),
+                data.as_mut_ptr(),
+                addr,
+            )
+        }
+        .call("cuPointerGetAttributes")?;
+        Ok(Self {
+            memory_type: vals[0] as u32,
+            is_managed: vals[1] as u32 != 0,
+            device_ordinal: vals[2] as i32,
+            range: (vals[3], vals[4]),
+            mapped: vals[5] as u32 != 0,
+            from_pool: vals[6] != 0,
+            mapping: (vals[7], vals[8]),
+        })
+    }
+
+    /// The SPEC §7.1 class of the memory for `agent` (device `ordinal`), or `None` where CUDA
+    /// knows no allocation there (pageable host memory, a word that is not a pointer).
+    ///
+    /// | the driver says | class |
+    /// |---|---|
+    /// | managed | `MANAGED` |
+    /// | host (`cuMemHostAlloc`, `cuMemAllocHost`, `cuMemHostRegister`) | `PINNED_HOST` |
+    /// | device of another ordinal | `PEER`, owned by that device |
+    /// | a `cuMemMap` mapping, or stream-ordered pool memory | `VIRTUAL_MAPPING` |
+    /// | other device memory of this device | `DEVICE_COARSE` |
+    ///
+    /// IPC-imported memory is device memory to the driver's pointer attributes and cannot be
+    /// told apart here; an extent the driver does not report gives `size` 0.
+    pub fn classify(&self, addr: u64, agent: AgentId, ordinal: i32) -> Option<PointerInfo> {
+        let class = match (self.memory_type, self.is_managed) {
+            (0, false) => return None,
+            (_, true) => MemoryClass::MANAGED,
+            (1, _) => MemoryClass::PINNED_HOST,
+            _ if self.device_ordinal != ordinal => MemoryClass::PEER,
+            _ if self.mapped || self.from_pool => MemoryClass::VIRTUAL_MAPPING,
+            _ => MemoryClass::DEVICE_COARSE,
+        };
+        let (base, size) = match (self.range, self.mapping) {
+            ((b, n), _) if n > 0 && addr >= b && addr - b < n => (b, n),
+            (_, (b, n)) if n > 0 && addr >= b && addr - b < n => (b, n),
+            _ => (addr, 0),
+        };
+        let owner = if class == MemoryClass::PINNED_HOST {
+            None
+        } else if class == MemoryClass::PEER {
+            Some(AgentId(self.device_ordinal.max(0) as u64))
+        } else {
+            Some(agent)
+        };
+        Some(PointerInfo {
+            base,
+            size,
+            class,
+            owner,
+        })
+    }
+}
+
 impl DeviceMemory for CudaMemory {
     fn agent(&self) -> AgentId {
         self.agent
+    }
+
+    fn query_pointer(&self, addr: u64) -> Result<Option<PointerInfo>, BackendError> {
+        const OP: &str = "query pointer";
+        self.device.bind().map_err(|e| self.err(e, OP))?;
+        let a = PointerAttributes::query(addr).map_err(|e| self.err(e, OP))?;
+        Ok(a.classify(addr, self.agent, self.device.info().ordinal))
     }
 
     fn tier_info(&self, tier: Tier) -> Option<TierInfo> {
@@ -1049,6 +1268,21 @@ impl DeviceMemory for CudaMemory {
                 format!("{} allocation failure injected", tier.as_str()),
             ));
         }
+        if tier != Tier::PageableHost {
+            // A driver allocation while another thread captures could join or invalidate that
+            // capture; pageable backing needs no driver call.
+            if let Some(why) = self.live_capture() {
+                return Err(BackendError::new(
+                    BackendErrorKind::OutOfMemory,
+                    self.agent,
+                    OP,
+                    format!(
+                        "no {} backing allocated while a capture is live: {why}",
+                        tier.as_str()
+                    ),
+                ));
+            }
+        }
         self.invalidate_capacity();
         let b = self.new_backing(tier, bytes).map_err(|e| self.err(e, OP))?;
         let mut st = self.state.lock();
@@ -1059,10 +1293,16 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn free_backing(&self, id: BackingId) {
-        self.invalidate_capacity();
-        let b = self.state.lock().backing.remove(&id.0);
+        let mut st = self.state.lock();
+        let b = st.backing.remove(&id.0);
         match b {
-            Some(b) => self.release_backing(b),
+            // Pageable backing is the process's own memory: released at once. Driver memory
+            // waits for `release_deferred`, outside the window.
+            Some(b @ Backing::Pageable { .. }) => {
+                drop(st);
+                self.release_backing(b);
+            }
+            Some(b) => st.deferred.push(b),
             None => log::warn!(
                 "[kernel-replay] agent {}: free of unknown backing block {}",
                 self.agent,
@@ -1165,6 +1405,7 @@ impl DeviceMemory for CudaMemory {
             for &(i, off, len) in &staging.spans {
                 out[i] = replay_core::digest::digest(job.key, &all[off..off + len]);
             }
+            self.state.lock().deferred_staging.push(staging);
         }
         Ok(out)
     }
@@ -1190,13 +1431,17 @@ impl DeviceMemory for CudaMemory {
 impl Drop for CudaMemory {
     fn drop(&mut self) {
         let st = std::mem::take(&mut *self.state.lock());
-        for (_, b) in st.backing {
+        for b in st.backing.into_values().chain(st.deferred) {
             self.release_backing(b);
         }
         if self.device.bind().is_ok() {
             drop(st.scratch);
+            drop(st.deferred_scratch);
+            drop(st.deferred_staging);
         } else {
             st.scratch.into_iter().for_each(std::mem::forget);
+            st.deferred_scratch.into_iter().for_each(std::mem::forget);
+            st.deferred_staging.into_iter().for_each(std::mem::forget);
         }
     }
 }
@@ -1290,6 +1535,68 @@ mod tests {
                 assert_eq!(c.dst - 0x7000_0000, c.src - 0x1000);
             }
         }
+    }
+
+    #[test]
+    fn pointer_attributes_give_the_spec_class() {
+        let agent = AgentId(0);
+        let dev = |ordinal| PointerAttributes {
+            memory_type: 2,
+            device_ordinal: ordinal,
+            range: (0x1000, 0x1000),
+            ..Default::default()
+        };
+        let c = |a: PointerAttributes| a.classify(0x1800, agent, 0).map(|i| (i.class, i.owner));
+        assert_eq!(c(PointerAttributes::default()), None, "unknown to CUDA");
+        assert_eq!(c(dev(0)), Some((MemoryClass::DEVICE_COARSE, Some(agent))));
+        assert_eq!(
+            c(dev(1)),
+            Some((MemoryClass::PEER, Some(AgentId(1)))),
+            "another device's memory"
+        );
+        assert_eq!(
+            c(PointerAttributes {
+                is_managed: true,
+                ..dev(0)
+            }),
+            Some((MemoryClass::MANAGED, Some(agent)))
+        );
+        assert_eq!(
+            c(PointerAttributes {
+                memory_type: 1,
+                ..dev(0)
+            }),
+            Some((MemoryClass::PINNED_HOST, None))
+        );
+        for a in [
+            PointerAttributes {
+                mapped: true,
+                ..dev(0)
+            },
+            PointerAttributes {
+                from_pool: true,
+                ..dev(0)
+            },
+        ] {
+            assert_eq!(c(a), Some((MemoryClass::VIRTUAL_MAPPING, Some(agent))));
+        }
+        // The extent: the range, else the mapping, else unknown (size 0).
+        let i = PointerAttributes {
+            mapped: true,
+            range: (0, 0),
+            mapping: (0x1000, 0x4000),
+            ..dev(0)
+        }
+        .classify(0x1800, agent, 0)
+        .unwrap();
+        assert_eq!((i.base, i.size), (0x1000, 0x4000));
+        let i = PointerAttributes {
+            range: (0, 0),
+            ..dev(0)
+        }
+        .classify(0x1800, agent, 0)
+        .unwrap();
+        assert_eq!((i.base, i.size), (0x1800, 0));
     }
 
     #[test]

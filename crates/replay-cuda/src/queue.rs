@@ -14,6 +14,7 @@
 //! parameter values when `cuLaunchKernel` returns, so the copy may go right after.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use cudarc::driver::sys;
@@ -72,7 +73,9 @@ impl Queue {
         &self.device
     }
 
-    /// Enqueues one copy on the queue (benchmarks measuring copy ceilings, tools).
+    /// Enqueues one copy on the queue (benchmarks measuring copy ceilings, tools outside a
+    /// window). Not gated: a copy that may run while the service is active goes through
+    /// [`crate::CudaBackend::copy`].
     ///
     /// # Safety
     /// Both ends must be valid for `c.len` bytes (device memory, or host memory for the host
@@ -94,10 +97,13 @@ impl Queue {
     }
 }
 
-/// Every queue of one device that the backend knows, by weak reference.
+/// Every queue of one device that the backend knows, by weak reference, and the stream
+/// captures begun through the backend's API.
 #[derive(Debug, Default)]
 pub struct QueueRegistry {
     queues: Mutex<Vec<Weak<Queue>>>,
+    /// Captures begun through [`crate::CudaBackend::begin_capture`] and not yet ended.
+    api_captures: AtomicU32,
 }
 
 impl QueueRegistry {
@@ -134,6 +140,61 @@ impl QueueRegistry {
         });
         self.queues.lock().push(Arc::downgrade(&q));
         q
+    }
+
+    /// A stream capture live on the device as far as the backend can tell: one begun through
+    /// its API and not ended, a known stream capturing, or the legacy default stream reporting
+    /// that a blocking stream captures. `Some(description)` names it. Streams the application
+    /// created without registering them, and that are non-blocking, cannot be seen. The context
+    /// must be current.
+    pub fn live_capture(&self) -> CudaResult<Option<String>> {
+        let n = self.api_captures.load(Ordering::Acquire);
+        if n > 0 {
+            return Ok(Some(format!(
+                "{n} stream capture(s) begun through the backend are not ended"
+            )));
+        }
+        self.capturing_stream(&self.all_streams())
+    }
+
+    /// The first of `streams` that is capturing (or the legacy stream implicated in a
+    /// capture), described.
+    pub(crate) fn capturing_stream(&self, streams: &[sys::CUstream]) -> CudaResult<Option<String>> {
+        for &s in streams {
+            let st = crate::driver::capture_status(s)?;
+            if st.is_live() {
+                return Ok(Some(format!(
+                    "stream {:#x} is capturing ({st:?})",
+                    s as u64
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every known stream, the legacy default stream first.
+    pub(crate) fn known_streams(&self) -> Vec<sys::CUstream> {
+        self.all_streams()
+    }
+
+    fn all_streams(&self) -> Vec<sys::CUstream> {
+        let mut v = vec![std::ptr::null_mut()];
+        let mut qs = self.queues.lock();
+        qs.retain(|w| w.strong_count() > 0);
+        for q in qs.iter().filter_map(Weak::upgrade) {
+            if !v.contains(&q.raw) {
+                v.push(q.raw);
+            }
+        }
+        v
+    }
+
+    pub(crate) fn capture_begun(&self) {
+        self.api_captures.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn capture_ended(&self) {
+        self.api_captures.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Live queues of `kind`, pruning dropped ones.
@@ -437,6 +498,62 @@ pub struct CapturedLaunch {
 unsafe impl Send for CapturedLaunch {}
 // SAFETY: as above.
 unsafe impl Sync for CapturedLaunch {}
+
+/// A graph captured from a stream ([`crate::CudaBackend::end_capture`]), instantiated and
+/// ready to launch ([`crate::CudaBackend::launch_graph`]).
+#[derive(Debug)]
+pub struct CapturedGraph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    device: Arc<Device>,
+}
+
+// SAFETY: graph handles are driver handles used only in driver calls, which are thread-safe.
+unsafe impl Send for CapturedGraph {}
+// SAFETY: as above.
+unsafe impl Sync for CapturedGraph {}
+
+impl CapturedGraph {
+    /// Instantiates `graph` (owned from here on). The context must be current.
+    pub(crate) fn instantiate(device: &Arc<Device>, graph: sys::CUgraph) -> CudaResult<Self> {
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: `graph` came from cuStreamEndCapture; out pointer to a live local.
+        let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        if let Err(e) = r.call("cuGraphInstantiateWithFlags") {
+            // SAFETY: the graph is ours and not instantiated.
+            let _ = unsafe { sys::cuGraphDestroy(graph) };
+            return Err(e);
+        }
+        Ok(Self {
+            graph,
+            exec,
+            device: Arc::clone(device),
+        })
+    }
+
+    /// Launches the graph on `stream`.
+    ///
+    /// # Safety
+    /// Every pointer the captured work uses is still valid; `stream` is a stream of the
+    /// graph's context; the context is current.
+    pub(crate) unsafe fn launch_raw(&self, stream: sys::CUstream) -> CudaResult<()> {
+        // SAFETY: forwarded contract; the executable graph is alive.
+        unsafe { sys::cuGraphLaunch(self.exec, stream) }.call("cuGraphLaunch")
+    }
+}
+
+impl Drop for CapturedGraph {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: both handles are ours, destroyed once; the driver keeps a launched graph
+            // alive until its work completes.
+            unsafe {
+                let _ = sys::cuGraphExecDestroy(self.exec);
+                let _ = sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}
 
 /// An event the caller waits on as the launch's completion (library mode): the backend
 /// records it exactly once, after every pass of a replay, or after the ordinary run.

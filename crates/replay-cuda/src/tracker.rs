@@ -7,8 +7,14 @@
 //! | [`CudaAllocator::alloc_device`] | `cuMemAlloc` | coarse-grained device memory: tracked, captured |
 //! | [`CudaAllocator::alloc_managed`] | `cuMemAllocManaged` | managed: captured by `arguments` when an argument points into it |
 //! | [`CudaAllocator::alloc_pinned_host`] | `cuMemHostAlloc` (mapped) | pinned host: likewise |
+//! | [`CudaAllocator::alloc_host`] | `cuMemAllocHost` | pinned host: likewise |
+//! | [`CudaAllocator::register_host`] | `cuMemHostRegister` (mapped) | pinned (registered) host: likewise |
 //! | [`CudaAllocator::alloc_async`] | `cuMemAllocAsync` (the device's default pool) | stream-ordered pool memory: a virtual-memory mapping (counted, not captured; declines by default) |
 //! | [`CudaAllocator::alloc_virtual`] | `cuMemCreate` + `cuMemAddressReserve` + `cuMemMap` | virtual-memory mapping, likewise |
+//!
+//! Host memory is recorded at the address kernels use for it (`cuMemHostGetDevicePointer`;
+//! with unified addressing, the host address), which is also what an argument word holds and
+//! what the device memory's copies and digests read and write.
 //!
 //! When the driver reports out of memory for an application allocation, the allocator first
 //! calls its out-of-memory hook (the backend releases the memory layer's pooled backing there,
@@ -33,8 +39,10 @@ pub enum AllocKind {
     Device,
     /// `cuMemAllocManaged`.
     Managed,
-    /// `cuMemHostAlloc`, mapped into the device's address space.
+    /// `cuMemHostAlloc`, mapped into the device's address space, or `cuMemAllocHost`.
     PinnedHost,
+    /// Host memory the caller owns, page-locked with `cuMemHostRegister` (mapped).
+    RegisteredHost,
     /// `cuMemAllocAsync` from the device's default memory pool.
     StreamOrdered,
     /// `cuMemCreate` mapped at a reserved address range.
@@ -47,7 +55,7 @@ impl AllocKind {
         match self {
             Self::Device => MemoryClass::DEVICE_COARSE,
             Self::Managed => MemoryClass::MANAGED,
-            Self::PinnedHost => MemoryClass::PINNED_HOST,
+            Self::PinnedHost | Self::RegisteredHost => MemoryClass::PINNED_HOST,
             Self::StreamOrdered | Self::Virtual => MemoryClass::VIRTUAL_MAPPING,
         }
     }
@@ -142,6 +150,10 @@ impl Drop for Allocation {
                 }
                 AllocKind::PinnedHost => match self.host {
                     Some(h) => result::free_host(h.0).call("cuMemFreeHost"),
+                    None => Ok(()),
+                },
+                AllocKind::RegisteredHost => match self.host {
+                    Some(h) => sys::cuMemHostUnregister(h.0).call("cuMemHostUnregister"),
                     None => Ok(()),
                 },
                 AllocKind::StreamOrdered => {
@@ -261,6 +273,38 @@ impl CudaAllocator {
         Ok(a)
     }
 
+    /// `cuMemAllocHost`: page-locked host memory, accessible from the device at its host
+    /// address (unified addressing); the tracker records its device address.
+    pub fn alloc_host(&self, bytes: u64) -> CudaResult<Allocation> {
+        self.inner.device.bind()?;
+        let size = size_of(bytes)?;
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a plain allocation, owned by the returned value; out pointer to a live local.
+        unsafe { sys::cuMemAllocHost_v2(&mut host, size) }.call("cuMemAllocHost")?;
+        let dptr = crate::driver::mapped_pointer(host);
+        let mut a = self.track(dptr, bytes, AllocKind::PinnedHost);
+        a.host = Some(SendPtr(host));
+        Ok(a)
+    }
+
+    /// `cuMemHostRegister` (portable, mapped) of `bytes` bytes of host memory at `host`; the
+    /// tracker records its device address. Dropping the value unregisters the memory (the
+    /// free is recorded first); the memory itself stays the caller's.
+    ///
+    /// # Safety
+    /// `host` is valid for `bytes` bytes, not registered yet, and outlives the returned value.
+    pub unsafe fn register_host(&self, host: *mut c_void, bytes: u64) -> CudaResult<Allocation> {
+        self.inner.device.bind()?;
+        let size = size_of(bytes)?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the caller guarantees the range; it is unregistered once, on drop.
+        unsafe { sys::cuMemHostRegister_v2(host, size, flags) }.call("cuMemHostRegister")?;
+        let dptr = crate::driver::mapped_pointer(host);
+        let mut a = self.track(dptr, bytes, AllocKind::RegisteredHost);
+        a.host = Some(SendPtr(host));
+        Ok(a)
+    }
+
     /// `cuMemAllocAsync` on `queue` from the device's default pool (stream-ordered).
     pub fn alloc_async(&self, bytes: u64, queue: &Arc<Queue>) -> CudaResult<Allocation> {
         self.inner.device.bind()?;
@@ -369,7 +413,11 @@ mod tests {
     #[test]
     fn classes_follow_spec_7_1() {
         assert_eq!(classify(AllocKind::Device.class()), Treatment::Captured);
-        for k in [AllocKind::Managed, AllocKind::PinnedHost] {
+        for k in [
+            AllocKind::Managed,
+            AllocKind::PinnedHost,
+            AllocKind::RegisteredHost,
+        ] {
             assert_eq!(classify(k.class()), Treatment::CapturableUntracked, "{k:?}");
         }
         for k in [AllocKind::StreamOrdered, AllocKind::Virtual] {

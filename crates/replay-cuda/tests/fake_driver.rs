@@ -29,8 +29,17 @@ use replay_memory::{ModuleVariables, Tracker};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Compiles and loads the fake driver; `None` (skip) without a C compiler or with a real one.
+/// The fake driver's state is process-wide: tests run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Compiles and loads the fake driver once; `None` (skip) without a C compiler or with a real
+/// one.
 fn load_fake() -> Option<()> {
+    static LOADED: std::sync::OnceLock<Option<()>> = std::sync::OnceLock::new();
+    *LOADED.get_or_init(load_fake_once)
+}
+
+fn load_fake_once() -> Option<()> {
     // SAFETY: only tries dlopen on the driver's names and closes what it opened.
     if unsafe { replay_cuda::sys::is_culib_present() } {
         eprintln!("skipped: a real CUDA driver is present (cuda_bench covers this machine)");
@@ -63,9 +72,13 @@ fn load_fake() -> Option<()> {
     Some(())
 }
 
+/// Run in PASS ENTER, with the pass index.
+type Hook = Box<dyn FnMut(u32) + Send>;
+
 /// The tool: passes as set, input digests in every PASS ENTER.
 #[derive(Default)]
 struct Tool {
+    hook: Mutex<Option<Hook>>,
     passes: Mutex<u64>,
     ranges: Mutex<Vec<(u64, u64)>>,
     seen: Mutex<Vec<Vec<Digest128>>>,
@@ -80,6 +93,11 @@ impl ReplayTool for Tool {
                 p.replay_pass_count = Some(Arc::new(move |_, _| n));
             }
             (Operation::Pass, Phase::Enter) => {
+                let hook = self.hook.lock().take();
+                if let Some(mut h) = hook {
+                    h(p.current_pass);
+                    *self.hook.lock() = Some(h);
+                }
                 let ranges = self.ranges.lock().clone();
                 if ranges.is_empty() {
                     return;
@@ -189,17 +207,14 @@ impl Ctx {
     }
 }
 
-#[test]
-fn the_backend_over_a_fake_driver() {
-    if load_fake().is_none() {
-        return;
-    }
+/// A backend over the fake driver, a started service and the tool.
+fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Ctx, Arc<Tracker>)> {
+    let guard = SERIAL.lock();
+    load_fake()?;
     assert_eq!(replay_cuda::is_available(), Ok(1));
     let tracker = Arc::new(Tracker::new());
     let backend =
         Arc::new(CudaBackend::new(0, Arc::clone(&tracker), BackendConfig::default()).unwrap());
-    assert_eq!(backend.device().info().name, "Fake CUDA device");
-    assert_eq!(backend.device().info().compute_capability, (9, 0));
     let service: &'static ReplayService = Box::leak(Box::new(ReplayService::new(
         Policy::default(),
         Arc::new(SystemClock::new()),
@@ -215,11 +230,25 @@ fn the_backend_over_a_fake_driver() {
         )
         .unwrap();
     service.start().unwrap();
-    let cx = Ctx {
-        backend: Arc::clone(&backend),
-        service,
-        tool,
+    Some((
+        guard,
+        Ctx {
+            backend,
+            service,
+            tool,
+        },
+        tracker,
+    ))
+}
+
+#[test]
+fn the_backend_over_a_fake_driver() {
+    let Some((_serial, cx, tracker)) = setup() else {
+        return;
     };
+    let backend = Arc::clone(&cx.backend);
+    assert_eq!(backend.device().info().name, "Fake CUDA device");
+    assert_eq!(backend.device().info().compute_capability, (9, 0));
     let module = backend.modules().load(&image(), "fake.cubin").unwrap();
     let mem = backend.memory();
     let agent = backend.agent_id();
@@ -369,8 +398,16 @@ fn the_backend_over_a_fake_driver() {
         .arg(2_000_000_000u64)
         .arg(DevicePtr(flag.ptr()));
     // SAFETY: kr_spin(u64 ns, u64* flag) writes one word of `flag`.
-    unsafe { backend.launch_plain(&spin, LaunchConfig::linear(1, 32), &legacy, &spin_args) }
-        .unwrap();
+    unsafe {
+        backend.launch_plain(
+            cx.service,
+            &spin,
+            LaunchConfig::linear(1, 32),
+            &legacy,
+            &spin_args,
+        )
+    }
+    .unwrap();
     let input = pattern(a.len() as usize, 77);
     mem.write_device(a.ptr(), &input, WAIT).unwrap();
     let mut want = input.clone();
@@ -388,5 +425,517 @@ fn the_backend_over_a_fake_driver() {
         backend.agent().pending_tickets(),
         0,
         "abandoned tickets are dropped"
+    );
+}
+
+/// A function the fake driver exports for tests.
+fn fake_fn<T: Copy>(name: &[u8]) -> T {
+    let this = libloading::os::unix::Library::this();
+    // SAFETY: the fake driver is loaded globally and exports `name` with the type `T` the
+    // caller names (checked by hand against fake_cuda.c).
+    let f = unsafe { this.get::<T>(name) }.expect("a fake driver export");
+    *f
+}
+
+fn blocking_frees() -> i32 {
+    let f: unsafe extern "C" fn() -> i32 = fake_fn(b"fake_cuda_blocking_frees\0");
+    // SAFETY: no arguments; reads a counter under the fake's lock.
+    unsafe { f() }
+}
+
+fn rmw_args(ptr: u64, bytes: u64, k: u64) -> ArgBlock {
+    ArgBlock::new().arg(DevicePtr(ptr)).arg(bytes / 8).arg(k)
+}
+
+/// Launches `f` under replay on `q` with `passes` asked for; the report.
+fn launch_on(
+    cx: &Ctx,
+    f: &CudaFunction,
+    q: &Arc<replay_cuda::Queue>,
+    args: &ArgBlock,
+    passes: u64,
+) -> Result<replay_core::DispatchReport, replay_core::BackendError> {
+    *cx.tool.passes.lock() = passes;
+    cx.tool.ranges.lock().clear();
+    // SAFETY: the fake emulates the kernel with this parameter list over memory the test owns.
+    unsafe {
+        cx.backend.launch(
+            cx.service,
+            f,
+            LaunchConfig::linear(4, 64),
+            q,
+            args,
+            Default::default(),
+        )
+    }
+}
+
+#[test]
+fn a_launch_into_a_capturing_stream_runs_once_into_the_graph() {
+    let Some((_serial, cx, _)) = setup() else {
+        return;
+    };
+    let module = cx.backend.modules().load(&image(), "fake.cubin").unwrap();
+    let rmw = module.function("kr_rmw").unwrap();
+    let mem = cx.backend.memory();
+    cx.policy(Scope::All, RestoreMode::Full);
+    let a = cx.backend.allocator().alloc_device(64 << 10).unwrap();
+    let input = pattern(a.len() as usize, 3);
+    mem.write_device(a.ptr(), &input, WAIT).unwrap();
+    let q = cx.backend.create_queue(QueueKind::Compute).unwrap();
+    cx.backend
+        .begin_capture(&q, replay_cuda::CaptureMode::Global)
+        .unwrap();
+    let r = launch_on(&cx, &rmw, &q, &rmw_args(a.ptr(), a.len(), 7), 4).expect("the launch");
+    assert!(r.record.is_none(), "not a replay candidate: {:?}", r.record);
+    // The capture is intact, and nothing ran yet.
+    let graph = cx
+        .backend
+        .end_capture(&q)
+        .expect("the capture is still valid");
+    assert_eq!(mem.read_device(a.ptr(), a.len(), WAIT).unwrap(), input);
+    // SAFETY: the graph's one kernel updates `a`, which is alive.
+    unsafe { cx.backend.launch_graph(cx.service, &graph, &q) }.unwrap();
+    q.synchronize().unwrap();
+    let mut want = input.clone();
+    rmw_host(&mut want, 7);
+    assert_eq!(
+        mem.read_device(a.ptr(), a.len(), WAIT).unwrap(),
+        want,
+        "the graph ran the kernel once"
+    );
+}
+
+#[test]
+fn a_window_beside_another_threads_global_capture_leaves_it_valid() {
+    use replay_cuda::sys;
+    let Some((_serial, cx, _)) = setup() else {
+        return;
+    };
+    let module = cx.backend.modules().load(&image(), "fake.cubin").unwrap();
+    let rmw = module.function("kr_rmw").unwrap();
+    let tiny = module.function("kr_tiny").unwrap();
+    let mem = Arc::clone(cx.backend.memory());
+    let alloc = cx.backend.allocator();
+    let a = alloc.alloc_device(256 << 10).unwrap();
+    let counter = alloc.alloc_device(8).unwrap();
+    mem.write_device(counter.ptr(), &5u64.to_le_bytes(), WAIT)
+        .unwrap();
+    let legacy = Arc::clone(cx.backend.legacy_queue());
+    let mut p = Policy {
+        scope: Scope::All,
+        restore: RestoreMode::Full,
+        pool_keep_bytes: 0,
+        drain_timeout: Duration::from_millis(300),
+        pass_timeout: Duration::from_millis(300),
+        ..Policy::default()
+    };
+    p.chunk_bytes = 64 << 10;
+    cx.service.set_policy(p).unwrap();
+
+    // Case 1: a non-blocking stream the backend does not know, capturing in global mode on
+    // another thread (PyTorch's default): the window runs beside it and leaves it valid.
+    // Case 2: the capturing stream is one the backend knows: the window cannot drain it
+    // without touching the capture, so it declines, and the capture stays valid too.
+    for known in [false, true] {
+        let (begun_tx, begun_rx) = std::sync::mpsc::channel::<()>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let known_queue = if known {
+            Some(cx.backend.create_queue(QueueKind::Compute).unwrap())
+        } else {
+            None
+        };
+        let stream_raw = known_queue.as_ref().map(|q| q.raw() as u64);
+        let counter_ptr = counter.ptr();
+        let tiny_raw = tiny.raw() as u64;
+        let capturer = std::thread::spawn(move || -> Result<(), String> {
+            let dev = replay_cuda::Device::open(0).map_err(|e| e.to_string())?;
+            dev.bind().map_err(|e| e.to_string())?;
+            let mut s: sys::CUstream = match stream_raw {
+                Some(r) => r as sys::CUstream,
+                None => std::ptr::null_mut(),
+            };
+            // SAFETY: plain driver calls on a stream this thread creates (or the test's known
+            // stream), a kernel of the loaded module with its one pointer parameter, and a
+            // graph owned here.
+            unsafe {
+                if stream_raw.is_none() {
+                    sys::cuStreamCreate(&mut s, 1)
+                        .result()
+                        .map_err(|e| e.to_string())?;
+                }
+                sys::cuStreamBeginCapture_v2(
+                    s,
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+                )
+                .result()
+                .map_err(|e| format!("begin: {e}"))?;
+                begun_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                let mut ptr = counter_ptr;
+                let mut params = [&mut ptr as *mut u64 as *mut std::ffi::c_void];
+                sys::cuLaunchKernel(
+                    tiny_raw as sys::CUfunction,
+                    1,
+                    1,
+                    1,
+                    32,
+                    1,
+                    1,
+                    0,
+                    s,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+                .result()
+                .map_err(|e| format!("captured launch: {e}"))?;
+                let mut g: sys::CUgraph = std::ptr::null_mut();
+                sys::cuStreamEndCapture(s, &mut g)
+                    .result()
+                    .map_err(|e| format!("the capture was invalidated: {e}"))?;
+                let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+                sys::cuGraphInstantiateWithFlags(&mut exec, g, 0)
+                    .result()
+                    .map_err(|e| e.to_string())?;
+                sys::cuGraphLaunch(exec, s)
+                    .result()
+                    .map_err(|e| e.to_string())?;
+                sys::cuGraphExecDestroy(exec);
+                sys::cuGraphDestroy(g);
+                if stream_raw.is_none() {
+                    sys::cuStreamDestroy_v2(s);
+                }
+            }
+            Ok(())
+        });
+        begun_rx.recv().unwrap();
+        let input = pattern(a.len() as usize, 40 + known as u64);
+        {
+            // The test's own set-up write runs in relaxed mode, as a well-behaved tool's would.
+            let _relaxed = replay_cuda::RelaxedCapture::enter();
+            mem.write_device(a.ptr(), &input, WAIT).unwrap();
+        }
+        let rec = launch_on(&cx, &rmw, &legacy, &rmw_args(a.ptr(), a.len(), 3), 3)
+            .expect("the launch")
+            .record
+            .expect("a candidate");
+        go_tx.send(()).unwrap();
+        capturer
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("known stream {known}: {e}; window: {rec}"));
+        let want_outcome = if known {
+            (Outcome::Declined, Reason::AgentDrainStuck, 1)
+        } else {
+            (Outcome::Replayed, Reason::None, 3)
+        };
+        assert_eq!(
+            (rec.outcome, rec.reason, rec.executed_passes),
+            want_outcome,
+            "known stream {known}: {rec}"
+        );
+        let mut want = input.clone();
+        rmw_host(&mut want, 3);
+        assert_eq!(mem.read_device(a.ptr(), a.len(), WAIT).unwrap(), want);
+        drop(known_queue);
+    }
+    // Each graph ran its kernel once: 5 → 16 → 49.
+    let c = mem.read_device(counter.ptr(), 8, WAIT).unwrap();
+    assert_eq!(u64::from_le_bytes(c.try_into().unwrap()), 49);
+}
+
+#[test]
+fn backing_is_released_outside_the_window_once_the_device_is_idle() {
+    let Some((_serial, cx, _)) = setup() else {
+        return;
+    };
+    let module = cx.backend.modules().load(&image(), "fake.cubin").unwrap();
+    let spin = module.function("kr_spin").unwrap();
+    let mem = cx.backend.memory();
+    let flag = cx.backend.allocator().alloc_device(8).unwrap();
+    let _data = cx.backend.allocator().alloc_device(1 << 20).unwrap();
+    cx.service
+        .set_policy(Policy {
+            scope: Scope::All,
+            restore: RestoreMode::Full,
+            pool_keep_bytes: 0,
+            drain_timeout: Duration::from_millis(300),
+            pass_timeout: Duration::from_millis(300),
+            ..Policy::default()
+        })
+        .unwrap();
+    let legacy = Arc::clone(cx.backend.legacy_queue());
+    let before = blocking_frees();
+    // A pass that spins past its bound: truncated, and the window gives its backing back while
+    // the kernel still runs. Freeing it then would wait for the whole device, under the lock.
+    let args = ArgBlock::new()
+        .arg(1_500_000_000u64)
+        .arg(DevicePtr(flag.ptr()));
+    let rec = launch_on(&cx, &spin, &legacy, &args, 3)
+        .unwrap()
+        .record
+        .unwrap();
+    assert_eq!(
+        (rec.outcome, rec.reason),
+        (Outcome::Truncated, Reason::PassDrainStuck),
+        "{rec}"
+    );
+    assert!(rec.captured_bytes > 0, "a snapshot was taken: {rec}");
+    assert_eq!(
+        blocking_frees(),
+        before,
+        "no free waited for the device inside the window"
+    );
+    assert!(mem.deferred_bytes() > 0, "released later, not now");
+    legacy.synchronize().unwrap();
+    assert_eq!(mem.release_deferred(false), 0, "released once idle");
+    assert_eq!(blocking_frees(), before);
+}
+
+#[test]
+fn a_failure_after_the_launch_is_reported_as_after_submit() {
+    use std::sync::OnceLock;
+    /// Collects the backend's warnings (the window logs why a pass could not be submitted).
+    struct Lines(Mutex<Vec<String>>);
+    impl log::Log for Lines {
+        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+            m.level() <= log::Level::Warn
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            self.0.lock().push(r.args().to_string());
+        }
+        fn flush(&self) {}
+    }
+    static LINES: OnceLock<&'static Lines> = OnceLock::new();
+    let lines = *LINES.get_or_init(|| {
+        let l: &'static Lines = Box::leak(Box::new(Lines(Mutex::new(Vec::new()))));
+        let _ = log::set_logger(l);
+        log::set_max_level(log::LevelFilter::Warn);
+        l
+    });
+    let Some((_serial, cx, _)) = setup() else {
+        return;
+    };
+    let module = cx.backend.modules().load(&image(), "fake.cubin").unwrap();
+    let rmw = module.function("kr_rmw").unwrap();
+    let a = cx.backend.allocator().alloc_device(64 << 10).unwrap();
+    cx.policy(Scope::All, RestoreMode::Full);
+    let input = pattern(a.len() as usize, 8);
+    cx.backend
+        .memory()
+        .write_device(a.ptr(), &input, WAIT)
+        .unwrap();
+    lines.0.lock().clear();
+    // The event recorded after the pass's launch fails: the pass ran (or will).
+    let arm: unsafe extern "C" fn(*const std::ffi::c_char) =
+        fake_fn(b"fake_cuda_fail_record_after\0");
+    // SAFETY: a NUL-terminated kernel name; the fake copies it.
+    unsafe { arm(c"kr_rmw".as_ptr()) };
+    let legacy = Arc::clone(cx.backend.legacy_queue());
+    let rec = launch_on(&cx, &rmw, &legacy, &rmw_args(a.ptr(), a.len(), 2), 4)
+        .unwrap()
+        .record
+        .unwrap();
+    // What the window does next is the core's (it never submits again); the backend's part is
+    // to say that the launch was made.
+    assert!(rec.executed_passes >= 1, "{rec}");
+    let logged = lines.0.lock().clone();
+    assert!(
+        logged
+            .iter()
+            .any(|l| l.contains("pass 0") && l.contains("AfterSubmit")),
+        "the failure after the launch is AfterSubmit: {logged:#?}"
+    );
+}
+
+#[test]
+fn the_driver_describes_memory_the_tracker_never_saw() {
+    use replay_core::DeviceMemory;
+    use replay_cuda::sys;
+    let Some((_serial, cx, tracker)) = setup() else {
+        return;
+    };
+    let mem = cx.backend.memory();
+    let agent = cx.backend.agent_id();
+    // Allocated behind the backend's back, as an application's own driver calls would.
+    let mut dev: sys::CUdeviceptr = 0;
+    let mut managed: sys::CUdeviceptr = 0;
+    let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: plain allocations, freed below.
+    unsafe {
+        sys::cuMemAlloc_v2(&mut dev, 8192).result().unwrap();
+        sys::cuMemAllocManaged(&mut managed, 4096, 1)
+            .result()
+            .unwrap();
+        sys::cuMemHostAlloc(&mut host, 4096, 0).result().unwrap();
+    }
+    let host = host as u64;
+    for (addr, base, size, class, owner) in [
+        (
+            dev + 100,
+            dev,
+            8192,
+            MemoryClass::DEVICE_COARSE,
+            Some(agent),
+        ),
+        (
+            managed + 8,
+            managed,
+            4096,
+            MemoryClass::MANAGED,
+            Some(agent),
+        ),
+        (host + 4000, host, 4096, MemoryClass::PINNED_HOST, None),
+    ] {
+        assert!(tracker.lookup(agent, addr).is_none());
+        let info = mem
+            .query_pointer(addr)
+            .unwrap()
+            .expect("known to the driver");
+        assert_eq!(
+            (info.base, info.size, info.class, info.owner),
+            (base, size, class, owner),
+            "{addr:#x}"
+        );
+    }
+    // Pageable host memory (and any word that is no pointer) is unknown to CUDA.
+    let stack = 0u64;
+    assert_eq!(
+        mem.query_pointer(&stack as *const u64 as u64).unwrap(),
+        None
+    );
+    assert_eq!(mem.query_pointer(12345).unwrap(), None);
+    // Stream-ordered pool memory is a virtual mapping.
+    let q = cx.backend.create_queue(QueueKind::Compute).unwrap();
+    let pool = cx.backend.allocator().alloc_async(4096, &q).unwrap();
+    let info = mem.query_pointer(pool.ptr()).unwrap().unwrap();
+    assert_eq!(info.class, MemoryClass::VIRTUAL_MAPPING);
+    // SAFETY: frees what was allocated above, once.
+    unsafe {
+        sys::cuMemFree_v2(dev).result().unwrap();
+        sys::cuMemFree_v2(managed).result().unwrap();
+        sys::cuMemFreeHost(host as *mut std::ffi::c_void)
+            .result()
+            .unwrap();
+    }
+}
+
+#[test]
+fn pinned_registered_and_managed_memory_are_tracked_and_captured() {
+    let Some((_serial, cx, tracker)) = setup() else {
+        return;
+    };
+    let module = cx.backend.modules().load(&image(), "fake.cubin").unwrap();
+    let rmw = module.function("kr_rmw").unwrap();
+    let alloc = cx.backend.allocator();
+    let agent = cx.backend.agent_id();
+    let len = 64u64 << 10;
+    let mut own = vec![0u64; (len / 8) as usize];
+    // SAFETY: `own` is `len` bytes, not registered, and outlives the registration (dropped
+    // at the end of the test, after `reg`).
+    let reg = unsafe { alloc.register_host(own.as_mut_ptr().cast(), len) }.unwrap();
+    let allocs = [
+        alloc.alloc_managed(len).unwrap(),
+        alloc.alloc_pinned_host(len).unwrap(),
+        alloc.alloc_host(len).unwrap(),
+        reg,
+    ];
+    let classes = [
+        MemoryClass::MANAGED,
+        MemoryClass::PINNED_HOST,
+        MemoryClass::PINNED_HOST,
+        MemoryClass::PINNED_HOST,
+    ];
+    let legacy = Arc::clone(cx.backend.legacy_queue());
+    cx.policy(Scope::Arguments, RestoreMode::Full);
+    for (a, class) in allocs.iter().zip(classes) {
+        assert_eq!(tracker.lookup(agent, a.ptr()).unwrap().class, class);
+        let input = pattern(len as usize, a.ptr());
+        let mem = cx.backend.memory();
+        mem.write_device(a.ptr(), &input, WAIT).unwrap();
+        *cx.tool.ranges.lock() = vec![(a.ptr(), len)];
+        let rec = cx.launch(&rmw, &rmw_args(a.ptr(), len, 4), 3, vec![(a.ptr(), len)]);
+        assert_eq!(
+            (rec.outcome, rec.executed_passes, rec.captured_bytes),
+            (Outcome::Replayed, 3, len + 8328),
+            "{class:?}: {rec}"
+        );
+        cx.inputs_identical(3);
+        let mut want = input.clone();
+        rmw_host(&mut want, 4);
+        assert_eq!(
+            mem.read_device(a.ptr(), len, WAIT).unwrap(),
+            want,
+            "{class:?}"
+        );
+    }
+    drop(legacy);
+    drop(allocs);
+    drop(own);
+}
+
+#[test]
+fn a_copy_started_during_a_window_waits_for_it() {
+    let Some((_serial, cx, _)) = setup() else {
+        return;
+    };
+    let module = cx.backend.modules().load(&image(), "fake.cubin").unwrap();
+    let rmw = module.function("kr_rmw").unwrap();
+    let mem = Arc::clone(cx.backend.memory());
+    let alloc = cx.backend.allocator();
+    let a = alloc.alloc_device(64 << 10).unwrap();
+    let src = alloc.alloc_device(64 << 10).unwrap();
+    let dst = alloc.alloc_device(64 << 10).unwrap();
+    let (input, copied) = (pattern(a.len() as usize, 1), pattern(src.len() as usize, 2));
+    mem.write_device(a.ptr(), &input, WAIT).unwrap();
+    mem.write_device(src.ptr(), &copied, WAIT).unwrap();
+    mem.write_device(dst.ptr(), &pattern(dst.len() as usize, 3), WAIT)
+        .unwrap();
+    cx.policy(Scope::All, RestoreMode::Full);
+    let copyq = cx.backend.create_queue(QueueKind::Copy).unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let copier = {
+        let backend = Arc::clone(&cx.backend);
+        let service = cx.service;
+        let q = Arc::clone(&copyq);
+        let c = replay_cuda::memory::ResolvedCopy {
+            dir: replay_cuda::memory::Direction::DeviceToDevice,
+            src: src.ptr(),
+            dst: dst.ptr(),
+            len: src.len(),
+        };
+        std::thread::spawn(move || {
+            go_rx.recv().unwrap();
+            ready_tx.send(()).unwrap();
+            // SAFETY: both ends are 64 KiB allocations alive until this thread is joined.
+            unsafe { backend.copy(service, &q, &c) }.unwrap();
+        })
+    };
+    // In PASS ENTER of the first pass, another thread copies into `dst`, which the window
+    // captured: ungated, the copy lands inside the window and the restore before pass 1 undoes
+    // it. The pause only makes that likely; the gate makes the result certain.
+    *cx.tool.hook.lock() = Some(Box::new(move |pass| {
+        if pass == 0 {
+            go_tx.send(()).unwrap();
+            ready_rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }));
+    let rec = cx.launch(&rmw, &rmw_args(a.ptr(), a.len(), 6), 3, vec![]);
+    *cx.tool.hook.lock() = None;
+    copier.join().unwrap();
+    assert_eq!(
+        (rec.outcome, rec.executed_passes),
+        (Outcome::Replayed, 3),
+        "{rec}"
+    );
+    let mut want = input.clone();
+    rmw_host(&mut want, 6);
+    assert_eq!(mem.read_device(a.ptr(), a.len(), WAIT).unwrap(), want);
+    assert_eq!(
+        mem.read_device(dst.ptr(), dst.len(), WAIT).unwrap(),
+        copied,
+        "the copy was not undone"
     );
 }

@@ -82,6 +82,31 @@ pub fn run_all(b: &Bench, rows: &mut Vec<Row>) {
     }
     rows.push(Row::check(C, "truncate/pass_drain_stuck", pass_stuck(b)));
     rows.push(Row::check(C, "reentrant_dispatch", reentrant(b)));
+    rows.push(Row::check(
+        C,
+        "capture/launch_into_capturing_stream",
+        capture_launch(b),
+    ));
+    for known in [false, true] {
+        rows.push(Row::check(
+            C,
+            format!(
+                "capture/window_beside_global_capture/{}",
+                if known {
+                    "known_stream"
+                } else {
+                    "unknown_stream"
+                }
+            ),
+            capture_beside(b, known),
+        ));
+    }
+    rows.push(Row::check(C, "concurrent_copy", concurrent_copy(b)));
+    rows.push(Row::check(
+        C,
+        "free_behind_spinning_kernel",
+        free_behind_spin(b),
+    ));
     // Leave nothing behind for the measurements.
     b.backend.engine().release_pools();
     let _ = b.set_policy(Bench::policy(Scope::All, RestoreMode::Full));
@@ -385,6 +410,7 @@ fn module_variables(b: &Bench, scope: Scope) -> Result<Value, String> {
     // SAFETY: kr_hidden_read(u64* out) writes 16 words to `out`, 128 bytes we own.
     unsafe {
         b.backend.launch_plain(
+            b.service,
             &read_fn,
             LaunchConfig::linear(1, 32),
             &b.queue,
@@ -398,7 +424,11 @@ fn module_variables(b: &Bench, scope: Scope) -> Result<Value, String> {
     drop(out);
 
     // SAFETY: kr_globals(u64 k) touches only the module's own globals.
-    unsafe { b.backend.launch_plain(&func, cfg, &b.queue, &args) }.map_err(|e| e.to_string())?;
+    unsafe {
+        b.backend
+            .launch_plain(b.service, &func, cfg, &b.queue, &args)
+    }
+    .map_err(|e| e.to_string())?;
     let reference = snapshot(b)?;
     set(5)?;
     b.set_policy(Bench::policy(scope, RestoreMode::Full))?;
@@ -526,8 +556,11 @@ fn write_outside_scope(b: &Bench) -> Result<Value, String> {
     b.fill(&target, 41)?;
     // SAFETY: kr_indirect(u64* const* holder, u64 n, u64 k) writes n words through holder[0],
     // which points to `target` (n words).
-    unsafe { b.backend.launch_plain(&b.k.indirect, cfg, &b.queue, &args) }
-        .map_err(|e| e.to_string())?;
+    unsafe {
+        b.backend
+            .launch_plain(b.service, &b.k.indirect, cfg, &b.queue, &args)
+    }
+    .map_err(|e| e.to_string())?;
     let reference = b.digests(&[&holder, &target])?;
     b.fill(&target, 41)?;
     b.sync()?;
@@ -870,8 +903,13 @@ fn decline_drain(b: &Bench, which: Drain) -> Result<Value, String> {
                 .arg(DevicePtr(flag.ptr()));
             // SAFETY: kr_spin(u64 ns, u64* flag) writes one word to `flag` (8 bytes we own).
             unsafe {
-                b.backend
-                    .launch_plain(&b.k.spin, LaunchConfig::linear(1, 32), &other, &args)
+                b.backend.launch_plain(
+                    b.service,
+                    &b.k.spin,
+                    LaunchConfig::linear(1, 32),
+                    &other,
+                    &args,
+                )
             }
             .map_err(|e| e.to_string())
         },
@@ -1046,4 +1084,327 @@ fn expect_outcome(
             )
         },
     )
+}
+
+/// A launch into a stream that captures a graph runs once, into the graph: not replayed, the
+/// capture still valid, and the graph, launched, applies the kernel once.
+fn capture_launch(b: &Bench) -> Result<Value, String> {
+    let a = b.alloc(8 * MIB)?;
+    let words = a.len() / 8;
+    b.fill(&a, 81)?;
+    b.rmw_plain(a.ptr(), words, 4)?;
+    let reference = b.digests(&[&a])?;
+    b.fill(&a, 81)?;
+    let filled = b.digests(&[&a])?;
+    b.set_policy(Bench::policy(Scope::All, RestoreMode::Full))?;
+    let q = b
+        .backend
+        .create_queue(QueueKind::Compute)
+        .map_err(|e| e.to_string())?;
+    b.backend
+        .begin_capture(&q, crate::CaptureMode::Global)
+        .map_err(|e| e.to_string())?;
+    let run = b.replay_on(
+        "capture_launch",
+        &b.k.rmw,
+        b.grid(words),
+        &q,
+        &Bench::rmw_args(a.ptr(), words, 4),
+        4,
+        vec![],
+    );
+    let graph = b.backend.end_capture(&q);
+    let run = run?;
+    let graph = graph.map_err(|e| format!("the capture did not survive: {e}"))?;
+    ensure(run.record.is_none(), || {
+        "the captured launch was a replay candidate".into()
+    })?;
+    ensure(b.digests(&[&a])? == filled, || {
+        "the captured launch ran at capture time".into()
+    })?;
+    // SAFETY: the graph's one kernel updates `a`, alive until the end of this function.
+    unsafe { b.backend.launch_graph(b.service, &graph, &q) }.map_err(|e| e.to_string())?;
+    b.sync_queue(&q)?;
+    ensure(b.digests(&[&a])? == reference, || {
+        "the graph did not apply the kernel exactly once".into()
+    })?;
+    Ok(json!({ "graph_launched": true }))
+}
+
+/// Another thread captures in global mode (PyTorch's default) while a window runs. On a
+/// stream the backend does not know, the window runs beside it (its driver calls in relaxed
+/// mode); on a stream it knows, the window cannot drain that stream without touching the
+/// capture and declines. Either way the capture stays valid and its graph runs once.
+fn capture_beside(b: &Bench, known: bool) -> Result<Value, String> {
+    use crate::sys;
+    let a = b.alloc(8 * MIB)?;
+    let words = a.len() / 8;
+    let counter = b.alloc(8)?;
+    b.backend
+        .memory()
+        .write_device(counter.ptr(), &5u64.to_le_bytes(), WAIT)
+        .map_err(|e| e.to_string())?;
+    b.fill(&a, 83)?;
+    b.rmw_plain(a.ptr(), words, 5)?;
+    let reference = b.digests(&[&a])?;
+    b.fill(&a, 83)?;
+    b.sync()?;
+    let mut p = Bench::policy(Scope::All, RestoreMode::Full);
+    p.pool_keep_bytes = 0;
+    p.drain_timeout = SHORT;
+    b.set_policy(p)?;
+    let known_queue = if known {
+        Some(
+            b.backend
+                .create_queue(QueueKind::Compute)
+                .map_err(|e| e.to_string())?,
+        )
+    } else {
+        None
+    };
+    let stream_raw = known_queue.as_ref().map(|q| q.raw() as u64);
+    let (begun_tx, begun_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let counter_ptr = counter.ptr();
+    let tiny_raw = b.k.tiny.raw() as u64;
+    let device = Arc::clone(b.backend.device());
+    let capturer = std::thread::spawn(move || -> Result<(), String> {
+        device.bind().map_err(|e| e.to_string())?;
+        let mut s: sys::CUstream = match stream_raw {
+            Some(r) => r as sys::CUstream,
+            None => std::ptr::null_mut(),
+        };
+        // SAFETY: driver calls on a non-blocking stream this thread creates (or the bench's
+        // known stream), kr_tiny(u64* p) on an 8-byte buffer the bench owns, and a graph owned
+        // here.
+        unsafe {
+            let begin = (|| -> Result<(), String> {
+                if stream_raw.is_none() {
+                    sys::cuStreamCreate(&mut s, 1)
+                        .result()
+                        .map_err(|e| e.to_string())?;
+                }
+                sys::cuStreamBeginCapture_v2(
+                    s,
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+                )
+                .result()
+                .map_err(|e| format!("begin capture: {e}"))
+            })();
+            let failed = begin.is_err();
+            let _ = begun_tx.send(begin);
+            if failed {
+                return Err("no capture".into());
+            }
+            let _ = go_rx.recv();
+            let mut ptr = counter_ptr;
+            let mut params = [&mut ptr as *mut u64 as *mut std::ffi::c_void];
+            let launched = sys::cuLaunchKernel(
+                tiny_raw as sys::CUfunction,
+                1,
+                1,
+                1,
+                32,
+                1,
+                1,
+                0,
+                s,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+            .result();
+            let mut g: sys::CUgraph = std::ptr::null_mut();
+            let ended = sys::cuStreamEndCapture(s, &mut g).result();
+            launched.map_err(|e| format!("captured launch: {e}"))?;
+            ended.map_err(|e| format!("the capture was invalidated: {e}"))?;
+            let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+            sys::cuGraphInstantiateWithFlags(&mut exec, g, 0)
+                .result()
+                .map_err(|e| e.to_string())?;
+            sys::cuGraphLaunch(exec, s)
+                .result()
+                .map_err(|e| e.to_string())?;
+            sys::cuStreamSynchronize(s)
+                .result()
+                .map_err(|e| e.to_string())?;
+            sys::cuGraphExecDestroy(exec);
+            sys::cuGraphDestroy(g);
+            if stream_raw.is_none() {
+                sys::cuStreamDestroy_v2(s);
+            }
+        }
+        Ok(())
+    });
+    begun_rx.recv().map_err(|e| e.to_string())??;
+    let run = b.replay(
+        "capture_beside",
+        &b.k.rmw,
+        b.grid(words),
+        &Bench::rmw_args(a.ptr(), words, 5),
+        3,
+        vec![],
+    );
+    let _ = go_tx.send(());
+    let captured = capturer
+        .join()
+        .map_err(|_| "the capturing thread panicked".to_string())?;
+    let run = run?;
+    let rec = run.rec()?.clone();
+    captured.map_err(|e| format!("{e}; window: {rec}"))?;
+    let want = if known {
+        (Outcome::Declined, Reason::AgentDrainStuck, 1)
+    } else {
+        (Outcome::Replayed, Reason::None, 3)
+    };
+    expect_outcome(&rec, want.0, Some(want.1), want.2)?;
+    ensure(b.digests(&[&a])? == reference, || {
+        "memory differs from one execution".into()
+    })?;
+    let v = b.read(counter.ptr(), 8)?;
+    let now = u64::from_le_bytes(v.try_into().unwrap_or_default());
+    ensure(now == 16, || {
+        format!("the captured kernel's buffer holds {now}, expected 16 (one run)")
+    })?;
+    b.backend.memory().release_deferred(true);
+    Ok(json!({ "record": record_json(&rec) }))
+}
+
+/// A copy on another stream, through the backend's gated copy, started while a window runs
+/// (from PASS ENTER of its first pass, on another thread): it waits for the window, so the
+/// restores before the later passes do not undo it (the copy's destination is tracked memory
+/// the window captures), and the window still replays.
+fn concurrent_copy(b: &Bench) -> Result<Value, String> {
+    let a = b.alloc(64 * MIB)?;
+    let words = a.len() / 8;
+    let src = b.alloc(64 * MIB)?;
+    let dst = b.alloc(64 * MIB)?;
+    b.fill(&a, 91)?;
+    b.rmw_plain(a.ptr(), words, 8)?;
+    let reference = b.digests(&[&a])?;
+    b.fill(&a, 91)?;
+    b.fill(&src, 92)?;
+    b.fill(&dst, 93)?;
+    let want_dst = b.digests(&[&src])?;
+    b.set_policy(Bench::policy(Scope::All, RestoreMode::Full))?;
+    let copyq = b
+        .backend
+        .create_queue(QueueKind::Copy)
+        .map_err(|e| e.to_string())?;
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let copier = {
+        let backend = Arc::clone(&b.backend);
+        let service = b.service;
+        let q = Arc::clone(&copyq);
+        let (s, d, len) = (src.ptr(), dst.ptr(), src.len());
+        std::thread::spawn(move || -> Result<f64, String> {
+            go_rx.recv().map_err(|e| e.to_string())?;
+            let t = Instant::now();
+            let c = crate::memory::ResolvedCopy {
+                dir: crate::memory::Direction::DeviceToDevice,
+                src: s,
+                dst: d,
+                len,
+            };
+            // SAFETY: both ends are 64 MiB device allocations the bench keeps alive until this
+            // thread is joined and the copy queue drained.
+            unsafe { backend.copy(service, &q, &c) }.map_err(|e| e.to_string())?;
+            Ok(t.elapsed().as_secs_f64())
+        })
+    };
+    b.tool.state.lock().on_pass_enter = Some(Box::new(move |pass| {
+        if pass == 0 {
+            let _ = go_tx.send(());
+            // Give the other thread time to submit its copy inside the window.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }));
+    let run = b.replay(
+        "concurrent_copy",
+        &b.k.rmw,
+        b.grid(words),
+        &Bench::rmw_args(a.ptr(), words, 8),
+        8,
+        vec![],
+    );
+    b.tool.state.lock().on_pass_enter = None;
+    let waited = copier
+        .join()
+        .map_err(|_| "the copying thread panicked".to_string())??;
+    b.sync_queue(&copyq)?;
+    let rec = run?.rec()?.clone();
+    expect_outcome(&rec, Outcome::Replayed, Some(Reason::None), 8)?;
+    ensure(b.digests(&[&a])? == reference, || {
+        "memory differs from one execution".into()
+    })?;
+    ensure(b.digests(&[&dst])? == want_dst, || {
+        "the copy made beside the window was undone by a restore".into()
+    })?;
+    Ok(json!({ "record": record_json(&rec), "copy_submit_waited_seconds": waited }))
+}
+
+/// A pass that spins past its bound: the window truncates within its bound and gives back its
+/// backing; the free (`cuMemFree` waits for the whole device) happens later, outside the
+/// window, once the device is idle, so the launch returns long before the kernel ends.
+fn free_behind_spin(b: &Bench) -> Result<Value, String> {
+    let flag = b.alloc(8)?;
+    let data = b.alloc(256 * MIB)?;
+    b.fill(&data, 95)?;
+    b.backend
+        .memory()
+        .write_device(flag.ptr(), &0u64.to_le_bytes(), WAIT)
+        .map_err(|e| e.to_string())?;
+    b.sync()?;
+    b.backend.engine().release_pools();
+    b.backend.memory().release_deferred(true);
+    let mut p = Bench::policy(Scope::All, RestoreMode::Full);
+    p.pool_keep_bytes = 0;
+    p.pass_timeout = SHORT;
+    b.set_policy(p)?;
+    // A module of its own: the stuck-pass check already marked the bench's kr_spin as a kernel
+    // not to replay again.
+    let module = b
+        .backend
+        .modules()
+        .compile_and_load(super::common::KERNELS_SRC, "kernels_free.cu", &[])
+        .map_err(|e| e.to_string())?;
+    let spin_fn = module.function("kr_spin").map_err(|e| e.to_string())?;
+    let spin = Duration::from_secs(3);
+    let args = ArgBlock::new()
+        .arg(spin.as_nanos() as u64)
+        .arg(DevicePtr(flag.ptr()));
+    let t = Instant::now();
+    let run = b.replay(
+        "free_behind_spin",
+        &spin_fn,
+        LaunchConfig::linear(1, 32),
+        &args,
+        3,
+        vec![],
+    )?;
+    let wall = t.elapsed().as_secs_f64();
+    let rec = run.rec()?.clone();
+    let deferred = b.backend.memory().deferred_bytes();
+    expect_outcome(&rec, Outcome::Truncated, Some(Reason::PassDrainStuck), 1)?;
+    ensure(wall < spin.as_secs_f64() / 2.0, || {
+        format!("the launch took {wall:.2} s beside a {spin:?} kernel")
+    })?;
+    ensure(rec.captured_bytes > 0 && deferred > 0, || {
+        format!(
+            "captured {} bytes, {deferred} bytes deferred",
+            rec.captured_bytes
+        )
+    })?;
+    b.sync()?;
+    let t = Instant::now();
+    let left = b.backend.memory().release_deferred(false);
+    let release = t.elapsed().as_secs_f64();
+    ensure(left == 0, || {
+        format!("{left} bytes still deferred when idle")
+    })?;
+    Ok(json!({
+        "record": record_json(&rec),
+        "launch_seconds": wall,
+        "deferred_bytes": deferred,
+        "release_seconds_when_idle": release,
+    }))
 }

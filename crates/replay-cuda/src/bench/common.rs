@@ -279,8 +279,13 @@ impl Bench {
         // SAFETY: kr_fill(u64* p, u64 n, u64 seed) writes n words at p; callers pass memory
         // they own of at least that size.
         unsafe {
-            self.backend
-                .launch_plain(&self.k.fill, self.grid(words), &self.queue, &args)
+            self.backend.launch_plain(
+                self.service,
+                &self.k.fill,
+                self.grid(words),
+                &self.queue,
+                &args,
+            )
         }
         .map_err(|e| e.to_string())
     }
@@ -299,8 +304,13 @@ impl Bench {
         // SAFETY: kr_rmw(u64* p, u64 n, u64 k) reads and writes n words at p, memory the
         // caller owns.
         unsafe {
-            self.backend
-                .launch_plain(&self.k.rmw, self.grid(words), &self.queue, &args)
+            self.backend.launch_plain(
+                self.service,
+                &self.k.rmw,
+                self.grid(words),
+                &self.queue,
+                &args,
+            )
         }
         .map_err(|e| e.to_string())
     }

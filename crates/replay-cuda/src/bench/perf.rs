@@ -141,8 +141,11 @@ pub fn ceilings(b: &Bench, rows: &mut Vec<Row>, read_gib: u64) -> Result<Ceiling
     let t = time_gpu(b, &b.queue, 5, || {
         // SAFETY: kr_read(const KbWord* p, u64 n, u64* sink) reads n 16-byte words of `r`
         // and may write one word of `sink`.
-        unsafe { b.backend.launch_plain(&b.k.read, cfg, &b.queue, &args) }
-            .map_err(|e| e.to_string())
+        unsafe {
+            b.backend
+                .launch_plain(b.service, &b.k.read, cfg, &b.queue, &args)
+        }
+        .map_err(|e| e.to_string())
     })?;
     c.read = gbs(rbytes, t);
     // The read-modify-write kernel's own bandwidth (bytes read + written).
@@ -230,8 +233,11 @@ pub fn overhead(b: &Bench, rows: &mut Vec<Row>, passes: u64) -> Result<(), Strin
     for i in 0..n + 100 {
         let s = Instant::now();
         // SAFETY: kr_tiny(u64* p) updates one word of the 4 KiB buffer `t`.
-        unsafe { b.backend.launch_plain(&b.k.tiny, cfg, &b.queue, &args) }
-            .map_err(|e| e.to_string())?;
+        unsafe {
+            b.backend
+                .launch_plain(b.service, &b.k.tiny, cfg, &b.queue, &args)
+        }
+        .map_err(|e| e.to_string())?;
         b.done.record(&b.queue).map_err(|e| e.to_string())?;
         if !b.done.wait(WAIT).map_err(|e| e.to_string())? {
             return Err("raw round trip did not complete".into());

@@ -14,6 +14,20 @@
  * with CUDA_ERROR_INVALID_VALUE, as the real driver's does. cuMemGetAddressRange reports the
  * allocation around a pointer.
  *
+ * Stream capture is modelled with the rules a tool must respect: a launch or copy into a
+ * capturing stream becomes a graph node (run by cuGraphLaunch), not work; recording an event on
+ * a capturing stream joins the capture, and querying that event invalidates it; anything
+ * submitted to the legacy stream while a blocking stream captures invalidates that capture
+ * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); and a "potentially unsafe" call (allocation, free,
+ * event or stream query, synchronisation) made by a thread in global capture mode while
+ * another thread captures in global mode (or by a thread with its own non-relaxed capture)
+ * fails and invalidates those captures, unless the calling thread exchanged its mode for
+ * relaxed (cuThreadExchangeStreamCaptureMode). cuMemFree and cuMemFreeHost wait for every
+ * stream, as the real ones wait for the device; fake_cuda_blocking_frees() counts those that
+ * had to wait. cuPointerGetAttributes answers from the allocation list. Fault injection:
+ * fake_cuda_fail_record_after(name) makes the first cuEventRecord after the next launch of
+ * kernel `name` fail.
+ *
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
  * fails with CUDA_ERROR_NO_DEVICE).
  */
@@ -41,6 +55,11 @@ enum {
     E_INVALID_HANDLE = 400,
     E_NOT_FOUND = 500,
     E_NOT_READY = 600,
+    E_CAPTURE_UNSUPPORTED = 900,
+    E_CAPTURE_INVALIDATED = 901,
+    E_CAPTURE_UNMATCHED = 903,
+    E_CAPTURE_IMPLICIT = 906,
+    E_UNKNOWN = 999,
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -58,10 +77,13 @@ static u64 now_ns(void) {
 
 /* ---- allocations ---------------------------------------------------------------------- */
 
+enum kind { K_DEVICE, K_MANAGED, K_HOST, K_REGISTERED, K_VMM_RESERVE, K_POOL, K_VMM_HANDLE };
+
 struct alloc {
     void* p;
     u64 size;
     int device; /* counts against device memory */
+    int kind;
     struct alloc* next;
 };
 static struct alloc* allocs;
@@ -76,7 +98,7 @@ static u64 round_up(u64 x, u64 a) {
     return (x + a - 1) / a * a;
 }
 
-static CUresult do_alloc(void** out, u64 size, int device) {
+static CUresult do_alloc_kind(void** out, u64 size, int device, int kind) {
     if (size == 0) {
         return E_INVALID_VALUE;
     }
@@ -113,6 +135,7 @@ static CUresult do_alloc(void** out, u64 size, int device) {
     a->p = p;
     a->size = size;
     a->device = device;
+    a->kind = kind;
     a->next = allocs;
     allocs = a;
     if (device) {
@@ -152,10 +175,39 @@ static CUresult do_free(void* p) {
 
 /* ---- streams and events --------------------------------------------------------------- */
 
+#define MAX_NODES 64
+struct node {
+    int is_copy;
+    void* f;
+    unsigned gx, bx;
+    int nparams;
+    u64 vals[8];
+    u64 dst, src, n;
+};
+
+struct graph {
+    int n;
+    struct node nodes[MAX_NODES];
+};
+
+enum { CAP_NONE = 0, CAP_ACTIVE = 1, CAP_INVALIDATED = 2 };
+enum { MODE_GLOBAL = 0, MODE_THREAD_LOCAL = 1, MODE_RELAXED = 2 };
+
 struct stream {
     u64 busy_until;
+    int nonblocking;
+    int capture;      /* CAP_* */
+    int capture_mode; /* MODE_* */
+    pthread_t owner;
+    struct graph* graph;
+    struct stream* next_stream;
 };
 static struct stream legacy;
+static struct stream* streams; /* every created stream (never the legacy one) */
+static __thread int thread_mode = MODE_GLOBAL;
+static int blocking_frees;
+static char fail_record_after[64];
+static int fail_record_armed;
 
 static struct stream* S(void* s) {
     return s ? (struct stream*)s : &legacy;
@@ -164,7 +216,86 @@ static struct stream* S(void* s) {
 struct event {
     u64 at; /* completes at this time (ns); 0 = never recorded */
     int recorded;
+    struct stream* captured; /* recorded into this stream's capture */
 };
+
+/* Called with `lock` held: invalidates every capture a prohibited call by this thread would
+ * break, and says whether the call is prohibited. */
+static int prohibited_locked(void) {
+    if (thread_mode == MODE_RELAXED) {
+        return 0;
+    }
+    int hit = 0;
+    pthread_t self = pthread_self();
+    for (struct stream* st = streams; st; st = st->next_stream) {
+        if (st->capture != CAP_ACTIVE) {
+            continue;
+        }
+        int own = pthread_equal(st->owner, self);
+        if ((own && st->capture_mode != MODE_RELAXED)
+            || (!own && thread_mode == MODE_GLOBAL && st->capture_mode == MODE_GLOBAL)) {
+            st->capture = CAP_INVALIDATED;
+            hit = 1;
+        }
+    }
+    return hit;
+}
+
+/* A potentially unsafe call: E_CAPTURE_UNSUPPORTED (and invalidated captures) if prohibited. */
+static CUresult unsafe_call(void) {
+    pthread_mutex_lock(&lock);
+    int p = prohibited_locked();
+    pthread_mutex_unlock(&lock);
+    if (p) {
+        fprintf(stderr, "fake_cuda: a potentially unsafe call during a stream capture\n");
+    }
+    return p ? E_CAPTURE_UNSUPPORTED : OK;
+}
+
+/* Submitting to `st`: OK (runs), CAPTURED (becomes a node), or an error (the legacy stream
+ * while a blocking stream captures: that capture is invalidated). */
+#define CAPTURED (-1)
+static CUresult submit_to(struct stream* st) {
+    pthread_mutex_lock(&lock);
+    CUresult r = OK;
+    if (st == &legacy) {
+        for (struct stream* o = streams; o; o = o->next_stream) {
+            if (o->capture == CAP_ACTIVE && !o->nonblocking) {
+                o->capture = CAP_INVALIDATED;
+                r = E_CAPTURE_IMPLICIT;
+            }
+        }
+    } else if (st->capture == CAP_ACTIVE) {
+        r = CAPTURED;
+    } else if (st->capture == CAP_INVALIDATED) {
+        r = E_CAPTURE_INVALIDATED;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static struct node* add_node(struct stream* st) {
+    pthread_mutex_lock(&lock);
+    struct node* n = NULL;
+    if (st->graph && st->graph->n < MAX_NODES) {
+        n = &st->graph->nodes[st->graph->n++];
+        memset(n, 0, sizeof *n);
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+static u64 device_busy_until(void) {
+    pthread_mutex_lock(&lock);
+    u64 b = legacy.busy_until;
+    for (struct stream* st = streams; st; st = st->next_stream) {
+        if (st->busy_until > b) {
+            b = st->busy_until;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return b;
+}
 
 /* ---- the initialisation and device queries -------------------------------------------- */
 
@@ -260,13 +391,127 @@ static void wait_until(u64 t) {
 }
 
 CUresult cuCtxSynchronize(void) {
-    wait_until(legacy.busy_until);
+    CUresult r = unsafe_call();
+    if (r != OK) {
+        return r;
+    }
+    wait_until(device_busy_until());
     return OK;
 }
 
 CUresult cuStreamSynchronize(void* s) {
+    CUresult r = unsafe_call();
+    if (r != OK) {
+        return r;
+    }
     wait_until(S(s)->busy_until);
     return OK;
+}
+
+CUresult cuStreamQuery(void* s) {
+    CUresult r = unsafe_call();
+    if (r != OK) {
+        return r;
+    }
+    struct stream* st = S(s);
+    r = submit_to(st);
+    if (r == CAPTURED) {
+        pthread_mutex_lock(&lock);
+        st->capture = CAP_INVALIDATED;
+        pthread_mutex_unlock(&lock);
+        return E_CAPTURE_UNSUPPORTED;
+    }
+    if (r != OK) {
+        return r;
+    }
+    return now_ns() >= st->busy_until ? OK : E_NOT_READY;
+}
+
+CUresult cuThreadExchangeStreamCaptureMode(int* mode) {
+    int m = *mode;
+    *mode = thread_mode;
+    thread_mode = m;
+    return OK;
+}
+
+CUresult cuStreamBeginCapture_v2(void* s, int mode) {
+    if (!s) {
+        return E_CAPTURE_UNSUPPORTED;
+    }
+    struct stream* st = s;
+    pthread_mutex_lock(&lock);
+    if (st->capture != CAP_NONE) {
+        pthread_mutex_unlock(&lock);
+        return E_INVALID_VALUE;
+    }
+    st->capture = CAP_ACTIVE;
+    st->capture_mode = mode;
+    st->owner = pthread_self();
+    st->graph = calloc(1, sizeof(struct graph));
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+CUresult cuStreamEndCapture(void* s, void** graph) {
+    struct stream* st = S(s);
+    pthread_mutex_lock(&lock);
+    int c = st->capture;
+    struct graph* g = st->graph;
+    st->capture = CAP_NONE;
+    st->graph = NULL;
+    pthread_mutex_unlock(&lock);
+    if (c == CAP_NONE) {
+        return E_CAPTURE_UNMATCHED;
+    }
+    if (c == CAP_INVALIDATED) {
+        free(g);
+        *graph = NULL;
+        return E_CAPTURE_INVALIDATED;
+    }
+    *graph = g;
+    return OK;
+}
+
+CUresult cuStreamIsCapturing(void* s, int* status) {
+    pthread_mutex_lock(&lock);
+    CUresult r = OK;
+    *status = CAP_NONE;
+    if (!s) {
+        for (struct stream* o = streams; o; o = o->next_stream) {
+            if (o->capture != CAP_NONE && !o->nonblocking) {
+                r = E_CAPTURE_IMPLICIT;
+            }
+        }
+    } else {
+        *status = ((struct stream*)s)->capture;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+int fake_cuda_blocking_frees(void) {
+    pthread_mutex_lock(&lock);
+    int n = blocking_frees;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+void fake_cuda_fail_record_after(const char* kernel) {
+    pthread_mutex_lock(&lock);
+    snprintf(fail_record_after, sizeof fail_record_after, "%s", kernel);
+    fail_record_armed = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+/* The real cuMemFree and cuMemFreeHost wait for the whole device. */
+static void free_waits_for_device(void) {
+    u64 b = device_busy_until();
+    if (b > now_ns()) {
+        pthread_mutex_lock(&lock);
+        blocking_frees += 1;
+        pthread_mutex_unlock(&lock);
+        wait_until(b);
+    }
 }
 
 static const char* err_name(CUresult e) {
@@ -280,6 +525,10 @@ static const char* err_name(CUresult e) {
     case E_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
     case E_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
     case E_NOT_READY: return "CUDA_ERROR_NOT_READY";
+    case E_CAPTURE_UNSUPPORTED: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+    case E_CAPTURE_INVALIDATED: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    case E_CAPTURE_UNMATCHED: return "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED";
+    case E_CAPTURE_IMPLICIT: return "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT";
     default: return "CUDA_ERROR_UNKNOWN";
     }
 }
@@ -303,14 +552,27 @@ CUresult cuMemGetInfo_v2(size_t* free_b, size_t* total) {
 }
 
 CUresult cuStreamCreate(void** s, unsigned flags) {
-    (void)flags;
     struct stream* st = calloc(1, sizeof *st);
+    st->nonblocking = (flags & 1) != 0;
+    pthread_mutex_lock(&lock);
+    st->next_stream = streams;
+    streams = st;
+    pthread_mutex_unlock(&lock);
     *s = st;
     return OK;
 }
 
 CUresult cuStreamDestroy_v2(void* s) {
     if (s) {
+        pthread_mutex_lock(&lock);
+        for (struct stream** pp = &streams; *pp; pp = &(*pp)->next_stream) {
+            if (*pp == s) {
+                *pp = ((struct stream*)s)->next_stream;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&lock);
+        free(((struct stream*)s)->graph);
         free(s);
     }
     return OK;
@@ -324,15 +586,49 @@ CUresult cuEventCreate(void** e, unsigned flags) {
 
 CUresult cuEventRecord(void* e, void* s) {
     struct event* ev = e;
+    pthread_mutex_lock(&lock);
+    int fail = fail_record_armed;
+    fail_record_armed = 0;
+    pthread_mutex_unlock(&lock);
+    if (fail) {
+        return E_UNKNOWN;
+    }
+    struct stream* st = S(s);
+    CUresult r = submit_to(st);
+    if (r == CAPTURED) {
+        ev->captured = st;
+        ev->recorded = 1;
+        return OK;
+    }
+    if (r != OK) {
+        return r;
+    }
     u64 t = now_ns();
-    u64 b = S(s)->busy_until;
+    u64 b = st->busy_until;
     ev->at = b > t ? b : t;
     ev->recorded = 1;
+    ev->captured = NULL;
     return OK;
 }
 
 CUresult cuEventQuery(void* e) {
     struct event* ev = e;
+    if (ev->captured) {
+        /* An event recorded into a capture cannot be queried: the capture is invalidated. */
+        pthread_mutex_lock(&lock);
+        for (struct stream* st = streams; st; st = st->next_stream) {
+            if (st == ev->captured && st->capture == CAP_ACTIVE) {
+                st->capture = CAP_INVALIDATED;
+            }
+        }
+        pthread_mutex_unlock(&lock);
+        fprintf(stderr, "fake_cuda: query of an event recorded in a stream capture\n");
+        return E_CAPTURE_UNSUPPORTED;
+    }
+    CUresult r = unsafe_call();
+    if (r != OK) {
+        return r;
+    }
     return now_ns() >= ev->at ? OK : E_NOT_READY;
 }
 
@@ -350,41 +646,103 @@ CUresult cuEventDestroy_v2(void* e) {
 
 /* ---- memory --------------------------------------------------------------------------- */
 
-CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t size) {
+static CUresult dev_alloc(CUdeviceptr* p, size_t size, int kind) {
     void* q;
-    CUresult r = do_alloc(&q, size, 1);
+    CUresult r = do_alloc_kind(&q, size, 1, kind);
     if (r == OK) {
         *p = (CUdeviceptr)(uintptr_t)q;
     }
     return r;
 }
 
+CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t size) {
+    CUresult r = unsafe_call();
+    return r != OK ? r : dev_alloc(p, size, K_DEVICE);
+}
+
 CUresult cuMemFree_v2(CUdeviceptr p) {
+    CUresult r = unsafe_call();
+    if (r != OK) {
+        return r;
+    }
+    free_waits_for_device();
     return do_free((void*)(uintptr_t)p);
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr* p, size_t size, unsigned flags) {
     (void)flags;
-    return cuMemAlloc_v2(p, size);
+    CUresult r = unsafe_call();
+    return r != OK ? r : dev_alloc(p, size, K_MANAGED);
 }
 
+/* Stream-ordered: neither unsafe nor waiting for the device. */
 CUresult cuMemAllocAsync(CUdeviceptr* p, size_t size, void* s) {
     (void)s;
-    return cuMemAlloc_v2(p, size);
+    return dev_alloc(p, size, K_POOL);
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr p, void* s) {
     (void)s;
-    return cuMemFree_v2(p);
+    return do_free((void*)(uintptr_t)p);
 }
 
 CUresult cuMemHostAlloc(void** p, size_t size, unsigned flags) {
     (void)flags;
-    return do_alloc(p, size, 0);
+    CUresult r = unsafe_call();
+    return r != OK ? r : do_alloc_kind(p, size, 0, K_HOST);
+}
+
+CUresult cuMemAllocHost_v2(void** p, size_t size) {
+    return cuMemHostAlloc(p, size, 0);
 }
 
 CUresult cuMemFreeHost(void* p) {
+    CUresult r = unsafe_call();
+    if (r != OK) {
+        return r;
+    }
+    free_waits_for_device();
     return do_free(p);
+}
+
+CUresult cuMemHostRegister_v2(void* p, size_t size, unsigned flags) {
+    (void)flags;
+    CUresult r = unsafe_call();
+    if (r != OK) {
+        return r;
+    }
+    if (p == NULL || size == 0) {
+        return E_INVALID_VALUE;
+    }
+    struct alloc* a = malloc(sizeof *a);
+    a->p = p;
+    a->size = size;
+    a->device = 0;
+    a->kind = K_REGISTERED;
+    pthread_mutex_lock(&lock);
+    a->next = allocs;
+    allocs = a;
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+CUresult cuMemHostUnregister(void* p) {
+    CUresult r = unsafe_call();
+    if (r != OK) {
+        return r;
+    }
+    pthread_mutex_lock(&lock);
+    for (struct alloc** pp = &allocs; *pp; pp = &(*pp)->next) {
+        if ((*pp)->p == p && (*pp)->kind == K_REGISTERED) {
+            struct alloc* a = *pp;
+            *pp = a->next;
+            free(a);
+            pthread_mutex_unlock(&lock);
+            return OK;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return E_INVALID_VALUE;
 }
 
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* d, void* p, unsigned flags) {
@@ -404,7 +762,7 @@ CUresult cuMemCreate(u64* handle, size_t size, const void* prop, u64 flags) {
     (void)prop;
     (void)flags;
     void* q;
-    CUresult r = do_alloc(&q, size, 1);
+    CUresult r = do_alloc_kind(&q, size, 1, K_VMM_HANDLE);
     if (r == OK) {
         *handle = (u64)(uintptr_t)q;
     }
@@ -418,7 +776,7 @@ CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t align, CUdevice
     (void)addr;
     (void)flags;
     void* q;
-    CUresult r = do_alloc(&q, size, 0);
+    CUresult r = do_alloc_kind(&q, size, 0, K_VMM_RESERVE);
     if (r == OK) {
         *p = (CUdeviceptr)(uintptr_t)q;
     }
@@ -524,30 +882,104 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p)
     return OK;
 }
 
-CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, void* s) {
-    (void)s;
+/* A copy on stream s: runs, or becomes a node of its capture. */
+static CUresult copy_on(u64 dst, u64 src, size_t n, void* s) {
     if (!end_ok(src, n) || !end_ok(dst, n)) {
         return E_INVALID_VALUE;
+    }
+    struct stream* st = S(s);
+    CUresult r = submit_to(st);
+    if (r == CAPTURED) {
+        struct node* nd = add_node(st);
+        if (!nd) {
+            return E_OUT_OF_MEMORY;
+        }
+        nd->is_copy = 1;
+        nd->dst = dst;
+        nd->src = src;
+        nd->n = n;
+        return OK;
+    }
+    if (r != OK) {
+        return r;
     }
     memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
     return OK;
 }
 
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, void* s) {
+    return copy_on(dst, src, n, s);
+}
+
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* s) {
-    (void)s;
-    if (!end_ok(dst, n)) {
-        return E_INVALID_VALUE;
-    }
-    memmove((void*)(uintptr_t)dst, src, n);
-    return OK;
+    return copy_on(dst, (u64)(uintptr_t)src, n, s);
 }
 
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* s) {
-    (void)s;
-    if (!end_ok(src, n)) {
+    return copy_on((u64)(uintptr_t)dst, src, n, s);
+}
+
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, void* s) {
+    if (!end_ok(dst, n * 4)) {
         return E_INVALID_VALUE;
     }
-    memmove(dst, (const void*)(uintptr_t)src, n);
+    CUresult r = submit_to(S(s));
+    if (r != OK) {
+        return r == CAPTURED ? E_CAPTURE_UNSUPPORTED : r;
+    }
+    unsigned* p = (unsigned*)(uintptr_t)dst;
+    for (size_t i = 0; i < n; ++i) {
+        p[i] = v;
+    }
+    return OK;
+}
+
+/* CU_POINTER_ATTRIBUTE_*: MEMORY_TYPE 2, IS_MANAGED 8, DEVICE_ORDINAL 9, RANGE_START_ADDR 11,
+ * RANGE_SIZE 12, MAPPED 13, MEMPOOL_HANDLE 17, MAPPING_SIZE 18, MAPPING_BASE_ADDR 19. Unknown
+ * addresses get zeros and CUDA_SUCCESS, as from the real call. */
+CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUdeviceptr p) {
+    int found = 0;
+    int kind = 0;
+    u64 base = 0;
+    u64 size = 0;
+    pthread_mutex_lock(&lock);
+    for (struct alloc* a = allocs; a; a = a->next) {
+        u64 b = (u64)(uintptr_t)a->p;
+        if (p >= b && p < b + a->size && a->kind != K_VMM_HANDLE) {
+            found = 1;
+            kind = a->kind;
+            base = b;
+            size = a->size;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    for (unsigned i = 0; i < n; ++i) {
+        u64 v = 0;
+        int is_u32 = 1;
+        if (found) {
+            switch (attrs[i]) {
+            case 2: v = (kind == K_HOST || kind == K_REGISTERED) ? 1 : 2; break;
+            case 8: v = kind == K_MANAGED; break;
+            case 9: v = 0; break;
+            case 11: v = base; is_u32 = 0; break;
+            case 12: v = size; is_u32 = 0; break;
+            case 13: v = kind == K_VMM_RESERVE; break;
+            case 17: v = kind == K_POOL ? 0x900d : 0; is_u32 = 0; break;
+            case 18: v = kind == K_VMM_RESERVE ? size : 0; is_u32 = 0; break;
+            case 19: v = kind == K_VMM_RESERVE ? base : 0; is_u32 = 0; break;
+            default: break;
+            }
+        } else {
+            is_u32 = !(attrs[i] == 11 || attrs[i] == 12 || attrs[i] == 17 || attrs[i] == 18
+                       || attrs[i] == 19);
+        }
+        if (is_u32) {
+            *(unsigned*)data[i] = (unsigned)v;
+        } else {
+            *(u64*)data[i] = v;
+        }
+    }
     return OK;
 }
 
@@ -600,8 +1032,7 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
 }
 
 /* Parameter layouts of the kernels whose parameters are all 8 bytes, and kr_digest_*. */
-CUresult cuFuncGetParamInfo(void* f, size_t index, size_t* offset, size_t* size) {
-    const char* n = ((struct function*)f)->name;
+static size_t param_count(const char* n) {
     size_t count = 0;
     if (strcmp(n, "kr_rmw") == 0 || strcmp(n, "kr_fill") == 0 || strcmp(n, "kr_indirect") == 0
         || strcmp(n, "kr_read") == 0) {
@@ -616,6 +1047,11 @@ CUresult cuFuncGetParamInfo(void* f, size_t index, size_t* offset, size_t* size)
     } else if (strcmp(n, "kr_digest_fin") == 0) {
         count = 4;
     }
+    return count;
+}
+
+CUresult cuFuncGetParamInfo(void* f, size_t index, size_t* offset, size_t* size) {
+    size_t count = param_count(((struct function*)f)->name);
     if (index >= count) {
         return E_INVALID_VALUE;
     }
@@ -689,18 +1125,10 @@ static void finish(u128 a, u128 b, u64 len, u64* out) {
 
 #define ARG(T, i) (*(T*)params[i])
 
-CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                        unsigned bz, unsigned shmem, void* s, void** params, void** extra) {
-    (void)gy;
-    (void)gz;
-    (void)by;
-    (void)bz;
-    (void)shmem;
-    (void)extra;
+static size_t param_count(const char* n);
+
+static CUresult run_kernel(void* f, unsigned gx, unsigned bx, void* s, void** params) {
     const char* n = ((struct function*)f)->name;
-    if (gx == 0 || bx == 0) {
-        return E_INVALID_VALUE;
-    }
     if (strcmp(n, "kr_fill") == 0) {
         u64* p = ARG(u64*, 0);
         u64 cnt = ARG(u64, 1);
@@ -808,5 +1236,91 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
         fprintf(stderr, "fake_cuda: unknown kernel %s\n", n);
         return E_INVALID_VALUE;
     }
+    return OK;
+}
+
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shmem, void* s, void** params, void** extra) {
+    (void)gy;
+    (void)gz;
+    (void)by;
+    (void)bz;
+    (void)shmem;
+    (void)extra;
+    const char* name = ((struct function*)f)->name;
+    if (gx == 0 || bx == 0) {
+        return E_INVALID_VALUE;
+    }
+    struct stream* st = S(s);
+    CUresult r = submit_to(st);
+    if (r == CAPTURED) {
+        struct node* nd = add_node(st);
+        if (!nd) {
+            return E_OUT_OF_MEMORY;
+        }
+        nd->f = f;
+        nd->gx = gx;
+        nd->bx = bx;
+        nd->nparams = (int)param_count(name);
+        for (int i = 0; i < nd->nparams && i < 8; ++i) {
+            nd->vals[i] = *(u64*)params[i];
+        }
+        return OK;
+    }
+    if (r != OK) {
+        return r;
+    }
+    r = run_kernel(f, gx, bx, s, params);
+    if (r == OK) {
+        pthread_mutex_lock(&lock);
+        if (fail_record_after[0] && strcmp(fail_record_after, name) == 0) {
+            fail_record_after[0] = 0;
+            fail_record_armed = 1;
+        }
+        pthread_mutex_unlock(&lock);
+    }
+    return r;
+}
+
+CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, u64 flags) {
+    (void)flags;
+    if (!graph) {
+        return E_INVALID_VALUE;
+    }
+    *exec = graph;
+    return OK;
+}
+
+CUresult cuGraphLaunch(void* exec, void* s) {
+    struct graph* g = exec;
+    CUresult r = submit_to(S(s));
+    if (r != OK) {
+        return r == CAPTURED ? E_CAPTURE_UNSUPPORTED : r;
+    }
+    for (int i = 0; i < g->n; ++i) {
+        struct node* nd = &g->nodes[i];
+        if (nd->is_copy) {
+            memmove((void*)(uintptr_t)nd->dst, (const void*)(uintptr_t)nd->src, nd->n);
+            continue;
+        }
+        void* params[8];
+        for (int j = 0; j < 8; ++j) {
+            params[j] = &nd->vals[j];
+        }
+        r = run_kernel(nd->f, nd->gx, nd->bx, s, params);
+        if (r != OK) {
+            return r;
+        }
+    }
+    return OK;
+}
+
+CUresult cuGraphExecDestroy(void* exec) {
+    (void)exec;
+    return OK;
+}
+
+CUresult cuGraphDestroy(void* graph) {
+    free(graph);
     return OK;
 }
