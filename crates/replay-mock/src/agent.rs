@@ -317,12 +317,24 @@ impl Agent for SimAgent {
             group: self.gpu.counters.selected(id),
             result: Arc::clone(&result),
         };
+        let after_launch = self.gpu.take_fault(
+            id,
+            |f| matches!(f, Fault::PassSubmitAfterLaunch { pass: p } if *p == pass),
+        );
         let seq = self.push(&lane, Work::Kernel(Box::new(work)), OP)?;
         self.gpu.recorder.record(Event::PassSubmitted {
             agent: id,
             dispatch: dispatch.info.dispatch_id,
             pass,
         });
+        if let Some(f) = after_launch {
+            // The packet is in the queue and runs; only the call reports failure.
+            return Err(self.err(
+                BackendErrorKind::AfterSubmit,
+                OP,
+                format!("injected {f}: the pass was queued, then the submission failed"),
+            ));
+        }
         Ok(self.ticket(
             TicketKind::Pass {
                 dispatch: dispatch.info.dispatch_id,

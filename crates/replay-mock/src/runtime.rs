@@ -22,7 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use replay_core::{
     AgentId, BackendError, Clock, Digest128, DigestKey, Dim3, Dispatch, DispatchId, DispatchInfo,
     DispatchReport, KernelId, KernelKey, MemoryClass, Origin, OutcomeRecord, Policy, QueueId,
-    ReplayService, SubmissionKind,
+    ReplayService, SubmissionKind, WriteGate,
 };
 use replay_memory::{MemoryEngine, Tracker};
 use smallvec::SmallVec;
@@ -480,14 +480,20 @@ impl SimRuntime {
         self.inner.tracker.record_free(agent, base);
     }
 
-    /// Writes device memory from the host (synchronous; read-only memory included), for setup
-    /// and checking. It does not go through the service: a host write to an agent while a replay
-    /// window is open there may be undone by the window's next restore (SPEC §7.2: writes by
-    /// host threads during a window are not seen). Concurrent applications use
-    /// [`SimRuntime::write_async`].
+    /// Writes device memory from the host (synchronous; read-only memory included). It takes
+    /// the reader side of the agent's gate ([`ReplayService::enter_write`]) across the write,
+    /// so while a replay window is open on that agent it waits for the window's end, and no
+    /// restore undoes it; from inside a tool callback (tool work) it writes at once.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), SimError> {
         let agent = agent_of(addr).unwrap_or_default();
+        let _gate = self.write_gate(agent);
         Ok(self.shared().device_write(agent, addr, data, true)?)
+    }
+
+    /// The reader side of `agent`'s gate for a write the service does not replay (SPEC §6 step
+    /// 4), waiting while a window holds it; nothing without a service.
+    fn write_gate(&self, agent: AgentId) -> Option<WriteGate> {
+        self.service().map(|s| s.enter_write(agent))
     }
 
     /// Reads device memory to the host (synchronous).
@@ -907,7 +913,9 @@ impl SimRuntime {
     }
 
     /// An application's asynchronous copy of `len` bytes on `agent`'s copy engine (what the
-    /// window's copy fence waits for).
+    /// window's copy fence waits for). It takes the reader side of the gate of the agent that
+    /// owns `dst` across its submission, so while a window is open there it waits for the
+    /// window's end; from inside a tool callback it is submitted at once.
     pub fn copy_async(
         &self,
         agent: AgentId,
@@ -917,6 +925,8 @@ impl SimRuntime {
     ) -> Result<Completion, SimError> {
         let sh = self.shared();
         let a = sh.agent_or_err(agent)?;
+        // The agent whose memory it writes; held across the submission (SPEC §6 step 4).
+        let _gate = self.write_gate(agent_of(dst).unwrap_or(agent));
         let signal = Signal::new();
         let handle = sh.next_id();
         sh.invariants
