@@ -107,6 +107,9 @@ impl Default for AgentConfig {
 pub(crate) enum Payload {
     Kernel(Kernel),
     Barrier,
+    /// Several kernel dispatches in one submission (`SubmissionKind::MultiPacket`), each with
+    /// its argument block and grid; the completion follows the last.
+    Batch(Vec<(Kernel, Vec<u8>, replay_core::Dim3)>),
 }
 
 /// A submission the runtime handed to the service and the agent may be asked to run.

@@ -54,7 +54,8 @@
 //!   ([`SimRuntime::write`], `fill`, `write_u32s`) and asynchronous copies
 //!   ([`SimRuntime::copy_async`], gated on the agent that owns the destination) take
 //!   [`replay_core::ReplayService::enter_write`] across the write or the submission;
-//!   [`SimRuntime::write_async`] and barriers are submissions the service itself gates. From
+//!   [`SimRuntime::write_async`], barriers and multi-kernel submissions
+//!   ([`SimRuntime::dispatch_batch`]) are submissions the service itself gates. From
 //!   inside a tool callback they run at once (tool work). A cross-agent copy started before a
 //!   window on the destination's agent is not in that agent's copy fence (its engine belongs
 //!   to the source agent): wait for it before launching work to replay.

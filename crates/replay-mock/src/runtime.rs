@@ -585,11 +585,13 @@ impl SimRuntime {
         let (kind, info_kernel) = match &payload {
             Payload::Kernel(k) => (SubmissionKind::KernelDispatch, Some(k.clone())),
             Payload::Barrier => (SubmissionKind::Barrier, None),
+            Payload::Batch(_) => (SubmissionKind::MultiPacket, None),
         };
-        let name: Arc<str> = info_kernel
-            .as_ref()
-            .map(|k| Arc::clone(&k.name))
-            .unwrap_or_else(|| Arc::from("<barrier>"));
+        let name: Arc<str> = match (&info_kernel, &payload) {
+            (Some(k), _) => Arc::clone(&k.name),
+            (None, Payload::Batch(_)) => Arc::from("<batch>"),
+            (None, _) => Arc::from("<barrier>"),
+        };
         // The runtime copies the argument block into its kernarg pool, as HSA runtimes do.
         if let Some(pool) = &a.kernarg {
             if !args.is_empty() && (args.len() as u64) <= pool.size {
@@ -799,6 +801,22 @@ impl SimRuntime {
         let _ = completion.report.set(r.clone());
         r?;
         Ok(completion)
+    }
+
+    /// Several kernel dispatches in one submission on `queue` (as an HSA runtime hands an
+    /// interceptor every packet of one doorbell): a [`SubmissionKind::MultiPacket`] submission,
+    /// never replayed, which the service runs once under the agent's reader side. The kernels
+    /// run in order; the completion fires after the last.
+    pub fn dispatch_batch(
+        &self,
+        queue: QueueRef,
+        kernels: &[(&Kernel, &[u8], Dim3)],
+    ) -> Result<Completion, SimError> {
+        let batch = kernels
+            .iter()
+            .map(|(k, a, g)| ((*k).clone(), a.to_vec(), *g))
+            .collect();
+        self.launch(queue, Payload::Batch(batch), &[], Dim3::new(1, 1, 1))
     }
 
     /// A barrier submission (not a replay candidate: it runs once).

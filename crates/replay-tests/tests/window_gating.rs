@@ -51,12 +51,13 @@ fn buffers(rt: &SimRuntime) -> (u64, u64) {
 type Other = Arc<Mutex<Option<JoinHandle<()>>>>;
 
 /// Runs the application's kernel (3 passes) while `write` runs on another thread, started
-/// from PASS ENTER of pass 0. Returns the record and whether the write was seen done while
-/// the window was still open.
+/// from PASS ENTER of pass 0 (after the tool stopped the service there, with `stop`). Returns
+/// the record and whether the write was seen done while the window was still open.
 fn window_beside(
     rt: &SimRuntime,
     app: &RmwApp,
     policy: Policy,
+    stop: bool,
     write: impl Fn(&SimRuntime) + Send + Sync + 'static,
 ) -> (replay_core::OutcomeRecord, bool) {
     let write = Arc::new(write);
@@ -68,6 +69,10 @@ fn window_beside(
     let script = ToolScript::passes_for("rmw", 3)
         .on(At::PassEnter, move |rt, p| {
             if p.current_pass == 0 {
+                if stop {
+                    // The tool stops replay from inside the window; the window goes on.
+                    rt.service().unwrap().stop().unwrap();
+                }
                 let (rt, write, tx) = (rt.clone(), Arc::clone(&write), tx.clone());
                 *o2.lock() = Some(std::thread::spawn(move || {
                     write(&rt);
@@ -80,10 +85,12 @@ fn window_beside(
                 *i2.lock() = rx.lock().recv_timeout(LOOK).is_ok();
             }
         });
-    let _replay = script.install(rt, policy);
+    let replay = script.install(rt, policy);
     let rec = app.run(rt);
     let t = other.lock().take().expect("the other thread was started");
     t.join().expect("the other thread");
+    assert_eq!(replay.svc.is_active(), !stop);
+    assert_eq!(replay.svc.open_windows(), 0);
     let inside = *inside.lock();
     (rec, inside)
 }
@@ -101,7 +108,7 @@ fn an_async_copy_during_a_window_waits_for_it_and_lands_once() {
         let rt = runtime(1);
         let app = RmwApp::setup(&rt);
         let (src, dst) = buffers(&rt);
-        let (rec, inside) = window_beside(&rt, &app, policy, move |rt| {
+        let (rec, inside) = window_beside(&rt, &app, policy, false, move |rt| {
             let c = rt.copy_async(A0, dst, src, LEN).unwrap();
             c.wait().unwrap();
             assert_eq!(c.fired(), 1);
@@ -132,7 +139,7 @@ fn a_host_memset_during_a_window_waits_for_it_and_lands_once() {
         let rt = runtime(1);
         let app = RmwApp::setup(&rt);
         let (_, dst) = buffers(&rt);
-        let (rec, inside) = window_beside(&rt, &app, policy, move |rt| {
+        let (rec, inside) = window_beside(&rt, &app, policy, false, move |rt| {
             rt.fill(dst, LEN as usize, 0xcd).unwrap();
         });
         assert!(
@@ -159,7 +166,7 @@ fn a_queued_host_write_during_a_window_waits_for_it_and_lands_once() {
     let rt = runtime(1);
     let app = RmwApp::setup(&rt);
     let (_, dst) = buffers(&rt);
-    let (rec, inside) = window_beside(&rt, &app, policies()[0].clone(), move |rt| {
+    let (rec, inside) = window_beside(&rt, &app, policies()[0].clone(), false, move |rt| {
         let q = rt.queue(A0, 1);
         rt.write_async(q, dst, &[0x5c; LEN as usize])
             .unwrap()
@@ -191,46 +198,69 @@ fn stopping_the_service_inside_a_window_keeps_ordinary_dispatches_out_of_it() {
         let app = RmwApp::setup(&rt);
         let x = rt.alloc(A0, 8, MemoryClass::DEVICE_COARSE).unwrap();
         let mark = mark.clone();
-        let other: Other = Arc::default();
-        let (tx, rx) = mpsc::channel::<()>();
-        let rx = Arc::new(Mutex::new(rx));
-        let inside = Arc::new(Mutex::new(false));
-        let (o2, i2) = (Arc::clone(&other), Arc::clone(&inside));
-        let script = ToolScript::passes_for("rmw", 3)
-            .on(At::PassEnter, move |rt, p| {
-                if p.current_pass != 0 {
-                    return;
-                }
-                // The tool stops replay from inside the window; the window goes on.
-                rt.service().unwrap().stop().unwrap();
-                let (rt, mark, tx) = (rt.clone(), mark.clone(), tx.clone());
-                *o2.lock() = Some(std::thread::spawn(move || {
-                    let args = KernArgs::new().ptr(x).build();
-                    let c = rt.dispatch(rt.queue(A0, 1), &mark, &args, grid(1)).unwrap();
-                    c.wait().unwrap();
-                    assert_eq!(c.fired(), 1);
-                    assert!(c.record().is_none(), "an ordinary dispatch");
-                    let _ = tx.send(());
-                }));
-            })
-            .on(At::PassExit, move |_, p| {
-                if p.current_pass == 0 {
-                    *i2.lock() = rx.lock().recv_timeout(LOOK).is_ok();
-                }
-            });
-        let replay = script.install(&rt, policy);
-        let rec = app.run(&rt);
-        other.lock().take().unwrap().join().unwrap();
+        let (rec, inside) = window_beside(&rt, &app, policy, true, move |rt| {
+            let args = KernArgs::new().ptr(x).build();
+            let c = rt.dispatch(rt.queue(A0, 1), &mark, &args, grid(1)).unwrap();
+            c.wait().unwrap();
+            assert_eq!(c.fired(), 1);
+            assert!(c.record().is_none(), "an ordinary dispatch");
+        });
         assert_eq!(rt.read(x, 8).unwrap(), 1u64.to_le_bytes());
         assert_matches_reference(&rt, &want);
         assert_outcome(&rec, Outcome::Replayed, Reason::None);
         assert_eq!(rec.executed_passes, 3);
-        assert!(!replay.svc.is_active());
-        assert_eq!(replay.svc.open_windows(), 0);
-        assert!(
-            !*inside.lock(),
-            "the ordinary dispatch ran inside the window"
+        assert!(!inside, "the ordinary dispatch ran inside the window");
+        finish(&rt);
+        rt.shutdown();
+    }
+}
+
+#[test]
+fn a_multi_kernel_submission_during_a_window_waits_for_it_even_after_stop() {
+    let _dog = Watchdog::new("batch_during_a_window", LIMIT);
+    let mark = mark_kernel("app_mark");
+    let batch = |rt: &SimRuntime, mark: &replay_mock::Kernel, x: u64, y: u64| {
+        let (ax, ay) = (
+            KernArgs::new().ptr(x).build(),
+            KernArgs::new().ptr(y).build(),
         );
+        let c = rt
+            .dispatch_batch(
+                rt.queue(A0, 1),
+                &[
+                    (mark, &ax[..], grid(1)),
+                    (mark, &ay[..], grid(1)),
+                    (mark, &ax[..], grid(1)),
+                ],
+            )
+            .unwrap();
+        c.wait().unwrap();
+        assert_eq!(c.fired(), 1);
+    };
+    let want = reference(1, |rt| {
+        let app = RmwApp::setup(rt);
+        let x = rt.alloc(A0, 8, MemoryClass::DEVICE_COARSE).unwrap();
+        let y = rt.alloc(A0, 8, MemoryClass::DEVICE_COARSE).unwrap();
+        app.run_plain(rt);
+        batch(rt, &mark, x, y);
+    });
+    for stop in [false, true] {
+        let rt = runtime(1);
+        let app = RmwApp::setup(&rt);
+        let x = rt.alloc(A0, 8, MemoryClass::DEVICE_COARSE).unwrap();
+        let y = rt.alloc(A0, 8, MemoryClass::DEVICE_COARSE).unwrap();
+        let mark = mark.clone();
+        let (rec, inside) = window_beside(&rt, &app, policies()[0].clone(), stop, move |rt| {
+            batch(rt, &mark, x, y)
+        });
+        assert_eq!(
+            (rt.read(x, 8).unwrap(), rt.read(y, 8).unwrap()),
+            (2u64.to_le_bytes().to_vec(), 1u64.to_le_bytes().to_vec()),
+            "stop={stop}"
+        );
+        assert_matches_reference(&rt, &want);
+        assert_outcome(&rec, Outcome::Replayed, Reason::None);
+        assert!(!inside, "stop={stop}: the batch ran inside the window");
         finish(&rt);
         rt.shutdown();
     }
