@@ -231,13 +231,21 @@ impl Agent for SimAgent {
                 vec![lane]
             }
         };
-        let waits = lanes
+        let mut waits: Vec<(Arc<Lane>, u64)> = lanes
             .into_iter()
             .map(|l| {
                 let s = l.submitted();
                 (l, s)
             })
             .collect();
+        if target == DrainTarget::CopyFence {
+            // Copies into this agent's memory on other agents' engines (SPEC §6 step 6: every
+            // in-flight copy touching the agent).
+            for (lane, seq, hold) in self.agent.foreign_in_flight() {
+                waits.push((lane, seq));
+                holds.extend(hold);
+            }
+        }
         self.gpu.invariants.drain_begun(id);
         self.gpu
             .recorder

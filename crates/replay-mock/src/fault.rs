@@ -96,6 +96,12 @@ pub enum Fault {
     /// `submit_ordinary` refuses the dispatch: `ReplayService::submit` returns the error (the
     /// application sees a failed launch).
     OrdinarySubmitFail,
+    /// The next application copy ([`crate::SimRuntime::copy_async`]) on this agent's copy
+    /// engine is held until a copy fence that waits for it abandons its wait (or
+    /// `release_stalls`, or the wall cap). A window on the agent that owns the copy's
+    /// destination waits for it in its copy fence, whichever engine runs it. → declined
+    /// `copy_fence_stuck`; the copy then lands once.
+    AppCopyStuck,
 }
 
 impl Fault {
@@ -118,6 +124,7 @@ impl Fault {
             Self::FreeDuringPass { .. } => "free_during_pass",
             Self::ReallocDuringPass { .. } => "realloc_during_pass",
             Self::OrdinarySubmitFail => "ordinary_submit_fail",
+            Self::AppCopyStuck => "app_copy_stuck",
         }
     }
 }

@@ -56,9 +56,8 @@
 //!   [`replay_core::ReplayService::enter_write`] across the write or the submission;
 //!   [`SimRuntime::write_async`], barriers and multi-kernel submissions
 //!   ([`SimRuntime::dispatch_batch`]) are submissions the service itself gates. From
-//!   inside a tool callback they run at once (tool work). A cross-agent copy started before a
-//!   window on the destination's agent is not in that agent's copy fence (its engine belongs
-//!   to the source agent): wait for it before launching work to replay.
+//!   inside a tool callback they run at once (tool work). A copy into an agent's memory on
+//!   another agent's engine is in the destination agent's copy fence.
 //! - A pass can fail after its launch ([`Fault::PassSubmitAfterLaunch`]): the packet is queued
 //!   and runs, and `submit_pass` reports `AfterSubmit`.
 //!

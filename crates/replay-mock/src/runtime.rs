@@ -944,12 +944,21 @@ impl SimRuntime {
         let sh = self.shared();
         let a = sh.agent_or_err(agent)?;
         // The agent whose memory it writes; held across the submission (SPEC §6 step 4).
-        let _gate = self.write_gate(agent_of(dst).unwrap_or(agent));
+        let written = agent_of(dst).unwrap_or(agent);
+        let _gate = self.write_gate(written);
         let signal = Signal::new();
         let handle = sh.next_id();
         sh.invariants
             .track_completion(agent, Arc::from("<copy>"), handle, Arc::clone(&signal));
-        a.copy
+        let hold = sh
+            .take_fault(agent, |f| *f == Fault::AppCopyStuck)
+            .map(|_| {
+                let h = sh.new_hold("application copy");
+                let _ = a.copy.push(Work::Hold(Arc::clone(&h)));
+                h
+            });
+        let seq = a
+            .copy
             .push(Work::AppCopy {
                 dst,
                 src,
@@ -957,6 +966,17 @@ impl SimRuntime {
                 completion: Arc::clone(&signal),
             })
             .ok_or(SimError::Shutdown)?;
+        // Another agent's engine is not in the written agent's copy fence by itself; a held
+        // copy is recorded too, so a fence that gives up on it releases it.
+        if written != agent || hold.is_some() {
+            if let Some(w) = sh.agent_shared(written) {
+                w.foreign_copies.lock().push(crate::gpu::ForeignCopy {
+                    lane: Arc::clone(&a.copy),
+                    seq,
+                    hold,
+                });
+            }
+        }
         sh.recorder.record(Event::AppCopy { agent, bytes: len });
         let report: ReportSlot = Arc::new(OnceLock::new());
         let _ = report.set(Ok(None));

@@ -321,3 +321,59 @@ fn a_silent_pass_that_fails_after_its_launch_is_never_submitted_again() {
     assert_eq!(rec.executed_passes, 2, "{rec}");
     finish(&rt);
 }
+
+#[test]
+fn a_copy_in_flight_on_another_agents_engine_is_in_the_copy_fence() {
+    // Before the window, agent 1's copy engine starts a copy into agent 0's memory, held there.
+    // The window on agent 0 must wait for it in its copy fence; here it never finishes in
+    // time, so the window declines and the copy lands once. Without that, the window would
+    // replay while the copy is pending, and the copy released after pass 0 would be undone by
+    // the restore.
+    let _dog = Watchdog::new("foreign_copy_in_the_fence", LIMIT);
+    let setup = |rt: &SimRuntime| {
+        let app = RmwApp::setup(rt);
+        let src = rt
+            .alloc(replay_tests::A1, LEN, MemoryClass::DEVICE_COARSE)
+            .unwrap();
+        rt.fill(src, LEN as usize, 0xab).unwrap();
+        let dst = rt.alloc(A0, LEN, MemoryClass::DEVICE_COARSE).unwrap();
+        (app, src, dst)
+    };
+    let want = reference(2, |rt| {
+        let (app, src, dst) = setup(rt);
+        let c = rt.copy_async(replay_tests::A1, dst, src, LEN).unwrap();
+        app.run_plain(rt);
+        c.wait().unwrap();
+    });
+    let rt = runtime(2);
+    let (app, src, dst) = setup(&rt);
+    let released = Arc::new(Mutex::new(false));
+    let pending: Arc<Mutex<Option<replay_mock::Completion>>> = Arc::default();
+    let (r2, p2) = (Arc::clone(&released), Arc::clone(&pending));
+    let _replay = ToolScript::passes_for("rmw", 3)
+        .on(At::PassExit, move |rt, p| {
+            if p.current_pass == 0 {
+                // Let the pending copy land now, before the restore.
+                rt.gpu().release_stalls();
+                if let Some(c) = p2.lock().as_ref() {
+                    c.wait_wall(LOOK);
+                }
+                *r2.lock() = true;
+            }
+        })
+        .install(&rt, policies()[0].clone());
+    let f = rt.inject(replay_tests::A1, Fault::AppCopyStuck, FaultMode::Once);
+    let copy = rt.copy_async(replay_tests::A1, dst, src, LEN).unwrap();
+    *pending.lock() = Some(copy.clone());
+    let rec = app.run(&rt);
+    copy.wait().unwrap();
+    assert_eq!((rt.fault_hits(f), copy.fired()), (1, 1));
+    assert!(
+        rt.read(dst, LEN as usize).unwrap() == vec![0xab; LEN as usize],
+        "the copy's bytes were lost"
+    );
+    assert_matches_reference(&rt, &want);
+    assert_outcome(&rec, Outcome::Declined, Reason::CopyFenceStuck);
+    assert!(!*released.lock(), "a pass ran while the copy was pending");
+    finish(&rt);
+}
