@@ -23,8 +23,9 @@
 //!   the loop ends `truncated`).
 //! - Tool callbacks run under `catch_unwind`; a panic declines (before the first pass) or
 //!   truncates (after). Only a failed restore between passes aborts.
-//! - Reasons beyond SPEC §8's list: `submit_failed` (the backend refused a pass) and
-//!   `scope_check_failed` (the after-pass check could not be made); both end safely.
+//! - Reasons beyond SPEC §8's list: `submit_failed` (the backend refused a pass, or one failed
+//!   after its launch) and `scope_check_failed` (the after-pass check could not be made); both
+//!   end safely.
 //! - A pass that stalls gets no PASS EXIT; CONFIG EXIT reports `pass_drain_stuck`. The kernel
 //!   is then remembered, and its later dispatches are declined with that same reason (the
 //!   record names why it is not replayed) until its code object is unloaded.
