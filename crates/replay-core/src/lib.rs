@@ -13,12 +13,19 @@
 //!
 //! Design choices:
 //! - The window runs on the submitting thread; there is no worker thread.
-//! - Per-agent reader/writer locks live in a `dashmap`; an inactive service costs one relaxed
-//!   atomic load per dispatch.
+//! - Per-agent reader/writer locks live in a `dashmap`; an inactive service with no window open
+//!   costs two atomic loads per kernel dispatch (the service flag, then the count of open
+//!   windows, so a stopped service never opens a gate a window still holds). Writes that are not
+//!   replayed take [`ReplayService::enter_write`]; inactive, it counts them on their agent's
+//!   gate instead of locking, and a window starting meanwhile waits for them ([`locks`]).
+//! - A backend error of kind [`BackendErrorKind::AfterSubmit`] means the submission reached the
+//!   device: the window never submits that dispatch again (the failed pass counts as executed,
+//!   the loop ends `truncated`).
 //! - Tool callbacks run under `catch_unwind`; a panic declines (before the first pass) or
 //!   truncates (after). Only a failed restore between passes aborts.
-//! - Reasons beyond SPEC §8's list: `submit_failed` (the backend refused a pass) and
-//!   `scope_check_failed` (the after-pass check could not be made); both end safely.
+//! - Reasons beyond SPEC §8's list: `submit_failed` (the backend refused a pass, or one failed
+//!   after its launch) and `scope_check_failed` (the after-pass check could not be made); both
+//!   end safely.
 //! - A pass that stalls gets no PASS EXIT; CONFIG EXIT reports `pass_drain_stuck`. The kernel
 //!   is then remembered, and its later dispatches are declined with that same reason (the
 //!   record names why it is not replayed) until its code object is unloaded.

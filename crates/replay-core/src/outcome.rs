@@ -55,7 +55,8 @@ pub enum Reason {
     SnapshotFailed,
     /// The dispatch's queue did not drain in time.
     QueueDrainStuck,
-    /// The agent's queues did not drain in time.
+    /// The agent's queues did not drain in time, or a write to the agent's memory that checked
+    /// the gate before the window opened did not finish its submission in time.
     AgentDrainStuck,
     /// In-flight asynchronous copies did not finish in time.
     CopyFenceStuck,
@@ -70,7 +71,9 @@ pub enum Reason {
     /// The kernel wrote outside its snapshot scope.
     WriteOutsideScope,
     /// The backend refused to submit a pass (before the first pass: declined; the ordinary run
-    /// then executes instead).
+    /// then executes instead), or a pass's submission failed after it reached the device
+    /// (`truncated`: that pass counts as executed, first pass included, and nothing is
+    /// submitted again).
     SubmitFailed,
     /// The after-pass scope check could not be made, so no further pass is risked.
     ScopeCheckFailed,

@@ -15,7 +15,7 @@ use crate::backend::{Agent, Clock, Snapshotter, SystemClock};
 use crate::contract::{ContextControl, NoContextControl, ReplayTool, Subscription};
 use crate::error::{BackendError, ServiceError};
 use crate::filter::FilterState;
-use crate::locks::{Gates, WriteGate};
+use crate::locks::{AgentGate, Gates, Unlocked, WriteGate};
 use crate::outcome::{OutcomeRecord, RunSummary};
 use crate::policy::Policy;
 use crate::types::{ContextId, Dispatch, KernelKey};
@@ -209,7 +209,9 @@ impl ReplayService {
         Ok(())
     }
 
-    /// Deactivates it; dispatches then run untouched.
+    /// Deactivates it; dispatches then run untouched. A window already open goes on to its
+    /// end, and its gate stays closed until then: ordinary dispatches and gated writes to its
+    /// agent still wait for it (SPEC §6 step 4).
     pub fn stop(&self) -> Result<(), ServiceError> {
         if self.owner.read().is_none() {
             return Err(ServiceError::NotConfigured);
@@ -273,30 +275,43 @@ impl ReplayService {
 
     /// Takes the reader side of `agent`'s gate for a write that is not replayed (SPEC §6 step
     /// 4), waiting while a window holds it. Tool work (this thread inside a callback) gets
-    /// [`WriteGate::Open`] at once. Must not be called where waiting could deadlock (inside a
-    /// runtime's queue lock): use [`ReplayService::try_enter_write`] there and park the work.
+    /// [`WriteGate::Open`] at once. With the service inactive and no window open it takes no
+    /// lock ([`WriteGate::Unlocked`]), but a window that starts before it is dropped waits for
+    /// it. Must not be called where waiting could deadlock (inside a runtime's queue lock): use
+    /// [`ReplayService::try_enter_write`] there and park the work.
     pub fn enter_write(&self, agent: crate::types::AgentId) -> WriteGate {
-        if !self.gate_may_be_closed() || crate::locks::thread_in_callback() {
-            return WriteGate::Open;
+        match self.write_gate(agent) {
+            Ok(open) => open,
+            Err(gate) => WriteGate::Held(gate.lock.read_arc()),
         }
-        let gate = self.gates.get(agent);
-        WriteGate::Held(gate.lock.read_arc())
     }
 
     /// Like [`ReplayService::enter_write`] without waiting: `None` while a window holds the
     /// gate (the caller parks the work and retries when the window ends).
     pub fn try_enter_write(&self, agent: crate::types::AgentId) -> Option<WriteGate> {
-        if !self.gate_may_be_closed() || crate::locks::thread_in_callback() {
-            return Some(WriteGate::Open);
+        match self.write_gate(agent) {
+            Ok(open) => Some(open),
+            Err(gate) => gate.lock.try_read_arc().map(WriteGate::Held),
         }
-        let gate = self.gates.get(agent);
-        gate.lock.try_read_arc().map(WriteGate::Held)
     }
 
-    /// Whether any gate may be write-held: the service is active (a window may start at any
-    /// moment) or was so recently enough that a window may still be open.
-    pub(crate) fn gate_may_be_closed(&self) -> bool {
-        self.active.load(Ordering::Acquire) || self.windows_open.load(Ordering::Acquire) > 0
+    /// The gate of a write that needs no lock, or the agent's gate to take the reader side of.
+    pub(crate) fn write_gate(
+        &self,
+        agent: crate::types::AgentId,
+    ) -> Result<WriteGate, Arc<AgentGate>> {
+        if crate::locks::thread_in_callback() {
+            return Ok(WriteGate::Open);
+        }
+        let gate = self.gates.get(agent);
+        // Counted before the check (both sequentially consistent, as the window's count):
+        // either this sees the window, or the window sees this write and waits for it.
+        let counted = Unlocked::enter(Arc::clone(&gate));
+        if !self.active.load(Ordering::SeqCst) && self.windows_open.load(Ordering::SeqCst) == 0 {
+            return Ok(WriteGate::Unlocked(counted));
+        }
+        drop(counted);
+        Err(gate)
     }
 
     /// Number of windows holding an agent's writer lock now (SPEC §6: stopping the service

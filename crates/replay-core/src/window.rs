@@ -9,14 +9,32 @@
 //! already restored for a next pass that then cannot run with the tool, the pass still runs
 //! once (silently, or as the ordinary run), so memory always ends equal to one execution. Only
 //! a failed restore aborts the process.
+//!
+//! A submission whose backend error is [`BackendErrorKind::AfterSubmit`] reached the device and
+//! may run: the window never submits that dispatch again. A pass that failed so counts as
+//! executed and ends the loop (`truncated`, `submit_failed`, no restore); the application's
+//! completion is then signalled once, after it.
+//!
+//! The gate stays closed while a window is open, whether or not the service is still active:
+//! the inactive fast path is taken only when no window is open either (one more relaxed load),
+//! and once [`ReplayService::stop`] ran, every submission is ordinary and takes the reader side
+//! while any window is open. A window counts itself open before it takes the writer lock (a
+//! forwarded candidate, at its early `try_write`), then waits, bounded, for gated writes that
+//! took no lock because they checked before it was counted (`crate::locks`).
+//!
+//! Submissions that are not kernel dispatches (copies, barriers, batches) are counted the same
+//! way on the inactive path. Not closed: a kernel dispatch that read the service inactive just
+//! before [`ReplayService::start`] and is submitted after the first window on its agent began
+//! its drains (the inactive path for kernels stays two loads, with nothing to wait for). Start
+//! the service before the application's other threads launch work the window must exclude.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
 use crate::backend::{Agent, DrainTarget, ScopeCheck, Snapshot, Snapshotter, WaitSpec};
 use crate::contract::{ContinueFn, Operation, PassCountFn, Phase, ReplayPayload, UserData};
-use crate::error::BackendError;
-use crate::locks::{thread_in_callback, AgentGate, CallbackScope};
+use crate::error::{BackendError, BackendErrorKind};
+use crate::locks::{thread_in_callback, AgentGate, CallbackScope, WindowOpen};
 use crate::outcome::{Outcome, OutcomeRecord, Reason};
 use crate::plan::{PassPlan, Step};
 use crate::policy::{CacheControl, Policy, Scope};
@@ -30,10 +48,22 @@ pub(crate) fn submit(
     memory: &dyn Snapshotter,
     mut dispatch: Dispatch,
 ) -> Result<DispatchReport, BackendError> {
-    // Fast path: one relaxed load when the service is off.
-    if !svc.active.load(Ordering::Relaxed) {
-        agent.submit_ordinary(&dispatch)?;
-        return Ok(DispatchReport::done(None));
+    // Fast path: the service is off and no window is open. The acquire pairs with `stop`'s
+    // release, so a submission that sees the service stopped also sees the window counted
+    // before it (and takes the reader side below).
+    let active = svc.active.load(Ordering::Acquire);
+    if !active && svc.windows_open.load(Ordering::Relaxed) == 0 {
+        if dispatch.kind == SubmissionKind::KernelDispatch {
+            agent.submit_ordinary(&dispatch)?;
+            return Ok(DispatchReport::done(None));
+        }
+        // Copies, barriers and batches are counted while they submit (`crate::locks`), so a
+        // window that starts meanwhile waits for them; when one just opened, the slow path
+        // below takes the reader side.
+        if let Ok(_unlocked) = svc.write_gate(agent.id()) {
+            agent.submit_ordinary(&dispatch)?;
+            return Ok(DispatchReport::done(None));
+        }
     }
     let gate = svc.gates.get(agent.id());
 
@@ -60,6 +90,12 @@ pub(crate) fn submit(
         return Ok(DispatchReport::done(Some(rec)));
     }
 
+    // Stopped while a window is open somewhere: nothing is a candidate, everything waits for
+    // the reader side (a stopped service does not open a gate a window holds).
+    if !active {
+        return ordinary(&gate, agent, &dispatch);
+    }
+
     // Step 1: the gate.
     if dispatch.kind != SubmissionKind::KernelDispatch {
         let bit = 1u32 << (dispatch.kind as u32);
@@ -79,10 +115,12 @@ pub(crate) fn submit(
     };
     let policy = svc.policy();
     // A forwarded candidate takes the writer lock now, without waiting, so the runtime thread
-    // never blocks behind a window (it then holds the lock through CONFIG as well).
+    // never blocks behind a window (it then holds the lock through CONFIG as well). It counts
+    // as an open window from here, before the lock, as in `Window::run`.
     let early = if dispatch.origin.is_forwarded() {
+        let open = WindowOpen::enter(&svc.windows_open);
         match gate.lock.try_write() {
-            Some(g) => Some(g),
+            Some(g) => Some((g, open)),
             None => return Ok(DispatchReport::deferred()),
         }
     } else {
@@ -121,6 +159,9 @@ pub(crate) fn submit(
     Ok(DispatchReport::done(Some(rec)))
 }
 
+/// Real time a window lets an ungated write finish per poll before its clock moves.
+const UNGATED_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
+
 fn reserve(svc: &ReplayService) -> DispatchId {
     DispatchId(svc.next_dispatch.fetch_add(1, Ordering::Relaxed))
 }
@@ -158,6 +199,18 @@ impl Drop for LoopScope<'_> {
     fn drop(&mut self) {
         self.0.loop_end();
     }
+}
+
+/// What became of one pass.
+enum PassRun {
+    /// It completed.
+    Completed,
+    /// It did not complete in time (abandoned).
+    Stuck,
+    /// The backend refused it: it does not run.
+    Refused(BackendError),
+    /// The submission failed after it reached the device: it may run, and is counted.
+    Launched,
 }
 
 /// How the loop ended.
@@ -253,7 +306,7 @@ impl Window<'_> {
 
     fn run(
         &mut self,
-        early: Option<parking_lot::RwLockWriteGuard<'_, ()>>,
+        early: Option<(parking_lot::RwLockWriteGuard<'_, ()>, WindowOpen<'_>)>,
     ) -> Result<OutcomeRecord, BackendError> {
         // Step 2: CONFIG ENTER, then the pass-count callback, then the plan.
         let mut seq: UserData = 0;
@@ -302,12 +355,20 @@ impl Window<'_> {
         let gate = self.gate;
         // Counted before the lock is taken, so a writer that sees no open window and no active
         // service cannot slip in between (it would then wait on the lock like any reader).
-        let _open = crate::locks::WindowOpen::enter(&self.svc.windows_open);
-        let _writer = match early {
-            Some(g) => g,
-            None => gate.lock.write(),
+        let (_writer, _open) = match early {
+            Some(held) => held,
+            None => {
+                let open = WindowOpen::enter(&self.svc.windows_open);
+                (gate.lock.write(), open)
+            }
         };
         let locked_at = self.svc.clock.now();
+        // Gated writes that checked before the window was counted took no lock: let them finish
+        // their submission, so the drains below see their work.
+        if let Err(e) = self.wait_ungated_writes() {
+            log::warn!("[kernel-replay] dispatch {}: {e}", self.record.dispatch_id);
+            return self.decline_locked(Reason::AgentDrainStuck, locked_at);
+        }
 
         // Remembered kernels.
         let memo = self.svc.kernel_memo(&self.dispatch.kernel);
@@ -458,6 +519,33 @@ impl Window<'_> {
         }
     }
 
+    /// Waits, bounded, until no gated write without a lock is in progress on the agent.
+    fn wait_ungated_writes(&self) -> Result<(), WaitError> {
+        if self.gate.ungated_writes() == 0 {
+            return Ok(());
+        }
+        bounded(
+            &*self.svc.clock,
+            self.bounds(self.policy.drain_timeout),
+            "writes begun before the window",
+            |budget| {
+                // Such a write holds its count across its own submission only: give it a moment
+                // of real time before the clock moves, so a virtual clock does not run out the
+                // bound while the writer's thread merely waits for a core.
+                let until = std::time::Instant::now() + budget.min(UNGATED_SPIN);
+                loop {
+                    if self.gate.ungated_writes() == 0 {
+                        return Ok(Some(()));
+                    }
+                    if std::time::Instant::now() >= until {
+                        return Ok(None);
+                    }
+                    std::thread::yield_now();
+                }
+            },
+        )
+    }
+
     fn drain(&self, target: DrainTarget) -> Result<(), WaitError> {
         let ticket = self.agent.begin_drain(target)?;
         let r = bounded(
@@ -476,14 +564,26 @@ impl Window<'_> {
         r
     }
 
-    /// Runs one pass and waits for it. `Ok(None)` = stuck (abandoned).
-    fn run_pass(&mut self, pass: u32) -> Result<Option<()>, BackendError> {
+    /// Runs one pass and waits for it.
+    fn run_pass(&mut self, pass: u32) -> PassRun {
         if self.policy.cache_control == CacheControl::Flush {
             if let Err(e) = self.agent.flush_caches() {
                 log::warn!("[kernel-replay] cache flush before pass {pass} failed: {e}");
             }
         }
-        let ticket = self.agent.submit_pass(self.dispatch, pass)?;
+        let ticket = match self.agent.submit_pass(self.dispatch, pass) {
+            Ok(t) => t,
+            Err(e) if e.kind == BackendErrorKind::AfterSubmit => {
+                // It may be running: counted, never submitted again, nothing to wait on.
+                log::warn!(
+                    "[kernel-replay] dispatch {}: pass {pass} reached the device and then failed ({e}); it may run, so the dispatch is not submitted again",
+                    self.record.dispatch_id
+                );
+                self.record.executed_passes += 1;
+                return PassRun::Launched;
+            }
+            Err(e) => return PassRun::Refused(e),
+        };
         let waited = bounded(
             &*self.svc.clock,
             self.bounds(self.policy.pass_timeout),
@@ -494,7 +594,7 @@ impl Window<'_> {
         match waited {
             Ok(done) => {
                 self.record.pass_gpu_seconds.push(done.gpu_seconds);
-                Ok(Some(()))
+                PassRun::Completed
             }
             Err(e) => {
                 log::warn!(
@@ -505,7 +605,7 @@ impl Window<'_> {
                 self.svc
                     .memo
                     .insert(self.dispatch.kernel, KernelMemo::NoReplay);
-                Ok(None)
+                PassRun::Stuck
             }
         }
     }
@@ -540,9 +640,11 @@ impl Window<'_> {
                 return self.final_silent_pass(pass, Reason::CallbackFailed);
             }
             match self.run_pass(pass) {
-                Ok(Some(())) => {}
-                Ok(None) => return LoopEnd::Truncated(Reason::PassDrainStuck),
-                Err(e) => {
+                PassRun::Completed => {}
+                PassRun::Stuck => return LoopEnd::Truncated(Reason::PassDrainStuck),
+                // Pass 0 too: it is the dispatch's one execution (no ordinary run follows).
+                PassRun::Launched => return LoopEnd::Truncated(Reason::SubmitFailed),
+                PassRun::Refused(e) => {
                     log::warn!(
                         "[kernel-replay] dispatch {}: pass {pass} could not be submitted: {e}",
                         self.record.dispatch_id
@@ -626,9 +728,9 @@ impl Window<'_> {
     /// callbacks, so memory ends equal to one execution.
     fn final_silent_pass(&mut self, pass: u32, reason: Reason) -> LoopEnd {
         match self.run_pass(pass) {
-            Ok(Some(())) => LoopEnd::Truncated(reason),
-            Ok(None) => LoopEnd::Truncated(Reason::PassDrainStuck),
-            Err(e) => {
+            PassRun::Completed | PassRun::Launched => LoopEnd::Truncated(reason),
+            PassRun::Stuck => LoopEnd::Truncated(Reason::PassDrainStuck),
+            PassRun::Refused(e) => {
                 log::warn!(
                     "[kernel-replay] dispatch {}: pass {pass} could not be submitted: {e}",
                     self.record.dispatch_id
@@ -643,6 +745,15 @@ impl Window<'_> {
     fn ordinary_after_restore(&mut self, reason: Reason) -> LoopEnd {
         match self.agent.submit_ordinary(self.dispatch) {
             Ok(()) => {
+                self.record.executed_passes += 1;
+                LoopEnd::TruncatedDelivered(reason)
+            }
+            // It reached the device with its own completion: it consumes the restored memory.
+            Err(e) if e.kind == BackendErrorKind::AfterSubmit => {
+                log::warn!(
+                    "[kernel-replay] dispatch {}: the ordinary run reached the device and then failed ({e}); not submitted again",
+                    self.record.dispatch_id
+                );
                 self.record.executed_passes += 1;
                 LoopEnd::TruncatedDelivered(reason)
             }

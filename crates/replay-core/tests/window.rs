@@ -43,9 +43,21 @@ mock! {
     }
 }
 
-/// Virtual time: `sleep` advances it; nothing really sleeps.
-#[derive(Debug, Default)]
-struct FakeClock(AtomicU64);
+/// Virtual time: `sleep` advances it; nothing really sleeps. `on_sleep` runs at the next sleep.
+#[derive(Default)]
+struct FakeClock(AtomicU64, Mutex<Option<Box<dyn FnOnce() + Send>>>);
+
+impl std::fmt::Debug for FakeClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("FakeClock").field(&self.0).finish()
+    }
+}
+
+impl FakeClock {
+    fn on_sleep(&self, f: impl FnOnce() + Send + 'static) {
+        *self.1.lock() = Some(Box::new(f));
+    }
+}
 
 impl Clock for FakeClock {
     fn now(&self) -> Duration {
@@ -53,6 +65,10 @@ impl Clock for FakeClock {
     }
     fn sleep(&self, d: Duration) {
         self.0.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
+        let hook = self.1.lock().take();
+        if let Some(f) = hook {
+            f();
+        }
     }
 }
 
@@ -207,7 +223,11 @@ struct AgentScript {
     stuck_drain: Option<u64>,
     stuck_pass: Option<u32>,
     fail_submit_pass: Option<u32>,
+    /// `submit_pass` of this pass reaches the device, then fails (`AfterSubmit`).
+    after_submit_pass: Option<u32>,
     fail_ordinary: bool,
+    /// `submit_ordinary` reaches the device, then fails (`AfterSubmit`).
+    ordinary_after_submit: bool,
     flush: bool,
 }
 
@@ -259,6 +279,15 @@ fn agent_with(h: &Harness, s: AgentScript) -> MockAgent {
                 "ring full",
             ));
         }
+        if s.after_submit_pass == Some(pass) {
+            push(&log, format!("submit pass {pass} launched, then failed"));
+            return Err(BackendError::new(
+                BackendErrorKind::AfterSubmit,
+                AGENT,
+                "submit pass",
+                "the doorbell was rung, then the completion setup failed",
+            ));
+        }
         push(&log, format!("submit pass {pass}"));
         Ok(Ticket(100 + u64::from(pass)))
     });
@@ -280,6 +309,15 @@ fn agent_with(h: &Harness, s: AgentScript) -> MockAgent {
                 AGENT,
                 "submit",
                 "device lost",
+            ));
+        }
+        if s.ordinary_after_submit {
+            push(&log, "ordinary launched, then failed");
+            return Err(BackendError::new(
+                BackendErrorKind::AfterSubmit,
+                AGENT,
+                "submit",
+                "the doorbell was rung, then the bookkeeping failed",
             ));
         }
         push(&log, "ordinary");
@@ -1526,4 +1564,188 @@ fn a_panicking_outcome_sink_drops_the_record_but_not_the_dispatch() {
         1
     );
     assert_eq!(h.svc.summary().replayed, 1);
+}
+
+#[test]
+fn a_pass_that_fails_after_its_launch_is_counted_and_never_submitted_again() {
+    for pass in [0u32, 1, 2] {
+        let h = Harness::new(ToolScript {
+            passes: Some(3),
+            ..Default::default()
+        });
+        let a = agent_with(
+            &h,
+            AgentScript {
+                after_submit_pass: Some(pass),
+                ..Default::default()
+            },
+        );
+        let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+        let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+        let log = h.log();
+        assert!(!log.iter().any(|e| e.starts_with("ordinary")), "{log:?}");
+        let i = log
+            .iter()
+            .position(|e| e.ends_with("launched, then failed"))
+            .unwrap();
+        // No PASS EXIT, no restore, no further submission: CONFIG EXIT, then the one
+        // completion, ordered after the pass that may be running.
+        assert_eq!(
+            &log[i + 1..],
+            &strs(&["CONFIG EXIT truncated submit_failed", "signal completion"])[..],
+            "pass {pass}: {log:?}"
+        );
+        assert_eq!(
+            (rec.outcome, rec.reason, rec.executed_passes),
+            (Outcome::Truncated, Reason::SubmitFailed, pass + 1)
+        );
+        assert_eq!(rec.pass_gpu_seconds.len(), pass as usize);
+    }
+}
+
+#[test]
+fn an_ordinary_run_that_fails_after_its_launch_consumes_the_restored_memory() {
+    // A later pass is refused after memory was restored for it; the ordinary run that replaces
+    // it reaches the device and then reports failure. It runs with its own completion: no
+    // abort, no second submission, no extra completion.
+    let h = Harness::new(ToolScript {
+        passes: Some(3),
+        ..Default::default()
+    });
+    let a = agent_with(
+        &h,
+        AgentScript {
+            fail_submit_pass: Some(1),
+            ordinary_after_submit: true,
+            ..Default::default()
+        },
+    );
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(
+        (rec.outcome, rec.reason, rec.executed_passes),
+        (Outcome::Truncated, Reason::SubmitFailed, 2)
+    );
+    let log = h.log();
+    let i = log
+        .iter()
+        .position(|e| e == "submit pass 1 refused")
+        .unwrap();
+    assert_eq!(
+        &log[i..],
+        &strs(&[
+            "submit pass 1 refused",
+            "ordinary launched, then failed",
+            "CONFIG EXIT truncated submit_failed"
+        ])[..]
+    );
+}
+
+#[test]
+fn a_write_gate_taken_while_inactive_holds_off_a_window_that_starts_meanwhile() {
+    // A write checked the gate while the service was off (no lock taken), then the service
+    // started and a window opened before the write finished its submission: the window waits
+    // for it before planning and draining.
+    let h = Harness::new(two_passes());
+    h.svc.stop().unwrap();
+    thread_local! {
+        static WRITE: std::cell::RefCell<Option<WriteGate>> = const { std::cell::RefCell::new(None) };
+    }
+    let write = h.svc.enter_write(AGENT);
+    assert!(!write.is_held());
+    WRITE.with(|w| *w.borrow_mut() = Some(write));
+    h.svc.start().unwrap();
+    let log = h.log.clone();
+    // The window waits on this thread: its first sleep ends the write.
+    h.clock.on_sleep(move || {
+        push(&log, "write submitted");
+        WRITE.with(|w| w.borrow_mut().take());
+    });
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    assert_eq!(rec.outcome, Outcome::Replayed);
+    let log = h.log();
+    let at = |e: &str| log.iter().position(|x| x == e);
+    assert!(
+        at("write submitted").is_some(),
+        "the window did not wait: {log:?}"
+    );
+    assert!(at("write submitted") < at("plan all"), "{log:?}");
+    assert!(at("plan all") < at("drain queue drain"), "{log:?}");
+}
+
+#[test]
+fn a_write_that_never_finishes_declines_the_window_before_any_drain() {
+    let h = Harness::new(two_passes());
+    h.svc.stop().unwrap();
+    let write = h.svc.enter_write(AGENT);
+    h.svc.start().unwrap();
+    let a = agent(&h);
+    let m = memory(&h, plan_of(10), None);
+    let before = h.clock.now();
+    let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+    drop(write);
+    assert_eq!(
+        (rec.outcome, rec.reason, rec.executed_passes),
+        (Outcome::Declined, Reason::AgentDrainStuck, 1)
+    );
+    assert!(h.clock.now() - before >= policy().drain_timeout);
+    let log = h.log();
+    assert!(!log.iter().any(|e| e.starts_with("drain")), "{log:?}");
+    assert_eq!(log.last().unwrap(), "ordinary", "{log:?}");
+}
+
+#[test]
+fn stopping_inside_a_forwarded_candidates_window_keeps_its_gate_closed() {
+    // A forwarded candidate holds the writer lock from before CONFIG ENTER. The tool stops the
+    // service there; other threads then find the gate closed: a gated write gets no gate, and
+    // a forwarded copy is deferred rather than run inside the window.
+    let seen: Log = Arc::default();
+    let backend: Backend = Arc::default();
+    let (b2, s2) = (backend.clone(), seen.clone());
+    let h = Harness::custom(policy(), move |weak, _| {
+        Arc::new(
+            move |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData| {
+                if (op, ph) != (Operation::Config, Phase::Enter)
+                    || &*p.dispatch_info.kernel_name != "k"
+                {
+                    return;
+                }
+                p.replay_pass_count = Some(Arc::new(|_, _| 2));
+                let svc = weak.upgrade().unwrap();
+                svc.stop().unwrap();
+                let Some((a, m)) = b2.lock().clone() else {
+                    return;
+                };
+                let s3 = s2.clone();
+                std::thread::spawn(move || {
+                    let gate = svc.try_enter_write(AGENT).map(|g| g.is_held());
+                    push(&s3, format!("write gate: {gate:?}"));
+                    let mut d = dispatch("copy");
+                    d.kind = SubmissionKind::Copy;
+                    d.origin = Origin::ForwardedApplication;
+                    let r = svc.submit(&*a, &*m, d).unwrap();
+                    push(&s3, format!("copy deferred: {}", r.deferred));
+                })
+                .join()
+                .unwrap();
+            },
+        )
+    });
+    let a = Arc::new(agent(&h));
+    let m = Arc::new(memory(&h, plan_of(10), Some(snap(&h.log, 10))));
+    *backend.lock() = Some((a.clone(), m.clone()));
+    let mut d = dispatch("k");
+    d.origin = Origin::ForwardedApplication;
+    let r = h.svc.submit(&*a, &*m, d).unwrap();
+    *backend.lock() = None;
+    assert!(!r.deferred);
+    assert_eq!(r.record.unwrap().outcome, Outcome::Replayed);
+    assert_eq!(
+        *seen.lock(),
+        strs(&["write gate: None", "copy deferred: true"])
+    );
+    assert!(!h.log().iter().any(|e| e == "ordinary"));
+    assert_eq!(h.svc.open_windows(), 0);
 }

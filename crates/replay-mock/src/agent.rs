@@ -183,7 +183,7 @@ impl SimAgent {
         })?;
         let k = match &e.payload {
             Payload::Kernel(k) => Some(k.clone()),
-            Payload::Barrier => None,
+            Payload::Barrier | Payload::Batch(_) => None,
         };
         Ok((k, Arc::clone(&e.completion), e.from_callback))
     }
@@ -231,13 +231,21 @@ impl Agent for SimAgent {
                 vec![lane]
             }
         };
-        let waits = lanes
+        let mut waits: Vec<(Arc<Lane>, u64)> = lanes
             .into_iter()
             .map(|l| {
                 let s = l.submitted();
                 (l, s)
             })
             .collect();
+        if target == DrainTarget::CopyFence {
+            // Copies into this agent's memory on other agents' engines (SPEC §6 step 6: every
+            // in-flight copy touching the agent).
+            for (lane, seq, hold) in self.agent.foreign_in_flight() {
+                waits.push((lane, seq));
+                holds.extend(hold);
+            }
+        }
         self.gpu.invariants.drain_begun(id);
         self.gpu
             .recorder
@@ -317,12 +325,24 @@ impl Agent for SimAgent {
             group: self.gpu.counters.selected(id),
             result: Arc::clone(&result),
         };
+        let after_launch = self.gpu.take_fault(
+            id,
+            |f| matches!(f, Fault::PassSubmitAfterLaunch { pass: p } if *p == pass),
+        );
         let seq = self.push(&lane, Work::Kernel(Box::new(work)), OP)?;
         self.gpu.recorder.record(Event::PassSubmitted {
             agent: id,
             dispatch: dispatch.info.dispatch_id,
             pass,
         });
+        if let Some(f) = after_launch {
+            // The packet is in the queue and runs; only the call reports failure.
+            return Err(self.err(
+                BackendErrorKind::AfterSubmit,
+                OP,
+                format!("injected {f}: the pass was queued, then the submission failed"),
+            ));
+        }
         Ok(self.ticket(
             TicketKind::Pass {
                 dispatch: dispatch.info.dispatch_id,
@@ -432,6 +452,16 @@ impl Agent for SimAgent {
             ));
         }
         let (kernel, completion, from_callback) = self.pending_completion(dispatch, OP)?;
+        let batch = match self
+            .gpu
+            .pending
+            .lock()
+            .get(&dispatch.handle)
+            .map(|e| &e.payload)
+        {
+            Some(Payload::Batch(b)) => Some(b.clone()),
+            _ => None,
+        };
         let lane = self.lane(dispatch, OP)?;
         // Tool work: launched inside a callback on this thread (the core's thread-local), or
         // forwarded from one. The window's own ordinary run (a decline) closes its window.
@@ -441,10 +471,48 @@ impl Agent for SimAgent {
         let name = kernel
             .as_ref()
             .map(|k| Arc::clone(&k.name))
-            .unwrap_or_else(|| Arc::from("<barrier>"));
+            .unwrap_or_else(|| Arc::clone(&dispatch.info.kernel_name));
         self.gpu
             .invariants
             .ordinary_submitted(id, &name, dispatch.handle, tool_work, closes);
+        if let Some(batch) = batch {
+            // One packet per kernel, in order; the last carries the completion (the queue is
+            // FIFO, so it fires after all of them).
+            let n = batch.len();
+            for (i, (kernel, kernarg, grid)) in batch.into_iter().enumerate() {
+                let work = KernelWork {
+                    workgroup: kernel.workgroup,
+                    kernel,
+                    kernarg,
+                    grid,
+                    dispatch_id: dispatch.info.dispatch_id,
+                    handle: dispatch.handle,
+                    role: Role::Ordinary { tool_work },
+                    completion: (i + 1 == n).then(|| Arc::clone(&completion)),
+                    pre_hold: None,
+                    hooks: Vec::new(),
+                    group: self.gpu.counters.selected(id),
+                    result: Arc::new(OnceLock::new()),
+                };
+                self.push(&lane, Work::Kernel(Box::new(work)), OP)?;
+            }
+            if n == 0 {
+                self.push(
+                    &lane,
+                    Work::Barrier {
+                        completion: Some(completion),
+                    },
+                    OP,
+                )?;
+            }
+            self.gpu.recorder.record(Event::OrdinaryRun {
+                agent: id,
+                dispatch: dispatch.info.dispatch_id,
+                kernel: name,
+                tool_work,
+            });
+            return Ok(());
+        }
         let work = match kernel {
             Some(kernel) => Work::Kernel(Box::new(KernelWork {
                 kernel,

@@ -57,6 +57,14 @@ pub enum Fault {
         /// Pass index.
         pass: u32,
     },
+    /// `submit_pass` hands pass `pass` to the queue (it runs) and then reports an error of
+    /// kind `AfterSubmit`, as a runtime does when something after the doorbell fails. The
+    /// window must not submit the dispatch again: → truncated `submit_failed` with that pass
+    /// counted as executed, no restore, the application's completion signalled once after it.
+    PassSubmitAfterLaunch {
+        /// Pass index.
+        pass: u32,
+    },
     /// A copy batch back to application memory (backing → device) fails. Restores are the
     /// only such copies. The memory layer retries a failed batch region by region, so with
     /// [`FaultMode::Once`] the retry succeeds; with [`FaultMode::Always`] the restore fails and
@@ -88,6 +96,12 @@ pub enum Fault {
     /// `submit_ordinary` refuses the dispatch: `ReplayService::submit` returns the error (the
     /// application sees a failed launch).
     OrdinarySubmitFail,
+    /// The next application copy ([`crate::SimRuntime::copy_async`]) on this agent's copy
+    /// engine is held until a copy fence that waits for it abandons its wait (or
+    /// `release_stalls`, or the wall cap). A window on the agent that owns the copy's
+    /// destination waits for it in its copy fence, whichever engine runs it. → declined
+    /// `copy_fence_stuck`; the copy then lands once.
+    AppCopyStuck,
 }
 
 impl Fault {
@@ -103,12 +117,14 @@ impl Fault {
             Self::CopyFenceStuck => "copy_fence_stuck",
             Self::PassStuck { .. } => "pass_stuck",
             Self::PassSubmitFail { .. } => "pass_submit_fail",
+            Self::PassSubmitAfterLaunch { .. } => "pass_submit_after_launch",
             Self::RestoreFail => "restore_fail",
             Self::DigestFail => "digest_fail",
             Self::IncompleteModuleEnumeration => "incomplete_module_enumeration",
             Self::FreeDuringPass { .. } => "free_during_pass",
             Self::ReallocDuringPass { .. } => "realloc_during_pass",
             Self::OrdinarySubmitFail => "ordinary_submit_fail",
+            Self::AppCopyStuck => "app_copy_stuck",
         }
     }
 }
@@ -117,7 +133,9 @@ impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::TierOom(t) => write!(f, "tier_oom({})", t.as_str()),
-            Self::PassStuck { pass } | Self::PassSubmitFail { pass } => {
+            Self::PassStuck { pass }
+            | Self::PassSubmitFail { pass }
+            | Self::PassSubmitAfterLaunch { pass } => {
                 write!(f, "{}(pass {pass})", self.name())
             }
             Self::FreeDuringPass { base, pass } | Self::ReallocDuringPass { base, pass } => {

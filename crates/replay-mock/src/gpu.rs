@@ -107,6 +107,9 @@ impl Default for AgentConfig {
 pub(crate) enum Payload {
     Kernel(Kernel),
     Barrier,
+    /// Several kernel dispatches in one submission (`SubmissionKind::MultiPacket`), each with
+    /// its argument block and grid; the completion follows the last.
+    Batch(Vec<(Kernel, Vec<u8>, replay_core::Dim3)>),
 }
 
 /// A submission the runtime handed to the service and the agent may be asked to run.
@@ -134,6 +137,30 @@ pub(crate) struct AgentShared {
     pub fences: Mutex<HashMap<u64, FenceEntry>>,
     pub backings: Mutex<HashMap<u64, Arc<Allocation>>>,
     pub kernarg: Option<KernargPool>,
+    /// Application copies into this agent's memory run by another agent's copy engine (or held
+    /// by an injected stall), not known complete yet: the copy fence waits for them too (SPEC §6
+    /// step 6).
+    pub foreign_copies: Mutex<Vec<ForeignCopy>>,
+}
+
+/// An application copy into an agent's memory on another agent's copy engine.
+pub(crate) struct ForeignCopy {
+    /// The engine that runs it and the copy's sequence number there.
+    pub lane: Arc<Lane>,
+    pub seq: u64,
+    /// The injected stall holding it, if any (released when a fence abandons it).
+    pub hold: Option<Arc<Hold>>,
+}
+
+impl AgentShared {
+    /// The foreign copies still in flight (completed ones are forgotten).
+    pub fn foreign_in_flight(&self) -> Vec<(Arc<Lane>, u64, Option<Arc<Hold>>)> {
+        let mut v = self.foreign_copies.lock();
+        v.retain(|c| c.lane.completed() < c.seq);
+        v.iter()
+            .map(|c| (Arc::clone(&c.lane), c.seq, c.hold.clone()))
+            .collect()
+    }
 }
 
 impl AgentShared {
@@ -579,6 +606,7 @@ impl SimGpu {
             fences: Mutex::new(HashMap::new()),
             backings: Mutex::new(HashMap::new()),
             kernarg,
+            foreign_copies: Mutex::new(Vec::new()),
         });
         agents.push(Arc::clone(&agent));
         drop(agents);

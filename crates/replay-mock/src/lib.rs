@@ -49,10 +49,17 @@
 //! - On virtual time, time advanced by one stalled wait is seen by every other waiter; give
 //!   concurrent stress tests pass bounds larger than the injected stalls they overlap.
 //! - The replay service must run on the runtime's clock ([`SimRuntime::clock`]).
-//! - [`SimRuntime::write`] is a synchronous host write for setup and checking; it bypasses the
-//!   service, so a host write during a window on the same agent may be undone by a restore
-//!   (SPEC §7.2). Concurrent applications write through [`SimRuntime::write_async`], a copy
-//!   submission the service runs under the agent's reader lock.
+//! - Every path that writes device memory besides a single dispatch waits for a window open
+//!   on the agent it writes (SPEC §6 step 4), so no restore undoes it: host writes
+//!   ([`SimRuntime::write`], `fill`, `write_u32s`) and asynchronous copies
+//!   ([`SimRuntime::copy_async`], gated on the agent that owns the destination) take
+//!   [`replay_core::ReplayService::enter_write`] across the write or the submission;
+//!   [`SimRuntime::write_async`], barriers and multi-kernel submissions
+//!   ([`SimRuntime::dispatch_batch`]) are submissions the service itself gates. From
+//!   inside a tool callback they run at once (tool work). A copy into an agent's memory on
+//!   another agent's engine is in the destination agent's copy fence.
+//! - A pass can fail after its launch ([`Fault::PassSubmitAfterLaunch`]): the packet is queued
+//!   and runs, and `submit_pass` reports `AfterSubmit`.
 //!
 //! A minimal end-to-end use:
 //!

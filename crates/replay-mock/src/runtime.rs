@@ -22,7 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use replay_core::{
     AgentId, BackendError, Clock, Digest128, DigestKey, Dim3, Dispatch, DispatchId, DispatchInfo,
     DispatchReport, KernelId, KernelKey, MemoryClass, Origin, OutcomeRecord, Policy, QueueId,
-    ReplayService, SubmissionKind,
+    ReplayService, SubmissionKind, WriteGate,
 };
 use replay_memory::{MemoryEngine, Tracker};
 use smallvec::SmallVec;
@@ -487,14 +487,20 @@ impl SimRuntime {
         self.inner.tracker.record_free(agent, base);
     }
 
-    /// Writes device memory from the host (synchronous; read-only memory included), for setup
-    /// and checking. It does not go through the service: a host write to an agent while a replay
-    /// window is open there may be undone by the window's next restore (SPEC §7.2: writes by
-    /// host threads during a window are not seen). Concurrent applications use
-    /// [`SimRuntime::write_async`].
+    /// Writes device memory from the host (synchronous; read-only memory included). It takes
+    /// the reader side of the agent's gate ([`ReplayService::enter_write`]) across the write,
+    /// so while a replay window is open on that agent it waits for the window's end, and no
+    /// restore undoes it; from inside a tool callback (tool work) it writes at once.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), SimError> {
         let agent = agent_of(addr).unwrap_or_default();
+        let _gate = self.write_gate(agent);
         Ok(self.shared().device_write(agent, addr, data, true)?)
+    }
+
+    /// The reader side of `agent`'s gate for a write the service does not replay (SPEC §6 step
+    /// 4), waiting while a window holds it; nothing without a service.
+    fn write_gate(&self, agent: AgentId) -> Option<WriteGate> {
+        self.service().map(|s| s.enter_write(agent))
     }
 
     /// Reads device memory to the host (synchronous).
@@ -586,11 +592,13 @@ impl SimRuntime {
         let (kind, info_kernel) = match &payload {
             Payload::Kernel(k) => (SubmissionKind::KernelDispatch, Some(k.clone())),
             Payload::Barrier => (SubmissionKind::Barrier, None),
+            Payload::Batch(_) => (SubmissionKind::MultiPacket, None),
         };
-        let name: Arc<str> = info_kernel
-            .as_ref()
-            .map(|k| Arc::clone(&k.name))
-            .unwrap_or_else(|| Arc::from("<barrier>"));
+        let name: Arc<str> = match (&info_kernel, &payload) {
+            (Some(k), _) => Arc::clone(&k.name),
+            (None, Payload::Batch(_)) => Arc::from("<batch>"),
+            (None, _) => Arc::from("<barrier>"),
+        };
         // The runtime copies the argument block into its kernarg pool, as HSA runtimes do.
         if let Some(pool) = &a.kernarg {
             if !args.is_empty() && (args.len() as u64) <= pool.size {
@@ -802,6 +810,22 @@ impl SimRuntime {
         Ok(completion)
     }
 
+    /// Several kernel dispatches in one submission on `queue` (as an HSA runtime hands an
+    /// interceptor every packet of one doorbell): a [`SubmissionKind::MultiPacket`] submission,
+    /// never replayed, which the service runs once under the agent's reader side. The kernels
+    /// run in order; the completion fires after the last.
+    pub fn dispatch_batch(
+        &self,
+        queue: QueueRef,
+        kernels: &[(&Kernel, &[u8], Dim3)],
+    ) -> Result<Completion, SimError> {
+        let batch = kernels
+            .iter()
+            .map(|(k, a, g)| ((*k).clone(), a.to_vec(), *g))
+            .collect();
+        self.launch(queue, Payload::Batch(batch), &[], Dim3::new(1, 1, 1))
+    }
+
     /// A barrier submission (not a replay candidate: it runs once).
     pub fn barrier(&self, queue: QueueRef) -> Result<Completion, SimError> {
         self.launch(queue, Payload::Barrier, &[], Dim3::default())
@@ -914,7 +938,9 @@ impl SimRuntime {
     }
 
     /// An application's asynchronous copy of `len` bytes on `agent`'s copy engine (what the
-    /// window's copy fence waits for).
+    /// window's copy fence waits for). It takes the reader side of the gate of the agent that
+    /// owns `dst` across its submission, so while a window is open there it waits for the
+    /// window's end; from inside a tool callback it is submitted at once.
     pub fn copy_async(
         &self,
         agent: AgentId,
@@ -924,11 +950,22 @@ impl SimRuntime {
     ) -> Result<Completion, SimError> {
         let sh = self.shared();
         let a = sh.agent_or_err(agent)?;
+        // The agent whose memory it writes; held across the submission (SPEC §6 step 4).
+        let written = agent_of(dst).unwrap_or(agent);
+        let _gate = self.write_gate(written);
         let signal = Signal::new();
         let handle = sh.next_id();
         sh.invariants
             .track_completion(agent, Arc::from("<copy>"), handle, Arc::clone(&signal));
-        a.copy
+        let hold = sh
+            .take_fault(agent, |f| *f == Fault::AppCopyStuck)
+            .map(|_| {
+                let h = sh.new_hold("application copy");
+                let _ = a.copy.push(Work::Hold(Arc::clone(&h)));
+                h
+            });
+        let seq = a
+            .copy
             .push(Work::AppCopy {
                 dst,
                 src,
@@ -936,6 +973,17 @@ impl SimRuntime {
                 completion: Arc::clone(&signal),
             })
             .ok_or(SimError::Shutdown)?;
+        // Another agent's engine is not in the written agent's copy fence by itself; a held
+        // copy is recorded too, so a fence that gives up on it releases it.
+        if written != agent || hold.is_some() {
+            if let Some(w) = sh.agent_shared(written) {
+                w.foreign_copies.lock().push(crate::gpu::ForeignCopy {
+                    lane: Arc::clone(&a.copy),
+                    seq,
+                    hold,
+                });
+            }
+        }
         sh.recorder.record(Event::AppCopy { agent, bytes: len });
         let report: ReportSlot = Arc::new(OnceLock::new());
         let _ = report.set(Ok(None));

@@ -307,3 +307,32 @@ fn runtime_shuts_down_cleanly() {
         "{settled:?}"
     );
 }
+
+#[test]
+fn a_batch_runs_its_kernels_in_order_and_completes_once_after_the_last() {
+    let rt = SimRuntime::new();
+    let q = rt.queue(AgentId(0), 0);
+    let log: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let gate = Arc::new(Gate::default());
+    let first = gated(Arc::clone(&gate), Arc::clone(&log), 1);
+    let l2 = Arc::clone(&log);
+    let second = Kernel::new("second", move |ctx| {
+        l2.lock().push(ctx.word(0) as u32);
+        Ok(())
+    });
+    let args = replay_mock::KernArgs::new().u64(2).build();
+    let c = rt
+        .dispatch_batch(
+            q,
+            &[
+                (&first, &[][..], replay_core::Dim3::new(1, 1, 1)),
+                (&second, &args[..], replay_core::Dim3::new(1, 1, 1)),
+            ],
+        )
+        .unwrap();
+    assert!(!c.is_done(), "the first kernel is still held");
+    gate.open();
+    c.wait().unwrap();
+    assert_eq!(c.fired(), 1);
+    assert_eq!(*log.lock(), vec![1, 2]);
+}
