@@ -1132,7 +1132,8 @@ unsafe extern "C" fn hsa_amd_memory_fill(
     count: usize,
 ) -> hsa_status_t {
     guard!("hsa_amd_memory_fill", sys::HSA_STATUS_ERROR, {
-        let Some(len) = count.checked_mul(4) else {
+        // As in the runtime: the pointer must be 4-byte aligned.
+        let Some(len) = count.checked_mul(4).filter(|_| (ptr as usize) % 4 == 0) else {
             return sys::HSA_STATUS_ERROR_INVALID_ARGUMENT;
         };
         let filled = state::with_range(ptr as u64, len, |p| {
