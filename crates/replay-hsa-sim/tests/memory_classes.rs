@@ -221,6 +221,16 @@ fn locked_host_memory_is_captured_and_its_unlock_forgets_it() {
         "the unlock is recorded"
     );
     assert_eq!(block[0], rmw(7));
+    // Locked for GPU 1 alone: recorded for GPU 1 alone.
+    let mut gpu1 = [sim.gpu_agents()[1]];
+    let mut at: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: the entry's contract: a one-agent list, a valid out pointer, live host memory.
+    let st = unsafe { (api.memory_lock)(host.cast(), 512, gpu1.as_mut_ptr(), 1, &mut at) };
+    assert_eq!(st, sys::HSA_STATUS_SUCCESS);
+    assert!(tracker.lookup(gpu_id(&sim, 1), at as u64).is_some());
+    assert_eq!(tracker.lookup(gpu_id(&sim, 0), at as u64), None);
+    api.unlock(host);
+    assert_eq!(tracker.lookup_any(at as u64), None);
     w.service.stop().unwrap();
 }
 
