@@ -460,7 +460,10 @@ fn on_load_refuses_unknown_tables_and_wraps_known_ones() {
     assert_eq!(classes[&allocs[1]], 4, "GPU fine pool: FINE_GRAINED");
     assert_eq!(classes[&allocs[2]], 2, "kernarg-init pool: KERNARG");
     assert_eq!(classes[&allocs[3]], 2, "executable flag: KERNARG");
-    assert_eq!(classes[&allocs[4]], 16, "CPU pool: PINNED_HOST");
+    assert_eq!(
+        classes[&allocs[4]], 20,
+        "CPU fine pool: PINNED_HOST | FINE_GRAINED"
+    );
     assert_eq!(
         classes[&allocs[5]], 1,
         "coarse region on the GPU: DEVICE_COARSE"
@@ -504,7 +507,10 @@ fn on_load_refuses_unknown_tables_and_wraps_known_ones() {
     let v1_allocs = exercise_v1(&core, &amd);
     let classes = region_classes();
     assert_eq!(classes[&v1_allocs[0]], 1);
-    assert_eq!(classes[&v1_allocs[1]], 16);
+    assert_eq!(
+        classes[&v1_allocs[1]], 20,
+        "CPU fine pool: PINNED_HOST | FINE_GRAINED"
+    );
     for (i, &a) in v1_allocs.iter().enumerate() {
         let free = if i == 0 {
             amd.hsa_amd_memory_pool_free_fn

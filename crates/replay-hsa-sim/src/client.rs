@@ -52,6 +52,14 @@ pub struct Client {
     pub signal_wait: sys::SignalWaitFn,
     pub async_function: sys::AsyncFunctionFn,
     pub async_copy: sys::AsyncCopyFn,
+    pub memory_copy: sys::MemoryCopyFn,
+    pub memory_fill: sys::MemoryFillFn,
+    pub memory_lock: sys::MemoryLockFn,
+    pub memory_unlock: sys::MemoryUnlockFn,
+    pub ipc_create: sys::IpcMemoryCreateFn,
+    pub ipc_attach: sys::IpcMemoryAttachFn,
+    pub ipc_detach: sys::IpcMemoryDetachFn,
+    pub pointer_info: sys::PointerInfoFn,
 }
 
 impl Client {
@@ -74,6 +82,14 @@ impl Client {
                 signal_wait: typed(c.hsa_signal_wait_scacquire_fn),
                 async_function: typed(a.hsa_amd_async_function_fn),
                 async_copy: typed(a.hsa_amd_memory_async_copy_fn),
+                memory_copy: typed(c.hsa_memory_copy_fn),
+                memory_fill: typed(a.hsa_amd_memory_fill_fn),
+                memory_lock: typed(a.hsa_amd_memory_lock_fn),
+                memory_unlock: typed(a.hsa_amd_memory_unlock_fn),
+                ipc_create: typed(a.hsa_amd_ipc_memory_create_fn),
+                ipc_attach: typed(a.hsa_amd_ipc_memory_attach_fn),
+                ipc_detach: typed(a.hsa_amd_ipc_memory_detach_fn),
+                pointer_info: typed(a.hsa_amd_pointer_info_fn),
             }
         }
     }
@@ -230,6 +246,69 @@ impl Client {
         let st =
             unsafe { (self.async_copy)(dst.cast(), agent, src.cast(), agent, len, 1, &dep, done) };
         assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_memory_async_copy");
+    }
+}
+
+impl Client {
+    /// Locks `size` bytes of host memory at `host` for every agent; the agents' address.
+    pub fn lock(&self, host: *mut u8, size: usize) -> *mut u8 {
+        let mut at = std::ptr::null_mut();
+        // SAFETY: the entry's contract: no agent list (every agent), a valid out pointer; the
+        // runtime checks the range.
+        let st = unsafe { (self.memory_lock)(host.cast(), size, std::ptr::null_mut(), 0, &mut at) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_memory_lock");
+        at.cast()
+    }
+
+    /// Unlocks host memory locked with [`Client::lock`].
+    pub fn unlock(&self, host: *mut u8) {
+        // SAFETY: the entry's contract; the runtime answers an error for unknown pointers.
+        let st = unsafe { (self.memory_unlock)(host.cast()) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_memory_unlock");
+    }
+
+    /// A synchronous copy of `len` bytes.
+    pub fn copy_now(&self, dst: *mut u8, src: *const u8, len: usize) {
+        // SAFETY: the entry's contract; the runtime checks the ranges.
+        let st = unsafe { (self.memory_copy)(dst.cast(), src.cast(), len) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_memory_copy");
+    }
+
+    /// Fills `count` 32-bit words at `dst` with `value`, synchronously.
+    pub fn fill(&self, dst: *mut u8, value: u32, count: usize) {
+        // SAFETY: the entry's contract; the runtime checks the range.
+        let st = unsafe { (self.memory_fill)(dst.cast(), value, count) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_memory_fill");
+    }
+
+    /// An IPC-imported mapping of the block at `exported` (`len` bytes), for every agent.
+    pub fn ipc_import(&self, exported: *mut u8, len: usize) -> *mut u8 {
+        let mut h = sys::hsa_amd_ipc_memory_t::default();
+        // SAFETY: the entry's contract; a valid out pointer.
+        let st = unsafe { (self.ipc_create)(exported.cast(), len, &mut h) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_ipc_memory_create");
+        let mut at = std::ptr::null_mut();
+        // SAFETY: the entry's contract: the handle just made, no agent list, an out pointer.
+        let st = unsafe { (self.ipc_attach)(&h, len, 0, std::ptr::null(), &mut at) };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_ipc_memory_attach");
+        at.cast()
+    }
+
+    /// The runtime's pointer info of `p`.
+    pub fn pointer_info(&self, p: *const u8) -> sys::hsa_amd_pointer_info_t {
+        let mut info = sys::hsa_amd_pointer_info_t::default();
+        // SAFETY: the entry's contract: an out-struct with its size set, no agent list.
+        let st = unsafe {
+            (self.pointer_info)(
+                p.cast(),
+                &mut info,
+                None,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(st, sys::HSA_STATUS_SUCCESS, "hsa_amd_pointer_info");
+        info
     }
 }
 

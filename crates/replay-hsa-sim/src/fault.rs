@@ -39,6 +39,9 @@ pub enum SimFault {
     LoaderIterationFails,
     /// `hsa_amd_agents_allow_access` answers `HSA_STATUS_ERROR`.
     AllowAccessFails,
+    /// `hsa_amd_pointer_info` answers `HSA_STATUS_ERROR` (the runtime cannot say what an
+    /// address is).
+    PointerInfoFails,
 }
 
 impl SimFault {
@@ -52,6 +55,7 @@ impl SimFault {
             Self::SignalCreateFails => "signal_create_fails",
             Self::LoaderIterationFails => "loader_iteration_fails",
             Self::AllowAccessFails => "allow_access_fails",
+            Self::PointerInfoFails => "pointer_info_fails",
         }
     }
 }

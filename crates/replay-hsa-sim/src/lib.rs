@@ -37,7 +37,15 @@
 //!   completion signal.
 //! - The **loader extension** (`hsa_ven_amd_loader` 1.03, for `hsa_ven_amd_loader_iterate_executables`)
 //!   and executable symbols (`hsa_executable_iterate_agent_symbols`,
-//!   `hsa_executable_symbol_get_info`) backed by modules loaded with [`SimHsa::load_module`].
+//!   `hsa_executable_symbol_get_info`, a kernel's argument block size included:
+//!   [`SimHsa::set_kernarg_segment_size`]) backed by modules loaded with [`SimHsa::load_module`].
+//! - **Memory the tool may never have seen**: `hsa_amd_pointer_info` answers from the memory
+//!   map (type `HSA` for pool blocks, `LOCKED`, `IPC`, `UNKNOWN` elsewhere; base, size, owner,
+//!   the pool's global flags); `hsa_amd_memory_lock` / `_lock_to_pool` / `_unlock` map host
+//!   memory the application owns (a `LOCKED` block of the CPU agent at the same address);
+//!   `hsa_amd_ipc_memory_create` / `_attach` / `_detach` give an `IPC` block (a block of its
+//!   own holding the exporter's bytes: the simulator is one process); `hsa_amd_memory_fill`
+//!   fills synchronously.
 //!
 //! [`client::Client`] drives it the way the HIP runtime would (queues, pools, AQL packets,
 //! doorbells, completion signals, async copies), for tests of HSA tools.
@@ -65,7 +73,7 @@
 //!   process-wide (signal entries carry no instance), set by the instance created last.
 //! - **Faults** ([`fault`], [`SimHsa::inject`]): pools that run out, refused async copies, a
 //!   stalled copy engine, failing `hsa_memory_copy`, `hsa_signal_create`, loader iteration and
-//!   `hsa_amd_agents_allow_access`,
+//!   `hsa_amd_agents_allow_access` and `hsa_amd_pointer_info`,
 //!   so that each fault path of a tool is reached through the runtime's own entries.
 //! - A faulting kernel (memory fault, panic, unknown kernel object) calls the queue's error
 //!   callback with `HSA_STATUS_ERROR_EXCEPTION`, is listed in [`SimHsa::faults`], and its
@@ -206,6 +214,13 @@ impl SimHsa {
         kernels: &[(&str, KernelFn)],
     ) -> u64 {
         self.inner.load_module(gpu, variables, kernels)
+    }
+
+    /// Sets the argument block size (`HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE`)
+    /// the kernel symbol of `kernel_object` reports; unset, it reports
+    /// [`entries::DEFAULT_KERNARG_SEGMENT_SIZE`].
+    pub fn set_kernarg_segment_size(&self, kernel_object: u64, bytes: u32) {
+        entries::KERNARG_SIZES.lock().insert(kernel_object, bytes);
     }
 
     /// The kernel object of the kernel symbol `name` of this instance's executables.

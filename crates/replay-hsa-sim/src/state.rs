@@ -238,8 +238,51 @@ pub(crate) fn allocate(pool: &PoolRec, size: usize) -> Option<u64> {
     Some(p as u64)
 }
 
+/// Maps host memory the simulator does not own (`hsa_amd_memory_lock`) into the memory map for
+/// `agent`, without a pool (0), so kernels and copies reach it; [`free`] never releases it.
+/// Fails when the range is empty or overlaps a live allocation.
+pub(crate) fn map_foreign(base: u64, size: usize, agent: u64) -> bool {
+    let Ok(layout) = Layout::from_size_align(size, 1) else {
+        return false;
+    };
+    let mut m = MEMORY.write();
+    let end = base.saturating_add(size as u64);
+    if size == 0
+        || m.range(..end)
+            .next_back()
+            .is_some_and(|(b, a)| b + a.size as u64 > base)
+    {
+        return false;
+    }
+    m.insert(
+        base,
+        Alloc {
+            size,
+            layout,
+            pool: 0,
+            agent,
+        },
+    );
+    true
+}
+
+/// Removes a mapping of [`map_foreign`] (the memory stays the owner's).
+pub(crate) fn unmap_foreign(base: u64) -> bool {
+    let mut m = MEMORY.write();
+    if m.get(&base).is_some_and(|a| a.pool == 0) {
+        m.remove(&base);
+        true
+    } else {
+        false
+    }
+}
+
 /// Frees the allocation based at `base`.
 pub(crate) fn free(base: u64) -> bool {
+    // Foreign (locked) memory is the application's, never released here.
+    if MEMORY.read().get(&base).is_some_and(|a| a.pool == 0) {
+        return false;
+    }
     let Some(a) = MEMORY.write().remove(&base) else {
         return false;
     };

@@ -964,9 +964,12 @@ fn on_load_installs_wrappers_that_track_pool_allocations_by_class() {
         class_of(fine),
         Some(u64::from(MemoryClass::FINE_GRAINED.bits()))
     );
+    // Fine-grained system memory: pinned host memory, coherent.
     assert_eq!(
         class_of(host),
-        Some(u64::from(MemoryClass::PINNED_HOST.bits()))
+        Some(u64::from(
+            (MemoryClass::PINNED_HOST | MemoryClass::FINE_GRAINED).bits()
+        ))
     );
     assert_eq!(
         class_of(kernarg),

@@ -720,7 +720,10 @@ fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> 
         handle: st.agent.handle,
     };
     let kernel = crate::kernels::global().lookup(d.kernel_object, agent, o.loader.as_ref());
-    let kernarg = read_kernarg(d.kernarg_address);
+    let kernarg = read_kernarg(
+        d.kernarg_address,
+        crate::kernels::kernarg_segment_size(&kernel),
+    );
     Dispatch {
         info: DispatchInfo {
             agent: st.agent.id,
@@ -749,9 +752,9 @@ fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> 
     }
 }
 
-/// The first 256 bytes of the argument block (kernarg memory is host-visible), or none when
-/// the tracker does not know the block's extent.
-fn read_kernarg(addr: u64) -> smallvec::SmallVec<[u8; 256]> {
+/// The first `max` bytes of the argument block (kernarg memory is host-visible), never past its
+/// allocation, or none when the tracker does not know the block's extent.
+fn read_kernarg(addr: u64, max: usize) -> smallvec::SmallVec<[u8; 256]> {
     let mut out = smallvec::SmallVec::new();
     if addr == 0 {
         return out;
@@ -759,7 +762,7 @@ fn read_kernarg(addr: u64) -> smallvec::SmallVec<[u8; 256]> {
     let Some((_, region)) = backend().tracker.lookup_any(addr) else {
         return out;
     };
-    let len = (region.base + region.size - addr).min(256) as usize;
+    let len = (region.base + region.size - addr).min(max as u64) as usize;
     out.resize(len, 0);
     // SAFETY: `[addr, addr+len)` lies inside a live kernarg allocation the tracker recorded;
     // kernarg memory is host-visible system memory, and the application finished writing it

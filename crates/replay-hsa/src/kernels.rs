@@ -10,6 +10,8 @@
 //! Names are the symbols' (mangled) names without the `.kd` suffix code-object v3+ descriptors
 //! carry. An object no executable defines (or an enumeration that failed) is remembered as
 //! `kernel@0x…`, so a failing loader is asked once per kernel object, not once per dispatch.
+//! Each symbol also gives its argument block's size ([`kernarg_segment_size`]), so the
+//! interceptor reads every word of the block, however long.
 //!
 //! `hsa_executable_destroy` is wrapped (`executable_destroy`): before the runtime destroys
 //! an executable, its kernels are forgotten here and in the service's memo of kernels that
@@ -33,6 +35,22 @@ pub struct KernelSymbol {
     pub name: Arc<str>,
     /// The executable defining it (0 when unknown).
     pub executable: u64,
+    /// Its argument block's size in bytes (`KERNARG_SEGMENT_SIZE`), when the runtime said.
+    pub kernarg_size: Option<u32>,
+}
+
+/// How much of an argument block is read when the symbol's size is unknown: HIP's limit on a
+/// kernel's arguments (the block is also never read past its allocation).
+pub const UNKNOWN_KERNARG_BYTES: usize = 4096;
+
+/// How many bytes of `kernel`'s argument block describe the dispatch (SPEC §7.2: every word of
+/// the block, hidden arguments included): the symbol's kernarg segment size, else
+/// [`UNKNOWN_KERNARG_BYTES`]. The interceptor reads that much (never past the block's
+/// allocation).
+pub fn kernarg_segment_size(kernel: &KernelSymbol) -> usize {
+    kernel
+        .kernarg_size
+        .map_or(UNKNOWN_KERNARG_BYTES, |n| n as usize)
 }
 
 /// Kernel object → kernel symbol, for every agent.
@@ -94,6 +112,7 @@ impl KernelNames {
             .or_insert_with(|| KernelSymbol {
                 name: fallback(kernel_object),
                 executable: 0,
+                kernarg_size: None,
             })
             .clone()
     }
@@ -134,12 +153,15 @@ fn kernel_symbols(
         }
         let name = l.name(sym)?;
         let object = l.kernel_object(sym)?;
+        // A runtime that does not answer leaves the size unknown (the reader's fallback).
+        let kernarg_size = l.kernarg_segment_size(sym).ok();
         if object != 0 {
             out.push((
                 object,
                 KernelSymbol {
                     name: Arc::from(display_name(&name)),
                     executable,
+                    kernarg_size,
                 },
             ));
         }

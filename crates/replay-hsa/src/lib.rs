@@ -26,9 +26,14 @@
 //!
 //! `OnLoad` validates the table, saves the original entries and installs wrappers on core
 //! `hsa_memory_allocate`/`free`, AMD `hsa_amd_memory_pool_allocate`/`free`, the virtual-memory
-//! `hsa_amd_vmem_map`/`unmap` (major 2), and the async-copy entries (`hsa_amd_memory_async_copy`,
-//! `_rect`, and `_on_engine` in major 2); they feed a [`replay_memory::Tracker`] (the free is
-//! recorded before the memory is released) and the copy fence; and core
+//! `hsa_amd_vmem_map`/`unmap` (major 2), `hsa_amd_memory_lock` / `_lock_to_pool` / `_unlock`,
+//! `hsa_amd_ipc_memory_attach` / `_detach`, and the async-copy entries
+//! (`hsa_amd_memory_async_copy`, `_rect`, and `_on_engine` in major 2); they feed a
+//! [`replay_memory::Tracker`] (the free is recorded before the memory is released; host memory
+//! is recorded for every GPU agent, so an argument pointing into it is found) and the copy
+//! fence. The copies, core `hsa_memory_copy` and AMD `hsa_amd_memory_fill` run holding the
+//! reader side of every GPU agent they write (SPEC §6 step 4: a window's restore never undoes
+//! them; [`tracker`] says what is gated and what cannot be); and core
 //! `hsa_executable_destroy`, so an unloaded executable's kernels are forgotten
 //! ([`kernels`]). It then attaches the tool: the C/C++ library named by `KREPLAY_HSA_TOOL`, or
 //! one built into the shared object itself ([`tool`] documents the symbols).
@@ -40,7 +45,10 @@
 //! service given with [`set_service`] (the shared object gives its one service), with
 //! [`agent::QueueAgent`] as the agent and a [`replay_memory::MemoryEngine`] per agent over
 //! [`memory::HsaMemory`] (asynchronous copies through the original
-//! `hsa_amd_memory_async_copy` on reused completion signals, host digests, `restore=full`).
+//! `hsa_amd_memory_async_copy` on reused completion signals, host digests, `restore=full`,
+//! and `hsa_amd_pointer_info` for argument words the tracker never saw:
+//! [`tracker::pointer_class`]). The argument block is read to the kernel symbol's kernarg
+//! segment size ([`kernels::kernarg_segment_size`]).
 //! Signal-wait timeouts are converted to the runtime's timestamp ticks.
 //!
 //! Module variables are enumerated per agent through the AMD loader extension and executable

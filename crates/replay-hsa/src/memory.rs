@@ -21,6 +21,11 @@
 //! pool (pinned tier, made accessible to the GPU with `hsa_amd_agents_allow_access`) through
 //! the original `hsa_amd_memory_pool_allocate`, so it is never tracked; there is no pageable
 //! tier.
+//!
+//! Application host memory (pinned pools, locked memory) is copied naming a CPU agent for it,
+//! as the runtime copies host memory; device memory naming the GPU. `query_pointer` answers
+//! from `hsa_amd_pointer_info` through the original entry, classified by
+//! [`crate::tracker::pointer_class`].
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -32,7 +37,7 @@ use parking_lot::Mutex;
 use replay_core::digest::DigestStream;
 use replay_core::{
     AgentId, BackendError, BackendErrorKind, BackingId, CopyOp, DeviceMemory, Digest128, DigestKey,
-    DigestOp, Fence, MemLoc, Tier, TierInfo,
+    DigestOp, Fence, MemLoc, PointerInfo, Tier, TierInfo,
 };
 use replay_memory::MemoryEngine;
 
@@ -202,11 +207,37 @@ impl HsaMemory {
         self.locate(loc).map(|(a, _)| a)
     }
 
-    /// The address of `loc` and the agent a copy names for it: the GPU for application memory
-    /// (memory its kernels reach) and device backing, the CPU for pinned backing.
+    /// The agent a copy names for application memory at `addr`: a CPU agent for host memory
+    /// (pinned or locked, which the runtime copies as host memory), the GPU otherwise.
+    fn side_of(&self, addr: u64) -> sys::hsa_agent_t {
+        let cpu = self.host_pool.map(|(cpu, _)| cpu);
+        if let Some(r) = backend().tracker.lookup(self.agent.id, addr) {
+            return match cpu {
+                Some(cpu) if r.class.contains(replay_core::MemoryClass::PINNED_HOST) => cpu,
+                _ => self.gpu(),
+            };
+        }
+        // Memory the tracker never saw (the memory layer asked `query_pointer` about it).
+        match crate::tracker::pointer_info(&self.o, addr as *const c_void) {
+            Some(info) if info.type_ == sys::HSA_EXT_POINTER_TYPE_LOCKED => {
+                cpu.unwrap_or(self.gpu())
+            }
+            Some(info)
+                if info.agentOwner.handle != 0
+                    && crate::tracker::agent_info(&self.o, info.agentOwner).is_cpu() =>
+            {
+                info.agentOwner
+            }
+            _ => self.gpu(),
+        }
+    }
+
+    /// The address of `loc` and the agent a copy names for it: the GPU for device memory and
+    /// device backing, a CPU agent for host memory ([`HsaMemory::side_of`]) and pinned
+    /// backing.
     fn locate(&self, loc: MemLoc) -> Result<(u64, sys::hsa_agent_t), BackendError> {
         match loc {
-            MemLoc::Device { addr } => Ok((addr, self.gpu())),
+            MemLoc::Device { addr } => Ok((addr, self.side_of(addr))),
             MemLoc::Backing { id, offset } => {
                 let (base, _, tier) =
                     self.backings.lock().get(&id.0).copied().ok_or_else(|| {
@@ -490,6 +521,33 @@ impl DeviceMemory for HsaMemory {
         // The copies may still decrement the batch's signal: it is leaked, never reused.
         self.batches.lock().remove(&fence.0);
         self.digests.lock().remove(&fence.0);
+    }
+
+    /// `hsa_amd_pointer_info` through the original entry, as [`crate::tracker::pointer_class`]
+    /// reads it for this agent.
+    fn query_pointer(&self, addr: u64) -> Result<Option<PointerInfo>, BackendError> {
+        let mut info = sys::hsa_amd_pointer_info_t::default();
+        // SAFETY: the original `hsa_amd_pointer_info` with a valid out-struct whose `size` is
+        // set; no allocator and no accessible-agent list are asked for.
+        let st = unsafe {
+            (self.o.pointer_info)(
+                addr as *const c_void,
+                &mut info,
+                None,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if st != sys::HSA_STATUS_SUCCESS {
+            return Err(self.err(
+                BackendErrorKind::Other,
+                "query pointer",
+                format!("hsa_amd_pointer_info({addr:#x}) returned {st:#x}"),
+            ));
+        }
+        let owner = (info.agentOwner.handle != 0)
+            .then(|| crate::tracker::agent_info(&self.o, info.agentOwner));
+        Ok(crate::tracker::pointer_class(&info, owner, self.agent.id))
     }
 }
 

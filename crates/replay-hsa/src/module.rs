@@ -159,6 +159,16 @@ impl LoaderFns {
         )
     }
 
+    /// A kernel symbol's argument block size in bytes, hidden arguments included
+    /// (`HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE`).
+    pub fn kernarg_segment_size(&self, sym: u64) -> Result<u32, String> {
+        self.info(
+            sym,
+            sys::HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE,
+            "kernarg segment size",
+        )
+    }
+
     fn info<T: Default>(&self, sym: u64, attr: u32, what: &str) -> Result<T, String> {
         let mut v = T::default();
         // SAFETY: the original symbol query; `T` is the attribute's documented type.

@@ -13,7 +13,9 @@
 //! `hsa_amd_memory_pool_get_info`, `hsa_amd_memory_pool_allocate`, `hsa_amd_memory_pool_free`,
 //! `hsa_amd_memory_async_copy`, `hsa_amd_pointer_info`. Optional (wrapped where the table has
 //! them): `hsa_amd_memory_async_copy_rect`, and in major 2 `hsa_amd_memory_async_copy_on_engine`,
-//! `hsa_amd_vmem_map`, `hsa_amd_vmem_unmap`. The queue group ([`QueueSlots`]: core queue
+//! `hsa_amd_vmem_map`, `hsa_amd_vmem_unmap`; `hsa_amd_memory_lock` / `_lock_to_pool` /
+//! `_unlock` and `hsa_amd_ipc_memory_attach` / `_detach` (host and imported memory),
+//! `hsa_memory_copy` and `hsa_amd_memory_fill` (gated writes), and `hsa_iterate_agents` (read). The queue group ([`QueueSlots`]: core queue
 //! create/destroy and index entries, signal create/destroy/store/add/subtract/wait,
 //! `hsa_memory_copy`, `hsa_iterate_agents`; AMD pool iteration, intercept create/register,
 //! `hsa_amd_async_function`) is bound all or nothing: missing any, queues are not intercepted.
@@ -110,6 +112,20 @@ pub struct Entries {
     pub vmem_unmap: Option<Slot<sys::VmemUnmapFn>>,
     /// Wrapped where present: an executable's kernels are forgotten before it is destroyed.
     pub executable_destroy: Option<Slot<sys::ExecutableDestroyFn>>,
+    /// Host memory made GPU-accessible (`hsa_amd_memory_lock`, `_lock_to_pool`, `_unlock`):
+    /// wrapped where lock and unlock are both present.
+    pub memory_lock: Option<Slot<sys::MemoryLockFn>>,
+    pub memory_lock_to_pool: Option<Slot<sys::MemoryLockToPoolFn>>,
+    pub memory_unlock: Option<Slot<sys::MemoryUnlockFn>>,
+    /// IPC-imported memory (`hsa_amd_ipc_memory_attach` / `_detach`): wrapped together.
+    pub ipc_attach: Option<Slot<sys::IpcMemoryAttachFn>>,
+    pub ipc_detach: Option<Slot<sys::IpcMemoryDetachFn>>,
+    /// Writes that are not replayed, gated on the agents they write (SPEC §6 step 4): core
+    /// `hsa_memory_copy` and AMD `hsa_amd_memory_fill`, wrapped where present.
+    pub memory_copy: Option<Slot<sys::MemoryCopyFn>>,
+    pub memory_fill: Option<Slot<sys::MemoryFillFn>>,
+    /// `hsa_iterate_agents`, read (never replaced): the GPU agents host memory is recorded for.
+    pub iterate_agents: Option<Slot<sys::IterateAgentsFn>>,
     /// The queue, signal and interception entries (stage 2): all present, or `None` and
     /// queues are left untouched.
     pub queue: Option<QueueSlots>,
@@ -392,6 +408,38 @@ pub unsafe fn bind(root: *mut c_void) -> Result<Bound, TableError> {
             executable_destroy: core.optional(
                 Some(offset!(core, CoreApiTable, hsa_executable_destroy_fn)),
                 "hsa_executable_destroy",
+            ),
+            memory_lock: amd.optional(
+                Some(offset!(amd, AmdExtTable, hsa_amd_memory_lock_fn)),
+                "hsa_amd_memory_lock",
+            ),
+            memory_lock_to_pool: amd.optional(
+                Some(offset!(amd, AmdExtTable, hsa_amd_memory_lock_to_pool_fn)),
+                "hsa_amd_memory_lock_to_pool",
+            ),
+            memory_unlock: amd.optional(
+                Some(offset!(amd, AmdExtTable, hsa_amd_memory_unlock_fn)),
+                "hsa_amd_memory_unlock",
+            ),
+            ipc_attach: amd.optional(
+                Some(offset!(amd, AmdExtTable, hsa_amd_ipc_memory_attach_fn)),
+                "hsa_amd_ipc_memory_attach",
+            ),
+            ipc_detach: amd.optional(
+                Some(offset!(amd, AmdExtTable, hsa_amd_ipc_memory_detach_fn)),
+                "hsa_amd_ipc_memory_detach",
+            ),
+            memory_copy: core.optional(
+                Some(offset!(core, CoreApiTable, hsa_memory_copy_fn)),
+                "hsa_memory_copy",
+            ),
+            memory_fill: amd.optional(
+                Some(offset!(amd, AmdExtTable, hsa_amd_memory_fill_fn)),
+                "hsa_amd_memory_fill",
+            ),
+            iterate_agents: core.optional(
+                Some(offset!(core, CoreApiTable, hsa_iterate_agents_fn)),
+                "hsa_iterate_agents",
             ),
             queue,
             loader,

@@ -72,6 +72,14 @@ pub struct Originals {
     pub vmem_map: Option<sys::VmemMapFn>,
     pub vmem_unmap: Option<sys::VmemUnmapFn>,
     pub executable_destroy: Option<sys::ExecutableDestroyFn>,
+    pub memory_lock: Option<sys::MemoryLockFn>,
+    pub memory_lock_to_pool: Option<sys::MemoryLockToPoolFn>,
+    pub memory_unlock: Option<sys::MemoryUnlockFn>,
+    pub ipc_attach: Option<sys::IpcMemoryAttachFn>,
+    pub ipc_detach: Option<sys::IpcMemoryDetachFn>,
+    pub memory_copy: Option<sys::MemoryCopyFn>,
+    pub memory_fill: Option<sys::MemoryFillFn>,
+    pub iterate_agents: Option<sys::IterateAgentsFn>,
     /// The queue, signal and interception entries, when the table has them all.
     pub queue: Option<crate::intercept::QueueFns>,
     /// The module-variable entries, when the table has them all.
@@ -306,6 +314,19 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
             crate::kernels::executable_destroy,
             executable_destroy
         ),
+        memory_lock: orig_opt!(e.memory_lock, wrap::memory_lock, memory_lock),
+        memory_lock_to_pool: orig_opt!(
+            e.memory_lock_to_pool,
+            wrap::memory_lock_to_pool,
+            memory_lock_to_pool
+        ),
+        memory_unlock: orig_opt!(e.memory_unlock, wrap::memory_unlock, memory_unlock),
+        ipc_attach: orig_opt!(e.ipc_attach, wrap::ipc_attach, ipc_attach),
+        ipc_detach: orig_opt!(e.ipc_detach, wrap::ipc_detach, ipc_detach),
+        memory_copy: orig_opt!(e.memory_copy, wrap::memory_copy, memory_copy),
+        memory_fill: orig_opt!(e.memory_fill, wrap::memory_fill, memory_fill),
+        // SAFETY: the caller's item 1; `bind` checked the slot.
+        iterate_agents: e.iterate_agents.as_ref().and_then(|s| unsafe { s.get() }),
         queue: match &e.queue {
             None => None,
             Some(q) => {
@@ -347,7 +368,17 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
                     signal_add: plain!(signal_add),
                     signal_subtract: plain!(signal_subtract),
                     signal_wait: plain!(signal_wait),
-                    memory_copy: plain!(memory_copy),
+                    // Our wrapper once `hsa_memory_copy` is wrapped: the backend's own copies
+                    // (digest staging) must reach the original, never the gate.
+                    // SAFETY: the caller's item 1.
+                    memory_copy: unsafe {
+                        original(
+                            &q.memory_copy,
+                            Some(wrap::memory_copy as sys::MemoryCopyFn),
+                            pq.map(|o| o.memory_copy),
+                            |f| f as usize,
+                        )
+                    }?,
                     iterate_agents: plain!(iterate_agents),
                     iterate_pools: plain!(iterate_pools),
                     intercept_create: plain!(intercept_create),
@@ -389,6 +420,17 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
         originals.vmem_map = None;
         originals.vmem_unmap = None;
     }
+    // Lock and unlock are wrapped together (a lock recorded without its unlock would leave the
+    // inventory wrong), as are IPC attach and detach.
+    if originals.memory_lock.is_none() || originals.memory_unlock.is_none() {
+        originals.memory_lock = None;
+        originals.memory_lock_to_pool = None;
+        originals.memory_unlock = None;
+    }
+    if originals.ipc_attach.is_none() || originals.ipc_detach.is_none() {
+        originals.ipc_attach = None;
+        originals.ipc_detach = None;
+    }
     // The originals are visible before the first wrapper is.
     *backend().originals.write() = Some(Arc::new(originals));
 
@@ -419,6 +461,30 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
             m.set(wrap::vmem_map);
             u.set(wrap::vmem_unmap);
             wrapped.extend([m.name, u.name]);
+        }
+        if let (Some(l), Some(u), Some(_)) =
+            (&e.memory_lock, &e.memory_unlock, originals.memory_lock)
+        {
+            l.set(wrap::memory_lock);
+            u.set(wrap::memory_unlock);
+            wrapped.extend([l.name, u.name]);
+            if let (Some(s), Some(_)) = (&e.memory_lock_to_pool, originals.memory_lock_to_pool) {
+                s.set(wrap::memory_lock_to_pool);
+                wrapped.push(s.name);
+            }
+        }
+        if let (Some(a), Some(d), Some(_)) = (&e.ipc_attach, &e.ipc_detach, originals.ipc_attach) {
+            a.set(wrap::ipc_attach);
+            d.set(wrap::ipc_detach);
+            wrapped.extend([a.name, d.name]);
+        }
+        if let (Some(s), Some(_)) = (&e.memory_copy, originals.memory_copy) {
+            s.set(wrap::memory_copy);
+            wrapped.push(s.name);
+        }
+        if let (Some(s), Some(_)) = (&e.memory_fill, originals.memory_fill) {
+            s.set(wrap::memory_fill);
+            wrapped.push(s.name);
         }
         if let (Some(s), Some(_)) = (&e.executable_destroy, originals.executable_destroy) {
             s.set(crate::kernels::executable_destroy);

@@ -7,7 +7,27 @@
 //! | core `hsa_memory_allocate` / AMD `hsa_amd_memory_pool_allocate` | an allocation, classified by [`classify`] from the region's or pool's segment and global flags, the allocate flags, and the pointer info (type, owner agent and its device type) |
 //! | core `hsa_memory_free` / AMD `hsa_amd_memory_pool_free` | the free, recorded **before** the original releases the memory |
 //! | AMD `hsa_amd_vmem_map` / `hsa_amd_vmem_unmap` (major 2) | a virtual-memory mapping of the owner agent / its removal, recorded before the unmap |
-//! | AMD `hsa_amd_memory_async_copy` (and `_on_engine`, `_rect`) | a copy in flight on the [`crate::fence::CopyFence`] |
+//! | AMD `hsa_amd_memory_lock` / `_lock_to_pool` / `_unlock` | a `PINNED_HOST` block at the agents' address, under the GPU agents given access (every GPU when none is named) / its removal, recorded first |
+//! | AMD `hsa_amd_ipc_memory_attach` / `_detach` | an `IPC_IMPORTED` block under the mapping agents / its removal, recorded first |
+//! | AMD `hsa_amd_memory_async_copy` (and `_on_engine`, `_rect`) | a copy in flight on the [`crate::fence::CopyFence`], submitted holding the reader side of every GPU agent it writes |
+//! | core `hsa_memory_copy`, AMD `hsa_amd_memory_fill` | nothing recorded; the call runs holding the reader side of every GPU agent it writes |
+//!
+//! **Host memory** (a CPU agent's pools, locked memory) is recorded under every GPU agent that
+//! may reach it, not under the CPU agent, so an argument of a GPU kernel that points into it is
+//! found in that GPU's inventory and captured (SPEC §7.1), instead of being taken for another
+//! agent's memory and declined.
+//!
+//! **Writes that are not replayed** (SPEC §6 step 4): copies and fills take
+//! [`replay_core::ReplayService::enter_write`] for each GPU agent they write (the destination's
+//! owner, and every GPU for host memory or an unknown destination) across their submission, so
+//! one started while a window holds that agent waits for the window to end (an asynchronous
+//! copy's completion signal fires later, a synchronous call returns later), and the copy fence
+//! sees the asynchronous ones until they complete. Tool work is not gated: a tool callback's
+//! own thread, and the async-events thread while a callback of that agent's window runs; so a
+//! tool callback must not wait for a copy another thread starts on that agent (it waits for the
+//! window, which waits for the callback). Not gated either, because no entry of this table
+//! sees them: device work written to a queue created before `OnLoad` (not intercepted) and
+//! writes by other processes.
 //!
 //! Every wrapper calls the original entry with the caller's arguments unchanged and returns its
 //! status; the bookkeeping runs under `catch_unwind`, so a bug here loses a record (logged),
@@ -59,7 +79,8 @@ pub struct AllocFacts {
 /// - pointer type IPC → `IPC_IMPORTED`; virtual-memory mappings (pointer type 6, or made by
 ///   `hsa_amd_vmem_map`) → `VIRTUAL_MAPPING`;
 /// - a read-only segment → `READ_ONLY` (excluded);
-/// - memory owned by a CPU agent → `PINNED_HOST`;
+/// - memory owned by a CPU agent → `PINNED_HOST` (with `FINE_GRAINED` from a fine-grained
+///   system pool);
 /// - memory owned by a GPU agent: coarse-grained → `DEVICE_COARSE` (tracked, captured,
 ///   restored); fine-grained (or extended-scope fine-grained) → `FINE_GRAINED`.
 pub fn classify(f: &AllocFacts) -> MemoryClass {
@@ -85,7 +106,15 @@ pub fn classify(f: &AllocFacts) -> MemoryClass {
         _ => return MemoryClass::empty(),
     }
     match f.owner_device {
-        Some(sys::HSA_DEVICE_TYPE_CPU) => MemoryClass::PINNED_HOST,
+        // Host memory from a CPU-agent pool: pinned, and fine-grained (coherent) where the
+        // pool says so.
+        Some(sys::HSA_DEVICE_TYPE_CPU) => {
+            if flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED != 0 {
+                MemoryClass::PINNED_HOST | MemoryClass::FINE_GRAINED
+            } else {
+                MemoryClass::PINNED_HOST
+            }
+        }
         Some(sys::HSA_DEVICE_TYPE_GPU) => {
             if flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED != 0 {
                 MemoryClass::DEVICE_COARSE
@@ -103,6 +132,72 @@ pub fn classify(f: &AllocFacts) -> MemoryClass {
     }
 }
 
+/// What `hsa_amd_pointer_info` says about an address the tracker never saw, for GPU agent
+/// `this` (SPEC §7.1: the runtime's answer decides between capturing it and declining
+/// `untracked_memory`). `owner` is the record of `agentOwner`. `None` for
+/// `HSA_EXT_POINTER_TYPE_UNKNOWN` (pageable host memory, or a word that is not a pointer).
+///
+/// | type | class |
+/// |---|---|
+/// | `HSA`, owned by a CPU agent | `PINNED_HOST` (with `FINE_GRAINED` from a fine-grained pool), or `KERNARG` |
+/// | `HSA`, owned by `this` | `DEVICE_COARSE` or `FINE_GRAINED` by the global flags (`KERNARG` for a kernarg pool); empty when the flags say neither |
+/// | `HSA`, owned by another GPU | `PEER` with its grain |
+/// | `LOCKED` | `PINNED_HOST` |
+/// | `IPC` | `IPC_IMPORTED` |
+/// | `HSA_VMEM`, `RESERVED_ADDR` | `VIRTUAL_MAPPING` |
+/// | `GRAPHICS` (interop) and anything else | empty: no class describes it, so it is uncapturable |
+///
+/// The base is the agents' address of the block (`agentBaseAddress`, else `hostBaseAddress`),
+/// the size `sizeInBytes`; the owner is named for device memory (GPU owners) only.
+pub fn pointer_class(
+    info: &sys::hsa_amd_pointer_info_t,
+    owner: Option<crate::agent::AgentInfo>,
+    this: AgentId,
+) -> Option<replay_core::PointerInfo> {
+    use MemoryClass as M;
+    let flags = info.global_flags;
+    let grain = if flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED != 0 {
+        M::DEVICE_COARSE
+    } else if flags
+        & (sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
+            | sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_EXTENDED_SCOPE_FINE_GRAINED)
+        != 0
+    {
+        M::FINE_GRAINED
+    } else {
+        M::empty()
+    };
+    let kernarg = flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT != 0;
+    let gpu_owner = owner.filter(|a| a.device == Some(sys::HSA_DEVICE_TYPE_GPU));
+    let class = match info.type_ {
+        sys::HSA_EXT_POINTER_TYPE_UNKNOWN => return None,
+        sys::HSA_EXT_POINTER_TYPE_HSA if kernarg => M::KERNARG,
+        sys::HSA_EXT_POINTER_TYPE_HSA => match owner {
+            Some(a) if a.is_cpu() => M::PINNED_HOST | (grain & M::FINE_GRAINED),
+            Some(a) if a.device == Some(sys::HSA_DEVICE_TYPE_GPU) && a.id == this => grain,
+            Some(a) if a.device == Some(sys::HSA_DEVICE_TYPE_GPU) => M::PEER | grain,
+            _ => M::empty(),
+        },
+        sys::HSA_EXT_POINTER_TYPE_LOCKED => M::PINNED_HOST,
+        sys::HSA_EXT_POINTER_TYPE_IPC => M::IPC_IMPORTED,
+        sys::HSA_EXT_POINTER_TYPE_HSA_VMEM | sys::HSA_EXT_POINTER_TYPE_RESERVED_ADDR => {
+            M::VIRTUAL_MAPPING
+        }
+        _ => M::empty(),
+    };
+    let base = if info.agentBaseAddress.is_null() {
+        info.hostBaseAddress as u64
+    } else {
+        info.agentBaseAddress as u64
+    };
+    Some(replay_core::PointerInfo {
+        base,
+        size: info.sizeInBytes as u64,
+        class,
+        owner: gpu_owner.map(|a| a.id),
+    })
+}
+
 /// Runs bookkeeping that must never unwind into the runtime.
 fn quietly(what: &str, f: impl FnOnce()) {
     if catch_unwind(AssertUnwindSafe(f)).is_err() {
@@ -111,7 +206,10 @@ fn quietly(what: &str, f: impl FnOnce()) {
 }
 
 /// The pointer info of `ptr` through the original entry.
-fn pointer_info(o: &Originals, ptr: *const c_void) -> Option<sys::hsa_amd_pointer_info_t> {
+pub(crate) fn pointer_info(
+    o: &Originals,
+    ptr: *const c_void,
+) -> Option<sys::hsa_amd_pointer_info_t> {
     let mut info = sys::hsa_amd_pointer_info_t::default();
     // SAFETY: the original `hsa_amd_pointer_info` with a valid out-struct whose `size` is set;
     // no allocator and no accessible-agent list are asked for.
@@ -156,7 +254,9 @@ fn info_u32(query: impl FnOnce(*mut c_void) -> hsa_status_t) -> Option<u32> {
 }
 
 /// Records a new allocation `[ptr, ptr+size)` with the facts gathered so far; the owner and
-/// the pointer type come from the pointer info.
+/// the pointer type come from the pointer info. Host memory (owned by a CPU agent) is recorded
+/// under every GPU agent ([`host_agents`]): a GPU kernel's argument that points into it must
+/// find it under that GPU's inventory, not as some other agent's (peer) memory.
 fn record_alloc(o: &Originals, ptr: *mut c_void, size: usize, mut facts: AllocFacts) {
     let Some(info) = pointer_info(o, ptr) else {
         log::warn!("[kernel-replay] hsa: no pointer info for the allocation at {ptr:p} ({size} bytes); it is not tracked (a kernel writing it is not restored)");
@@ -171,17 +271,96 @@ fn record_alloc(o: &Originals, ptr: *mut c_void, size: usize, mut facts: AllocFa
         facts.source,
         owner.id
     );
-    backend()
-        .tracker
-        .record_alloc(owner.id, ptr as u64, size as u64, class);
+    let under = if owner.is_cpu() {
+        host_agents(o, &[])
+    } else {
+        Vec::new()
+    };
+    record_under(&under, Some(owner.id), ptr as u64, size as u64, class);
 }
 
-/// Records a free before the memory is released.
+/// Records `[base, base+size)` under each agent of `under`, or under `fallback` when there is
+/// none (no GPU agent known: then nothing replays anyway).
+fn record_under(
+    under: &[AgentId],
+    fallback: Option<AgentId>,
+    base: u64,
+    size: u64,
+    class: MemoryClass,
+) {
+    let tracker = &backend().tracker;
+    if let (true, Some(f)) = (under.is_empty(), fallback) {
+        tracker.record_alloc(f, base, size, class);
+    }
+    for &a in under {
+        tracker.record_alloc(a, base, size, class);
+    }
+}
+
+unsafe extern "C" fn collect_agent(a: sys::hsa_agent_t, data: *mut c_void) -> hsa_status_t {
+    // SAFETY: `data` is the `Vec` passed by `gpu_agents`, alive for the iteration.
+    let _ = catch_unwind(AssertUnwindSafe(|| unsafe {
+        (*data.cast::<Vec<sys::hsa_agent_t>>()).push(a)
+    }));
+    sys::HSA_STATUS_SUCCESS
+}
+
+/// Every GPU agent of the system (through the original `hsa_iterate_agents`), else the GPU
+/// agents met so far.
+pub(crate) fn gpu_agents(o: &Originals) -> Vec<AgentId> {
+    let iterate = o.iterate_agents.or(o.queue.map(|q| q.iterate_agents));
+    let mut handles: Vec<sys::hsa_agent_t> = Vec::new();
+    if let Some(iterate) = iterate {
+        // SAFETY: the original iteration with a callback of the right type and a live `Vec`.
+        unsafe { iterate(Some(collect_agent), (&mut handles as *mut Vec<_>).cast()) };
+    }
+    let mut ids: Vec<AgentId> = handles
+        .into_iter()
+        .map(|h| agent(o, h))
+        .filter(|a| a.device == Some(sys::HSA_DEVICE_TYPE_GPU))
+        .map(|a| a.id)
+        .collect();
+    if ids.is_empty() {
+        ids = backend()
+            .agents
+            .all()
+            .into_iter()
+            .filter(|a| a.device == Some(sys::HSA_DEVICE_TYPE_GPU))
+            .map(|a| a.id)
+            .collect();
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The GPU agents host memory is recorded under: those `listed` (an application's access
+/// list), or every GPU agent when the list names none. Recording it for a GPU that cannot
+/// reach it costs nothing until an argument of that GPU's kernel points into it, which no
+/// working kernel does.
+fn host_agents(o: &Originals, listed: &[sys::hsa_agent_t]) -> Vec<AgentId> {
+    let mut ids: Vec<AgentId> = listed
+        .iter()
+        .map(|&h| agent(o, h))
+        .filter(|a| a.device == Some(sys::HSA_DEVICE_TYPE_GPU))
+        .map(|a| a.id)
+        .collect();
+    if ids.is_empty() {
+        return gpu_agents(o);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Records a free before the memory is released, under every agent that recorded the block
+/// (host memory is recorded under several). No lock of the backend is held meanwhile, so a
+/// free that waits for a restore in flight never blocks that restore.
 fn record_free(ptr: *mut c_void) {
     let base = ptr as u64;
     let tracker = &backend().tracker;
-    if let Some((agent, region)) = tracker.lookup_any(base) {
-        if region.base == base {
+    for agent in tracker.agents() {
+        if tracker.lookup(agent, base).is_some_and(|r| r.base == base) {
             tracker.record_free(agent, base);
         }
     }
@@ -389,15 +568,325 @@ pub(crate) unsafe extern "C" fn vmem_unmap(va: *mut c_void, size: usize) -> hsa_
     unsafe { unmap(va, size) }
 }
 
-/// Records a copy on the fence before it is submitted; returns the ticket.
+/// Host addresses locked by `hsa_amd_memory_lock`, mapped to the address the agents use
+/// (`agent_ptr`): where the block is recorded, and what `hsa_amd_memory_unlock` forgets.
+static LOCKED: std::sync::LazyLock<parking_lot::Mutex<std::collections::HashMap<u64, u64>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The agents of an access list `(agents, n)`; none when the list is NULL or empty.
+///
+/// # Safety
+///
+/// 1. `agents` is NULL or points to `n` agents that outlive the returned slice.
+unsafe fn agent_list<'a>(agents: *const sys::hsa_agent_t, n: i64) -> &'a [sys::hsa_agent_t] {
+    if agents.is_null() || n <= 0 {
+        return &[];
+    }
+    // SAFETY: the caller's item 1.
+    unsafe { std::slice::from_raw_parts(agents, n as usize) }
+}
+
+/// Records a locked host block: `PINNED_HOST` at the agents' address, under the GPU agents of
+/// the access list (every GPU when it names none).
+fn record_lock(
+    o: &Originals,
+    host_ptr: *mut c_void,
+    size: usize,
+    listed: &[sys::hsa_agent_t],
+    agent_ptr: *mut *mut c_void,
+) {
+    let at = if agent_ptr.is_null() {
+        0
+    } else {
+        // SAFETY: the runtime wrote the agents' address through `agent_ptr` (success).
+        (unsafe { *agent_ptr }) as u64
+    };
+    let at = if at == 0 { host_ptr as u64 } else { at };
+    // Memory the runtime allocated (a pool block locked again) keeps its record and class; its
+    // free is what ends it.
+    if backend().tracker.lookup_any(at).is_some() {
+        return;
+    }
+    let under = host_agents(o, listed);
+    log::debug!(
+        "[kernel-replay] hsa: locked host block {host_ptr:p}+{size} at {at:#x} for agents {under:?}"
+    );
+    LOCKED.lock().insert(host_ptr as u64, at);
+    record_under(&under, None, at, size as u64, MemoryClass::PINNED_HOST);
+}
+
+/// Wrapper of AMD `hsa_amd_memory_lock`: the locked block is recorded as pinned host memory.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_memory_lock`.
+pub(crate) unsafe extern "C" fn memory_lock(
+    host_ptr: *mut c_void,
+    size: usize,
+    agents: *mut sys::hsa_agent_t,
+    num_agent: i32,
+    agent_ptr: *mut *mut c_void,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(lock) = o.memory_lock else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let st = unsafe { lock(host_ptr, size, agents, num_agent, agent_ptr) };
+    if st == sys::HSA_STATUS_SUCCESS {
+        quietly("hsa_amd_memory_lock", || {
+            // SAFETY: `agents` holds `num_agent` agents (the caller's contract).
+            let listed = unsafe { agent_list(agents, i64::from(num_agent)) };
+            record_lock(&o, host_ptr, size, listed, agent_ptr);
+        });
+    }
+    st
+}
+
+/// Wrapper of AMD `hsa_amd_memory_lock_to_pool`: as [`memory_lock`].
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_memory_lock_to_pool`.
+pub(crate) unsafe extern "C" fn memory_lock_to_pool(
+    host_ptr: *mut c_void,
+    size: usize,
+    agents: *mut sys::hsa_agent_t,
+    num_agent: i32,
+    pool: sys::hsa_amd_memory_pool_t,
+    flags: u32,
+    agent_ptr: *mut *mut c_void,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(lock) = o.memory_lock_to_pool else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let st = unsafe { lock(host_ptr, size, agents, num_agent, pool, flags, agent_ptr) };
+    if st == sys::HSA_STATUS_SUCCESS {
+        quietly("hsa_amd_memory_lock_to_pool", || {
+            // SAFETY: `agents` holds `num_agent` agents (the caller's contract).
+            let listed = unsafe { agent_list(agents, i64::from(num_agent)) };
+            record_lock(&o, host_ptr, size, listed, agent_ptr);
+        });
+    }
+    st
+}
+
+/// Wrapper of AMD `hsa_amd_memory_unlock`: the removal is recorded first.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_memory_unlock`.
+pub(crate) unsafe extern "C" fn memory_unlock(host_ptr: *mut c_void) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(unlock) = o.memory_unlock else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    quietly("hsa_amd_memory_unlock", || {
+        // Only a block the lock recorded (a pool block locked again is ended by its free);
+        // the map's lock is released before the free is recorded, which may wait for a
+        // restore in flight.
+        let at = LOCKED.lock().remove(&(host_ptr as u64));
+        if let Some(at) = at {
+            record_free(at as *mut c_void);
+        }
+    });
+    // SAFETY: the original entry with the caller's argument.
+    unsafe { unlock(host_ptr) }
+}
+
+/// Wrapper of AMD `hsa_amd_ipc_memory_attach`: the imported block is recorded as
+/// `IPC_IMPORTED` (no snapshot can cover it) under the mapping agents (every GPU when the list
+/// names none).
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_ipc_memory_attach`.
+pub(crate) unsafe extern "C" fn ipc_attach(
+    handle: *const sys::hsa_amd_ipc_memory_t,
+    len: usize,
+    num_agents: u32,
+    mapping_agents: *const sys::hsa_agent_t,
+    mapped_ptr: *mut *mut c_void,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(attach) = o.ipc_attach else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let st = unsafe { attach(handle, len, num_agents, mapping_agents, mapped_ptr) };
+    if st == sys::HSA_STATUS_SUCCESS && !mapped_ptr.is_null() {
+        quietly("hsa_amd_ipc_memory_attach", || {
+            // SAFETY: the runtime wrote the mapping's address (success).
+            let at = unsafe { *mapped_ptr } as u64;
+            // SAFETY: `mapping_agents` holds `num_agents` agents (the caller's contract).
+            let listed = unsafe { agent_list(mapping_agents, i64::from(num_agents)) };
+            let under = host_agents(&o, listed);
+            let class = MemoryClass::IPC_IMPORTED;
+            record_under(&under, None, at, len as u64, class);
+        });
+    }
+    st
+}
+
+/// Wrapper of AMD `hsa_amd_ipc_memory_detach`: the removal is recorded first.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_ipc_memory_detach`.
+pub(crate) unsafe extern "C" fn ipc_detach(mapped_ptr: *mut c_void) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(detach) = o.ipc_detach else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    quietly("hsa_amd_ipc_memory_detach", || record_free(mapped_ptr));
+    // SAFETY: the original entry with the caller's argument.
+    unsafe { detach(mapped_ptr) }
+}
+
+/// The GPU agents whose replay windows a write to `dst` must not overlap (SPEC §6 step 4): a
+/// restore there would undo it. `dst`'s owner where the tracker knows it, a GPU the caller
+/// names for it, and every GPU agent for host memory (any GPU's window may capture host memory
+/// an argument points into) or for an address nobody knows.
+fn written_agents(o: &Originals, dst: Option<u64>, named: &[sys::hsa_agent_t]) -> Vec<AgentId> {
+    let tracker = &backend().tracker;
+    let mut ids: Vec<AgentId> = Vec::new();
+    let mut host = dst.is_none();
+    if let Some(dst) = dst {
+        for a in tracker.agents() {
+            if let Some(r) = tracker.lookup(a, dst) {
+                host |= r.class.contains(MemoryClass::PINNED_HOST);
+                ids.push(a);
+            }
+        }
+    }
+    for &h in named {
+        let info = agent(o, h);
+        match info.device {
+            Some(sys::HSA_DEVICE_TYPE_GPU) => ids.push(info.id),
+            _ => host = true,
+        }
+    }
+    if host || ids.is_empty() {
+        ids.extend(gpu_agents(o));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The reader side of every agent in `ids` (in id order), held by the caller across a write
+/// that is not replayed. Blocks while a window holds one of them (the write then lands after
+/// that window, never inside it where a restore would undo it). Tool work is never blocked: a
+/// thread inside a tool callback gets an open gate from the service, and so does the runtime's
+/// async-events thread while a callback of that agent's window runs (work a tool launched
+/// reaches it there, as its dispatches do).
+fn enter_writes(ids: &[AgentId]) -> Vec<replay_core::WriteGate> {
+    let Some(svc) = crate::tool::service() else {
+        return Vec::new();
+    };
+    if !svc.is_active() && svc.open_windows() == 0 {
+        return Vec::new();
+    }
+    let on_async = crate::intercept::on_async_thread();
+    ids.iter()
+        .filter(|&&id| !(on_async && svc.agent_gate(id).in_callback()))
+        .map(|&id| svc.enter_write(id))
+        .collect()
+}
+
+/// The agents a write to `dst` is gated on ([`written_agents`]) and their gates, held by the
+/// caller; none when the bookkeeping panicked (logged; the call goes through).
+fn gate_write(
+    o: &Originals,
+    what: &str,
+    dst: Option<u64>,
+    named: &[sys::hsa_agent_t],
+) -> (Vec<AgentId>, Vec<replay_core::WriteGate>) {
+    let mut out = (Vec::new(), Vec::new());
+    quietly(what, || {
+        let ids = written_agents(o, dst, named);
+        let gates = enter_writes(&ids);
+        out = (ids, gates);
+    });
+    out
+}
+
+/// Wrapper of core `hsa_memory_copy` (synchronous): the copy runs holding the reader side of
+/// every agent it writes, so no window's restore undoes it.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_memory_copy`.
+pub(crate) unsafe extern "C" fn memory_copy(
+    dst: *mut c_void,
+    src: *const c_void,
+    size: usize,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(copy) = o.memory_copy else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    let _gates = gate_write(&o, "hsa_memory_copy", Some(dst as u64), &[]);
+    // SAFETY: the original entry with the caller's arguments.
+    unsafe { copy(dst, src, size) }
+}
+
+/// Wrapper of AMD `hsa_amd_memory_fill` (synchronous): gated as [`memory_copy`].
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_memory_fill`.
+pub(crate) unsafe extern "C" fn memory_fill(
+    ptr: *mut c_void,
+    value: u32,
+    count: usize,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(fill) = o.memory_fill else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    let _gates = gate_write(&o, "hsa_amd_memory_fill", Some(ptr as u64), &[]);
+    // SAFETY: the original entry with the caller's arguments.
+    unsafe { fill(ptr, value, count) }
+}
+
+/// Records a copy on the fence before it is submitted (with the agents it touches and those
+/// it writes); returns the ticket.
 fn fence_record(
     o: &Originals,
     agents: &[sys::hsa_agent_t],
+    written: &[AgentId],
     signal: sys::hsa_signal_t,
 ) -> Option<u64> {
     let mut ticket = None;
     quietly("an async copy", || {
-        let ids: Vec<AgentId> = agents.iter().map(|&a| agent(o, a).id).collect();
+        let mut ids: Vec<AgentId> = agents.iter().map(|&a| agent(o, a).id).collect();
+        ids.extend_from_slice(written);
+        ids.sort_unstable();
+        ids.dedup();
         let value = if signal.handle == 0 {
             0
         } else {
@@ -436,7 +925,9 @@ pub(crate) unsafe extern "C" fn async_copy(
         Ok(o) => o,
         Err(st) => return st,
     };
-    let ticket = fence_record(&o, &[dst_agent, src_agent], completion_signal);
+    // The gates are held across the submission; the fence then sees the copy until it ends.
+    let (written, _gates) = gate_write(&o, "an async copy", Some(dst as u64), &[dst_agent]);
+    let ticket = fence_record(&o, &[dst_agent, src_agent], &written, completion_signal);
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe {
         (o.async_copy)(
@@ -479,7 +970,8 @@ pub(crate) unsafe extern "C" fn async_copy_on_engine(
     let Some(copy) = o.async_copy_on_engine else {
         return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
-    let ticket = fence_record(&o, &[dst_agent, src_agent], completion_signal);
+    let (written, _gates) = gate_write(&o, "an async copy", Some(dst as u64), &[dst_agent]);
+    let ticket = fence_record(&o, &[dst_agent, src_agent], &written, completion_signal);
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe {
         copy(
@@ -524,7 +1016,9 @@ pub(crate) unsafe extern "C" fn async_copy_rect(
     let Some(copy) = o.async_copy_rect else {
         return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
-    let ticket = fence_record(&o, &[copy_agent], completion_signal);
+    // The destination sits in an opaque pitched pointer: every GPU agent is gated.
+    let (written, _gates) = gate_write(&o, "an async copy", None, &[copy_agent]);
+    let ticket = fence_record(&o, &[copy_agent], &written, completion_signal);
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe {
         copy(
@@ -560,6 +1054,126 @@ mod tests {
     }
 
     #[test]
+    fn pointer_info_classes_follow_spec_7_1() {
+        use sys::*;
+        use MemoryClass as M;
+        let this = AgentId(1);
+        let gpu = |id| crate::agent::AgentInfo {
+            id: AgentId(id),
+            handle: 0x100 + id,
+            device: Some(HSA_DEVICE_TYPE_GPU),
+        };
+        let cpu = crate::agent::AgentInfo {
+            id: AgentId(0),
+            handle: 0x100,
+            device: Some(HSA_DEVICE_TYPE_CPU),
+        };
+        let info = |type_, flags| hsa_amd_pointer_info_t {
+            type_,
+            agentBaseAddress: 0x1000 as *mut c_void,
+            hostBaseAddress: std::ptr::null_mut(),
+            sizeInBytes: 64,
+            global_flags: flags,
+            ..Default::default()
+        };
+        const COARSE: u32 = HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED;
+        const FINE: u32 = HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED;
+        let cases = [
+            (
+                info(HSA_EXT_POINTER_TYPE_HSA, COARSE),
+                Some(gpu(1)),
+                Some(M::DEVICE_COARSE),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_HSA, FINE),
+                Some(gpu(1)),
+                Some(M::FINE_GRAINED),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_HSA, 0),
+                Some(gpu(1)),
+                Some(M::empty()),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_HSA, COARSE),
+                Some(gpu(2)),
+                Some(M::PEER | M::DEVICE_COARSE),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_HSA, FINE),
+                Some(cpu),
+                Some(M::PINNED_HOST | M::FINE_GRAINED),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_HSA, COARSE),
+                Some(cpu),
+                Some(M::PINNED_HOST),
+            ),
+            (
+                info(
+                    HSA_EXT_POINTER_TYPE_HSA,
+                    FINE | HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT,
+                ),
+                Some(cpu),
+                Some(M::KERNARG),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_HSA, COARSE),
+                None,
+                Some(M::empty()),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_LOCKED, 0),
+                Some(cpu),
+                Some(M::PINNED_HOST),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_IPC, COARSE),
+                Some(gpu(2)),
+                Some(M::IPC_IMPORTED),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_GRAPHICS, 0),
+                Some(gpu(1)),
+                Some(M::empty()),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_HSA_VMEM, 0),
+                Some(gpu(1)),
+                Some(M::VIRTUAL_MAPPING),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_RESERVED_ADDR, 0),
+                Some(gpu(1)),
+                Some(M::VIRTUAL_MAPPING),
+            ),
+            (
+                info(HSA_EXT_POINTER_TYPE_UNKNOWN, COARSE),
+                Some(gpu(1)),
+                None,
+            ),
+        ];
+        for (i, owner, want) in cases {
+            let got = pointer_class(&i, owner, this);
+            assert_eq!(got.map(|p| p.class), want, "{i:?} owned by {owner:?}");
+            if let Some(p) = got {
+                assert_eq!((p.base, p.size), (0x1000, 64));
+                let device_owner = owner.filter(|a| !a.is_cpu()).map(|a| a.id);
+                assert_eq!(p.owner, device_owner);
+            }
+        }
+        // Uncapturable for the memory layer: peer, IPC, graphics; captured: own coarse.
+        let treat = |c| replay_memory::classify::classify(c);
+        use replay_memory::classify::Treatment as T;
+        assert_eq!(treat(M::PEER | M::DEVICE_COARSE), T::Uncapturable);
+        assert_eq!(treat(M::empty()), T::Uncapturable);
+        assert_eq!(
+            treat(M::PINNED_HOST | M::FINE_GRAINED),
+            T::CapturableUntracked
+        );
+    }
+
+    #[test]
     fn classification_follows_spec_7_1() {
         use sys::*;
         const GPU: u32 = HSA_DEVICE_TYPE_GPU;
@@ -582,7 +1196,10 @@ mod tests {
             (pool(COARSE, exec, GPU), MemoryClass::KERNARG),
             (pool(FINE | KERNARG, 0, CPU), MemoryClass::KERNARG),
             (pool(FINE, exec, CPU), MemoryClass::KERNARG),
-            (pool(FINE, 0, CPU), MemoryClass::PINNED_HOST),
+            (
+                pool(FINE, 0, CPU),
+                MemoryClass::PINNED_HOST | MemoryClass::FINE_GRAINED,
+            ),
             (pool(COARSE, 0, CPU), MemoryClass::PINNED_HOST),
             (pool(0, 0, GPU), MemoryClass::empty()),
             (pool(COARSE, 0, HSA_DEVICE_TYPE_DSP), MemoryClass::empty()),

@@ -51,6 +51,10 @@ fn expectations() -> Vec<(String, String, usize)> {
         size_of::<sys::hsa_amd_memory_pool_t>(),
     );
     size("hsa_status_t", size_of::<sys::hsa_status_t>());
+    size(
+        "hsa_amd_ipc_memory_t",
+        size_of::<sys::hsa_amd_ipc_memory_t>(),
+    );
 
     let mut field = |s: &str, c: &str, rust: usize| {
         v.push((
@@ -175,6 +179,7 @@ fn expectations() -> Vec<(String, String, usize)> {
         HSA_EXT_POINTER_TYPE_HSA,
         HSA_EXT_POINTER_TYPE_LOCKED,
         HSA_EXT_POINTER_TYPE_IPC,
+        HSA_EXT_POINTER_TYPE_GRAPHICS,
         HSA_PACKET_TYPE_VENDOR_SPECIFIC,
         HSA_PACKET_TYPE_KERNEL_DISPATCH,
         HSA_PACKET_TYPE_BARRIER_AND,
@@ -194,6 +199,7 @@ fn expectations() -> Vec<(String, String, usize)> {
         HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST,
         HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS,
         HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT,
+        HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE,
     );
     v
 }

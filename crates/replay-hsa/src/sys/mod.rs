@@ -327,6 +327,48 @@ pub type VmemMapFn = unsafe extern "C" fn(
     u64,
 ) -> hsa_status_t;
 pub type VmemUnmapFn = unsafe extern "C" fn(*mut c_void, usize) -> hsa_status_t;
+/// `hsa_amd_memory_lock(host_ptr, size, agents, num_agent, agent_ptr)`: `agents` NULL and
+/// `num_agent` 0 give every agent access.
+pub type MemoryLockFn = unsafe extern "C" fn(
+    *mut c_void,
+    usize,
+    *mut hsa_agent_t,
+    i32,
+    *mut *mut c_void,
+) -> hsa_status_t;
+/// `hsa_amd_memory_lock_to_pool(host_ptr, size, agents, num_agent, pool, flags, agent_ptr)`.
+pub type MemoryLockToPoolFn = unsafe extern "C" fn(
+    *mut c_void,
+    usize,
+    *mut hsa_agent_t,
+    i32,
+    hsa_amd_memory_pool_t,
+    u32,
+    *mut *mut c_void,
+) -> hsa_status_t;
+/// `hsa_amd_memory_unlock(host_ptr)`.
+pub type MemoryUnlockFn = unsafe extern "C" fn(*mut c_void) -> hsa_status_t;
+/// `hsa_amd_memory_fill(ptr, value, count)`: `count` 32-bit words (synchronous).
+pub type MemoryFillFn = unsafe extern "C" fn(*mut c_void, u32, usize) -> hsa_status_t;
+/// `hsa_amd_ipc_memory_t`: an opaque handle of eight 32-bit words.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct hsa_amd_ipc_memory_t {
+    pub handle: [u32; 8],
+}
+/// `hsa_amd_ipc_memory_create(ptr, len, handle)`.
+pub type IpcMemoryCreateFn =
+    unsafe extern "C" fn(*mut c_void, usize, *mut hsa_amd_ipc_memory_t) -> hsa_status_t;
+/// `hsa_amd_ipc_memory_attach(handle, len, num_agents, mapping_agents, mapped_ptr)`.
+pub type IpcMemoryAttachFn = unsafe extern "C" fn(
+    *const hsa_amd_ipc_memory_t,
+    usize,
+    u32,
+    *const hsa_agent_t,
+    *mut *mut c_void,
+) -> hsa_status_t;
+/// `hsa_amd_ipc_memory_detach(mapped_ptr)`.
+pub type IpcMemoryDetachFn = unsafe extern "C" fn(*mut c_void) -> hsa_status_t;
 
 /// Defines an API table: `version` first, then one pointer-sized slot per entry, in order.
 /// Also generates `ENTRY_NAMES` (the header's field names, in order) and
@@ -612,6 +654,9 @@ pub const HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE: u32 = 9;
 pub const HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST: u32 = 10;
 /// `HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS` (`uint64_t`).
 pub const HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS: u32 = 21;
+/// `HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE` (`uint32_t`): the argument block's
+/// size in bytes, hidden arguments included.
+pub const HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE: u32 = 11;
 
 /// `hsa_ven_amd_loader_1_03_pfn_t`: the AMD loader extension table (major 1, minor 3).
 #[repr(C)]
