@@ -19,6 +19,14 @@
 //! calling thread, or, when the ring has no room, parks them silently: they are retried on the
 //! next doorbell and by the async-events thread. A doorbell rung from inside an interceptor is
 //! deferred to the async-events thread.
+//!
+//! Ring space follows the real runtime's intercept queue (`InterceptQueue::Submit`): a batch is
+//! written only when more slots are free than it has packets, since one slot is kept for a
+//! **retry barrier** (unless one is still pending in the ring); a batch larger than the ring
+//! is written in part. Whatever is not written is parked, a retry barrier-AND (barrier bit, no
+//! completion signal) is written into the kept slot, and the async-events thread retries once
+//! it was consumed. While parked packets remain after a retry, a doorbell writes no new ones
+//! (the runtime returns early), so queue order holds.
 
 use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
@@ -210,12 +218,6 @@ impl HwQueue {
         self.header_atomic(index)
             .store(sys::HSA_PACKET_TYPE_INVALID, Ordering::Release);
         self.read.store(index + 1, Ordering::Release);
-    }
-
-    fn has_space(&self, n: usize) -> bool {
-        let w = self.write.load(Ordering::Acquire);
-        let r = self.read.load(Ordering::Acquire);
-        w - r + n as u64 <= self.size
     }
 
     /// Copies `p` into the ring at the next write index (body first, header last).
@@ -427,6 +429,8 @@ pub struct InterceptQueue {
     handlers: Mutex<Vec<(InterceptHandler, usize)>>,
     overflow: Mutex<VecDeque<Packet>>,
     retry_posted: AtomicBool,
+    /// Hardware index of the last retry barrier (0 before the first, as in the runtime).
+    retry_index: AtomicU64,
     instance: Weak<Instance>,
 }
 
@@ -532,6 +536,7 @@ pub(crate) fn create_intercept(
         handlers: Mutex::new(Vec::new()),
         overflow: Mutex::new(VecDeque::new()),
         retry_posted: AtomicBool::new(false),
+        retry_index: AtomicU64::new(0),
         instance: Arc::downgrade(&inst),
     });
     if let Some(s) = state::signal(iq.proxy.doorbell) {
@@ -632,7 +637,10 @@ pub(crate) fn on_signal_store(sig: &state::SignalObj) {
 /// doorbell rang (up to the first invalid header) to the interceptor chain, in one call.
 fn process(iq: &Arc<InterceptQueue>) {
     let _g = iq.lock.lock();
-    flush_overflow(iq);
+    if flush_overflow(iq) > 0 {
+        // No room for the parked packets, so none for new ones: the retry comes back here.
+        return;
+    }
     let handlers = iq.handlers.lock().clone();
     // One pass over what was written when the doorbell rang: packets written from inside an
     // interceptor are handled by their own (deferred) doorbell.
@@ -750,17 +758,64 @@ unsafe extern "C" fn writer(pkts: *const c_void, count: u64) {
 /// The bottom of the chain: into the hardware ring and its doorbell, or parked when full.
 fn bottom_write(iq: &Arc<InterceptQueue>, packets: &[Packet]) {
     let mut ov = iq.overflow.lock();
-    if !ov.is_empty() || !iq.hw.has_space(packets.len()) {
-        ov.extend(packets.iter().copied());
+    let written = if ov.is_empty() {
+        submit_hw(iq, packets)
+    } else {
+        0
+    };
+    if written < packets.len() {
+        ov.extend(packets[written..].iter().copied());
         drop(ov);
         post_retry(iq);
-        return;
     }
-    for p in packets {
-        iq.hw.push(p);
+}
+
+/// The runtime's `InterceptQueue::Submit`: writes what the ring takes of `packets` (all of
+/// them, or none unless they cannot fit even in an empty ring), keeping a slot for a retry
+/// barrier, and writes that barrier when some are left over. The number written.
+fn submit_hw(iq: &Arc<InterceptQueue>, packets: &[Packet]) -> usize {
+    let hw = &iq.hw;
+    let count = packets.len() as u64;
+    if count == 0 {
+        return 0;
     }
-    drop(ov);
-    iq.hw.ring_doorbell();
+    let w = hw.write.load(Ordering::Acquire);
+    let r = hw.read.load(Ordering::Acquire);
+    let free = hw.size - (w - r);
+    let pending_retry = iq.retry_index.load(Ordering::Acquire) > r;
+    let keep = u64::from(!pending_retry);
+    let n = if count >= hw.size {
+        free.saturating_sub(keep)
+    } else if free < count + keep {
+        0
+    } else {
+        count
+    };
+    if n < count && !pending_retry && free >= 1 {
+        let retry = sys::hsa_barrier_and_packet_t {
+            header: aql::header(
+                sys::HSA_PACKET_TYPE_BARRIER_AND,
+                true,
+                sys::HSA_FENCE_SCOPE_NONE,
+                sys::HSA_FENCE_SCOPE_NONE,
+            ),
+            ..Default::default()
+        };
+        // SAFETY: a 64-byte plain-integer struct read as a packet.
+        let retry = Packet(unsafe {
+            std::mem::transmute::<sys::hsa_barrier_and_packet_t, [u8; 64]>(retry)
+        });
+        iq.retry_index.store(w, Ordering::Release);
+        hw.push(&retry);
+        hw.ring_doorbell();
+    }
+    for p in &packets[..n as usize] {
+        hw.push(p);
+    }
+    if n > 0 {
+        hw.ring_doorbell();
+    }
+    n as usize
 }
 
 fn post_retry(iq: &Arc<InterceptQueue>) {
@@ -771,20 +826,19 @@ fn post_retry(iq: &Arc<InterceptQueue>) {
     }
 }
 
-/// Moves parked packets into the hardware ring while there is room; the number left.
+/// Moves parked packets into the hardware ring as the runtime would; the number left.
 fn flush_overflow(iq: &Arc<InterceptQueue>) -> usize {
     let mut ov = iq.overflow.lock();
-    let mut moved = false;
-    while !ov.is_empty() && iq.hw.has_space(1) {
-        if let Some(p) = ov.pop_front() {
-            iq.hw.push(&p);
-            moved = true;
-        }
+    if ov.is_empty() {
+        return 0;
     }
+    let pending: Vec<Packet> = ov.iter().copied().collect();
+    let n = submit_hw(iq, &pending);
+    ov.drain(..n);
     let left = ov.len();
     drop(ov);
-    if moved {
-        iq.hw.ring_doorbell();
+    if left > 0 {
+        post_retry(iq);
     }
     left
 }
@@ -817,15 +871,21 @@ pub(crate) fn async_events_loop(inst: Weak<Instance>, rx: mpsc::Receiver<AsyncEv
             }
             Some(AsyncEvent::Retry(w)) => {
                 let Some(iq) = w.upgrade() else { continue };
-                iq.retry_posted.store(false, Ordering::SeqCst);
-                let left = {
-                    let _g = iq.lock.lock();
-                    flush_overflow(&iq)
-                };
-                if left > 0 && !iq.hw.stopping() {
-                    std::thread::sleep(Duration::from_millis(1));
-                    post_retry(&iq);
+                if iq.hw.stopping() {
+                    continue;
                 }
+                // The runtime retries when its retry barrier completed (its completion signal
+                // is the queue's async doorbell); until then, wait here.
+                let ri = iq.retry_index.load(Ordering::Acquire);
+                if iq.hw.read.load(Ordering::Acquire) <= ri {
+                    std::thread::sleep(Duration::from_millis(1));
+                    iq.retry_posted.store(false, Ordering::SeqCst);
+                    post_retry(&iq);
+                    continue;
+                }
+                iq.retry_posted.store(false, Ordering::SeqCst);
+                // As the doorbell the runtime rings then: parked packets first, then new ones.
+                process(&iq);
             }
             Some(AsyncEvent::Handler(h)) => armed.push(h),
             Some(AsyncEvent::Function(f)) => {
