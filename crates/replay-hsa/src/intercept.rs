@@ -751,15 +751,19 @@ unsafe fn handle(packets: &[Packet], key: usize, writer: WriterFn, own_done: &Ce
         park(&st, packets, svc.as_deref());
         return;
     }
+    // From here the panic fallback knows this submission's progress.
+    own_done.set(true);
     // SAFETY: item 1.
     let sent = unsafe { send(&st, &o, &q, writer, packets, svc.as_deref(), tool) };
-    own_done.set(true);
     if let Sent::Later = sent {
         park(&st, packets, svc.as_deref());
     }
     // A window that ran here is over and its lock released: kick the queues of this agent
-    // that parked packets meanwhile.
-    kick(st.agent.handle, &q);
+    // that parked packets meanwhile. While another window holds the agent, its end kicks them
+    // (a kick now would only park the kick).
+    if svc.as_deref().is_none_or(|s| window_over(s, st.agent.id)) {
+        kick(st.agent.handle, &q);
+    }
 }
 
 /// Submits one submission (one interceptor call's packets) on `st` without waiting: a single
