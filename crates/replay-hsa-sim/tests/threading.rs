@@ -156,8 +156,13 @@ impl log::Log for PanicLogger {
 
 /// Polls `cond` for at most 5 s; whether it held.
 fn eventually(cond: impl Fn() -> bool) -> bool {
+    within(Duration::from_secs(5), cond)
+}
+
+/// Polls `cond` for at most `bound`; whether it held.
+fn within(bound: Duration, cond: impl Fn() -> bool) -> bool {
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(5) {
+    while start.elapsed() < bound {
         if cond() {
             return true;
         }
@@ -468,8 +473,11 @@ fn a_submission_on_another_queue_during_the_drains_never_stalls_the_window() {
             s.store(1, Ordering::SeqCst);
         })
     };
-    // The other thread's interceptor call returns (parked) or stays blocked in it.
-    let _ = eventually(|| submitted_b.load(Ordering::SeqCst) == 1);
+    // The other thread's interceptor call returns (parked) or stays blocked in it (then the
+    // queue drain still completes in time once the slow kernel is released).
+    let _ = within(Duration::from_secs(1), || {
+        submitted_b.load(Ordering::SeqCst) == 1
+    });
     release.store(1, Ordering::SeqCst);
     window.join().unwrap();
     other.join().unwrap();
@@ -532,9 +540,11 @@ fn a_dispatch_submitted_behind_parked_packets_runs_after_them() {
             assert!(eventually(|| iw.load(Ordering::SeqCst) == 1));
             // The first packet reaches the async thread during the window: parked.
             on_async_thread(api, qb, vec![dispatch(first, kernarg as *mut u8, d1)]);
-            assert!(eventually(|| parked(qb.get()) == 1));
+            assert!(eventually(|| parked(qb.get()) >= 1));
             // Then an application thread submits on the same queue.
-            std::thread::spawn(move || api.submit(qb.get(), dispatch(second, kernarg as *mut u8, d2)))
+            std::thread::spawn(move || {
+                api.submit(qb.get(), dispatch(second, kernarg as *mut u8, d2))
+            })
         })
     };
     let done = api.signal(1);
@@ -544,7 +554,11 @@ fn a_dispatch_submitted_behind_parked_packets_runs_after_them() {
     assert_eq!(api.wait_zero(d1), 0);
     assert_eq!(api.wait_zero(d2), 0);
     t.join().unwrap();
-    assert_eq!(*order.lock().unwrap(), vec!["first", "second"], "queue order");
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec!["first", "second"],
+        "queue order"
+    );
     assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
     assert_eq!(read(buf), rmw(1));
     w.service.stop().unwrap();
@@ -604,7 +618,7 @@ fn a_candidate_flushed_from_the_park_gets_config_and_a_record() {
         let iw = in_window.clone();
         kernel_with(&sim, "a", a_runs.clone(), move || {
             iw.store(1, Ordering::SeqCst);
-            eventually(|| parked(qb.get()) == 1);
+            eventually(|| parked(qb.get()) >= 1);
         })
     };
     let b_runs = Arc::new(AtomicU64::new(0));
@@ -629,7 +643,11 @@ fn a_candidate_flushed_from_the_park_gets_config_and_a_record() {
     assert_eq!(api.wait_zero(done_b), 0);
     assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
     let b = w.tool.outcomes(kb);
-    assert_eq!(b.len(), 1, "one CONFIG EXIT for the flushed candidate: {b:?}");
+    assert_eq!(
+        b.len(),
+        1,
+        "one CONFIG EXIT for the flushed candidate: {b:?}"
+    );
     assert_eq!(
         b[0].0,
         Outcome::Declined,

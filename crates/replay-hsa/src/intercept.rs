@@ -872,7 +872,7 @@ fn kick(handle: u64, q: &QueueFns) {
 /// slot by compare-and-swap on the write index, as `hsa_queue_cas_write_index` is meant for on
 /// multi-producer rings; body; header last with release) and rings its doorbell. Fails when the
 /// ring is full.
-pub fn submit_to_ring(
+pub(crate) fn submit_to_ring(
     queue: *mut sys::hsa_queue_t,
     q: &QueueFns,
     packet: &Packet,
