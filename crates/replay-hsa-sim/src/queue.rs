@@ -519,12 +519,17 @@ fn create_hw(
 }
 
 /// Creates an intercepting queue: a proxy ring for the application over a hardware queue.
+/// Like the runtime, it needs at least 3 slots (a packet, a new retry barrier and one being
+/// processed).
 pub(crate) fn create_intercept(
     agent: u64,
     size: u32,
     callback: QueueCallback,
     data: usize,
 ) -> Result<*mut sys::hsa_queue_t, sys::hsa_status_t> {
+    if size < 3 {
+        return Err(sys::HSA_STATUS_ERROR_INVALID_ARGUMENT);
+    }
     let hw = create_hw(agent, size, callback, data)?;
     let inst = check(agent, size)?;
     let proxy = HwQueue::new(&inst, agent, size, callback, data)

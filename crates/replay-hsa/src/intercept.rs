@@ -960,3 +960,149 @@ fn read_kernarg(addr: u64) -> smallvec::SmallVec<[u8; 256]> {
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+
+    use super::*;
+
+    // A ring of four slots with indices another producer moves, through fake entries.
+    static WRITE: AtomicU64 = AtomicU64::new(0);
+    static READ: AtomicU64 = AtomicU64::new(0);
+    /// When set, the next read-index load lets another producer take a slot first.
+    static RACE: AtomicBool = AtomicBool::new(false);
+
+    unsafe extern "C" fn load_write(_: *const sys::hsa_queue_t) -> u64 {
+        WRITE.load(Ordering::SeqCst)
+    }
+    unsafe extern "C" fn load_read(_: *const sys::hsa_queue_t) -> u64 {
+        if RACE.swap(false, Ordering::SeqCst) {
+            WRITE.fetch_add(1, Ordering::SeqCst);
+        }
+        READ.load(Ordering::SeqCst)
+    }
+    unsafe extern "C" fn add_write(_: *const sys::hsa_queue_t, n: u64) -> u64 {
+        WRITE.fetch_add(n, Ordering::SeqCst)
+    }
+    unsafe extern "C" fn cas_write(_: *const sys::hsa_queue_t, expected: u64, v: u64) -> u64 {
+        match WRITE.compare_exchange(expected, v, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(x) | Err(x) => x,
+        }
+    }
+    unsafe extern "C" fn create(
+        _: sys::hsa_agent_t,
+        _: u32,
+        _: sys::hsa_queue_type32_t,
+        _: sys::QueueErrorCallback,
+        _: *mut c_void,
+        _: u32,
+        _: u32,
+        _: *mut *mut sys::hsa_queue_t,
+    ) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn destroy(_: *mut sys::hsa_queue_t) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn signal_create(
+        _: i64,
+        _: u32,
+        _: *const sys::hsa_agent_t,
+        _: *mut sys::hsa_signal_t,
+    ) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn signal_destroy(_: sys::hsa_signal_t) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn signal_update(_: sys::hsa_signal_t, _: i64) {}
+    unsafe extern "C" fn signal_wait(_: sys::hsa_signal_t, _: u32, _: i64, _: u64, _: u32) -> i64 {
+        0
+    }
+    unsafe extern "C" fn memory_copy(_: *mut c_void, _: *const c_void, _: usize) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn iterate_agents(_: sys::AgentIterCallback, _: *mut c_void) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn iterate_pools(
+        _: sys::hsa_agent_t,
+        _: sys::PoolIterCallback,
+        _: *mut c_void,
+    ) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn register(
+        _: *mut sys::hsa_queue_t,
+        _: sys::InterceptHandler,
+        _: *mut c_void,
+    ) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn async_function(
+        _: Option<unsafe extern "C" fn(*mut c_void)>,
+        _: *mut c_void,
+    ) -> hsa_status_t {
+        1
+    }
+
+    fn fake() -> QueueFns {
+        QueueFns {
+            queue_create: create,
+            queue_destroy: destroy,
+            load_read_index: load_read,
+            load_write_index: load_write,
+            add_write_index: add_write,
+            cas_write_index: cas_write,
+            signal_create,
+            signal_destroy,
+            signal_store: signal_update,
+            signal_add: signal_update,
+            signal_subtract: signal_update,
+            signal_wait,
+            memory_copy,
+            iterate_agents,
+            iterate_pools,
+            intercept_create: create,
+            intercept_register: register,
+            async_function,
+            system_get_info: None,
+            allow_access: None,
+        }
+    }
+
+    #[test]
+    fn a_kick_never_takes_a_slot_another_producer_reserved_meanwhile() {
+        let mut ring = vec![Packet([0; 64]); 4];
+        // Slot 0 holds the application's packet, not consumed yet.
+        ring[0].set_header(7);
+        let mut q = sys::hsa_queue_t {
+            type_: 0,
+            features: 0,
+            base_address: ring.as_mut_ptr().cast(),
+            doorbell_signal: sys::hsa_signal_t::default(),
+            size: 4,
+            reserved1: 0,
+            id: 1,
+        };
+        // One slot free (indices 0..3 taken), and the application takes it while the kick
+        // checks for room.
+        WRITE.store(3, Ordering::SeqCst);
+        READ.store(0, Ordering::SeqCst);
+        RACE.store(true, Ordering::SeqCst);
+        let noop = Packet::barrier_and(sys::hsa_signal_t::default(), false);
+        let r = submit_to_ring(&mut q, &fake(), &noop);
+        assert!(r.is_err(), "the ring became full: no slot for the kick");
+        assert_eq!(
+            WRITE.load(Ordering::SeqCst),
+            4,
+            "only the other producer's slot"
+        );
+        assert_eq!(
+            ring[0].header(),
+            7,
+            "the unconsumed packet was not overwritten"
+        );
+    }
+}
