@@ -50,7 +50,8 @@
 //!   first); a drain barrier the window appends carries it too. So the drain signal counts
 //!   exactly the signal-less packets not yet complete, and the last packet that carries the
 //!   application's signal marks the rest: when that signal changed, every earlier packet with a
-//!   signal counts as complete. This costs one more completion signal per signal-less packet
+//!   signal counts as complete (exact when packets carry the barrier bit, as HIP's stream
+//!   packets do; packets without it may overlap, and an earlier one may still be running). This costs one more completion signal per signal-less packet
 //!   while the backend is loaded (on real GPUs an interrupt signal); the application never sees
 //!   it, since it passed none.
 //! - **Ring space.** `writer` parks packets silently when the hardware ring is full, and the
