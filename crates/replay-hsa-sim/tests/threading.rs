@@ -694,3 +694,36 @@ fn a_backend_panic_after_a_pass_was_written_still_signals_the_completion() {
     assert_eq!(read(buf), rmw(7));
     w.service.stop().unwrap();
 }
+
+/// Item 9, completion-based drains: an application that re-arms a completion signal to its
+/// old value (as HIP's signal pools do) does not leave its queue looking busy to another
+/// queue's window, once a later barrier-bit packet completed there.
+#[test]
+fn a_rearmed_application_signal_does_not_stall_another_queues_window() {
+    let (w, _g) = world();
+    let (sim, api) = sim();
+    let gpu = sim.gpu_agents()[0];
+    let qa = api.queue(gpu);
+    let qb = api.queue(gpu);
+    let runs = Arc::new(AtomicU64::new(0));
+    let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+    let (buf, args) = buffer_and_args(&sim, &api, 0, 0);
+    let s = api.signal(1);
+    api.submit(qb, dispatch(k, args, s));
+    assert_eq!(api.wait_zero(s), 0);
+    // Re-armed for its next use, which never comes on this queue.
+    api.store(s, 1);
+    api.submit(qb, dispatch(k, args, sys::hsa_signal_t::default()));
+    assert!(eventually(|| runs.load(Ordering::SeqCst) == 2));
+    let a_runs = Arc::new(AtomicU64::new(0));
+    let ka = rmw_kernel(&sim, a_runs.clone(), Duration::ZERO);
+    let (abuf, aargs) = buffer_and_args(&sim, &api, 0, 4);
+    w.tool.replay(ka, 2);
+    let done = api.signal(1);
+    api.submit(qa, dispatch(ka, aargs, done));
+    assert_eq!(api.wait_zero(done), 0);
+    assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
+    assert_eq!(read(abuf), rmw(4));
+    assert_eq!(read(buf), rmw(rmw(0)));
+    w.service.stop().unwrap();
+}

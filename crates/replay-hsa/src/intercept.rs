@@ -51,7 +51,11 @@
 //!   exactly the signal-less packets not yet complete, and the last packet that carries the
 //!   application's signal marks the rest: when that signal changed, every earlier packet with a
 //!   signal counts as complete (exact when packets carry the barrier bit, as HIP's stream
-//!   packets do; packets without it may overlap, and an earlier one may still be running). This costs one more completion signal per signal-less packet
+//!   packets do; packets without it may overlap, and an earlier one may still be running).
+//!   A signal-less packet with the barrier bit covers every packet before it: once the drain
+//!   signal is 0, they are complete too, whatever became of their signals (an application
+//!   that re-arms a signal to its old value would otherwise leave its last packet looking
+//!   busy). This costs one more completion signal per signal-less packet
 //!   while the backend is loaded (on real GPUs an interrupt signal); the application never sees
 //!   it, since it passed none.
 //! - **Ring space.** `writer` parks packets silently when the hardware ring is full, and the
@@ -238,6 +242,9 @@ struct Occupancy {
     retired: u64,
     /// The last such packet of the application's: `(signal, value before, mark)`.
     marker: Option<(u64, i64, u64)>,
+    /// Packets with a signal up to this mark precede a signal-less packet with the barrier bit:
+    /// complete once the drain signal is 0.
+    covered: u64,
 }
 
 /// What the backend keeps per intercepted queue.
@@ -269,6 +276,15 @@ impl QueueState {
             if v != before {
                 o.retired = o.retired.max(mark);
                 o.marker = None;
+            }
+        }
+        if o.covered > o.retired {
+            // SAFETY: the original load on our own signal, alive while the queue is.
+            if unsafe { load(self.drain_signal) } <= 0 {
+                o.retired = o.covered;
+                if o.marker.is_some_and(|(_, _, mark)| mark <= o.retired) {
+                    o.marker = None;
+                }
             }
         }
         *o
@@ -435,12 +451,17 @@ pub(crate) unsafe fn write(
     let mut out = pkts.to_vec();
     let mut tagged = 0i64;
     let mut signalled = 0u64;
+    // Signalled packets of this batch before its last signal-less barrier-bit packet.
+    let mut covers = None;
     let mut last = None;
     for p in &mut out {
         let s = p.completion_signal();
         if s.handle == 0 {
             p.set_completion_signal(st.drain_signal);
             tagged += 1;
+            if aql::barrier(p.header()) {
+                covers = Some(signalled);
+            }
         } else if s != st.drain_signal {
             signalled += 1;
             last = Some(s);
@@ -455,6 +476,9 @@ pub(crate) unsafe fn write(
     let before = last.map(|s| (s, unsafe { (o.signal_load_relaxed)(s) }));
     let mark = {
         let mut occ = st.occupancy.lock();
+        if let Some(c) = covers {
+            occ.covered = occ.covered.max(occ.written + c);
+        }
         occ.written += signalled;
         occ.written
     };
