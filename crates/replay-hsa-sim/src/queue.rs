@@ -13,7 +13,8 @@
 //!
 //! An intercepting queue ([`InterceptQueue`]) is what the application sees: a proxy ring whose
 //! doorbell, when rung, makes the ringing thread take the queue's lock and hand the new packets
-//! to the registered interceptors, most recent first. `writer` (one C function with no context,
+//! to the registered interceptors, most recent first, one packet per call (as the real runtime
+//! does; an interceptor sees several packets in one call only when one above it writes several). `writer` (one C function with no context,
 //! so the chain position is a thread-local cursor, as in the real runtime) passes packets down;
 //! at the bottom it copies them into the hardware ring and rings the hardware doorbell on the
 //! calling thread, or, when the ring has no room, parks them silently: they are retried on the
@@ -639,7 +640,11 @@ pub(crate) fn on_signal_store(sig: &state::SignalObj) {
 }
 
 /// Under the queue's lock: retries parked packets, then hands the packets written before the
-/// doorbell rang (up to the first invalid header) to the interceptor chain, in one call.
+/// doorbell rang (up to the first invalid header) to the interceptor chain **one packet per
+/// call**, in order, as the runtime's `InterceptQueue::StoreRelaxed` does; it stops after a
+/// packet whose rewrite was parked (one rewrite at most waits in the overflow buffer).
+/// Several packets reach an interceptor in one call only when an interceptor above it writes
+/// several.
 fn process(iq: &Arc<InterceptQueue>) {
     let _g = iq.lock.lock();
     if flush_overflow(iq) > 0 {
@@ -649,54 +654,49 @@ fn process(iq: &Arc<InterceptQueue>) {
     let handlers = iq.handlers.lock().clone();
     // One pass over what was written when the doorbell rang: packets written from inside an
     // interceptor are handled by their own (deferred) doorbell.
-    {
-        let r = iq.proxy.read.load(Ordering::Acquire);
-        let w = iq.proxy.write.load(Ordering::Acquire);
-        let mut pkts = Vec::new();
-        let mut i = r;
-        while i < w {
-            match iq.proxy.packet(i) {
-                Some(p) => pkts.push(p),
-                None => break,
-            }
-            i += 1;
-        }
-        if pkts.is_empty() {
-            return;
-        }
-        for k in r..i {
-            iq.proxy.consume(k);
-        }
+    let w = iq.proxy.write.load(Ordering::Acquire);
+    let mut i = iq.proxy.read.load(Ordering::Acquire);
+    while i < w {
+        let Some(p) = iq.proxy.packet(i) else {
+            break;
+        };
+        iq.proxy.consume(i);
+        let pkts = [p];
         if handlers.is_empty() {
             bottom_write(iq, &pkts);
-            return;
+        } else {
+            let top = handlers.len() - 1;
+            let (h, data) = handlers[top];
+            CURSORS.with(|c| {
+                c.borrow_mut().push(Cursor {
+                    iq: iq.clone(),
+                    handlers: handlers.clone(),
+                    level: top,
+                    user_index: i,
+                })
+            });
+            DEPTH.with(|d| d.set(d.get() + 1));
+            if let Some(h) = h {
+                // SAFETY: the handler and its data were registered for this queue with
+                // `hsa_amd_queue_intercept_register`; `pkts` holds one packet alive for the
+                // call.
+                unsafe {
+                    h(
+                        pkts.as_ptr().cast(),
+                        1,
+                        i,
+                        data as *mut c_void,
+                        Some(writer),
+                    )
+                };
+            }
+            DEPTH.with(|d| d.set(d.get() - 1));
+            CURSORS.with(|c| c.borrow_mut().pop());
         }
-        let top = handlers.len() - 1;
-        let (h, data) = handlers[top];
-        CURSORS.with(|c| {
-            c.borrow_mut().push(Cursor {
-                iq: iq.clone(),
-                handlers: handlers.clone(),
-                level: top,
-                user_index: r,
-            })
-        });
-        DEPTH.with(|d| d.set(d.get() + 1));
-        if let Some(h) = h {
-            // SAFETY: the handler and its data were registered for this queue with
-            // `hsa_amd_queue_intercept_register`; `pkts` holds `len` packets alive for the call.
-            unsafe {
-                h(
-                    pkts.as_ptr().cast(),
-                    pkts.len() as u64,
-                    r,
-                    data as *mut c_void,
-                    Some(writer),
-                )
-            };
+        i += 1;
+        if !iq.overflow.lock().is_empty() {
+            break;
         }
-        DEPTH.with(|d| d.set(d.get() - 1));
-        CURSORS.with(|c| c.borrow_mut().pop());
     }
 }
 

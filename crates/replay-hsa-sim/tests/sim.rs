@@ -741,7 +741,11 @@ fn full_ring_parks_packets_until_there_is_room() {
     // the retry barrier takes the last slot.
     api.submit(q, dispatch(k, args, done, false), true);
     assert_eq!(sim.parked(q), 1);
-    assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        seen.calls.load(Ordering::SeqCst),
+        4,
+        "one interceptor call per packet"
+    );
     std::thread::sleep(Duration::from_millis(10));
     assert_eq!(read_u64(buf), 0);
     // SAFETY: a live signal.
@@ -749,6 +753,26 @@ fn full_ring_parks_packets_until_there_is_room() {
     assert_eq!(api.wait_zero(done), 0);
     assert_eq!(read_u64(buf), 3);
     assert_eq!(sim.parked(q), 0);
+}
+
+#[test]
+fn the_runtime_hands_interceptors_one_packet_per_call_in_order() {
+    let sim = SimHsa::new(SimConfig::default());
+    let api = api(&sim);
+    let seen = Seen::new(1);
+    let q = intercepted(&api, &sim, 64, &seen);
+    let k = add_kernel(&sim);
+    let (buf, args) = buffer_and_args(&sim, &api, 1);
+    let done = api.signal(3);
+    // Three packets written, one doorbell: three calls, as `InterceptQueue::StoreRelaxed`
+    // loops over the valid packets.
+    for _ in 0..3 {
+        api.submit(q, dispatch(k, args, done, false), false);
+    }
+    api.ring(q);
+    assert_eq!(api.wait_zero(done), 0);
+    assert_eq!(read_u64(buf), 3);
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 3);
 }
 
 #[test]

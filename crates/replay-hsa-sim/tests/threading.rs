@@ -251,6 +251,9 @@ fn a_multi_packet_submission_during_a_window_runs_after_it_and_is_not_undone() {
     let gpu = sim.gpu_agents()[0];
     let qa = api.queue(gpu);
     let qb = Q::new(api.queue(gpu));
+    // The runtime hands interceptors one packet per call; an interceptor above the backend's
+    // hands it the two of the batch in one.
+    batch_above(&sim, qb.get(), 2);
     let b_runs = Arc::new(AtomicU64::new(0));
     let kb = rmw_kernel(&sim, b_runs.clone(), Duration::ZERO);
     let in_window = Arc::new(AtomicU64::new(0));
