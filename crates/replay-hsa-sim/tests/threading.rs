@@ -730,3 +730,29 @@ fn a_rearmed_application_signal_does_not_stall_another_queues_window() {
     assert_eq!(read(buf), rmw(rmw(0)));
     w.service.stop().unwrap();
 }
+
+/// The queue drain's barrier covers everything before it: a re-armed application signal on
+/// the dispatch's own queue does not keep that drain waiting.
+#[test]
+fn a_rearmed_application_signal_does_not_stall_its_own_queues_drain() {
+    let (w, _g) = world();
+    let (sim, api) = sim();
+    let q = api.queue(sim.gpu_agents()[1]);
+    let runs = Arc::new(AtomicU64::new(0));
+    let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+    let (buf, args) = buffer_and_args(&sim, &api, 1, 0);
+    let s = api.signal(1);
+    api.submit(q, dispatch(k, args, s));
+    assert_eq!(api.wait_zero(s), 0);
+    api.store(s, 1);
+    let a_runs = Arc::new(AtomicU64::new(0));
+    let ka = rmw_kernel(&sim, a_runs.clone(), Duration::ZERO);
+    let (abuf, aargs) = buffer_and_args(&sim, &api, 1, 4);
+    w.tool.replay(ka, 2);
+    let done = api.signal(1);
+    api.submit(q, dispatch(ka, aargs, done));
+    assert_eq!(api.wait_zero(done), 0);
+    assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
+    assert_eq!((read(abuf), read(buf)), (rmw(4), rmw(0)));
+    w.service.stop().unwrap();
+}

@@ -14,6 +14,9 @@
 //! The runtime calls interceptors under the queue's lock, on the ringing thread or on its single
 //! async-events thread (doorbells rung from inside an interceptor, overflow retries, device-side
 //! enqueues). The interceptor therefore **never blocks**: whatever it cannot do now it parks.
+//! The backend learns the async thread's identity by running a function there
+//! (`hsa_amd_async_function`, at the first queue creation on each agent); a window never runs
+//! there ([`crate::agent`]).
 //!
 //! - **Tool work** is recognised by where it was written, not by when it arrives: every packet
 //!   on a tool queue (one created from inside a tool callback, or declared with
@@ -465,6 +468,9 @@ pub(crate) unsafe fn write(
         } else if s != st.drain_signal {
             signalled += 1;
             last = Some(s);
+        } else if aql::barrier(p.header()) {
+            // A drain barrier: everything before it is complete once it is.
+            covers = Some(signalled);
         }
     }
     if tagged > 0 {
