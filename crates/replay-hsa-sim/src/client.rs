@@ -194,8 +194,8 @@ impl Client {
     }
 
     /// Writes `packets` at the next write indices (each header last, with release ordering)
-    /// and rings the doorbell once, for the last: the runtime hands them to the interceptors in
-    /// one call.
+    /// and rings the doorbell once, for the last: the runtime hands them to the interceptors
+    /// one by one, in order, on the ringing thread.
     ///
     /// # Panics
     ///

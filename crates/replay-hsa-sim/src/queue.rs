@@ -13,12 +13,21 @@
 //!
 //! An intercepting queue ([`InterceptQueue`]) is what the application sees: a proxy ring whose
 //! doorbell, when rung, makes the ringing thread take the queue's lock and hand the new packets
-//! to the registered interceptors, most recent first. `writer` (one C function with no context,
+//! to the registered interceptors, most recent first, one packet per call (as the real runtime
+//! does; an interceptor sees several packets in one call only when one above it writes several). `writer` (one C function with no context,
 //! so the chain position is a thread-local cursor, as in the real runtime) passes packets down;
 //! at the bottom it copies them into the hardware ring and rings the hardware doorbell on the
 //! calling thread, or, when the ring has no room, parks them silently: they are retried on the
 //! next doorbell and by the async-events thread. A doorbell rung from inside an interceptor is
 //! deferred to the async-events thread.
+//!
+//! Ring space follows the real runtime's intercept queue (`InterceptQueue::Submit`): a batch is
+//! written only when more slots are free than it has packets, since one slot is kept for a
+//! **retry barrier** (unless one is still pending in the ring); a batch larger than the ring
+//! is written in part. Whatever is not written is parked, a retry barrier-AND (barrier bit, no
+//! completion signal) is written into the kept slot, and the async-events thread retries once
+//! it was consumed. While parked packets remain after a retry, a doorbell writes no new ones
+//! (the runtime returns early), so queue order holds.
 
 use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
@@ -210,12 +219,6 @@ impl HwQueue {
         self.header_atomic(index)
             .store(sys::HSA_PACKET_TYPE_INVALID, Ordering::Release);
         self.read.store(index + 1, Ordering::Release);
-    }
-
-    fn has_space(&self, n: usize) -> bool {
-        let w = self.write.load(Ordering::Acquire);
-        let r = self.read.load(Ordering::Acquire);
-        w - r + n as u64 <= self.size
     }
 
     /// Copies `p` into the ring at the next write index (body first, header last).
@@ -427,6 +430,8 @@ pub struct InterceptQueue {
     handlers: Mutex<Vec<(InterceptHandler, usize)>>,
     overflow: Mutex<VecDeque<Packet>>,
     retry_posted: AtomicBool,
+    /// Hardware index of the last retry barrier (0 before the first, as in the runtime).
+    retry_index: AtomicU64,
     instance: Weak<Instance>,
 }
 
@@ -515,12 +520,17 @@ fn create_hw(
 }
 
 /// Creates an intercepting queue: a proxy ring for the application over a hardware queue.
+/// Like the runtime, it needs at least 3 slots (a packet, a new retry barrier and one being
+/// processed).
 pub(crate) fn create_intercept(
     agent: u64,
     size: u32,
     callback: QueueCallback,
     data: usize,
 ) -> Result<*mut sys::hsa_queue_t, sys::hsa_status_t> {
+    if size < 3 {
+        return Err(sys::HSA_STATUS_ERROR_INVALID_ARGUMENT);
+    }
     let hw = create_hw(agent, size, callback, data)?;
     let inst = check(agent, size)?;
     let proxy = HwQueue::new(&inst, agent, size, callback, data)
@@ -532,6 +542,7 @@ pub(crate) fn create_intercept(
         handlers: Mutex::new(Vec::new()),
         overflow: Mutex::new(VecDeque::new()),
         retry_posted: AtomicBool::new(false),
+        retry_index: AtomicU64::new(0),
         instance: Arc::downgrade(&inst),
     });
     if let Some(s) = state::signal(iq.proxy.doorbell) {
@@ -629,61 +640,63 @@ pub(crate) fn on_signal_store(sig: &state::SignalObj) {
 }
 
 /// Under the queue's lock: retries parked packets, then hands the packets written before the
-/// doorbell rang (up to the first invalid header) to the interceptor chain, in one call.
+/// doorbell rang (up to the first invalid header) to the interceptor chain **one packet per
+/// call**, in order, as the runtime's `InterceptQueue::StoreRelaxed` does; it stops after a
+/// packet whose rewrite was parked (one rewrite at most waits in the overflow buffer).
+/// Several packets reach an interceptor in one call only when an interceptor above it writes
+/// several.
 fn process(iq: &Arc<InterceptQueue>) {
     let _g = iq.lock.lock();
-    flush_overflow(iq);
+    if flush_overflow(iq) > 0 {
+        // No room for the parked packets, so none for new ones: the retry comes back here.
+        return;
+    }
     let handlers = iq.handlers.lock().clone();
     // One pass over what was written when the doorbell rang: packets written from inside an
     // interceptor are handled by their own (deferred) doorbell.
-    {
-        let r = iq.proxy.read.load(Ordering::Acquire);
-        let w = iq.proxy.write.load(Ordering::Acquire);
-        let mut pkts = Vec::new();
-        let mut i = r;
-        while i < w {
-            match iq.proxy.packet(i) {
-                Some(p) => pkts.push(p),
-                None => break,
-            }
-            i += 1;
-        }
-        if pkts.is_empty() {
-            return;
-        }
-        for k in r..i {
-            iq.proxy.consume(k);
-        }
+    let w = iq.proxy.write.load(Ordering::Acquire);
+    let mut i = iq.proxy.read.load(Ordering::Acquire);
+    while i < w {
+        let Some(p) = iq.proxy.packet(i) else {
+            break;
+        };
+        iq.proxy.consume(i);
+        let pkts = [p];
         if handlers.is_empty() {
             bottom_write(iq, &pkts);
-            return;
+        } else {
+            let top = handlers.len() - 1;
+            let (h, data) = handlers[top];
+            CURSORS.with(|c| {
+                c.borrow_mut().push(Cursor {
+                    iq: iq.clone(),
+                    handlers: handlers.clone(),
+                    level: top,
+                    user_index: i,
+                })
+            });
+            DEPTH.with(|d| d.set(d.get() + 1));
+            if let Some(h) = h {
+                // SAFETY: the handler and its data were registered for this queue with
+                // `hsa_amd_queue_intercept_register`; `pkts` holds one packet alive for the
+                // call.
+                unsafe {
+                    h(
+                        pkts.as_ptr().cast(),
+                        1,
+                        i,
+                        data as *mut c_void,
+                        Some(writer),
+                    )
+                };
+            }
+            DEPTH.with(|d| d.set(d.get() - 1));
+            CURSORS.with(|c| c.borrow_mut().pop());
         }
-        let top = handlers.len() - 1;
-        let (h, data) = handlers[top];
-        CURSORS.with(|c| {
-            c.borrow_mut().push(Cursor {
-                iq: iq.clone(),
-                handlers: handlers.clone(),
-                level: top,
-                user_index: r,
-            })
-        });
-        DEPTH.with(|d| d.set(d.get() + 1));
-        if let Some(h) = h {
-            // SAFETY: the handler and its data were registered for this queue with
-            // `hsa_amd_queue_intercept_register`; `pkts` holds `len` packets alive for the call.
-            unsafe {
-                h(
-                    pkts.as_ptr().cast(),
-                    pkts.len() as u64,
-                    r,
-                    data as *mut c_void,
-                    Some(writer),
-                )
-            };
+        i += 1;
+        if !iq.overflow.lock().is_empty() {
+            break;
         }
-        DEPTH.with(|d| d.set(d.get() - 1));
-        CURSORS.with(|c| c.borrow_mut().pop());
     }
 }
 
@@ -750,17 +763,64 @@ unsafe extern "C" fn writer(pkts: *const c_void, count: u64) {
 /// The bottom of the chain: into the hardware ring and its doorbell, or parked when full.
 fn bottom_write(iq: &Arc<InterceptQueue>, packets: &[Packet]) {
     let mut ov = iq.overflow.lock();
-    if !ov.is_empty() || !iq.hw.has_space(packets.len()) {
-        ov.extend(packets.iter().copied());
+    let written = if ov.is_empty() {
+        submit_hw(iq, packets)
+    } else {
+        0
+    };
+    if written < packets.len() {
+        ov.extend(packets[written..].iter().copied());
         drop(ov);
         post_retry(iq);
-        return;
     }
-    for p in packets {
-        iq.hw.push(p);
+}
+
+/// The runtime's `InterceptQueue::Submit`: writes what the ring takes of `packets` (all of
+/// them, or none unless they cannot fit even in an empty ring), keeping a slot for a retry
+/// barrier, and writes that barrier when some are left over. The number written.
+fn submit_hw(iq: &Arc<InterceptQueue>, packets: &[Packet]) -> usize {
+    let hw = &iq.hw;
+    let count = packets.len() as u64;
+    if count == 0 {
+        return 0;
     }
-    drop(ov);
-    iq.hw.ring_doorbell();
+    let w = hw.write.load(Ordering::Acquire);
+    let r = hw.read.load(Ordering::Acquire);
+    let free = hw.size - (w - r);
+    let pending_retry = iq.retry_index.load(Ordering::Acquire) > r;
+    let keep = u64::from(!pending_retry);
+    let n = if count >= hw.size {
+        free.saturating_sub(keep)
+    } else if free < count + keep {
+        0
+    } else {
+        count
+    };
+    if n < count && !pending_retry && free >= 1 {
+        let retry = sys::hsa_barrier_and_packet_t {
+            header: aql::header(
+                sys::HSA_PACKET_TYPE_BARRIER_AND,
+                true,
+                sys::HSA_FENCE_SCOPE_NONE,
+                sys::HSA_FENCE_SCOPE_NONE,
+            ),
+            ..Default::default()
+        };
+        // SAFETY: a 64-byte plain-integer struct read as a packet.
+        let retry = Packet(unsafe {
+            std::mem::transmute::<sys::hsa_barrier_and_packet_t, [u8; 64]>(retry)
+        });
+        iq.retry_index.store(w, Ordering::Release);
+        hw.push(&retry);
+        hw.ring_doorbell();
+    }
+    for p in &packets[..n as usize] {
+        hw.push(p);
+    }
+    if n > 0 {
+        hw.ring_doorbell();
+    }
+    n as usize
 }
 
 fn post_retry(iq: &Arc<InterceptQueue>) {
@@ -771,20 +831,19 @@ fn post_retry(iq: &Arc<InterceptQueue>) {
     }
 }
 
-/// Moves parked packets into the hardware ring while there is room; the number left.
+/// Moves parked packets into the hardware ring as the runtime would; the number left.
 fn flush_overflow(iq: &Arc<InterceptQueue>) -> usize {
     let mut ov = iq.overflow.lock();
-    let mut moved = false;
-    while !ov.is_empty() && iq.hw.has_space(1) {
-        if let Some(p) = ov.pop_front() {
-            iq.hw.push(&p);
-            moved = true;
-        }
+    if ov.is_empty() {
+        return 0;
     }
+    let pending: Vec<Packet> = ov.iter().copied().collect();
+    let n = submit_hw(iq, &pending);
+    ov.drain(..n);
     let left = ov.len();
     drop(ov);
-    if moved {
-        iq.hw.ring_doorbell();
+    if left > 0 {
+        post_retry(iq);
     }
     left
 }
@@ -817,15 +876,21 @@ pub(crate) fn async_events_loop(inst: Weak<Instance>, rx: mpsc::Receiver<AsyncEv
             }
             Some(AsyncEvent::Retry(w)) => {
                 let Some(iq) = w.upgrade() else { continue };
-                iq.retry_posted.store(false, Ordering::SeqCst);
-                let left = {
-                    let _g = iq.lock.lock();
-                    flush_overflow(&iq)
-                };
-                if left > 0 && !iq.hw.stopping() {
-                    std::thread::sleep(Duration::from_millis(1));
-                    post_retry(&iq);
+                if iq.hw.stopping() {
+                    continue;
                 }
+                // The runtime retries when its retry barrier completed (its completion signal
+                // is the queue's async doorbell); until then, wait here.
+                let ri = iq.retry_index.load(Ordering::Acquire);
+                if iq.hw.read.load(Ordering::Acquire) <= ri {
+                    std::thread::sleep(Duration::from_millis(1));
+                    iq.retry_posted.store(false, Ordering::SeqCst);
+                    post_retry(&iq);
+                    continue;
+                }
+                iq.retry_posted.store(false, Ordering::SeqCst);
+                // As the doorbell the runtime rings then: parked packets first, then new ones.
+                process(&iq);
             }
             Some(AsyncEvent::Handler(h)) => armed.push(h),
             Some(AsyncEvent::Function(f)) => {

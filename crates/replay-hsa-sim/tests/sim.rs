@@ -728,25 +728,51 @@ fn full_ring_parks_packets_until_there_is_room() {
     let (buf, args) = buffer_and_args(&sim, &api, 1);
     let dep = api.signal(1);
     let b = api.signal(1);
-    let done = api.signal(4);
-    // A barrier that blocks the hardware ring, then three dispatches: the ring (4) is full.
+    let done = api.signal(3);
+    // A barrier that blocks the hardware ring, then two dispatches: three of the ring's four
+    // slots are taken, and the runtime keeps the last one for its retry barrier.
     api.submit(q, barrier_and(&[dep], b), false);
-    for _ in 0..3 {
+    for _ in 0..2 {
         api.submit(q, dispatch(k, args, done, false), false);
     }
     api.ring(q);
     assert_eq!(sim.parked(q), 0);
-    // One more: no room below, so `writer` parks it silently.
+    // One more: one slot free is not more than one packet, so `writer` parks it silently and
+    // the retry barrier takes the last slot.
     api.submit(q, dispatch(k, args, done, false), true);
     assert_eq!(sim.parked(q), 1);
-    assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        seen.calls.load(Ordering::SeqCst),
+        4,
+        "one interceptor call per packet"
+    );
     std::thread::sleep(Duration::from_millis(10));
     assert_eq!(read_u64(buf), 0);
     // SAFETY: a live signal.
     unsafe { (api.signal_store_screlease)(dep, 0) };
     assert_eq!(api.wait_zero(done), 0);
-    assert_eq!(read_u64(buf), 4);
+    assert_eq!(read_u64(buf), 3);
     assert_eq!(sim.parked(q), 0);
+}
+
+#[test]
+fn the_runtime_hands_interceptors_one_packet_per_call_in_order() {
+    let sim = SimHsa::new(SimConfig::default());
+    let api = api(&sim);
+    let seen = Seen::new(1);
+    let q = intercepted(&api, &sim, 64, &seen);
+    let k = add_kernel(&sim);
+    let (buf, args) = buffer_and_args(&sim, &api, 1);
+    let done = api.signal(3);
+    // Three packets written, one doorbell: three calls, as `InterceptQueue::StoreRelaxed`
+    // loops over the valid packets.
+    for _ in 0..3 {
+        api.submit(q, dispatch(k, args, done, false), false);
+    }
+    api.ring(q);
+    assert_eq!(api.wait_zero(done), 0);
+    assert_eq!(read_u64(buf), 3);
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 3);
 }
 
 #[test]

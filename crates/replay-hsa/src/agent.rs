@@ -8,20 +8,34 @@
 //!   its completion signal replaced by a signal of its own (value 1); `poll_pass` waits on that
 //!   signal directly with `hsa_signal_wait_scacquire`, bounded by the budget (never through an
 //!   async handler, which would run on the runtime's async thread); the signal is destroyed once
-//!   it fired, and leaked by `abandon` (the device may still decrement it).
+//!   it fired, and leaked by `abandon` (the device may still decrement it; it stays the queue's
+//!   marker until it does).
 //! - `submit_ordinary` writes the original packet; `signal_completion` writes a trailing
 //!   barrier-AND (barrier bit set) carrying the application's completion signal, so it fires
-//!   once, after every pass.
-//! - Drains: the queue drain appends a barrier-AND whose completion is the queue's counting
-//!   drain signal (raised by one first) and waits for that signal to reach 0; the agent drain
-//!   does the same on every intercepted queue of the agent (the other queues through their
-//!   application-visible ring and doorbell, which the runtime hands to their interceptors);
-//!   the copy fence waits until the stage-1 copy records of the agent are complete.
+//!   once, after every pass. **What a tool sees there:** the application's completion signal is
+//!   decremented by that barrier, not by a dispatch, so profiling times read from it (e.g.
+//!   `hsa_amd_profiling_get_dispatch_time` on the application's signal) are the barrier's: its
+//!   start and end fall after the last pass, and span no kernel execution. Per-pass GPU time is
+//!   in the outcome record (`pass_gpu_seconds`); a tool that wants device timestamps of a pass
+//!   takes them in PASS ENTER / EXIT with its own means.
+//! - Drains wait on completion, never on indices and never through another queue's ring: the
+//!   queue drain appends a barrier-AND (barrier bit set) through this call's `writer` whose
+//!   completion is the queue's counting drain signal (raised by one first) and waits for that
+//!   signal to reach 0; the agent drain waits, on every intercepted queue of the agent, for
+//!   its drain signal to reach 0 (every signal-less packet complete, see [`crate::intercept`])
+//!   and for the last packet that carried an application signal to complete. Another queue's
+//!   ring is never written, since its interceptor may be busy (its doorbell, rung from here,
+//!   would be deferred to the runtime's async thread). The copy fence waits until the stage-1
+//!   copy records of the agent are complete.
+//! - A window never runs on the runtime's async-events thread: tool work launched from its
+//!   callbacks, overflow retries and deferred doorbells all need that thread. A candidate there
+//!   declines at its queue drain (`queue_drain_stuck`, before anything is written) and runs once.
 //! - Before every `writer` call of a packet the window waits for (a pass, the queue's drain
-//!   barrier) the ring's free space is checked ([`crate::intercept::QueueState::space`]); no
-//!   room is an error, which the core turns into a decline or a truncation. The ordinary run
-//!   and the trailing completion barrier are written as the application would write them (a
-//!   full ring parks them in the runtime until there is room; nobody here waits for them).
+//!   barrier) the ring's room is checked ([`crate::intercept::QueueState::has_room`]: more free
+//!   slots than packets, as the runtime needs); no room is an error, which the core turns into
+//!   a decline or a truncation. The ordinary run and the trailing completion barrier are
+//!   written as the application would write them (a full ring parks them in the runtime until
+//!   there is room; nobody here waits for them).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,7 +120,8 @@ enum Pending {
         started: Instant,
     },
     Drain {
-        queues: Vec<(Arc<QueueState>, Option<u64>)>,
+        /// Each queue with the mark of its packets with a signal when the drain began.
+        queues: Vec<(Arc<QueueState>, u64)>,
     },
     CopyFence,
 }
@@ -161,25 +176,35 @@ impl QueueAgent {
     }
 
     /// Writes through the writer; the mark after the packets. With `check` (packets the
-    /// window waits for) the ring's space is checked first and no room is an error; without
+    /// window waits for) the ring's room is checked first and no room is an error; without
     /// it (the ordinary run, the trailing completion barrier: nobody here waits for them) the
     /// packets are written as the application would, and a full ring parks them in the runtime
-    /// until there is room.
-    fn write(&self, op: &'static str, pkts: &[Packet], check: bool) -> Result<u64, BackendError> {
-        let space = self.st.space(self.o.signal_load_relaxed);
-        if check && space < pkts.len() as u64 {
+    /// until there is room. `app`: the packets carry the application's completion signal.
+    fn write(
+        &self,
+        op: &'static str,
+        pkts: &[Packet],
+        check: bool,
+        app: bool,
+    ) -> Result<u64, BackendError> {
+        if check
+            && !self
+                .st
+                .has_room(self.o.signal_load_relaxed, pkts.len() as u64)
+        {
             return Err(self.err(
                 BackendErrorKind::OutOfMemory,
                 op,
                 format!(
-                    "the ring has room for {space} packets, {} needed",
+                    "the ring has room for {} packets, {} needed (and one slot the runtime keeps)",
+                    self.st.space(self.o.signal_load_relaxed),
                     pkts.len()
                 ),
             ));
         }
         // SAFETY: `writer` is the writer of the interceptor call running on this thread for
         // this queue (the window runs synchronously inside that call).
-        Ok(unsafe { intercept::write(&self.st, self.writer, pkts) })
+        Ok(unsafe { intercept::write(&self.st, &self.o, &self.q, self.writer, pkts, app) })
     }
 
     fn ticket(&self, p: Pending) -> Ticket {
@@ -188,45 +213,25 @@ impl QueueAgent {
         Ticket(t)
     }
 
-    /// A drain barrier on `st`: raises its counting signal, then appends the barrier.
-    fn drain_barrier(&self, st: &Arc<QueueState>) -> Result<Option<u64>, BackendError> {
-        let barrier = Packet::barrier_and(st.drain_signal, true);
-        if Arc::ptr_eq(st, &self.st) {
-            if self.st.space(self.o.signal_load_relaxed) < 1 {
-                return Err(self.err(
-                    BackendErrorKind::OutOfMemory,
-                    "queue drain",
-                    "the ring is full",
-                ));
-            }
-            // SAFETY: the original add entry on our own counting signal.
-            unsafe { (self.q.signal_add)(st.drain_signal, 1) };
-            let written = self.write("queue drain", &[barrier], true);
-            if written.is_err() {
-                // SAFETY: undo the raise: no barrier will lower it.
-                unsafe { (self.q.signal_subtract)(st.drain_signal, 1) };
-            }
-            return written.map(Some);
-        }
-        if intercept::on_async_thread() {
-            // Another queue's doorbell rung from here is deferred to this very thread, which
-            // is busy with this window: the barrier could never run in time. Decline.
+    /// The queue's drain barrier: raises its counting signal, then appends the barrier.
+    fn drain_barrier(&self) -> Result<u64, BackendError> {
+        let st = &self.st;
+        if !st.has_room(self.o.signal_load_relaxed, 1) {
             return Err(self.err(
-                BackendErrorKind::Unsupported,
-                "agent drain",
-                "a window on the runtime's async thread cannot drain the agent's other queues",
+                BackendErrorKind::OutOfMemory,
+                "queue drain",
+                "the ring is full",
             ));
         }
+        let barrier = Packet::barrier_and(st.drain_signal, true);
         // SAFETY: the original add entry on our own counting signal.
         unsafe { (self.q.signal_add)(st.drain_signal, 1) };
-        if let Err(e) =
-            intercept::submit_to_ring(st.queue as *mut sys::hsa_queue_t, &self.q, &barrier)
-        {
+        let written = self.write("queue drain", &[barrier], true, false);
+        if written.is_err() {
             // SAFETY: undo the raise: no barrier will lower it.
             unsafe { (self.q.signal_subtract)(st.drain_signal, 1) };
-            return Err(self.err(BackendErrorKind::OutOfMemory, "agent drain", e));
         }
-        Ok(None)
+        written
     }
 }
 
@@ -242,17 +247,26 @@ impl replay_core::Agent for QueueAgent {
     fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError> {
         match target {
             DrainTarget::Queue(_) => {
-                let mark = self.drain_barrier(&self.st)?;
+                if intercept::on_async_thread() {
+                    return Err(self.err(
+                        BackendErrorKind::Unsupported,
+                        "queue drain",
+                        "a window cannot run on the runtime's async-events thread (tool work, retries and deferred doorbells need it)",
+                    ));
+                }
+                let mark = self.drain_barrier()?;
                 Ok(self.ticket(Pending::Drain {
                     queues: vec![(self.st.clone(), mark)],
                 }))
             }
             DrainTarget::Agent => {
-                let mut queues = Vec::new();
-                for st in intercept::queues_of(self.st.agent.handle) {
-                    let mark = self.drain_barrier(&st)?;
-                    queues.push((st, mark));
-                }
+                let queues = intercept::queues_of(self.st.agent.handle)
+                    .into_iter()
+                    .map(|st| {
+                        let mark = st.mark();
+                        (st, mark)
+                    })
+                    .collect();
                 Ok(self.ticket(Pending::Drain { queues }))
             }
             DrainTarget::CopyFence => Ok(self.ticket(Pending::CopyFence)),
@@ -262,27 +276,40 @@ impl replay_core::Agent for QueueAgent {
     fn poll_drain(&self, ticket: Ticket, budget: Duration) -> Result<bool, BackendError> {
         let deadline = Instant::now() + budget;
         let mut pending = self.pending.lock();
+        let load = self.o.signal_load_relaxed;
         let done = match pending.get(&ticket.0) {
             Some(Pending::Drain { queues }) => {
                 let mut all = true;
-                for (st, _) in queues {
+                for (st, mark) in queues {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if !self.q.wait_zero(st.drain_signal, left) {
                         all = false;
                         break;
                     }
+                    // The signal-less packets (and drain barriers) are complete; the last
+                    // application signal shows the others.
+                    loop {
+                        if st.retired_to(load, *mark) {
+                            break;
+                        }
+                        if Instant::now() >= deadline {
+                            all = false;
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_micros(200).min(budget));
+                    }
+                    if !all {
+                        break;
+                    }
                 }
                 if all {
                     for (st, mark) in queues {
-                        if let Some(m) = mark {
-                            st.retire(*m);
-                        }
+                        st.retire(*mark);
                     }
                 }
                 all
             }
             Some(Pending::CopyFence) => {
-                let load = self.o.signal_load_relaxed;
                 let count = |_: ()| {
                     backend().fence.pending(self.st.agent.id, |s| {
                         // SAFETY: the original load on a signal the application passed to a copy.
@@ -314,7 +341,7 @@ impl replay_core::Agent for QueueAgent {
     }
 
     fn submit_pass(&self, _dispatch: &Dispatch, _pass: u32) -> Result<Ticket, BackendError> {
-        if self.st.space(self.o.signal_load_relaxed) < 1 {
+        if !self.st.has_room(self.o.signal_load_relaxed, 1) {
             return Err(self.err(
                 BackendErrorKind::OutOfMemory,
                 "submit pass",
@@ -331,8 +358,11 @@ impl replay_core::Agent for QueueAgent {
         let mut p = self.packet;
         p.set_header(aql::replay_pass_header(self.packet.header()));
         p.set_completion_signal(signal);
-        let mark = match self.write("submit pass", &[p], true) {
-            Ok(m) => m,
+        let mark = match self.write("submit pass", &[p], true, false) {
+            Ok(m) => {
+                intercept::progress(|p| p.ran = true);
+                m
+            }
             Err(e) => {
                 // SAFETY: our signal, never written into a ring.
                 unsafe { (self.q.signal_destroy)(signal) };
@@ -379,7 +409,10 @@ impl replay_core::Agent for QueueAgent {
 
     fn abandon(&self, ticket: Ticket) {
         // A pass's signal or a drain barrier may still be decremented by the device: leaked.
-        self.pending.lock().remove(&ticket.0);
+        // An abandoned pass stays in the ring's bookkeeping until its signal fires.
+        if let Some(Pending::Pass { signal, mark, .. }) = self.pending.lock().remove(&ticket.0) {
+            self.st.set_marker(signal.handle, 1, mark);
+        }
     }
 
     fn flush_caches(&self) -> Result<(), BackendError> {
@@ -387,11 +420,16 @@ impl replay_core::Agent for QueueAgent {
     }
 
     fn submit_ordinary(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
-        self.write("submit ordinary", &[self.packet], false)
+        intercept::progress(|p| {
+            p.ran = true;
+            p.delivered = true;
+        });
+        self.write("submit ordinary", &[self.packet], false, true)
             .map(|_| ())
     }
 
     fn signal_completion(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
+        intercept::progress(|p| p.delivered = true);
         let app = self.packet.completion_signal();
         if app.handle == 0 {
             return Ok(());
@@ -400,6 +438,7 @@ impl replay_core::Agent for QueueAgent {
             "signal completion",
             &[Packet::barrier_and(app, true)],
             false,
+            true,
         )
         .map(|_| ())
     }

@@ -4,51 +4,80 @@
 //! `hsa_queue_create` is answered with an **intercepting queue** (the original
 //! `hsa_amd_queue_intercept_create`) on which [`interceptor`] is registered; if the runtime
 //! refuses either step the application gets a plain queue from the original entry, untouched.
-//! Each intercepted queue keeps a [`QueueState`]: its agent, its ring size, a **counting drain
-//! signal** (raised by one for every drain barrier the backend appends, lowered by that barrier's
-//! completion, so a drain waits on completion, never on read indices), an estimate of the
-//! hardware ring's occupancy, and the packets parked while a window ran (below). The per-agent
-//! queue list is the registry filtered by agent ([`queues_of`]).
+//! Each intercepted queue keeps a [`QueueState`]: its agent, its ring size, whether it is a
+//! **tool queue**, a **counting drain signal**, an estimate of the hardware ring's occupancy,
+//! and the submissions parked while a window ran (below). The per-agent queue list is the
+//! registry filtered by agent ([`queues_of`]).
 //!
 //! ## The interceptor
 //!
-//! - A submission that is not exactly one kernel-dispatch packet is written through `writer`
-//!   unchanged, as is everything while no service is set or the service is inactive.
-//! - A single dispatch goes to [`replay_core::ReplayService::submit`] through a
-//!   [`crate::agent::QueueAgent`] bound to this call's `writer`.
-//! - **Threading.** The runtime calls interceptors under the queue's lock, on the ringing
-//!   thread or on its single async-events thread. The backend learns that thread's identity by
-//!   running a function there (`hsa_amd_async_function`, at the first queue creation on each
-//!   agent).
-//!   A dispatch arriving there is marked [`Origin::ForwardedToolWork`] when a tool callback of a
-//!   window on that agent is running (`agent_gate(agent).in_callback()`), else
-//!   [`Origin::ForwardedApplication`]; the service never blocks it on the agent's lock.
-//! - **Deferred packets.** When the service answers `deferred` (a window holds the agent), the
-//!   packet is **parked** on its queue; later submissions on that queue that arrive on the async
-//!   thread are parked behind it, keeping queue order. Parked packets are written at the next
-//!   interceptor call on that queue that finds the agent's window over. Two things guarantee such
-//!   a call: right after parking, the interceptor checks whether the window already ended and
-//!   then writes them itself; and the thread that ran a window, once `submit` returned (the
-//!   lock released), **kicks** every queue of that agent with parked packets: it writes a no-op
-//!   barrier-AND (no dependencies, no completion signal) into that queue's ring and rings its
-//!   doorbell, so the runtime calls the interceptor again (on its async thread, since the
-//!   doorbell is rung from inside an interceptor), which writes the parked packets, then the
-//!   no-op. Parking happens before the lock check and the kick after the lock release, so one
-//!   of the two always sees the other. Packets parked there run exactly once, after the window.
-//! - **Ring space.** `writer` parks packets silently when the hardware ring is full, so the
-//!   backend never waits for a packet that cannot be in the ring: before every `writer` call it
-//!   checks an upper bound of the ring's occupancy (packets written minus packets known
-//!   consumed: everything up to a completed drain barrier or pass, or up to the last
-//!   passed-through packet whose completion signal has fired). No room: an error, and the core
+//! The runtime calls interceptors under the queue's lock, on the ringing thread or on its single
+//! async-events thread (doorbells rung from inside an interceptor, overflow retries, device-side
+//! enqueues). The interceptor therefore **never blocks**: whatever it cannot do now it parks.
+//! The backend learns the async thread's identity by running a function there
+//! (`hsa_amd_async_function`, at the first queue creation on each agent); a window never runs
+//! there ([`crate::agent`]).
+//!
+//! - **Tool work** is recognised by where it was written, not by when it arrives: every packet
+//!   on a tool queue (one created from inside a tool callback, or declared with
+//!   [`mark_tool_queue`]) is tool work; it is never gated, never parked and never replayed
+//!   (`reentrant_dispatch` for a dispatch), so a tool that waits for its own work in a callback
+//!   is never blocked by the window it runs in. Packets on every other queue are the
+//!   application's, whenever they arrive. Tool work written into an application queue is not
+//!   recognised: it is parked while the window runs, like the application's.
+//! - A single kernel dispatch while the service is active goes to
+//!   [`replay_core::ReplayService::submit`] through a [`crate::agent::QueueAgent`] bound to this
+//!   call's `writer`, always as a forwarded submission, so the service only tries the agent's
+//!   lock: a candidate takes the writer lock without waiting (before CONFIG), an ordinary one
+//!   the reader side; while a window holds the agent the service answers `deferred`.
+//! - Every other submission (several packets in one call, barriers, any packet while the
+//!   service is off but a window may still be open) is written under the reader side of the
+//!   agent's gate ([`replay_core::ReplayService::try_enter_write`]), so a restore never undoes
+//!   it; while a window holds the gate it is parked.
+//! - **Parked submissions** are kept per queue, in order, one entry per interceptor call. A
+//!   queue with parked entries parks every later submission behind them (tool work excepted),
+//!   so queue order holds. Each interceptor call on that queue first flushes them in order:
+//!   a parked candidate goes to the service again (it gets its CONFIG and its outcome record),
+//!   anything else is written under the reader side; the flush stops at the first entry that
+//!   still cannot go. Two things guarantee a flush after the window: right after parking, the
+//!   interceptor checks whether the window already ended and then kicks the queue itself; and
+//!   the thread that ran a window, once `submit` returned (the lock released), **kicks** every
+//!   queue of that agent with parked entries: it writes a no-op barrier-AND (no dependencies,
+//!   no completion signal) into that queue's ring (reserving the slot by compare-and-swap on
+//!   the write index, as the runtime's own producers do) and rings its doorbell, so the runtime
+//!   calls the interceptor again (on its async thread, since the doorbell is rung from inside
+//!   an interceptor). A candidate flushed on the async thread declines there (a window never
+//!   runs on that thread, below) and runs once, with its record.
+//! - **Completion tracking.** Every packet written through `writer` that carries no completion
+//!   signal gets the queue's counting drain signal as its completion signal (raised by one
+//!   first); a drain barrier the window appends carries it too. So the drain signal counts
+//!   exactly the signal-less packets not yet complete, and the last packet that carries the
+//!   application's signal marks the rest: when that signal changed, every earlier packet with a
+//!   signal counts as complete (exact when packets carry the barrier bit, as HIP's stream
+//!   packets do; packets without it may overlap, and an earlier one may still be running).
+//!   A signal-less packet with the barrier bit covers every packet before it: once the drain
+//!   signal is 0, they are complete too, whatever became of their signals (an application
+//!   that re-arms a signal to its old value would otherwise leave its last packet looking
+//!   busy). This costs one more completion signal per signal-less packet
+//!   while the backend is loaded (on real GPUs an interrupt signal); the application never sees
+//!   it, since it passed none.
+//! - **Ring space.** `writer` parks packets silently when the hardware ring is full, and the
+//!   runtime submits a batch only when more slots are free than it has packets (it keeps one for
+//!   its retry barrier), so the backend never waits for a packet that cannot be in the ring:
+//!   before every `writer` call of a packet the window waits for, it checks an upper bound of
+//!   the ring's occupancy (the drain signal's value plus the packets with a signal not yet
+//!   known complete) and needs more free slots than packets. No room: an error, and the core
 //!   declines or truncates.
-//! - Every entry catches panics; the interceptor's fallback writes the packets through
-//!   unchanged unless some were already written.
+//! - Every entry catches panics. The interceptor's fallback keeps the application whole: if
+//!   nothing of the submission ran, its packets are written unchanged; if a pass or the
+//!   ordinary run was written but the application's completion was not, a barrier-AND with
+//!   that completion signal is written, so the application never hangs.
 
-use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::thread::ThreadId;
 
@@ -71,6 +100,7 @@ pub struct QueueFns {
     pub load_read_index: sys::QueueLoadIndexFn,
     pub load_write_index: sys::QueueLoadIndexFn,
     pub add_write_index: sys::QueueAddIndexFn,
+    pub cas_write_index: sys::QueueCasIndexFn,
     pub signal_create: sys::SignalCreateFn,
     pub signal_destroy: sys::SignalDestroyFn,
     pub signal_store: sys::SignalUpdateFn,
@@ -205,15 +235,19 @@ impl Packet {
     }
 }
 
-/// Occupancy bookkeeping of a queue's hardware ring (see the module docs).
+/// Occupancy bookkeeping of a queue's hardware ring (see the module docs). Packets without a
+/// completion signal of their own are counted by the drain signal; these count the others.
 #[derive(Debug, Default, Clone, Copy)]
 struct Occupancy {
-    /// Packets written through `writer` since the queue was created.
+    /// Packets with a completion signal other than the drain signal written through `writer`.
     written: u64,
-    /// Of those, how many are known consumed.
+    /// Of those, how many are known complete.
     retired: u64,
-    /// The last passed-through packet with a completion signal: `(signal, value before, mark)`.
+    /// The last such packet of the application's: `(signal, value before, mark)`.
     marker: Option<(u64, i64, u64)>,
+    /// Packets with a signal up to this mark precede a signal-less packet with the barrier bit:
+    /// complete once the drain signal is 0.
+    covered: u64,
 }
 
 /// What the backend keeps per intercepted queue.
@@ -225,49 +259,90 @@ pub struct QueueState {
     pub agent: AgentInfo,
     /// Ring size in packets.
     pub size: u64,
-    /// The counting drain signal (outstanding drain barriers).
+    /// The counting drain signal: outstanding drain barriers and signal-less packets.
     pub drain_signal: sys::hsa_signal_t,
+    /// A tool's queue: everything on it is tool work.
+    tool: AtomicBool,
     occupancy: Mutex<Occupancy>,
-    parked: Mutex<Vec<Packet>>,
+    parked: Mutex<VecDeque<Vec<Packet>>>,
 }
 
 impl QueueState {
-    /// Free slots of the hardware ring, as a lower bound.
-    pub fn space(&self, load: sys::SignalLoadFn) -> u64 {
+    /// Retires what the marker shows complete; the occupancy bookkeeping after.
+    fn refresh(&self, load: sys::SignalLoadFn) -> Occupancy {
         let mut o = self.occupancy.lock();
         if let Some((sig, before, mark)) = o.marker {
             // SAFETY: the original `hsa_signal_load_relaxed` on a signal the application passed
-            // in a packet. Any change means the packet completed: decremented, or re-armed (or
-            // destroyed) by an application that waited for it.
+            // in a packet (or a pass's leaked signal). Any change means the packet completed:
+            // decremented, or re-armed by an application that waited for it.
             let v = unsafe { load(sys::hsa_signal_t { handle: sig }) };
             if v != before {
                 o.retired = o.retired.max(mark);
                 o.marker = None;
             }
         }
-        self.size.saturating_sub(o.written - o.retired)
+        if o.covered > o.retired {
+            // SAFETY: the original load on our own signal, alive while the queue is.
+            if unsafe { load(self.drain_signal) } <= 0 {
+                o.retired = o.covered;
+                if o.marker.is_some_and(|(_, _, mark)| mark <= o.retired) {
+                    o.marker = None;
+                }
+            }
+        }
+        *o
     }
 
-    /// Records `n` packets written; the mark (the count after them).
-    pub fn wrote(&self, n: u64) -> u64 {
-        let mut o = self.occupancy.lock();
-        o.written += n;
-        o.written
+    /// Packets written through `writer` whose completion is not known yet: an upper bound of
+    /// the hardware ring's occupancy.
+    pub fn outstanding(&self, load: sys::SignalLoadFn) -> u64 {
+        let o = self.refresh(load);
+        // SAFETY: the original load on our own signal, alive while the queue is.
+        let untagged = unsafe { load(self.drain_signal) }.max(0) as u64;
+        (o.written - o.retired) + untagged
     }
 
-    /// Everything up to `mark` is known consumed.
+    /// Free slots of the hardware ring, as a lower bound.
+    pub fn space(&self, load: sys::SignalLoadFn) -> u64 {
+        self.size.saturating_sub(self.outstanding(load))
+    }
+
+    /// Whether the runtime's `writer` would put `n` packets into the ring now rather than park
+    /// them: the runtime needs more free slots than packets (one stays free for its retry
+    /// barrier).
+    pub fn has_room(&self, load: sys::SignalLoadFn, n: u64) -> bool {
+        self.space(load) > n
+    }
+
+    /// The mark of the packets with a signal written so far.
+    pub fn mark(&self) -> u64 {
+        self.occupancy.lock().written
+    }
+
+    /// Whether every packet with a signal up to `mark` is known complete.
+    pub fn retired_to(&self, load: sys::SignalLoadFn, mark: u64) -> bool {
+        self.refresh(load).retired >= mark
+    }
+
+    /// Everything with a signal up to `mark` is known complete.
     pub fn retire(&self, mark: u64) {
         let mut o = self.occupancy.lock();
         o.retired = o.retired.max(mark.min(o.written));
     }
 
-    fn set_marker(&self, signal: u64, before: i64, mark: u64) {
+    /// `signal` (value `before` now) completes the packets with a signal up to `mark`.
+    pub fn set_marker(&self, signal: u64, before: i64, mark: u64) {
         self.occupancy.lock().marker = Some((signal, before, mark));
     }
 
     /// Packets parked now.
     pub fn parked(&self) -> usize {
-        self.parked.lock().len()
+        self.parked.lock().iter().map(Vec::len).sum()
+    }
+
+    /// Whether this is a tool's queue.
+    pub fn is_tool(&self) -> bool {
+        self.tool.load(Ordering::Acquire)
     }
 }
 
@@ -285,9 +360,29 @@ static ASYNC_THREADS: LazyLock<RwLock<HashSet<ThreadId>>> =
 /// Agents whose runtime was asked for its async thread.
 static ASYNC_ASKED: LazyLock<Mutex<HashSet<u64>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
 
+/// What the submission being handled on this thread has done so far, for the panic fallback.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// The submission's packets.
+    packets: Vec<Packet>,
+    /// A pass or the ordinary run was written.
+    pub(crate) ran: bool,
+    /// The application's completion was written (the ordinary run, or the trailing barrier).
+    pub(crate) delivered: bool,
+}
+
 thread_local! {
-    /// Set while this thread's interceptor call wrote at least one packet.
-    static WROTE: Cell<bool> = const { Cell::new(false) };
+    /// The submission this thread's interceptor call is handling.
+    pub(crate) static PROGRESS: RefCell<Option<Progress>> = const { RefCell::new(None) };
+}
+
+/// Records progress of the submission being handled on this thread.
+pub(crate) fn progress(f: impl FnOnce(&mut Progress)) {
+    PROGRESS.with(|p| {
+        if let Some(p) = p.borrow_mut().as_mut() {
+            f(p);
+        }
+    });
 }
 
 /// Intercepted queues alive.
@@ -298,6 +393,17 @@ pub fn queue_count() -> usize {
 /// The state of the intercepted queue `queue` (the application's pointer).
 pub fn state_of(queue: *const sys::hsa_queue_t) -> Option<Arc<QueueState>> {
     QUEUES.read().get(&(queue as usize)).cloned()
+}
+
+/// Declares `queue` a tool's queue: everything submitted on it is tool work, never gated,
+/// parked or replayed. Queues created from inside a tool callback are tool queues already; a
+/// tool that creates its queues elsewhere (at start-up) declares them here. Whether `queue` is
+/// an intercepted queue.
+pub fn mark_tool_queue(queue: *const sys::hsa_queue_t) -> bool {
+    state_of(queue).is_some_and(|st| {
+        st.tool.store(true, Ordering::Release);
+        true
+    })
 }
 
 /// The intercepted queues of agent `handle` (the per-agent queue list).
@@ -327,19 +433,67 @@ fn fns() -> Option<(Arc<Originals>, QueueFns)> {
     Some((o, q))
 }
 
-/// Writes `pkts` through `writer`, recording them.
+/// Writes `pkts` through `writer`, recording them (module docs, completion tracking): a packet
+/// without a completion signal gets the drain signal; with `marker`, the last packet with an
+/// application signal becomes the queue's marker. The mark after the packets.
 ///
 /// # Safety
 ///
 /// 1. `writer` is the writer of the interceptor call running on this thread, for `st`'s queue.
-pub(crate) unsafe fn write(st: &QueueState, writer: WriterFn, pkts: &[Packet]) -> u64 {
+pub(crate) unsafe fn write(
+    st: &QueueState,
+    o: &Originals,
+    q: &QueueFns,
+    writer: WriterFn,
+    pkts: &[Packet],
+    marker: bool,
+) -> u64 {
     if pkts.is_empty() {
-        return st.wrote(0);
+        return st.mark();
     }
-    WROTE.with(|w| w.set(true));
-    // SAFETY: the caller's item 1; `pkts` holds `len` packets alive for the call.
-    unsafe { writer(pkts.as_ptr().cast(), pkts.len() as u64) };
-    st.wrote(pkts.len() as u64)
+    let mut out = pkts.to_vec();
+    let mut tagged = 0i64;
+    let mut signalled = 0u64;
+    // Signalled packets of this batch before its last signal-less barrier-bit packet.
+    let mut covers = None;
+    let mut last = None;
+    for p in &mut out {
+        let s = p.completion_signal();
+        if s.handle == 0 {
+            p.set_completion_signal(st.drain_signal);
+            tagged += 1;
+            if aql::barrier(p.header()) {
+                covers = Some(signalled);
+            }
+        } else if s != st.drain_signal {
+            signalled += 1;
+            last = Some(s);
+        } else if aql::barrier(p.header()) {
+            // A drain barrier: everything before it is complete once it is.
+            covers = Some(signalled);
+        }
+    }
+    if tagged > 0 {
+        // SAFETY: the original add entry on our own counting signal, raised before the packets
+        // that lower it are written.
+        unsafe { (q.signal_add)(st.drain_signal, tagged) };
+    }
+    // SAFETY: the original load on the application's signal.
+    let before = last.map(|s| (s, unsafe { (o.signal_load_relaxed)(s) }));
+    let mark = {
+        let mut occ = st.occupancy.lock();
+        if let Some(c) = covers {
+            occ.covered = occ.covered.max(occ.written + c);
+        }
+        occ.written += signalled;
+        occ.written
+    };
+    if let (true, Some((s, v))) = (marker, before) {
+        st.set_marker(s.handle, v, mark);
+    }
+    // SAFETY: the caller's item 1; `out` holds `len` packets alive for the call.
+    unsafe { writer(out.as_ptr().cast(), out.len() as u64) };
+    mark
 }
 
 /// A packet writer as the runtime passes it.
@@ -459,8 +613,10 @@ unsafe fn create_intercepted(
         agent: info,
         size: ring,
         drain_signal: drain,
+        // Created by a tool from inside one of its callbacks: a tool queue.
+        tool: AtomicBool::new(replay_core::locks::thread_in_callback()),
         occupancy: Mutex::new(Occupancy::default()),
-        parked: Mutex::new(Vec::new()),
+        parked: Mutex::new(VecDeque::new()),
     });
     let rst = if sst == sys::HSA_STATUS_SUCCESS {
         QUEUES.write().insert(p as usize, state);
@@ -538,16 +694,36 @@ pub unsafe extern "C" fn interceptor(
             unsafe { pkts.cast::<Packet>().add(i).read_unaligned() }
         })
         .collect();
-    WROTE.with(|w| w.set(false));
+    let own_done = Cell::new(false);
     let r = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: `writer` is this call's writer for the queue `data` names.
-        unsafe { handle(&packets, data as usize, writer) }
+        unsafe { handle(&packets, data as usize, writer, &own_done) }
     }));
+    let left = PROGRESS.with(|p| p.borrow_mut().take());
     if r.is_err() {
         log::error!("[kernel-replay] hsa: the interceptor panicked");
-        if !WROTE.with(Cell::get) {
-            // SAFETY: this call's writer with the packets it received.
-            unsafe { writer(packets.as_ptr().cast(), count) };
+        let st = QUEUES.read().get(&(data as usize)).cloned();
+        let w = |pk: &[Packet]| {
+            // SAFETY: this call's writer with packets of this queue.
+            unsafe { writer(pk.as_ptr().cast(), pk.len() as u64) }
+        };
+        if let Some(p) = left {
+            // The submission the panic interrupted.
+            if !p.ran {
+                w(&p.packets);
+            } else if !p.delivered {
+                let app = p.packets[0].completion_signal();
+                let own = st.as_ref().map(|s| s.drain_signal);
+                if app.handle != 0 && Some(app) != own {
+                    log::error!("[kernel-replay] hsa: the dispatch's completion is signalled after the panic; its memory may not equal one execution");
+                    w(&[Packet::barrier_and(app, true)]);
+                }
+            }
+        }
+        if !own_done.get() {
+            // The panic came before this call's own packets were handled (flushing parked
+            // ones): they run now, unchanged.
+            w(&packets);
         }
     }
 }
@@ -557,108 +733,149 @@ fn window_over(svc: &replay_core::ReplayService, agent: AgentId) -> bool {
     svc.agent_gate(agent).lock.try_read().is_some()
 }
 
+/// What became of one submission.
+enum Sent {
+    /// Written (or run as the service decided).
+    Done,
+    /// Not now: a window holds the agent.
+    Later,
+}
+
 /// # Safety
 ///
 /// 1. `writer` is the writer of the interceptor call running on this thread for queue `key`.
-unsafe fn handle(packets: &[Packet], key: usize, writer: WriterFn) {
+unsafe fn handle(packets: &[Packet], key: usize, writer: WriterFn, own_done: &Cell<bool>) {
     let Some(st) = QUEUES.read().get(&key).cloned() else {
+        own_done.set(true);
         // SAFETY: item 1.
         unsafe { writer(packets.as_ptr().cast(), packets.len() as u64) };
         return;
     };
     let Some((o, q)) = fns() else {
+        own_done.set(true);
         // SAFETY: item 1.
-        unsafe { write(&st, writer, packets) };
+        unsafe { writer(packets.as_ptr().cast(), packets.len() as u64) };
         return;
     };
     let svc = crate::tool::service();
-    let on_async = on_async_thread();
+    let tool = st.is_tool() || replay_core::locks::thread_in_callback();
 
-    // Parked packets first, once the window that deferred them is over.
-    if st.parked() > 0 && svc.as_ref().is_none_or(|s| window_over(s, st.agent.id)) {
-        let parked: Vec<Packet> = std::mem::take(&mut *st.parked.lock());
+    // Parked submissions first, in order, as far as they can go now.
+    let mut blocked = false;
+    loop {
+        let Some(next) = st.parked.lock().pop_front() else {
+            break;
+        };
         // SAFETY: item 1.
-        unsafe { write(&st, writer, &parked) };
-    }
-
-    let headers: Vec<u16> = packets.iter().map(Packet::header).collect();
-    let single = aql::is_single_dispatch(&headers);
-    let active = svc.as_ref().is_some_and(|s| s.is_active());
-    if !single || !active {
-        // Our own drain barriers never wait behind parked packets (they came later than the
-        // work a drain waits for); anything else keeps queue order behind them.
-        let ours = packets
-            .iter()
-            .all(|p| p.completion_signal() == st.drain_signal);
-        if !ours && st.parked() > 0 {
-            park(&st, packets, svc.as_deref());
-            return;
-        }
-        pass_through(&st, &o, writer, packets);
-        return;
-    }
-    let Some(svc) = svc else { return };
-    let gate = svc.agent_gate(st.agent.id);
-    let origin = if on_async {
-        if gate.in_callback() {
-            Origin::ForwardedToolWork
-        } else {
-            Origin::ForwardedApplication
-        }
-    } else {
-        Origin::SubmittingThread
-    };
-    if origin == Origin::ForwardedApplication && st.parked() > 0 {
-        park(&st, packets, Some(&svc));
-        return;
-    }
-    let packet = packets[0];
-    let dispatch = describe(&st, &o, &packet, origin);
-    let agent = QueueAgent::new(st.clone(), o.clone(), q, writer, packet);
-    let engine = crate::memory::engine(&st.agent);
-    match svc.submit(&agent, &*engine, dispatch) {
-        Ok(report) if report.deferred => park(&st, packets, Some(&svc)),
-        Ok(_) => {}
-        Err(e) => {
-            log::warn!("[kernel-replay] hsa: the dispatch could not be submitted: {e}");
-            if !WROTE.with(Cell::get) {
-                pass_through(&st, &o, writer, packets);
+        match unsafe { send(&st, &o, &q, writer, &next, svc.as_deref(), false) } {
+            Sent::Done => {}
+            Sent::Later => {
+                st.parked.lock().push_front(next);
+                blocked = true;
+                break;
             }
         }
     }
-    // The window (if one ran here) is over and its lock released: kick queues of this agent
-    // that parked packets meanwhile.
-    kick(st.agent.handle, &q);
-}
-
-fn pass_through(st: &QueueState, o: &Originals, writer: WriterFn, packets: &[Packet]) {
-    let marker = packets
-        .iter()
-        .rev()
-        .map(Packet::completion_signal)
-        .find(|s| s.handle != 0 && *s != st.drain_signal);
-    // SAFETY: the original load on the application's signal.
-    let before = marker.map(|s| unsafe { (o.signal_load_relaxed)(s) });
-    // SAFETY: the writer of this interceptor call (the caller's contract).
-    let mark = unsafe { write(st, writer, packets) };
-    if let (Some(s), Some(v)) = (marker, before) {
-        st.set_marker(s.handle, v, mark);
+    if blocked && !tool {
+        // Queue order: behind what is parked.
+        own_done.set(true);
+        park(&st, packets, svc.as_deref());
+        return;
+    }
+    // From here the panic fallback knows this submission's progress.
+    own_done.set(true);
+    // SAFETY: item 1.
+    let sent = unsafe { send(&st, &o, &q, writer, packets, svc.as_deref(), tool) };
+    if let Sent::Later = sent {
+        park(&st, packets, svc.as_deref());
+    }
+    // A window that ran here is over and its lock released: kick the queues of this agent
+    // that parked packets meanwhile. While another window holds the agent, its end kicks them
+    // (a kick now would only park the kick).
+    if svc.as_deref().is_none_or(|s| window_over(s, st.agent.id)) {
+        kick(st.agent.handle, &q);
     }
 }
 
-/// Parks `packets` on `st`, then writes them at once if the window already ended (the
-/// interceptor's caller holds the writer, so the next call flushes them) or registers the queue
-/// for the kick at the window's end.
+/// Submits one submission (one interceptor call's packets) on `st` without waiting: a single
+/// dispatch to the service, anything else under the reader side of the agent's gate.
+///
+/// # Safety
+///
+/// 1. `writer` is the writer of the interceptor call running on this thread for `st`'s queue.
+unsafe fn send(
+    st: &Arc<QueueState>,
+    o: &Arc<Originals>,
+    q: &QueueFns,
+    writer: WriterFn,
+    packets: &[Packet],
+    svc: Option<&replay_core::ReplayService>,
+    tool: bool,
+) -> Sent {
+    PROGRESS.with(|p| {
+        *p.borrow_mut() = Some(Progress {
+            packets: packets.to_vec(),
+            ..Progress::default()
+        })
+    });
+    let pass = |gate: Option<replay_core::WriteGate>| {
+        progress(|p| {
+            p.ran = true;
+            p.delivered = true;
+        });
+        // SAFETY: item 1.
+        unsafe { write(st, o, q, writer, packets, true) };
+        drop(gate);
+        Sent::Done
+    };
+    let Some(svc) = svc else {
+        return pass(None);
+    };
+    let headers: Vec<u16> = packets.iter().map(Packet::header).collect();
+    if !(aql::is_single_dispatch(&headers) && svc.is_active()) {
+        if tool {
+            return pass(None);
+        }
+        return match svc.try_enter_write(st.agent.id) {
+            Some(gate) => pass(Some(gate)),
+            None => Sent::Later,
+        };
+    }
+    // Forwarded in every case: the service only tries the agent's lock (never block here).
+    let origin = if tool {
+        Origin::ForwardedToolWork
+    } else {
+        Origin::ForwardedApplication
+    };
+    let packet = packets[0];
+    let dispatch = describe(st, o, &packet, origin);
+    let agent = QueueAgent::new(st.clone(), o.clone(), *q, writer, packet);
+    let engine = crate::memory::engine(&st.agent);
+    match svc.submit(&agent, &*engine, dispatch) {
+        Ok(report) if report.deferred => Sent::Later,
+        Ok(_) => Sent::Done,
+        Err(e) => {
+            log::warn!("[kernel-replay] hsa: the dispatch could not be submitted: {e}");
+            let ran = PROGRESS.with(|p| p.borrow().as_ref().is_some_and(|p| p.ran));
+            if !ran {
+                pass(None);
+            }
+            Sent::Done
+        }
+    }
+}
+
+/// Parks `packets` on `st` (behind what is parked), then kicks the queue at once if the window
+/// already ended (the kick at its end may have run before the queue was listed), or lists the
+/// queue for that kick.
 fn park(st: &Arc<QueueState>, packets: &[Packet], svc: Option<&replay_core::ReplayService>) {
-    st.parked.lock().extend_from_slice(packets);
+    st.parked.lock().push_back(packets.to_vec());
     KICKS
         .lock()
         .entry(st.agent.handle)
         .or_default()
         .push(st.clone());
     if svc.is_none_or(|s| window_over(s, st.agent.id)) {
-        // The window ended between the service's answer and now: the kick may have run
-        // before the queue was listed, so kick it ourselves.
         if let Some((_, q)) = fns() {
             kick(st.agent.handle, &q);
         }
@@ -683,7 +900,9 @@ fn kick(handle: u64, q: &QueueFns) {
 }
 
 /// Writes `packet` into the application-visible ring of `queue` as a client would (reserve a
-/// slot, body, header last with release) and rings its doorbell. Fails when the ring is full.
+/// slot by compare-and-swap on the write index, as `hsa_queue_cas_write_index` is meant for on
+/// multi-producer rings; body; header last with release) and rings its doorbell. Fails when the
+/// ring is full.
 pub(crate) fn submit_to_ring(
     queue: *mut sys::hsa_queue_t,
     q: &QueueFns,
@@ -694,13 +913,18 @@ pub(crate) fn submit_to_ring(
         let qs = &*queue;
         (u64::from(qs.size), qs.base_address, qs.doorbell_signal)
     };
-    // SAFETY: original index entries on a live queue.
-    let (w, r) = unsafe { ((q.load_write_index)(queue), (q.load_read_index)(queue)) };
-    if w.wrapping_sub(r) >= size {
-        return Err("the ring is full".into());
-    }
-    // SAFETY: original index entry on a live queue.
-    let idx = unsafe { (q.add_write_index)(queue, 1) };
+    let idx = loop {
+        // SAFETY: original index entries on a live queue.
+        let (w, r) = unsafe { ((q.load_write_index)(queue), (q.load_read_index)(queue)) };
+        if w.wrapping_sub(r) >= size {
+            return Err("the ring is full".into());
+        }
+        // SAFETY: original index entry on a live queue; it moves the index only if it still
+        // is `w`, so no other producer's slot is taken.
+        if unsafe { (q.cas_write_index)(queue, w, w + 1) } == w {
+            break w;
+        }
+    };
     // SAFETY: slot `idx % size` of the ring, ours until its header is published; the header is
     // stored last with release ordering, as the AQL protocol requires.
     unsafe {
@@ -769,4 +993,150 @@ fn read_kernarg(addr: u64, max: usize) -> smallvec::SmallVec<[u8; 256]> {
     // before it published the packet.
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+
+    use super::*;
+
+    // A ring of four slots with indices another producer moves, through fake entries.
+    static WRITE: AtomicU64 = AtomicU64::new(0);
+    static READ: AtomicU64 = AtomicU64::new(0);
+    /// When set, the next read-index load lets another producer take a slot first.
+    static RACE: AtomicBool = AtomicBool::new(false);
+
+    unsafe extern "C" fn load_write(_: *const sys::hsa_queue_t) -> u64 {
+        WRITE.load(Ordering::SeqCst)
+    }
+    unsafe extern "C" fn load_read(_: *const sys::hsa_queue_t) -> u64 {
+        if RACE.swap(false, Ordering::SeqCst) {
+            WRITE.fetch_add(1, Ordering::SeqCst);
+        }
+        READ.load(Ordering::SeqCst)
+    }
+    unsafe extern "C" fn add_write(_: *const sys::hsa_queue_t, n: u64) -> u64 {
+        WRITE.fetch_add(n, Ordering::SeqCst)
+    }
+    unsafe extern "C" fn cas_write(_: *const sys::hsa_queue_t, expected: u64, v: u64) -> u64 {
+        match WRITE.compare_exchange(expected, v, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(x) | Err(x) => x,
+        }
+    }
+    unsafe extern "C" fn create(
+        _: sys::hsa_agent_t,
+        _: u32,
+        _: sys::hsa_queue_type32_t,
+        _: sys::QueueErrorCallback,
+        _: *mut c_void,
+        _: u32,
+        _: u32,
+        _: *mut *mut sys::hsa_queue_t,
+    ) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn destroy(_: *mut sys::hsa_queue_t) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn signal_create(
+        _: i64,
+        _: u32,
+        _: *const sys::hsa_agent_t,
+        _: *mut sys::hsa_signal_t,
+    ) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn signal_destroy(_: sys::hsa_signal_t) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn signal_update(_: sys::hsa_signal_t, _: i64) {}
+    unsafe extern "C" fn signal_wait(_: sys::hsa_signal_t, _: u32, _: i64, _: u64, _: u32) -> i64 {
+        0
+    }
+    unsafe extern "C" fn memory_copy(_: *mut c_void, _: *const c_void, _: usize) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn iterate_agents(_: sys::AgentIterCallback, _: *mut c_void) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn iterate_pools(
+        _: sys::hsa_agent_t,
+        _: sys::PoolIterCallback,
+        _: *mut c_void,
+    ) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn register(
+        _: *mut sys::hsa_queue_t,
+        _: sys::InterceptHandler,
+        _: *mut c_void,
+    ) -> hsa_status_t {
+        1
+    }
+    unsafe extern "C" fn async_function(
+        _: Option<unsafe extern "C" fn(*mut c_void)>,
+        _: *mut c_void,
+    ) -> hsa_status_t {
+        1
+    }
+
+    fn fake() -> QueueFns {
+        QueueFns {
+            queue_create: create,
+            queue_destroy: destroy,
+            load_read_index: load_read,
+            load_write_index: load_write,
+            add_write_index: add_write,
+            cas_write_index: cas_write,
+            signal_create,
+            signal_destroy,
+            signal_store: signal_update,
+            signal_add: signal_update,
+            signal_subtract: signal_update,
+            signal_wait,
+            memory_copy,
+            iterate_agents,
+            iterate_pools,
+            intercept_create: create,
+            intercept_register: register,
+            async_function,
+            system_get_info: None,
+            allow_access: None,
+        }
+    }
+
+    #[test]
+    fn a_kick_never_takes_a_slot_another_producer_reserved_meanwhile() {
+        let mut ring = vec![Packet([0; 64]); 4];
+        // Slot 0 holds the application's packet, not consumed yet.
+        ring[0].set_header(7);
+        let mut q = sys::hsa_queue_t {
+            type_: 0,
+            features: 0,
+            base_address: ring.as_mut_ptr().cast(),
+            doorbell_signal: sys::hsa_signal_t::default(),
+            size: 4,
+            reserved1: 0,
+            id: 1,
+        };
+        // One slot free (indices 0..3 taken), and the application takes it while the kick
+        // checks for room.
+        WRITE.store(3, Ordering::SeqCst);
+        READ.store(0, Ordering::SeqCst);
+        RACE.store(true, Ordering::SeqCst);
+        let noop = Packet::barrier_and(sys::hsa_signal_t::default(), false);
+        let r = submit_to_ring(&mut q, &fake(), &noop);
+        assert!(r.is_err(), "the ring became full: no slot for the kick");
+        assert_eq!(
+            WRITE.load(Ordering::SeqCst),
+            4,
+            "only the other producer's slot"
+        );
+        assert_eq!(
+            ring[0].header(),
+            7,
+            "the unconsumed packet was not overwritten"
+        );
+    }
 }

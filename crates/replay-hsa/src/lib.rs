@@ -51,6 +51,18 @@
 //! segment size ([`kernels::kernarg_segment_size`]).
 //! Signal-wait timeouts are converted to the runtime's timestamp ticks.
 //!
+//! What the window gates and what a tool sees ([`intercept`], [`agent`]): the interceptor
+//! never blocks (what cannot run now is parked per queue, in order, and flushed when the
+//! window ends); every submission it does not replay is written under the reader side of the
+//! agent's gate; tool work is what runs on a tool's queue (created from a callback, or
+//! declared with [`intercept::mark_tool_queue`]). A replayed dispatch's completion signal is
+//! fired by a trailing barrier-AND, so profiling times read from that signal are the
+//! barrier's, after the last pass, not the kernel's. Not gated: device work that reaches the
+//! GPU without an intercepted queue (queues created before `OnLoad`, device-side enqueues
+//! into rings the runtime does not intercept), and tool work written into an application's
+//! queue (it is parked as application work while a window runs, so a tool must not wait for
+//! it inside a callback).
+//!
 //! Module variables are enumerated per agent through the AMD loader extension and executable
 //! symbol iteration ([`module::HsaModules`]); the same walk names kernels
 //! ([`kernels::KernelNames`]: kernel object → symbol name), so the kernel filter matches the

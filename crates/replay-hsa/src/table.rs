@@ -153,6 +153,7 @@ pub struct QueueSlots {
     pub load_read_index: Slot<sys::QueueLoadIndexFn>,
     pub load_write_index: Slot<sys::QueueLoadIndexFn>,
     pub add_write_index: Slot<sys::QueueAddIndexFn>,
+    pub cas_write_index: Slot<sys::QueueCasIndexFn>,
     pub signal_create: Slot<sys::SignalCreateFn>,
     pub signal_destroy: Slot<sys::SignalDestroyFn>,
     pub signal_store: Slot<sys::SignalUpdateFn>,
@@ -483,6 +484,10 @@ unsafe fn queue_slots(core: &Sub, amd: &Sub) -> Result<QueueSlots, TableError> {
             add_write_index: core.needed(
                 offset!(core, CoreApiTable, hsa_queue_add_write_index_scacq_screl_fn),
                 "hsa_queue_add_write_index_scacq_screl",
+            )?,
+            cas_write_index: core.needed(
+                offset!(core, CoreApiTable, hsa_queue_cas_write_index_scacq_screl_fn),
+                "hsa_queue_cas_write_index_scacq_screl",
             )?,
             signal_create: core.needed(
                 offset!(core, CoreApiTable, hsa_signal_create_fn),

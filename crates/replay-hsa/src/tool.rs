@@ -362,6 +362,7 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
                     load_read_index: plain!(load_read_index),
                     load_write_index: plain!(load_write_index),
                     add_write_index: plain!(add_write_index),
+                    cas_write_index: plain!(cas_write_index),
                     signal_create: plain!(signal_create),
                     signal_destroy: plain!(signal_destroy),
                     signal_store: plain!(signal_store),

@@ -74,3 +74,57 @@ pub fn read(p: *const u64) -> u64 {
     // SAFETY: a live simulated allocation.
     unsafe { std::ptr::read_volatile(p) }
 }
+
+/// An interceptor registered above the backend's that holds dispatch packets until it has `n`,
+/// then writes them in one call, as a tool that rewrites one packet into several does: the runtime
+/// itself hands interceptors one packet per call.
+struct Batcher {
+    n: usize,
+    held: std::sync::Mutex<Vec<[u8; 64]>>,
+}
+
+unsafe extern "C" fn batcher(
+    pkts: *const std::ffi::c_void,
+    count: u64,
+    _user_index: u64,
+    data: *mut std::ffi::c_void,
+    writer: replay_hsa::sys::PacketWriter,
+) {
+    // SAFETY: `data` is the `Batcher` leaked by `batch_above` for this queue.
+    let b = unsafe { &*data.cast::<Batcher>() };
+    let mut held = b.held.lock().unwrap();
+    for i in 0..count as usize {
+        // SAFETY: the runtime's contract: `count` packets of 64 bytes.
+        let p = unsafe { pkts.cast::<[u8; 64]>().add(i).read_unaligned() };
+        let header = u16::from_le_bytes([p[0], p[1]]);
+        if replay_hsa::queue::packet_type(header)
+            == replay_hsa::sys::HSA_PACKET_TYPE_KERNEL_DISPATCH
+        {
+            held.push(p);
+        } else {
+            // Anything else (barriers) goes down alone, at once.
+            // SAFETY: this call's writer with one packet alive for the call.
+            unsafe { writer.unwrap()(p.as_ptr().cast(), 1) };
+        }
+    }
+    if held.len() >= b.n {
+        let out = std::mem::take(&mut *held);
+        // SAFETY: this call's writer with packets alive for the call.
+        unsafe { writer.unwrap()(out.as_ptr().cast(), out.len() as u64) };
+    }
+}
+
+/// Registers a [`Batcher`] of `n` on the intercepting queue `q`, above the backend's
+/// interceptor: the next `n` packets reach the backend in one call.
+pub fn batch_above(sim: &SimHsa, q: *mut replay_hsa::sys::hsa_queue_t, n: usize) {
+    let b = Box::into_raw(Box::new(Batcher {
+        n,
+        held: std::sync::Mutex::new(Vec::new()),
+    }));
+    // SAFETY: the AMD table's register entry of the sim, with its C signature.
+    let register: replay_hsa::sys::InterceptRegisterFn =
+        unsafe { typed(sim.amd().hsa_amd_queue_intercept_register_fn) };
+    // SAFETY: a live intercepting queue; the leaked `Batcher` outlives it.
+    let st = unsafe { register(q, Some(batcher), b.cast()) };
+    assert_eq!(st, 0);
+}

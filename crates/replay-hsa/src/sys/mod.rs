@@ -577,6 +577,8 @@ pub type QueueCreateFn = unsafe extern "C" fn(
 pub type QueueDestroyFn = unsafe extern "C" fn(*mut hsa_queue_t) -> hsa_status_t;
 pub type QueueLoadIndexFn = unsafe extern "C" fn(*const hsa_queue_t) -> u64;
 pub type QueueAddIndexFn = unsafe extern "C" fn(*const hsa_queue_t, u64) -> u64;
+/// `hsa_queue_cas_write_index_*`: `(queue, expected, value)`, the value found.
+pub type QueueCasIndexFn = unsafe extern "C" fn(*const hsa_queue_t, u64, u64) -> u64;
 pub type SignalCreateFn = unsafe extern "C" fn(
     hsa_signal_value_t,
     u32,
