@@ -115,9 +115,18 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod batch;
+mod capture;
+mod check;
 pub mod classify;
 pub mod engine;
 pub mod modules;
+mod plan;
+mod pool;
+mod restore;
+mod shared;
+mod snapshot;
+mod tiers;
 pub mod tracker;
 
 pub use classify::{classify, Treatment};
