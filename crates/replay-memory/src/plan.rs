@@ -15,8 +15,8 @@ use crate::modules::is_bookkeeping;
 use crate::shared::{Shared, MODULE_GENERATION, RUNTIME_GENERATION};
 use crate::tiers::tier_caps;
 
-/// The plan of a snapshot of `dispatch` under `scope` (see [`crate::MemoryEngine`]'s
-/// `Snapshotter::plan`); `host_available` overrides `/proc/meminfo` for the tier budgets.
+/// The plan of a snapshot of `dispatch` under `scope` (`Snapshotter::plan`); `host_available`
+/// overrides `/proc/meminfo` for the tier budgets.
 pub(crate) fn plan(
     sh: &Shared,
     host_available: Option<u64>,
