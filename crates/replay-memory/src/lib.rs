@@ -11,9 +11,23 @@
 //!   restore or scope check is copying waits, bounded, until it is done ([`tracker::MemoryHold`]).
 //! - [`mod@classify`] (§7.1 table): the treatment of each [`replay_core::MemoryClass`].
 //! - [`modules`] (§7.1): module-scope variables, enumerated per agent at snapshot time.
-//! - [`engine`] (§7.2–§7.4): scopes `all` and `arguments`, placement across the device,
-//!   pinned-host and pageable-host tiers within their budgets, pooled backing memory, restore
-//!   `full` and `dirty`, and the after-pass check of memory outside an `arguments` scope.
+//! - [`engine`] (§7.2–§7.4): [`MemoryEngine`], the [`replay_core::Snapshotter`] of one agent,
+//!   gluing the steps below, each in a private file of its own:
+//!   - `plan` (§7.1, §7.2): scopes `all` and `arguments`, what the argument words reach (and
+//!     the runtime's answer for words the tracker never saw), module variables, the untracked
+//!     summary;
+//!   - `capture` (§7.2, §7.3): placement across the tiers and the capture copies and digests;
+//!   - `check` (§7.2): the after-pass check of memory outside the snapshot;
+//!   - `restore` (§7.4): restore `full` and `dirty`, the dirty fallback, the per-region retry;
+//!   - `tiers` (§7.3): the budgets of the device, pinned-host and pageable-host tiers;
+//!   - `snapshot` (§7.2–§7.4): a live snapshot's captured regions, watched regions and blocks;
+//!   - `shared` (§7.1): the state an engine and its snapshot share, the liveness check and the
+//!     hold;
+//!   - `pool` (§7.3): pooled backing memory, trim, release and quarantine;
+//!   - `batch` (§7.2, §7.4): one fenced batch of copies or digests.
+//!
+//!   Each file uses only files listed after it (and `tracker`, `modules`, `classify`); none
+//!   uses a file that uses it.
 //!
 //! Who validates what: the window (in `replay-core`) decides admission from the
 //! [`replay_core::SnapshotPlan`] and owns every deadline; this crate waits only through
@@ -28,7 +42,7 @@
 //!   `policy.chunk_bytes`.
 //! - **Placement.** Regions fill the device tier, then pinned host, then pageable host, in
 //!   address order; a region is split where a tier's budget runs out. Budgets (see
-//!   `MemoryEngine::tier_caps` in the source for details): device = `device_tier_bytes`, or
+//!   `tiers::tier_caps` in the source for details): device = `device_tier_bytes`, or
 //!   when 0 what the device reports available less a tenth of it and 256 MiB
 //!   ([`engine::DEVICE_HEADROOM_BYTES`]) so the application's next allocations still succeed;
 //!   pinned = only where the backend has the tier, `pinned_tier_bytes` or when 0 half of what
@@ -115,9 +129,18 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod batch;
+mod capture;
+mod check;
 pub mod classify;
 pub mod engine;
 pub mod modules;
+mod plan;
+mod pool;
+mod restore;
+mod shared;
+mod snapshot;
+mod tiers;
 pub mod tracker;
 
 pub use classify::{classify, Treatment};

@@ -1,0 +1,82 @@
+//! One batch of device work behind one fence (SPEC §7.2, §7.4): copies submitted together and
+//! waited for, bounded, or digests submitted together, waited for and taken; a fence that does
+//! not complete in time is abandoned. Digests are one per chunk of device memory.
+
+use replay_core::wait::{bounded, WaitError};
+use replay_core::{
+    AgentId, BackendError, BackendErrorKind, CopyOp, DeviceMemory, Digest128, DigestKey, DigestOp,
+    MemLoc, WaitSpec,
+};
+
+/// Submits copies as one batch and waits for its fence.
+pub(crate) fn copy_batch(
+    dev: &dyn DeviceMemory,
+    ops: &[CopyOp],
+    wait: &WaitSpec<'_>,
+    what: &'static str,
+) -> Result<(), WaitError> {
+    if ops.is_empty() {
+        return Ok(());
+    }
+    let fence = dev.submit_copies(ops)?;
+    let r = bounded(wait.clock, wait.bounds(), what, |budget| {
+        dev.poll_fence(fence, budget).map(|done| done.then_some(()))
+    });
+    if matches!(r, Err(WaitError::Stuck { .. })) {
+        dev.abandon_fence(fence);
+    }
+    r
+}
+
+/// Submits digests keyed with `key` as one batch, waits, and takes them.
+pub(crate) fn digest_batch(
+    dev: &dyn DeviceMemory,
+    key: DigestKey,
+    agent: AgentId,
+    ops: &[DigestOp],
+    wait: &WaitSpec<'_>,
+) -> Result<Vec<Digest128>, WaitError> {
+    if ops.is_empty() {
+        return Ok(Vec::new());
+    }
+    let fence = dev.submit_digests(ops, key)?;
+    let r = bounded(wait.clock, wait.bounds(), "digest fence", |budget| {
+        dev.poll_fence(fence, budget).map(|done| done.then_some(()))
+    });
+    match r {
+        Ok(()) => {
+            let d = dev.take_digests(fence)?;
+            if d.len() != ops.len() {
+                return Err(WaitError::Backend(BackendError::new(
+                    BackendErrorKind::Other,
+                    agent,
+                    "take digests",
+                    format!("{} digests for {} operations", d.len(), ops.len()),
+                )));
+            }
+            Ok(d)
+        }
+        Err(e) => {
+            if matches!(e, WaitError::Stuck { .. }) {
+                dev.abandon_fence(fence);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Digest operations over `len` bytes of device memory at `base`, one per chunk.
+pub(crate) fn chunk_ops(base: u64, len: u64, chunk: u64, out: &mut Vec<DigestOp>) -> usize {
+    let mut off = 0;
+    let mut n = 0;
+    while off < len {
+        let l = chunk.min(len - off);
+        out.push(DigestOp {
+            at: MemLoc::Device { addr: base + off },
+            len: l,
+        });
+        off += l;
+        n += 1;
+    }
+    n
+}

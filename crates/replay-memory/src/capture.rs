@@ -1,0 +1,270 @@
+//! Capture (SPEC §7.2, §7.3): under a hold against frees and unloads, re-checks the plan's
+//! regions, places them over the device, pinned-host and pageable-host tiers in address order
+//! (a region split where a tier's budget runs out, a tier that cannot allocate handing its
+//! share on), copies them to pooled backing memory in one fenced batch, and digests what
+//! `dirty` compares and what the scope check watches.
+
+use std::sync::Arc;
+
+use replay_core::policy::{Policy, RestoreMode};
+use replay_core::wait::WaitError;
+use replay_core::{
+    CaptureStats, CopyOp, DigestOp, MemLoc, RegionRef, SnapshotError, SnapshotPlan, Tier, WaitSpec,
+};
+use smallvec::SmallVec;
+
+use crate::batch::chunk_ops;
+use crate::classify::{classify, Treatment};
+use crate::pool::Block;
+use crate::shared::{Shared, MODULE_GENERATION};
+use crate::snapshot::{CapturedRegion, EngineSnapshot, Piece, Watched};
+use crate::tiers::tier_caps;
+
+/// Captures `plan` for the window; `host_available` overrides `/proc/meminfo` for the tier
+/// budgets.
+pub(crate) fn capture(
+    sh: &Arc<Shared>,
+    host_available: Option<u64>,
+    plan: &SnapshotPlan,
+    policy: &Policy,
+    wait: &WaitSpec<'_>,
+) -> Result<EngineSnapshot, SnapshotError> {
+    let start = wait.clock.now();
+    let fail = |message: String| SnapshotError { message };
+
+    // Memory outside the scope that the scope check watches (SPEC §7.2): under every
+    // scope, every tracked region of a captured or capturable class that is not captured,
+    // so a write through a pointer stored in device memory into fine-grained, managed or
+    // pinned memory is seen like one into coarse memory.
+    let mut watched: Vec<Watched> = sh
+        .tracker
+        .regions(sh.agent)
+        .into_iter()
+        .filter(|r| {
+            r.size > 0
+                && matches!(
+                    classify(r.class),
+                    Treatment::Captured | Treatment::CapturableUntracked
+                )
+                && !plan
+                    .regions
+                    .iter()
+                    .any(|l| l.base == r.base && l.generation == r.generation)
+        })
+        .map(|region| Watched {
+            region,
+            digests: Vec::new(),
+        })
+        .collect();
+
+    // Frees and unloads of this memory wait until the copies and digests below are done;
+    // taken before the liveness re-check so that its answer stays true meanwhile.
+    let hold = sh.hold(plan.regions.iter().chain(watched.iter().map(|w| &w.region)));
+    watched.retain(|w| sh.is_live(&w.region, None));
+
+    // Liveness re-check: the plan may be stale.
+    let mut stats = CaptureStats::default();
+    let mut live: Vec<RegionRef> = Vec::with_capacity(plan.regions.len());
+    let mut loads: Vec<Option<u64>> = Vec::with_capacity(plan.regions.len());
+    for r in &plan.regions {
+        let load = if r.generation == MODULE_GENERATION {
+            sh.modules.load_generation(sh.agent, r.base)
+        } else {
+            None
+        };
+        let unloaded = r.generation == MODULE_GENERATION && load.is_none();
+        if !unloaded && sh.is_live(r, load) {
+            live.push(*r);
+            loads.push(load);
+        } else {
+            log::warn!(
+                "[kernel-replay] agent {}: region {:#x}+{} was freed or reallocated since planning; not captured",
+                sh.agent,
+                r.base,
+                r.size
+            );
+            stats.skipped_regions += 1;
+        }
+    }
+
+    // Placement: device, then pinned, then pageable, splitting a region where a tier runs out;
+    // a tier that fails to allocate hands its share to the later ones.
+    let caps = tier_caps(sh, host_available, policy);
+    let total: u64 = live.iter().map(|r| r.size).sum();
+    if total > caps.iter().sum() {
+        return Err(fail(format!(
+            "{total} bytes do not fit the tiers (device {}, pinned {}, pageable {} bytes)",
+            caps[0], caps[1], caps[2]
+        )));
+    }
+    let mut need = [0u64; 3];
+    {
+        let mut left = total;
+        for i in 0..3 {
+            need[i] = left.min(caps[i]);
+            left -= need[i];
+        }
+    }
+    let mut cursors: [TierCursor; 3] = Default::default();
+    for (i, tier) in Tier::ALL.into_iter().enumerate() {
+        if need[i] == 0 {
+            continue;
+        }
+        match sh.pool.acquire(tier, need[i]) {
+            Ok(b) => {
+                cursors[i].blocks = b;
+                cursors[i].left = need[i];
+            }
+            Err(e) => {
+                // The tier reported room it could not give (fragmentation, another
+                // process): its share moves to the later tiers where their caps allow.
+                let mut carry = need[i];
+                for j in i + 1..3 {
+                    let take = carry.min(caps[j] - need[j]);
+                    need[j] += take;
+                    carry -= take;
+                }
+                if carry == 0 {
+                    log::info!(
+                        "[kernel-replay] agent {}: {} bytes of {} backing memory could not be allocated ({e}); using the next tiers",
+                        sh.agent,
+                        need[i],
+                        tier.as_str()
+                    );
+                    need[i] = 0;
+                    continue;
+                }
+                let blocks = cursors.into_iter().flat_map(|c| c.blocks).collect();
+                sh.pool.give_back(blocks, Some(policy.pool_keep_bytes));
+                return Err(fail(format!(
+                    "could not allocate {} bytes of {} backing memory, and the later tiers have no room for them: {e}",
+                    need[i],
+                    tier.as_str()
+                )));
+            }
+        }
+    }
+
+    // Assign pieces: regions in order fill the device tier, then pinned, then pageable.
+    let mut regions: Vec<CapturedRegion> = Vec::with_capacity(live.len());
+    let mut ops: Vec<CopyOp> = Vec::with_capacity(live.len());
+    let mut t = 0;
+    for r in &live {
+        let mut pieces: SmallVec<[Piece; 2]> = SmallVec::new();
+        let mut off = 0;
+        while off < r.size {
+            while cursors[t].left == 0 {
+                t += 1;
+            }
+            let c = &mut cursors[t];
+            let b = c.blocks[c.idx];
+            if c.used == b.size {
+                c.idx += 1;
+                c.used = 0;
+                continue;
+            }
+            let len = (r.size - off).min(b.size - c.used).min(c.left);
+            pieces.push(Piece {
+                offset: off,
+                len,
+                backing: b.id,
+                backing_offset: c.used,
+            });
+            ops.push(CopyOp {
+                src: MemLoc::Device { addr: r.base + off },
+                dst: MemLoc::Backing {
+                    id: b.id,
+                    offset: c.used,
+                },
+                len,
+            });
+            stats.tier_bytes.add(b.tier, len);
+            c.used += len;
+            c.left -= len;
+            off += len;
+        }
+        regions.push(CapturedRegion {
+            region: *r,
+            load: None,
+            pieces,
+            digests: Vec::new(),
+        });
+    }
+    for (c, load) in regions.iter_mut().zip(&loads) {
+        c.load = *load;
+    }
+    let blocks: Vec<Block> = cursors.into_iter().flat_map(|c| c.blocks).collect();
+
+    if let Err(e) = sh.copy_batch(&ops, wait, "snapshot copy fence") {
+        let message = format!(
+            "copying {total} bytes in {} regions to backing memory failed: {e}",
+            live.len()
+        );
+        if matches!(e, WaitError::Stuck { .. }) {
+            sh.pool.quarantine(&blocks);
+        } else {
+            sh.pool.give_back(blocks, Some(policy.pool_keep_bytes));
+        }
+        return Err(fail(message));
+    }
+
+    // Digests before the first pass: of the captured chunks for `dirty`, and of every
+    // tracked region outside an `arguments` scope for the scope check.
+    let chunk = policy.chunk_bytes.max(1);
+    let mut dops: Vec<DigestOp> = Vec::new();
+    let mut counts: Vec<usize> = Vec::new();
+    if policy.restore == RestoreMode::Dirty {
+        for c in &regions {
+            counts.push(chunk_ops(c.region.base, c.region.size, chunk, &mut dops));
+        }
+    }
+    for w in &watched {
+        counts.push(chunk_ops(w.region.base, w.region.size, chunk, &mut dops));
+    }
+    let digested = sh.digest_batch(&dops, wait);
+    drop(hold);
+    match digested {
+        Ok(digests) => {
+            let mut it = digests.into_iter();
+            let mut n = counts.into_iter();
+            if policy.restore == RestoreMode::Dirty {
+                for c in &mut regions {
+                    c.digests = it.by_ref().take(n.next().unwrap_or(0)).collect();
+                }
+            }
+            for w in &mut watched {
+                w.digests = it.by_ref().take(n.next().unwrap_or(0)).collect();
+            }
+        }
+        Err(e) => {
+            // Digests read only device memory: the backing is safe to pool.
+            sh.pool.give_back(blocks, Some(policy.pool_keep_bytes));
+            return Err(fail(format!("digests before the first pass failed: {e}")));
+        }
+    }
+
+    stats.captured_bytes = total;
+    stats.captured_regions = regions.len() as u32;
+    stats.seconds = wait.clock.now().saturating_sub(start).as_secs_f64();
+    Ok(EngineSnapshot {
+        shared: Arc::clone(sh),
+        regions,
+        blocks,
+        watched,
+        stats,
+        mode: policy.restore,
+        chunk,
+        keep: policy.pool_keep_bytes,
+        poisoned: false,
+    })
+}
+
+/// Where placement stands in one tier's blocks.
+#[derive(Debug, Default)]
+struct TierCursor {
+    blocks: Vec<Block>,
+    idx: usize,
+    used: u64,
+    /// Bytes still to place in this tier.
+    left: u64,
+}

@@ -1,0 +1,313 @@
+//! Scope planning (SPEC §7.1, §7.2): which regions a snapshot of one dispatch holds under scope
+//! `all` or `arguments`: the allocations the argument words reach (tracked, or described by the
+//! runtime when the tracker never saw them), module variables not already covered, the
+//! untracked summary, whether anything reached is uncapturable, and the tiers' capacity.
+
+use replay_core::policy::{Policy, Scope};
+use replay_core::{
+    BackendError, BackendErrorKind, Dispatch, MemoryClass, RegionRef, SnapshotPlan,
+    UntrackedSummary,
+};
+use smallvec::SmallVec;
+
+use crate::classify::{classify, Treatment};
+use crate::modules::is_bookkeeping;
+use crate::shared::{Shared, MODULE_GENERATION, RUNTIME_GENERATION};
+use crate::tiers::tier_caps;
+
+/// The plan of a snapshot of `dispatch` under `scope` (`Snapshotter::plan`); `host_available`
+/// overrides `/proc/meminfo` for the tier budgets.
+pub(crate) fn plan(
+    sh: &Shared,
+    host_available: Option<u64>,
+    dispatch: &Dispatch,
+    scope: Scope,
+    policy: &Policy,
+) -> Result<SnapshotPlan, BackendError> {
+    let agent = sh.agent;
+    if dispatch.info.agent != agent {
+        return Err(BackendError::new(
+            BackendErrorKind::InvalidArgument,
+            agent,
+            "plan snapshot",
+            format!(
+                "dispatch for agent {} given to the memory engine of agent {agent}",
+                dispatch.info.agent
+            ),
+        ));
+    }
+    let all = sh.tracker.regions(agent);
+    let mut plan = SnapshotPlan {
+        scope,
+        ..SnapshotPlan::default()
+    };
+
+    // Module variables first: an argument into one is covered by the enumeration, not
+    // asked of the runtime.
+    let vars = match sh.modules.enumerate(agent) {
+        Err(why) => {
+            plan.uncapturable.get_or_insert_with(|| {
+                format!("module variables of agent {agent} could not be enumerated: {why}")
+            });
+            Vec::new()
+        }
+        Ok(mut vars) => {
+            vars.sort_by_key(|v| v.base);
+            vars
+        }
+    };
+    let var_ranges: Vec<(u64, u64)> = vars
+        .iter()
+        .map(|v| (v.base, v.base.saturating_add(v.size)))
+        .collect();
+
+    // Under every scope, the capturable memory the arguments reach is captured, and
+    // memory they reach that nothing can capture declines (SPEC §7.1).
+    let mut untracked = UntrackedSummary::default();
+    let reach = argument_reach(
+        sh,
+        dispatch,
+        &var_ranges,
+        &mut plan.uncapturable,
+        &mut untracked,
+    );
+    let mut regions: SmallVec<[RegionRef; 8]> = match scope {
+        Scope::All => {
+            let mut v: SmallVec<[RegionRef; 8]> = all
+                .iter()
+                .filter(|r| classify(r.class) == Treatment::Captured)
+                .copied()
+                .collect();
+            v.extend(
+                reach
+                    .into_iter()
+                    .filter(|r| classify(r.class) != Treatment::Captured),
+            );
+            v
+        }
+        Scope::Arguments => reach,
+    };
+    regions.retain(|r| r.size > 0);
+
+    for r in &all {
+        match classify(r.class) {
+            Treatment::Captured => plan.tracked_bytes += r.size,
+            Treatment::CapturableUntracked if !regions.iter().any(|o| o.base == r.base) => {
+                untracked.bytes += r.size;
+                untracked.regions += 1;
+            }
+            // Counted with the untracked: a kernel may write them and nothing restores them.
+            Treatment::Uncapturable => {
+                untracked.bytes += r.size;
+                untracked.regions += 1;
+            }
+            Treatment::VirtualMapping => {
+                untracked.vmem_bytes += r.size;
+                untracked.vmem_regions += 1;
+            }
+            Treatment::CapturableUntracked | Treatment::Excluded => {}
+        }
+    }
+    plan.untracked = untracked;
+
+    // Module variables: what the scope does not already cover, each part once.
+    let mut covered: Vec<(u64, u64)> = regions
+        .iter()
+        .map(|r| (r.base, r.base.saturating_add(r.size)))
+        .collect();
+    for v in vars {
+        if v.read_only || v.size == 0 || is_bookkeeping(&v) {
+            continue;
+        }
+        covered.sort_unstable();
+        let parts = uncovered(v.base, v.size, &covered);
+        for (base, size) in parts {
+            covered.push((base, base + size));
+            regions.push(RegionRef {
+                base,
+                size,
+                generation: MODULE_GENERATION,
+                class: MemoryClass::MODULE_VARIABLE,
+            });
+        }
+    }
+    regions.sort_by_key(|r| r.base);
+    plan.captured_bytes = regions.iter().map(|r| r.size).sum();
+    plan.regions = regions;
+    plan.capacity_bytes = tier_caps(sh, host_available, policy).iter().sum();
+    Ok(plan)
+}
+
+/// What the kernel's arguments reach (SPEC §7.1, §7.2): every allocation an 8-byte-aligned
+/// argument word points into, anywhere inside it. Tracked captured and capturable memory
+/// (fine-grained, managed, pinned host) is returned; a word the tracker does not know, and
+/// that no module variable in `vars` (sorted (start, end) ranges) holds, is asked of the
+/// runtime ([`replay_core::DeviceMemory::query_pointer`]). Memory no snapshot can cover sets
+/// `uncapturable`; what the tracker does not count already is added to `untracked`.
+///
+/// What the runtime describes: capturable memory is returned with [`RUNTIME_GENERATION`]
+/// (captured like tracked memory; its liveness is asked of the runtime again); coarse
+/// device memory the tracker never saw is uncapturable, because the library would not hear
+/// of its free, so a restore could write it after the application released it; IPC, peer,
+/// virtual-memory and undescribed memory is uncapturable; excluded classes (kernarg pools,
+/// read-only, tool memory) are skipped. A failed query is uncapturable: the word may point
+/// at memory the kernel writes. `Ok(None)`: not reachable, skipped.
+fn argument_reach(
+    sh: &Shared,
+    dispatch: &Dispatch,
+    vars: &[(u64, u64)],
+    uncapturable: &mut Option<String>,
+    untracked: &mut UntrackedSummary,
+) -> SmallVec<[RegionRef; 8]> {
+    let agent = sh.agent;
+    let tracker = &*sh.tracker;
+    let mut out: SmallVec<[RegionRef; 8]> = SmallVec::new();
+    // Untracked allocations already counted, as (start, end).
+    let mut counted: SmallVec<[(u64, u64); 4]> = SmallVec::new();
+    let count = |counted: &mut SmallVec<[(u64, u64); 4]>,
+                 base: u64,
+                 size: u64,
+                 class: MemoryClass,
+                 u: &mut UntrackedSummary| {
+        let end = base.saturating_add(size);
+        if counted.iter().any(|&(s, e)| s == base && e == end) {
+            return;
+        }
+        counted.push((base, end));
+        if classify(class) == Treatment::VirtualMapping {
+            u.vmem_bytes += size;
+            u.vmem_regions += 1;
+        } else {
+            u.bytes += size;
+            u.regions += 1;
+        }
+    };
+    for (i, word) in dispatch.argument_words().enumerate() {
+        if word == 0 {
+            continue;
+        }
+        let offset = i * 8;
+        if out
+            .iter()
+            .any(|o| o.base <= word && word < o.base.saturating_add(o.size))
+            || counted.iter().any(|&(s, e)| s <= word && word < e)
+        {
+            continue;
+        }
+        if let Some(r) = tracker.lookup(agent, word) {
+            match classify(r.class) {
+                Treatment::Captured | Treatment::CapturableUntracked => out.push(r),
+                Treatment::Excluded => {}
+                Treatment::Uncapturable | Treatment::VirtualMapping => {
+                    uncapturable.get_or_insert_with(|| {
+                        format!(
+                            "argument at offset {offset} ({word:#x}) points into {:?} memory {:#x}+{} that no snapshot can cover",
+                            r.class, r.base, r.size
+                        )
+                    });
+                }
+            }
+            continue;
+        }
+        if let Some((owner, r)) = tracker.lookup_any(word) {
+            if classify(r.class) != Treatment::Excluded {
+                count(&mut counted, r.base, r.size, r.class, untracked);
+                uncapturable.get_or_insert_with(|| {
+                    format!(
+                        "argument at offset {offset} ({word:#x}) points into memory {:#x}+{} of agent {owner}; peer memory cannot be captured",
+                        r.base, r.size
+                    )
+                });
+            }
+            continue;
+        }
+        let k = vars.partition_point(|&(s, _)| s <= word);
+        if k > 0 && word < vars[k - 1].1 {
+            // A module variable: covered (or skipped as constant) by the enumeration.
+            continue;
+        }
+        let info = match sh.device.query_pointer(word) {
+            Ok(None) => continue,
+            Ok(Some(info)) => info,
+            Err(e) => {
+                uncapturable.get_or_insert_with(|| {
+                    format!(
+                        "argument at offset {offset} ({word:#x}) is unknown to the tracker and the runtime could not describe it: {e}"
+                    )
+                });
+                continue;
+            }
+        };
+        let inside = info.base <= word && word < info.base.saturating_add(info.size);
+        let peer = info.owner.is_some_and(|o| o != agent)
+            && !info
+                .class
+                .intersects(MemoryClass::PINNED_HOST | MemoryClass::MANAGED);
+        let why = match classify(info.class) {
+            _ if !inside => Some(format!(
+                "the runtime described it as {:#x}+{}, which does not contain it",
+                info.base, info.size
+            )),
+            Treatment::Excluded => None,
+            _ if peer => Some(format!(
+                "it is {:?} memory {:#x}+{} of agent {}; peer memory cannot be captured",
+                info.class,
+                info.base,
+                info.size,
+                info.owner.map_or(agent, |o| o)
+            )),
+            Treatment::CapturableUntracked => {
+                out.push(RegionRef {
+                    base: info.base,
+                    size: info.size,
+                    generation: RUNTIME_GENERATION,
+                    class: info.class,
+                });
+                None
+            }
+            Treatment::Captured => Some(format!(
+                "it is {:?} memory {:#x}+{} whose allocation the tracker never saw, so its free would not be seen either",
+                info.class, info.base, info.size
+            )),
+            Treatment::Uncapturable | Treatment::VirtualMapping => Some(format!(
+                "it is {:?} memory {:#x}+{} that no snapshot can cover",
+                info.class, info.base, info.size
+            )),
+        };
+        if let Some(why) = why {
+            count(&mut counted, info.base, info.size, info.class, untracked);
+            uncapturable.get_or_insert_with(|| {
+                format!(
+                    "argument at offset {offset} ({word:#x}) points into untracked memory: {why}"
+                )
+            });
+        }
+    }
+    out
+}
+
+/// Parts of [base, base+size) not covered by `covered` (sorted, non-overlapping intervals).
+fn uncovered(base: u64, size: u64, covered: &[(u64, u64)]) -> SmallVec<[(u64, u64); 2]> {
+    let mut out = SmallVec::new();
+    let end = base.saturating_add(size);
+    let mut at = base;
+    for &(s, e) in covered {
+        if e <= at {
+            continue;
+        }
+        if s >= end {
+            break;
+        }
+        if s > at {
+            out.push((at, s - at));
+        }
+        at = at.max(e);
+        if at >= end {
+            break;
+        }
+    }
+    if at < end {
+        out.push((at, end - at));
+    }
+    out
+}

@@ -1,0 +1,153 @@
+//! Restore between passes (SPEC §7.1, §7.4): under a hold against frees and unloads, re-checks
+//! every captured region, then writes back every captured byte (`full`) or the chunks whose
+//! digests changed (`dirty`; when the digests fail, every captured byte instead) in one fenced
+//! batch; a failed batch is retried region by region to name the failing region, and a stuck
+//! fence poisons the snapshot's blocks.
+
+use std::sync::Arc;
+
+use replay_core::policy::RestoreMode;
+use replay_core::wait::WaitError;
+use replay_core::{CopyOp, RestoreError, RestoreStats, WaitSpec};
+
+use crate::batch::chunk_ops;
+use crate::snapshot::{CapturedRegion, EngineSnapshot};
+
+/// Restores `snap`'s live regions before the next pass.
+pub(crate) fn restore(
+    snap: &mut EngineSnapshot,
+    wait: &WaitSpec<'_>,
+) -> Result<RestoreStats, RestoreError> {
+    let sh = Arc::clone(&snap.shared);
+    let start = wait.clock.now();
+    let mut stats = RestoreStats::default();
+    // Frees and unloads of captured memory wait until the copies are done, and the
+    // liveness re-check in `restore_plan` runs under the same hold: check and copy are one
+    // step (SPEC §7.1).
+    let _hold = sh.hold(snap.regions.iter().map(|c| &c.region));
+    let per_region = restore_plan(snap, wait, &mut stats)?;
+    let all: Vec<CopyOp> = per_region
+        .iter()
+        .flat_map(|(_, o)| o.iter().copied())
+        .collect();
+    let bytes: u64 = all.iter().map(|o| o.len).sum();
+    match sh.copy_batch(&all, wait, "restore copy fence") {
+        Ok(()) => {}
+        Err(stuck @ WaitError::Stuck { .. }) => {
+            snap.poisoned = true;
+            let r = per_region
+                .first()
+                .map(|(i, _)| snap.regions[*i].region)
+                .expect("a non-empty batch has a region");
+            return Err(RestoreError {
+                base: r.base,
+                size: r.size,
+                message: format!(
+                    "{stuck} (batch of {} regions, {bytes} bytes, starting with this one)",
+                    per_region.len()
+                ),
+            });
+        }
+        Err(WaitError::Backend(batch_err)) => {
+            // Rewriting snapshot bytes is idempotent: retry region by region, which both
+            // names the failing region and rides over a transient failure.
+            log::warn!(
+                "[kernel-replay] agent {}: restore batch failed ({batch_err}); retrying region by region",
+                sh.agent
+            );
+            for (i, ops) in &per_region {
+                let r = snap.regions[*i].region;
+                if let Err(e) = sh.copy_batch(ops, wait, "restore copy fence") {
+                    if matches!(e, WaitError::Stuck { .. }) {
+                        snap.poisoned = true;
+                    }
+                    return Err(RestoreError {
+                        base: r.base,
+                        size: r.size,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    stats.restored_bytes = bytes;
+    stats.seconds = wait.clock.now().saturating_sub(start).as_secs_f64();
+    Ok(stats)
+}
+
+/// Copy operations of one restore, per region, after the liveness re-check (and, for
+/// `dirty`, the digest comparison).
+fn restore_plan(
+    snap: &EngineSnapshot,
+    wait: &WaitSpec<'_>,
+    stats: &mut RestoreStats,
+) -> Result<Vec<(usize, Vec<CopyOp>)>, RestoreError> {
+    let sh = &*snap.shared;
+    let mut live: Vec<usize> = Vec::with_capacity(snap.regions.len());
+    for (i, c) in snap.regions.iter().enumerate() {
+        if sh.is_live(&c.region, c.load) {
+            live.push(i);
+        } else {
+            log::warn!(
+                "[kernel-replay] agent {}: region {:#x}+{} was freed, shrunk, reallocated or unloaded since capture; not restored",
+                sh.agent,
+                c.region.base,
+                c.region.size
+            );
+        }
+    }
+    let full = |live: Vec<usize>| {
+        let mut out = Vec::with_capacity(live.len());
+        for i in live {
+            let c: &CapturedRegion = &snap.regions[i];
+            let mut ops = Vec::with_capacity(c.pieces.len());
+            c.restore_ops(0, c.region.size, &mut ops);
+            out.push((i, ops));
+        }
+        out
+    };
+    let mut out = Vec::with_capacity(live.len());
+    match snap.mode {
+        RestoreMode::Full => out = full(live),
+        RestoreMode::Dirty => {
+            let mut dops = Vec::new();
+            let mut compared = 0;
+            for &i in &live {
+                let r = &snap.regions[i].region;
+                chunk_ops(r.base, r.size, snap.chunk, &mut dops);
+                compared += r.size;
+            }
+            let now = match sh.digest_batch(&dops, wait) {
+                Ok(d) => d,
+                Err(e) => {
+                    // The digests only read: memory is as the pass left it, and writing
+                    // every captured byte back repairs it as well as `dirty` would.
+                    log::warn!(
+                        "[kernel-replay] agent {}: digests of {} regions before a dirty restore failed ({e}); restoring them in full",
+                        sh.agent,
+                        live.len()
+                    );
+                    return Ok(full(live));
+                }
+            };
+            stats.compared_bytes += compared;
+            let mut now = now.into_iter();
+            for i in live {
+                let c = &snap.regions[i];
+                let mut ops = Vec::new();
+                for (k, before) in c.digests.iter().enumerate() {
+                    let changed = now.next() != Some(*before);
+                    if changed {
+                        let from = k as u64 * snap.chunk;
+                        let to = (from + snap.chunk).min(c.region.size);
+                        c.restore_ops(from, to, &mut ops);
+                    }
+                }
+                if !ops.is_empty() {
+                    out.push((i, ops));
+                }
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,88 @@
+//! A live snapshot's contents (SPEC §7.2–§7.4): each captured region and where its bytes lie in
+//! the backing blocks, the regions the scope check watches with their digests before the first
+//! pass, and the blocks it holds, which go back to the pool (or to quarantine, when a restore
+//! copy was abandoned) when it is dropped.
+
+use std::sync::Arc;
+
+use replay_core::policy::RestoreMode;
+use replay_core::{BackingId, CaptureStats, CopyOp, Digest128, MemLoc, RegionRef};
+use smallvec::SmallVec;
+
+use crate::pool::Block;
+use crate::shared::Shared;
+
+/// One contiguous part of a captured region in one backing block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece {
+    /// Offset inside the region.
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) backing: BackingId,
+    pub(crate) backing_offset: u64,
+}
+
+/// A captured region and where its bytes live.
+#[derive(Debug, Clone)]
+pub(crate) struct CapturedRegion {
+    pub(crate) region: RegionRef,
+    /// A module variable's code-object load generation at capture.
+    pub(crate) load: Option<u64>,
+    pub(crate) pieces: SmallVec<[Piece; 2]>,
+    /// Chunk digests at capture (restore `dirty` only).
+    pub(crate) digests: Vec<Digest128>,
+}
+
+impl CapturedRegion {
+    /// Copies from backing to device for region bytes [from, to).
+    pub(crate) fn restore_ops(&self, from: u64, to: u64, out: &mut Vec<CopyOp>) {
+        for p in &self.pieces {
+            let s = from.max(p.offset);
+            let e = to.min(p.offset + p.len);
+            if s < e {
+                out.push(CopyOp {
+                    src: MemLoc::Backing {
+                        id: p.backing,
+                        offset: p.backing_offset + (s - p.offset),
+                    },
+                    dst: MemLoc::Device {
+                        addr: self.region.base + s,
+                    },
+                    len: e - s,
+                });
+            }
+        }
+    }
+}
+
+/// A tracked region outside the snapshot, with its digests before the first pass.
+#[derive(Debug, Clone)]
+pub(crate) struct Watched {
+    pub(crate) region: RegionRef,
+    pub(crate) digests: Vec<Digest128>,
+}
+
+/// A snapshot alive for one window.
+pub(crate) struct EngineSnapshot {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) regions: Vec<CapturedRegion>,
+    pub(crate) blocks: Vec<Block>,
+    pub(crate) watched: Vec<Watched>,
+    pub(crate) stats: CaptureStats,
+    pub(crate) mode: RestoreMode,
+    pub(crate) chunk: u64,
+    pub(crate) keep: u64,
+    /// A restore copy was abandoned: the blocks may still be read by the device.
+    pub(crate) poisoned: bool,
+}
+
+impl Drop for EngineSnapshot {
+    fn drop(&mut self) {
+        let blocks = std::mem::take(&mut self.blocks);
+        if self.poisoned {
+            self.shared.pool.quarantine(&blocks);
+        } else {
+            self.shared.pool.give_back(blocks, Some(self.keep));
+        }
+    }
+}
