@@ -480,9 +480,11 @@ fn env_over_keeps_the_well_formed_values_and_lists_every_malformed_one() {
             "ROCPROFILER_KERNEL_REPLAY_CHUNK_BYTES"
         ]
     );
-    let mut want = Policy::default();
-    want.scope = Scope::Arguments;
-    want.log_level = LogLevel::Debug;
+    let want = Policy {
+        scope: Scope::Arguments,
+        log_level: LogLevel::Debug,
+        ..Policy::default()
+    };
     assert_eq!(
         got.policy, want,
         "well-formed values kept, malformed ones left as they were"
@@ -492,10 +494,12 @@ fn env_over_keeps_the_well_formed_values_and_lists_every_malformed_one() {
 
 #[test]
 fn env_over_applies_over_a_base_and_leaves_unset_fields_alone() {
-    let mut base = Policy::default();
-    base.scope = Scope::Arguments;
-    base.pass_timeout = Duration::from_millis(250);
-    base.drain_timeout = Duration::from_millis(250);
+    let base = Policy {
+        scope: Scope::Arguments,
+        pass_timeout: Duration::from_millis(250),
+        drain_timeout: Duration::from_millis(250),
+        ..Policy::default()
+    };
     let got = over_map(
         base.clone(),
         &[("KREPLAY_SCOPE", b"all"), ("KREPLAY_MAX_PASSES", b"0")],

@@ -53,6 +53,8 @@ pub(crate) enum Error {
     Context(ContextError),
     /// A policy value was rejected.
     Policy(PolicyError),
+    /// Policy variables of the environment were malformed and not set since through the API.
+    EnvPolicy(Vec<PolicyError>),
     /// A malformed argument.
     BadArgument(String),
     /// The caller's buffer is too small.
@@ -86,7 +88,7 @@ impl Error {
             Self::Context(ContextError::ContextNotStarted(_)) => KREPLAY_STATUS_CONTEXT_NOT_STARTED,
             Self::Context(ContextError::Unsupported(_)) => KREPLAY_STATUS_UNSUPPORTED,
             Self::Context(ContextError::UnknownContext(_)) => KREPLAY_STATUS_INVALID_HANDLE,
-            Self::Policy(_) => KREPLAY_STATUS_POLICY_ERROR,
+            Self::Policy(_) | Self::EnvPolicy(_) => KREPLAY_STATUS_POLICY_ERROR,
             Self::BadArgument(_) => KREPLAY_STATUS_BAD_ARGUMENT,
             Self::BufferTooSmall { .. } => KREPLAY_STATUS_BUFFER_TOO_SMALL,
             Self::AlreadyExists(_) => KREPLAY_STATUS_ALREADY_EXISTS,
@@ -116,6 +118,21 @@ impl fmt::Display for Error {
             Self::InCallback => f.write_str("not allowed from inside a kernel-replay callback"),
             Self::Context(e) => write!(f, "{e}"),
             Self::Policy(e) => write!(f, "{e}"),
+            Self::EnvPolicy(errors) => {
+                write!(
+                    f,
+                    "the environment's replay policy has {} malformed variable(s): ",
+                    errors.len()
+                )?;
+                for (i, e) in errors.iter().enumerate() {
+                    write!(f, "{}{e}", if i == 0 { "" } else { "; " })?;
+                }
+                f.write_str(
+                    ". Well-formed variables are in force; fix these in the environment, or set each \
+                     through kreplay_policy_set (the filter's through kreplay_filter_set), before \
+                     configuring replay",
+                )
+            }
             Self::BadArgument(msg) => f.write_str(msg),
             Self::BufferTooSmall { required, given } => {
                 write!(f, "the buffer holds {given} bytes; {required} are needed")

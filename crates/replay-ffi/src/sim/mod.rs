@@ -25,6 +25,7 @@ pub(crate) use state::SimTables;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::mem::size_of;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use replay_core::{AgentId, Dim3, DispatchId, MemoryClass, Tier};
 use replay_mock::{CounterGroup, Fault, FaultId, FaultMode, Kernel, ModuleSpec, SimError};
@@ -36,6 +37,7 @@ use crate::checked::{
 use crate::entry::refuse_in_callback;
 use crate::state::library;
 use crate::sys::*;
+use crate::tool::in_callback;
 use state::{ensure_shutdown_hook, full, stale, DispatchEntry, KernelEntry, ModuleEntry};
 
 /// Most agents of one simulator.
@@ -197,6 +199,34 @@ fn check_bytes(what: &str, n: u64) -> Result<(), Error> {
     } else {
         Ok(())
     }
+}
+
+/// `kreplay_sim_dispatch` calls running now: a replay window runs inside one, on its thread,
+/// so `kreplay_shutdown` waits for them before it shuts the simulators down.
+static DISPATCHES_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// One `kreplay_sim_dispatch` in flight until dropped.
+struct DispatchInFlight;
+
+impl DispatchInFlight {
+    /// Counted before the call checks for shutdown (SeqCst, with the fence in
+    /// `kreplay_shutdown`): either shutdown sees this call, or this call sees shutdown.
+    fn enter() -> Self {
+        DISPATCHES_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Self
+    }
+}
+
+impl Drop for DispatchInFlight {
+    fn drop(&mut self) {
+        DISPATCHES_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Number of `kreplay_sim_dispatch` calls running now.
+pub(crate) fn dispatches_in_flight() -> usize {
+    DISPATCHES_IN_FLIGHT.load(Ordering::SeqCst)
 }
 
 /// The simulator runtime of a live handle.
@@ -683,6 +713,14 @@ pub unsafe extern "C" fn kreplay_sim_module_kernel(
 
 /// Unloads a code object: its variables are freed and its kernel handles become invalid.
 ///
+/// The handles go at once. On the device, an unload must never pull memory from under a replay
+/// window that captured the module's variables (its restore would write into memory that is
+/// gone, SPEC §7.1), so: from a thread outside any callback it waits until no window is open on
+/// the module's agent (the agent's write gate, as for any write that is not replayed) and then
+/// unloads; from inside a callback (a window on this thread, which cannot be waited for) it is
+/// recorded and carried out when that window has closed, before the `kreplay_sim_dispatch` that
+/// ran it returns. The remaining passes of that dispatch see the module as it was captured.
+///
 /// # Safety
 ///
 /// No preconditions (the handle is checked).
@@ -693,17 +731,50 @@ pub extern "C" fn kreplay_sim_module_unload(module: kreplay_sim_module_t) -> kre
         let (rt, m) = {
             let mut tables = lib.sims.lock();
             tables.open()?;
-            let m = tables
+            let entry = tables
                 .modules
                 .remove(module.handle)
                 .ok_or_else(|| stale("module", module.handle))?;
             tables
                 .kernels
                 .remove_where(|k| k.module.is_some_and(|(h, _)| h == module.handle));
-            (tables.runtime(m.sim)?, m.module)
+            let rt = tables.runtime(entry.sim)?;
+            if in_callback() {
+                tables.pending_unloads.push((entry.sim, entry.module));
+                return Ok(());
+            }
+            (rt, entry.module)
         };
+        // No lock of ours is held while waiting for a window.
+        let _gate = lib.service.enter_write(m.agent);
         rt.unload_module(&m).map_err(sim_error)
     })
+}
+
+/// Carries out the unloads recorded inside callbacks, once this thread is outside every
+/// callback (so no window of this thread is open); each waits for windows of other threads on
+/// its agent, as a direct unload does.
+fn run_pending_unloads(lib: &crate::state::Library) {
+    if in_callback() {
+        return;
+    }
+    let pending: Vec<_> = {
+        let mut tables = lib.sims.lock();
+        let taken = std::mem::take(&mut tables.pending_unloads);
+        taken
+            .into_iter()
+            .filter_map(|(sim, m)| tables.runtime(sim).ok().map(|rt| (rt, m)))
+            .collect()
+    };
+    for (rt, m) in pending {
+        let _gate = lib.service.enter_write(m.agent);
+        if let Err(e) = rt.unload_module(&m) {
+            log::error!(
+                "[kernel-replay] sim: unloading module {:?} after the replay window failed: {e}",
+                m.name
+            );
+        }
+    }
 }
 
 // ----- Dispatches --------------------------------------------------------------------------
@@ -729,6 +800,7 @@ pub unsafe extern "C" fn kreplay_sim_dispatch(
     dispatch: *mut kreplay_sim_dispatch_t,
 ) -> kreplay_status_t {
     guard("kreplay_sim_dispatch", || {
+        let _in_flight = DispatchInFlight::enter();
         let lib = library()?;
         if args_size > 0 {
             non_null(args, "args")?;
@@ -786,9 +858,10 @@ pub unsafe extern "C" fn kreplay_sim_dispatch(
             unsafe { std::slice::from_raw_parts(args.cast::<u8>(), args_size) }
         };
         // No lock is held: the replay window runs here and calls the tool, which may call in.
-        let completion = rt
-            .dispatch(q, &k, bytes, Dim3::new(grid.x, grid.y, grid.z))
-            .map_err(sim_error)?;
+        let completion = rt.dispatch(q, &k, bytes, Dim3::new(grid.x, grid.y, grid.z));
+        // The window (if any) has closed: modules its callbacks unloaded go now.
+        run_pending_unloads(lib);
+        let completion = completion.map_err(sim_error)?;
         if dispatch.is_null() {
             return Ok(());
         }

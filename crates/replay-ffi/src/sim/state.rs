@@ -60,6 +60,10 @@ pub(crate) struct SimTables {
     pub(crate) kernels: HandleTable<KernelEntry>,
     pub(crate) modules: HandleTable<ModuleEntry>,
     pub(crate) dispatches: HandleTable<DispatchEntry>,
+    /// Modules unloaded from inside a callback: their handles are gone, their code objects
+    /// are unloaded on the device once the window has closed (by the outermost
+    /// `kreplay_sim_dispatch` that returns; see `kreplay_sim_module_unload`).
+    pub(crate) pending_unloads: Vec<(u64, Module)>,
 }
 
 impl Default for SimTables {
@@ -71,6 +75,7 @@ impl Default for SimTables {
             kernels: HandleTable::tagged(TAG_KERNEL),
             modules: HandleTable::tagged(TAG_MODULE),
             dispatches: HandleTable::tagged(TAG_DISPATCH),
+            pending_unloads: Vec::new(),
         }
     }
 }
@@ -122,6 +127,8 @@ impl SimTables {
         self.kernels.remove_where(|k| k.sim == sim);
         self.modules.remove_where(|m| m.sim == sim);
         self.dispatches.remove_where(|d| d.sim == sim);
+        // Its code objects go with the runtime.
+        self.pending_unloads.retain(|(s, _)| *s != sim);
         Ok(entry.rt)
     }
 
