@@ -12,6 +12,7 @@
  *   execution, and the code object is gone once the dispatch returned.
  * - shutdown: kreplay_shutdown() from another thread while a replay window runs there waits for
  *   the window, which ends without further callbacks; nothing aborts or stalls.
+ * - counters: a counter that would overflow saturates (work_items of the largest grid).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -354,18 +355,59 @@ static void scenario_shutdown(uint64_t passes) {
     pthread_mutex_destroy(&the_tool.lock);
 }
 
+/* ----- counters ----------------------------------------------------------------------------- */
+
+/* Counters saturate instead of wrapping: work_items of the largest grid is UINT64_MAX. */
+static void scenario_counters(void) {
+    kreplay_sim_t sim;
+    kreplay_sim_kernel_t k;
+    kreplay_sim_counter_sample_t sample;
+    kreplay_sim_result_t r;
+    kreplay_sim_dispatch_t d;
+    kreplay_dim3_t g;
+    uint64_t a = 0, args[2];
+    KR_OK(kreplay_sim_create(1, &sim));
+    KR_OK(kreplay_sim_alloc(sim, 0, 8, KREPLAY_SIM_MEMORY_DEVICE_COARSE, &a));
+    KR_OK(kreplay_sim_kernel_create(sim, "increment_u64", &k));
+    KR_OK(kreplay_sim_counter_select(sim, 0, KREPLAY_SIM_COUNTER_WORK_ITEMS));
+    args[0] = a;
+    args[1] = 1;
+    g.x = UINT32_MAX;
+    g.y = UINT32_MAX;
+    g.z = UINT32_MAX;
+    KR_OK(kreplay_sim_dispatch(sim, 0, 0, k, args, sizeof(args), g, &d));
+    memset(&r, 0, sizeof(r));
+    r.size = sizeof(r);
+    KR_OK(kreplay_sim_wait(d, &r));
+    memset(&sample, 0, sizeof(sample));
+    sample.size = sizeof(sample);
+    KR_OK(kreplay_sim_counter_read(sim, 0, KREPLAY_SIM_LAST_EXECUTION, &sample));
+    KR_CHECK(sample.value == UINT64_MAX);
+    KR_CHECK(sample.group == KREPLAY_SIM_COUNTER_WORK_ITEMS);
+    /* The next grid is counted exactly again. */
+    g.y = 2;
+    g.z = 1;
+    KR_OK(kreplay_sim_dispatch(sim, 0, 0, k, args, sizeof(args), g, &d));
+    KR_OK(kreplay_sim_wait(d, &r));
+    KR_OK(kreplay_sim_counter_read(sim, 0, KREPLAY_SIM_LAST_EXECUTION, &sample));
+    KR_CHECK(sample.value == 2 * (uint64_t)UINT32_MAX);
+    KR_OK(kreplay_shutdown());
+}
+
 int main(int argc, char** argv) {
     const char* which = argc > 1 ? argv[1] : "";
     memset(&the_tool, 0, sizeof(the_tool));
     if (strcmp(which, "env") == 0) {
         scenario_env();
+    } else if (strcmp(which, "counters") == 0) {
+        scenario_counters();
     } else if (strcmp(which, "unload") == 0) {
         scenario_unload();
     } else if (strcmp(which, "shutdown") == 0) {
         /* Passes of the window shutdown meets (fewer under valgrind). */
         scenario_shutdown(argc > 2 ? strtoull(argv[2], NULL, 10) : 64);
     } else {
-        fprintf(stderr, "usage: %s env|unload|shutdown [PASSES]\n", argv[0]);
+        fprintf(stderr, "usage: %s env|unload|shutdown|counters [PASSES]\n", argv[0]);
         return 2;
     }
     return kr_report();

@@ -842,7 +842,9 @@ pub(crate) fn summary_to_c(s: &RunSummary) -> kreplay_summary_t {
     ] {
         for (name, n) in map {
             match reason_code_by_name(name) {
-                Some(code) if (code as usize) < out.len() => out[code as usize] += n,
+                Some(code) if (code as usize) < out.len() => {
+                    out[code as usize] = out[code as usize].saturating_add(*n)
+                }
                 _ => log::warn!("[kernel-replay] summary reason {name:?} has no C value"),
             }
         }
@@ -1044,6 +1046,33 @@ mod tests {
             2
         );
         assert_eq!(s.truncated_by_reason[KREPLAY_REASON_PASS_LIMIT as usize], 1);
+    }
+
+    #[test]
+    fn summary_counters_saturate_instead_of_wrapping() {
+        use replay_core::{AgentId, DispatchId};
+        let mut rs = RunSummary {
+            dispatches: u64::MAX,
+            restored_bytes: u64::MAX - 1,
+            ..RunSummary::default()
+        };
+        rs.declined.insert("footprint_budget".into(), u64::MAX);
+        rs.declined.insert("snapshot_failed".into(), 3);
+        let mut r = OutcomeRecord::new(DispatchId(1), AgentId(0), "k");
+        r.outcome = Outcome::Declined;
+        r.reason = Reason::FootprintBudget;
+        r.restored_bytes = 10;
+        rs.add(&r, 0.0);
+        assert_eq!(rs.dispatches, u64::MAX);
+        assert_eq!(rs.restored_bytes, u64::MAX);
+        assert_eq!(rs.declined["footprint_budget"], u64::MAX);
+        let c = summary_to_c(&rs);
+        assert_eq!(c.declined, u64::MAX, "the total saturates too");
+        assert_eq!(
+            c.declined_by_reason[KREPLAY_REASON_FOOTPRINT_BUDGET as usize],
+            u64::MAX
+        );
+        assert_eq!(c.declined_by_reason[KREPLAY_REASON_SNAPSHOT_FAILED as usize], 3);
     }
 
     #[test]
