@@ -133,7 +133,7 @@ pub fn usage() -> String {
          kreplay bench --backend cuda check\n  \
          kreplay bench --backend cuda merge FILE... --out FILE\n  \
          kreplay bench --backend cuda app --alloc-gib N --kernel-mib M [--buffers 4]\n  \
-         kreplay help | --help\n  kreplay --version\n\n\
+         kreplay help | --help | demo --help\n  kreplay --version\n\n\
          demo runs a small workload on the simulated GPU under replay and checks every dispatch\n\
          against the same workload run once without replay.\n\n\
          bench --backend cuda checks and measures the CUDA backend on a real NVIDIA GPU (CUDA is\n\

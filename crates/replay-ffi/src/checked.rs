@@ -1072,7 +1072,10 @@ mod tests {
             c.declined_by_reason[KREPLAY_REASON_FOOTPRINT_BUDGET as usize],
             u64::MAX
         );
-        assert_eq!(c.declined_by_reason[KREPLAY_REASON_SNAPSHOT_FAILED as usize], 3);
+        assert_eq!(
+            c.declined_by_reason[KREPLAY_REASON_SNAPSHOT_FAILED as usize],
+            3
+        );
     }
 
     #[test]

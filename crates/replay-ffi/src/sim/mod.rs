@@ -10,7 +10,10 @@
 //! - Handles (simulator, kernel, module, dispatch) are checked like context handles, each type
 //!   with its own tag. Destroying a simulator invalidates its kernels, modules and dispatches
 //!   and joins its worker threads; `kreplay_shutdown` does the same for every simulator left
-//!   (a hook of the [`crate::threads`] registry).
+//!   (a hook of the [`crate::threads`] registry), once no `kreplay_sim_dispatch` is running
+//!   (they are counted, so it can wait for a window running inside one).
+//! - A module unloaded from inside a callback goes when the window has closed (see
+//!   `kreplay_sim_module_unload`), so no restore writes into unloaded memory.
 //! - Counters, faults and digests are the simulator's own: one counter group per execution,
 //!   selected per agent (typically in PASS ENTER); faults per agent; a digest of all
 //!   application memory of an agent, comparable across simulators.
