@@ -947,8 +947,12 @@ kreplay_status_t kreplay_sim_create(uint32_t agent_count, kreplay_sim_t* sim);
 
 /**
  * Destroys a simulator: its kernels, modules and dispatches become invalid, work still queued
- * is dropped, and its worker threads are joined before this returns.
- * Errors: INVALID_HANDLE, IN_CALLBACK, SHUT_DOWN.
+ * is dropped, and its worker threads are joined before this returns. A kreplay_sim_dispatch()
+ * on it running on another thread (a replay window inside it, with its callbacks) is waited
+ * for first, up to the policy's drain_timeout + pass_timeout; past that bound the handle is
+ * gone all the same, the runtime is left running until kreplay_shutdown() and DEVICE_ERROR is
+ * returned.
+ * Errors: INVALID_HANDLE, IN_CALLBACK, DEVICE_ERROR (see above), SHUT_DOWN.
  */
 kreplay_status_t kreplay_sim_destroy(kreplay_sim_t sim);
 

@@ -12,6 +12,8 @@
  *   execution, and the code object is gone once the dispatch returned.
  * - shutdown: kreplay_shutdown() from another thread while a replay window runs there waits for
  *   the window, which ends without further callbacks; nothing aborts or stalls.
+ * - destroy: the same with kreplay_sim_destroy() of the window's simulator: it waits for the
+ *   dispatch, whose window ends normally.
  * - counters: a counter that would overflow saturates (work_items of the largest grid).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -309,7 +311,8 @@ static void* launch_thread(void* p) {
     return NULL;
 }
 
-static void scenario_shutdown(uint64_t passes) {
+/* `destroy`: kreplay_sim_destroy() of the window's simulator instead of kreplay_shutdown(). */
+static void scenario_shutdown(uint64_t passes, int destroy) {
     launch l;
     pthread_t thread;
     int opened, enters_at_return;
@@ -340,6 +343,20 @@ static void scenario_shutdown(uint64_t passes) {
     pthread_mutex_unlock(&the_tool.lock);
     KR_CHECK(opened == 1);
 
+    if (destroy) {
+        /* Destroy waits for the dispatch running the window, which keeps its callbacks. */
+        KR_OK(kreplay_sim_destroy(l.sim));
+        KR_CHECK(the_tool.config_exits == 1);
+        KR_CHECK(the_tool.outcome == KREPLAY_OUTCOME_REPLAYED);
+        KR_CHECK(the_tool.executed == (uint32_t)passes);
+        KR_CHECK(pthread_join(thread, NULL) == 0);
+        KR_EXPECT(l.status, KREPLAY_STATUS_OK);
+        KR_EXPECT(kreplay_sim_synchronize(l.sim), KREPLAY_STATUS_INVALID_HANDLE);
+        KR_OK(kreplay_shutdown());
+        pthread_cond_destroy(&the_tool.cond);
+        pthread_mutex_destroy(&the_tool.lock);
+        return;
+    }
     /* The window on the other thread is open: shutdown waits for it. */
     KR_OK(kreplay_shutdown());
     enters_at_return = the_tool.pass_enters;
@@ -405,9 +422,11 @@ int main(int argc, char** argv) {
         scenario_unload();
     } else if (strcmp(which, "shutdown") == 0) {
         /* Passes of the window shutdown meets (fewer under valgrind). */
-        scenario_shutdown(argc > 2 ? strtoull(argv[2], NULL, 10) : 64);
+        scenario_shutdown(argc > 2 ? strtoull(argv[2], NULL, 10) : 64, 0);
+    } else if (strcmp(which, "destroy") == 0) {
+        scenario_shutdown(argc > 2 ? strtoull(argv[2], NULL, 10) : 64, 1);
     } else {
-        fprintf(stderr, "usage: %s env|unload|shutdown|counters [PASSES]\n", argv[0]);
+        fprintf(stderr, "usage: %s env|unload|shutdown|destroy|counters [PASSES]\n", argv[0]);
         return 2;
     }
     return kr_report();

@@ -737,7 +737,7 @@ pub unsafe extern "C" fn kreplay_summary_json(
 // ----- Shutdown ----------------------------------------------------------------------------
 
 /// How long `kreplay_shutdown` waits for replay windows still open, and how often it looks.
-fn window_wait_bounds(lib: &crate::state::Library) -> (Duration, Duration) {
+pub(crate) fn window_wait_bounds(lib: &crate::state::Library) -> (Duration, Duration) {
     let p = lib.service.policy();
     // A window without callbacks runs its remaining passes; each of its waits is bounded by
     // the drain or pass timeout, so one of each bounds the pass in progress and its restore.
@@ -748,29 +748,27 @@ fn window_wait_bounds(lib: &crate::state::Library) -> (Duration, Duration) {
     (bound, slice)
 }
 
-/// Waits, bounded, until no replay window is open and no simulator dispatch is running.
-/// `Err(what was still running)` at the bound.
-fn wait_for_windows(lib: &crate::state::Library) -> Result<(), String> {
+/// Waits, bounded, until `busy` answers `None`; `Err(what it last answered)` at the bound.
+/// Polls on the library's clock, with a progress warning per `progress_interval`.
+pub(crate) fn wait_until_idle(
+    lib: &crate::state::Library,
+    who: &str,
+    busy: impl Fn() -> Option<String>,
+) -> Result<(), String> {
     let (bound, slice) = window_wait_bounds(lib);
     let clock = &lib.clock;
     let start = replay_core::Clock::now(&**clock);
     let mut warned = start;
     loop {
-        let windows = lib.service.open_windows();
-        let dispatches = crate::sim::dispatches_in_flight();
-        if windows == 0 && dispatches == 0 {
-            return Ok(());
-        }
+        let Some(what) = busy() else { return Ok(()) };
         let now = replay_core::Clock::now(&**clock);
         let waited = now.saturating_sub(start);
-        let what =
-            format!("{windows} replay window(s) open, {dispatches} simulator dispatch(es) running");
         if waited >= bound {
             return Err(what);
         }
         if now.saturating_sub(warned) >= lib.service.policy().progress_interval {
             log::warn!(
-                "[kernel-replay] shutdown: {what}; waiting for them ({:.1} s of at most {:.1} s)",
+                "[kernel-replay] {who}: {what}; waiting for them ({:.1} s of at most {:.1} s)",
                 waited.as_secs_f64(),
                 bound.as_secs_f64()
             );
@@ -778,6 +776,18 @@ fn wait_for_windows(lib: &crate::state::Library) -> Result<(), String> {
         }
         replay_core::Clock::sleep(&**clock, slice);
     }
+}
+
+/// Waits, bounded, until no replay window is open and no simulator dispatch is running.
+/// `Err(what was still running)` at the bound.
+fn wait_for_windows(lib: &crate::state::Library) -> Result<(), String> {
+    wait_until_idle(lib, "shutdown", || {
+        let windows = lib.service.open_windows();
+        let dispatches = crate::sim::dispatches_in_flight();
+        (windows != 0 || dispatches != 0).then(|| {
+            format!("{windows} replay window(s) open, {dispatches} simulator dispatch(es) running")
+        })
+    })
 }
 
 /// Shuts the library down.

@@ -301,6 +301,11 @@ fn shutdown_from_another_thread_waits_for_the_open_window() {
 }
 
 #[test]
+fn destroying_the_simulator_from_another_thread_waits_for_the_open_window() {
+    bad_input("destroy", &[], false);
+}
+
+#[test]
 fn a_counter_that_would_overflow_saturates() {
     bad_input("counters", &[], false);
 }
@@ -313,6 +318,7 @@ fn the_bad_input_scenarios_are_clean_under_valgrind() {
     bad_input("env", &[], true);
     bad_input("unload", &[], true);
     bad_input("shutdown", &["8"], true);
+    bad_input("destroy", &["8"], true);
     bad_input("counters", &[], true);
 }
 

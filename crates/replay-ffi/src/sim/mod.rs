@@ -274,7 +274,10 @@ pub unsafe extern "C" fn kreplay_sim_create(
             } else {
                 tables
                     .sims
-                    .insert(state::SimEntry { rt: rt.clone() })
+                    .insert(state::SimEntry {
+                        rt: rt.clone(),
+                        in_flight: Default::default(),
+                    })
                     .map_err(|_| full("simulator"))
             }
         };
@@ -291,7 +294,9 @@ pub unsafe extern "C" fn kreplay_sim_create(
 }
 
 /// Destroys a simulated runtime: its kernels, modules and dispatches become invalid and its
-/// worker threads are joined.
+/// worker threads are joined. A `kreplay_sim_dispatch` on it running on another thread (a
+/// replay window inside it) is waited for first, bounded as shutdown's wait is: shutting the
+/// runtime down under a window would fail its restore, which aborts.
 ///
 /// # Safety
 ///
@@ -301,8 +306,23 @@ pub extern "C" fn kreplay_sim_destroy(sim: kreplay_sim_t) -> kreplay_status_t {
     guard("kreplay_sim_destroy", || {
         let lib = library()?;
         refuse_in_callback()?;
-        let rt = lib.sims.lock().remove_sim(sim.handle)?;
-        // No lock is held: joining waits for the workers, whose kernels never call in.
+        let (rt, in_flight) = lib.sims.lock().remove_sim(sim.handle)?;
+        // No lock is held while waiting: the dispatches' callbacks may call in.
+        let idle = crate::entry::wait_until_idle(lib, "kreplay_sim_destroy", || {
+            let n = in_flight.load(Ordering::SeqCst);
+            (n != 0).then(|| format!("{n} dispatch(es) on the simulator still running"))
+        });
+        if let Err(what) = idle {
+            let (bound, _) = crate::entry::window_wait_bounds(lib);
+            // Shut down with the others at kreplay_shutdown, never under a running window.
+            lib.sims.lock().stragglers.push(rt);
+            return Err(Error::Device(format!(
+                "kreplay_sim_destroy waited {:.1} s and {what}; the handle is gone, the runtime \
+                 is shut down at kreplay_shutdown()",
+                bound.as_secs_f64()
+            )));
+        }
+        // Joining waits for the workers, whose kernels never call in.
         rt.shutdown();
         Ok(())
     })
@@ -317,6 +337,7 @@ pub extern "C" fn kreplay_sim_destroy(sim: kreplay_sim_t) -> kreplay_status_t {
 pub extern "C" fn kreplay_sim_synchronize(sim: kreplay_sim_t) -> kreplay_status_t {
     guard("kreplay_sim_synchronize", || {
         runtime(sim)?.wait_idle();
+        run_pending_unloads(library()?);
         Ok(())
     })
 }
@@ -819,9 +840,9 @@ pub unsafe extern "C" fn kreplay_sim_dispatch(
                 grid.x, grid.y, grid.z
             )));
         }
-        let (rt, k) = {
+        let (rt, _busy, k) = {
             let tables = lib.sims.lock();
-            let rt = tables.runtime(sim.handle)?;
+            let (rt, busy) = tables.dispatching(sim.handle)?;
             let k = tables
                 .kernels
                 .get(kernel.handle)
@@ -840,7 +861,7 @@ pub unsafe extern "C" fn kreplay_sim_dispatch(
                     )));
                 }
             }
-            (rt, k.kernel.clone())
+            (rt, busy, k.kernel.clone())
         };
         let agent_id = agent_of(&rt, agent)?;
         let q = rt
