@@ -56,6 +56,16 @@ fn log_level() -> Result<LogLevel, replay_core::PolicyError> {
 }
 
 fn main() -> ExitCode {
+    // A panic anywhere (a bug, or code outside this crate that prints with `eprintln!` to a
+    // stderr that cannot take it) is one line, if stderr takes it, and exit 1: never a
+    // backtrace or the status 101 of an uncaught panic.
+    std::panic::set_hook(Box::new(|info| {
+        say(format_args!("kreplay: internal error: {info}"));
+    }));
+    std::panic::catch_unwind(run).unwrap_or(ExitCode::from(EXIT_FAILED))
+}
+
+fn run() -> ExitCode {
     let cmd = match cli::parse_os(std::env::args_os().skip(1)) {
         Ok(c) => c,
         Err(e) => {

@@ -134,6 +134,14 @@ fn an_error_whose_stderr_cannot_be_written_ends_with_our_status() {
         assert_eq!(o.status.code(), Some(1), "{what}");
         let o = output(kreplay().arg("--help").stdout(make()).stderr(make()));
         assert_eq!(o.status.code(), Some(1), "{what}");
+        // The CUDA bench's messages (none reach a GPU-less machine's stderr here).
+        let o = output(
+            kreplay()
+                .args(["bench", "--backend", "cuda", "check"])
+                .stdout(make())
+                .stderr(make()),
+        );
+        assert_ne!(o.status.code(), Some(101), "{what}");
         // The panic hook of the demo's deliberately panicking tool writes to stderr too.
         let o = output(
             kreplay()
