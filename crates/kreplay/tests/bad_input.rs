@@ -142,6 +142,17 @@ fn an_error_whose_stderr_cannot_be_written_ends_with_our_status() {
                 .stderr(make()),
         );
         assert_ne!(o.status.code(), Some(101), "{what}");
+        // A failed restore still aborts (SIGABRT), also when its message cannot be written.
+        let o = output(
+            kreplay()
+                .args(["demo", "--inject", "restore-fail"])
+                .stdout(Stdio::null())
+                .stderr(make()),
+        );
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(o.status.signal(), Some(6), "{what}: {:?}", o.status);
+        }
         // The panic hook of the demo's deliberately panicking tool writes to stderr too.
         let o = output(
             kreplay()
