@@ -144,16 +144,7 @@ fn cpp17_consumer_test_passes() {
 
 #[test]
 fn c11_consumer_test_is_clean_under_valgrind() {
-    let have = Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var_os("KREPLAY_REQUIRE_VALGRIND").is_none(),
-            "KREPLAY_REQUIRE_VALGRIND is set but valgrind is not installed"
-        );
-        eprintln!("valgrind is not installed; skipping (set KREPLAY_REQUIRE_VALGRIND=1 to fail)");
+    if !have_valgrind() {
         return;
     }
     let exe = build("c", "tests/c/abi_test.c", "abi_test_c_valgrind");
