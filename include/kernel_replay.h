@@ -523,7 +523,10 @@ kreplay_status_t kreplay_has_overrides(int32_t* any);
  * `callback_data` is passed back to every call of `callback`, from whatever thread runs the
  * window; it must stay valid until the context is destroyed or the library shut down.
  * Errors: NULL_POINTER (`callback`), BAD_ENUM (`subscription` 0 or with unknown bits),
- * INVALID_HANDLE, ALREADY_CONFIGURED, IN_CALLBACK, SHUT_DOWN.
+ * INVALID_HANDLE, ALREADY_CONFIGURED, IN_CALLBACK, POLICY_ERROR (a policy variable of the
+ * environment is malformed and has not been set through the API since: see "The policy from
+ * the environment" below; nothing is configured, kreplay_last_error() names every such
+ * variable), SHUT_DOWN.
  */
 kreplay_status_t kreplay_configure_replay(kreplay_context_t context,
                                           kreplay_subscription_t subscription,
@@ -562,6 +565,21 @@ kreplay_status_t kreplay_replay_stop_context(kreplay_context_t context);
 /* ----------------------------------------------------------------------------------------- */
 /* Policy and the kernel filter (SPEC 8, 3)                                                   */
 /* ----------------------------------------------------------------------------------------- */
+
+/*
+ * The policy from the environment (SPEC 8). The library reads the KREPLAY_* variables (and
+ * their upstream ROCPROFILER_KERNEL_REPLAY_* aliases; the KREPLAY_ name wins when both are set)
+ * once, when its first function is called. Every well-formed variable is applied. A malformed
+ * variable -- a value that does not parse, or that is not valid UTF-8 -- is logged and its
+ * setting keeps the default, and the library refuses to start replay on such a policy:
+ * kreplay_configure_replay() answers KREPLAY_STATUS_POLICY_ERROR, naming every malformed
+ * variable in kreplay_last_error(), until each one has been set through kreplay_policy_set()
+ * (under any of its names) or, for the filter's variables (KREPLAY_KERNEL_INCLUDE, _EXCLUDE,
+ * KREPLAY_DISPATCH_RANGE, KREPLAY_KERNEL_SKIP, _COUNT), kreplay_filter_set(). The other
+ * functions work meanwhile (kreplay_policy_json() shows the policy in force), so a tool can
+ * report the problem, fix it, or run without replay. A malformed KREPLAY_LOG leaves the
+ * default sink at "info".
+ */
 
 /**
  * Sets one policy variable, named as its environment variable: "KREPLAY_MAX_PASSES", its
@@ -636,7 +654,8 @@ kreplay_status_t kreplay_outcome_json(const kreplay_outcome_t* outcome, char* bu
 kreplay_status_t kreplay_outcome_sink_set(kreplay_outcome_sink_t sink, void* data);
 
 /**
- * The run summary so far. Set `summary->size = sizeof(kreplay_summary_t)` first.
+ * The run summary so far. Set `summary->size = sizeof(kreplay_summary_t)` first. Its counts
+ * saturate at UINT64_MAX (a long run's byte totals can get there); they never wrap.
  * Errors: NULL_POINTER, BAD_SIZE, SHUT_DOWN.
  */
 kreplay_status_t kreplay_summary_get(kreplay_summary_t* summary);
@@ -656,7 +675,20 @@ kreplay_status_t kreplay_summary_json(char* buffer, size_t buffer_size, size_t* 
  * (it waits for those running on other threads), every thread the library started is joined,
  * and every handle becomes invalid. Afterwards every stateful function returns SHUT_DOWN
  * (this one too); the library cannot be restarted in this process.
- * Errors: IN_CALLBACK, SHUT_DOWN.
+ *
+ * Called while other threads are inside the library: a replay window already open on another
+ * thread is not cut short (that would leave memory half restored) but runs its remaining
+ * passes without the tool -- the callback in progress finishes, no callback starts afterwards,
+ * a fixed pass count runs to its end, an open-ended loop stops after the pass in progress --
+ * and ends with memory equal to one execution and the application's completion signalled.
+ * Shutdown waits for every such window and every kreplay_sim_dispatch() in progress, up to
+ * the policy's drain_timeout + pass_timeout (120 s by default), before it shuts the simulators
+ * down and releases what they use. Those dispatches return normally (one that keeps a
+ * dispatch handle may get SHUT_DOWN instead, the kernel having run). Should a window still be
+ * open at that bound, the library is shut down all the same, but its simulators, their
+ * threads and the service's tables are left in place (nothing is released under a running
+ * window) and DEVICE_ERROR is returned.
+ * Errors: IN_CALLBACK, DEVICE_ERROR (a window outlived the bound, see above), SHUT_DOWN.
  */
 kreplay_status_t kreplay_shutdown(void);
 
@@ -681,7 +713,11 @@ kreplay_status_t kreplay_shutdown(void);
  *   kreplay_sim_dispatch_t) are checked like context handles; a handle of one type passed as
  *   another is INVALID_HANDLE. Destroying a simulator invalidates its kernels, modules and
  *   dispatches.
- * - kreplay_shutdown() shuts every simulator left down and joins its worker threads.
+ * - kreplay_shutdown() shuts every simulator left down and joins its worker threads, after
+ *   the dispatches in progress on other threads have returned.
+ * - Counters never wrap: a simulated counter, a fault's hit count and every kreplay_summary_t
+ *   count saturate at the maximum of their type (work_items of a grid whose product exceeds
+ *   UINT64_MAX reads UINT64_MAX; hits stop at UINT32_MAX).
  * - These functions may be called from inside replay callbacks (a kernel launched there is
  *   tool work: it runs once, unreplayed), except kreplay_sim_destroy().
  */
@@ -887,7 +923,9 @@ typedef struct kreplay_sim_counter_sample_t {
     uint32_t pass;
     /** The group collected (a kreplay_sim_counter_group value), or KREPLAY_SIM_COUNTER_NONE. */
     kreplay_sim_counter_group_t group;
-    /** Its value; 0 when nothing was collected. */
+    /** Its value; 0 when nothing was collected. Saturates at UINT64_MAX (work_items of a
+     *  grid whose product is larger); per-execution byte and instruction counts stay far
+     *  below it (a built-in kernel touches at most 256 MiB per buffer). */
     uint64_t value;
     /** Modelled GPU time of the execution. */
     double gpu_seconds;
@@ -909,8 +947,12 @@ kreplay_status_t kreplay_sim_create(uint32_t agent_count, kreplay_sim_t* sim);
 
 /**
  * Destroys a simulator: its kernels, modules and dispatches become invalid, work still queued
- * is dropped, and its worker threads are joined before this returns.
- * Errors: INVALID_HANDLE, IN_CALLBACK, SHUT_DOWN.
+ * is dropped, and its worker threads are joined before this returns. A kreplay_sim_dispatch()
+ * on it running on another thread (a replay window inside it, with its callbacks) is waited
+ * for first, up to the policy's drain_timeout + pass_timeout; past that bound the handle is
+ * gone all the same, the runtime is left running until kreplay_shutdown() and DEVICE_ERROR is
+ * returned.
+ * Errors: INVALID_HANDLE, IN_CALLBACK, DEVICE_ERROR (see above), SHUT_DOWN.
  */
 kreplay_status_t kreplay_sim_destroy(kreplay_sim_t sim);
 
@@ -923,8 +965,15 @@ kreplay_status_t kreplay_sim_synchronize(kreplay_sim_t sim);
 /**
  * Allocates `size` bytes (1 to 2^30) of class `memory` on `agent`; `*address` receives the
  * simulated device address. Memory is zero-filled.
+ * Sizes refused: 0 is BAD_ARGUMENT; above 2^30 (one simulated allocation's limit) is
+ * OUT_OF_MEMORY, as is a size the class's pool cannot hold now. Each allocation takes its
+ * size rounded up to 4 KiB from its agent's pool: PINNED_HOST from the 256 MiB pinned pool;
+ * IPC_IMPORTED and PEER from none (only the 2^30 limit applies); every other class, MANAGED
+ * included, from the 1 GiB device pool, which also holds the agent's 64 KiB kernel-argument
+ * pool, module variables and the replay's device-tier snapshot backing (pooled between
+ * windows), so a size below 1 GiB may still be refused.
  * Errors: NULL_POINTER, BAD_ENUM (`memory`), BAD_ARGUMENT (`size` 0, `agent` out of range),
- * OUT_OF_MEMORY, INVALID_HANDLE, SHUT_DOWN.
+ * OUT_OF_MEMORY (see above; kreplay_last_error() names the pool), INVALID_HANDLE, SHUT_DOWN.
  */
 kreplay_status_t kreplay_sim_alloc(kreplay_sim_t sim, uint32_t agent, uint64_t size,
                                    kreplay_sim_memory_t memory, uint64_t* address);
@@ -982,7 +1031,9 @@ kreplay_status_t kreplay_sim_kernel_create(kreplay_sim_t sim, const char* name,
  * Loads a code object on `agent`: allocates its variables (class MODULE_VARIABLE, READ_ONLY
  * for constants; found by the memory layer at snapshot time) and makes its kernels.
  * `*module` receives its handle.
- * Errors: NULL_POINTER, BAD_SIZE, BAD_ARGUMENT (agent, a variable of size 0 or too large,
+ * Variables take their size (1 to 2^30; 0 or more than 2^30 is BAD_ARGUMENT) from the agent's 1 GiB
+ * device pool: OUT_OF_MEMORY when it cannot hold them, and then nothing is loaded.
+ * Errors: NULL_POINTER, BAD_SIZE, BAD_ARGUMENT (agent, a variable of size 0 or above 2^30,
  * read_only not 0/1, reserved not 0, an unknown kernel name, counts above 4096, not UTF-8),
  * ALREADY_EXISTS (a name listed twice), OUT_OF_MEMORY, INVALID_HANDLE, SHUT_DOWN.
  */
@@ -1007,6 +1058,15 @@ kreplay_status_t kreplay_sim_module_kernel(kreplay_sim_module_t module, const ch
 /**
  * Unloads a code object: its variables are freed, its kernel handles become invalid, and the
  * replay service forgets what it learnt about its kernels.
+ * The module's handles (and its kernels') are invalid as soon as this returns. Memory a
+ * replay window captured is never pulled from under it: called from a thread outside any
+ * callback, this waits until no window is open on the module's agent, then unloads. Called
+ * from inside a callback (PASS ENTER of a dispatch of this very module, say), it cannot wait
+ * for the window it runs in: the unload is recorded and carried out when that window has
+ * closed, before the kreplay_sim_dispatch() that ran it returns. The dispatch's remaining
+ * passes therefore see the module as it was captured, and it ends with memory equal to one
+ * execution; afterwards the variables' addresses are unmapped (BAD_ARGUMENT to
+ * kreplay_sim_read()).
  * Errors: INVALID_HANDLE, SHUT_DOWN.
  */
 kreplay_status_t kreplay_sim_module_unload(kreplay_sim_module_t module);
@@ -1068,7 +1128,8 @@ kreplay_status_t kreplay_sim_fault_inject(kreplay_sim_t sim, uint32_t agent,
                                           const kreplay_sim_fault_t* fault, uint64_t* fault_id);
 
 /**
- * `*hits` receives how often the fault `fault_id` fired (0 for an unknown id).
+ * `*hits` receives how often the fault `fault_id` fired (0 for an unknown id), saturating at
+ * UINT32_MAX.
  * Errors: NULL_POINTER, INVALID_HANDLE, SHUT_DOWN.
  */
 kreplay_status_t kreplay_sim_fault_hits(kreplay_sim_t sim, uint64_t fault_id, uint32_t* hits);

@@ -26,52 +26,13 @@
 
 #include "kernel_replay.h"
 
+#include "kr_check.h"
+
 #ifdef __cplusplus
 #define KR_ALIGNOF(T) alignof(T)
 #else
 #define KR_ALIGNOF(T) _Alignof(T)
 #endif
-
-static int kr_passed = 0;
-static int kr_failed = 0;
-
-#define KR_CHECK(cond)                                                                   \
-    do {                                                                                 \
-        if (cond) {                                                                      \
-            kr_passed++;                                                                 \
-        } else {                                                                         \
-            kr_failed++;                                                                 \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);     \
-        }                                                                                \
-    } while (0)
-
-#define KR_EXPECT(call, expected)                                                        \
-    do {                                                                                 \
-        kreplay_status_t kr_s_ = (call);                                                 \
-        if (kr_s_ == (expected)) {                                                       \
-            kr_passed++;                                                                 \
-        } else {                                                                         \
-            kr_failed++;                                                                 \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: %s)\n",     \
-                    __FILE__, __LINE__, #call, kreplay_status_string(kr_s_),             \
-                    kreplay_status_string(expected), kreplay_last_error());              \
-        }                                                                                \
-    } while (0)
-
-#define KR_OK(call) KR_EXPECT(call, KREPLAY_STATUS_OK)
-
-/* The last error mentions `needle`. */
-#define KR_ERROR_MENTIONS(needle)                                                        \
-    do {                                                                                 \
-        const char* kr_e_ = kreplay_last_error();                                        \
-        if (kr_e_ != NULL && strstr(kr_e_, (needle)) != NULL) {                          \
-            kr_passed++;                                                                 \
-        } else {                                                                         \
-            kr_failed++;                                                                 \
-            fprintf(stderr, "%s:%d: last error %s does not mention %s\n", __FILE__,       \
-                    __LINE__, kr_e_ ? kr_e_ : "(null)", (needle));                       \
-        }                                                                                \
-    } while (0)
 
 /* ----- Layout ------------------------------------------------------------------------------ */
 
@@ -1687,12 +1648,6 @@ static void kr_run_common(kreplay_replay_callback_t callback, kr_tool* tool) {
     kr_check_sim_after_owner_destroyed(left, tool);
     kr_check_shutdown(&c, callback);
     kr_check_sim_after_shutdown(left);
-}
-
-/* Prints the tally; the process's exit status. */
-static int kr_report(void) {
-    printf("%d passed, %d failed\n", kr_passed, kr_failed);
-    return kr_failed == 0 ? 0 : 1;
 }
 
 #endif /* KREPLAY_TEST_ABI_CASES_H */

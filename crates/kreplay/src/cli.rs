@@ -1,5 +1,9 @@
 //! Command-line parsing: small, dependency-free, and every bad input is an error that names the
-//! option and what it accepts.
+//! option and what it accepts. Arguments arrive as `OsString`s: one that is not valid UTF-8 is
+//! such an error too (never a panic).
+//!
+//! Options of `demo` override the environment (SPEC §8: defaults, then environment, then the
+//! command line), so the fields the environment can also set are `None` unless given.
 
 use replay_core::{RestoreMode, Scope};
 
@@ -27,7 +31,7 @@ pub enum Command {
     /// `kreplay bench --backend cuda [ARGS...]`: the arguments after `--backend cuda` go to the
     /// backend's bench as they are.
     Bench(BenchArgs),
-    /// `kreplay help` or `--help`.
+    /// `kreplay help`, `--help`, or `kreplay demo --help`.
     Help,
     /// `kreplay --version`.
     Version,
@@ -42,10 +46,10 @@ pub struct DemoArgs {
     pub json: bool,
     /// A fault to inject.
     pub inject: Option<String>,
-    /// Snapshot scope.
-    pub scope: Scope,
-    /// Restore mode.
-    pub restore: RestoreMode,
+    /// Snapshot scope, when given (else the environment's, else the demo's default).
+    pub scope: Option<Scope>,
+    /// Restore mode, when given (else the environment's, else the demo's default).
+    pub restore: Option<RestoreMode>,
 }
 
 impl Default for DemoArgs {
@@ -54,8 +58,8 @@ impl Default for DemoArgs {
             passes: 4,
             json: false,
             inject: None,
-            scope: Scope::All,
-            restore: RestoreMode::Full,
+            scope: None,
+            restore: None,
         }
     }
 }
@@ -100,6 +104,14 @@ pub enum CliError {
     /// An option without its value.
     #[error("{0} needs a value")]
     MissingValue(&'static str),
+    /// An argument that is not valid UTF-8.
+    #[error("argument {position} ({lossy:?}) is not valid UTF-8")]
+    NotUtf8 {
+        /// 1-based position after the program name.
+        position: usize,
+        /// The argument with invalid sequences replaced.
+        lossy: String,
+    },
     /// A bad value.
     #[error("{option} {value:?} is not valid: expected {expected}")]
     BadValue {
@@ -121,7 +133,7 @@ pub fn usage() -> String {
          kreplay bench --backend cuda check\n  \
          kreplay bench --backend cuda merge FILE... --out FILE\n  \
          kreplay bench --backend cuda app --alloc-gib N --kernel-mib M [--buffers 4]\n  \
-         kreplay help | --help\n  kreplay --version\n\n\
+         kreplay help | --help | demo --help\n  kreplay --version\n\n\
          demo runs a small workload on the simulated GPU under replay and checks every dispatch\n\
          against the same workload run once without replay.\n\n\
          bench --backend cuda checks and measures the CUDA backend on a real NVIDIA GPU (CUDA is\n\
@@ -130,9 +142,27 @@ pub fn usage() -> String {
          JSON results of several runs, `app` is the child process the ncu case profiles. The\n\
          simulator's benches are `cargo bench -p replay-mock`.\n\n\
          FAULT is one of: {}\n\n\
-         Policy comes from KREPLAY_* environment variables (see the README).",
+         Policy comes from the demo's defaults (scope all, restore full, 250 ms drain and pass\n\
+         timeouts, 10 ms poll slice, 100 ms progress interval, on the simulator's virtual\n\
+         time), then KREPLAY_* environment variables (see the README), then --scope and\n\
+         --restore.",
         FAULTS.join(", ")
     )
+}
+
+/// Parses the process's arguments (without the program name), refusing one that is not UTF-8.
+pub fn parse_os<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> Result<Command, CliError> {
+    let args = args
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            a.into_string().map_err(|raw| CliError::NotUtf8 {
+                position: i + 1,
+                lossy: raw.to_string_lossy().into_owned(),
+            })
+        })
+        .collect::<Result<Vec<String>, CliError>>()?;
+    parse(args)
 }
 
 /// Parses `args` (without the program name).
@@ -140,7 +170,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, CliErro
     let mut it = args.into_iter();
     let cmd = it.next().ok_or(CliError::NoCommand)?;
     match cmd.as_str() {
-        "demo" => parse_demo(it).map(Command::Demo),
+        "demo" => parse_demo(it),
         "bench" => parse_bench(it).map(Command::Bench),
         "help" | "--help" | "-h" => Ok(Command::Help),
         "--version" | "-V" => Ok(Command::Version),
@@ -183,7 +213,7 @@ fn parse_bench(mut it: impl Iterator<Item = String>) -> Result<BenchArgs, CliErr
     Ok(BenchArgs { backend, args })
 }
 
-fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<DemoArgs, CliError> {
+fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<Command, CliError> {
     let mut a = DemoArgs::default();
     while let Some(arg) = it.next() {
         let (name, inline) = match arg.split_once('=') {
@@ -202,6 +232,7 @@ fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<DemoArgs, CliError
                 })?;
             }
             "--json" if inline.is_none() => a.json = true,
+            "--help" | "-h" if inline.is_none() => return Ok(Command::Help),
             "--inject" => {
                 let v = value(&mut it, inline, "--inject")?;
                 if !FAULTS.contains(&v.as_str()) {
@@ -216,8 +247,8 @@ fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<DemoArgs, CliError
             "--scope" => {
                 let v = value(&mut it, inline, "--scope")?;
                 a.scope = match v.as_str() {
-                    "all" => Scope::All,
-                    "arguments" => Scope::Arguments,
+                    "all" => Some(Scope::All),
+                    "arguments" => Some(Scope::Arguments),
                     _ => {
                         return Err(CliError::BadValue {
                             option: "--scope",
@@ -230,8 +261,8 @@ fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<DemoArgs, CliError
             "--restore" => {
                 let v = value(&mut it, inline, "--restore")?;
                 a.restore = match v.as_str() {
-                    "full" => RestoreMode::Full,
-                    "dirty" => RestoreMode::Dirty,
+                    "full" => Some(RestoreMode::Full),
+                    "dirty" => Some(RestoreMode::Dirty),
                     _ => {
                         return Err(CliError::BadValue {
                             option: "--restore",
@@ -249,7 +280,7 @@ fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<DemoArgs, CliError
             }
         }
     }
-    Ok(a)
+    Ok(Command::Demo(a))
 }
 
 #[cfg(test)]
@@ -278,7 +309,25 @@ mod tests {
         assert_eq!(a.passes, 5);
         assert!(a.json);
         assert_eq!(a.inject.as_deref(), Some("pass-stuck"));
-        assert_eq!((a.scope, a.restore), (Scope::Arguments, RestoreMode::Dirty));
+        assert_eq!(
+            (a.scope, a.restore),
+            (Some(Scope::Arguments), Some(RestoreMode::Dirty))
+        );
+        assert_eq!(p(&["demo", "--help"]), Ok(Command::Help));
+        assert_eq!(p(&["demo", "--passes", "2", "-h"]), Ok(Command::Help));
+    }
+
+    #[test]
+    fn an_argument_that_is_not_utf8_is_an_error_naming_its_position() {
+        use std::os::unix::ffi::OsStringExt;
+        let args = vec![
+            std::ffi::OsString::from("demo"),
+            std::ffi::OsString::from_vec(b"--scope=\xffall".to_vec()),
+        ];
+        let e = parse_os(args).unwrap_err();
+        assert!(matches!(e, CliError::NotUtf8 { position: 2, .. }), "{e:?}");
+        assert!(e.to_string().contains("argument 2"), "{e}");
+        assert!(e.to_string().contains("UTF-8"), "{e}");
     }
 
     #[test]

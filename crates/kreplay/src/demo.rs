@@ -12,6 +12,12 @@
 //! A pass's *input digest* covers the memory the kernel's argument words point into (any
 //! class) and the agent's module variables, read as the pass begins; the *final digest* covers
 //! all application memory of the agent after the dispatch.
+//!
+//! The policy comes from the demo's defaults ([`demo_defaults`]: short bounds on virtual time),
+//! then the `KREPLAY_*` environment (SPEC §8; every malformed variable is reported, and the demo
+//! does not run), then the command line (`--scope`, `--restore`, `--inject over-budget`). A
+//! kernel filter may leave dispatches out: they run once and are still compared with the
+//! reference; a filter that admits none of them is an error that says so.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -42,12 +48,89 @@ pub enum DemoError {
     /// The simulator refused a setup step.
     #[error("simulator: {0}")]
     Sim(String),
-    /// The policy from the environment was malformed.
-    #[error(transparent)]
-    Policy(#[from] replay_core::PolicyError),
+    /// Policy variables of the environment were malformed (every one is listed).
+    #[error("{}", policy_errors(.0))]
+    Policy(Vec<replay_core::PolicyError>),
+    /// The kernel filter admitted none of the workload's dispatches.
+    #[error("the kernel filter ({filter}) admitted none of the demo's {steps} dispatches (kernels {kernels}); nothing was replayed or checked")]
+    NothingAdmitted {
+        /// The filter in force.
+        filter: String,
+        /// Dispatches of the workload.
+        steps: usize,
+        /// Their kernels.
+        kernels: String,
+    },
     /// Writing the report failed.
     #[error("output: {0}")]
     Io(#[from] std::io::Error),
+}
+
+fn policy_errors(errors: &[replay_core::PolicyError]) -> String {
+    let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    list.join("; ")
+}
+
+/// The filter in words, for the error that says it admitted nothing.
+fn describe_filter(f: &replay_core::filter::KernelFilter) -> String {
+    let mut parts = Vec::new();
+    if !f.include.is_empty() {
+        parts.push(format!("KREPLAY_KERNEL_INCLUDE={}", f.include.join(",")));
+    }
+    if !f.exclude.is_empty() {
+        parts.push(format!("KREPLAY_KERNEL_EXCLUDE={}", f.exclude.join(",")));
+    }
+    if let Some(r) = &f.range {
+        parts.push(format!(
+            "KREPLAY_DISPATCH_RANGE={}-{}",
+            r.first,
+            r.last.map(|l| l.to_string()).unwrap_or_default()
+        ));
+    }
+    if f.skip != 0 {
+        parts.push(format!("KREPLAY_KERNEL_SKIP={}", f.skip));
+    }
+    if let Some(c) = f.count {
+        parts.push(format!("KREPLAY_KERNEL_COUNT={c}"));
+    }
+    if parts.is_empty() {
+        "no filter set".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The demo's own defaults, which the environment and then the command line override: virtual
+/// time, so injected stalls resolve at these short bounds without real waiting.
+pub fn demo_defaults() -> Policy {
+    Policy {
+        scope: replay_core::Scope::All,
+        restore: replay_core::RestoreMode::Full,
+        drain_timeout: Duration::from_millis(250),
+        pass_timeout: Duration::from_millis(250),
+        poll_slice: Duration::from_millis(10),
+        progress_interval: Duration::from_millis(100),
+        ..Policy::default()
+    }
+}
+
+/// Defaults, then the environment, then the command line.
+fn demo_policy(args: &DemoArgs) -> Result<Policy, DemoError> {
+    let env = Policy::env_over(demo_defaults());
+    if !env.errors.is_empty() {
+        return Err(DemoError::Policy(env.errors));
+    }
+    let mut policy = env.policy;
+    if let Some(scope) = args.scope {
+        policy.scope = scope;
+    }
+    if let Some(restore) = args.restore {
+        policy.restore = restore;
+    }
+    if args.inject.as_deref() == Some("over-budget") {
+        policy.max_snapshot_bytes = 64 << 10;
+    }
+    Ok(policy)
 }
 
 fn sim<E: std::fmt::Display>(e: E) -> DemoError {
@@ -308,6 +391,17 @@ impl Workload {
         })
     }
 
+    /// The kernels of [`Workload::steps`], in order.
+    fn step_kernels() -> Vec<&'static str> {
+        vec![
+            "fill_x",
+            "axpy_rmw",
+            "scatter_via_table",
+            "reduce_scaled",
+            "axpy_rmw",
+        ]
+    }
+
     /// The dispatches, in order: (agent, queue index, kernel, arguments, grid).
     fn steps(&self) -> Vec<(AgentId, usize, &'static str, Vec<u8>)> {
         let _ = self.side;
@@ -395,12 +489,14 @@ fn plan_fault(name: Option<&str>) -> (Option<Fault>, ToolFault) {
 const TARGET: &str = "axpy_rmw";
 
 /// Runs the workload; `tool` is `None` for the reference run. Returns the final digest of the
-/// agent after each dispatch.
+/// agent after each dispatch and, with `records`, how many records had arrived by then (so a
+/// step's records, tool work included, are those that arrived during it).
 fn run_workload(
     rt: &SimRuntime,
     args: &DemoArgs,
     tool: Option<&DemoTool>,
-) -> Result<Vec<Digest128>, DemoError> {
+    records: Option<&Mutex<Vec<OutcomeRecord>>>,
+) -> Result<(Vec<Digest128>, Vec<usize>), DemoError> {
     let replay = tool.is_some();
     let w = Workload::setup(rt)?;
     let (fault, _) = plan_fault(args.inject.as_deref());
@@ -414,6 +510,7 @@ fn run_workload(
         rt.copy_async(A0, w.scratch, w.side, 4096).map_err(sim)?;
     }
     let mut finals = Vec::new();
+    let mut seen = Vec::new();
     for (agent, q, name, kargs) in w.steps() {
         let target = agent == A0 && name == TARGET;
         if let Some(t) = tool {
@@ -460,27 +557,20 @@ fn run_workload(
         }
         rt.wait_idle();
         finals.push(rt.digest_agent_memory(agent));
+        seen.push(records.map_or(0, |r| r.lock().len()));
     }
-    Ok(finals)
+    Ok((finals, seen))
 }
 
 /// Runs the demo, writing the report to `out`. Returns the process exit code.
-pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<i32, DemoError> {
-    let mut policy = Policy::from_env()?;
-    policy.scope = args.scope;
-    policy.restore = args.restore;
-    // Virtual time: injected stalls resolve at these short bounds without real waiting.
-    policy.drain_timeout = Duration::from_millis(250);
-    policy.pass_timeout = Duration::from_millis(250);
-    policy.poll_slice = Duration::from_millis(10);
-    policy.progress_interval = Duration::from_millis(100);
-    if args.inject.as_deref() == Some("over-budget") {
-        policy.max_snapshot_bytes = 64 << 10;
-    }
+pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<u8, DemoError> {
+    let policy = demo_policy(args)?;
+    let (scope, restore) = (policy.scope, policy.restore);
+    let filter = policy.filter.clone();
 
     // The reference: the same workload, once, without replay.
     let reference_rt = runtime();
-    let reference = run_workload(&reference_rt, args, None)?;
+    let (reference, _) = run_workload(&reference_rt, args, None, None)?;
     reference_rt.shutdown();
 
     // The replayed run.
@@ -531,8 +621,8 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<i32, DemoError> {
             "kernel-replay demo on the simulated GPU (no hardware): 2 agents, virtual time, \
              {} passes per dispatch, scope {}, restore {}{}",
             args.passes,
-            args.scope.as_str(),
-            args.restore.as_str(),
+            scope.as_str(),
+            restore.as_str(),
             args.inject
                 .as_deref()
                 .map(|f| format!(", injected fault: {f}"))
@@ -546,29 +636,44 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<i32, DemoError> {
     svc.set_outcome_sink(Some(Arc::new(move |r: &OutcomeRecord| {
         sink.lock().push(r.clone())
     })));
-    let finals = run_workload(&rt, args, Some(&tool))?;
+    let (finals, seen) = run_workload(&rt, args, Some(&tool), Some(&records))?;
     rt.set_service(None);
     rt.shutdown();
 
     let records = records.lock().clone();
     let rows = tool.rows.lock().clone();
     let summary = svc.summary();
-    // Pair each record with its workload step: tool work (reentrancy=1) belongs to the window
-    // it ran in, which finishes after it, so it takes the digests of the next step.
-    let mut step = 0;
+    // Pair each record with the workload step it arrived during: tool work (reentrancy=1)
+    // belongs to the window it ran in. A step without a record was not a candidate (the kernel
+    // filter left it out): it ran once and is compared all the same.
     let mut paired: Vec<(OutcomeRecord, Option<Digest128>, Option<Digest128>)> = Vec::new();
-    for r in records {
-        paired.push((
-            r.clone(),
-            finals.get(step).copied(),
-            reference.get(step).copied(),
-        ));
-        if r.reentrancy == 0 {
-            step += 1;
+    let mut not_candidates: Vec<(usize, &'static str)> = Vec::new();
+    let steps = Workload::step_kernels();
+    let mut from = 0;
+    for (step, &to) in seen.iter().enumerate() {
+        for r in &records[from..to] {
+            paired.push((
+                r.clone(),
+                finals.get(step).copied(),
+                reference.get(step).copied(),
+            ));
         }
+        if to == from {
+            not_candidates.push((step, steps.get(step).copied().unwrap_or("?")));
+        }
+        from = to;
+    }
+    if records.is_empty() {
+        let mut kernels: Vec<&str> = steps.clone();
+        kernels.dedup();
+        return Err(DemoError::NothingAdmitted {
+            filter: describe_filter(&filter),
+            steps: steps.len(),
+            kernels: kernels.join(", "),
+        });
     }
     let all_equal = finals == reference
-        && step == finals.len()
+        && finals.len() == steps.len()
         && paired.iter().all(|(_, f, re)| f.is_some() && f == re);
 
     if args.json {
@@ -589,7 +694,18 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<i32, DemoError> {
                 v
             })
             .collect();
-        let doc = json!({"dispatches": dispatches, "summary": summary});
+        let left_out: Vec<Value> = not_candidates
+            .iter()
+            .map(|(step, kernel)| {
+                json!({
+                    "step": step,
+                    "kernel": kernel,
+                    "final_digest": finals.get(*step).map(|d| d.to_string()),
+                    "reference_digest": reference.get(*step).map(|d| d.to_string()),
+                })
+            })
+            .collect();
+        let doc = json!({"dispatches": dispatches, "not_candidates": left_out, "summary": summary});
         writeln!(
             out,
             "{}",
@@ -652,6 +768,16 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<i32, DemoError> {
                 r.reason.as_str(),
                 r.executed_passes,
                 if same_inputs { "yes" } else { "NO" },
+                if f.is_some() && f == re { "yes" } else { "NO" }
+            )?;
+        }
+        for (step, kernel) in &not_candidates {
+            let (f, re) = (finals.get(*step), reference.get(*step));
+            writeln!(
+                out,
+                "check step     {:>2} {:<18} not a candidate (kernel filter): ran once  final == reference: {}",
+                step,
+                kernel,
                 if f.is_some() && f == re { "yes" } else { "NO" }
             )?;
         }

@@ -292,30 +292,40 @@ pub struct RunSummary {
 }
 
 impl RunSummary {
-    /// Adds one record; `window_seconds` is the time the window held the agent.
+    /// Adds one record; `window_seconds` is the time the window held the agent. Counts
+    /// saturate at `u64::MAX` (byte totals of a long run can get there), never wrap.
     pub fn add(&mut self, r: &OutcomeRecord, window_seconds: f64) {
-        self.dispatches += 1;
-        match r.outcome {
-            Outcome::Replayed => self.replayed += 1,
-            Outcome::Declined => *self.declined.entry(r.reason.as_str().into()).or_default() += 1,
-            Outcome::Truncated => *self.truncated.entry(r.reason.as_str().into()).or_default() += 1,
-            Outcome::NotRequested => self.not_requested += 1,
+        fn bump(n: &mut u64, by: u64) {
+            *n = n.saturating_add(by);
         }
-        self.passes += u64::from(r.executed_passes);
-        self.captured_bytes += r.captured_bytes;
-        self.compared_bytes += r.compared_bytes;
-        self.restored_bytes += r.restored_bytes;
+        bump(&mut self.dispatches, 1);
+        match r.outcome {
+            Outcome::Replayed => bump(&mut self.replayed, 1),
+            Outcome::Declined => bump(
+                self.declined.entry(r.reason.as_str().into()).or_default(),
+                1,
+            ),
+            Outcome::Truncated => bump(
+                self.truncated.entry(r.reason.as_str().into()).or_default(),
+                1,
+            ),
+            Outcome::NotRequested => bump(&mut self.not_requested, 1),
+        }
+        bump(&mut self.passes, u64::from(r.executed_passes));
+        bump(&mut self.captured_bytes, r.captured_bytes);
+        bump(&mut self.compared_bytes, r.compared_bytes);
+        bump(&mut self.restored_bytes, r.restored_bytes);
         self.replay_seconds += window_seconds;
     }
 
-    /// Declines of all reasons.
+    /// Declines of all reasons (saturating).
     pub fn declined_total(&self) -> u64 {
-        self.declined.values().sum()
+        self.declined.values().fold(0, |a, n| a.saturating_add(*n))
     }
 
-    /// Truncations of all reasons.
+    /// Truncations of all reasons (saturating).
     pub fn truncated_total(&self) -> u64 {
-        self.truncated.values().sum()
+        self.truncated.values().fold(0, |a, n| a.saturating_add(*n))
     }
 }
 

@@ -1,10 +1,21 @@
 //! Policy (SPEC §8): defaults, then `KREPLAY_*` environment variables (the upstream
 //! `ROCPROFILER_KERNEL_REPLAY_*` names are accepted as aliases), then the API.
 //!
-//! A malformed value is an error that names the variable; nothing falls back silently.
+//! A malformed value is an error that names the variable; nothing falls back silently. A value
+//! that is not valid UTF-8 is malformed too (it is never taken for an unset variable).
 //! When both a `KREPLAY_` name and its alias are set, the `KREPLAY_` name wins and a warning
 //! says so.
+//!
+//! Two ways to read the environment:
+//! - [`Policy::from_env`] is strict: the first malformed variable is the error, and no policy
+//!   comes back (the command line uses it and exits naming the variable).
+//! - [`Policy::env_over`] keeps every well-formed value, leaves each malformed variable's field
+//!   as it was in the base, and returns one [`PolicyError`] per malformed variable
+//!   ([`EnvPolicy`]). The process-wide service is built this way, so a caller can see every
+//!   bad variable at once and decide: the C ABI refuses `kreplay_configure_replay` with
+//!   `KREPLAY_STATUS_POLICY_ERROR` until each one is fixed or set through the API.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -188,6 +199,31 @@ pub struct PolicyError {
     pub expected: &'static str,
 }
 
+/// The policy the environment gives over a base: every well-formed variable applied, and one
+/// error per malformed variable, in the order of [`Policy::variable_names`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnvPolicy {
+    /// The base with every well-formed variable applied; the field of a malformed variable
+    /// keeps the base's value.
+    pub policy: Policy,
+    /// One per malformed variable (its `variable` is the name that was set: ours or the
+    /// alias). Empty when the environment was clean.
+    pub errors: Vec<PolicyError>,
+}
+
+impl EnvPolicy {
+    /// The policy, or the first error.
+    pub fn into_result(self) -> Result<Policy, PolicyError> {
+        match self.errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(self.policy),
+        }
+    }
+}
+
+/// What a value that is not valid UTF-8 was expected to be.
+const EXPECTED_UTF8: &str = "valid UTF-8 text (this value is not)";
+
 /// The prefix of our variables.
 pub const PREFIX: &str = "KREPLAY_";
 /// The prefix of the upstream aliases.
@@ -364,20 +400,54 @@ impl Policy {
         VARS.iter().map(|v| format!("{PREFIX}{}", v.name))
     }
 
-    /// Defaults overridden by the process environment.
-    pub fn from_env() -> Result<Self, PolicyError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+    /// The `KREPLAY_` name of a policy variable given by any of its names (`KREPLAY_X`, an
+    /// alias, or the bare suffix `X`, any case); `None` for a name that is not a policy
+    /// variable.
+    pub fn canonical_name(name: &str) -> Option<String> {
+        Self::var_named(name).map(|v| format!("{PREFIX}{}", v.name))
     }
 
-    /// Defaults overridden by variables from `lookup` (the environment, or a test's map).
+    fn var_named(name: &str) -> Option<&'static Var> {
+        let upper = name.to_ascii_uppercase();
+        let suffix = upper
+            .strip_prefix(PREFIX)
+            .or_else(|| upper.strip_prefix(ALIAS_PREFIX))
+            .unwrap_or(&upper);
+        VARS.iter()
+            .find(|v| v.name == suffix || v.aliases.contains(&suffix))
+    }
+
+    /// Defaults overridden by the process environment; the first malformed variable (a value
+    /// that is not valid UTF-8 included) is the error. See [`Policy::env_over`] for the form
+    /// that keeps the well-formed values and reports every malformed one.
+    pub fn from_env() -> Result<Self, PolicyError> {
+        Self::env_over(Self::default()).into_result()
+    }
+
+    /// `base` overridden by every well-formed variable of the process environment, with one
+    /// error per malformed variable (a value that is not valid UTF-8 included; the environment
+    /// is read with [`std::env::var_os`], so such a value is never taken for an unset one).
+    pub fn env_over(base: Policy) -> EnvPolicy {
+        Self::lookup_over(base, |name| std::env::var_os(name))
+    }
+
+    /// Defaults overridden by variables from `lookup` (the environment, or a test's map); the
+    /// first malformed variable is the error.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, PolicyError> {
-        let mut policy = Self::default();
+        Self::lookup_over(Self::default(), |name| lookup(name).map(OsString::from)).into_result()
+    }
+
+    /// `base` overridden by the variables `lookup` finds, as [`Policy::env_over`] does with the
+    /// process environment.
+    pub fn lookup_over(base: Policy, lookup: impl Fn(&str) -> Option<OsString>) -> EnvPolicy {
+        let mut policy = base;
+        let mut errors = Vec::new();
         for var in VARS {
             let ours = format!("{PREFIX}{}", var.name);
             let alias_names = std::iter::once(var.name)
                 .chain(var.aliases.iter().copied())
                 .map(|n| format!("{ALIAS_PREFIX}{n}"));
-            let mut found: Option<(String, String)> = lookup(&ours).map(|v| (ours.clone(), v));
+            let mut found: Option<(String, OsString)> = lookup(&ours).map(|v| (ours.clone(), v));
             for alias in alias_names {
                 if let Some(value) = lookup(&alias) {
                     match &found {
@@ -390,30 +460,39 @@ impl Policy {
                     }
                 }
             }
-            if let Some((name, value)) = found {
-                policy.set(&name, var, &value)?;
+            let Some((name, value)) = found else { continue };
+            let applied = match value.into_string() {
+                Ok(value) => {
+                    // Applied to a copy, so a rejected value leaves the field as it was.
+                    let mut next = policy.clone();
+                    next.set(&name, var, &value).map(|()| next)
+                }
+                Err(raw) => Err(PolicyError {
+                    variable: name,
+                    value: raw.to_string_lossy().into_owned(),
+                    expected: EXPECTED_UTF8,
+                }),
+            };
+            match applied {
+                Ok(next) => policy = next,
+                Err(e) => errors.push(e),
             }
         }
-        policy.validate()?;
-        Ok(policy)
+        // Each variable is checked as it is parsed; this catches a base that was not valid.
+        if let Err(e) = policy.validate() {
+            errors.push(e);
+        }
+        EnvPolicy { policy, errors }
     }
 
     /// Sets one variable by name (`KREPLAY_X`, an alias, or the bare suffix `X`), as the
     /// API and the command line do.
     pub fn set_var(&mut self, name: &str, value: &str) -> Result<(), PolicyError> {
-        let suffix = name
-            .strip_prefix(PREFIX)
-            .or_else(|| name.strip_prefix(ALIAS_PREFIX))
-            .unwrap_or(name)
-            .to_ascii_uppercase();
-        let var = VARS
-            .iter()
-            .find(|v| v.name == suffix || v.aliases.contains(&suffix.as_str()))
-            .ok_or_else(|| PolicyError {
-                variable: name.to_owned(),
-                value: value.to_owned(),
-                expected: "a known policy variable (see Policy::variable_names)",
-            })?;
+        let var = Self::var_named(name).ok_or_else(|| PolicyError {
+            variable: name.to_owned(),
+            value: value.to_owned(),
+            expected: "a known policy variable (see Policy::variable_names)",
+        })?;
         // Apply to a copy so a rejected value leaves the policy as it was.
         let mut next = self.clone();
         next.set(name, var, value)?;

@@ -132,8 +132,10 @@ impl ReplayService {
         }
     }
 
-    /// The process-wide service: policy from the environment (a malformed variable is logged
-    /// and the defaults are kept, so a typo never takes the application down), the wall clock,
+    /// The process-wide service: policy from the environment (every well-formed variable is
+    /// applied; a malformed one is logged and keeps its default, so a typo never takes the
+    /// application down, and callers that must refuse it check `Policy::env_over`, as the C
+    /// ABI's configure does), the wall clock,
     /// and no context control unless [`ReplayService::global_with`] or
     /// [`ReplayService::global_with_clock`] created it first.
     pub fn global() -> &'static ReplayService {
@@ -163,10 +165,14 @@ impl ReplayService {
         make: impl FnOnce() -> (Arc<dyn ContextControl>, Arc<dyn Clock>),
     ) -> &'static ReplayService {
         GLOBAL.get_or_init(|| {
-            let policy = Policy::from_env().unwrap_or_else(|e| {
-                log::error!("[kernel-replay] {e}; replay policy left at its defaults");
-                Policy::default()
-            });
+            // Every well-formed variable is kept; each malformed one (not UTF-8 included) keeps
+            // its default and is logged here. Callers that must refuse to run on such a policy
+            // read the errors themselves with `Policy::env_over` (the C ABI does).
+            let env = Policy::env_over(Policy::default());
+            for e in &env.errors {
+                log::error!("[kernel-replay] {e}; that variable keeps its default");
+            }
+            let policy = env.policy;
             let (contexts, clock) = make();
             Arc::new(ReplayService::new(policy, clock, contexts))
         })

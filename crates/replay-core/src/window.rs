@@ -865,7 +865,12 @@ fn fatal(msg: &str) -> ! {
     if !crate::log_sink::is_installed() {
         log::error!("{msg}");
     }
-    eprintln!("{msg}");
+    // Not `eprintln!`: a stderr that cannot be written (closed, full) would panic here and
+    // unwind past the abort with memory that cannot be repaired.
+    {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "{msg}");
+    }
     std::process::abort()
 }
 

@@ -424,6 +424,109 @@ fn malformed_value_is_reported_even_when_others_are_valid() {
     assert!(err.to_string().contains("all or arguments"), "{err}");
 }
 
+/// Like `from_map`, over `base`, with raw (possibly non-UTF-8) values.
+fn over_map(base: Policy, vars: &[(&str, &[u8])]) -> replay_core::policy::EnvPolicy {
+    use std::os::unix::ffi::OsStringExt;
+    let map: HashMap<String, std::ffi::OsString> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), std::ffi::OsString::from_vec(v.to_vec())))
+        .collect();
+    Policy::lookup_over(base, |name| map.get(name).cloned())
+}
+
+#[test]
+fn a_value_that_is_not_utf8_is_malformed_naming_the_variable() {
+    for case in CASES {
+        for name in env_names(case) {
+            let got = over_map(Policy::default(), &[(&name, b"\xff\xfe1")]);
+            assert_eq!(got.errors.len(), 1, "{name}: {:?}", got.errors);
+            let e = &got.errors[0];
+            assert_eq!(e.variable, name, "{e}");
+            assert!(e.to_string().contains(&name), "{e}");
+            assert!(e.to_string().contains("UTF-8"), "{e}");
+            assert_eq!(
+                got.policy,
+                Policy::default(),
+                "{name}: the field keeps its value"
+            );
+            let strict = Policy::lookup_over(Policy::default(), |n| {
+                (n == name).then(|| {
+                    use std::os::unix::ffi::OsStringExt;
+                    std::ffi::OsString::from_vec(vec![0xff])
+                })
+            })
+            .into_result();
+            assert!(strict.is_err(), "{name}: the strict form refuses it");
+        }
+    }
+}
+
+#[test]
+fn env_over_keeps_the_well_formed_values_and_lists_every_malformed_one() {
+    let got = over_map(
+        Policy::default(),
+        &[
+            ("KREPLAY_MAX_PASSES", b"many"),
+            ("KREPLAY_SCOPE", b"arguments"),
+            ("ROCPROFILER_KERNEL_REPLAY_CHUNK_BYTES", b"\xff"),
+            ("KREPLAY_LOG", b"debug"),
+        ],
+    );
+    let names: Vec<&str> = got.errors.iter().map(|e| e.variable.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "KREPLAY_MAX_PASSES",
+            "ROCPROFILER_KERNEL_REPLAY_CHUNK_BYTES"
+        ]
+    );
+    let want = Policy {
+        scope: Scope::Arguments,
+        log_level: LogLevel::Debug,
+        ..Policy::default()
+    };
+    assert_eq!(
+        got.policy, want,
+        "well-formed values kept, malformed ones left as they were"
+    );
+    assert_eq!(got.clone().into_result().unwrap_err(), got.errors[0]);
+}
+
+#[test]
+fn env_over_applies_over_a_base_and_leaves_unset_fields_alone() {
+    let base = Policy {
+        scope: Scope::Arguments,
+        pass_timeout: Duration::from_millis(250),
+        drain_timeout: Duration::from_millis(250),
+        ..Policy::default()
+    };
+    let got = over_map(
+        base.clone(),
+        &[("KREPLAY_SCOPE", b"all"), ("KREPLAY_MAX_PASSES", b"0")],
+    );
+    assert_eq!(got.errors.len(), 1);
+    let mut want = base;
+    want.scope = Scope::All;
+    assert_eq!(got.policy, want);
+}
+
+#[test]
+fn canonical_names() {
+    assert_eq!(
+        Policy::canonical_name("ROCPROFILER_KERNEL_REPLAY_DECLINE_ON_UNTRACKED_POOL").as_deref(),
+        Some("KREPLAY_DECLINE_ON_UNTRACKED")
+    );
+    assert_eq!(
+        Policy::canonical_name("max_passes").as_deref(),
+        Some("KREPLAY_MAX_PASSES")
+    );
+    assert_eq!(
+        Policy::canonical_name("KREPLAY_SCOPE").as_deref(),
+        Some("KREPLAY_SCOPE")
+    );
+    assert_eq!(Policy::canonical_name("KREPLAY_HSA_TOOL"), None);
+}
+
 #[test]
 fn every_variable_name_is_documented() {
     // Prefer the user documentation once it exists (README.md and docs/*.md at the workspace
@@ -820,12 +923,23 @@ fn from_env_reads_the_process_environment() {
     let got = Policy::from_env();
     std::env::set_var(NAME, "bogus");
     let bad = Policy::from_env();
+    std::env::set_var(NAME, {
+        use std::os::unix::ffi::OsStringExt;
+        std::ffi::OsString::from_vec(b"17\xffs".to_vec())
+    });
+    let not_utf8 = Policy::from_env();
+    let lenient = Policy::env_over(Policy::default());
     match &saved {
         Some(v) => std::env::set_var(NAME, v),
         None => std::env::remove_var(NAME),
     }
     assert_eq!(got.unwrap().progress_interval, Duration::from_secs(17));
     assert_names(&bad.unwrap_err(), NAME, "bogus");
+    let e = not_utf8.expect_err("a value that is not UTF-8 is malformed, not unset");
+    assert_eq!(e.variable, NAME);
+    assert!(e.to_string().contains("UTF-8"), "{e}");
+    assert_eq!(lenient.errors.len(), 1, "{:?}", lenient.errors);
+    assert_eq!(lenient.errors[0].variable, NAME);
 }
 
 // ---------------------------------------------------------------------------------------------

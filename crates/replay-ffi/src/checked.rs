@@ -53,6 +53,8 @@ pub(crate) enum Error {
     Context(ContextError),
     /// A policy value was rejected.
     Policy(PolicyError),
+    /// Policy variables of the environment were malformed and not set since through the API.
+    EnvPolicy(Vec<PolicyError>),
     /// A malformed argument.
     BadArgument(String),
     /// The caller's buffer is too small.
@@ -86,7 +88,7 @@ impl Error {
             Self::Context(ContextError::ContextNotStarted(_)) => KREPLAY_STATUS_CONTEXT_NOT_STARTED,
             Self::Context(ContextError::Unsupported(_)) => KREPLAY_STATUS_UNSUPPORTED,
             Self::Context(ContextError::UnknownContext(_)) => KREPLAY_STATUS_INVALID_HANDLE,
-            Self::Policy(_) => KREPLAY_STATUS_POLICY_ERROR,
+            Self::Policy(_) | Self::EnvPolicy(_) => KREPLAY_STATUS_POLICY_ERROR,
             Self::BadArgument(_) => KREPLAY_STATUS_BAD_ARGUMENT,
             Self::BufferTooSmall { .. } => KREPLAY_STATUS_BUFFER_TOO_SMALL,
             Self::AlreadyExists(_) => KREPLAY_STATUS_ALREADY_EXISTS,
@@ -116,6 +118,21 @@ impl fmt::Display for Error {
             Self::InCallback => f.write_str("not allowed from inside a kernel-replay callback"),
             Self::Context(e) => write!(f, "{e}"),
             Self::Policy(e) => write!(f, "{e}"),
+            Self::EnvPolicy(errors) => {
+                write!(
+                    f,
+                    "the environment's replay policy has {} malformed variable(s): ",
+                    errors.len()
+                )?;
+                for (i, e) in errors.iter().enumerate() {
+                    write!(f, "{}{e}", if i == 0 { "" } else { "; " })?;
+                }
+                f.write_str(
+                    ". Well-formed variables are in force; fix these in the environment, or set each \
+                     through kreplay_policy_set (the filter's through kreplay_filter_set), before \
+                     configuring replay",
+                )
+            }
             Self::BadArgument(msg) => f.write_str(msg),
             Self::BufferTooSmall { required, given } => {
                 write!(f, "the buffer holds {given} bytes; {required} are needed")
@@ -825,7 +842,9 @@ pub(crate) fn summary_to_c(s: &RunSummary) -> kreplay_summary_t {
     ] {
         for (name, n) in map {
             match reason_code_by_name(name) {
-                Some(code) if (code as usize) < out.len() => out[code as usize] += n,
+                Some(code) if (code as usize) < out.len() => {
+                    out[code as usize] = out[code as usize].saturating_add(*n)
+                }
                 _ => log::warn!("[kernel-replay] summary reason {name:?} has no C value"),
             }
         }
@@ -1027,6 +1046,36 @@ mod tests {
             2
         );
         assert_eq!(s.truncated_by_reason[KREPLAY_REASON_PASS_LIMIT as usize], 1);
+    }
+
+    #[test]
+    fn summary_counters_saturate_instead_of_wrapping() {
+        use replay_core::{AgentId, DispatchId};
+        let mut rs = RunSummary {
+            dispatches: u64::MAX,
+            restored_bytes: u64::MAX - 1,
+            ..RunSummary::default()
+        };
+        rs.declined.insert("footprint_budget".into(), u64::MAX);
+        rs.declined.insert("snapshot_failed".into(), 3);
+        let mut r = OutcomeRecord::new(DispatchId(1), AgentId(0), "k");
+        r.outcome = Outcome::Declined;
+        r.reason = Reason::FootprintBudget;
+        r.restored_bytes = 10;
+        rs.add(&r, 0.0);
+        assert_eq!(rs.dispatches, u64::MAX);
+        assert_eq!(rs.restored_bytes, u64::MAX);
+        assert_eq!(rs.declined["footprint_budget"], u64::MAX);
+        let c = summary_to_c(&rs);
+        assert_eq!(c.declined, u64::MAX, "the total saturates too");
+        assert_eq!(
+            c.declined_by_reason[KREPLAY_REASON_FOOTPRINT_BUDGET as usize],
+            u64::MAX
+        );
+        assert_eq!(
+            c.declined_by_reason[KREPLAY_REASON_SNAPSHOT_FAILED as usize],
+            3
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use std::ffi::{c_char, c_void};
 use std::panic::catch_unwind;
+use std::time::Duration;
 
 use replay_core::filter::{DispatchRange, KernelFilter};
 use replay_core::{ContextControl, PolicyError};
@@ -406,6 +407,8 @@ pub unsafe extern "C" fn kreplay_configure_replay(
         let subscription = decode_subscription(subscription)?;
         let handles = lib.handles.lock();
         let entry = handles.get(context.handle)?;
+        // A malformed environment variable is the caller's to see, not a silent default.
+        lib.check_env_policy()?;
         let tool = CTool::new(callback, callback_data);
         lib.service
             .configure(entry.id, subscription, std::sync::Arc::clone(&tool) as _)?;
@@ -501,6 +504,7 @@ pub unsafe extern "C" fn kreplay_policy_set(
         let (name, value) = unsafe { (c_str(name, "name")?, c_str(value, "value")?) };
         let _serial = lib.policy_lock.lock();
         lib.service.set_policy_var(name, value)?;
+        lib.env_fixed([name]);
         if lib.log_sink {
             replay_core::log_sink::set_level(lib.service.policy().log_level);
         }
@@ -615,7 +619,15 @@ pub unsafe extern "C" fn kreplay_filter_set(
         let _serial = lib.policy_lock.lock();
         let mut policy = (*lib.service.policy()).clone();
         policy.filter = kernel_filter;
-        lib.service.set_policy(policy).map_err(Error::from)
+        lib.service.set_policy(policy)?;
+        lib.env_fixed([
+            "KERNEL_INCLUDE",
+            "KERNEL_EXCLUDE",
+            "DISPATCH_RANGE",
+            "KERNEL_SKIP",
+            "KERNEL_COUNT",
+        ]);
+        Ok(())
     })
 }
 
@@ -724,7 +736,64 @@ pub unsafe extern "C" fn kreplay_summary_json(
 
 // ----- Shutdown ----------------------------------------------------------------------------
 
+/// How long `kreplay_shutdown` waits for replay windows still open, and how often it looks.
+pub(crate) fn window_wait_bounds(lib: &crate::state::Library) -> (Duration, Duration) {
+    let p = lib.service.policy();
+    // A window without callbacks runs its remaining passes; each of its waits is bounded by
+    // the drain or pass timeout, so one of each bounds the pass in progress and its restore.
+    let bound = p.drain_timeout.saturating_add(p.pass_timeout);
+    let slice = p
+        .poll_slice
+        .clamp(Duration::from_millis(1), Duration::from_millis(10));
+    (bound, slice)
+}
+
+/// Waits, bounded, until `busy` answers `None`; `Err(what it last answered)` at the bound.
+/// Polls on the library's clock, with a progress warning per `progress_interval`.
+pub(crate) fn wait_until_idle(
+    lib: &crate::state::Library,
+    who: &str,
+    busy: impl Fn() -> Option<String>,
+) -> Result<(), String> {
+    let (bound, slice) = window_wait_bounds(lib);
+    let clock = &lib.clock;
+    let start = replay_core::Clock::now(&**clock);
+    let mut warned = start;
+    loop {
+        let Some(what) = busy() else { return Ok(()) };
+        let now = replay_core::Clock::now(&**clock);
+        let waited = now.saturating_sub(start);
+        if waited >= bound {
+            return Err(what);
+        }
+        if now.saturating_sub(warned) >= lib.service.policy().progress_interval {
+            log::warn!(
+                "[kernel-replay] {who}: {what}; waiting for them ({:.1} s of at most {:.1} s)",
+                waited.as_secs_f64(),
+                bound.as_secs_f64()
+            );
+            warned = now;
+        }
+        replay_core::Clock::sleep(&**clock, slice);
+    }
+}
+
+/// Waits, bounded, until no replay window is open and no simulator dispatch is running.
+/// `Err(what was still running)` at the bound.
+fn wait_for_windows(lib: &crate::state::Library) -> Result<(), String> {
+    wait_until_idle(lib, "shutdown", || {
+        let windows = lib.service.open_windows();
+        let dispatches = crate::sim::dispatches_in_flight();
+        (windows != 0 || dispatches != 0).then(|| {
+            format!("{windows} replay window(s) open, {dispatches} simulator dispatch(es) running")
+        })
+    })
+}
+
 /// Shuts the library down.
+///
+/// Windows open on other threads run their remaining passes without callbacks; shutdown waits
+/// for them (bounded) before it shuts the simulators down and releases what they use.
 ///
 /// # Safety
 ///
@@ -737,6 +806,9 @@ pub extern "C" fn kreplay_shutdown() -> kreplay_status_t {
         if !mark_shut_down() {
             return Err(Error::ShutDown);
         }
+        // Pairs with the fence of a simulator dispatch that starts now: either it sees the
+        // shutdown, or the wait below sees it.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         if let Some(lib) = library_if_created() {
             {
                 let mut handles = lib.handles.lock();
@@ -750,6 +822,9 @@ pub extern "C" fn kreplay_shutdown() -> kreplay_status_t {
                 .lock()
                 .as_ref()
                 .map(|o| std::sync::Arc::clone(&o.tool));
+            // Waits for the callback in flight; none starts afterwards, so a window still open
+            // runs its remaining passes without the tool (an open-ended loop stops after the
+            // pass in progress) and ends with memory equal to one execution.
             if let Some(tool) = tool {
                 tool.disable();
             }
@@ -758,6 +833,23 @@ pub extern "C" fn kreplay_shutdown() -> kreplay_status_t {
             if let Some(gate) = sink {
                 gate.disable();
             }
+            // Nothing a window uses goes before it has closed: shutting a simulator down under
+            // one would fail its restore, which aborts the process.
+            if let Err(what) = wait_for_windows(lib) {
+                let (bound, _) = window_wait_bounds(lib);
+                log::error!(
+                    "[kernel-replay] shutdown: {what} after {:.1} s; simulators, their threads and \
+                     the service's tables are left in place",
+                    bound.as_secs_f64()
+                );
+                log::logger().flush();
+                return Err(Error::Device(format!(
+                    "shutdown waited {:.1} s (drain_timeout + pass_timeout) and {what}; the library \
+                     is shut down, but simulators, their threads and the service's tables were left \
+                     in place so nothing is released under a running window",
+                    bound.as_secs_f64()
+                )));
+            }
             // Contexts die with the registry (every handle is invalid already).
             lib.contexts.release();
         }
@@ -765,7 +857,8 @@ pub extern "C" fn kreplay_shutdown() -> kreplay_status_t {
         // library's own threads.
         let report = crate::threads::shutdown_all();
         if let Some(lib) = library_if_created() {
-            // No window can run any more: replay is stopped and every runtime is shut down.
+            // No window can run any more: replay is stopped, none is open and every runtime is
+            // shut down.
             lib.service.release_tables();
         }
         if !report.panicked.is_empty() {

@@ -57,11 +57,31 @@
 //!   pointer is `INVALID_HANDLE`, not a wild read. Strings are copied out into caller buffers
 //!   (`required` tells the size), so no library-owned string outlives a call, except
 //!   `kreplay_last_error`'s, which is valid until the next call on the same thread.
-//! - **Shutdown.** `kreplay_shutdown` stops replay, closes the callback and sink gates, runs
-//!   the [`threads`] registry's hooks (the simulator's shuts every simulator left down, joining
-//!   its queue and copy-engine workers), joins every registered thread and invalidates every
-//!   handle; afterwards stateful calls answer `SHUT_DOWN`. The core itself starts no thread
-//!   (the window runs on the submitting thread).
+//! - **Policy from the environment** (SPEC §8). The service is built with every well-formed
+//!   `KREPLAY_*` variable applied; each malformed one (a value that does not parse or is not
+//!   UTF-8) keeps its default and is kept in a list. `kreplay_configure_replay` answers
+//!   `POLICY_ERROR`, naming every listed variable, until each is set through
+//!   `kreplay_policy_set` (any of its names) or, for the filter's, `kreplay_filter_set`:
+//!   a tool sees the problem instead of replaying on a silent default, and may fix it or run
+//!   without replay. (The choice: keep the well-formed values, refuse to replay on the rest.)
+//!   A Rust tool that configures [`service()`] itself reads the list with
+//!   [`env_policy_errors`].
+//! - **Shutdown.** `kreplay_shutdown` stops replay, closes the callback and sink gates (waiting
+//!   for the call in progress), then waits, bounded by `drain_timeout + pass_timeout`, until no
+//!   window is open ([`ReplayService::open_windows`]) and no `kreplay_sim_dispatch` runs: a
+//!   window open on another thread runs its remaining passes without the tool and ends with
+//!   memory equal to one execution. Only then does it release the registry, run the
+//!   [`threads`] registry's hooks (the simulator's shuts every simulator left down, joining its
+//!   queue and copy-engine workers), join every registered thread and release the service's
+//!   tables. A window still open at the bound keeps all of that in place (`DEVICE_ERROR`); the
+//!   library is shut down either way and stateful calls answer `SHUT_DOWN`. The core itself
+//!   starts no thread (the window runs on the submitting thread).
+//! - **Unloading a module** (`kreplay_sim_module_unload`) never frees memory a window captured:
+//!   outside callbacks it takes the agent's write gate (waiting for a window there); inside a
+//!   callback the handles go at once and the code object is unloaded when the window has
+//!   closed, before the `kreplay_sim_dispatch` that ran it returns. This holds whether or not
+//!   the memory engine re-checks module variables' liveness before a restore.
+//! - **Counters** saturate (the summary's, the simulator's work-item count, fault hits).
 //! - **Memory at exit.** Shutdown releases what the library holds through statics (the context
 //!   registry, behind the service's context control; the service's per-agent gates and kernel
 //!   memo, through `release_tables`; the simulators and their handle tables), and destroying a
@@ -135,6 +155,14 @@ pub fn service() -> Arc<ReplayService> {
 /// simulated runtimes of the C ABI (`kreplay_sim_*`) share it, as the simulator requires.
 pub fn clock() -> Arc<replay_mock::SimClock> {
     Arc::clone(&state::library_any().clock)
+}
+
+/// The malformed policy variables of the environment not set through the API since (SPEC §8),
+/// as `kreplay_configure_replay` reports them. A Rust tool that configures
+/// [`service()`] directly checks this first: the service's policy has each of them at its
+/// default.
+pub fn env_policy_errors() -> Vec<replay_core::PolicyError> {
+    state::library_any().env_errors.lock().clone()
 }
 
 /// The context registry the service uses (SPEC §5): what C contexts are handles onto.

@@ -22,7 +22,9 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use replay_context::Contexts;
-use replay_core::{Clock, ContextControl, ContextError, ContextId, Policy, ReplayService};
+use replay_core::{
+    Clock, ContextControl, ContextError, ContextId, Policy, PolicyError, ReplayService,
+};
 use replay_mock::SimClock;
 
 use crate::checked::{Error, HandleTable};
@@ -136,6 +138,9 @@ pub(crate) struct Library {
     pub(crate) sink: Mutex<Option<Arc<Gate>>>,
     /// Serialises read-modify-write updates of the policy.
     pub(crate) policy_lock: Mutex<()>,
+    /// Malformed policy variables of the environment (read once, when the library starts),
+    /// each removed when the API sets that variable; configure refuses while any is left.
+    pub(crate) env_errors: Mutex<Vec<PolicyError>>,
     /// Whether our stderr sink is the process's `log` logger.
     pub(crate) log_sink: bool,
 }
@@ -158,6 +163,9 @@ impl Library {
                 service_clock as Arc<dyn Clock>,
             )
         });
+        // The service applied every well-formed variable and logged each malformed one; the
+        // same reading, kept so configure can refuse while one is left.
+        let env_errors = Policy::env_over(Policy::default()).errors;
         let theirs = Arc::as_ptr(service.contexts()).cast::<u8>();
         if !std::ptr::eq(theirs, Arc::as_ptr(&contexts).cast::<u8>()) {
             log::error!(
@@ -175,6 +183,7 @@ impl Library {
             owner: Mutex::new(None),
             sink: Mutex::new(None),
             policy_lock: Mutex::new(()),
+            env_errors: Mutex::new(env_errors),
             log_sink,
         }
     }
@@ -187,6 +196,28 @@ impl Library {
     /// Whether `id` owns the service.
     pub(crate) fn is_owner(&self, id: ContextId) -> bool {
         self.owner.lock().as_ref().is_some_and(|o| o.id == id)
+    }
+
+    /// Forgets the environment's error for each variable the API has just set (any of its
+    /// names).
+    pub(crate) fn env_fixed<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let fixed: Vec<String> = names
+            .into_iter()
+            .filter_map(Policy::canonical_name)
+            .collect();
+        self.env_errors
+            .lock()
+            .retain(|e| Policy::canonical_name(&e.variable).is_none_or(|n| !fixed.contains(&n)));
+    }
+
+    /// `EnvPolicy` while a malformed variable of the environment is left.
+    pub(crate) fn check_env_policy(&self) -> Result<(), Error> {
+        let errors = self.env_errors.lock();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::EnvPolicy(errors.clone()))
+        }
     }
 }
 
@@ -216,16 +247,15 @@ pub(crate) fn mark_shut_down() -> bool {
 /// Installs the core's stderr sink at the level of `KREPLAY_LOG` (or its upstream alias).
 /// `false` when the embedding application installed a `log` logger first.
 fn install_log_sink() -> bool {
-    let from_env = Policy::from_lookup(|name| {
+    // Only the log variables, read as the service reads them (a value that is not UTF-8 is
+    // malformed, not unset); the service reports them with every other variable.
+    let from_env = Policy::lookup_over(Policy::default(), |name| {
         matches!(name, "KREPLAY_LOG" | "ROCPROFILER_KERNEL_REPLAY_LOG")
-            .then(|| std::env::var(name).ok())
+            .then(|| std::env::var_os(name))
             .flatten()
     });
-    let level = from_env
-        .as_ref()
-        .map_or_else(|_| Policy::default().log_level, |p| p.log_level);
-    let installed = replay_core::log_sink::install(level);
-    if let Err(e) = from_env {
+    let installed = replay_core::log_sink::install(from_env.policy.log_level);
+    for e in &from_env.errors {
         log::error!("[kernel-replay] {e}; the log level stays at its default");
     }
     installed

@@ -5,6 +5,10 @@
 //! `kreplay_shutdown()`: no leak, no invalid access, every simulator thread joined), and checks
 //! that the library exports exactly the functions the header declares.
 //!
+//! `tests/c/abi_bad_input.c` holds the hostile-caller scenarios that need a process each (a
+//! malformed environment read at start, a module unloaded from PASS ENTER, shutdown from another
+//! thread while a window runs); each runs plainly and under valgrind.
+//!
 //! Compilers: `$CC` / `$CXX`, else `cc` / `c++`. Valgrind runs when installed; set
 //! `KREPLAY_REQUIRE_VALGRIND=1` (CI does) to fail instead of skipping when it is not.
 
@@ -65,6 +69,11 @@ fn run(cmd: &mut Command) -> (bool, String) {
 
 /// Compiles one consumer test and returns the executable.
 fn build(language: &str, source: &str, exe_name: &str) -> PathBuf {
+    build_with(language, source, exe_name, &[])
+}
+
+/// Like [`build`], with extra compiler arguments.
+fn build_with(language: &str, source: &str, exe_name: &str, extra: &[&str]) -> PathBuf {
     let root = repo_root();
     let lib = library_dir();
     let exe = out_dir().join(exe_name);
@@ -80,6 +89,7 @@ fn build(language: &str, source: &str, exe_name: &str) -> PathBuf {
         .arg("-I")
         .arg(root.join("tests/common"))
         .arg(root.join(source))
+        .args(extra)
         .arg("-L")
         .arg(&lib)
         .arg("-lkernel_replay")
@@ -134,16 +144,7 @@ fn cpp17_consumer_test_passes() {
 
 #[test]
 fn c11_consumer_test_is_clean_under_valgrind() {
-    let have = Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var_os("KREPLAY_REQUIRE_VALGRIND").is_none(),
-            "KREPLAY_REQUIRE_VALGRIND is set but valgrind is not installed"
-        );
-        eprintln!("valgrind is not installed; skipping (set KREPLAY_REQUIRE_VALGRIND=1 to fail)");
+    if !have_valgrind() {
         return;
     }
     let exe = build("c", "tests/c/abi_test.c", "abi_test_c_valgrind");
@@ -155,6 +156,161 @@ fn c11_consumer_test_is_clean_under_valgrind() {
         "valgrind reported errors:\n{out}"
     );
     assert_tally("tests/c/abi_test.c under valgrind", ok, &out);
+}
+
+/// How long a bad-input scenario may run before it counts as hung. A scenario takes seconds
+/// (minutes under valgrind); one that stalls waits out a pass timeout of an hour.
+const HANG_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Like [`run`], killing the process if it has not finished after `limit` (a hang guard: the
+/// scenario then fails, naming the limit).
+fn run_bounded(cmd: &mut Command, limit: std::time::Duration) -> (bool, String) {
+    use std::io::Read;
+    use std::process::Stdio;
+    cmd.env_remove("LD_LIBRARY_PATH");
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not run {shown}: {e}"));
+    // Drained on their own threads, so a chatty child never blocks on a full pipe.
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("the child can be waited for") {
+            break Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.join().unwrap()),
+        String::from_utf8_lossy(&err.join().unwrap())
+    );
+    match status {
+        Some(s) => (s.success(), text),
+        None => panic!("{shown} was still running after {limit:?} (hung):\n{text}"),
+    }
+}
+
+/// Whether valgrind runs here (or is required and missing: a failure).
+fn have_valgrind() -> bool {
+    let have = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var_os("KREPLAY_REQUIRE_VALGRIND").is_none(),
+            "KREPLAY_REQUIRE_VALGRIND is set but valgrind is not installed"
+        );
+        eprintln!("valgrind is not installed; skipping (set KREPLAY_REQUIRE_VALGRIND=1 to fail)");
+    }
+    have
+}
+
+/// Runs one scenario of `tests/c/abi_bad_input.c` in its own process and checks its tally
+/// (and, under valgrind, a clean report).
+fn bad_input(scenario: &str, args: &[&str], valgrind: bool) {
+    // One executable per scenario and mode: the tests run in parallel.
+    let exe_name = format!(
+        "abi_bad_input_{scenario}{}",
+        if valgrind { "_vg" } else { "" }
+    );
+    let exe = build_with("c", "tests/c/abi_bad_input.c", &exe_name, &["-pthread"]);
+    let mut cmd = if valgrind {
+        let mut c = Command::new("valgrind");
+        c.args(["--error-exitcode=1", "--leak-check=full"])
+            .arg(&exe);
+        c
+    } else {
+        Command::new(&exe)
+    };
+    // The scenarios set their own variables; none of the caller's may leak in.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("KREPLAY_") || k.starts_with("ROCPROFILER_KERNEL_REPLAY_") {
+            cmd.env_remove(&*k);
+        }
+    }
+    let (ok, out) = run_bounded(cmd.arg(scenario).args(args), HANG_LIMIT);
+    let name = format!(
+        "abi_bad_input {scenario}{}",
+        if valgrind { " under valgrind" } else { "" }
+    );
+    if valgrind {
+        assert!(
+            out.contains("ERROR SUMMARY: 0 errors"),
+            "{name}: valgrind reported errors:\n{out}"
+        );
+    }
+    let tally = out
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let (p, f) = l.trim().split_once(" passed, ")?;
+            Some((
+                p.parse::<u32>().ok()?,
+                f.strip_suffix(" failed")?.parse::<u32>().ok()?,
+            ))
+        })
+        .unwrap_or_else(|| panic!("{name} printed no tally (did it abort?):\n{out}"));
+    assert!(
+        ok && tally.1 == 0 && tally.0 >= 5,
+        "{name} failed ({tally:?}):\n{out}"
+    );
+    println!("{name}: {} passed, 0 failed", tally.0);
+}
+
+#[test]
+fn a_malformed_environment_is_a_policy_error_at_configure_naming_every_variable() {
+    bad_input("env", &[], false);
+}
+
+#[test]
+fn unloading_the_running_kernels_module_from_pass_enter_does_not_abort() {
+    bad_input("unload", &[], false);
+}
+
+#[test]
+fn shutdown_from_another_thread_waits_for_the_open_window() {
+    bad_input("shutdown", &[], false);
+}
+
+#[test]
+fn destroying_the_simulator_from_another_thread_waits_for_the_open_window() {
+    bad_input("destroy", &[], false);
+}
+
+#[test]
+fn a_counter_that_would_overflow_saturates() {
+    bad_input("counters", &[], false);
+}
+
+#[test]
+fn the_bad_input_scenarios_are_clean_under_valgrind() {
+    if !have_valgrind() {
+        return;
+    }
+    bad_input("env", &[], true);
+    bad_input("unload", &[], true);
+    bad_input("shutdown", &["8"], true);
+    bad_input("destroy", &["8"], true);
+    bad_input("counters", &[], true);
 }
 
 #[test]

@@ -212,7 +212,7 @@ impl Faults {
         let a = armed
             .iter_mut()
             .find(|a| !a.spent && a.agent == agent && pred(&a.fault))?;
-        a.hits += 1;
+        a.hits = a.hits.saturating_add(1);
         if a.mode == FaultMode::Once {
             a.spent = true;
         }
@@ -227,7 +227,7 @@ impl Faults {
             .iter_mut()
             .filter(|a| !a.spent && a.agent == agent && pred(&a.fault))
         {
-            a.hits += 1;
+            a.hits = a.hits.saturating_add(1);
             if a.mode == FaultMode::Once {
                 a.spent = true;
             }

@@ -348,9 +348,11 @@ impl<'a> KernelCtx<'a> {
         self.workgroup
     }
 
-    /// Number of work-items.
+    /// Number of work-items, saturating at `u64::MAX` (three `u32` dimensions can exceed it).
     pub fn work_items(&self) -> u64 {
-        u64::from(self.grid.x) * u64::from(self.grid.y.max(1)) * u64::from(self.grid.z.max(1))
+        u64::from(self.grid.x)
+            .saturating_mul(u64::from(self.grid.y.max(1)))
+            .saturating_mul(u64::from(self.grid.z.max(1)))
     }
 
     /// The argument block.

@@ -10,7 +10,10 @@
 //! - Handles (simulator, kernel, module, dispatch) are checked like context handles, each type
 //!   with its own tag. Destroying a simulator invalidates its kernels, modules and dispatches
 //!   and joins its worker threads; `kreplay_shutdown` does the same for every simulator left
-//!   (a hook of the [`crate::threads`] registry).
+//!   (a hook of the [`crate::threads`] registry), once no `kreplay_sim_dispatch` is running
+//!   (they are counted, so it can wait for a window running inside one).
+//! - A module unloaded from inside a callback goes when the window has closed (see
+//!   `kreplay_sim_module_unload`), so no restore writes into unloaded memory.
 //! - Counters, faults and digests are the simulator's own: one counter group per execution,
 //!   selected per agent (typically in PASS ENTER); faults per agent; a digest of all
 //!   application memory of an agent, comparable across simulators.
@@ -25,6 +28,7 @@ pub(crate) use state::SimTables;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::mem::size_of;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use replay_core::{AgentId, Dim3, DispatchId, MemoryClass, Tier};
 use replay_mock::{CounterGroup, Fault, FaultId, FaultMode, Kernel, ModuleSpec, SimError};
@@ -36,6 +40,7 @@ use crate::checked::{
 use crate::entry::refuse_in_callback;
 use crate::state::library;
 use crate::sys::*;
+use crate::tool::in_callback;
 use state::{ensure_shutdown_hook, full, stale, DispatchEntry, KernelEntry, ModuleEntry};
 
 /// Most agents of one simulator.
@@ -199,6 +204,34 @@ fn check_bytes(what: &str, n: u64) -> Result<(), Error> {
     }
 }
 
+/// `kreplay_sim_dispatch` calls running now: a replay window runs inside one, on its thread,
+/// so `kreplay_shutdown` waits for them before it shuts the simulators down.
+static DISPATCHES_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// One `kreplay_sim_dispatch` in flight until dropped.
+struct DispatchInFlight;
+
+impl DispatchInFlight {
+    /// Counted before the call checks for shutdown (SeqCst, with the fence in
+    /// `kreplay_shutdown`): either shutdown sees this call, or this call sees shutdown.
+    fn enter() -> Self {
+        DISPATCHES_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Self
+    }
+}
+
+impl Drop for DispatchInFlight {
+    fn drop(&mut self) {
+        DISPATCHES_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Number of `kreplay_sim_dispatch` calls running now.
+pub(crate) fn dispatches_in_flight() -> usize {
+    DISPATCHES_IN_FLIGHT.load(Ordering::SeqCst)
+}
+
 /// The simulator runtime of a live handle.
 fn runtime(sim: kreplay_sim_t) -> Result<replay_mock::SimRuntime, Error> {
     library()?.sims.lock().runtime(sim.handle)
@@ -241,7 +274,10 @@ pub unsafe extern "C" fn kreplay_sim_create(
             } else {
                 tables
                     .sims
-                    .insert(state::SimEntry { rt: rt.clone() })
+                    .insert(state::SimEntry {
+                        rt: rt.clone(),
+                        in_flight: Default::default(),
+                    })
                     .map_err(|_| full("simulator"))
             }
         };
@@ -258,7 +294,9 @@ pub unsafe extern "C" fn kreplay_sim_create(
 }
 
 /// Destroys a simulated runtime: its kernels, modules and dispatches become invalid and its
-/// worker threads are joined.
+/// worker threads are joined. A `kreplay_sim_dispatch` on it running on another thread (a
+/// replay window inside it) is waited for first, bounded as shutdown's wait is: shutting the
+/// runtime down under a window would fail its restore, which aborts.
 ///
 /// # Safety
 ///
@@ -268,8 +306,23 @@ pub extern "C" fn kreplay_sim_destroy(sim: kreplay_sim_t) -> kreplay_status_t {
     guard("kreplay_sim_destroy", || {
         let lib = library()?;
         refuse_in_callback()?;
-        let rt = lib.sims.lock().remove_sim(sim.handle)?;
-        // No lock is held: joining waits for the workers, whose kernels never call in.
+        let (rt, in_flight) = lib.sims.lock().remove_sim(sim.handle)?;
+        // No lock is held while waiting: the dispatches' callbacks may call in.
+        let idle = crate::entry::wait_until_idle(lib, "kreplay_sim_destroy", || {
+            let n = in_flight.load(Ordering::SeqCst);
+            (n != 0).then(|| format!("{n} dispatch(es) on the simulator still running"))
+        });
+        if let Err(what) = idle {
+            let (bound, _) = crate::entry::window_wait_bounds(lib);
+            // Shut down with the others at kreplay_shutdown, never under a running window.
+            lib.sims.lock().stragglers.push(rt);
+            return Err(Error::Device(format!(
+                "kreplay_sim_destroy waited {:.1} s and {what}; the handle is gone, the runtime \
+                 is shut down at kreplay_shutdown()",
+                bound.as_secs_f64()
+            )));
+        }
+        // Joining waits for the workers, whose kernels never call in.
         rt.shutdown();
         Ok(())
     })
@@ -284,6 +337,7 @@ pub extern "C" fn kreplay_sim_destroy(sim: kreplay_sim_t) -> kreplay_status_t {
 pub extern "C" fn kreplay_sim_synchronize(sim: kreplay_sim_t) -> kreplay_status_t {
     guard("kreplay_sim_synchronize", || {
         runtime(sim)?.wait_idle();
+        run_pending_unloads(library()?);
         Ok(())
     })
 }
@@ -683,6 +737,14 @@ pub unsafe extern "C" fn kreplay_sim_module_kernel(
 
 /// Unloads a code object: its variables are freed and its kernel handles become invalid.
 ///
+/// The handles go at once. On the device, an unload must never pull memory from under a replay
+/// window that captured the module's variables (its restore would write into memory that is
+/// gone, SPEC §7.1), so: from a thread outside any callback it waits until no window is open on
+/// the module's agent (the agent's write gate, as for any write that is not replayed) and then
+/// unloads; from inside a callback (a window on this thread, which cannot be waited for) it is
+/// recorded and carried out when that window has closed, before the `kreplay_sim_dispatch` that
+/// ran it returns. The remaining passes of that dispatch see the module as it was captured.
+///
 /// # Safety
 ///
 /// No preconditions (the handle is checked).
@@ -693,17 +755,50 @@ pub extern "C" fn kreplay_sim_module_unload(module: kreplay_sim_module_t) -> kre
         let (rt, m) = {
             let mut tables = lib.sims.lock();
             tables.open()?;
-            let m = tables
+            let entry = tables
                 .modules
                 .remove(module.handle)
                 .ok_or_else(|| stale("module", module.handle))?;
             tables
                 .kernels
                 .remove_where(|k| k.module.is_some_and(|(h, _)| h == module.handle));
-            (tables.runtime(m.sim)?, m.module)
+            let rt = tables.runtime(entry.sim)?;
+            if in_callback() {
+                tables.pending_unloads.push((entry.sim, entry.module));
+                return Ok(());
+            }
+            (rt, entry.module)
         };
+        // No lock of ours is held while waiting for a window.
+        let _gate = lib.service.enter_write(m.agent);
         rt.unload_module(&m).map_err(sim_error)
     })
+}
+
+/// Carries out the unloads recorded inside callbacks, once this thread is outside every
+/// callback (so no window of this thread is open); each waits for windows of other threads on
+/// its agent, as a direct unload does.
+fn run_pending_unloads(lib: &crate::state::Library) {
+    if in_callback() {
+        return;
+    }
+    let pending: Vec<_> = {
+        let mut tables = lib.sims.lock();
+        let taken = std::mem::take(&mut tables.pending_unloads);
+        taken
+            .into_iter()
+            .filter_map(|(sim, m)| tables.runtime(sim).ok().map(|rt| (rt, m)))
+            .collect()
+    };
+    for (rt, m) in pending {
+        let _gate = lib.service.enter_write(m.agent);
+        if let Err(e) = rt.unload_module(&m) {
+            log::error!(
+                "[kernel-replay] sim: unloading module {:?} after the replay window failed: {e}",
+                m.name
+            );
+        }
+    }
 }
 
 // ----- Dispatches --------------------------------------------------------------------------
@@ -729,6 +824,7 @@ pub unsafe extern "C" fn kreplay_sim_dispatch(
     dispatch: *mut kreplay_sim_dispatch_t,
 ) -> kreplay_status_t {
     guard("kreplay_sim_dispatch", || {
+        let _in_flight = DispatchInFlight::enter();
         let lib = library()?;
         if args_size > 0 {
             non_null(args, "args")?;
@@ -744,9 +840,9 @@ pub unsafe extern "C" fn kreplay_sim_dispatch(
                 grid.x, grid.y, grid.z
             )));
         }
-        let (rt, k) = {
+        let (rt, _busy, k) = {
             let tables = lib.sims.lock();
-            let rt = tables.runtime(sim.handle)?;
+            let (rt, busy) = tables.dispatching(sim.handle)?;
             let k = tables
                 .kernels
                 .get(kernel.handle)
@@ -765,7 +861,7 @@ pub unsafe extern "C" fn kreplay_sim_dispatch(
                     )));
                 }
             }
-            (rt, k.kernel.clone())
+            (rt, busy, k.kernel.clone())
         };
         let agent_id = agent_of(&rt, agent)?;
         let q = rt
@@ -786,9 +882,10 @@ pub unsafe extern "C" fn kreplay_sim_dispatch(
             unsafe { std::slice::from_raw_parts(args.cast::<u8>(), args_size) }
         };
         // No lock is held: the replay window runs here and calls the tool, which may call in.
-        let completion = rt
-            .dispatch(q, &k, bytes, Dim3::new(grid.x, grid.y, grid.z))
-            .map_err(sim_error)?;
+        let completion = rt.dispatch(q, &k, bytes, Dim3::new(grid.x, grid.y, grid.z));
+        // The window (if any) has closed: modules its callbacks unloaded go now.
+        run_pending_unloads(lib);
+        let completion = completion.map_err(sim_error)?;
         if dispatch.is_null() {
             return Ok(());
         }

@@ -8,6 +8,9 @@
 //! module is held while a runtime runs a dispatch (the replay callback may call back in), waits,
 //! or shuts down.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use replay_core::{AgentId, OutcomeRecord};
 use replay_mock::{Completion, Kernel, Module, SimRuntime};
 
@@ -23,6 +26,19 @@ const TAG_DISPATCH: u8 = 4;
 #[derive(Debug)]
 pub(crate) struct SimEntry {
     pub(crate) rt: SimRuntime,
+    /// `kreplay_sim_dispatch` calls on it now (a replay window runs inside one), so destroy
+    /// waits for them before it shuts the runtime down.
+    pub(crate) in_flight: Arc<AtomicUsize>,
+}
+
+/// One `kreplay_sim_dispatch` on a simulator, until dropped.
+#[derive(Debug)]
+pub(crate) struct SimBusy(Arc<AtomicUsize>);
+
+impl Drop for SimBusy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A kernel of a simulator: a built-in, or a module's instance of one.
@@ -60,6 +76,13 @@ pub(crate) struct SimTables {
     pub(crate) kernels: HandleTable<KernelEntry>,
     pub(crate) modules: HandleTable<ModuleEntry>,
     pub(crate) dispatches: HandleTable<DispatchEntry>,
+    /// Modules unloaded from inside a callback: their handles are gone, their code objects
+    /// are unloaded on the device once the window has closed (by the outermost
+    /// `kreplay_sim_dispatch` that returns; see `kreplay_sim_module_unload`).
+    pub(crate) pending_unloads: Vec<(u64, Module)>,
+    /// Destroyed simulators whose dispatches outlived destroy's bound: shut down with the rest
+    /// at `kreplay_shutdown`.
+    pub(crate) stragglers: Vec<SimRuntime>,
 }
 
 impl Default for SimTables {
@@ -71,6 +94,8 @@ impl Default for SimTables {
             kernels: HandleTable::tagged(TAG_KERNEL),
             modules: HandleTable::tagged(TAG_MODULE),
             dispatches: HandleTable::tagged(TAG_DISPATCH),
+            pending_unloads: Vec::new(),
+            stragglers: Vec::new(),
         }
     }
 }
@@ -109,9 +134,22 @@ impl SimTables {
             .ok_or_else(|| stale("simulator", sim))
     }
 
+    /// The runtime of a live simulator, counted busy until the guard drops (a dispatch).
+    pub(crate) fn dispatching(&self, sim: u64) -> Result<(SimRuntime, SimBusy), Error> {
+        let entry = self
+            .open()?
+            .sims
+            .get(sim)
+            .ok_or_else(|| stale("simulator", sim))?;
+        // Under the tables' lock: destroy removes the entry under it, so once it has, no
+        // dispatch is counted any more.
+        entry.in_flight.fetch_add(1, Ordering::SeqCst);
+        Ok((entry.rt.clone(), SimBusy(Arc::clone(&entry.in_flight))))
+    }
+
     /// Removes a simulator with its kernels, modules and dispatches; its runtime, to shut down
-    /// once no lock is held.
-    pub(crate) fn remove_sim(&mut self, sim: u64) -> Result<SimRuntime, Error> {
+    /// once no lock is held and its dispatches in flight (the counter) have returned.
+    pub(crate) fn remove_sim(&mut self, sim: u64) -> Result<(SimRuntime, Arc<AtomicUsize>), Error> {
         if self.closed {
             return Err(Error::ShutDown);
         }
@@ -122,17 +160,20 @@ impl SimTables {
         self.kernels.remove_where(|k| k.sim == sim);
         self.modules.remove_where(|m| m.sim == sim);
         self.dispatches.remove_where(|d| d.sim == sim);
-        Ok(entry.rt)
+        // Its code objects go with the runtime.
+        self.pending_unloads.retain(|(s, _)| *s != sim);
+        Ok((entry.rt, entry.in_flight))
     }
 
     /// Closes the tables and takes every runtime (the shutdown hook); the tables' memory goes.
     pub(crate) fn close(&mut self) -> Vec<SimRuntime> {
-        let runtimes = self
+        let mut runtimes: Vec<SimRuntime> = self
             .sims
             .remove_where(|_| true)
             .into_iter()
             .map(|e| e.rt)
             .collect();
+        runtimes.append(&mut self.stragglers);
         *self = Self {
             closed: true,
             hook: true,
