@@ -2,7 +2,7 @@
 //!
 //! The command line of kernel-replay (SPEC §2, top layer): `kreplay demo` runs a workload on the
 //! simulated GPU under replay and checks it against a plain run; `kreplay bench --backend cuda`
-//! runs the CUDA backend's checks and measurements on a real GPU ([`replay_cuda::bench`]);
+//! runs the CUDA backend's checks and measurements on a real GPU ([`replay_bench`]);
 //! running applications under replay attaches here as backends land.
 
 #![forbid(unsafe_code)]
@@ -53,8 +53,8 @@ fn main() -> ExitCode {
             // Only "cuda" gets past the parser. The ncu case re-invokes this executable as
             // `kreplay bench --backend cuda app ...`.
             let me =
-                replay_cuda::bench::SelfInvocation::current(&["bench", "--backend", &b.backend]);
-            let code = replay_cuda::bench::main_with_args(b.args, me);
+                replay_bench::SelfInvocation::current(&["bench", "--backend", &b.backend]);
+            let code = replay_bench::main_with_args(b.args, me);
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
         cli::Command::Demo(a) => {

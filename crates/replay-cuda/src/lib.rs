@@ -18,7 +18,6 @@
 //! | [`module`] | NVRTC compilation, cubin loading, module globals from the ELF symbol table |
 //! | [`launch`] | the library API: [`CudaBackend::launch`] runs a launch under replay |
 //! | [`kernels`] | the digest kernels (CUDA C compiled with NVRTC) |
-//! | [`bench`](mod@bench) | the GPU bench: `kreplay bench --backend cuda` and the `cuda_bench` binary |
 //!
 //! Who validates what: the core validates every window transition and owns every deadline;
 //! the memory layer plans, places and checks liveness; this crate translates. Misuse of the
@@ -58,8 +57,8 @@
 //! kernels against the reference. `tests/nvrtc.rs` compiles every CUDA source with NVRTC where
 //! libnvrtc is present. `tests/fake_driver.rs` runs the backend end to end over a fake
 //! `libcuda` (C, compiled at test time) that keeps device memory in host memory and emulates
-//! the kernels by name. The GPU run is [`bench`](mod@bench)
-//! (`kreplay bench --backend cuda`, or the `cuda_bench` binary).
+//! the kernels by name. The GPU run is the `replay-bench` crate
+//! (`kreplay bench --backend cuda`, or its `cuda_bench` binary).
 //!
 //! ## Stream capture
 //!
@@ -129,7 +128,6 @@
 #![warn(missing_docs)]
 
 pub mod agent;
-pub mod bench;
 mod driver;
 pub mod error;
 pub mod kernels;

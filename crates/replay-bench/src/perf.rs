@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::memory::{Direction, ResolvedCopy};
-use crate::{Allocation, ArgBlock, DevicePtr, GpuTimer, LaunchConfig, QueueKind};
+use replay_cuda::memory::{Direction, ResolvedCopy};
+use replay_cuda::{Allocation, ArgBlock, DevicePtr, GpuTimer, LaunchConfig, QueueKind};
 use replay_core::{OutcomeRecord, RestoreMode, Scope, Tier};
 use serde_json::{json, Value};
 
@@ -42,7 +42,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// seconds.
 fn time_gpu(
     b: &Bench,
-    queue: &crate::Queue,
+    queue: &replay_cuda::Queue,
     reps: usize,
     mut f: impl FnMut() -> Result<(), String>,
 ) -> Result<f64, String> {
