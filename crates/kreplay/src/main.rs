@@ -52,8 +52,7 @@ fn main() -> ExitCode {
         cli::Command::Bench(b) => {
             // Only "cuda" gets past the parser. The ncu case re-invokes this executable as
             // `kreplay bench --backend cuda app ...`.
-            let me =
-                replay_bench::SelfInvocation::current(&["bench", "--backend", &b.backend]);
+            let me = replay_bench::SelfInvocation::current(&["bench", "--backend", &b.backend]);
             let code = replay_bench::main_with_args(b.args, me);
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }

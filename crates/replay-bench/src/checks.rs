@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use replay_cuda::{ArgBlock, DevicePtr, LaunchConfig, QueueKind};
 use parking_lot::Mutex;
 use replay_core::{
     CopyOp, DeviceMemory, DigestOp, MemLoc, Outcome, Reason, RestoreMode, Scope, Tier,
 };
+use replay_cuda::{ArgBlock, DevicePtr, LaunchConfig, QueueKind};
 use serde_json::{json, Value};
 
 use super::common::{ensure, record_json, Bench, Row, GLOBALS_SRC, MIB, WAIT};

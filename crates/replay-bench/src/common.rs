@@ -4,15 +4,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use replay_cuda::{
-    Allocation, ArgBlock, CompletionEvent, CudaBackend, CudaFunction, CudaModule, DevicePtr,
-    LaunchConfig, LaunchOptions, Queue,
-};
 use parking_lot::Mutex;
 use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
 use replay_core::{
     ContextId, Digest128, DigestKey, DispatchReport, NoContextControl, OutcomeRecord, Policy,
     ReplayService, RestoreMode, Scope, Subscription, SystemClock,
+};
+use replay_cuda::{
+    Allocation, ArgBlock, CompletionEvent, CudaBackend, CudaFunction, CudaModule, DevicePtr,
+    LaunchConfig, LaunchOptions, Queue,
 };
 use serde_json::{json, Value};
 

@@ -44,9 +44,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use replay_cuda::{BackendConfig, CudaBackend};
 use replay_core::policy::LogLevel;
 use replay_core::{RestoreMode, Scope, Tier};
+use replay_cuda::{BackendConfig, CudaBackend};
 use serde_json::{json, Value};
 use std::ffi::OsString;
 

@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use replay_core::{OutcomeRecord, RestoreMode, Scope, Tier};
 use replay_cuda::memory::{Direction, ResolvedCopy};
 use replay_cuda::{Allocation, ArgBlock, DevicePtr, GpuTimer, LaunchConfig, QueueKind};
-use replay_core::{OutcomeRecord, RestoreMode, Scope, Tier};
 use serde_json::{json, Value};
 
 use super::common::{ensure, progress, record_json, Bench, Row, GIB, MIB, WAIT};

@@ -127,36 +127,42 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+// Dependencies point one way, down this list's reverse: `backend` uses every role; `agent`
+// uses `memory`, `module`, `launch` and `queue`; the roles use `device`; everything uses
+// `error`, `result` and `sys`. No file imports one that imports it back.
 pub mod agent;
-mod driver;
+pub mod backend;
+mod device;
 pub mod error;
 pub mod kernels;
 pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod queue;
+pub mod result;
+mod state;
+pub mod sys;
 pub mod tracker;
 
-pub use cudarc::driver::{result, sys};
-
 pub use agent::CudaAgent;
-pub use driver::{CaptureStatus, RelaxedCapture};
-pub use driver::{Device, DeviceInfo, Stream, MIN_DRIVER_VERSION};
+pub use backend::{BackendConfig, CaptureMode, CudaBackend, LaunchOptions};
+pub use device::{Device, DeviceInfo};
 pub use error::{CudaError, CudaResult, NvrtcUnavailable, Unavailable};
-pub use launch::{BackendConfig, CaptureMode, CudaBackend, LaunchOptions};
+pub use launch::{ArgBlock, DevicePtr, KernelParam, LaunchConfig, ParamSlot};
 pub use memory::{CudaMemory, PointerAttributes, TierConfig};
 pub use module::{compile_cubin, nvrtc_available, CudaFunction, CudaModule, ModuleRegistry};
 pub use queue::{
-    ArgBlock, CapturedGraph, CompletionEvent, DevicePtr, GpuTimer, KernelParam, LaunchConfig,
-    ParamSlot, Queue, QueueKind,
+    CaptureStatus, CapturedGraph, CompletionEvent, GpuTimer, Queue, QueueKind, RelaxedCapture,
+    Stream,
 };
+pub use state::MIN_DRIVER_VERSION;
 pub use tracker::{AllocKind, Allocation, CudaAllocator};
 
 /// Whether CUDA can be used in this process: `Ok(number of devices)`, or why not (the driver
 /// library is missing, `cuInit` failed, no device, a driver older than CUDA 12.0). Loads and
 /// initialises the driver on first call; never panics.
 pub fn is_available() -> Result<i32, Unavailable> {
-    driver::init()
+    state::init()
 }
 
 #[cfg(test)]

@@ -42,7 +42,6 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::sys;
 use parking_lot::Mutex;
 use replay_core::{
     AgentId, BackendError, BackendErrorKind, BackingId, CopyOp, DeviceMemory, Digest128, DigestKey,
@@ -50,11 +49,16 @@ use replay_core::{
 };
 use smallvec::SmallVec;
 
-use crate::driver::{wait_events, Device, Event, SendPtr, Stream};
-use crate::error::{CudaError, CudaResult, DriverCall};
+use crate::device::{wait_events, Device, Event, SendPtr};
+use crate::error::{CudaError, CudaResult};
 use crate::kernels;
+use crate::launch::{launch_raw, ArgBlock, DevicePtr, LaunchConfig};
 use crate::module::{compile_cubin, CudaFunction, CudaModule, ModuleRegistry};
-use crate::queue::{launch_raw, ArgBlock, DevicePtr, LaunchConfig, QueueRegistry};
+use crate::queue::{QueueRegistry, RelaxedCapture, Stream};
+use crate::result::{self, mapped_pointer, DriverCall};
+use crate::sys;
+
+pub use crate::queue::{Direction, ResolvedCopy};
 
 /// How the backend sizes and drives its tiers.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,33 +166,6 @@ pub enum Lane {
     Host,
 }
 
-/// Direction of one copy: it picks the stream lane. The copy itself is a `cuMemcpyAsync`,
-/// which infers both ends from the unified address space (device, managed, mapped pinned or
-/// pageable memory).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Direction {
-    /// Device (or managed, or mapped) memory to device memory.
-    DeviceToDevice,
-    /// Device memory to a host pointer.
-    DeviceToHost,
-    /// A host pointer to device memory.
-    HostToDevice,
-}
-
-/// A copy with both ends resolved to addresses (device addresses, or host pointers as
-/// numbers, per [`Direction`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ResolvedCopy {
-    /// Direction.
-    pub dir: Direction,
-    /// Source address.
-    pub src: u64,
-    /// Destination address.
-    pub dst: u64,
-    /// Bytes.
-    pub len: u64,
-}
-
 impl ResolvedCopy {
     /// Which lane runs it.
     pub fn lane(&self) -> Lane {
@@ -268,17 +245,17 @@ impl Scratch {
         // On any failure `s` is dropped, which frees what was allocated so far.
         // SAFETY: plain allocations; the pointers are owned by `s` and freed in its Drop.
         unsafe {
-            let h = cudarc::driver::result::malloc_host(caps[0], flags).call("cuMemHostAlloc")?;
+            let h = result::malloc_host(caps[0], flags).call("cuMemHostAlloc")?;
             s.table = Mapped {
                 host: SendPtr(h),
-                dptr: crate::driver::mapped_pointer(h),
+                dptr: mapped_pointer(h),
             };
-            let h = cudarc::driver::result::malloc_host(caps[1], flags).call("cuMemHostAlloc")?;
+            let h = result::malloc_host(caps[1], flags).call("cuMemHostAlloc")?;
             s.out = Mapped {
                 host: SendPtr(h),
-                dptr: crate::driver::mapped_pointer(h),
+                dptr: mapped_pointer(h),
             };
-            s.partials = cudarc::driver::result::malloc_sync(caps[2]).call("cuMemAlloc")?;
+            s.partials = result::malloc_sync(caps[2]).call("cuMemAlloc")?;
         }
         Ok(s)
     }
@@ -296,11 +273,11 @@ impl Drop for Scratch {
         unsafe {
             for p in [self.table.host.0, self.out.host.0] {
                 if !p.is_null() {
-                    let _ = cudarc::driver::result::free_host(p);
+                    let _ = result::free_host(p);
                 }
             }
             if self.partials != 0 {
-                let _ = cudarc::driver::result::free_sync(self.partials);
+                let _ = result::free_sync(self.partials);
             }
         }
     }
@@ -320,7 +297,7 @@ impl Drop for Staging {
         if !self.host.0.is_null() {
             // SAFETY: allocated by cuMemHostAlloc in `submit_digests`; its copies completed
             // (abandoned staging is leaked instead).
-            let _ = unsafe { cudarc::driver::result::free_host(self.host.0) };
+            let _ = unsafe { result::free_host(self.host.0) };
         }
     }
 }
@@ -483,7 +460,7 @@ impl CudaMemory {
                 return 0;
             }
         }
-        let _relaxed = crate::driver::RelaxedCapture::enter();
+        let _relaxed = RelaxedCapture::enter();
         if !force && !self.device_idle() {
             return self.deferred_bytes();
         }
@@ -601,17 +578,15 @@ impl CudaMemory {
             Tier::Device => {
                 self.device.bind()?;
                 // SAFETY: a plain allocation, owned by the returned value.
-                let ptr =
-                    unsafe { cudarc::driver::result::malloc_sync(size) }.call("cuMemAlloc")?;
+                let ptr = unsafe { result::malloc_sync(size) }.call("cuMemAlloc")?;
                 Ok(Backing::Device { ptr, bytes })
             }
             Tier::PinnedHost => {
                 self.device.bind()?;
                 let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
                 // SAFETY: a plain allocation, owned by the returned value.
-                let host = unsafe { cudarc::driver::result::malloc_host(size, flags) }
-                    .call("cuMemHostAlloc")?;
-                let dptr = crate::driver::mapped_pointer(host);
+                let host = unsafe { result::malloc_host(size, flags) }.call("cuMemHostAlloc")?;
+                let dptr = mapped_pointer(host);
                 Ok(Backing::Pinned {
                     host: SendPtr(host),
                     dptr,
@@ -642,7 +617,7 @@ impl CudaMemory {
                 if bound {
                     // SAFETY: allocated by cuMemAlloc in `new_backing`; the memory layer frees
                     // a block only after the fences of every copy into or out of it completed.
-                    if let Err(e) = unsafe { cudarc::driver::result::free_sync(ptr) } {
+                    if let Err(e) = unsafe { result::free_sync(ptr) } {
                         log::warn!("[kernel-replay] cuMemFree of backing memory: {e}");
                     }
                 }
@@ -650,7 +625,7 @@ impl CudaMemory {
             Backing::Pinned { host, .. } => {
                 if bound {
                     // SAFETY: as above, allocated by cuMemHostAlloc.
-                    if let Err(e) = unsafe { cudarc::driver::result::free_host(host.0) } {
+                    if let Err(e) = unsafe { result::free_host(host.0) } {
                         log::warn!("[kernel-replay] cuMemFreeHost of backing memory: {e}");
                     }
                 }
@@ -997,8 +972,7 @@ impl CudaMemory {
                 let size = usize::try_from(total.max(1))
                     .map_err(|_| CudaError::HostOutOfMemory { bytes: total })?;
                 // SAFETY: a plain allocation owned by the staging value below.
-                let hp = unsafe { cudarc::driver::result::malloc_host(size, 0) }
-                    .call("cuMemHostAlloc")?;
+                let hp = unsafe { result::malloc_host(size, 0) }.call("cuMemHostAlloc")?;
                 let mut staging = Staging {
                     host: SendPtr(hp),
                     bytes: size,
