@@ -6,18 +6,30 @@
 //! [`is_available`] says why and every constructor returns that error.
 //!
 //! Layers, as in cudarc: [`sys`] (raw bindings) and [`result`] (status codes as `Result`) are
-//! cudarc's; this crate's modules own the driver objects and implement the core's traits,
-//! with the same role names as every backend:
+//! cudarc's, re-exported, with this crate's checked calls added to [`result`]; this crate's
+//! modules own the driver objects and implement the core's traits, with the same role names
+//! as every backend:
 //!
 //! | module | role |
 //! |---|---|
-//! | [`agent`] | [`replay_core::Agent`] for a device: drains, passes, ordinary run, completion |
-//! | [`memory`] | [`replay_core::DeviceMemory`]: tiers, batched copies on non-blocking streams with events as fences, device digests |
-//! | [`queue`] | streams the backend knows, argument blocks, launch capture |
+//! | [`agent`] | [`replay_core::Agent`] for a device: drains, passes, ordinary run, completion; the captured launch it replays |
+//! | [`memory`] | [`replay_core::DeviceMemory`]: tiers, batched copies on non-blocking streams with events as fences, device digests (its [`kernels`]: CUDA C compiled with NVRTC), pointer queries |
+//! | [`queue`] | the streams the backend knows and owns, stream capture, what a copy submitted to a stream looks like, completion events and timers |
 //! | [`tracker`] | allocation API reporting to [`replay_memory::Tracker`] with the classes of SPEC §7.1 |
-//! | [`module`] | NVRTC compilation, cubin loading, module globals from the ELF symbol table |
-//! | [`launch`] | the library API: [`CudaBackend::launch`] runs a launch under replay |
-//! | [`kernels`] | the digest kernels (CUDA C compiled with NVRTC) |
+//! | [`module`] | code objects: NVRTC compilation, cubin loading, kernel names and parameter layouts, module globals from the ELF symbol table |
+//! | `state` | process-wide state: the driver loaded and initialised once ([`is_available`]) |
+//! | [`sys`], [`result`] | raw bindings, checked calls |
+//!
+//! and, beside the roles: [`launch`] (argument blocks, launch configuration, the raw launch),
+//! `device` ([`Device`]: the primary context, events, the bounded event wait), [`error`], and
+//! [`backend`], the library API on top: one [`CudaBackend`] per device ties the roles
+//! together, and [`CudaBackend::launch`] runs a launch under replay. There is no `intercept`
+//! or `tool` yet (see "Not covered").
+//!
+//! Dependencies point one way: `backend` uses the roles, `agent` uses `memory`, `module`,
+//! `queue` and `launch`; `memory` uses `module`, `queue` and `launch`; `tracker` uses `queue`;
+//! every role uses `device`, `error`, `result` and `sys`, which import no role. No file
+//! imports a file that imports it back.
 //!
 //! Who validates what: the core validates every window transition and owns every deadline;
 //! the memory layer plans, places and checks liveness; this crate translates. Misuse of the
@@ -127,14 +139,11 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-// Dependencies point one way, down this list's reverse: `backend` uses every role; `agent`
-// uses `memory`, `module`, `launch` and `queue`; the roles use `device`; everything uses
-// `error`, `result` and `sys`. No file imports one that imports it back.
 pub mod agent;
 pub mod backend;
 mod device;
 pub mod error;
-pub mod kernels;
+
 pub mod launch;
 pub mod memory;
 pub mod module;
@@ -149,6 +158,7 @@ pub use backend::{BackendConfig, CaptureMode, CudaBackend, LaunchOptions};
 pub use device::{Device, DeviceInfo};
 pub use error::{CudaError, CudaResult, NvrtcUnavailable, Unavailable};
 pub use launch::{ArgBlock, DevicePtr, KernelParam, LaunchConfig, ParamSlot};
+pub use memory::kernels;
 pub use memory::{CudaMemory, PointerAttributes, TierConfig};
 pub use module::{compile_cubin, nvrtc_available, CudaFunction, CudaModule, ModuleRegistry};
 pub use queue::{

@@ -1,6 +1,6 @@
 //! The checked layer, as cudarc's: driver calls whose status codes become `Result`s. It is
 //! cudarc's `result` module, re-exported, plus how this crate names a failed call
-//! ([`DriverCall`]) and the checked calls it adds.
+//! (`DriverCall`) and the checked calls it adds.
 
 use std::ffi::c_void;
 
