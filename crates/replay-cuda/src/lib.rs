@@ -66,8 +66,9 @@
 //!
 //! Unit tests cover argument blocks, the ELF reader, copy coalescing and scheduling, tier
 //! reports and the memory layer's planning over them, and line-by-line ports of the digest
-//! kernels against the reference. `tests/nvrtc.rs` compiles every CUDA source with NVRTC where
-//! libnvrtc is present. `tests/fake_driver.rs` runs the backend end to end over a fake
+//! kernels against the reference. `tests/nvrtc.rs` compiles the digest kernels with NVRTC where
+//! libnvrtc is present (`replay-bench`'s own `tests/nvrtc.rs` compiles the bench's CUDA sources
+//! and reads module globals from a real cubin). `tests/fake_driver.rs` runs the backend end to end over a fake
 //! `libcuda` (C, compiled at test time) that keeps device memory in host memory and emulates
 //! the kernels by name. The GPU run is the `replay-bench` crate
 //! (`kreplay bench --backend cuda`, or its `cuda_bench` binary).
