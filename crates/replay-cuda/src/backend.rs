@@ -1,6 +1,7 @@
-//! The backend of one device and the library API (SPEC §9.2, "launch under replay"): one [`CudaBackend`] per device ties the
-//! agent, the device memory, the memory layer, the allocator, the module registry and the
-//! queues together, and [`CudaBackend::launch`] runs a launch through
+//! The backend of one device, the library API (SPEC §9.2, "launch under replay"): one
+//! [`CudaBackend`] per device ties the agent, the device memory, the memory layer, the
+//! allocator, the module registry and the queues together, and [`CudaBackend::launch`] runs a
+//! launch through
 //! [`ReplayService::submit`], so the window of SPEC §6 runs around it when the service is
 //! active and a tool asked for passes.
 //!

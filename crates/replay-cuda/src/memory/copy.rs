@@ -169,7 +169,7 @@ pub(super) fn resolve_ops(
 }
 
 /// Copies `len` bytes of device memory at `addr` to a new host vector on `stream`, waiting at
-/// most `timeout` (`device` is bound).
+/// most `timeout`.
 pub(super) fn read_device(
     device: &Device,
     stream: sys::CUstream,

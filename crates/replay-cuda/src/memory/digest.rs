@@ -118,7 +118,7 @@ impl Drop for Staging {
 pub(super) struct DigestJob {
     pub(super) n: usize,
     /// (op index, digest) computed on the host at submission.
-    pub(super) host: Vec<(usize, Digest128)>,
+    pub(super) host: Vec<HostDigest>,
     /// Op indices computed on the device, in table order.
     pub(super) device_ops: Vec<usize>,
     pub(super) scratch: Option<Scratch>,
@@ -138,28 +138,25 @@ impl DigestKernels {
     /// Compiles the digest kernels for `device` with NVRTC and loads them as a private module
     /// of `modules`: `None` (logged) without NVRTC, when digests run on the host.
     pub(super) fn compile(device: &Device, modules: &ModuleRegistry) -> CudaResult<Option<Self>> {
-        Ok(
-            match compile_cubin(
-                kernels::DIGEST_SOURCE,
-                "kr_digest.cu",
-                device.info().compute_capability,
-                &[],
-            ) {
-                Ok(cubin) => {
-                    let m = modules.load_private(&cubin, "kr_digest")?;
-                    Some(DigestKernels {
-                        seg: m.function(kernels::DIGEST_SEG)?,
-                        fin: m.function(kernels::DIGEST_FIN)?,
-                        _module: m,
-                    })
-                }
-                Err(e @ CudaError::NvrtcUnavailable(_)) => {
-                    log::warn!("[kernel-replay] {e}; digests run on the host (slow)");
-                    None
-                }
-                Err(e) => return Err(e),
-            },
-        )
+        let cubin = match compile_cubin(
+            kernels::DIGEST_SOURCE,
+            "kr_digest.cu",
+            device.info().compute_capability,
+            &[],
+        ) {
+            Ok(cubin) => cubin,
+            Err(e @ CudaError::NvrtcUnavailable(_)) => {
+                log::warn!("[kernel-replay] {e}; digests run on the host (slow)");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let m = modules.load_private(&cubin, "kr_digest")?;
+        Ok(Some(Self {
+            seg: m.function(kernels::DIGEST_SEG)?,
+            fin: m.function(kernels::DIGEST_FIN)?,
+            _module: m,
+        }))
     }
 }
 
