@@ -2,7 +2,7 @@
 //!
 //! The command line of kernel-replay (SPEC §2, top layer): `kreplay demo` runs a workload on the
 //! simulated GPU under replay and checks it against a plain run; `kreplay bench --backend cuda`
-//! runs the CUDA backend's checks and measurements on a real GPU ([`replay_cuda::bench`]);
+//! runs the CUDA backend's checks and measurements on a real GPU ([`replay_bench`]);
 //! running applications under replay attaches here as backends land.
 //!
 //! Bad input never panics: an argument or a `KREPLAY_*` value that is not UTF-8 is an error
@@ -101,9 +101,8 @@ fn run() -> ExitCode {
         cli::Command::Bench(b) => {
             // Only "cuda" gets past the parser. The ncu case re-invokes this executable as
             // `kreplay bench --backend cuda app ...`.
-            let me =
-                replay_cuda::bench::SelfInvocation::current(&["bench", "--backend", &b.backend]);
-            let code = replay_cuda::bench::main_with_args(b.args, me);
+            let me = replay_bench::SelfInvocation::current(&["bench", "--backend", &b.backend]);
+            let code = replay_bench::main_with_args(b.args, me);
             ExitCode::from(u8::try_from(code).unwrap_or(EXIT_FAILED))
         }
         cli::Command::Demo(a) => {

@@ -38,10 +38,31 @@ use replay_core::{
 };
 use smallvec::SmallVec;
 
-use crate::driver::{wait_events, Device, Event};
+use crate::device::{wait_events, Device, Event};
 use crate::error::CudaError;
+use crate::launch::{launch_raw, LaunchConfig, ParamSlot};
 use crate::memory::CudaMemory;
-use crate::queue::{launch_raw, CapturedLaunch, QueueKind, QueueRegistry};
+use crate::module::CudaModule;
+use crate::queue::{CompletionEvent, QueueKind, QueueRegistry};
+use crate::sys;
+
+/// A launch as the backend captured it: everything needed to submit it again.
+#[derive(Debug)]
+pub struct CapturedLaunch {
+    pub(crate) func: sys::CUfunction,
+    pub(crate) cfg: LaunchConfig,
+    pub(crate) stream: sys::CUstream,
+    pub(crate) layout: SmallVec<[ParamSlot; 16]>,
+    /// The caller's completion: recorded once after the last pass, or after the ordinary run.
+    pub(crate) completion: Option<Arc<CompletionEvent>>,
+    /// Keeps the module (and so the function) loaded while the launch is pending.
+    pub(crate) _keep: Option<Arc<CudaModule>>,
+}
+
+// SAFETY: the raw function and stream are driver handles used only in driver calls.
+unsafe impl Send for CapturedLaunch {}
+// SAFETY: as above.
+unsafe impl Sync for CapturedLaunch {}
 
 enum TicketState {
     Drain(SmallVec<[Event; 4]>),
@@ -171,10 +192,10 @@ impl CudaAgent {
     fn streams_for(
         &self,
         target: DrainTarget,
-    ) -> Result<SmallVec<[cudarc::driver::sys::CUstream; 8]>, BackendError> {
-        let mut v: SmallVec<[cudarc::driver::sys::CUstream; 8]> = SmallVec::new();
+    ) -> Result<SmallVec<[sys::CUstream; 8]>, BackendError> {
+        let mut v: SmallVec<[sys::CUstream; 8]> = SmallVec::new();
         match target {
-            DrainTarget::Queue(q) => v.push(q.0 as cudarc::driver::sys::CUstream),
+            DrainTarget::Queue(q) => v.push(q.0 as sys::CUstream),
             DrainTarget::Agent => {
                 v.push(std::ptr::null_mut()); // legacy default stream
                 v.extend(self.queues.live(QueueKind::Compute).iter().map(|q| q.raw()));
@@ -185,7 +206,7 @@ impl CudaAgent {
                 v.extend(self.memory.internal_streams());
             }
         }
-        let mut seen: SmallVec<[cudarc::driver::sys::CUstream; 8]> = SmallVec::new();
+        let mut seen: SmallVec<[sys::CUstream; 8]> = SmallVec::new();
         for s in v {
             if !seen.contains(&s) {
                 seen.push(s);

@@ -1,6 +1,6 @@
 //! Errors of the CUDA backend, and their mapping onto the core's [`BackendError`].
 
-use cudarc::driver::sys;
+use crate::sys;
 use replay_core::{AgentId, BackendError, BackendErrorKind};
 
 /// Why CUDA cannot be used in this process (see [`crate::is_available`]).
@@ -154,20 +154,3 @@ impl CudaError {
 
 /// `Result` with [`CudaError`].
 pub type CudaResult<T> = Result<T, CudaError>;
-
-/// Names a failed driver call: `result::foo(..).call("cuFoo")?`.
-pub(crate) trait DriverCall<T> {
-    fn call(self, name: &'static str) -> CudaResult<T>;
-}
-
-impl<T> DriverCall<T> for Result<T, cudarc::driver::DriverError> {
-    fn call(self, name: &'static str) -> CudaResult<T> {
-        self.map_err(|e| CudaError::driver(name, e))
-    }
-}
-
-impl DriverCall<()> for sys::CUresult {
-    fn call(self, name: &'static str) -> CudaResult<()> {
-        self.result().call(name)
-    }
-}

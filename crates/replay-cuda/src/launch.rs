@@ -1,402 +1,470 @@
-//! The library API (SPEC §9.2, "launch under replay"): one [`CudaBackend`] per device ties the
-//! agent, the device memory, the memory layer, the allocator, the module registry and the
-//! queues together, and [`CudaBackend::launch`] runs a launch through
-//! [`ReplayService::submit`], so the window of SPEC §6 runs around it when the service is
-//! active and a tool asked for passes.
+//! What a kernel launch is (SPEC §9.2): argument blocks, the launch configuration, and the raw
+//! `cuLaunchKernel` every launch of the backend goes through (a pass, an ordinary run, a
+//! digest kernel).
 //!
-//! ```text
-//! CudaBackend::launch ─► Dispatch { argument block, grid, block, stream } ─► ReplayService::submit
-//!     inactive / declined / not requested ─► CudaAgent::submit_ordinary (launch once)
-//!     replayed ─► drains (events) ─► MemoryEngine::capture ─► passes (launch + timing events)
-//!               ─► restores (copy streams) ─► signal_completion (the caller's event, once)
-//! ```
+//! ## Argument blocks
 //!
-//! `launch` returns when the window is done: the passes completed (they were waited for),
-//! the last pass's writes are in memory, and a caller's completion event is recorded after it.
-//! An ordinary (not replayed) launch returns at once, asynchronous as usual. Library launches
-//! come from the submitting thread (`Origin::SubmittingThread`), so the service never defers
-//! them; a launch from inside a tool callback is tool work and runs once.
+//! An [`ArgBlock`] is the kernel's parameter buffer as the device sees it: each parameter at an
+//! offset aligned to its alignment, in declaration order, plus the layout (offset and size of
+//! every parameter). In library mode the caller builds it ([`ArgBlock::arg`]); when launches are
+//! intercepted, [`ArgBlock::capture`] copies it out of the `kernelParams` array with the layout
+//! from `cuFuncGetParamInfo`. The window reads the block's 8-byte-aligned words for scope
+//! `arguments`, so device pointers (8-byte aligned parameters) are always found. Passes are
+//! launched with `kernelParams` pointing into a private copy of the block; the driver copies
+//! parameter values when `cuLaunchKernel` returns, so the copy may go right after.
 
-use std::sync::Arc;
+use std::ffi::c_void;
 
-use replay_core::{
-    AgentId, BackendError, Dim3, Dispatch, DispatchId, DispatchInfo, DispatchReport, KernelId,
-    KernelKey, Origin, ReplayService, SubmissionKind,
-};
-use replay_memory::{MemoryEngine, Tracker};
+use replay_core::Dim3;
+use smallvec::SmallVec;
 
-use cudarc::driver::sys;
+use crate::error::{CudaError, CudaResult};
+use crate::result::DriverCall;
+use crate::sys;
 
-use crate::agent::CudaAgent;
-use crate::driver::{capture_status, Device, RelaxedCapture};
-use crate::error::{CudaResult, DriverCall};
-use crate::memory::{CudaMemory, TierConfig};
-use crate::module::{CudaFunction, ModuleRegistry};
-use crate::queue::{
-    launch_raw, ArgBlock, CapturedGraph, CapturedLaunch, CompletionEvent, LaunchConfig, Queue,
-    QueueKind, QueueRegistry,
-};
-use crate::tracker::CudaAllocator;
+/// Largest parameter block a launch may carry (CUDA 12.1+ on Volta and later).
+pub const MAX_PARAM_BYTES: usize = 32764;
 
-/// Options of one launch.
-#[derive(Debug, Clone, Default)]
-pub struct LaunchOptions {
-    /// Recorded once as the launch's completion (after the last pass, or after the ordinary
-    /// run). For a launch into a capturing stream the record joins the capture, like any event
-    /// recorded there: query it only after the capture ended.
-    pub completion: Option<Arc<CompletionEvent>>,
+/// Offset and size of one kernel parameter in an [`ArgBlock`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ParamSlot {
+    /// Byte offset in the block.
+    pub offset: u32,
+    /// Bytes.
+    pub size: u32,
 }
 
-/// How a backend is set up.
-#[derive(Debug, Clone, Default)]
-pub struct BackendConfig {
-    /// Tier sizing and copy chunking.
-    pub tiers: TierConfig,
+/// A value that can be a kernel parameter: plain bytes with a natural alignment.
+pub trait KernelParam: Copy {
+    /// Alignment of the parameter in the block.
+    const ALIGN: u32;
+    /// Little-endian bytes.
+    fn bytes(&self) -> SmallVec<[u8; 16]>;
 }
 
-/// The CUDA backend of one device.
-pub struct CudaBackend {
-    device: Arc<Device>,
-    agent: Arc<CudaAgent>,
-    memory: Arc<CudaMemory>,
-    engine: Arc<MemoryEngine>,
-    allocator: CudaAllocator,
-    modules: Arc<ModuleRegistry>,
-    queues: Arc<QueueRegistry>,
-    legacy: Arc<Queue>,
+macro_rules! param_int {
+    ($($t:ty),*) => {$(
+        impl KernelParam for $t {
+            const ALIGN: u32 = std::mem::align_of::<$t>() as u32;
+            fn bytes(&self) -> SmallVec<[u8; 16]> {
+                SmallVec::from_slice(&self.to_le_bytes())
+            }
+        }
+    )*};
 }
+param_int!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 
-impl std::fmt::Debug for CudaBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaBackend")
-            .field("device", self.device.info())
-            .finish_non_exhaustive()
+/// A device pointer parameter (8 bytes, 8-byte aligned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DevicePtr(pub u64);
+
+impl KernelParam for DevicePtr {
+    const ALIGN: u32 = 8;
+    fn bytes(&self) -> SmallVec<[u8; 16]> {
+        SmallVec::from_slice(&self.0.to_le_bytes())
     }
 }
 
-impl CudaBackend {
-    /// Opens device `ordinal` as agent `AgentId(ordinal)`, reporting allocations to `tracker`.
-    /// Fails with [`crate::CudaError::Unavailable`] where CUDA cannot be used.
-    pub fn new(ordinal: i32, tracker: Arc<Tracker>, config: BackendConfig) -> CudaResult<Self> {
-        let device = Device::open(ordinal)?;
-        let id = AgentId(ordinal as u64);
-        let modules = Arc::new(ModuleRegistry::new(id, Arc::clone(&device)));
-        let memory = Arc::new(CudaMemory::new(&device, id, &modules, config.tiers)?);
-        let queues = Arc::new(QueueRegistry::default());
-        memory.set_queues(Arc::clone(&queues));
-        let agent = Arc::new(CudaAgent::new(
-            Arc::clone(&device),
-            id,
-            Arc::clone(&queues),
-            Arc::clone(&memory),
-        ));
-        let engine = Arc::new(MemoryEngine::new(
-            id,
-            Arc::clone(&tracker),
-            Arc::clone(&memory) as Arc<dyn replay_core::DeviceMemory>,
-            Arc::clone(&modules) as Arc<dyn replay_memory::ModuleVariables>,
-        ));
-        let allocator = CudaAllocator::new(Arc::clone(&device), id, tracker);
-        {
-            let weak = Arc::downgrade(&engine);
-            let mem = Arc::downgrade(&memory);
-            allocator.set_oom_hook(Some(Arc::new(move || {
-                if let Some(e) = weak.upgrade() {
-                    e.release_pools();
-                }
-                // The application needs the memory now: released even behind busy streams.
-                if let Some(m) = mem.upgrade() {
-                    m.release_deferred(true);
-                }
-            })));
+/// A kernel's parameter block and its layout (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArgBlock {
+    bytes: SmallVec<[u8; 256]>,
+    params: SmallVec<[ParamSlot; 16]>,
+}
+
+impl ArgBlock {
+    /// An empty block (a kernel without parameters).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a parameter (builder style).
+    pub fn arg<T: KernelParam>(mut self, v: T) -> Self {
+        self.push(v);
+        self
+    }
+
+    /// Appends a parameter.
+    pub fn push<T: KernelParam>(&mut self, v: T) -> &mut Self {
+        self.push_bytes(&v.bytes(), T::ALIGN)
+    }
+
+    /// Appends a parameter given as raw bytes with its alignment (a power of two up to 16;
+    /// larger or invalid alignments are a programming error and panic).
+    pub fn push_bytes(&mut self, bytes: &[u8], align: u32) -> &mut Self {
+        assert!(
+            align.is_power_of_two() && align <= 16,
+            "parameter alignment {align} must be a power of two up to 16"
+        );
+        let offset = self.bytes.len().next_multiple_of(align as usize);
+        self.bytes.resize(offset, 0);
+        self.bytes.extend_from_slice(bytes);
+        assert!(
+            self.bytes.len() <= MAX_PARAM_BYTES,
+            "parameter block of {} bytes exceeds {MAX_PARAM_BYTES}",
+            self.bytes.len()
+        );
+        self.params.push(ParamSlot {
+            offset: offset as u32,
+            size: bytes.len() as u32,
+        });
+        self
+    }
+
+    /// A block from raw bytes and a layout; every slot must lie inside the bytes.
+    pub fn from_layout(layout: &[ParamSlot], bytes: &[u8]) -> CudaResult<Self> {
+        if bytes.len() > MAX_PARAM_BYTES {
+            return Err(CudaError::InvalidArgument(format!(
+                "parameter block of {} bytes exceeds {MAX_PARAM_BYTES}",
+                bytes.len()
+            )));
         }
-        // SAFETY: the legacy default stream (null) exists for as long as the context does.
-        let legacy =
-            unsafe { queues.register_raw(&device, std::ptr::null_mut(), QueueKind::Compute) };
+        for (i, p) in layout.iter().enumerate() {
+            let end = p.offset as usize + p.size as usize;
+            if end > bytes.len() {
+                return Err(CudaError::InvalidArgument(format!(
+                    "parameter {i} at {}+{} lies outside the {}-byte block",
+                    p.offset,
+                    p.size,
+                    bytes.len()
+                )));
+            }
+        }
         Ok(Self {
-            device,
-            agent,
-            memory,
-            engine,
-            allocator,
-            modules,
-            queues,
-            legacy,
+            bytes: SmallVec::from_slice(bytes),
+            params: SmallVec::from_slice(layout),
         })
     }
 
-    /// The agent id.
-    pub fn agent_id(&self) -> AgentId {
-        self.agent.id_value()
-    }
-
-    /// The device.
-    pub fn device(&self) -> &Arc<Device> {
-        &self.device
-    }
-
-    /// The agent (for [`ReplayService::submit`]).
-    pub fn agent(&self) -> &Arc<CudaAgent> {
-        &self.agent
-    }
-
-    /// The device memory.
-    pub fn memory(&self) -> &Arc<CudaMemory> {
-        &self.memory
-    }
-
-    /// The memory layer (the window's `Snapshotter`).
-    pub fn engine(&self) -> &Arc<MemoryEngine> {
-        &self.engine
-    }
-
-    /// The tracked allocator.
-    pub fn allocator(&self) -> &CudaAllocator {
-        &self.allocator
-    }
-
-    /// The module registry (compile, load, enumerate).
-    pub fn modules(&self) -> &Arc<ModuleRegistry> {
-        &self.modules
-    }
-
-    /// A new non-blocking stream, registered with the agent.
-    pub fn create_queue(&self, kind: QueueKind) -> CudaResult<Arc<Queue>> {
-        self.queues.create(&self.device, kind)
-    }
-
-    /// The legacy default stream.
-    pub fn legacy_queue(&self) -> &Arc<Queue> {
-        &self.legacy
-    }
-
-    /// Registers a stream the application created (see [`QueueRegistry::register_raw`]).
+    /// Captures the block of an intercepted launch from its `kernelParams` array: parameter
+    /// `i` is copied from `kernel_params[i]` to `layout[i].offset`.
     ///
     /// # Safety
-    /// As [`QueueRegistry::register_raw`]: the stream belongs to this device's primary context
-    /// and outlives the returned queue.
-    pub unsafe fn register_stream(
-        &self,
-        stream: cudarc::driver::sys::CUstream,
-        kind: QueueKind,
-    ) -> Arc<Queue> {
-        // SAFETY: forwarded contract.
-        unsafe { self.queues.register_raw(&self.device, stream, kind) }
+    /// `kernel_params` must point to `layout.len()` pointers, the `i`-th of which points to at
+    /// least `layout[i].size` readable bytes (what `cuLaunchKernel` itself requires).
+    pub unsafe fn capture(layout: &[ParamSlot], kernel_params: *const *const c_void) -> Self {
+        let len = layout
+            .iter()
+            .map(|p| p.offset as usize + p.size as usize)
+            .max()
+            .unwrap_or(0);
+        let mut bytes: SmallVec<[u8; 256]> = SmallVec::from_elem(0, len);
+        for (i, p) in layout.iter().enumerate() {
+            // SAFETY: the caller guarantees `layout.len()` entries.
+            let src = unsafe { *kernel_params.add(i) } as *const u8;
+            if p.size == 0 || src.is_null() {
+                continue;
+            }
+            // SAFETY: the caller guarantees `p.size` readable bytes at `src`; the destination
+            // range lies inside `bytes` by construction of `len`.
+            let s = unsafe { std::slice::from_raw_parts(src, p.size as usize) };
+            bytes[p.offset as usize..p.offset as usize + p.size as usize].copy_from_slice(s);
+        }
+        Self {
+            bytes,
+            params: SmallVec::from_slice(layout),
+        }
     }
 
-    /// Builds the window's dispatch for a launch.
-    fn dispatch(
-        &self,
-        func: &CudaFunction,
-        cfg: &LaunchConfig,
-        queue: &Queue,
-        args: &ArgBlock,
-        handle: u64,
-    ) -> Dispatch {
-        let id = self.agent_id();
-        Dispatch {
+    /// The block's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The layout.
+    pub fn params(&self) -> &[ParamSlot] {
+        &self.params
+    }
+
+    /// The block as the window's `Dispatch::kernarg`: padded with zeros to a multiple of 8, so
+    /// every 8-byte-aligned word is visible to scope `arguments`.
+    pub fn kernarg(&self) -> SmallVec<[u8; 256]> {
+        let mut k = self.bytes.clone();
+        k.resize(k.len().next_multiple_of(8), 0);
+        k
+    }
+}
+
+/// Bytes of a parameter block in 16-byte-aligned storage, with the `kernelParams` pointer
+/// array into it.
+#[derive(Debug)]
+pub(crate) struct PackedParams {
+    /// Owns the bytes the pointers point into.
+    _storage: Vec<u128>,
+    pointers: Vec<*mut c_void>,
+}
+
+impl PackedParams {
+    /// Copies `bytes` and points one entry per slot of `layout` into the copy.
+    pub fn new(layout: &[ParamSlot], bytes: &[u8]) -> CudaResult<Self> {
+        let mut storage = vec![0u128; bytes.len().div_ceil(16).max(1)];
+        {
+            // SAFETY: `storage` holds at least `bytes.len()` initialised bytes; u8 has no
+            // alignment or validity requirement.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(storage.as_mut_ptr() as *mut u8, storage.len() * 16)
+            };
+            dst[..bytes.len()].copy_from_slice(bytes);
+        }
+        let base = storage.as_mut_ptr() as *mut u8;
+        let mut pointers = Vec::with_capacity(layout.len());
+        for (i, p) in layout.iter().enumerate() {
+            if p.offset as usize + p.size as usize > bytes.len() {
+                return Err(CudaError::InvalidArgument(format!(
+                    "parameter {i} at {}+{} lies outside the {}-byte block",
+                    p.offset,
+                    p.size,
+                    bytes.len()
+                )));
+            }
+            // SAFETY: in bounds of `storage` (checked above).
+            pointers.push(unsafe { base.add(p.offset as usize) } as *mut c_void);
+        }
+        Ok(Self {
+            _storage: storage,
+            pointers,
+        })
+    }
+
+    /// The `kernelParams` array (null for a kernel without parameters).
+    pub fn as_kernel_params(&mut self) -> *mut *mut c_void {
+        if self.pointers.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            self.pointers.as_mut_ptr()
+        }
+    }
+
+    #[cfg(test)]
+    fn read(&self, i: usize, size: usize) -> Vec<u8> {
+        // SAFETY: test helper; `i` indexes a pointer into `storage`, `size` is its slot size.
+        unsafe { std::slice::from_raw_parts(self.pointers[i] as *const u8, size) }.to_vec()
+    }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks per grid.
+    pub grid: Dim3,
+    /// Threads per block.
+    pub block: Dim3,
+    /// Dynamic shared memory bytes per block.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A one-dimensional launch.
+    pub const fn linear(blocks: u32, threads: u32) -> Self {
+        Self {
+            grid: Dim3::new(blocks, 1, 1),
+            block: Dim3::new(threads, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+/// Launches `func` on `stream` with the block `bytes` laid out as `layout`.
+///
+/// # Safety
+/// 1. The context of `func` and `stream` is current on this thread.
+/// 2. `layout` and `bytes` match the kernel's parameter list.
+/// 3. Every device pointer in the block is valid for what the kernel does with it.
+pub(crate) unsafe fn launch_raw(
+    func: sys::CUfunction,
+    cfg: &LaunchConfig,
+    stream: sys::CUstream,
+    layout: &[ParamSlot],
+    bytes: &[u8],
+) -> CudaResult<()> {
+    let mut packed = PackedParams::new(layout, bytes)?;
+    // SAFETY: guaranteed by the caller (1–3); the pointer array and its storage live until the
+    // call returns, and the driver copies parameter values before it returns.
+    unsafe {
+        sys::cuLaunchKernel(
+            func,
+            cfg.grid.x,
+            cfg.grid.y,
+            cfg.grid.z,
+            cfg.block.x,
+            cfg.block.y,
+            cfg.block.z,
+            cfg.shared_mem_bytes,
+            stream,
+            packed.as_kernel_params(),
+            std::ptr::null_mut(),
+        )
+    }
+    .call("cuLaunchKernel")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_are_aligned_in_declaration_order() {
+        let b = ArgBlock::new()
+            .arg(7u32)
+            .arg(DevicePtr(0x7f00_0000_1000))
+            .arg(3u8)
+            .arg(2.5f32)
+            .arg(-1i64);
+        assert_eq!(
+            b.params(),
+            &[
+                ParamSlot { offset: 0, size: 4 },
+                ParamSlot { offset: 8, size: 8 },
+                ParamSlot {
+                    offset: 16,
+                    size: 1
+                },
+                ParamSlot {
+                    offset: 20,
+                    size: 4
+                },
+                ParamSlot {
+                    offset: 24,
+                    size: 8
+                },
+            ]
+        );
+        assert_eq!(b.bytes().len(), 32);
+        assert_eq!(&b.bytes()[0..4], &7u32.to_le_bytes());
+        assert_eq!(&b.bytes()[4..8], &[0; 4], "padding is zero");
+        assert_eq!(&b.bytes()[8..16], &0x7f00_0000_1000u64.to_le_bytes());
+        assert_eq!(&b.bytes()[20..24], &2.5f32.to_le_bytes());
+    }
+
+    #[test]
+    fn sixteen_byte_parameters_and_kernarg_padding() {
+        let mut b = ArgBlock::new();
+        b.push(1u8);
+        b.push_bytes(&[0xAB; 16], 16);
+        b.push(9u32);
+        assert_eq!(
+            b.params()[1],
+            ParamSlot {
+                offset: 16,
+                size: 16
+            }
+        );
+        assert_eq!(
+            b.params()[2],
+            ParamSlot {
+                offset: 32,
+                size: 4
+            }
+        );
+        assert_eq!(b.bytes().len(), 36);
+        let k = b.kernarg();
+        assert_eq!(k.len(), 40, "padded to whole words");
+        assert_eq!(&k[36..], &[0; 4]);
+    }
+
+    #[test]
+    #[should_panic(expected = "power of two")]
+    fn bad_alignment_is_a_programming_error() {
+        ArgBlock::new().push_bytes(&[0; 3], 3);
+    }
+
+    #[test]
+    fn pointers_are_visible_to_scope_arguments() {
+        use replay_core::{
+            AgentId, DispatchId, DispatchInfo, KernelId, KernelKey, Origin, QueueId, SubmissionKind,
+        };
+        let ptr_a = 0x7f12_3456_7800u64;
+        let ptr_b = 0x7f12_3456_9910u64; // inside an allocation, not at its base
+        let b = ArgBlock::new()
+            .arg(1u32)
+            .arg(DevicePtr(ptr_a))
+            .arg(5u16)
+            .arg(DevicePtr(ptr_b));
+        let d = replay_core::Dispatch {
             info: DispatchInfo {
-                agent: id,
-                queue: queue.id(),
+                agent: AgentId(0),
+                queue: QueueId(0),
                 dispatch_id: DispatchId(0),
-                kernel_id: KernelId(func.raw() as u64),
-                kernel_name: Arc::clone(func.name()),
-                grid: Dim3::new(
-                    cfg.grid.x.saturating_mul(cfg.block.x),
-                    cfg.grid.y.saturating_mul(cfg.block.y),
-                    cfg.grid.z.saturating_mul(cfg.block.z),
-                ),
-                workgroup: cfg.block,
-                private_segment_size: func.local_bytes(),
-                group_segment_size: func.static_shared_bytes() + cfg.shared_mem_bytes,
+                kernel_id: KernelId(0),
+                kernel_name: "k".into(),
+                grid: Dim3::new(1, 1, 1),
+                workgroup: Dim3::new(1, 1, 1),
+                private_segment_size: 0,
+                group_segment_size: 0,
             },
             kernel: KernelKey {
-                agent: id,
-                code_object: func.module().load_id(),
-                symbol: func.raw() as u64,
+                agent: AgentId(0),
+                code_object: 0,
+                symbol: 0,
             },
             kind: SubmissionKind::KernelDispatch,
-            kernarg: args.kernarg(),
+            kernarg: b.kernarg(),
             origin: Origin::SubmittingThread,
-            handle,
-        }
-    }
-
-    /// Launches `func` **under replay**: builds the dispatch and hands it to `service`, which
-    /// runs it once (service inactive, filtered out, not requested, declined) or runs the
-    /// replay window around it. Returns the service's report (its outcome record, for a
-    /// candidate). An error means the launch itself could not be made.
-    ///
-    /// # Safety
-    /// 1. `args` matches `func`'s parameter list (sizes and offsets).
-    /// 2. Every device pointer in `args` is valid for everything the kernel does with it, for
-    ///    every pass.
-    /// 3. `queue` is a stream of this backend's device (created or registered here).
-    pub unsafe fn launch(
-        &self,
-        service: &ReplayService,
-        func: &CudaFunction,
-        cfg: LaunchConfig,
-        queue: &Arc<Queue>,
-        args: &ArgBlock,
-        options: LaunchOptions,
-    ) -> Result<DispatchReport, BackendError> {
-        // The window's driver calls (allocations, frees, event queries) must not disturb a
-        // capture another thread runs in global mode.
-        let _relaxed = RelaxedCapture::enter();
-        let kind = self.submission_kind(queue)?;
-        let captured = Arc::new(CapturedLaunch {
-            func: func.raw(),
-            cfg,
-            stream: queue.raw(),
-            layout: args.params().into(),
-            completion: options.completion,
-            _keep: Some(Arc::clone(func.module())),
-        });
-        let handle = self.agent.register_launch(captured);
-        let mut dispatch = self.dispatch(func, &cfg, queue, args, handle);
-        dispatch.kind = kind;
-        let r = service.submit(&*self.agent, &*self.engine, dispatch);
-        self.agent.unregister_launch(handle);
-        // Backing the window gave back is released here, outside it, once nothing is running.
-        self.memory.release_deferred(false);
-        r
-    }
-
-    /// What a launch into `queue` is for the window: a kernel dispatch, or (the stream is
-    /// capturing a graph, or is the legacy stream implicated in a capture) a stream capture,
-    /// which runs once, unchanged, into the graph (SPEC §6 step 1).
-    fn submission_kind(&self, queue: &Queue) -> Result<SubmissionKind, BackendError> {
-        const OP: &str = "launch";
-        let agent = self.agent_id();
-        self.device.bind().map_err(|e| e.to_backend(agent, OP))?;
-        let status = capture_status(queue.raw()).map_err(|e| e.to_backend(agent, OP))?;
-        Ok(if status.is_live() {
-            SubmissionKind::StreamCapture
-        } else {
-            SubmissionKind::KernelDispatch
-        })
-    }
-
-    /// Begins capturing `queue` into a graph (`cuStreamBeginCapture`, in `mode`). While any
-    /// capture the backend knows is live, windows decline rather than record on, wait for or
-    /// allocate beside it; launches into the capturing stream run once, into the graph.
-    pub fn begin_capture(&self, queue: &Queue, mode: CaptureMode) -> CudaResult<()> {
-        self.device.bind()?;
-        let m = match mode {
-            CaptureMode::Global => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            CaptureMode::ThreadLocal => {
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-            }
-            CaptureMode::Relaxed => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            handle: 0,
         };
-        // SAFETY: `queue` is a live stream of this device's context, which is current.
-        unsafe { sys::cuStreamBeginCapture_v2(queue.raw(), m) }.call("cuStreamBeginCapture")?;
-        self.queues.capture_begun();
-        Ok(())
+        let words: Vec<u64> = d.argument_words().collect();
+        assert!(words.contains(&ptr_a));
+        assert!(words.contains(&ptr_b));
     }
 
-    /// Ends the capture on `queue` and instantiates the graph. Fails (the capture counts as
-    /// ended) when the capture was invalidated.
-    pub fn end_capture(&self, queue: &Queue) -> CudaResult<CapturedGraph> {
-        self.device.bind()?;
-        let mut graph: sys::CUgraph = std::ptr::null_mut();
-        // SAFETY: `queue` is a live stream of this device's context; out pointer to a live
-        // local.
-        let r = unsafe { sys::cuStreamEndCapture(queue.raw(), &mut graph) };
-        self.queues.capture_ended();
-        r.call("cuStreamEndCapture")?;
-        CapturedGraph::instantiate(&self.device, graph)
+    #[test]
+    fn capture_from_kernel_params_round_trips() {
+        // What an intercepted cuLaunchKernel hands over: one pointer per parameter, each to a
+        // value somewhere in the caller's memory; the layout from cuFuncGetParamInfo.
+        let a: u32 = 0xDEAD_BEEF;
+        let p: u64 = 0x7000_0000_0040;
+        let c: [u8; 16] = core::array::from_fn(|i| i as u8);
+        let d: u16 = 0x1234;
+        let layout = [
+            ParamSlot { offset: 0, size: 4 },
+            ParamSlot { offset: 8, size: 8 },
+            ParamSlot {
+                offset: 16,
+                size: 16,
+            },
+            ParamSlot {
+                offset: 32,
+                size: 2,
+            },
+        ];
+        let ptrs: [*const c_void; 4] = [
+            &a as *const u32 as *const c_void,
+            &p as *const u64 as *const c_void,
+            c.as_ptr() as *const c_void,
+            &d as *const u16 as *const c_void,
+        ];
+        // SAFETY: four valid pointers, each to at least its slot's size.
+        let b = unsafe { ArgBlock::capture(&layout, ptrs.as_ptr()) };
+        let built = ArgBlock::new()
+            .arg(a)
+            .arg(DevicePtr(p))
+            .arg_bytes16(c)
+            .arg(d);
+        assert_eq!(b, built);
+
+        // And the launch-side pointer array reproduces every parameter from the block.
+        let packed = PackedParams::new(b.params(), b.bytes()).unwrap();
+        assert_eq!(packed.read(0, 4), a.to_le_bytes());
+        assert_eq!(packed.read(1, 8), p.to_le_bytes());
+        assert_eq!(packed.read(2, 16), c);
+        assert_eq!(packed.read(3, 2), d.to_le_bytes());
     }
 
-    /// Launches a captured graph on `queue`, once, under the agent's gate (SPEC §6 step 4): it
-    /// waits while a window is open, so no restore undoes what the graph writes.
-    ///
-    /// # Safety
-    /// Every pointer the captured work uses is still valid for what it does.
-    pub unsafe fn launch_graph(
-        &self,
-        service: &ReplayService,
-        graph: &CapturedGraph,
-        queue: &Queue,
-    ) -> CudaResult<()> {
-        let _gate = service.enter_write(self.agent_id());
-        self.device.bind()?;
-        // SAFETY: forwarded contract; the context is current and `queue` is of this device.
-        unsafe { graph.launch_raw(queue.raw()) }
+    #[test]
+    fn layouts_outside_the_block_are_rejected() {
+        let bad = [ParamSlot { offset: 8, size: 8 }];
+        assert!(ArgBlock::from_layout(&bad, &[0; 12]).is_err());
+        assert!(PackedParams::new(&bad, &[0; 12]).is_err());
+        let ok = ArgBlock::from_layout(&bad, &[0; 16]).unwrap();
+        assert_eq!(ok.params(), &bad);
+        let mut empty = PackedParams::new(&[], &[]).unwrap();
+        assert!(empty.as_kernel_params().is_null());
     }
 
-    /// Enqueues one copy on `queue` under the agent's gate (SPEC §6 step 4): it waits while a
-    /// window is open, so no restore undoes it; a window that starts later waits for it in its
-    /// drains (for a copy queue, the copy fence).
-    ///
-    /// # Safety
-    /// As [`Queue::copy_async`].
-    pub unsafe fn copy(
-        &self,
-        service: &ReplayService,
-        queue: &Queue,
-        c: &crate::memory::ResolvedCopy,
-    ) -> CudaResult<()> {
-        let _gate = service.enter_write(self.agent_id());
-        // SAFETY: forwarded contract.
-        unsafe { queue.copy_async(c) }
-    }
-
-    /// Sets `count` 32-bit words at `addr` to `value` on `queue`, under the agent's gate (as
-    /// [`CudaBackend::copy`]).
-    ///
-    /// # Safety
-    /// `addr` is device memory valid for `4 * count` bytes until the memset completed.
-    pub unsafe fn memset_d32(
-        &self,
-        service: &ReplayService,
-        queue: &Queue,
-        addr: u64,
-        value: u32,
-        count: usize,
-    ) -> CudaResult<()> {
-        let _gate = service.enter_write(self.agent_id());
-        self.device.bind()?;
-        // SAFETY: forwarded contract; the context is current and `queue` is of this device.
-        unsafe { sys::cuMemsetD32Async(addr, value, count, queue.raw()) }.call("cuMemsetD32Async")
-    }
-
-    /// Launches `func` once, not replayed (reference runs, fills, tool work), under the
-    /// agent's gate (SPEC §6 step 4): it waits while a window is open on another thread, so no
-    /// restore undoes it; tool work inside a window's callback runs at once.
-    ///
-    /// # Safety
-    /// As [`CudaBackend::launch`].
-    pub unsafe fn launch_plain(
-        &self,
-        service: &ReplayService,
-        func: &CudaFunction,
-        cfg: LaunchConfig,
-        queue: &Queue,
-        args: &ArgBlock,
-    ) -> CudaResult<()> {
-        let _gate = service.enter_write(self.agent_id());
-        self.device.bind()?;
-        // SAFETY: forwarded contract; the context is current.
-        unsafe { launch_raw(func.raw(), &cfg, queue.raw(), args.params(), args.bytes()) }
-    }
-}
-
-/// How a capture begun through [`CudaBackend::begin_capture`] restricts the driver calls of
-/// other threads (`CUstreamCaptureMode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CaptureMode {
-    /// Potentially unsafe calls on any thread in global mode fail (PyTorch's default).
-    Global,
-    /// Only this thread's unsafe calls fail.
-    ThreadLocal,
-    /// No restriction.
-    Relaxed,
-}
-
-impl CudaAgent {
-    fn id_value(&self) -> AgentId {
-        replay_core::Agent::id(self)
+    impl ArgBlock {
+        fn arg_bytes16(mut self, b: [u8; 16]) -> Self {
+            self.push_bytes(&b, 16);
+            self
+        }
     }
 }

@@ -6,19 +6,30 @@
 //! [`is_available`] says why and every constructor returns that error.
 //!
 //! Layers, as in cudarc: [`sys`] (raw bindings) and [`result`] (status codes as `Result`) are
-//! cudarc's; this crate's modules own the driver objects and implement the core's traits,
-//! with the same role names as every backend:
+//! cudarc's, re-exported, with this crate's checked calls added to [`result`]; this crate's
+//! modules own the driver objects and implement the core's traits, with the same role names
+//! as every backend:
 //!
 //! | module | role |
 //! |---|---|
-//! | [`agent`] | [`replay_core::Agent`] for a device: drains, passes, ordinary run, completion |
-//! | [`memory`] | [`replay_core::DeviceMemory`]: tiers, batched copies on non-blocking streams with events as fences, device digests |
-//! | [`queue`] | streams the backend knows, argument blocks, launch capture |
+//! | [`agent`] | [`replay_core::Agent`] for a device: drains, passes, ordinary run, completion; the captured launch it replays |
+//! | [`memory`] | [`replay_core::DeviceMemory`]: tiers, batched copies on non-blocking streams with events as fences, device digests (its [`kernels`]: CUDA C compiled with NVRTC), pointer queries |
+//! | [`queue`] | the streams the backend knows and owns, stream capture, what a copy submitted to a stream looks like, completion events and timers |
 //! | [`tracker`] | allocation API reporting to [`replay_memory::Tracker`] with the classes of SPEC §7.1 |
-//! | [`module`] | NVRTC compilation, cubin loading, module globals from the ELF symbol table |
-//! | [`launch`] | the library API: [`CudaBackend::launch`] runs a launch under replay |
-//! | [`kernels`] | the digest kernels (CUDA C compiled with NVRTC) |
-//! | [`bench`](mod@bench) | the GPU bench: `kreplay bench --backend cuda` and the `cuda_bench` binary |
+//! | [`module`] | code objects: NVRTC compilation, cubin loading, kernel names and parameter layouts, module globals from the ELF symbol table |
+//! | `state` | process-wide state: the driver loaded and initialised once ([`is_available`]) |
+//! | [`sys`], [`result`] | raw bindings, checked calls |
+//!
+//! and, beside the roles: [`launch`] (argument blocks, launch configuration, the raw launch),
+//! `device` ([`Device`]: the primary context, events, the bounded event wait), [`error`], and
+//! [`backend`], the library API on top: one [`CudaBackend`] per device ties the roles
+//! together, and [`CudaBackend::launch`] runs a launch under replay. There is no `intercept`
+//! or `tool` yet (see "Not covered").
+//!
+//! Dependencies point one way: `backend` uses the roles, `agent` uses `memory`, `module`,
+//! `queue` and `launch`; `memory` uses `module`, `queue` and `launch`; `tracker` uses `queue`;
+//! every role uses `device`, `error`, `result` and `sys`, which import no role. No file
+//! imports a file that imports it back.
 //!
 //! Who validates what: the core validates every window transition and owns every deadline;
 //! the memory layer plans, places and checks liveness; this crate translates. Misuse of the
@@ -55,11 +66,12 @@
 //!
 //! Unit tests cover argument blocks, the ELF reader, copy coalescing and scheduling, tier
 //! reports and the memory layer's planning over them, and line-by-line ports of the digest
-//! kernels against the reference. `tests/nvrtc.rs` compiles every CUDA source with NVRTC where
-//! libnvrtc is present. `tests/fake_driver.rs` runs the backend end to end over a fake
+//! kernels against the reference. `tests/nvrtc.rs` compiles the digest kernels with NVRTC where
+//! libnvrtc is present (`replay-bench`'s own `tests/nvrtc.rs` compiles the bench's CUDA sources
+//! and reads module globals from a real cubin). `tests/fake_driver.rs` runs the backend end to end over a fake
 //! `libcuda` (C, compiled at test time) that keeps device memory in host memory and emulates
-//! the kernels by name. The GPU run is [`bench`](mod@bench)
-//! (`kreplay bench --backend cuda`, or the `cuda_bench` binary).
+//! the kernels by name. The GPU run is the `replay-bench` crate
+//! (`kreplay bench --backend cuda`, or its `cuda_bench` binary).
 //!
 //! ## Stream capture
 //!
@@ -129,36 +141,39 @@
 #![warn(missing_docs)]
 
 pub mod agent;
-pub mod bench;
-mod driver;
+pub mod backend;
+mod device;
 pub mod error;
-pub mod kernels;
+
 pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod queue;
+pub mod result;
+mod state;
+pub mod sys;
 pub mod tracker;
 
-pub use cudarc::driver::{result, sys};
-
 pub use agent::CudaAgent;
-pub use driver::{CaptureStatus, RelaxedCapture};
-pub use driver::{Device, DeviceInfo, Stream, MIN_DRIVER_VERSION};
+pub use backend::{BackendConfig, CaptureMode, CudaBackend, LaunchOptions};
+pub use device::{Device, DeviceInfo};
 pub use error::{CudaError, CudaResult, NvrtcUnavailable, Unavailable};
-pub use launch::{BackendConfig, CaptureMode, CudaBackend, LaunchOptions};
+pub use launch::{ArgBlock, DevicePtr, KernelParam, LaunchConfig, ParamSlot};
+pub use memory::kernels;
 pub use memory::{CudaMemory, PointerAttributes, TierConfig};
 pub use module::{compile_cubin, nvrtc_available, CudaFunction, CudaModule, ModuleRegistry};
 pub use queue::{
-    ArgBlock, CapturedGraph, CompletionEvent, DevicePtr, GpuTimer, KernelParam, LaunchConfig,
-    ParamSlot, Queue, QueueKind,
+    CaptureStatus, CapturedGraph, CompletionEvent, GpuTimer, Queue, QueueKind, RelaxedCapture,
+    Stream,
 };
+pub use state::MIN_DRIVER_VERSION;
 pub use tracker::{AllocKind, Allocation, CudaAllocator};
 
 /// Whether CUDA can be used in this process: `Ok(number of devices)`, or why not (the driver
 /// library is missing, `cuInit` failed, no device, a driver older than CUDA 12.0). Loads and
 /// initialises the driver on first call; never panics.
 pub fn is_available() -> Result<i32, Unavailable> {
-    driver::init()
+    state::init()
 }
 
 #[cfg(test)]

@@ -1,32 +1,19 @@
-//! Streams and launch capture (SPEC §9.2): the queues the backend knows (so drains can reach
-//! every stream of the device), argument blocks, and a captured launch that can be submitted
-//! again with the same argument block.
-//!
-//! ## Argument blocks
-//!
-//! An [`ArgBlock`] is the kernel's parameter buffer as the device sees it: each parameter at an
-//! offset aligned to its alignment, in declaration order, plus the layout (offset and size of
-//! every parameter). In library mode the caller builds it ([`ArgBlock::arg`]); when launches are
-//! intercepted, [`ArgBlock::capture`] copies it out of the `kernelParams` array with the layout
-//! from `cuFuncGetParamInfo`. The window reads the block's 8-byte-aligned words for scope
-//! `arguments`, so device pointers (8-byte aligned parameters) are always found. Passes are
-//! launched with `kernelParams` pointing into a private copy of the block; the driver copies
-//! parameter values when `cuLaunchKernel` returns, so the copy may go right after.
+//! Streams (SPEC §9.2): the queues the backend knows, so drains can reach every stream of the
+//! device; the streams it owns; what a stream capture looks like to it (a stream's capture
+//! status, the thread's relaxed capture mode, captured graphs); what a copy submitted to a
+//! queue looks like; and the events marking points of a stream (a launch's completion, GPU
+//! timers).
 
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
-use cudarc::driver::sys;
 use parking_lot::Mutex;
-use replay_core::{Dim3, QueueId};
-use smallvec::SmallVec;
+use replay_core::QueueId;
 
-use crate::driver::{Device, Event, Stream};
-use crate::error::{CudaError, CudaResult, DriverCall};
-
-/// Largest parameter block a launch may carry (CUDA 12.1+ on Volta and later).
-pub const MAX_PARAM_BYTES: usize = 32764;
+use crate::device::{wait_events, Device, Event};
+use crate::error::{CudaError, CudaResult};
+use crate::result::{self, DriverCall};
+use crate::sys;
 
 /// What a queue is used for: drains of the agent wait for compute queues, the copy fence for
 /// copy queues (SPEC §6 step 6).
@@ -80,7 +67,7 @@ impl Queue {
     /// # Safety
     /// Both ends must be valid for `c.len` bytes (device memory, or host memory for the host
     /// end of a host copy) until the copy completed, and must not be freed or reused before.
-    pub unsafe fn copy_async(&self, c: &crate::memory::ResolvedCopy) -> CudaResult<()> {
+    pub unsafe fn copy_async(&self, c: &ResolvedCopy) -> CudaResult<()> {
         self.device.bind()?;
         // SAFETY: the caller guarantees both ends; the context is current. `cuMemcpyAsync`
         // infers the kind of each end from the unified address space.
@@ -93,7 +80,7 @@ impl Queue {
         self.device.bind()?;
         // SAFETY: the stream is alive (owned, registered by a caller who guarantees it, or the
         // legacy stream).
-        unsafe { cudarc::driver::result::stream::synchronize(self.raw) }.call("cuStreamSynchronize")
+        unsafe { result::stream::synchronize(self.raw) }.call("cuStreamSynchronize")
     }
 }
 
@@ -161,7 +148,7 @@ impl QueueRegistry {
     /// capture), described.
     pub(crate) fn capturing_stream(&self, streams: &[sys::CUstream]) -> CudaResult<Option<String>> {
         for &s in streams {
-            let st = crate::driver::capture_status(s)?;
+            let st = capture_status(s)?;
             if st.is_live() {
                 return Ok(Some(format!(
                     "stream {:#x} is capturing ({st:?})",
@@ -208,296 +195,165 @@ impl QueueRegistry {
     }
 }
 
-/// Offset and size of one kernel parameter in an [`ArgBlock`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ParamSlot {
-    /// Byte offset in the block.
-    pub offset: u32,
-    /// Bytes.
-    pub size: u32,
-}
-
-/// A value that can be a kernel parameter: plain bytes with a natural alignment.
-pub trait KernelParam: Copy {
-    /// Alignment of the parameter in the block.
-    const ALIGN: u32;
-    /// Little-endian bytes.
-    fn bytes(&self) -> SmallVec<[u8; 16]>;
-}
-
-macro_rules! param_int {
-    ($($t:ty),*) => {$(
-        impl KernelParam for $t {
-            const ALIGN: u32 = std::mem::align_of::<$t>() as u32;
-            fn bytes(&self) -> SmallVec<[u8; 16]> {
-                SmallVec::from_slice(&self.to_le_bytes())
-            }
-        }
-    )*};
-}
-param_int!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
-
-/// A device pointer parameter (8 bytes, 8-byte aligned).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DevicePtr(pub u64);
-
-impl KernelParam for DevicePtr {
-    const ALIGN: u32 = 8;
-    fn bytes(&self) -> SmallVec<[u8; 16]> {
-        SmallVec::from_slice(&self.0.to_le_bytes())
-    }
-}
-
-/// A kernel's parameter block and its layout (see the module docs).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ArgBlock {
-    bytes: SmallVec<[u8; 256]>,
-    params: SmallVec<[ParamSlot; 16]>,
-}
-
-impl ArgBlock {
-    /// An empty block (a kernel without parameters).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Appends a parameter (builder style).
-    pub fn arg<T: KernelParam>(mut self, v: T) -> Self {
-        self.push(v);
-        self
-    }
-
-    /// Appends a parameter.
-    pub fn push<T: KernelParam>(&mut self, v: T) -> &mut Self {
-        self.push_bytes(&v.bytes(), T::ALIGN)
-    }
-
-    /// Appends a parameter given as raw bytes with its alignment (a power of two up to 16;
-    /// larger or invalid alignments are a programming error and panic).
-    pub fn push_bytes(&mut self, bytes: &[u8], align: u32) -> &mut Self {
-        assert!(
-            align.is_power_of_two() && align <= 16,
-            "parameter alignment {align} must be a power of two up to 16"
-        );
-        let offset = self.bytes.len().next_multiple_of(align as usize);
-        self.bytes.resize(offset, 0);
-        self.bytes.extend_from_slice(bytes);
-        assert!(
-            self.bytes.len() <= MAX_PARAM_BYTES,
-            "parameter block of {} bytes exceeds {MAX_PARAM_BYTES}",
-            self.bytes.len()
-        );
-        self.params.push(ParamSlot {
-            offset: offset as u32,
-            size: bytes.len() as u32,
-        });
-        self
-    }
-
-    /// A block from raw bytes and a layout; every slot must lie inside the bytes.
-    pub fn from_layout(layout: &[ParamSlot], bytes: &[u8]) -> CudaResult<Self> {
-        if bytes.len() > MAX_PARAM_BYTES {
-            return Err(CudaError::InvalidArgument(format!(
-                "parameter block of {} bytes exceeds {MAX_PARAM_BYTES}",
-                bytes.len()
-            )));
-        }
-        for (i, p) in layout.iter().enumerate() {
-            let end = p.offset as usize + p.size as usize;
-            if end > bytes.len() {
-                return Err(CudaError::InvalidArgument(format!(
-                    "parameter {i} at {}+{} lies outside the {}-byte block",
-                    p.offset,
-                    p.size,
-                    bytes.len()
-                )));
-            }
-        }
-        Ok(Self {
-            bytes: SmallVec::from_slice(bytes),
-            params: SmallVec::from_slice(layout),
-        })
-    }
-
-    /// Captures the block of an intercepted launch from its `kernelParams` array: parameter
-    /// `i` is copied from `kernel_params[i]` to `layout[i].offset`.
-    ///
-    /// # Safety
-    /// `kernel_params` must point to `layout.len()` pointers, the `i`-th of which points to at
-    /// least `layout[i].size` readable bytes (what `cuLaunchKernel` itself requires).
-    pub unsafe fn capture(layout: &[ParamSlot], kernel_params: *const *const c_void) -> Self {
-        let len = layout
-            .iter()
-            .map(|p| p.offset as usize + p.size as usize)
-            .max()
-            .unwrap_or(0);
-        let mut bytes: SmallVec<[u8; 256]> = SmallVec::from_elem(0, len);
-        for (i, p) in layout.iter().enumerate() {
-            // SAFETY: the caller guarantees `layout.len()` entries.
-            let src = unsafe { *kernel_params.add(i) } as *const u8;
-            if p.size == 0 || src.is_null() {
-                continue;
-            }
-            // SAFETY: the caller guarantees `p.size` readable bytes at `src`; the destination
-            // range lies inside `bytes` by construction of `len`.
-            let s = unsafe { std::slice::from_raw_parts(src, p.size as usize) };
-            bytes[p.offset as usize..p.offset as usize + p.size as usize].copy_from_slice(s);
-        }
-        Self {
-            bytes,
-            params: SmallVec::from_slice(layout),
-        }
-    }
-
-    /// The block's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
-    }
-
-    /// The layout.
-    pub fn params(&self) -> &[ParamSlot] {
-        &self.params
-    }
-
-    /// The block as the window's `Dispatch::kernarg`: padded with zeros to a multiple of 8, so
-    /// every 8-byte-aligned word is visible to scope `arguments`.
-    pub fn kernarg(&self) -> SmallVec<[u8; 256]> {
-        let mut k = self.bytes.clone();
-        k.resize(k.len().next_multiple_of(8), 0);
-        k
-    }
-}
-
-/// Bytes of a parameter block in 16-byte-aligned storage, with the `kernelParams` pointer
-/// array into it.
+/// An owned, non-blocking stream: it neither waits for nor orders against the legacy default
+/// stream (GPU.md).
 #[derive(Debug)]
-pub(crate) struct PackedParams {
-    /// Owns the bytes the pointers point into.
-    _storage: Vec<u128>,
-    pointers: Vec<*mut c_void>,
+pub struct Stream {
+    raw: sys::CUstream,
+    device: Arc<Device>,
 }
 
-impl PackedParams {
-    /// Copies `bytes` and points one entry per slot of `layout` into the copy.
-    pub fn new(layout: &[ParamSlot], bytes: &[u8]) -> CudaResult<Self> {
-        let mut storage = vec![0u128; bytes.len().div_ceil(16).max(1)];
-        {
-            // SAFETY: `storage` holds at least `bytes.len()` initialised bytes; u8 has no
-            // alignment or validity requirement.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(storage.as_mut_ptr() as *mut u8, storage.len() * 16)
-            };
-            dst[..bytes.len()].copy_from_slice(bytes);
-        }
-        let base = storage.as_mut_ptr() as *mut u8;
-        let mut pointers = Vec::with_capacity(layout.len());
-        for (i, p) in layout.iter().enumerate() {
-            if p.offset as usize + p.size as usize > bytes.len() {
-                return Err(CudaError::InvalidArgument(format!(
-                    "parameter {i} at {}+{} lies outside the {}-byte block",
-                    p.offset,
-                    p.size,
-                    bytes.len()
-                )));
-            }
-            // SAFETY: in bounds of `storage` (checked above).
-            pointers.push(unsafe { base.add(p.offset as usize) } as *mut c_void);
-        }
-        Ok(Self {
-            _storage: storage,
-            pointers,
-        })
-    }
-
-    /// The `kernelParams` array (null for a kernel without parameters).
-    pub fn as_kernel_params(&mut self) -> *mut *mut c_void {
-        if self.pointers.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            self.pointers.as_mut_ptr()
-        }
-    }
-
-    #[cfg(test)]
-    fn read(&self, i: usize, size: usize) -> Vec<u8> {
-        // SAFETY: test helper; `i` indexes a pointer into `storage`, `size` is its slot size.
-        unsafe { std::slice::from_raw_parts(self.pointers[i] as *const u8, size) }.to_vec()
-    }
-}
-
-/// Grid, block and dynamic shared memory of a launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaunchConfig {
-    /// Blocks per grid.
-    pub grid: Dim3,
-    /// Threads per block.
-    pub block: Dim3,
-    /// Dynamic shared memory bytes per block.
-    pub shared_mem_bytes: u32,
-}
-
-impl LaunchConfig {
-    /// A one-dimensional launch.
-    pub const fn linear(blocks: u32, threads: u32) -> Self {
-        Self {
-            grid: Dim3::new(blocks, 1, 1),
-            block: Dim3::new(threads, 1, 1),
-            shared_mem_bytes: 0,
-        }
-    }
-}
-
-/// Launches `func` on `stream` with the block `bytes` laid out as `layout`.
-///
-/// # Safety
-/// 1. The context of `func` and `stream` is current on this thread.
-/// 2. `layout` and `bytes` match the kernel's parameter list.
-/// 3. Every device pointer in the block is valid for what the kernel does with it.
-pub(crate) unsafe fn launch_raw(
-    func: sys::CUfunction,
-    cfg: &LaunchConfig,
-    stream: sys::CUstream,
-    layout: &[ParamSlot],
-    bytes: &[u8],
-) -> CudaResult<()> {
-    let mut packed = PackedParams::new(layout, bytes)?;
-    // SAFETY: guaranteed by the caller (1–3); the pointer array and its storage live until the
-    // call returns, and the driver copies parameter values before it returns.
-    unsafe {
-        sys::cuLaunchKernel(
-            func,
-            cfg.grid.x,
-            cfg.grid.y,
-            cfg.grid.z,
-            cfg.block.x,
-            cfg.block.y,
-            cfg.block.z,
-            cfg.shared_mem_bytes,
-            stream,
-            packed.as_kernel_params(),
-            std::ptr::null_mut(),
-        )
-    }
-    .call("cuLaunchKernel")
-}
-
-/// A launch as the backend captured it: everything needed to submit it again.
-#[derive(Debug)]
-pub struct CapturedLaunch {
-    pub(crate) func: sys::CUfunction,
-    pub(crate) cfg: LaunchConfig,
-    pub(crate) stream: sys::CUstream,
-    pub(crate) layout: SmallVec<[ParamSlot; 16]>,
-    /// The caller's completion: recorded once after the last pass, or after the ordinary run.
-    pub(crate) completion: Option<Arc<CompletionEvent>>,
-    /// Keeps the module (and so the function) loaded while the launch is pending.
-    pub(crate) _keep: Option<Arc<crate::module::CudaModule>>,
-}
-
-// SAFETY: the raw function and stream are driver handles used only in driver calls.
-unsafe impl Send for CapturedLaunch {}
+// SAFETY: a CUstream is a driver handle usable from any thread with the context current;
+// `Stream` only passes it to driver calls.
+unsafe impl Send for Stream {}
 // SAFETY: as above.
-unsafe impl Sync for CapturedLaunch {}
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// Creates a non-blocking stream on `device`.
+    pub fn non_blocking(device: &Arc<Device>) -> CudaResult<Self> {
+        device.bind()?;
+        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .call("cuStreamCreate")?;
+        Ok(Self {
+            raw,
+            device: Arc::clone(device),
+        })
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    /// The handle as a number (the `QueueId` of the stream).
+    pub fn id(&self) -> u64 {
+        self.raw as u64
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: created by cuStreamCreate and destroyed once; the driver lets pending
+            // work finish before it releases the stream.
+            if let Err(e) = unsafe { result::stream::destroy(self.raw) } {
+                log::warn!("[kernel-replay] cuStreamDestroy: {e}");
+            }
+        }
+    }
+}
+
+/// What `cuStreamIsCapturing` says about a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureStatus {
+    /// Not capturing: work submitted there runs.
+    None,
+    /// Capturing a graph: work submitted there is recorded, not run, and an event recorded
+    /// there must not be queried.
+    Active,
+    /// A capture that was invalidated and not yet ended.
+    Invalidated,
+    /// The legacy default stream while a blocking stream of the context captures: anything
+    /// submitted to the legacy stream would join (and invalidate) that capture.
+    ImplicitLegacy,
+}
+
+impl CaptureStatus {
+    /// Whether submitting to (or recording an event on) the stream would touch a capture.
+    pub fn is_live(self) -> bool {
+        self != Self::None
+    }
+}
+
+/// The capture status of `stream` (null: the legacy default stream). The query itself is
+/// allowed during any capture and never invalidates one.
+pub(crate) fn capture_status(stream: sys::CUstream) -> CudaResult<CaptureStatus> {
+    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: `stream` is a live stream of the current context or null; out pointer to a live
+    // local.
+    let r = unsafe { sys::cuStreamIsCapturing(stream, &mut st) };
+    if r == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT {
+        return Ok(CaptureStatus::ImplicitLegacy);
+    }
+    r.call("cuStreamIsCapturing")?;
+    Ok(match st {
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
+        _ => CaptureStatus::Invalidated,
+    })
+}
+
+/// Puts the calling thread in the relaxed stream-capture mode until dropped, then restores the
+/// mode it had (`cuThreadExchangeStreamCaptureMode`).
+///
+/// In the default (global) mode, a "potentially unsafe" driver call (an allocation, a free, an
+/// event or stream query, a synchronisation) made on any thread while another thread captures
+/// in global mode (PyTorch's default) fails and invalidates that capture. The window's own
+/// driver calls run under this guard, so they never disturb another thread's capture; the
+/// window itself never submits to, records on or queries a capturing stream (see
+/// [`crate::agent`]).
+#[derive(Debug)]
+pub struct RelaxedCapture {
+    previous: Option<sys::CUstreamCaptureMode>,
+}
+
+impl RelaxedCapture {
+    /// Enters the relaxed mode on this thread.
+    pub fn enter() -> Self {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a thread-local exchange of the capture mode; out/in pointer to a live local.
+        let r = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        match r.result() {
+            Ok(()) => Self {
+                previous: Some(mode),
+            },
+            Err(e) => {
+                log::debug!("[kernel-replay] cuThreadExchangeStreamCaptureMode: {e}");
+                Self { previous: None }
+            }
+        }
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        if let Some(mut mode) = self.previous.take() {
+            // SAFETY: restores the mode this thread had when the guard was entered.
+            let r = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+            if let Err(e) = r.result() {
+                log::warn!("[kernel-replay] restoring the thread's stream-capture mode: {e}");
+            }
+        }
+    }
+}
+
+/// Direction of one copy: it picks the stream lane. The copy itself is a `cuMemcpyAsync`,
+/// which infers both ends from the unified address space (device, managed, mapped pinned or
+/// pageable memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Device (or managed, or mapped) memory to device memory.
+    DeviceToDevice,
+    /// Device memory to a host pointer.
+    DeviceToHost,
+    /// A host pointer to device memory.
+    HostToDevice,
+}
+
+/// A copy with both ends resolved to addresses (device addresses, or host pointers as
+/// numbers, per [`Direction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ResolvedCopy {
+    /// Direction.
+    pub dir: Direction,
+    /// Source address.
+    pub src: u64,
+    /// Destination address.
+    pub dst: u64,
+    /// Bytes.
+    pub len: u64,
+}
 
 /// A graph captured from a stream ([`crate::CudaBackend::end_capture`]), instantiated and
 /// ready to launch ([`crate::CudaBackend::launch_graph`]).
@@ -583,7 +439,7 @@ impl CompletionEvent {
     /// Waits at most `budget`.
     pub fn wait(&self, budget: std::time::Duration) -> CudaResult<bool> {
         self.device.bind()?;
-        crate::driver::wait_events(&[&self.event], budget)
+        wait_events(&[&self.event], budget)
     }
 
     /// Records the event on `queue` now (tools and benchmarks marking a point in a stream;
@@ -631,182 +487,11 @@ impl GpuTimer {
     /// Seconds between start and end, waiting at most `timeout` for the end.
     pub fn seconds(&self, timeout: std::time::Duration) -> CudaResult<f64> {
         self.device.bind()?;
-        if !crate::driver::wait_events(&[&self.end], timeout)? {
+        if !wait_events(&[&self.end], timeout)? {
             return Err(CudaError::InvalidArgument(format!(
                 "timed region not finished within {timeout:?}"
             )));
         }
         Ok(f64::from(Event::elapsed_ms(&self.start, &self.end)?) / 1e3)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn params_are_aligned_in_declaration_order() {
-        let b = ArgBlock::new()
-            .arg(7u32)
-            .arg(DevicePtr(0x7f00_0000_1000))
-            .arg(3u8)
-            .arg(2.5f32)
-            .arg(-1i64);
-        assert_eq!(
-            b.params(),
-            &[
-                ParamSlot { offset: 0, size: 4 },
-                ParamSlot { offset: 8, size: 8 },
-                ParamSlot {
-                    offset: 16,
-                    size: 1
-                },
-                ParamSlot {
-                    offset: 20,
-                    size: 4
-                },
-                ParamSlot {
-                    offset: 24,
-                    size: 8
-                },
-            ]
-        );
-        assert_eq!(b.bytes().len(), 32);
-        assert_eq!(&b.bytes()[0..4], &7u32.to_le_bytes());
-        assert_eq!(&b.bytes()[4..8], &[0; 4], "padding is zero");
-        assert_eq!(&b.bytes()[8..16], &0x7f00_0000_1000u64.to_le_bytes());
-        assert_eq!(&b.bytes()[20..24], &2.5f32.to_le_bytes());
-    }
-
-    #[test]
-    fn sixteen_byte_parameters_and_kernarg_padding() {
-        let mut b = ArgBlock::new();
-        b.push(1u8);
-        b.push_bytes(&[0xAB; 16], 16);
-        b.push(9u32);
-        assert_eq!(
-            b.params()[1],
-            ParamSlot {
-                offset: 16,
-                size: 16
-            }
-        );
-        assert_eq!(
-            b.params()[2],
-            ParamSlot {
-                offset: 32,
-                size: 4
-            }
-        );
-        assert_eq!(b.bytes().len(), 36);
-        let k = b.kernarg();
-        assert_eq!(k.len(), 40, "padded to whole words");
-        assert_eq!(&k[36..], &[0; 4]);
-    }
-
-    #[test]
-    #[should_panic(expected = "power of two")]
-    fn bad_alignment_is_a_programming_error() {
-        ArgBlock::new().push_bytes(&[0; 3], 3);
-    }
-
-    #[test]
-    fn pointers_are_visible_to_scope_arguments() {
-        use replay_core::{
-            AgentId, DispatchId, DispatchInfo, KernelId, KernelKey, Origin, SubmissionKind,
-        };
-        let ptr_a = 0x7f12_3456_7800u64;
-        let ptr_b = 0x7f12_3456_9910u64; // inside an allocation, not at its base
-        let b = ArgBlock::new()
-            .arg(1u32)
-            .arg(DevicePtr(ptr_a))
-            .arg(5u16)
-            .arg(DevicePtr(ptr_b));
-        let d = replay_core::Dispatch {
-            info: DispatchInfo {
-                agent: AgentId(0),
-                queue: QueueId(0),
-                dispatch_id: DispatchId(0),
-                kernel_id: KernelId(0),
-                kernel_name: "k".into(),
-                grid: Dim3::new(1, 1, 1),
-                workgroup: Dim3::new(1, 1, 1),
-                private_segment_size: 0,
-                group_segment_size: 0,
-            },
-            kernel: KernelKey {
-                agent: AgentId(0),
-                code_object: 0,
-                symbol: 0,
-            },
-            kind: SubmissionKind::KernelDispatch,
-            kernarg: b.kernarg(),
-            origin: Origin::SubmittingThread,
-            handle: 0,
-        };
-        let words: Vec<u64> = d.argument_words().collect();
-        assert!(words.contains(&ptr_a));
-        assert!(words.contains(&ptr_b));
-    }
-
-    #[test]
-    fn capture_from_kernel_params_round_trips() {
-        // What an intercepted cuLaunchKernel hands over: one pointer per parameter, each to a
-        // value somewhere in the caller's memory; the layout from cuFuncGetParamInfo.
-        let a: u32 = 0xDEAD_BEEF;
-        let p: u64 = 0x7000_0000_0040;
-        let c: [u8; 16] = core::array::from_fn(|i| i as u8);
-        let d: u16 = 0x1234;
-        let layout = [
-            ParamSlot { offset: 0, size: 4 },
-            ParamSlot { offset: 8, size: 8 },
-            ParamSlot {
-                offset: 16,
-                size: 16,
-            },
-            ParamSlot {
-                offset: 32,
-                size: 2,
-            },
-        ];
-        let ptrs: [*const c_void; 4] = [
-            &a as *const u32 as *const c_void,
-            &p as *const u64 as *const c_void,
-            c.as_ptr() as *const c_void,
-            &d as *const u16 as *const c_void,
-        ];
-        // SAFETY: four valid pointers, each to at least its slot's size.
-        let b = unsafe { ArgBlock::capture(&layout, ptrs.as_ptr()) };
-        let built = ArgBlock::new()
-            .arg(a)
-            .arg(DevicePtr(p))
-            .arg_bytes16(c)
-            .arg(d);
-        assert_eq!(b, built);
-
-        // And the launch-side pointer array reproduces every parameter from the block.
-        let packed = PackedParams::new(b.params(), b.bytes()).unwrap();
-        assert_eq!(packed.read(0, 4), a.to_le_bytes());
-        assert_eq!(packed.read(1, 8), p.to_le_bytes());
-        assert_eq!(packed.read(2, 16), c);
-        assert_eq!(packed.read(3, 2), d.to_le_bytes());
-    }
-
-    #[test]
-    fn layouts_outside_the_block_are_rejected() {
-        let bad = [ParamSlot { offset: 8, size: 8 }];
-        assert!(ArgBlock::from_layout(&bad, &[0; 12]).is_err());
-        assert!(PackedParams::new(&bad, &[0; 12]).is_err());
-        let ok = ArgBlock::from_layout(&bad, &[0; 16]).unwrap();
-        assert_eq!(ok.params(), &bad);
-        let mut empty = PackedParams::new(&[], &[]).unwrap();
-        assert!(empty.as_kernel_params().is_null());
-    }
-
-    impl ArgBlock {
-        fn arg_bytes16(mut self, b: [u8; 16]) -> Self {
-            self.push_bytes(&b, 16);
-            self
-        }
     }
 }

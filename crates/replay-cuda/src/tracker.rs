@@ -23,14 +23,15 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use cudarc::driver::{result, sys};
 use parking_lot::Mutex;
 use replay_core::{AgentId, MemoryClass};
 use replay_memory::Tracker;
 
-use crate::driver::{Device, SendPtr};
-use crate::error::{CudaError, CudaResult, DriverCall};
+use crate::device::{Device, SendPtr};
+use crate::error::{CudaError, CudaResult};
 use crate::queue::Queue;
+use crate::result::{self, mapped_pointer, DriverCall};
+use crate::sys;
 
 /// How an allocation was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -267,7 +268,7 @@ impl CudaAllocator {
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
         // SAFETY: a plain allocation, owned by the returned value.
         let host = unsafe { result::malloc_host(size, flags) }.call("cuMemHostAlloc")?;
-        let dptr = crate::driver::mapped_pointer(host);
+        let dptr = mapped_pointer(host);
         let mut a = self.track(dptr, bytes, AllocKind::PinnedHost);
         a.host = Some(SendPtr(host));
         Ok(a)
@@ -281,7 +282,7 @@ impl CudaAllocator {
         let mut host: *mut c_void = std::ptr::null_mut();
         // SAFETY: a plain allocation, owned by the returned value; out pointer to a live local.
         unsafe { sys::cuMemAllocHost_v2(&mut host, size) }.call("cuMemAllocHost")?;
-        let dptr = crate::driver::mapped_pointer(host);
+        let dptr = mapped_pointer(host);
         let mut a = self.track(dptr, bytes, AllocKind::PinnedHost);
         a.host = Some(SendPtr(host));
         Ok(a)
@@ -299,7 +300,7 @@ impl CudaAllocator {
         let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
         // SAFETY: the caller guarantees the range; it is unregistered once, on drop.
         unsafe { sys::cuMemHostRegister_v2(host, size, flags) }.call("cuMemHostRegister")?;
-        let dptr = crate::driver::mapped_pointer(host);
+        let dptr = mapped_pointer(host);
         let mut a = self.track(dptr, bytes, AllocKind::RegisteredHost);
         a.host = Some(SendPtr(host));
         Ok(a)

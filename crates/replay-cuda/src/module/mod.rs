@@ -22,14 +22,16 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-use cudarc::driver::{result, sys};
 use cudarc::nvrtc;
 use parking_lot::Mutex;
 use replay_core::AgentId;
 use replay_memory::{ModuleVariable, ModuleVariables};
 
-use crate::driver::Device;
-use crate::error::{CudaError, CudaResult, DriverCall, NvrtcUnavailable};
+use crate::device::Device;
+use crate::error::{CudaError, CudaResult, NvrtcUnavailable};
+use crate::launch::{ParamSlot, MAX_PARAM_BYTES};
+use crate::result::{self, DriverCall};
+use crate::sys;
 
 static NVRTC: OnceLock<Result<(), NvrtcUnavailable>> = OnceLock::new();
 
@@ -451,15 +453,15 @@ impl CudaFunction {
     /// The kernel's parameter layout as the driver reports it (`cuFuncGetParamInfo`, CUDA
     /// 12.4 and later): what an intercepted launch's argument block is captured with
     /// ([`crate::ArgBlock::capture`]).
-    pub fn param_layout(&self) -> CudaResult<Vec<crate::queue::ParamSlot>> {
+    pub fn param_layout(&self) -> CudaResult<Vec<ParamSlot>> {
         self.module.device.bind()?;
         let mut out = Vec::new();
-        for i in 0..crate::queue::MAX_PARAM_BYTES {
+        for i in 0..MAX_PARAM_BYTES {
             let (mut offset, mut size) = (0usize, 0usize);
             // SAFETY: `raw` is a function of a loaded module; out pointers to live locals.
             let r = unsafe { sys::cuFuncGetParamInfo(self.raw, i, &mut offset, &mut size) };
             match r {
-                sys::CUresult::CUDA_SUCCESS => out.push(crate::queue::ParamSlot {
+                sys::CUresult::CUDA_SUCCESS => out.push(ParamSlot {
                     offset: offset as u32,
                     size: size as u32,
                 }),

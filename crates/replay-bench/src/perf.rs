@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::memory::{Direction, ResolvedCopy};
-use crate::{Allocation, ArgBlock, DevicePtr, GpuTimer, LaunchConfig, QueueKind};
 use replay_core::{OutcomeRecord, RestoreMode, Scope, Tier};
+use replay_cuda::memory::{Direction, ResolvedCopy};
+use replay_cuda::{Allocation, ArgBlock, DevicePtr, GpuTimer, LaunchConfig, QueueKind};
 use serde_json::{json, Value};
 
 use super::common::{ensure, progress, record_json, Bench, Row, GIB, MIB, WAIT};
@@ -42,7 +42,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// seconds.
 fn time_gpu(
     b: &Bench,
-    queue: &crate::Queue,
+    queue: &replay_cuda::Queue,
     reps: usize,
     mut f: impl FnMut() -> Result<(), String>,
 ) -> Result<f64, String> {

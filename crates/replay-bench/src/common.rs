@@ -4,15 +4,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{
-    Allocation, ArgBlock, CompletionEvent, CudaBackend, CudaFunction, CudaModule, DevicePtr,
-    LaunchConfig, LaunchOptions, Queue,
-};
 use parking_lot::Mutex;
 use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
 use replay_core::{
     ContextId, Digest128, DigestKey, DispatchReport, NoContextControl, OutcomeRecord, Policy,
     ReplayService, RestoreMode, Scope, Subscription, SystemClock,
+};
+use replay_cuda::{
+    Allocation, ArgBlock, CompletionEvent, CudaBackend, CudaFunction, CudaModule, DevicePtr,
+    LaunchConfig, LaunchOptions, Queue,
 };
 use serde_json::{json, Value};
 
@@ -53,7 +53,7 @@ pub struct ToolState {
 /// The tool: asks for `passes`, digests inputs, runs hooks.
 pub struct BenchTool {
     pub state: Mutex<ToolState>,
-    pub memory: Arc<crate::CudaMemory>,
+    pub memory: Arc<replay_cuda::CudaMemory>,
     pub key: DigestKey,
 }
 
@@ -227,7 +227,7 @@ impl Bench {
             t.elapsed().as_secs_f64()
         ));
         let queue = backend
-            .create_queue(crate::QueueKind::Compute)
+            .create_queue(replay_cuda::QueueKind::Compute)
             .map_err(|e| e.to_string())?;
         let done = CompletionEvent::new(backend.device()).map_err(|e| e.to_string())?;
         let sms = backend.device().info().multiprocessors.max(1) as u32;

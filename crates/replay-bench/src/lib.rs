@@ -1,7 +1,13 @@
-//! The GPU bench of the CUDA backend (issue 7): correctness checks and measurements on a real
-//! GPU, reachable as `kreplay bench --backend cuda` and as the `cuda_bench` binary. Both are
-//! built on the CPU machine and run on the GPU machine as single binaries that link only glibc
-//! (CUDA is loaded at run time).
+//! # replay-bench
+//!
+//! The GPU bench of the CUDA backend (issue 7; it checks SPEC §6–§8 and §9.2 on hardware):
+//! correctness checks and measurements on a real GPU, reachable as `kreplay bench --backend
+//! cuda` and as the `cuda_bench` binary. Both are built on the CPU machine and run on the GPU
+//! machine as single binaries that link only glibc (CUDA is loaded at run time).
+//!
+//! It drives `replay-cuda` through its public API only, as an application in library mode
+//! would, and is a crate of its own so that the backend stays the backend: the bench's JSON
+//! records (`serde_json`) and its CUDA sources are no part of it.
 //!
 //! ```text
 //! PROG [run] [--cases LIST] [--out FILE] [--big] [--alloc-gib LIST] [--kernel-mib LIST]
@@ -27,6 +33,8 @@
 //! The `ncu` case runs the dispatch in a child process (`PROG app ...`), alone and under Nsight
 //! Compute; [`SelfInvocation`] says how the running program invokes itself.
 
+#![warn(missing_docs)]
+
 mod checks;
 mod common;
 mod ncu;
@@ -36,9 +44,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{BackendConfig, CudaBackend};
 use replay_core::policy::LogLevel;
 use replay_core::{RestoreMode, Scope, Tier};
+use replay_cuda::{BackendConfig, CudaBackend};
 use serde_json::{json, Value};
 use std::ffi::OsString;
 
@@ -380,7 +388,7 @@ fn write_json(o: &Opts, meta: &Value, rows: &[Row]) {
 
 fn run(o: &Opts, args: &[String], me: &SelfInvocation) -> i32 {
     let started = Instant::now();
-    let n = match crate::is_available() {
+    let n = match replay_cuda::is_available() {
         Ok(n) => n,
         Err(e) => {
             eprintln!("{}: CUDA is not available: {e}", prog());
@@ -410,7 +418,7 @@ fn run(o: &Opts, args: &[String], me: &SelfInvocation) -> i32 {
         free as f64 / GIB as f64,
         total as f64 / GIB as f64,
         info.driver_version,
-        crate::memory::host_mem_available().unwrap_or(0) as f64 / GIB as f64,
+        replay_cuda::memory::host_mem_available().unwrap_or(0) as f64 / GIB as f64,
         backend.memory().device_digests()
     ));
     let bench = match Bench::new(Arc::clone(&backend)) {
@@ -435,9 +443,9 @@ fn run(o: &Opts, args: &[String], me: &SelfInvocation) -> i32 {
         "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         "device": info,
         "device_free_bytes": free,
-        "host_mem_available_bytes": crate::memory::host_mem_available(),
+        "host_mem_available_bytes": replay_cuda::memory::host_mem_available(),
         "device_digests": backend.memory().device_digests(),
-        "digest_target_blocks": crate::kernels::TARGET_BLOCKS,
+        "digest_target_blocks": replay_cuda::kernels::TARGET_BLOCKS,
     });
     let mut rows: Vec<Row> = Vec::new();
     let has = |c: &str| o.cases.iter().any(|x| x == c);

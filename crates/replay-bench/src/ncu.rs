@@ -200,7 +200,7 @@ pub fn run(
 /// `PROG app`: allocate `alloc_gib` in `buffers` buffers, fill them, run kr_rmw once over
 /// `kernel_mib` of the first, wait, free. No replay service.
 pub fn app(device: i32, alloc_gib: u64, kernel_mib: u64, buffers: u64, small_first: bool) -> i32 {
-    use crate::{BackendConfig, CudaBackend};
+    use replay_cuda::{BackendConfig, CudaBackend};
     let t = Instant::now();
     let backend = match CudaBackend::new(
         device,

@@ -1,69 +1,21 @@
-//! Owned driver objects over cudarc's `sys`/`result` layers: the device with its primary
-//! context, non-blocking streams, events and the bounded event wait every other module uses.
+//! The device as the backend's other roles share it: the device with its retained primary
+//! context and what the driver says about it, events (pooled per device) and the bounded event
+//! wait every wait of the backend uses, and the pointer type for memory the backend owns.
 //!
 //! Every entry point of the backend first makes the device's context current on the calling
 //! thread ([`Device::bind`]): the window runs on whichever thread submitted, and the driver
 //! keeps the current context per thread.
 
 use std::ffi::c_void;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{result, sys};
 use parking_lot::Mutex;
 
-use crate::error::{CudaError, CudaResult, DriverCall, Unavailable};
-
-/// Driver API version this backend needs at least (12.0: stream-ordered and VMM calls, the
-/// `_v2` entry points it binds).
-pub const MIN_DRIVER_VERSION: i32 = 12000;
-
-static INIT: OnceLock<Result<i32, Unavailable>> = OnceLock::new();
-
-/// Loads libcuda and calls `cuInit` once per process; the error says why CUDA is unusable.
-/// Returns the number of devices.
-pub(crate) fn init() -> Result<i32, Unavailable> {
-    INIT.get_or_init(|| {
-        // SAFETY: `is_culib_present` only tries `dlopen` on the candidate names and closes
-        // what it opened; loading libcuda runs its initialisers, which is what any CUDA program
-        // does. Nothing else of the driver is touched before it answers.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(Unavailable::NoDriverLibrary {
-                tried: cudarc::get_lib_name_candidates("cuda"),
-            });
-        }
-        if let Err(e) = result::init() {
-            let err = CudaError::driver("cuInit", e);
-            return Err(match err {
-                CudaError::Driver {
-                    name, description, ..
-                } => Unavailable::InitFailed { name, description },
-                other => Unavailable::InitFailed {
-                    name: other.to_string(),
-                    description: String::new(),
-                },
-            });
-        }
-        let mut version: i32 = 0;
-        // SAFETY: the library is loaded and initialised; the out pointer is a live local.
-        let r = unsafe { sys::cuDriverGetVersion(&mut version) };
-        if r.result().is_ok() && version < MIN_DRIVER_VERSION {
-            return Err(Unavailable::DriverTooOld { version });
-        }
-        match result::device::get_count() {
-            Ok(n) if n > 0 => Ok(n),
-            Ok(_) => Err(Unavailable::NoDevice),
-            Err(e) => {
-                let err = CudaError::driver("cuDeviceGetCount", e);
-                Err(Unavailable::InitFailed {
-                    name: err.to_string(),
-                    description: String::new(),
-                })
-            }
-        }
-    })
-    .clone()
-}
+use crate::error::{CudaError, CudaResult};
+use crate::result::{self, DriverCall};
+use crate::state::init;
+use crate::sys;
 
 /// What the driver says about a device.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -226,55 +178,6 @@ impl Drop for Device {
     }
 }
 
-/// An owned, non-blocking stream: it neither waits for nor orders against the legacy default
-/// stream (GPU.md).
-#[derive(Debug)]
-pub struct Stream {
-    raw: sys::CUstream,
-    device: Arc<Device>,
-}
-
-// SAFETY: a CUstream is a driver handle usable from any thread with the context current;
-// `Stream` only passes it to driver calls.
-unsafe impl Send for Stream {}
-// SAFETY: as above.
-unsafe impl Sync for Stream {}
-
-impl Stream {
-    /// Creates a non-blocking stream on `device`.
-    pub fn non_blocking(device: &Arc<Device>) -> CudaResult<Self> {
-        device.bind()?;
-        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
-            .call("cuStreamCreate")?;
-        Ok(Self {
-            raw,
-            device: Arc::clone(device),
-        })
-    }
-
-    /// The raw handle.
-    pub fn raw(&self) -> sys::CUstream {
-        self.raw
-    }
-
-    /// The handle as a number (the `QueueId` of the stream).
-    pub fn id(&self) -> u64 {
-        self.raw as u64
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        if self.device.bind().is_ok() {
-            // SAFETY: created by cuStreamCreate and destroyed once; the driver lets pending
-            // work finish before it releases the stream.
-            if let Err(e) = unsafe { result::stream::destroy(self.raw) } {
-                log::warn!("[kernel-replay] cuStreamDestroy: {e}");
-            }
-        }
-    }
-}
-
 /// An owned event.
 #[derive(Debug)]
 pub(crate) struct Event {
@@ -405,25 +308,6 @@ pub(crate) fn wait_events(events: &[&Event], budget: Duration) -> CudaResult<boo
     }
 }
 
-/// The device address of mapped pinned host memory: what `cuMemHostGetDevicePointer` says,
-/// else the host address itself (with unified addressing, which every 64-bit Linux device
-/// since Fermi has, pinned host memory is accessible from the device at its host address).
-pub(crate) fn mapped_pointer(host: *mut c_void) -> u64 {
-    let mut dptr: sys::CUdeviceptr = 0;
-    // SAFETY: `host` is a live cuMemHostAlloc allocation of the current context; out pointer
-    // to a live local.
-    let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, host, 0) };
-    match r.result() {
-        Ok(()) => dptr,
-        Err(e) => {
-            log::debug!(
-                "[kernel-replay] cuMemHostGetDevicePointer: {e}; using the host address (unified addressing)"
-            );
-            host as u64
-        }
-    }
-}
-
 /// A raw pointer that may cross threads (driver-owned or pinned memory the backend manages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SendPtr(pub *mut c_void);
@@ -433,87 +317,3 @@ pub(crate) struct SendPtr(pub *mut c_void);
 unsafe impl Send for SendPtr {}
 // SAFETY: as above.
 unsafe impl Sync for SendPtr {}
-
-/// What `cuStreamIsCapturing` says about a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CaptureStatus {
-    /// Not capturing: work submitted there runs.
-    None,
-    /// Capturing a graph: work submitted there is recorded, not run, and an event recorded
-    /// there must not be queried.
-    Active,
-    /// A capture that was invalidated and not yet ended.
-    Invalidated,
-    /// The legacy default stream while a blocking stream of the context captures: anything
-    /// submitted to the legacy stream would join (and invalidate) that capture.
-    ImplicitLegacy,
-}
-
-impl CaptureStatus {
-    /// Whether submitting to (or recording an event on) the stream would touch a capture.
-    pub fn is_live(self) -> bool {
-        self != Self::None
-    }
-}
-
-/// The capture status of `stream` (null: the legacy default stream). The query itself is
-/// allowed during any capture and never invalidates one.
-pub(crate) fn capture_status(stream: sys::CUstream) -> CudaResult<CaptureStatus> {
-    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: `stream` is a live stream of the current context or null; out pointer to a live
-    // local.
-    let r = unsafe { sys::cuStreamIsCapturing(stream, &mut st) };
-    if r == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT {
-        return Ok(CaptureStatus::ImplicitLegacy);
-    }
-    r.call("cuStreamIsCapturing")?;
-    Ok(match st {
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
-        _ => CaptureStatus::Invalidated,
-    })
-}
-
-/// Puts the calling thread in the relaxed stream-capture mode until dropped, then restores the
-/// mode it had (`cuThreadExchangeStreamCaptureMode`).
-///
-/// In the default (global) mode, a "potentially unsafe" driver call (an allocation, a free, an
-/// event or stream query, a synchronisation) made on any thread while another thread captures
-/// in global mode (PyTorch's default) fails and invalidates that capture. The window's own
-/// driver calls run under this guard, so they never disturb another thread's capture; the
-/// window itself never submits to, records on or queries a capturing stream (see
-/// [`crate::agent`]).
-#[derive(Debug)]
-pub struct RelaxedCapture {
-    previous: Option<sys::CUstreamCaptureMode>,
-}
-
-impl RelaxedCapture {
-    /// Enters the relaxed mode on this thread.
-    pub fn enter() -> Self {
-        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-        // SAFETY: a thread-local exchange of the capture mode; out/in pointer to a live local.
-        let r = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
-        match r.result() {
-            Ok(()) => Self {
-                previous: Some(mode),
-            },
-            Err(e) => {
-                log::debug!("[kernel-replay] cuThreadExchangeStreamCaptureMode: {e}");
-                Self { previous: None }
-            }
-        }
-    }
-}
-
-impl Drop for RelaxedCapture {
-    fn drop(&mut self) {
-        if let Some(mut mode) = self.previous.take() {
-            // SAFETY: restores the mode this thread had when the guard was entered.
-            let r = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
-            if let Err(e) = r.result() {
-                log::warn!("[kernel-replay] restoring the thread's stream-capture mode: {e}");
-            }
-        }
-    }
-}

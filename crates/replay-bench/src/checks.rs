@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{ArgBlock, DevicePtr, LaunchConfig, QueueKind};
 use parking_lot::Mutex;
 use replay_core::{
     CopyOp, DeviceMemory, DigestOp, MemLoc, Outcome, Reason, RestoreMode, Scope, Tier,
 };
+use replay_cuda::{ArgBlock, DevicePtr, LaunchConfig, QueueKind};
 use serde_json::{json, Value};
 
 use super::common::{ensure, record_json, Bench, Row, GLOBALS_SRC, MIB, WAIT};
@@ -1102,7 +1102,7 @@ fn capture_launch(b: &Bench) -> Result<Value, String> {
         .create_queue(QueueKind::Compute)
         .map_err(|e| e.to_string())?;
     b.backend
-        .begin_capture(&q, crate::CaptureMode::Global)
+        .begin_capture(&q, replay_cuda::CaptureMode::Global)
         .map_err(|e| e.to_string())?;
     let run = b.replay_on(
         "capture_launch",
@@ -1136,7 +1136,7 @@ fn capture_launch(b: &Bench) -> Result<Value, String> {
 /// mode); on a stream it knows, the window cannot drain that stream without touching the
 /// capture and declines. Either way the capture stays valid and its graph runs once.
 fn capture_beside(b: &Bench, known: bool) -> Result<Value, String> {
-    use crate::sys;
+    use replay_cuda::sys;
     let a = b.alloc(8 * MIB)?;
     let words = a.len() / 8;
     let counter = b.alloc(8)?;
@@ -1299,8 +1299,8 @@ fn concurrent_copy(b: &Bench) -> Result<Value, String> {
         std::thread::spawn(move || -> Result<f64, String> {
             go_rx.recv().map_err(|e| e.to_string())?;
             let t = Instant::now();
-            let c = crate::memory::ResolvedCopy {
-                dir: crate::memory::Direction::DeviceToDevice,
+            let c = replay_cuda::memory::ResolvedCopy {
+                dir: replay_cuda::memory::Direction::DeviceToDevice,
                 src: s,
                 dst: d,
                 len,

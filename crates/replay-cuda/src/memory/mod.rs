@@ -1,0 +1,676 @@
+//! Device memory as the memory layer drives it (SPEC §7.3, §7.4): backing allocations per tier,
+//! batched asynchronous copies with events as fences, and chunk digests on the device.
+//!
+//! - **Tiers.** Device backing comes from `cuMemAlloc`, pinned host backing from
+//!   `cuMemHostAlloc` (portable, mapped), pageable backing from the Rust allocator
+//!   (`alloc_zeroed`: lazily zeroed pages, and an error rather than an abort when the host is
+//!   out of memory). The capacities reported to the memory layer ([`report_tiers`]) are the
+//!   device's free memory and fractions of the host's `MemAvailable`
+//!   ([`TierConfig::pinned_fraction`], [`TierConfig::pageable_fraction`]); the memory layer
+//!   then applies its own headroom and halving, so the two host tiers together never plan for
+//!   more than [`TierConfig::pinned_fraction`]/2 + [`TierConfig::pageable_fraction`] of it.
+//! - **Copies** run on streams of their own, created non-blocking: device-to-device on one
+//!   stream, host copies on two more, in chunks of [`TierConfig::host_chunk_bytes`] that
+//!   alternate between them (so both directions' copy engines and both of a split snapshot's
+//!   tiers overlap). Operations are never merged: each `cuMemcpyAsync` stays inside the ops as
+//!   given, because two application allocations (or two module variables) that happen to be
+//!   adjacent in the address space cannot be copied by one call (the driver answers
+//!   `CUDA_ERROR_INVALID_VALUE`). A batch's fence is one event per stream it used. A pageable device-to-host copy returns only when it is done (the driver stages it);
+//!   that is the last-resort tier's cost.
+//! - **Digests** run on a fourth stream: the host splits the batch into segments
+//!   ([`kernels::plan`]) in mapped pinned memory, `kr_digest_seg` (and `kr_digest_fin` when an
+//!   op has several segments) read that table and write the digests straight into mapped
+//!   pinned memory: one or two launches and one event per batch, however many digests. Digests
+//!   of pageable backing are computed on the host when submitted (their bytes are final then:
+//!   pageable copies complete before their submission returns). Without NVRTC the backend
+//!   falls back to host digests over bytes staged through pinned memory (and stops claiming
+//!   `DEVICE_DIGESTS`).
+//! - **Release.** Driver backing (device and pinned) given back is released later, outside the
+//!   window ([`CudaMemory::release_deferred`]): `cuMemFree` / `cuMemFreeHost` wait for the whole
+//!   device. While a stream capture the backend can see is live, device and pinned backing is
+//!   not allocated either. Pageable backing is released at once.
+//! - **Pointer queries.** [`DeviceMemory::query_pointer`] asks `cuPointerGetAttributes` about an
+//!   address the tracker never saw and gives its SPEC §7.1 class ([`PointerAttributes`]).
+//! - **Ordering.** Nothing here orders against application streams: the window has waited for
+//!   the pass (or drained the device) before it asks for a copy or a digest, and waits for each
+//!   fence before it submits the next pass.
+//!
+//! ## Files
+//!
+//! | file | part |
+//! |---|---|
+//! | `tier.rs` | tier sizing and capacity reports, backing blocks: allocation and release |
+//! | `copy.rs` | resolved copies, lanes and streams, the chunked schedule, blocking reads and writes |
+//! | `digest.rs` | digest batches: segment planning, scratch and staging buffers, the kernels' launch, results |
+//! | [`kernels`] | the digest kernels' CUDA C and their host-side plan |
+//! | `pointer.rs` | pointer attributes and their SPEC §7.1 class |
+//!
+//! This file ties them into [`CudaMemory`] (its state, fences and deferred release) and
+//! implements [`DeviceMemory`]. The parts never import this file; `copy` and `digest` use
+//! `tier`'s backing blocks, `digest` the `kernels`.
+
+mod copy;
+mod digest;
+pub mod kernels;
+mod pointer;
+mod tier;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use replay_core::{
+    AgentId, BackendError, BackendErrorKind, BackingId, CopyOp, DeviceMemory, Digest128, DigestKey,
+    DigestOp, Fence, MemLoc, PointerInfo, Tier, TierInfo,
+};
+use smallvec::SmallVec;
+
+use crate::device::{wait_events, Device, Event};
+use crate::error::{CudaError, CudaResult};
+use crate::module::ModuleRegistry;
+use crate::queue::{QueueRegistry, RelaxedCapture, Stream};
+use crate::sys;
+
+use copy::CopyStreams;
+use digest::{Batch, DigestJob, DigestKernels, Scratch, Staging};
+use tier::{tier_index, Backing};
+
+pub use crate::queue::{Direction, ResolvedCopy};
+pub use copy::{schedule, Lane};
+pub use pointer::PointerAttributes;
+pub use tier::{host_mem_available, report_tiers, CapacityReport, TierConfig, CAPACITY_TTL};
+
+#[derive(Debug)]
+struct Pending {
+    events: SmallVec<[Event; 4]>,
+    digests: Option<DigestJob>,
+    done: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    backing: HashMap<u64, Backing>,
+    /// Backing given back but not yet released: `cuMemFree` and `cuMemFreeHost` wait for the
+    /// whole device, so they never run inside a window ([`CudaMemory::release_deferred`]).
+    deferred: Vec<Backing>,
+    /// Digest buffers dropped from the pool (or of a finished host-fallback batch), released
+    /// with the deferred backing for the same reason.
+    deferred_scratch: Vec<Scratch>,
+    deferred_staging: Vec<Staging>,
+    next_backing: u64,
+    fences: HashMap<u64, Pending>,
+    next_fence: u64,
+    scratch: Vec<Scratch>,
+}
+
+/// Device memory of one agent (see the module docs).
+#[derive(Debug)]
+pub struct CudaMemory {
+    device: Arc<Device>,
+    agent: AgentId,
+    copies: CopyStreams,
+    digest_stream: Stream,
+    kernels: Option<DigestKernels>,
+    config: TierConfig,
+    state: Mutex<State>,
+    /// Bit i set: tier `Tier::ALL[i]` disabled.
+    disabled: AtomicU8,
+    fail_alloc: Mutex<Vec<Tier>>,
+    /// Forced digest segment size in bytes (0: [`kernels::segment_bytes`]).
+    segment: AtomicU64,
+    /// The last capacity report and when it was taken: the memory layer asks for each tier
+    /// several times per window, and a report costs a driver call and a read of
+    /// `/proc/meminfo`.
+    capacity: Mutex<Option<(std::time::Instant, CapacityReport)>>,
+    /// The backend's queues: live stream captures and idle checks.
+    queues: std::sync::OnceLock<Arc<QueueRegistry>>,
+}
+
+impl CudaMemory {
+    /// Creates the streams and compiles the digest kernels for `device`. Without NVRTC the
+    /// memory still works, with host digests (logged once).
+    pub fn new(
+        device: &Arc<Device>,
+        agent: AgentId,
+        modules: &ModuleRegistry,
+        config: TierConfig,
+    ) -> CudaResult<Self> {
+        let kernels = DigestKernels::compile(device, modules)?;
+        Ok(Self {
+            copies: CopyStreams::new(device)?,
+            digest_stream: Stream::non_blocking(device)?,
+            device: Arc::clone(device),
+            agent,
+            kernels,
+            config,
+            state: Mutex::new(State::default()),
+            disabled: AtomicU8::new(0),
+            fail_alloc: Mutex::new(Vec::new()),
+            segment: AtomicU64::new(0),
+            capacity: Mutex::new(None),
+            queues: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Whether digests run on the device.
+    pub fn device_digests(&self) -> bool {
+        self.kernels.is_some()
+    }
+
+    /// Gives the memory the backend's queues (stream captures and idle checks see them).
+    pub(crate) fn set_queues(&self, queues: Arc<QueueRegistry>) {
+        let _ = self.queues.set(queues);
+    }
+
+    /// A stream capture the backend can see, described (see [`QueueRegistry::live_capture`]).
+    fn live_capture(&self) -> Option<String> {
+        let q = self.queues.get()?;
+        match q.live_capture() {
+            Ok(c) => c,
+            Err(e) => Some(format!("the capture state is unknown: {e}")),
+        }
+    }
+
+    /// Bytes of backing memory given back and not yet released.
+    pub fn deferred_bytes(&self) -> u64 {
+        self.state.lock().deferred.iter().map(Backing::bytes).sum()
+    }
+
+    /// Releases the backing memory given back since the last call, when that cannot wait for
+    /// other work: with `force`, always (the application needs the memory now, or the backend
+    /// goes away); otherwise only when every stream the backend knows is idle and no stream
+    /// capture is live, since `cuMemFree` / `cuMemFreeHost` wait for the whole device (1.5 s
+    /// behind a kernel spinning on another stream, measured on an H200; forever beside a
+    /// persistent kernel). The backend calls it after each launch, outside the window, with no
+    /// lock held. Returns the bytes still deferred.
+    pub fn release_deferred(&self, force: bool) -> u64 {
+        {
+            let st = self.state.lock();
+            if st.deferred.is_empty()
+                && st.deferred_scratch.is_empty()
+                && st.deferred_staging.is_empty()
+            {
+                return 0;
+            }
+        }
+        let _relaxed = RelaxedCapture::enter();
+        if !force && !self.device_idle() {
+            return self.deferred_bytes();
+        }
+        let (blocks, scratch, staging) = {
+            let mut st = self.state.lock();
+            (
+                std::mem::take(&mut st.deferred),
+                std::mem::take(&mut st.deferred_scratch),
+                std::mem::take(&mut st.deferred_staging),
+            )
+        };
+        self.invalidate_capacity();
+        for b in blocks {
+            b.release(&self.device);
+        }
+        if self.device.bind().is_ok() {
+            drop(scratch);
+            drop(staging);
+        } else {
+            scratch.into_iter().for_each(std::mem::forget);
+            staging.into_iter().for_each(std::mem::forget);
+        }
+        self.deferred_bytes()
+    }
+
+    /// Whether every stream the backend knows (and its own) has no pending work, and no
+    /// stream capture is live: a free then waits for nothing the backend can see.
+    fn device_idle(&self) -> bool {
+        if self.device.bind().is_err() {
+            return false;
+        }
+        let Some(q) = self.queues.get() else {
+            return false;
+        };
+        if self.live_capture().is_some() {
+            return false;
+        }
+        let mut streams = q.known_streams();
+        streams.extend(self.internal_streams());
+        streams.iter().all(|&s| {
+            // SAFETY: a live stream of the current context (known, owned, or the legacy one),
+            // none of them capturing (checked above).
+            let r = unsafe { sys::cuStreamQuery(s) };
+            r == sys::CUresult::CUDA_SUCCESS
+        })
+    }
+
+    /// The streams this memory copies and digests on (the copy fence waits for them).
+    pub fn internal_streams(&self) -> [sys::CUstream; 4] {
+        let [d2d, host0, host1] = self.copies.raw();
+        [d2d, host0, host1, self.digest_stream.raw()]
+    }
+
+    /// Turns a tier off or on (a benchmark forcing a tier, a tool that forbids pinning).
+    pub fn set_tier_enabled(&self, tier: Tier, enabled: bool) {
+        let bit = 1u8 << tier_index(tier);
+        if enabled {
+            self.disabled.fetch_and(!bit, Ordering::Relaxed);
+        } else {
+            self.disabled.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// Makes every `alloc_backing` of the `tiers` fail (fault injection on real hardware: one
+    /// tier moves the snapshot to the next, all of them provoke `snapshot_failed`); an empty
+    /// slice clears it.
+    pub fn inject_alloc_failure(&self, tiers: &[Tier]) {
+        *self.fail_alloc.lock() = tiers.to_vec();
+    }
+
+    /// Forces the digest segment size (`None`: about [`kernels::TARGET_BLOCKS`] segments per
+    /// batch): a benchmark or check exercising ops split over several blocks.
+    pub fn force_digest_segment(&self, bytes: Option<u64>) {
+        self.segment.store(bytes.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// What the machine reports now (a report younger than [`CAPACITY_TTL`] is reused; backing
+    /// allocated or freed here invalidates it).
+    pub fn capacity_report(&self) -> CudaResult<CapacityReport> {
+        if let Some((at, r)) = *self.capacity.lock() {
+            if at.elapsed() < CAPACITY_TTL {
+                return Ok(r);
+            }
+        }
+        let (free, _) = self.device.mem_info()?;
+        let r = CapacityReport {
+            device_free: free,
+            host_available: host_mem_available().unwrap_or(0),
+        };
+        *self.capacity.lock() = Some((std::time::Instant::now(), r));
+        Ok(r)
+    }
+
+    fn invalidate_capacity(&self) {
+        *self.capacity.lock() = None;
+    }
+
+    fn err(&self, e: CudaError, op: &'static str) -> BackendError {
+        e.to_backend(self.agent, op)
+    }
+
+    fn invalid(&self, op: &'static str, msg: String) -> BackendError {
+        BackendError::new(BackendErrorKind::InvalidArgument, self.agent, op, msg)
+    }
+
+    fn new_fence(&self, p: Pending) -> Fence {
+        let mut st = self.state.lock();
+        st.next_fence += 1;
+        let id = st.next_fence;
+        st.fences.insert(id, p);
+        Fence(id)
+    }
+
+    /// Records one event per stream in `streams` (fences for what was enqueued there).
+    fn fence_events(&self, streams: &[sys::CUstream]) -> CudaResult<SmallVec<[Event; 4]>> {
+        let mut evs = SmallVec::new();
+        for &s in streams {
+            let e = self.device.event(false)?;
+            e.record(s)?;
+            evs.push(e);
+        }
+        Ok(evs)
+    }
+
+    fn take_scratch(&self, need: [usize; 3]) -> CudaResult<Scratch> {
+        {
+            let mut st = self.state.lock();
+            if let Some(i) = st.scratch.iter().position(|s| s.fits(need)) {
+                return Ok(st.scratch.swap_remove(i));
+            }
+        }
+        Scratch::alloc(&self.device, need.map(usize::next_power_of_two))
+    }
+
+    fn give_scratch(&self, s: Scratch) {
+        let mut st = self.state.lock();
+        st.scratch.push(s);
+        if st.scratch.len() > 4 {
+            // Keep the largest ones.
+            st.scratch
+                .sort_by_key(|s| std::cmp::Reverse(s.caps.iter().sum::<usize>()));
+            let extra = st.scratch.split_off(4);
+            st.deferred_scratch.extend(extra);
+        }
+    }
+
+    /// Digests `ranges` of device memory and waits at most `timeout` (tools and benchmarks;
+    /// the memory layer uses the asynchronous interface).
+    pub fn digest_blocking(
+        &self,
+        ranges: &[(u64, u64)],
+        key: DigestKey,
+        timeout: Duration,
+    ) -> Result<Vec<Digest128>, BackendError> {
+        let ops: Vec<DigestOp> = ranges
+            .iter()
+            .map(|&(addr, len)| DigestOp {
+                at: MemLoc::Device { addr },
+                len,
+            })
+            .collect();
+        let f = self.submit_digests(&ops, key)?;
+        if !self.poll_fence(f, timeout)? {
+            self.abandon_fence(f);
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                self.agent,
+                "digest",
+                format!("not done within {timeout:?}"),
+            ));
+        }
+        self.take_digests(f)
+    }
+
+    /// Chunk digests of `[addr, addr+len)` in chunks of `chunk` bytes (the memory layer's
+    /// split), waiting at most `timeout`.
+    pub fn chunk_digests(
+        &self,
+        addr: u64,
+        len: u64,
+        chunk: u64,
+        key: DigestKey,
+        timeout: Duration,
+    ) -> Result<Vec<Digest128>, BackendError> {
+        let chunk = chunk.max(1);
+        let mut ranges = Vec::with_capacity(len.div_ceil(chunk) as usize);
+        let mut off = 0;
+        while off < len {
+            let l = chunk.min(len - off);
+            ranges.push((addr + off, l));
+            off += l;
+        }
+        self.digest_blocking(&ranges, key, timeout)
+    }
+
+    /// Copies `len` bytes of device memory to a new host vector (waits, bounded by `timeout`).
+    pub fn read_device(&self, addr: u64, len: u64, timeout: Duration) -> CudaResult<Vec<u8>> {
+        copy::read_device(&self.device, self.digest_stream.raw(), addr, len, timeout)
+    }
+
+    /// Copies `bytes` into device memory at `addr` (waits, bounded by `timeout`). Not gated
+    /// (tools and benchmarks outside a window, or tool work inside one): a write that may run
+    /// beside a window goes through [`crate::CudaBackend::copy`].
+    pub fn write_device(&self, addr: u64, bytes: &[u8], timeout: Duration) -> CudaResult<()> {
+        copy::write_device(&self.device, self.digest_stream.raw(), addr, bytes, timeout)
+    }
+
+    fn submit_digests_inner(&self, ops: &[DigestOp], key: DigestKey) -> CudaResult<Fence> {
+        self.device.bind()?;
+        let (host, dev) = digest::split_ops(&self.state.lock().backing, ops, key)?;
+        let mut job = DigestJob {
+            n: ops.len(),
+            host,
+            device_ops: dev.iter().map(|d| d.0).collect(),
+            scratch: None,
+            staging: None,
+            key,
+        };
+        let s = self.digest_stream.raw();
+        if dev.is_empty() {
+            return Ok(self.new_fence(Pending {
+                events: SmallVec::new(),
+                digests: Some(job),
+                done: true,
+            }));
+        }
+        match &self.kernels {
+            Some(k) => {
+                let batch = Batch::plan(&dev, self.segment.load(Ordering::Relaxed))?;
+                let scratch = self.take_scratch(batch.need)?;
+                if let Err(e) = batch.launch(k, &scratch, key, s) {
+                    // Whatever was enqueued may still run: leak the scratch rather than reuse it.
+                    std::mem::forget(scratch);
+                    return Err(e);
+                }
+                job.scratch = Some(scratch);
+            }
+            None => job.staging = Some(Staging::stage(&dev, s)?),
+        }
+        let events = self.fence_events(&[s])?;
+        Ok(self.new_fence(Pending {
+            events,
+            digests: Some(job),
+            done: false,
+        }))
+    }
+
+    fn submit_copies_inner(&self, ops: &[CopyOp]) -> Result<Fence, BackendError> {
+        const OP: &str = "submit copies";
+        let resolved =
+            copy::resolve_ops(&self.state.lock().backing, ops).map_err(|m| self.invalid(OP, m))?;
+        self.device.bind().map_err(|e| self.err(e, OP))?;
+        let plan = schedule(&resolved, self.config.host_chunk_bytes);
+        let (used, failure) = copy::enqueue_all(&self.copies, &plan);
+        let events = self.fence_events(&used).map_err(|e| self.err(e, OP))?;
+        if let Some(e) = failure {
+            // Copies enqueued before the failure may still run; wait for them (bounded) so the
+            // memory layer may reuse its blocks, then report the failure.
+            let refs: Vec<&Event> = events.iter().collect();
+            if !matches!(wait_events(&refs, Duration::from_secs(10)), Ok(true)) {
+                log::warn!("[kernel-replay] copies before a failed copy did not finish in 10 s");
+            }
+            return Err(BackendError::new(
+                BackendErrorKind::CopyFailed,
+                self.agent,
+                OP,
+                e.to_string(),
+            ));
+        }
+        Ok(self.new_fence(Pending {
+            events,
+            digests: None,
+            done: false,
+        }))
+    }
+}
+
+impl DeviceMemory for CudaMemory {
+    fn agent(&self) -> AgentId {
+        self.agent
+    }
+
+    fn query_pointer(&self, addr: u64) -> Result<Option<PointerInfo>, BackendError> {
+        const OP: &str = "query pointer";
+        self.device.bind().map_err(|e| self.err(e, OP))?;
+        let a = PointerAttributes::query(addr).map_err(|e| self.err(e, OP))?;
+        Ok(a.classify(addr, self.agent, self.device.info().ordinal))
+    }
+
+    fn tier_info(&self, tier: Tier) -> Option<TierInfo> {
+        let disabled = self.disabled.load(Ordering::Relaxed);
+        let enabled: [bool; 3] = std::array::from_fn(|i| disabled & (1 << i) == 0);
+        if !enabled[tier_index(tier)] {
+            return None;
+        }
+        let report = match self.capacity_report() {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!(
+                    "[kernel-replay] agent {}: capacity query failed: {e}",
+                    self.agent
+                );
+                return Some(TierInfo {
+                    available_bytes: 0,
+                    gbps: self.config.gbps[tier_index(tier)],
+                });
+            }
+        };
+        report_tiers(report, &self.config, enabled)[tier_index(tier)]
+    }
+
+    fn alloc_backing(&self, tier: Tier, bytes: u64) -> Result<BackingId, BackendError> {
+        const OP: &str = "allocate backing memory";
+        if self.fail_alloc.lock().contains(&tier) {
+            return Err(BackendError::new(
+                BackendErrorKind::OutOfMemory,
+                self.agent,
+                OP,
+                format!("{} allocation failure injected", tier.as_str()),
+            ));
+        }
+        if tier != Tier::PageableHost {
+            // A driver allocation while another thread captures could join or invalidate that
+            // capture; pageable backing needs no driver call.
+            if let Some(why) = self.live_capture() {
+                return Err(BackendError::new(
+                    BackendErrorKind::OutOfMemory,
+                    self.agent,
+                    OP,
+                    format!(
+                        "no {} backing allocated while a capture is live: {why}",
+                        tier.as_str()
+                    ),
+                ));
+            }
+        }
+        self.invalidate_capacity();
+        let b = Backing::alloc(&self.device, tier, bytes).map_err(|e| self.err(e, OP))?;
+        let mut st = self.state.lock();
+        st.next_backing += 1;
+        let id = st.next_backing;
+        st.backing.insert(id, b);
+        Ok(BackingId(id))
+    }
+
+    fn free_backing(&self, id: BackingId) {
+        let mut st = self.state.lock();
+        let b = st.backing.remove(&id.0);
+        match b {
+            // Pageable backing is the process's own memory: released at once. Driver memory
+            // waits for `release_deferred`, outside the window.
+            Some(b @ Backing::Pageable { .. }) => {
+                drop(st);
+                b.release(&self.device);
+            }
+            Some(b) => st.deferred.push(b),
+            None => log::warn!(
+                "[kernel-replay] agent {}: free of unknown backing block {}",
+                self.agent,
+                id.0
+            ),
+        }
+    }
+
+    fn submit_copies(&self, ops: &[CopyOp]) -> Result<Fence, BackendError> {
+        if ops.is_empty() {
+            return Ok(self.new_fence(Pending {
+                events: SmallVec::new(),
+                digests: None,
+                done: true,
+            }));
+        }
+        self.submit_copies_inner(ops)
+    }
+
+    fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError> {
+        self.submit_digests_inner(ops, key)
+            .map_err(|e| self.err(e, "submit digests"))
+    }
+
+    fn poll_fence(&self, fence: Fence, budget: Duration) -> Result<bool, BackendError> {
+        const OP: &str = "poll fence";
+        // Take the events out so the wait holds no lock (SPEC §6: a wait never holds a lock).
+        let (events, is_digest) = {
+            let mut st = self.state.lock();
+            let p = st
+                .fences
+                .get_mut(&fence.0)
+                .ok_or_else(|| self.invalid(OP, format!("unknown fence {}", fence.0)))?;
+            if p.done {
+                return Ok(true);
+            }
+            (std::mem::take(&mut p.events), p.digests.is_some())
+        };
+        let bound = self.device.bind();
+        let refs: Vec<&Event> = events.iter().collect();
+        let r = bound.and_then(|()| wait_events(&refs, budget));
+        let mut st = self.state.lock();
+        let done = matches!(r, Ok(true));
+        match st.fences.get_mut(&fence.0) {
+            Some(p) if done => {
+                p.done = true;
+                drop(refs);
+                for e in events {
+                    self.device.recycle_event(e);
+                }
+                if !is_digest {
+                    st.fences.remove(&fence.0);
+                }
+            }
+            Some(p) => p.events = events,
+            None => {} // abandoned meanwhile: the events drop (destroyed when done)
+        }
+        r.map_err(|e| self.err(e, OP))
+    }
+
+    fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError> {
+        const OP: &str = "take digests";
+        let p = {
+            let mut st = self.state.lock();
+            match st.fences.get(&fence.0) {
+                Some(p) if p.done && p.digests.is_some() => {}
+                Some(_) => {
+                    return Err(self.invalid(
+                        OP,
+                        format!("fence {} is not a completed digest batch", fence.0),
+                    ))
+                }
+                None => return Err(self.invalid(OP, format!("unknown fence {}", fence.0))),
+            }
+            st.fences.remove(&fence.0).expect("checked above")
+        };
+        let job = p.digests.expect("checked above");
+        let (out, scratch, staging) = job.finish();
+        if let Some(scratch) = scratch {
+            self.give_scratch(scratch);
+        }
+        if let Some(staging) = staging {
+            self.state.lock().deferred_staging.push(staging);
+        }
+        Ok(out)
+    }
+
+    fn abandon_fence(&self, fence: Fence) {
+        let p = self.state.lock().fences.remove(&fence.0);
+        if let Some(p) = p {
+            if let Some(mut job) = p.digests {
+                // The device may still write them: leak, never reuse (as the memory layer does
+                // with backing blocks of an abandoned copy).
+                if let Some(s) = job.scratch.take() {
+                    std::mem::forget(s);
+                }
+                if let Some(s) = job.staging.take() {
+                    std::mem::forget(s);
+                }
+            }
+            // Events of an incomplete batch are destroyed; the driver releases them when done.
+        }
+    }
+}
+
+impl Drop for CudaMemory {
+    fn drop(&mut self) {
+        let st = std::mem::take(&mut *self.state.lock());
+        for b in st.backing.into_values().chain(st.deferred) {
+            b.release(&self.device);
+        }
+        if self.device.bind().is_ok() {
+            drop(st.scratch);
+            drop(st.deferred_scratch);
+            drop(st.deferred_staging);
+        } else {
+            st.scratch.into_iter().for_each(std::mem::forget);
+            st.deferred_scratch.into_iter().for_each(std::mem::forget);
+            st.deferred_staging.into_iter().for_each(std::mem::forget);
+        }
+    }
+}
