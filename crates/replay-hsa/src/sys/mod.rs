@@ -18,6 +18,7 @@
 use std::ffi::c_void;
 use std::fmt;
 
+pub mod aql;
 pub mod v1;
 pub mod v2;
 
