@@ -111,6 +111,9 @@ pub mod tracker;
 pub mod intercept;
 pub mod tool;
 
+#[cfg(test)]
+mod layering;
+
 pub use module::kernels;
 pub use result::{HsaError, TableError};
 pub use state::{backend, service, set_service};
