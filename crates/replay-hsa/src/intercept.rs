@@ -48,7 +48,7 @@
 //!   an interceptor). A candidate flushed on the async thread declines there (a window never
 //!   runs on that thread, below) and runs once, with its record.
 //! - **Completion tracking** and **ring space**: every packet goes through
-//!   [`crate::queue::write`], which gives signal-less packets the queue's counting drain
+//!   `queue::write`, which gives signal-less packets the queue's counting drain
 //!   signal, and the window checks the ring's room before each packet it waits for
 //!   ([`crate::queue`] documents both).
 //! - Every entry catches panics. The interceptor's fallback keeps the application whole: if

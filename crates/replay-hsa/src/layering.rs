@@ -1,12 +1,13 @@
-//! The crate's file graph, checked (issue 12): each file imports only files of its own layer or
-//! below (`sys`, `result`, `table`; then `state`; then the roles; then `intercept` and `tool`;
-//! the crate root last), and no file reaches itself again through the files it imports.
+//! The crate's file graph, checked: each file imports only files of its own layer or below
+//! (`sys`, `result`, `table`; then `state`; then the roles; then `intercept` and `tool`; the
+//! crate root last), and no file reaches itself again through the files it imports.
 //!
-//! An import is any module path in code (comments and strings are skipped): `crate::a::b` (in `use` lines,
-//! use groups, full paths and `$crate::` in macros), `super::`, and a path that starts with a
-//! child module of the file (`fence::CopyFence` in `tracker/mod.rs`). A path names the file of
-//! its longest prefix that is a module. `super::` inside a file's `mod tests` is the file
-//! itself.
+//! An import is any module path in code (comments and strings are skipped): `crate::a::b` (in
+//! `use` lines, use groups, full paths and `$crate::` in macros), `super::`, and a path that
+//! starts with a child module of the file (`fence::CopyFence` in `tracker/mod.rs`). A path
+//! names the file of its longest prefix that is a module. `super::` inside a file's
+//! `mod tests` is the file itself. Method calls are not imports: `module::kernels` calls the
+//! loader walk `module` defines on [`crate::state::LoaderFns`] without naming `module`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

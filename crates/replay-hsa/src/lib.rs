@@ -7,8 +7,9 @@
 //!
 //! ## Layers (STYLE)
 //!
-//! Each file imports only files of the layers below it, and a file of a role only roles listed
-//! before it, so no two files import each other:
+//! A file imports only files of its own layer or below, and no file reaches itself through
+//! what it imports (the `layering` test checks both on every file), so no two files import
+//! each other. Within a layer, each file imports only those listed before it.
 //!
 //! 1. The bottom: [`sys`], `#[repr(C)]` bindings of the subset used (status codes, agents,
 //!    signals, queues, AQL packets and their header bits, [`sys::aql`], memory pools, pointer
@@ -42,8 +43,9 @@
 //! reader side of every GPU agent they write (SPEC §6 step 4: a window's restore never undoes
 //! them; [`tracker`] says what is gated and what cannot be); and core
 //! `hsa_executable_destroy`, so an unloaded executable's kernels are forgotten
-//! ([`module::kernels`]). It then attaches the tool: the C/C++ library named by `KREPLAY_HSA_TOOL`, or
-//! one built into the shared object itself ([`tool`] documents the symbols).
+//! ([`module::kernels`]). It then attaches the tool: the C/C++ library named by
+//! `KREPLAY_HSA_TOOL`, or one built into the shared object itself ([`tool`] documents the
+//! symbols).
 //!
 //! When the table also has the queue, signal and interception entries (all of them;
 //! [`table::QueueSlots`]), `hsa_queue_create` and `hsa_queue_destroy` are wrapped too: queues
@@ -72,8 +74,8 @@
 //!
 //! Module variables are enumerated per agent through the AMD loader extension and executable
 //! symbol iteration ([`module::HsaModules`]); the same walk names kernels
-//! ([`module::kernels::KernelNames`]: kernel object → symbol name), so the kernel filter matches the
-//! names users know.
+//! ([`module::kernels::KernelNames`]: kernel object → symbol name), so the kernel filter
+//! matches the names users know.
 //!
 //! Not yet: device digests (a digest kernel in a code object needs the AMD toolchain), so
 //! `restore=dirty` and the `arguments` scope check digest on the host.

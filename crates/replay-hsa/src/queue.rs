@@ -4,7 +4,7 @@
 //! ring's occupancy, the submissions parked while a window ran), the registry of intercepted
 //! queues ([`state_of`], [`queues_of`]: the per-agent queue list is the registry filtered by
 //! agent), the queues to kick after a window, and the two ways a packet reaches a ring:
-//! through an interceptor call's `writer` ([`write`]) or as a client would ([`submit_to_ring`]).
+//! through an interceptor call's `writer` (`write`) or as a client would (`submit_to_ring`).
 //! The interceptor that fills these is [`crate::intercept`]; the header bits are
 //! [`crate::sys::aql`]'s.
 //!

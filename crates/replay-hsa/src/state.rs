@@ -9,7 +9,7 @@
 //!   runtime's timestamp frequency.
 //! - The replay service the interceptor submits to ([`set_service`], [`service`]).
 //! - The runtime's async-events thread, as recognised ([`on_async_thread`]).
-//! - Each GPU agent's memory engine ([`engine_of`], [`release_pools`]); [`crate::memory`]
+//! - Each GPU agent's memory engine (`engine_of`, [`release_pools`]); [`crate::memory`]
 //!   builds them.
 //!
 //! State that one role owns stays with that role: the intercepted queues and the queues to

@@ -12,7 +12,7 @@
 //! wrappers of [`crate::tracker`] are written, and the tool named by [`TOOL_ENV`] is attached.
 //! Where the table has every queue, signal and interception entry, `hsa_queue_create` and
 //! `hsa_queue_destroy` are wrapped as well ([`crate::intercept`]); the interceptor submits to
-//! the service given with [`set_service`] (none set: every packet passes through).
+//! the service given with [`crate::state::set_service`] (none set: every packet passes through).
 //!
 //! Attaching a C or C++ tool: `KREPLAY_HSA_TOOL=/path/libtool.so` names a shared library that
 //! links `libkernel_replay` (so it shares this library's one instance) and exports

@@ -34,21 +34,22 @@
 //! never the application's call. Queries the bookkeeping makes (pool info, pointer info,
 //! device type) go through the saved originals, never through the wrapped table.
 
+pub mod fence;
+
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
 use replay_core::{AgentId, MemoryClass};
 
 use crate::state::{self, backend, AgentInfo, Originals};
 use crate::sys::{self, hsa_status_t};
-
-pub mod fence;
-
 use fence::CopyFence;
 
-/// The copy fence the async-copy wrappers record on and the agents' drains wait for.
+/// The process's copy fence: the async-copy wrappers record on it, the agents' drains wait for
+/// it. It is the tracker's (only the wrappers write it), so it lives here, not in `state`.
 pub fn copy_fence() -> &'static CopyFence {
-    static FENCE: std::sync::OnceLock<CopyFence> = std::sync::OnceLock::new();
+    static FENCE: OnceLock<CopyFence> = OnceLock::new();
     FENCE.get_or_init(CopyFence::new)
 }
 
