@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-use replay_hsa::queue as aql;
+use replay_hsa::sys::aql;
 use replay_hsa::sys::{self, Entry};
 
 use crate::SimHsa;

@@ -41,8 +41,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
-use replay_hsa::queue as aql;
 use replay_hsa::sys;
+use replay_hsa::sys::aql;
 
 use crate::state::{self, AsyncEvent, Dispatch, Instance};
 

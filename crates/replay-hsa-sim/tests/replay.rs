@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use replay_core::{Operation, Phase, Policy, ReplayPayload, ReplayService, ReplayTool, UserData};
-use replay_hsa::queue as aql;
 use replay_hsa::sys;
+use replay_hsa::sys::aql;
 use replay_hsa_sim::PoolKind;
 
 use common::*;

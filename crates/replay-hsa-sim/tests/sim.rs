@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use replay_hsa::queue as aql;
+use replay_hsa::sys::aql;
 use replay_hsa::sys::{self, v2, Entry};
 use replay_hsa_sim::client::typed;
 use replay_hsa_sim::{PoolKind, SimConfig, SimHsa, VariableSpec, ASYNC_THREAD_NAME};

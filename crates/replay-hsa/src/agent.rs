@@ -1,8 +1,7 @@
-//! HSA agents as the core names them: each `hsa_agent_t` handle the backend meets gets an
-//! [`AgentId`] (ordinals in first-seen order, never reused) and its device type, queried once.
-//!
-//! [`QueueAgent`] implements [`replay_core::Agent`] for one submission on an intercepted
-//! queue: it lives for one interceptor call and writes through that call's `writer`.
+//! The HSA [`replay_core::Agent`] (SPEC §6, §9.1): [`QueueAgent`] runs the window's passes,
+//! drains, ordinary run and completion for one submission on an intercepted queue: it lives for
+//! one interceptor call and writes through that call's `writer`. (Which agents the backend
+//! knows, and their ids, is process state: [`crate::state::Agents`].)
 //!
 //! - `submit_pass` writes a copy of the packet with system-scope acquire and release fences and
 //!   its completion signal replaced by a signal of its own (value 1); `poll_pass` waits on that
@@ -22,7 +21,7 @@
 //!   queue drain appends a barrier-AND (barrier bit set) through this call's `writer` whose
 //!   completion is the queue's counting drain signal (raised by one first) and waits for that
 //!   signal to reach 0; the agent drain waits, on every intercepted queue of the agent, for
-//!   its drain signal to reach 0 (every signal-less packet complete, see [`crate::intercept`])
+//!   its drain signal to reach 0 (every signal-less packet complete, see [`crate::queue`])
 //!   and for the last packet that carried an application signal to complete. Another queue's
 //!   ring is never written, since its interceptor may be busy (its doorbell, rung from here,
 //!   would be deferred to the runtime's async thread). The copy fence waits until the stage-1
@@ -31,7 +30,7 @@
 //!   callbacks, overflow retries and deferred doorbells all need that thread. A candidate there
 //!   declines at its queue drain (`queue_drain_stuck`, before anything is written) and runs once.
 //! - Before every `writer` call of a packet the window waits for (a pass, the queue's drain
-//!   barrier) the ring's room is checked ([`crate::intercept::QueueState::has_room`]: more free
+//!   barrier) the ring's room is checked ([`crate::queue::QueueState::has_room`]: more free
 //!   slots than packets, as the runtime needs); no room is an error, which the core turns into
 //!   a decline or a truncation. The ordinary run and the trailing completion barrier are
 //!   written as the application would write them (a full ring parks them in the runtime until
@@ -42,76 +41,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use replay_core::{
     AgentId, BackendError, BackendErrorKind, Capabilities, Dispatch, DrainTarget, PassCompletion,
     Ticket,
 };
 
-use crate::intercept::{self, Packet, QueueFns, QueueState, WriterFn};
-use crate::queue as aql;
-use crate::sys;
-use crate::tool::{backend, Originals};
-
-/// What the backend knows of one agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct AgentInfo {
-    /// The core's name for it.
-    pub id: AgentId,
-    /// The runtime's handle.
-    pub handle: u64,
-    /// `hsa_device_type_t` (CPU 0, GPU 1, DSP 2), when the runtime answered.
-    pub device: Option<u32>,
-}
-
-impl AgentInfo {
-    /// Whether the agent is a CPU (its memory is host memory).
-    pub fn is_cpu(&self) -> bool {
-        self.device == Some(sys::HSA_DEVICE_TYPE_CPU)
-    }
-}
-
-/// The agents seen so far.
-#[derive(Debug, Default)]
-pub struct Agents {
-    by_handle: RwLock<HashMap<u64, AgentInfo>>,
-}
-
-impl Agents {
-    /// An empty registry.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The agent of `handle`, registered on first sight; `device` is asked (once, until it
-    /// answers) for the device type.
-    pub fn get(&self, handle: u64, device: impl FnOnce() -> Option<u32>) -> AgentInfo {
-        if let Some(a) = self.by_handle.read().get(&handle) {
-            if a.device.is_some() {
-                return *a;
-            }
-        }
-        let dev = device();
-        let mut map = self.by_handle.write();
-        let next = map.len() as u64;
-        let a = map.entry(handle).or_insert(AgentInfo {
-            id: AgentId(next),
-            handle,
-            device: None,
-        });
-        if a.device.is_none() {
-            a.device = dev;
-        }
-        *a
-    }
-
-    /// Every agent seen, by id.
-    pub fn all(&self) -> Vec<AgentInfo> {
-        let mut v: Vec<_> = self.by_handle.read().values().copied().collect();
-        v.sort_by_key(|a| a.id);
-        v
-    }
-}
+use crate::queue::{self, Packet, QueueState, WriterFn};
+use crate::state::{self, Originals, QueueFns};
+use crate::sys::{self, aql};
+use crate::tracker;
 
 enum Pending {
     Pass {
@@ -204,7 +143,7 @@ impl QueueAgent {
         }
         // SAFETY: `writer` is the writer of the interceptor call running on this thread for
         // this queue (the window runs synchronously inside that call).
-        Ok(unsafe { intercept::write(&self.st, &self.o, &self.q, self.writer, pkts, app) })
+        Ok(unsafe { queue::write(&self.st, &self.o, &self.q, self.writer, pkts, app) })
     }
 
     fn ticket(&self, p: Pending) -> Ticket {
@@ -247,7 +186,7 @@ impl replay_core::Agent for QueueAgent {
     fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError> {
         match target {
             DrainTarget::Queue(_) => {
-                if intercept::on_async_thread() {
+                if state::on_async_thread() {
                     return Err(self.err(
                         BackendErrorKind::Unsupported,
                         "queue drain",
@@ -260,7 +199,7 @@ impl replay_core::Agent for QueueAgent {
                 }))
             }
             DrainTarget::Agent => {
-                let queues = intercept::queues_of(self.st.agent.handle)
+                let queues = queue::queues_of(self.st.agent.handle)
                     .into_iter()
                     .map(|st| {
                         let mark = st.mark();
@@ -311,7 +250,7 @@ impl replay_core::Agent for QueueAgent {
             }
             Some(Pending::CopyFence) => {
                 let count = |_: ()| {
-                    backend().fence.pending(self.st.agent.id, |s| {
+                    tracker::copy_fence().pending(self.st.agent.id, |s| {
                         // SAFETY: the original load on a signal the application passed to a copy.
                         unsafe { load(sys::hsa_signal_t { handle: s }) }
                     })
@@ -360,7 +299,7 @@ impl replay_core::Agent for QueueAgent {
         p.set_completion_signal(signal);
         let mark = match self.write("submit pass", &[p], true, false) {
             Ok(m) => {
-                intercept::progress(|p| p.ran = true);
+                queue::progress(|p| p.ran = true);
                 m
             }
             Err(e) => {
@@ -420,7 +359,7 @@ impl replay_core::Agent for QueueAgent {
     }
 
     fn submit_ordinary(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
-        intercept::progress(|p| {
+        queue::progress(|p| {
             p.ran = true;
             p.delivered = true;
         });
@@ -429,7 +368,7 @@ impl replay_core::Agent for QueueAgent {
     }
 
     fn signal_completion(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
-        intercept::progress(|p| p.delivered = true);
+        queue::progress(|p| p.delivered = true);
         let app = self.packet.completion_signal();
         if app.handle == 0 {
             return Ok(());
@@ -441,26 +380,5 @@ impl replay_core::Agent for QueueAgent {
             true,
         )
         .map(|_| ())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_are_first_seen_ordinals_and_device_is_asked_until_known() {
-        let agents = Agents::new();
-        let gpu = agents.get(0xabc, || None);
-        assert_eq!((gpu.id, gpu.device), (AgentId(0), None));
-        let gpu = agents.get(0xabc, || Some(sys::HSA_DEVICE_TYPE_GPU));
-        assert_eq!((gpu.id, gpu.device), (AgentId(0), Some(1)));
-        // Known now: not asked again.
-        let again = agents.get(0xabc, || panic!("asked twice"));
-        assert_eq!(again, gpu);
-        let cpu = agents.get(0x1, || Some(sys::HSA_DEVICE_TYPE_CPU));
-        assert_eq!(cpu.id, AgentId(1));
-        assert!(cpu.is_cpu() && !gpu.is_cpu());
-        assert_eq!(agents.all(), vec![gpu, cpu]);
     }
 }

@@ -7,20 +7,28 @@
 //!
 //! ## Layers (STYLE)
 //!
-//! - [`sys`]: `#[repr(C)]` bindings of the subset used: status codes, agents, signals, queues,
-//!   AQL packets, memory pools, pointer info, and the API tables **bound per major version**
-//!   ([`sys::v1`]: Debian's ROCm 5.2 headers; [`sys::v2`]: current ROCm, root 3 / core 2 / AMD
-//!   extension 2, whose AMD extension table inserts entries in the middle).
-//! - [`result`]: status codes to `Result` ([`result::HsaError`]) and why a table is refused
-//!   ([`result::TableError`]).
-//! - [`table`]: checks `major_id` and `minor_id` (the size) of every table before any entry is
-//!   read, and resolves the slots of the entries the backend needs from the right binding.
-//! - Role modules, named as in every backend: [`agent`] (agents by handle), [`tracker`] (the
-//!   allocation wrappers and the SPEC §7.1 classification), [`queue`] (AQL headers), plus
-//!   [`fence`] (asynchronous copies in flight), [`kernels`] (kernel names), [`module`] (module
-//!   variables), [`memory`] (the memory layer's copies), [`intercept`] (the write
-//!   interceptor) and [`tool`] (`OnLoad` / `OnUnload`, the
-//!   process-wide state, the attached C/C++ tool).
+//! A file imports only files of its own layer or below, and no file reaches itself through
+//! what it imports (the `layering` test checks both on every file), so no two files import
+//! each other. Within a layer, each file imports only those listed before it.
+//!
+//! 1. The bottom: [`sys`], `#[repr(C)]` bindings of the subset used (status codes, agents,
+//!    signals, queues, AQL packets and their header bits, [`sys::aql`], memory pools, pointer
+//!    info) and the API tables **bound per major version** ([`sys::v1`]: Debian's ROCm 5.2
+//!    headers; [`sys::v2`]: current ROCm, root 3 / core 2 / AMD extension 2, whose AMD
+//!    extension table inserts entries in the middle); [`result`], status codes to `Result`
+//!    ([`result::HsaError`]) and why a table is refused ([`result::TableError`]); [`table`],
+//!    which checks `major_id` and `minor_id` (the size) of every table before any entry is
+//!    read, and resolves the slots of the entries the backend needs from the right binding.
+//! 2. [`state`]: the process-wide state the entry points share: the saved originals, the
+//!    backend (install record, tracker, agents), the service, the async-events thread, the
+//!    memory engines.
+//! 3. The roles, named as in every backend: [`queue`] (packets, the intercepted queues,
+//!    completion tracking), [`tracker`] (the allocation wrappers, the SPEC §7.1
+//!    classification, the copy fence), [`module`] (code objects: module variables, and kernel
+//!    names in [`module::kernels`]), [`memory`] (the memory layer's copies and digests),
+//!    [`agent`] (the `Agent` of one submission).
+//! 4. The entry points: [`intercept`] (the queue wrappers and the write interceptor) and
+//!    [`tool`] (`OnLoad` / `OnUnload`, the attached C/C++ or Rust tool, the diagnostics).
 //!
 //! ## What this stage does, and what it does not
 //!
@@ -35,8 +43,9 @@
 //! reader side of every GPU agent they write (SPEC §6 step 4: a window's restore never undoes
 //! them; [`tracker`] says what is gated and what cannot be); and core
 //! `hsa_executable_destroy`, so an unloaded executable's kernels are forgotten
-//! ([`kernels`]). It then attaches the tool: the C/C++ library named by `KREPLAY_HSA_TOOL`, or
-//! one built into the shared object itself ([`tool`] documents the symbols).
+//! ([`module::kernels`]). It then attaches the tool: the C/C++ library named by
+//! `KREPLAY_HSA_TOOL`, or one built into the shared object itself ([`tool`] documents the
+//! symbols).
 //!
 //! When the table also has the queue, signal and interception entries (all of them;
 //! [`table::QueueSlots`]), `hsa_queue_create` and `hsa_queue_destroy` are wrapped too: queues
@@ -48,14 +57,14 @@
 //! `hsa_amd_memory_async_copy` on reused completion signals, host digests, `restore=full`,
 //! and `hsa_amd_pointer_info` for argument words the tracker never saw:
 //! [`tracker::pointer_class`]). The argument block is read to the kernel symbol's kernarg
-//! segment size ([`kernels::kernarg_segment_size`]).
+//! segment size ([`module::kernels::kernarg_segment_size`]).
 //! Signal-wait timeouts are converted to the runtime's timestamp ticks.
 //!
 //! What the window gates and what a tool sees ([`intercept`], [`agent`]): the interceptor
 //! never blocks (what cannot run now is parked per queue, in order, and flushed when the
 //! window ends); every submission it does not replay is written under the reader side of the
 //! agent's gate; tool work is what runs on a tool's queue (created from a callback, or
-//! declared with [`intercept::mark_tool_queue`]). A replayed dispatch's completion signal is
+//! declared with [`queue::mark_tool_queue`]). A replayed dispatch's completion signal is
 //! fired by a trailing barrier-AND, so profiling times read from that signal are the
 //! barrier's, after the last pass, not the kernel's. Not gated: device work that reaches the
 //! GPU without an intercepted queue (queues created before `OnLoad`, device-side enqueues
@@ -65,8 +74,8 @@
 //!
 //! Module variables are enumerated per agent through the AMD loader extension and executable
 //! symbol iteration ([`module::HsaModules`]); the same walk names kernels
-//! ([`kernels::KernelNames`]: kernel object → symbol name), so the kernel filter matches the
-//! names users know.
+//! ([`module::kernels::KernelNames`]: kernel object → symbol name), so the kernel filter
+//! matches the names users know.
 //!
 //! Not yet: device digests (a digest kernel in a code object needs the AMD toolchain), so
 //! `restore=dirty` and the `arguments` scope check digest on the host.
@@ -88,18 +97,26 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub mod agent;
-pub mod fence;
-pub mod intercept;
-pub mod kernels;
-pub mod memory;
-pub mod module;
-pub mod queue;
+// Bottom layer.
 pub mod result;
 pub mod sys;
 pub mod table;
-pub mod tool;
+// Process state.
+pub mod state;
+// Roles.
+pub mod agent;
+pub mod memory;
+pub mod module;
+pub mod queue;
 pub mod tracker;
+// Entry points.
+pub mod intercept;
+pub mod tool;
 
+#[cfg(test)]
+mod layering;
+
+pub use module::kernels;
 pub use result::{HsaError, TableError};
-pub use tool::{backend, on_load, on_unload, service, set_service, TOOL_ENV, TOOL_INIT_SYMBOL};
+pub use state::{backend, service, set_service};
+pub use tool::{on_load, on_unload, TOOL_ENV, TOOL_INIT_SYMBOL};

@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -41,10 +41,10 @@ use replay_core::{
 };
 use replay_memory::MemoryEngine;
 
-use crate::agent::AgentInfo;
-use crate::intercept::QueueFns;
+use crate::module::HsaModules;
+use crate::state::{self, backend, AgentInfo, Originals, QueueFns};
 use crate::sys;
-use crate::tool::{backend, Originals};
+use crate::tracker;
 
 /// Device memory of one GPU agent, driven through the original entries.
 pub struct HsaMemory {
@@ -142,7 +142,7 @@ impl HsaMemory {
         unsafe { (q.iterate_agents)(Some(collect_agent), (&mut agents as *mut Vec<_>).cast()) };
         let host_pool = agents
             .into_iter()
-            .filter(|a| crate::tracker::agent_info(&o, *a).is_cpu())
+            .filter(|a| backend().agent(&o, *a).is_cpu())
             .find_map(|a| {
                 pick(
                     &o,
@@ -218,13 +218,13 @@ impl HsaMemory {
             };
         }
         // Memory the tracker never saw (the memory layer asked `query_pointer` about it).
-        match crate::tracker::pointer_info(&self.o, addr as *const c_void) {
+        match tracker::pointer_info(&self.o, addr as *const c_void) {
             Some(info) if info.type_ == sys::HSA_EXT_POINTER_TYPE_LOCKED => {
                 cpu.unwrap_or(self.gpu())
             }
             Some(info)
                 if info.agentOwner.handle != 0
-                    && crate::tracker::agent_info(&self.o, info.agentOwner).is_cpu() =>
+                    && backend().agent(&self.o, info.agentOwner).is_cpu() =>
             {
                 info.agentOwner
             }
@@ -545,49 +545,28 @@ impl DeviceMemory for HsaMemory {
                 format!("hsa_amd_pointer_info({addr:#x}) returned {st:#x}"),
             ));
         }
-        let owner = (info.agentOwner.handle != 0)
-            .then(|| crate::tracker::agent_info(&self.o, info.agentOwner));
-        Ok(crate::tracker::pointer_class(&info, owner, self.agent.id))
+        let owner =
+            (info.agentOwner.handle != 0).then(|| backend().agent(&self.o, info.agentOwner));
+        Ok(tracker::pointer_class(&info, owner, self.agent.id))
     }
 }
 
-static ENGINES: LazyLock<Mutex<HashMap<u64, Arc<MemoryEngine>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
-
-/// Frees the pooled backing memory of every agent's memory engine (blocks a live snapshot
-/// holds are freed when it ends); the bytes freed now. For the allocation wrappers when an
-/// application allocation fails for lack of memory (SPEC §7.3).
-pub fn release_pools() -> u64 {
-    let engines: Vec<Arc<MemoryEngine>> = ENGINES.lock().values().cloned().collect();
-    engines
-        .iter()
-        .map(|e| {
-            let before = e.pooled_bytes();
-            e.release_pools();
-            before.saturating_sub(e.pooled_bytes())
-        })
-        .sum()
-}
-
-/// The memory engine of `agent` (created on first use over the backend's tracker).
+/// The memory engine of `agent` (created on first use over the backend's tracker, and kept in
+/// the process state: the allocation wrappers release its pools, [`state::release_pools`]).
 ///
 /// # Panics
 ///
 /// If the queue entries are not installed (the interceptor only runs once they are).
 pub fn engine(agent: &AgentInfo) -> Arc<MemoryEngine> {
-    let mut engines = ENGINES.lock();
-    if let Some(e) = engines.get(&agent.handle) {
-        return e.clone();
-    }
-    let o = backend().originals().expect("installed");
-    let q = o.queue.expect("queue entries installed");
-    let mem = HsaMemory::new(*agent, o.clone(), q);
-    let e = Arc::new(MemoryEngine::new(
-        agent.id,
-        backend().tracker.clone(),
-        Arc::new(mem),
-        Arc::new(crate::module::HsaModules::new(agent.handle, o.loader)),
-    ));
-    engines.insert(agent.handle, e.clone());
-    e
+    state::engine_of(agent.handle, || {
+        let o = backend().originals().expect("installed");
+        let q = o.queue.expect("queue entries installed");
+        let mem = HsaMemory::new(*agent, o.clone(), q);
+        MemoryEngine::new(
+            agent.id,
+            backend().tracker.clone(),
+            Arc::new(mem),
+            Arc::new(HsaModules::new(agent.handle, o.loader)),
+        )
+    })
 }

@@ -1,5 +1,6 @@
-//! The HSA tool: what `OnLoad` and `OnUnload` do (SPEC §9.1), and the process-wide backend
-//! state the wrappers report to.
+//! The HSA tool: what `OnLoad` and `OnUnload` do (SPEC §9.1), the attached C/C++ or Rust tool,
+//! and the backend's diagnostics ([`Backend::state_json`]). The state they write is
+//! [`crate::state`]'s.
 //!
 //! The `#[no_mangle]` entry points themselves live in the one shared object (`replay-ffi`'s
 //! `hsa` feature), which calls [`on_load`] and [`on_unload`] under `catch_unwind`.
@@ -11,7 +12,7 @@
 //! wrappers of [`crate::tracker`] are written, and the tool named by [`TOOL_ENV`] is attached.
 //! Where the table has every queue, signal and interception entry, `hsa_queue_create` and
 //! `hsa_queue_destroy` are wrapped as well ([`crate::intercept`]); the interceptor submits to
-//! the service given with [`set_service`] (none set: every packet passes through).
+//! the service given with [`crate::state::set_service`] (none set: every packet passes through).
 //!
 //! Attaching a C or C++ tool: `KREPLAY_HSA_TOOL=/path/libtool.so` names a shared library that
 //! links `libkernel_replay` (so it shares this library's one instance) and exports
@@ -30,20 +31,19 @@
 //! same way; `libkernel_replay.so` does not export one. When both exist, [`TOOL_ENV`] wins.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
-use replay_core::ReplayService;
-use replay_memory::Tracker;
+use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::agent::Agents;
-use crate::fence::CopyFence;
+use crate::module::kernels;
 use crate::result::TableError;
+use crate::state::{backend, AttachedTool, Backend, Installed, LoaderFns, Originals, QueueFns};
 use crate::sys;
-use crate::table::{self, Bound, Slot, Versions};
-use crate::tracker as wrap;
+use crate::table::{self, Bound, Slot};
+use crate::tracker::{self as wrap, copy_fence};
+use crate::{intercept, queue};
 
 /// The environment variable naming the tool library `OnLoad` attaches.
 pub const TOOL_ENV: &str = "KREPLAY_HSA_TOOL";
@@ -52,142 +52,8 @@ pub const TOOL_INIT_SYMBOL: &str = "kreplay_tool_init";
 /// The optional symbol called from `OnUnload`: `void kreplay_tool_fini(void)`.
 pub const TOOL_FINI_SYMBOL: &str = "kreplay_tool_fini";
 
-/// The original entries, saved by `OnLoad` before the wrappers replaced them. Everything the
-/// backend itself calls goes through these, never through the wrapped table.
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy)]
-pub struct Originals {
-    pub agent_get_info: sys::AgentGetInfoFn,
-    pub region_get_info: sys::RegionGetInfoFn,
-    pub memory_allocate: sys::MemoryAllocateFn,
-    pub memory_free: sys::MemoryFreeFn,
-    pub signal_load_relaxed: sys::SignalLoadFn,
-    pub pool_get_info: sys::PoolGetInfoFn,
-    pub pool_allocate: sys::PoolAllocateFn,
-    pub pool_free: sys::PoolFreeFn,
-    pub async_copy: sys::AsyncCopyFn,
-    pub pointer_info: sys::PointerInfoFn,
-    pub async_copy_rect: Option<sys::AsyncCopyRectFn>,
-    pub async_copy_on_engine: Option<sys::AsyncCopyOnEngineFn>,
-    pub vmem_map: Option<sys::VmemMapFn>,
-    pub vmem_unmap: Option<sys::VmemUnmapFn>,
-    pub executable_destroy: Option<sys::ExecutableDestroyFn>,
-    pub memory_lock: Option<sys::MemoryLockFn>,
-    pub memory_lock_to_pool: Option<sys::MemoryLockToPoolFn>,
-    pub memory_unlock: Option<sys::MemoryUnlockFn>,
-    pub ipc_attach: Option<sys::IpcMemoryAttachFn>,
-    pub ipc_detach: Option<sys::IpcMemoryDetachFn>,
-    pub memory_copy: Option<sys::MemoryCopyFn>,
-    pub memory_fill: Option<sys::MemoryFillFn>,
-    pub iterate_agents: Option<sys::IterateAgentsFn>,
-    /// The queue, signal and interception entries, when the table has them all.
-    pub queue: Option<crate::intercept::QueueFns>,
-    /// The module-variable entries, when the table has them all.
-    pub loader: Option<crate::module::LoaderFns>,
-}
-
-/// What the last successful `OnLoad` installed.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Installed {
-    /// The table versions received.
-    pub versions: Versions,
-    /// The runtime version `OnLoad` was given.
-    pub runtime_version: u64,
-    /// The entries now wrapped, by C name.
-    pub wrapped: Vec<&'static str>,
-}
-
-/// The attached tool library.
-#[derive(Debug)]
-struct AttachedTool {
-    path: String,
-    init_status: Option<c_int>,
-    error: Option<String>,
-    library: Option<libloading::Library>,
-}
-
-/// The process-wide HSA backend state.
-#[derive(Debug)]
-pub struct Backend {
-    originals: RwLock<Option<Arc<Originals>>>,
-    installed: Mutex<Option<Installed>>,
-    last_refusal: Mutex<Option<String>>,
-    tool: Mutex<Option<AttachedTool>>,
-    /// Every allocation the wrappers saw (SPEC §7.1); stage 2 builds each agent's memory
-    /// engine over it.
-    pub tracker: Arc<Tracker>,
-    /// The agents met so far.
-    pub agents: Agents,
-    /// Asynchronous copies in flight.
-    pub fence: CopyFence,
-    /// The runtime's timestamp frequency in Hz; 0 until asked after the last `OnLoad`,
-    /// `u64::MAX` when the runtime did not answer.
-    timestamp_hz: AtomicU64,
-}
-
-/// The replay service the interceptor submits to. The shared object (`replay-ffi`) sets its
-/// one service before `OnLoad`; tests set their own. Until one is set, every packet passes
-/// through untouched.
-static SERVICE: RwLock<Option<Arc<ReplayService>>> = RwLock::new(None);
-
-/// Gives the backend the service its interceptor submits dispatches to (first call wins for the
-/// process's lifetime is not enforced: a later call replaces it for later submissions).
-pub fn set_service(service: Arc<ReplayService>) {
-    *SERVICE.write() = Some(service);
-}
-
-/// The service set by [`set_service`].
-pub fn service() -> Option<Arc<ReplayService>> {
-    SERVICE.read().clone()
-}
-
-/// The process's backend (created on first use).
-pub fn backend() -> &'static Backend {
-    static BACKEND: OnceLock<Backend> = OnceLock::new();
-    BACKEND.get_or_init(|| Backend {
-        originals: RwLock::new(None),
-        installed: Mutex::new(None),
-        last_refusal: Mutex::new(None),
-        tool: Mutex::new(None),
-        tracker: Arc::new(Tracker::new()),
-        agents: Agents::new(),
-        fence: CopyFence::new(),
-        timestamp_hz: AtomicU64::new(0),
-    })
-}
-
+// The diagnostics gather every role's state, so they sit here, at the top, not in `state`.
 impl Backend {
-    /// The runtime's timestamp frequency (Hz), asked with `ask` once per `OnLoad` (lazily: the
-    /// runtime answers system queries only once `hsa_init` returned). `None` when it did not
-    /// answer (logged once).
-    pub fn timestamp_hz(&self, ask: impl FnOnce() -> Option<u64>) -> Option<u64> {
-        match self.timestamp_hz.load(Ordering::Relaxed) {
-            0 => {
-                let hz = ask();
-                if hz.is_none() {
-                    log::warn!(
-                        "[kernel-replay] hsa: hsa_system_get_info(TIMESTAMP_FREQUENCY) did not answer; signal-wait timeouts assume 1 GHz ticks"
-                    );
-                }
-                self.timestamp_hz
-                    .store(hz.unwrap_or(u64::MAX), Ordering::Relaxed);
-                hz
-            }
-            u64::MAX => None,
-            hz => Some(hz),
-        }
-    }
-
-    /// The saved originals, once `OnLoad` installed the wrappers.
-    pub fn originals(&self) -> Option<Arc<Originals>> {
-        self.originals.read().clone()
-    }
-
-    /// What the last successful `OnLoad` installed.
-    pub fn installed(&self) -> Option<Installed> {
-        self.installed.lock().clone()
-    }
-
     /// The backend's state as JSON, for diagnostics and tests: what is installed, why the last
     /// refusal happened, the tool, the agents, every tracked region and the copies in flight.
     pub fn state_json(&self) -> String {
@@ -220,12 +86,12 @@ impl Backend {
             "installed": self.installed(),
             "last_refusal": *self.last_refusal.lock(),
             "queues_intercepted": self.originals().is_some_and(|o| o.queue.is_some()),
-            "queues": crate::intercept::queue_count(),
+            "queues": queue::queue_count(),
             "tool": tool,
             "agents": self.agents.all(),
             "regions": regions,
-            "copies_submitted": self.fence.submitted(),
-            "copies_recorded": self.fence.recorded(),
+            "copies_submitted": copy_fence().submitted(),
+            "copies_recorded": copy_fence().recorded(),
         })
         .to_string()
     }
@@ -311,7 +177,7 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
         vmem_unmap: orig_opt!(e.vmem_unmap, wrap::vmem_unmap, vmem_unmap),
         executable_destroy: orig_opt!(
             e.executable_destroy,
-            crate::kernels::executable_destroy,
+            kernels::executable_destroy,
             executable_destroy
         ),
         memory_lock: orig_opt!(e.memory_lock, wrap::memory_lock, memory_lock),
@@ -340,12 +206,12 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
                         })?
                     }};
                 }
-                Some(crate::intercept::QueueFns {
+                Some(QueueFns {
                     // SAFETY: the caller's item 1.
                     queue_create: unsafe {
                         original(
                             &q.queue_create,
-                            Some(crate::intercept::queue_create as sys::QueueCreateFn),
+                            Some(intercept::queue_create as sys::QueueCreateFn),
                             pq.map(|o| o.queue_create),
                             |f| f as usize,
                         )
@@ -354,7 +220,7 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
                     queue_destroy: unsafe {
                         original(
                             &q.queue_destroy,
-                            Some(crate::intercept::queue_destroy as sys::QueueDestroyFn),
+                            Some(intercept::queue_destroy as sys::QueueDestroyFn),
                             pq.map(|o| o.queue_destroy),
                             |f| f as usize,
                         )
@@ -405,7 +271,7 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
                         Some(get_extension_table),
                         Some(iterate_agent_symbols),
                         Some(symbol_get_info),
-                    ) => Some(crate::module::LoaderFns {
+                    ) => Some(LoaderFns {
                         get_extension_table,
                         iterate_agent_symbols,
                         symbol_get_info,
@@ -488,12 +354,12 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
             wrapped.push(s.name);
         }
         if let (Some(s), Some(_)) = (&e.executable_destroy, originals.executable_destroy) {
-            s.set(crate::kernels::executable_destroy);
+            s.set(kernels::executable_destroy);
             wrapped.push(s.name);
         }
         if let (Some(q), Some(_)) = (&e.queue, originals.queue) {
-            q.queue_create.set(crate::intercept::queue_create);
-            q.queue_destroy.set(crate::intercept::queue_destroy);
+            q.queue_create.set(intercept::queue_create);
+            q.queue_destroy.set(intercept::queue_destroy);
             wrapped.extend([q.queue_create.name, q.queue_destroy.name]);
         }
     }

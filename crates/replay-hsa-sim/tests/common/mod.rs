@@ -97,7 +97,7 @@ unsafe extern "C" fn batcher(
         // SAFETY: the runtime's contract: `count` packets of 64 bytes.
         let p = unsafe { pkts.cast::<[u8; 64]>().add(i).read_unaligned() };
         let header = u16::from_le_bytes([p[0], p[1]]);
-        if replay_hsa::queue::packet_type(header)
+        if replay_hsa::sys::aql::packet_type(header)
             == replay_hsa::sys::HSA_PACKET_TYPE_KERNEL_DISPATCH
         {
             held.push(p);

@@ -2,7 +2,7 @@
 //!
 //! Types shared by every table version live here: status codes, handles (agents, signals,
 //! regions, memory pools), the queue, the 64-byte AQL kernel-dispatch and barrier-AND packets
-//! and their header bits, memory-pool and region info, pointer info, and the API table's
+//! and their header bits ([`aql`]), memory-pool and region info, pointer info, and the API table's
 //! version header. The API tables themselves are bound **per major version** ([`v1`], [`v2`]),
 //! because a major change moves entries (SPEC §9.1).
 //!
@@ -18,6 +18,7 @@
 use std::ffi::c_void;
 use std::fmt;
 
+pub mod aql;
 pub mod v1;
 pub mod v2;
 

@@ -1,9 +1,13 @@
-//! Module variables on HSA (SPEC §7.1): [`HsaModules`] is the [`ModuleVariables`] of one GPU
-//! agent. At every snapshot it enumerates the loaded executables through the AMD loader
-//! extension (`hsa_system_get_major_extension_table` for `HSA_EXTENSION_AMD_LOADER` 1.03,
-//! `hsa_ven_amd_loader_iterate_executables`) and each executable's symbols for the agent
-//! (`hsa_executable_iterate_agent_symbols`, `hsa_executable_symbol_get_info`), so an executable
-//! loaded after the tool started is covered.
+//! Code objects on HSA: the loader walk, module variables (SPEC §7.1) and, in [`kernels`],
+//! kernel names, argument-block sizes and executable lifetimes (SPEC §3, §4, §7.2).
+//!
+//! The walk ([`LoaderFns::agent_symbols`], then the symbol queries) enumerates the loaded
+//! executables through the AMD loader extension (`hsa_system_get_major_extension_table` for
+//! `HSA_EXTENSION_AMD_LOADER` 1.03, `hsa_ven_amd_loader_iterate_executables`) and each
+//! executable's symbols for the agent (`hsa_executable_iterate_agent_symbols`,
+//! `hsa_executable_symbol_get_info`), so an executable loaded after the tool started is
+//! covered. [`HsaModules`], the [`ModuleVariables`] of one GPU agent, walks at every snapshot;
+//! [`kernels`] on the first dispatch of a kernel object it does not know.
 //!
 //! Kept: variable symbols with an address and a size. Skipped: 1-byte `__hip_cuid_*`
 //! bookkeeping, read-only (`__constant__`) variables and variables above [`MAX_VARIABLE`]. Any
@@ -11,24 +15,18 @@
 //! and the memory layer then declines `untracked_memory` rather than replay with a variable it
 //! cannot restore.
 
+pub mod kernels;
+
 use std::ffi::c_void;
 
 use replay_core::AgentId;
 use replay_memory::{ModuleVariable, ModuleVariables};
 
+use crate::state::LoaderFns;
 use crate::sys;
 
 /// Variables larger than this are not captured (1 GiB).
 pub const MAX_VARIABLE: u64 = 1 << 30;
-
-/// The original entries enumeration uses.
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy)]
-pub struct LoaderFns {
-    pub get_extension_table: sys::GetExtensionTableFn,
-    pub iterate_agent_symbols: sys::IterateAgentSymbolsFn,
-    pub symbol_get_info: sys::SymbolGetInfoFn,
-}
 
 /// The module variables of one GPU agent.
 #[derive(Debug, Clone, Copy)]

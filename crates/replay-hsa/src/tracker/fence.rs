@@ -1,7 +1,12 @@
 //! The copy fence (SPEC §6 step 6): asynchronous copies bypass the queues and their lock, so
 //! the allocation wrappers also wrap the async-copy entries and record every copy in flight,
-//! with the agents it touches and its completion signal. A drain of an agent (stage 2) then
-//! waits, bounded, until [`CopyFence::pending`] reports none for it.
+//! with the agents it touches and its completion signal. A drain of an agent
+//! ([`crate::agent`]) then waits, bounded, until [`CopyFence::pending`] reports none for it.
+//!
+//! It sits with the tracker because it is what the tracker is: a record of what the
+//! application did to memory, fed by the wrapped entries (here, the async copies) and read by
+//! the window. The memory layer's own copies ([`crate::memory`]) go through the original entries
+//! and never reach it.
 //!
 //! A copy decrements its completion signal by one when it finishes. A record is complete when
 //! the signal has dropped below the value it had at submission by as many copies as were

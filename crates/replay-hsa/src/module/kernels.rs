@@ -2,8 +2,8 @@
 //! matches on names, and §7.2's forgetting of unloaded code): an AQL dispatch packet names only
 //! a kernel object (the address of its descriptor), so [`KernelNames`] maps kernel objects to
 //! the names and executables of the executables' kernel symbols, found through the loader
-//! extension and `hsa_executable_iterate_agent_symbols` like the module variables of
-//! [`crate::module`].
+//! extension and `hsa_executable_iterate_agent_symbols` (the walk of [`crate::module`]), like
+//! the module variables.
 //!
 //! The map is filled per agent on the first dispatch of a kernel object it does not know (an
 //! executable loaded since is found then), so the steady state is one read-locked lookup.
@@ -24,9 +24,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::module::LoaderFns;
+use crate::state::{self, backend, LoaderFns};
 use crate::sys::{self, hsa_status_t};
-use crate::tool::backend;
 
 /// What a dispatch's kernel object resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,7 +179,7 @@ pub(crate) unsafe extern "C" fn executable_destroy(executable: u64) -> hsa_statu
     };
     let forgot = catch_unwind(AssertUnwindSafe(|| {
         global().forget_executable(executable);
-        if let Some(svc) = crate::tool::service() {
+        if let Some(svc) = state::service() {
             for a in backend().agents.all() {
                 svc.forget_code_object(a.id, executable);
             }

@@ -9,7 +9,7 @@
 //! | AMD `hsa_amd_vmem_map` / `hsa_amd_vmem_unmap` (major 2) | a virtual-memory mapping of the owner agent / its removal, recorded before the unmap |
 //! | AMD `hsa_amd_memory_lock` / `_lock_to_pool` / `_unlock` | a `PINNED_HOST` block at the agents' address, under the GPU agents given access (every GPU when none is named) / its removal, recorded first |
 //! | AMD `hsa_amd_ipc_memory_attach` / `_detach` | an `IPC_IMPORTED` block under the mapping agents / its removal, recorded first |
-//! | AMD `hsa_amd_memory_async_copy` (and `_on_engine`, `_rect`) | a copy in flight on the [`crate::fence::CopyFence`], submitted holding the reader side of every GPU agent it writes |
+//! | AMD `hsa_amd_memory_async_copy` (and `_on_engine`, `_rect`) | a copy in flight on the copy fence ([`fence`], [`copy_fence`]), submitted holding the reader side of every GPU agent it writes |
 //! | core `hsa_memory_copy`, AMD `hsa_amd_memory_fill` | nothing recorded; the call runs holding the reader side of every GPU agent it writes |
 //!
 //! **Host memory** (a CPU agent's pools, locked memory) is recorded under every GPU agent that
@@ -34,13 +34,24 @@
 //! never the application's call. Queries the bookkeeping makes (pool info, pointer info,
 //! device type) go through the saved originals, never through the wrapped table.
 
+pub mod fence;
+
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
 use replay_core::{AgentId, MemoryClass};
 
+use crate::state::{self, backend, AgentInfo, Originals};
 use crate::sys::{self, hsa_status_t};
-use crate::tool::{backend, Originals};
+use fence::CopyFence;
+
+/// The process's copy fence: the async-copy wrappers record on it, the agents' drains wait for
+/// it. It is the tracker's (only the wrappers write it), so it lives here, not in `state`.
+pub fn copy_fence() -> &'static CopyFence {
+    static FENCE: OnceLock<CopyFence> = OnceLock::new();
+    FENCE.get_or_init(CopyFence::new)
+}
 
 /// Which allocation entry made an allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +162,7 @@ pub fn classify(f: &AllocFacts) -> MemoryClass {
 /// the size `sizeInBytes`; the owner is named for device memory (GPU owners) only.
 pub fn pointer_class(
     info: &sys::hsa_amd_pointer_info_t,
-    owner: Option<crate::agent::AgentInfo>,
+    owner: Option<AgentInfo>,
     this: AgentId,
 ) -> Option<replay_core::PointerInfo> {
     use MemoryClass as M;
@@ -225,26 +236,9 @@ pub(crate) fn pointer_info(
     (st == sys::HSA_STATUS_SUCCESS).then_some(info)
 }
 
-/// The agent record of `handle`, with its device type asked through the original entry.
-pub(crate) fn agent_info(o: &Originals, handle: sys::hsa_agent_t) -> crate::agent::AgentInfo {
-    agent(o, handle)
-}
-
-/// The agent record of `handle`, with its device type asked through the original entry.
-fn agent(o: &Originals, handle: sys::hsa_agent_t) -> crate::agent::AgentInfo {
-    backend().agents.get(handle.handle, || {
-        let mut device: u32 = u32::MAX;
-        // SAFETY: the original `hsa_agent_get_info`; HSA_AGENT_INFO_DEVICE writes a 4-byte
-        // `hsa_device_type_t` into `device`.
-        let st = unsafe {
-            (o.agent_get_info)(
-                handle,
-                sys::HSA_AGENT_INFO_DEVICE,
-                (&mut device as *mut u32).cast(),
-            )
-        };
-        (st == sys::HSA_STATUS_SUCCESS).then_some(device)
-    })
+/// The agent record of `handle` ([`crate::state::Backend::agent`]).
+fn agent(o: &Originals, handle: sys::hsa_agent_t) -> AgentInfo {
+    backend().agent(o, handle)
 }
 
 /// Reads a 4-byte info attribute through `query`.
@@ -382,7 +376,7 @@ fn allocate_or_release(what: &str, alloc: impl Fn() -> hsa_status_t) -> hsa_stat
     if st != sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES {
         return st;
     }
-    let freed = catch_unwind(crate::memory::release_pools).unwrap_or(0);
+    let freed = catch_unwind(state::release_pools).unwrap_or(0);
     if freed == 0 {
         return st;
     }
@@ -798,13 +792,13 @@ fn written_agents(o: &Originals, dst: Option<u64>, named: &[sys::hsa_agent_t]) -
 /// async-events thread while a callback of that agent's window runs (work a tool launched
 /// reaches it there, as its dispatches do).
 fn enter_writes(ids: &[AgentId]) -> Vec<replay_core::WriteGate> {
-    let Some(svc) = crate::tool::service() else {
+    let Some(svc) = state::service() else {
         return Vec::new();
     };
     if !svc.is_active() && svc.open_windows() == 0 {
         return Vec::new();
     }
-    let on_async = crate::intercept::on_async_thread();
+    let on_async = state::on_async_thread();
     ids.iter()
         .filter(|&&id| !(on_async && svc.agent_gate(id).in_callback()))
         .map(|&id| svc.enter_write(id))
@@ -893,7 +887,7 @@ fn fence_record(
             // SAFETY: the original `hsa_signal_load_relaxed` on the caller's (valid) signal.
             unsafe { (o.signal_load_relaxed)(signal) }
         };
-        ticket = backend().fence.record(&ids, signal.handle, value);
+        ticket = copy_fence().record(&ids, signal.handle, value);
     });
     ticket
 }
@@ -901,7 +895,7 @@ fn fence_record(
 /// Forgets a copy the runtime refused.
 fn fence_cancel(st: hsa_status_t, ticket: Option<u64>) {
     if st != sys::HSA_STATUS_SUCCESS {
-        quietly("a refused async copy", || backend().fence.cancel(ticket));
+        quietly("a refused async copy", || copy_fence().cancel(ticket));
     }
 }
 
@@ -1058,12 +1052,12 @@ mod tests {
         use sys::*;
         use MemoryClass as M;
         let this = AgentId(1);
-        let gpu = |id| crate::agent::AgentInfo {
+        let gpu = |id| AgentInfo {
             id: AgentId(id),
             handle: 0x100 + id,
             device: Some(HSA_DEVICE_TYPE_GPU),
         };
-        let cpu = crate::agent::AgentInfo {
+        let cpu = AgentInfo {
             id: AgentId(0),
             handle: 0x100,
             device: Some(HSA_DEVICE_TYPE_CPU),
