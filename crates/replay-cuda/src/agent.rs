@@ -156,6 +156,9 @@ impl CudaAgent {
     /// Launches `l` once with the block `kernarg` (its first `layout` bytes are the block).
     fn launch(&self, l: &CapturedLaunch, kernarg: &[u8]) -> Result<(), CudaError> {
         self.device.bind()?;
+        if let Some(r) = &l.relaunch {
+            return r.launch();
+        }
         // SAFETY: the launch was captured by `CudaBackend::launch`, whose caller guaranteed
         // (unsafe contract) that function, argument block and stream match and that the memory
         // the kernel reaches is valid; the module is kept loaded by the captured launch; the

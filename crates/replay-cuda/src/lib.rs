@@ -132,11 +132,14 @@ pub mod agent;
 pub mod bench;
 mod driver;
 pub mod error;
+pub mod intercept;
 pub mod kernels;
 pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod queue;
+pub mod state;
+pub mod tool;
 pub mod tracker;
 
 pub use cudarc::driver::{result, sys};

@@ -492,6 +492,9 @@ pub struct CapturedLaunch {
     pub(crate) completion: Option<Arc<CompletionEvent>>,
     /// Keeps the module (and so the function) loaded while the launch is pending.
     pub(crate) _keep: Option<Arc<crate::module::CudaModule>>,
+    /// An intercepted launch: submits the application's own call again (its `kernelParams`,
+    /// `extra` and launch attributes, as given), instead of the captured block.
+    pub(crate) relaunch: Option<crate::intercept::Relaunch>,
 }
 
 // SAFETY: the raw function and stream are driver handles used only in driver calls.

@@ -106,6 +106,8 @@
 
 pub mod abi;
 mod checked;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod entry;
 #[cfg(feature = "hsa")]
 pub mod hsa;
