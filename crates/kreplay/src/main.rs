@@ -10,6 +10,7 @@
 
 mod cli;
 mod demo;
+mod run;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,6 +19,10 @@ use replay_core::policy::LogLevel;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("run") {
+        replay_core::log_sink::install(LogLevel::Warn);
+        return ExitCode::from(run::main(&args[1..]));
+    }
     let cmd = match cli::parse(args) {
         Ok(c) => c,
         Err(e) => {
