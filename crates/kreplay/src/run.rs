@@ -83,11 +83,9 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
             }
             "--passes" => {
                 let v = val()?;
-                a.passes = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .ok_or_else(|| format!("--passes {v:?}: expected a whole number of at least 1"))?;
+                a.passes = v.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    format!("--passes {v:?}: expected a whole number of at least 1")
+                })?;
             }
             "--kernel-include" => a.include = Some(val()?),
             "--kernel-exclude" => a.exclude = Some(val()?),
@@ -217,7 +215,10 @@ fn write_out(path: &Path, v: &serde_json::Value) -> std::io::Result<()> {
             "dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical\n",
         );
         for r in v["records"].as_array().into_iter().flatten() {
-            let passes = r["pass_gpu_seconds"].as_array().cloned().unwrap_or_default();
+            let passes = r["pass_gpu_seconds"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             let rows = passes.len().max(1);
             for p in 0..rows {
                 s.push_str(&format!(
@@ -319,8 +320,17 @@ mod tests {
 
     #[test]
     fn parses_options_and_program() {
-        let a = parse(&s(&["--tool", "timing", "--passes=5", "--out", "r.csv", "--", "app", "-x"]))
-            .unwrap();
+        let a = parse(&s(&[
+            "--tool",
+            "timing",
+            "--passes=5",
+            "--out",
+            "r.csv",
+            "--",
+            "app",
+            "-x",
+        ]))
+        .unwrap();
         assert_eq!(a.tool, "timing");
         assert_eq!(a.passes, 5);
         assert_eq!(a.out, Some(PathBuf::from("r.csv")));

@@ -18,6 +18,9 @@
 //! | [`module`] | NVRTC compilation, cubin loading, module globals from the ELF symbol table |
 //! | [`launch`] | the library API: [`CudaBackend::launch`] runs a launch under replay |
 //! | [`kernels`] | the digest kernels (CUDA C compiled with NVRTC) |
+//! | [`intercept`] | where an unmodified application hands the backend a submission: wrappers of the driver's launch, allocation and free entries, handed out by `dlsym` and `cuGetProcAddress` |
+//! | [`state`] | process-wide state of the interception: backends per device, tracker, streams seen, layouts, counts by kind; the hooks that run the window |
+//! | [`tool`] | entry points a runtime calls (`InitializeInjection`'s body) and the tools attached there, the built-in `verify` and `timing` of `kreplay run` |
 //! | [`bench`](mod@bench) | the GPU bench: `kreplay bench --backend cuda` and the `cuda_bench` binary |
 //!
 //! Who validates what: the core validates every window transition and owns every deadline;
@@ -121,9 +124,13 @@
 //!
 //! ## Not covered
 //!
-//! Interception of an unmodified application (CUDA injection with CUPTI callbacks) builds on
-//! this API and is not part of this crate yet. Cooperative launches are not submitted through
-//! [`CudaBackend::launch`].
+//! Cooperative launches are not submitted through [`CudaBackend::launch`]. Interception of an
+//! unmodified application ([`intercept`], [`state`], [`tool`]; `kreplay run`) covers the launch
+//! entries, the allocation and free entries (except `cuMemCreate`/`cuMemMap`), streams and
+//! graph launches; not yet: gating the application's copies and memsets, module and library
+//! loads (so module globals of the application's own images are not captured, and names are
+//! the driver's, mangled), `.nv.info` parameter tables, and CUPTI's count of launches that
+//! did not pass through a wrapper. See [`state`] for what each of those means for a run.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
