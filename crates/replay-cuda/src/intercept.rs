@@ -26,8 +26,12 @@
 //! No panic leaves a wrapper: each body runs under `catch_unwind` and, should it panic before
 //! the call reached the driver, the call is forwarded once.
 //!
-//! Not wrapped yet (they run once, untouched, and a restore would undo what one of them writes
-//! during a window on another thread): copies and memsets, `cuMemCreate`/`cuMemMap`
+//! Copies and memsets (`cuMemcpy`, `cuMemcpy{HtoD,DtoH,DtoD}` and their `Async` forms,
+//! `cuMemsetD8`/`D32` and theirs, `_ptsz` included) run once under the agent's write gate
+//! (SPEC §6 step 4): one issued on another thread while a window is open waits for it, so no
+//! restore undoes it and no read sees a pass half done. Not wrapped yet (they run once,
+//! untouched, and a restore would undo what one of them writes during a window on another
+//! thread): 2D/3D and peer copies, `cuMemset*2D*` and `D16`, `cuMemCreate`/`cuMemMap`
 //! (PyTorch's expandable segments), module and library loads. See the crate docs.
 
 use std::cell::Cell;
@@ -227,6 +231,24 @@ entries! {
     cuMemFreeAsync => mem_free_async, real_mem_free_async: fn(p: CUdeviceptr, s: CUstream), st::hook_mem_free_async;
     cuMemFreeAsync_ptsz => mem_free_async_ptsz, real_mem_free_async_ptsz: fn(p: CUdeviceptr, s: CUstream), st::hook_mem_free_async;
     cuStreamDestroy_v2 => stream_destroy, real_stream_destroy: fn(s: CUstream), st::hook_stream_destroy;
+    cuMemcpyAsync => memcpy_async, real_memcpy_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
+    cuMemcpyAsync_ptsz => memcpy_async_ptsz, real_memcpy_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
+    cuMemcpyDtoDAsync_v2 => memcpy_dtod_async, real_memcpy_dtod_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
+    cuMemcpyDtoDAsync_v2_ptsz => memcpy_dtod_async_ptsz, real_memcpy_dtod_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
+    cuMemcpyHtoDAsync_v2 => memcpy_htod_async, real_memcpy_htod_async: fn(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream), st::gated_htod;
+    cuMemcpyHtoDAsync_v2_ptsz => memcpy_htod_async_ptsz, real_memcpy_htod_async_ptsz: fn(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream), st::gated_htod;
+    cuMemcpyDtoHAsync_v2 => memcpy_dtoh_async, real_memcpy_dtoh_async: fn(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream), st::gated_dtoh;
+    cuMemcpyDtoHAsync_v2_ptsz => memcpy_dtoh_async_ptsz, real_memcpy_dtoh_async_ptsz: fn(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream), st::gated_dtoh;
+    cuMemsetD8Async => memset_d8_async, real_memset_d8_async: fn(d: CUdeviceptr, v: u8, n: usize, s: CUstream), st::gated_memset8;
+    cuMemsetD8Async_ptsz => memset_d8_async_ptsz, real_memset_d8_async_ptsz: fn(d: CUdeviceptr, v: u8, n: usize, s: CUstream), st::gated_memset8;
+    cuMemsetD32Async => memset_d32_async, real_memset_d32_async: fn(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream), st::gated_memset32;
+    cuMemsetD32Async_ptsz => memset_d32_async_ptsz, real_memset_d32_async_ptsz: fn(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream), st::gated_memset32;
+    cuMemcpy => memcpy_sync, real_memcpy_sync: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
+    cuMemcpyHtoD_v2 => memcpy_htod, real_memcpy_htod: fn(d: CUdeviceptr, src: *const c_void, n: usize), st::gated_htod_sync;
+    cuMemcpyDtoD_v2 => memcpy_dtod, real_memcpy_dtod: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
+    cuMemcpyDtoH_v2 => memcpy_dtoh, real_memcpy_dtoh: fn(d: *mut c_void, src: CUdeviceptr, n: usize), st::gated_dtoh_sync;
+    cuMemsetD8_v2 => memset_d8, real_memset_d8: fn(d: CUdeviceptr, v: u8, n: usize), st::gated_memset8_sync;
+    cuMemsetD32_v2 => memset_d32, real_memset_d32: fn(d: CUdeviceptr, v: c_uint, n: usize), st::gated_memset32_sync;
 }
 
 /// The wrapper of the entry named `name`, when it is wrapped and the real driver has it.
@@ -260,6 +282,22 @@ fn substitute(symbol: &CStr, found: *mut c_void, flags: u64) -> *mut c_void {
         b"cuMemFree" => &[b"cuMemFree_v2"],
         b"cuMemHostRegister" => &[b"cuMemHostRegister_v2"],
         b"cuStreamDestroy" => &[b"cuStreamDestroy_v2"],
+        b"cuMemcpyAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyAsync_ptsz"],
+        b"cuMemcpyAsync" => &[base],
+        b"cuMemcpyHtoDAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyHtoDAsync_v2_ptsz"],
+        b"cuMemcpyHtoDAsync" => &[b"cuMemcpyHtoDAsync_v2"],
+        b"cuMemcpyDtoHAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyDtoHAsync_v2_ptsz"],
+        b"cuMemcpyDtoHAsync" => &[b"cuMemcpyDtoHAsync_v2"],
+        b"cuMemcpyDtoDAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyDtoDAsync_v2_ptsz"],
+        b"cuMemcpyDtoDAsync" => &[b"cuMemcpyDtoDAsync_v2"],
+        b"cuMemsetD8Async" if flags & PER_THREAD != 0 => &[b"cuMemsetD8Async_ptsz"],
+        b"cuMemsetD32Async" if flags & PER_THREAD != 0 => &[b"cuMemsetD32Async_ptsz"],
+        b"cuMemsetD8Async" | b"cuMemsetD32Async" => &[base],
+        b"cuMemcpyHtoD" => &[b"cuMemcpyHtoD_v2"],
+        b"cuMemcpyDtoH" => &[b"cuMemcpyDtoH_v2"],
+        b"cuMemcpyDtoD" => &[b"cuMemcpyDtoD_v2"],
+        b"cuMemsetD8" => &[b"cuMemsetD8_v2"],
+        b"cuMemsetD32" => &[b"cuMemsetD32_v2"],
         _ => &[],
     };
     // A name match is trusted only when the driver's answer is not some other wrapped

@@ -28,6 +28,8 @@
 //!   mapping, not captured), each under the agent of the current context's device. Frees are
 //!   recorded before the driver releases. An allocation that fails for lack of memory releases
 //!   the memory layer's pooled backing and is retried once.
+//! - **Copies and memsets** (see [`crate::intercept`] for the list) run once under the
+//!   agent's write gate, counted.
 //! - **Streams** a launch uses are registered with the backend, so drains see them; a
 //!   destroyed stream is forgotten before the driver destroys it.
 //!
@@ -132,6 +134,8 @@ pub struct Counters {
     pub frees: AtomicU64,
     /// Allocations retried after releasing pooled backing.
     pub oom_retries: AtomicU64,
+    /// Copies and memsets run under the write gate.
+    pub gated_writes: AtomicU64,
 }
 
 /// What the library knows of one function's argument block.
@@ -1048,4 +1052,38 @@ pub(crate) unsafe fn hook_stream_destroy(
     *reached = true;
     // SAFETY: forwarded as given.
     unsafe { real(s) }
+}
+
+/// Hooks that run a copy or memset once under the agent's write gate (SPEC §6 step 4).
+macro_rules! gated {
+    ($( $hook:ident ( $($a:ident : $t:ty),* ); )*) => {$(
+        #[doc = concat!("Gated forward (`", stringify!($hook), "`).")]
+        ///
+        /// # Safety
+        /// The entry's contract.
+        pub(crate) unsafe fn $hook(
+            real: unsafe extern "C" fn($($t),*) -> CUresult,
+            reached: &mut bool,
+            $($a: $t),*
+        ) -> CUresult {
+            let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
+            state().counters.gated_writes.fetch_add(1, Ordering::Relaxed);
+            *reached = true;
+            // SAFETY: forwarded as given.
+            unsafe { real($($a),*) }
+        }
+    )*};
+}
+
+gated! {
+    gated_copy(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    gated_htod(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
+    gated_dtoh(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
+    gated_memset8(d: CUdeviceptr, v: u8, n: usize, s: CUstream);
+    gated_memset32(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
+    gated_copy_sync(d: CUdeviceptr, src: CUdeviceptr, n: usize);
+    gated_htod_sync(d: CUdeviceptr, src: *const c_void, n: usize);
+    gated_dtoh_sync(d: *mut c_void, src: CUdeviceptr, n: usize);
+    gated_memset8_sync(d: CUdeviceptr, v: u8, n: usize);
+    gated_memset32_sync(d: CUdeviceptr, v: c_uint, n: usize);
 }

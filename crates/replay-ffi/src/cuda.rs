@@ -111,4 +111,22 @@ exports! {
     cuMemFreeAsync => mem_free_async(p: CUdeviceptr, s: CUstream);
     cuMemFreeAsync_ptsz => mem_free_async_ptsz(p: CUdeviceptr, s: CUstream);
     cuStreamDestroy_v2 => stream_destroy(s: CUstream);
+    cuMemcpyAsync => memcpy_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyAsync_ptsz => memcpy_async_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyDtoDAsync_v2 => memcpy_dtod_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyDtoDAsync_v2_ptsz => memcpy_dtod_async_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyHtoDAsync_v2 => memcpy_htod_async(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
+    cuMemcpyHtoDAsync_v2_ptsz => memcpy_htod_async_ptsz(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
+    cuMemcpyDtoHAsync_v2 => memcpy_dtoh_async(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyDtoHAsync_v2_ptsz => memcpy_dtoh_async_ptsz(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemsetD8Async => memset_d8_async(d: CUdeviceptr, v: u8, n: usize, s: CUstream);
+    cuMemsetD8Async_ptsz => memset_d8_async_ptsz(d: CUdeviceptr, v: u8, n: usize, s: CUstream);
+    cuMemsetD32Async => memset_d32_async(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
+    cuMemsetD32Async_ptsz => memset_d32_async_ptsz(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
+    cuMemcpy => memcpy_sync(d: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyHtoD_v2 => memcpy_htod(d: CUdeviceptr, src: *const c_void, n: usize);
+    cuMemcpyDtoD_v2 => memcpy_dtod(d: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyDtoH_v2 => memcpy_dtoh(d: *mut c_void, src: CUdeviceptr, n: usize);
+    cuMemsetD8_v2 => memset_d8(d: CUdeviceptr, v: u8, n: usize);
+    cuMemsetD32_v2 => memset_d32(d: CUdeviceptr, v: c_uint, n: usize);
 }
