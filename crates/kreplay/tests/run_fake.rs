@@ -146,6 +146,8 @@ fn run_under_verify_equals_a_plain_run_and_sees_every_entry() {
     assert_eq!(i["alloc_host"], 2, "{i}");
     assert_eq!(i["frees"], 6, "{i}");
     assert_eq!(i["fallback_launch"], 0, "{i}");
+    // 3 host-to-device and 3 device-to-host copies, each under the write gate.
+    assert_eq!(i["gated_writes"], 6, "{i}");
     let s = &v["summary"];
     assert_eq!(s["replayed"], 9, "{s}");
     let recs = v["records"].as_array().expect("records");
