@@ -140,7 +140,7 @@ fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Setup)> {
     // SAFETY: the fake driver's module and function calls with out pointers to live locals.
     unsafe {
         assert_eq!(
-            sys::cuModuleLoadData(&mut module, b"image\0".as_ptr().cast()),
+            sys::cuModuleLoadData(&mut module, c"image".as_ptr().cast()),
             sys::CUresult::CUDA_SUCCESS
         );
         assert_eq!(
