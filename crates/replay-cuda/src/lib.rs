@@ -126,11 +126,12 @@
 //!
 //! Cooperative launches are not submitted through [`CudaBackend::launch`]. Interception of an
 //! unmodified application ([`intercept`], [`state`], [`tool`]; `kreplay run`) covers the launch
-//! entries, the allocation and free entries (except `cuMemCreate`/`cuMemMap`), streams and
-//! graph launches; not yet: gating the application's copies and memsets, module and library
-//! loads (so module globals of the application's own images are not captured, and names are
-//! the driver's, mangled), `.nv.info` parameter tables, and CUPTI's count of launches that
-//! did not pass through a wrapper. See [`state`] for what each of those means for a run.
+//! entries, the allocation and free entries (except `cuMemCreate`/`cuMemMap`), streams,
+//! graph launches and the 1D copies and memsets (gated); not yet: 2D/3D and peer copies,
+//! module and library loads (so module globals of the application's own images are not
+//! captured, and names are the driver's, mangled), `.nv.info` parameter tables, and CUPTI's
+//! count of launches that did not pass through a wrapper. See [`state`] for what each of
+//! those means for a run.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
