@@ -112,6 +112,11 @@
 //! the backend, or keep other threads from writing device memory while it launches kernels
 //! under replay, and register the streams it uses so the drains see their work.
 //!
+//! Under interception of an unmodified application ([`intercept`]) the application's own
+//! launches, graph launches, 1D copies and memsets pass through the wrappers and so through
+//! the gate (2D/3D and peer copies do not yet), and the streams its launches use are
+//! registered.
+//!
 //! ## What a tool sees of a replayed launch's timing
 //!
 //! The passes run on the application's stream, one after another, with the restores between
