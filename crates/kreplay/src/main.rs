@@ -15,6 +15,7 @@
 
 mod cli;
 mod demo;
+mod run;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -66,7 +67,27 @@ fn main() -> ExitCode {
 }
 
 fn run() -> ExitCode {
-    let cmd = match cli::parse_os(std::env::args_os().skip(1)) {
+    let mut args = std::env::args_os().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == "run") {
+        // `kreplay run` passes the application's arguments on as given; they must still be
+        // UTF-8 here (they travel through the environment of the child as strings).
+        let mut rest = Vec::new();
+        for (i, a) in args.skip(1).enumerate() {
+            match a.into_string() {
+                Ok(s) => rest.push(s),
+                Err(a) => {
+                    say(format_args!(
+                        "kreplay: argument {} of `kreplay run` is not valid UTF-8: {a:?}",
+                        i + 2
+                    ));
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            }
+        }
+        replay_core::log_sink::install(LogLevel::Warn);
+        return ExitCode::from(run::main(&rest));
+    }
+    let cmd = match cli::parse_os(args) {
         Ok(c) => c,
         Err(e) => {
             say(format_args!("kreplay: {e}\n\n{}", cli::usage()));

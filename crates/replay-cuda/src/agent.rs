@@ -57,6 +57,9 @@ pub struct CapturedLaunch {
     pub(crate) completion: Option<Arc<CompletionEvent>>,
     /// Keeps the module (and so the function) loaded while the launch is pending.
     pub(crate) _keep: Option<Arc<CudaModule>>,
+    /// An intercepted launch: submits the application's own call again (its `kernelParams`,
+    /// `extra` and launch attributes, as given), instead of the captured block.
+    pub(crate) relaunch: Option<crate::launch::Relaunch>,
 }
 
 // SAFETY: the raw function and stream are driver handles used only in driver calls.
@@ -177,6 +180,9 @@ impl CudaAgent {
     /// Launches `l` once with the block `kernarg` (its first `layout` bytes are the block).
     fn launch(&self, l: &CapturedLaunch, kernarg: &[u8]) -> Result<(), CudaError> {
         self.device.bind()?;
+        if let Some(r) = &l.relaunch {
+            return r.launch();
+        }
         // SAFETY: the launch was captured by `CudaBackend::launch`, whose caller guaranteed
         // (unsafe contract) that function, argument block and stream match and that the memory
         // the kernel reaches is valid; the module is kept loaded by the captured launch; the

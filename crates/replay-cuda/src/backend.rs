@@ -250,6 +250,7 @@ impl CudaBackend {
             layout: args.params().into(),
             completion: options.completion,
             _keep: Some(Arc::clone(func.module())),
+            relaunch: None,
         });
         let handle = self.agent.register_launch(captured);
         let mut dispatch = self.dispatch(func, &cfg, queue, args, handle);

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::error::{CudaError, CudaResult};
-use crate::result::{self, DriverCall};
-use crate::state::init;
+use crate::result::{self, init_driver, DriverCall};
 use crate::sys;
 
 /// What the driver says about a device.
@@ -66,7 +65,7 @@ impl Device {
     /// the CUDA runtime and the application, so their allocations and ours live in one address
     /// space) and makes it current on this thread.
     pub fn open(ordinal: i32) -> CudaResult<Arc<Self>> {
-        let count = init()?;
+        let count = init_driver()?;
         if ordinal < 0 || ordinal >= count {
             return Err(CudaError::InvalidArgument(format!(
                 "device {ordinal} requested; the driver reports {count}"

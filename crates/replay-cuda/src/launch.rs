@@ -298,6 +298,117 @@ pub(crate) unsafe fn launch_raw(
     .call("cuLaunchKernel")
 }
 
+/// A launch the window submits again: the application's own call, with the arguments it gave.
+pub struct Relaunch {
+    pub(crate) how: How,
+    /// Launches the driver accepted or refused through this relaunch.
+    pub(crate) launches: std::sync::atomic::AtomicU32,
+    /// The last launch's status code.
+    pub(crate) last: parking_lot::Mutex<sys::CUresult>,
+}
+
+impl std::fmt::Debug for Relaunch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relaunch").finish_non_exhaustive()
+    }
+}
+
+/// The application's call.
+pub(crate) enum How {
+    Kernel {
+        real: unsafe extern "C" fn(
+            sys::CUfunction,
+            std::ffi::c_uint,
+            std::ffi::c_uint,
+            std::ffi::c_uint,
+            std::ffi::c_uint,
+            std::ffi::c_uint,
+            std::ffi::c_uint,
+            std::ffi::c_uint,
+            sys::CUstream,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> sys::CUresult,
+        f: sys::CUfunction,
+        grid: [std::ffi::c_uint; 3],
+        block: [std::ffi::c_uint; 3],
+        shmem: std::ffi::c_uint,
+        stream: sys::CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    },
+    Ex {
+        real: unsafe extern "C" fn(
+            *const sys::CUlaunchConfig,
+            sys::CUfunction,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> sys::CUresult,
+        config: *const sys::CUlaunchConfig,
+        f: sys::CUfunction,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    },
+}
+
+// SAFETY: a relaunch lives only for the duration of the application's launch call that made it
+// (the window runs synchronously inside that call), so the application's argument pointers it
+// holds stay valid; the window may poll from the same thread only.
+unsafe impl Send for Relaunch {}
+// SAFETY: as above.
+unsafe impl Sync for Relaunch {}
+
+impl Relaunch {
+    pub(crate) fn new(how: How) -> Self {
+        Self {
+            how,
+            launches: std::sync::atomic::AtomicU32::new(0),
+            last: parking_lot::Mutex::new(sys::CUresult::CUDA_SUCCESS),
+        }
+    }
+
+    /// Submits the application's call once more.
+    pub(crate) fn launch(&self) -> Result<(), CudaError> {
+        // SAFETY: the application's own arguments, valid for the duration of its call (see the
+        // Send impl); the real entry has this signature.
+        let r = unsafe {
+            match &self.how {
+                How::Kernel {
+                    real,
+                    f,
+                    grid,
+                    block,
+                    shmem,
+                    stream,
+                    params,
+                    extra,
+                } => real(
+                    *f, grid[0], grid[1], grid[2], block[0], block[1], block[2], *shmem, *stream,
+                    *params, *extra,
+                ),
+                How::Ex {
+                    real,
+                    config,
+                    f,
+                    params,
+                    extra,
+                } => real(*config, *f, *params, *extra),
+            }
+        };
+        self.launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *self.last.lock() = r;
+        if r == sys::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(CudaError::driver(
+                "cuLaunchKernel (intercepted)",
+                cudarc::driver::DriverError(r),
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,19 +17,20 @@
 //! | [`queue`] | the streams the backend knows and owns, stream capture, what a copy submitted to a stream looks like, completion events and timers |
 //! | [`tracker`] | allocation API reporting to [`replay_memory::Tracker`] with the classes of SPEC §7.1 |
 //! | [`module`] | code objects: NVRTC compilation, cubin loading, kernel names and parameter layouts, module globals from the ELF symbol table |
-//! | `state` | process-wide state: the driver loaded and initialised once ([`is_available`]) |
-//! | [`sys`], [`result`] | raw bindings, checked calls |
+//! | [`intercept`] | where an unmodified application hands the backend a submission: wrappers of the driver's launch, allocation, free, copy and memset entries, handed out by `dlsym` and `cuGetProcAddress` |
+//! | [`state`] | process-wide state of the interception: backends per device, tracker, streams seen, layouts, counts by kind; the hooks that run the window |
+//! | [`tool`] | entry points a runtime calls (`InitializeInjection`'s body) and the tools attached there, the built-in `verify` and `timing` of `kreplay run` |
+//! | [`sys`], [`result`] | raw bindings, checked calls (and the driver loaded and initialised once, [`is_available`]) |
 //!
 //! and, beside the roles: [`launch`] (argument blocks, launch configuration, the raw launch),
 //! `device` ([`Device`]: the primary context, events, the bounded event wait), [`error`], and
 //! [`backend`], the library API on top: one [`CudaBackend`] per device ties the roles
-//! together, and [`CudaBackend::launch`] runs a launch under replay. There is no `intercept`
-//! or `tool` yet (see "Not covered").
+//! together, and [`CudaBackend::launch`] runs a launch under replay.
 //!
-//! Dependencies point one way: `backend` uses the roles, `agent` uses `memory`, `module`,
-//! `queue` and `launch`; `memory` uses `module`, `queue` and `launch`; `tracker` uses `queue`;
-//! every role uses `device`, `error`, `result` and `sys`, which import no role. No file
-//! imports a file that imports it back.
+//! Dependencies point one way: `tool` uses `state`, `state` uses `intercept`'s types and
+//! `backend`; `backend` uses the roles, `agent` uses `memory`, `module`, `queue` and `launch`;
+//! `memory` uses `module`, `queue` and `launch`; `tracker` uses `queue`; every role uses
+//! `device`, `error`, `result` and `sys`, which import no role.
 //!
 //! Who validates what: the core validates every window transition and owns every deadline;
 //! the memory layer plans, places and checks liveness; this crate translates. Misuse of the
@@ -121,6 +122,11 @@
 //! the backend, or keep other threads from writing device memory while it launches kernels
 //! under replay, and register the streams it uses so the drains see their work.
 //!
+//! Under interception of an unmodified application ([`intercept`]) the application's own
+//! launches, graph launches, 1D copies and memsets pass through the wrappers and so through
+//! the gate (2D/3D and peer copies do not yet), and the streams its launches use are
+//! registered.
+//!
 //! ## What a tool sees of a replayed launch's timing
 //!
 //! The passes run on the application's stream, one after another, with the restores between
@@ -133,9 +139,14 @@
 //!
 //! ## Not covered
 //!
-//! Interception of an unmodified application (CUDA injection with CUPTI callbacks) builds on
-//! this API and is not part of this crate yet. Cooperative launches are not submitted through
-//! [`CudaBackend::launch`].
+//! Cooperative launches are not submitted through [`CudaBackend::launch`]. Interception of an
+//! unmodified application ([`intercept`], [`state`], [`tool`]; `kreplay run`) covers the launch
+//! entries, the allocation and free entries (except `cuMemCreate`/`cuMemMap`), streams,
+//! graph launches and the 1D copies and memsets (gated); not yet: 2D/3D and peer copies,
+//! module and library loads (so module globals of the application's own images are not
+//! captured, and names are the driver's, mangled), `.nv.info` parameter tables, and CUPTI's
+//! count of launches that did not pass through a wrapper. See [`state`] for what each of
+//! those means for a run.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -144,14 +155,15 @@ pub mod agent;
 pub mod backend;
 mod device;
 pub mod error;
-
+pub mod intercept;
 pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod queue;
 pub mod result;
-mod state;
+pub mod state;
 pub mod sys;
+pub mod tool;
 pub mod tracker;
 
 pub use agent::CudaAgent;
@@ -166,14 +178,14 @@ pub use queue::{
     CaptureStatus, CapturedGraph, CompletionEvent, GpuTimer, Queue, QueueKind, RelaxedCapture,
     Stream,
 };
-pub use state::MIN_DRIVER_VERSION;
+pub use result::MIN_DRIVER_VERSION;
 pub use tracker::{AllocKind, Allocation, CudaAllocator};
 
 /// Whether CUDA can be used in this process: `Ok(number of devices)`, or why not (the driver
 /// library is missing, `cuInit` failed, no device, a driver older than CUDA 12.0). Loads and
 /// initialises the driver on first call; never panics.
 pub fn is_available() -> Result<i32, Unavailable> {
-    state::init()
+    result::init_driver()
 }
 
 #[cfg(test)]

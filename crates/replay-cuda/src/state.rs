@@ -1,59 +1,1091 @@
-//! Process-wide state: the driver library, loaded and initialised once per process, and the
-//! answer every entry point shares when it cannot be ([`crate::is_available`]).
+//! Process-wide state of the interception (SPEC §9.2 "Unmodified applications"): the service,
+//! one [`CudaBackend`] per device met (created at its first intercepted launch), the tracker
+//! every intercepted allocation feeds, the streams seen, what each function's argument block
+//! looks like, and the counts by kind the run summary prints.
+//!
+//! The hooks here are what the wrappers of [`crate::intercept`] call, on the application's
+//! thread, with [`crate::intercept::Internal`] held (so the backend's own driver calls go
+//! straight to the driver):
+//!
+//! - **Launches** (`cuLaunchKernel`, `cuLaunchKernelEx`, their `_ptsz` forms): the launch is
+//!   captured (function, grid, block, shared memory, stream, the application's own
+//!   `kernelParams` / `extra` / launch configuration as given) and run through
+//!   [`ReplayService::submit`] with the backend's agent and memory layer, so the window of
+//!   SPEC §6 runs inside the wrapper, where the library owns the call. Every pass submits the
+//!   application's own call again. The argument block for the scope comes from
+//!   `cuFuncGetParamInfo` (else `cuKernelGetParamInfo`), else from `extra`'s buffer; when
+//!   neither answers, the layout is *unknown*: the block stays empty, and the launch is a
+//!   candidate only while the policy's scope is `all` (with `arguments` it runs once, counted
+//!   `layout_unknown`). Launches into a capturing stream are `SubmissionKind::StreamCapture`
+//!   (run once by the window's gate rule); cooperative launches (`cuLaunchCooperativeKernel`,
+//!   or the cooperative attribute) and graph launches run once under the agent's write gate,
+//!   counted by kind; communication kernels (names containing `nccl` or `nvshmem`) run once
+//!   under the gate, counted.
+//! - **Allocations** of every driver allocation entry are recorded with their class
+//!   (SPEC §7.1): `cuMemAlloc`, `cuMemAllocPitch` (device), `cuMemAllocManaged` (managed),
+//!   `cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister` (pinned host, at the host address
+//!   kernels use under unified addressing), `cuMemAllocAsync` (stream-ordered: a virtual
+//!   mapping, not captured), each under the agent of the current context's device. Frees are
+//!   recorded before the driver releases. An allocation that fails for lack of memory releases
+//!   the memory layer's pooled backing and is retried once.
+//! - **Copies and memsets** (see [`crate::intercept`] for the list) run once under the
+//!   agent's write gate, counted.
+//! - **Streams** a launch uses are registered with the backend, so drains see them; a
+//!   destroyed stream is forgotten before the driver destroys it.
+//!
+//! A launch on a context that is not its device's primary context, or before any backend can
+//! be opened, runs untouched, counted. When no backend can be opened at all, one line says why
+//! and the program runs untouched.
+//!
+//! Not captured yet: module globals of the application's own images (its modules are loaded
+//! by the application, not through [`crate::ModuleRegistry`]), so a kernel that writes a
+//! `__device__` variable is not restored there; pinned or managed memory that a launch of
+//! unknown layout reaches (nothing shows the pointer). Kernel names are the driver's
+//! (`cuFuncGetName`), mangled.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::ffi::{c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use crate::error::{CudaError, Unavailable};
-use crate::result;
-use crate::sys;
+use cudarc::driver::sys::{
+    self, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
+};
+use parking_lot::{Mutex, RwLock};
+use replay_core::{
+    AgentId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, MemoryClass, Origin,
+    ReplayService, Scope, SubmissionKind,
+};
+use replay_memory::Tracker;
+use serde::Serialize;
 
-/// Driver API version this backend needs at least (12.0: stream-ordered and VMM calls, the
-/// `_v2` entry points it binds).
-pub const MIN_DRIVER_VERSION: i32 = 12000;
+use crate::agent::CapturedLaunch;
+use crate::launch::{ArgBlock, LaunchConfig, ParamSlot};
+use crate::launch::{How, Relaunch};
+use crate::queue::capture_status;
+use crate::queue::{Queue, QueueKind};
+use crate::{BackendConfig, CudaBackend};
 
-static INIT: OnceLock<Result<i32, Unavailable>> = OnceLock::new();
+/// Environment variable: a built-in tool (`verify` or `timing`) to attach.
+pub const BUILTIN_ENV: &str = "KREPLAY_CUDA_BUILTIN";
+/// Environment variable: a C/C++ tool library to attach (its `kreplay_tool_init`).
+pub const TOOL_ENV: &str = "KREPLAY_CUDA_TOOL";
 
-/// Loads libcuda and calls `cuInit` once per process; the error says why CUDA is unusable.
-/// Returns the number of devices.
-pub(crate) fn init() -> Result<i32, Unavailable> {
-    INIT.get_or_init(|| {
-        // SAFETY: `is_culib_present` only tries `dlopen` on the candidate names and closes
-        // what it opened; loading libcuda runs its initialisers, which is what any CUDA program
-        // does. Nothing else of the driver is touched before it answers.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(Unavailable::NoDriverLibrary {
-                tried: cudarc::get_lib_name_candidates("cuda"),
-            });
+static ENABLED: AtomicU8 = AtomicU8::new(0);
+
+/// Whether interception is on: the driver called the injection entry, or the environment
+/// names a tool. Checked by every wrapper; off means every call is forwarded untouched.
+pub fn enabled() -> bool {
+    match ENABLED.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let on =
+                std::env::var_os(BUILTIN_ENV).is_some() || std::env::var_os(TOOL_ENV).is_some();
+            ENABLED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+            on
         }
-        if let Err(e) = result::init() {
-            let err = CudaError::driver("cuInit", e);
-            return Err(match err {
-                CudaError::Driver {
-                    name, description, ..
-                } => Unavailable::InitFailed { name, description },
-                other => Unavailable::InitFailed {
-                    name: other.to_string(),
-                    description: String::new(),
-                },
-            });
+    }
+}
+
+/// Turns interception on or off (the injection entry; tests).
+pub fn set_enabled(on: bool) {
+    ENABLED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+/// Counts by kind (the run summary's "seen / replayed / run once, by kind").
+#[derive(Debug, Default, Serialize)]
+pub struct Counters {
+    /// Launches that reached a launch wrapper.
+    pub launches_seen: AtomicU64,
+    /// Launches handed to the window (`ReplayService::submit`).
+    pub submitted: AtomicU64,
+    /// Launches into a capturing stream (run once, into the graph).
+    pub stream_capture: AtomicU64,
+    /// Graph launches (run once, gated).
+    pub graph_launch: AtomicU64,
+    /// Cooperative launches (run once, gated).
+    pub cooperative: AtomicU64,
+    /// Communication kernels by name (run once, gated).
+    pub communication: AtomicU64,
+    /// Launches on a context that is not the device's primary context (run untouched).
+    pub other_context: AtomicU64,
+    /// Launches before a backend could be opened (run untouched).
+    pub no_backend: AtomicU64,
+    /// Launches whose layout the driver described.
+    pub layout_driver: AtomicU64,
+    /// Launches whose block came from `extra`.
+    pub layout_extra: AtomicU64,
+    /// Launches of unknown layout (scope `all`, the application's own `kernelParams`).
+    pub layout_unknown: AtomicU64,
+    /// Launches the window did not submit and the wrapper submitted once itself.
+    pub fallback_launch: AtomicU64,
+    /// Allocations recorded, by entry.
+    pub alloc_device: AtomicU64,
+    /// `cuMemAllocPitch`.
+    pub alloc_pitch: AtomicU64,
+    /// `cuMemAllocManaged`.
+    pub alloc_managed: AtomicU64,
+    /// `cuMemAllocHost`, `cuMemHostAlloc`.
+    pub alloc_host: AtomicU64,
+    /// `cuMemHostRegister`.
+    pub host_register: AtomicU64,
+    /// `cuMemAllocAsync`.
+    pub alloc_async: AtomicU64,
+    /// Frees recorded (before the driver released).
+    pub frees: AtomicU64,
+    /// Allocations retried after releasing pooled backing.
+    pub oom_retries: AtomicU64,
+    /// Copies and memsets run under the write gate.
+    pub gated_writes: AtomicU64,
+}
+
+/// What the library knows of one function's argument block.
+#[derive(Debug, Clone)]
+pub struct FuncInfo {
+    /// The driver's name (`cuFuncGetName`), or a placeholder.
+    pub name: Arc<str>,
+    /// The layout, when the driver described it (`None`: unknown).
+    pub layout: Option<Vec<ParamSlot>>,
+}
+
+/// Where a launch's argument block came from (said in the tool's record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayoutSource {
+    /// `cuFuncGetParamInfo` / `cuKernelGetParamInfo`.
+    Driver,
+    /// `extra`'s `CU_LAUNCH_PARAM_BUFFER_POINTER`.
+    Extra,
+    /// Not known: scope `all`, the application's `kernelParams`.
+    Unknown,
+}
+
+/// The process-wide interception state.
+pub struct InjectState {
+    /// Every allocation the wrappers saw.
+    pub tracker: Arc<Tracker>,
+    backends: Mutex<HashMap<i32, Result<Arc<CudaBackend>, String>>>,
+    streams: Mutex<HashMap<usize, Arc<Queue>>>,
+    funcs: RwLock<HashMap<usize, Arc<FuncInfo>>>,
+    /// Layout source per kernel id of the last launch of it.
+    sources: Mutex<HashMap<u64, LayoutSource>>,
+    /// The counts.
+    pub counters: Counters,
+    service: RwLock<Option<Arc<ReplayService>>>,
+    source: OnceLock<fn() -> Arc<ReplayService>>,
+    told_unavailable: AtomicBool,
+}
+
+impl std::fmt::Debug for InjectState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InjectState")
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The state (created on first use).
+pub fn state() -> &'static InjectState {
+    static S: OnceLock<InjectState> = OnceLock::new();
+    S.get_or_init(|| InjectState {
+        tracker: Arc::new(Tracker::new()),
+        backends: Mutex::new(HashMap::new()),
+        streams: Mutex::new(HashMap::new()),
+        funcs: RwLock::new(HashMap::new()),
+        sources: Mutex::new(HashMap::new()),
+        counters: Counters::default(),
+        service: RwLock::new(None),
+        source: OnceLock::new(),
+        told_unavailable: AtomicBool::new(false),
+    })
+}
+
+/// Gives the interception the service it submits to.
+pub fn set_service(service: Arc<ReplayService>) {
+    *state().service.write() = Some(service);
+}
+
+/// Names where the service comes from when first needed (the shared object's one service);
+/// the first call wins. Called by every exported entry, so it must be cheap.
+pub fn set_service_source(f: fn() -> Arc<ReplayService>) {
+    let _ = state().source.set(f);
+}
+
+/// The service: the one set, else the one from the source (set then), attaching the tool the
+/// environment names the first time.
+pub fn service() -> Option<Arc<ReplayService>> {
+    let s = state();
+    if let Some(svc) = s.service.read().clone() {
+        return Some(svc);
+    }
+    let f = s.source.get()?;
+    let svc = f();
+    {
+        let mut w = s.service.write();
+        if w.is_none() {
+            *w = Some(Arc::clone(&svc));
+        } else {
+            return w.clone();
         }
-        let mut version: i32 = 0;
-        // SAFETY: the library is loaded and initialised; the out pointer is a live local.
-        let r = unsafe { sys::cuDriverGetVersion(&mut version) };
-        if r.result().is_ok() && version < MIN_DRIVER_VERSION {
-            return Err(Unavailable::DriverTooOld { version });
+    }
+    crate::tool::attach_from_env(&svc);
+    Some(svc)
+}
+
+impl InjectState {
+    /// The backend of device `ordinal`, opened on first use; the error says why not.
+    pub fn backend(&self, ordinal: i32) -> Result<Arc<CudaBackend>, String> {
+        let mut b = self.backends.lock();
+        b.entry(ordinal)
+            .or_insert_with(|| {
+                CudaBackend::new(ordinal, Arc::clone(&self.tracker), BackendConfig::default())
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+
+    /// The backend of `agent`, if opened.
+    pub fn backend_of(&self, agent: AgentId) -> Option<Arc<CudaBackend>> {
+        let b = self.backends.lock();
+        b.get(&(agent.0 as i32))
+            .and_then(|r| r.as_ref().ok().cloned())
+    }
+
+    /// How the last launch of kernel `id` had its block.
+    pub fn layout_source(&self, id: KernelId) -> Option<LayoutSource> {
+        self.sources.lock().get(&id.0).copied()
+    }
+
+    /// The counts as JSON.
+    pub fn counters_json(&self) -> serde_json::Value {
+        serde_json::to_value(&self.counters).unwrap_or_default()
+    }
+
+    fn func_info(&self, f: CUfunction) -> Arc<FuncInfo> {
+        if let Some(i) = self.funcs.read().get(&(f as usize)) {
+            return Arc::clone(i);
         }
-        match result::device::get_count() {
-            Ok(n) if n > 0 => Ok(n),
-            Ok(_) => Err(Unavailable::NoDevice),
-            Err(e) => {
-                let err = CudaError::driver("cuDeviceGetCount", e);
-                Err(Unavailable::InitFailed {
-                    name: err.to_string(),
-                    description: String::new(),
-                })
+        let info = Arc::new(FuncInfo {
+            name: func_name(f),
+            layout: param_layout(f),
+        });
+        self.funcs.write().insert(f as usize, Arc::clone(&info));
+        info
+    }
+
+    fn register_stream(&self, backend: &CudaBackend, s: CUstream) {
+        if is_special_stream(s) {
+            return;
+        }
+        let mut m = self.streams.lock();
+        m.entry(s as usize).or_insert_with(|| {
+            // SAFETY: an application stream of this device's primary context (the caller
+            // checked the context), kept until the application destroys it (the
+            // cuStreamDestroy wrapper forgets it first).
+            unsafe { backend.register_stream(s, QueueKind::Compute) }
+        });
+    }
+}
+
+/// The legacy (null, `CU_STREAM_LEGACY`) and per-thread (`CU_STREAM_PER_THREAD`) handles.
+fn is_special_stream(s: CUstream) -> bool {
+    (s as usize) <= 2
+}
+
+fn func_name(f: CUfunction) -> Arc<str> {
+    let mut p: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: `f` is the application's function handle; out pointer to a live local.
+    let mut r = unsafe { sys::cuFuncGetName(&mut p, f) };
+    if r != CUresult::CUDA_SUCCESS || p.is_null() {
+        // SAFETY: a CUkernel may be passed where a CUfunction is expected (CUDA 12).
+        r = unsafe { sys::cuKernelGetName(&mut p, f as sys::CUkernel) };
+    }
+    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: the driver returns a NUL-terminated name it owns.
+        Arc::from(unsafe { CStr::from_ptr(p) }.to_string_lossy().as_ref())
+    } else {
+        Arc::from(format!("<function {:#x}>", f as usize).as_str())
+    }
+}
+
+fn param_layout(f: CUfunction) -> Option<Vec<ParamSlot>> {
+    let try_with = |kernel: bool| -> Option<Vec<ParamSlot>> {
+        let mut out = Vec::new();
+        for i in 0..1024usize {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: the application's handle; out pointers to live locals.
+            let r = unsafe {
+                if kernel {
+                    sys::cuKernelGetParamInfo(f as sys::CUkernel, i, &mut offset, &mut size)
+                } else {
+                    sys::cuFuncGetParamInfo(f, i, &mut offset, &mut size)
+                }
+            };
+            match r {
+                CUresult::CUDA_SUCCESS => out.push(ParamSlot {
+                    offset: offset as u32,
+                    size: size as u32,
+                }),
+                CUresult::CUDA_ERROR_INVALID_VALUE if i > 0 => return Some(out),
+                _ => return None,
             }
         }
-    })
-    .clone()
+        None
+    };
+    try_with(false).or_else(|| try_with(true))
+}
+
+/// The current context's device ordinal.
+fn current_device() -> Option<i32> {
+    let mut d: sys::CUdevice = 0;
+    // SAFETY: out pointer to a live local.
+    let r = unsafe { sys::cuCtxGetDevice(&mut d) };
+    (r == CUresult::CUDA_SUCCESS).then_some(d)
+}
+
+fn current_context() -> sys::CUcontext {
+    let mut c: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: out pointer to a live local.
+    let _ = unsafe { sys::cuCtxGetCurrent(&mut c) };
+    c
+}
+
+/// The backend for a launch on the current context, or why it runs untouched.
+fn launch_backend(s: &InjectState) -> Option<Arc<CudaBackend>> {
+    let Some(ord) = current_device() else {
+        s.counters.no_backend.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
+    let before = current_context();
+    match s.backend(ord) {
+        Ok(b) => {
+            if before != b.device().raw_context() {
+                // Opening the backend made the primary context current: give the application
+                // its own back, and leave its launch alone.
+                if !before.is_null() {
+                    // SAFETY: the context that was current on this thread a moment ago.
+                    let _ = unsafe { sys::cuCtxSetCurrent(before) };
+                }
+                s.counters.other_context.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            Some(b)
+        }
+        Err(why) => {
+            if !s.told_unavailable.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "[kernel-replay] CUDA replay unavailable ({why}); the program runs untouched"
+                );
+            }
+            s.counters.no_backend.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+fn is_communication(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.contains("nccl") || n.contains("nvshmem")
+}
+
+/// The block from `extra` (`CU_LAUNCH_PARAM_BUFFER_POINTER` / `_SIZE`), if it has one.
+///
+/// # Safety
+/// `extra` is null or the driver's `extra` array (pairs ending with `CU_LAUNCH_PARAM_END`).
+unsafe fn extra_block(extra: *mut *mut c_void) -> Option<Vec<u8>> {
+    if extra.is_null() {
+        return None;
+    }
+    let (mut buf, mut size): (*const u8, usize) = (std::ptr::null(), 0);
+    let mut i = 0;
+    loop {
+        // SAFETY: the caller's contract: pairs until END (0).
+        let key = unsafe { *extra.add(i) } as usize;
+        match key {
+            0 => break,
+            // SAFETY: as above; the value follows its key.
+            1 => buf = unsafe { *extra.add(i + 1) } as *const u8,
+            // SAFETY: as above; the value points to a size_t.
+            2 => size = unsafe { *(*extra.add(i + 1) as *const usize) },
+            _ => {}
+        }
+        i += 2;
+        if i > 64 {
+            return None;
+        }
+    }
+    if buf.is_null() || size == 0 || size > 32 * 1024 {
+        return None;
+    }
+    // SAFETY: the driver reads `size` bytes there too.
+    Some(unsafe { std::slice::from_raw_parts(buf, size) }.to_vec())
+}
+
+/// One intercepted launch, as the hooks give it.
+struct Intercepted {
+    f: CUfunction,
+    grid: Dim3,
+    block: Dim3,
+    shmem: u32,
+    /// The stream the launch goes to, as a handle valid for the backend's own calls (the
+    /// per-thread default stream spelled `CU_STREAM_PER_THREAD`).
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    cooperative: bool,
+}
+
+/// Runs one intercepted launch; `direct` submits the application's call once, as given.
+///
+/// # Safety
+/// The arguments are the application's, valid for its launch call.
+unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
+    let s = state();
+    s.counters.launches_seen.fetch_add(1, Ordering::Relaxed);
+    let relaunch = Relaunch::new(how);
+    let direct = |reached: &mut bool| -> CUresult {
+        *reached = true;
+        match relaunch.launch() {
+            Ok(()) => CUresult::CUDA_SUCCESS,
+            Err(_) => *relaunch.last.lock(),
+        }
+    };
+    let Some(service) = service() else {
+        return direct(reached);
+    };
+    let Some(backend) = launch_backend(s) else {
+        return direct(reached);
+    };
+    let agent = backend.agent_id();
+    let info = s.func_info(l.f);
+    if l.cooperative || is_communication(&info.name) {
+        let c = if l.cooperative {
+            &s.counters.cooperative
+        } else {
+            &s.counters.communication
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        let _gate = service.enter_write(agent);
+        return direct(reached);
+    }
+    s.register_stream(&backend, l.stream);
+    let capture = capture_status(l.stream)
+        .map(|c| c.is_live())
+        .unwrap_or(false);
+    // SAFETY: the application's kernelParams/extra, as valid as the driver requires.
+    let (kernarg, source) = match (&info.layout, unsafe { extra_block(l.extra) }) {
+        (_, Some(bytes)) => {
+            let mut k: smallvec::SmallVec<[u8; 256]> = smallvec::SmallVec::from_vec(bytes);
+            k.resize(k.len().next_multiple_of(8), 0);
+            (k, LayoutSource::Extra)
+        }
+        (Some(layout), None) if !l.params.is_null() || layout.is_empty() => {
+            // SAFETY: the driver described `layout` for this function; `kernelParams` has one
+            // pointer per parameter, each to at least its size (cuLaunchKernel's contract).
+            let a = unsafe { ArgBlock::capture(layout, l.params as *const *const c_void) };
+            (a.kernarg(), LayoutSource::Driver)
+        }
+        _ => (smallvec::SmallVec::new(), LayoutSource::Unknown),
+    };
+    match source {
+        LayoutSource::Driver => &s.counters.layout_driver,
+        LayoutSource::Extra => &s.counters.layout_extra,
+        LayoutSource::Unknown => &s.counters.layout_unknown,
+    }
+    .fetch_add(1, Ordering::Relaxed);
+    s.sources.lock().insert(l.f as u64, source);
+    if source == LayoutSource::Unknown && service.policy().scope != Scope::All {
+        // The scope would be computed from an empty block: run once instead.
+        let _gate = service.enter_write(agent);
+        return direct(reached);
+    }
+    if capture {
+        s.counters.stream_capture.fetch_add(1, Ordering::Relaxed);
+    }
+    let captured = Arc::new(CapturedLaunch {
+        func: l.f,
+        cfg: LaunchConfig {
+            grid: l.grid,
+            block: l.block,
+            shared_mem_bytes: l.shmem,
+        },
+        stream: l.stream,
+        layout: smallvec::SmallVec::new(),
+        completion: None,
+        _keep: None,
+        relaunch: Some(relaunch),
+    });
+    let handle = backend.agent().register_launch(Arc::clone(&captured));
+    let dispatch = Dispatch {
+        info: DispatchInfo {
+            agent,
+            queue: replay_core::QueueId(l.stream as u64),
+            dispatch_id: DispatchId(0),
+            kernel_id: KernelId(l.f as u64),
+            kernel_name: Arc::clone(&info.name),
+            grid: Dim3::new(
+                l.grid.x.saturating_mul(l.block.x),
+                l.grid.y.saturating_mul(l.block.y),
+                l.grid.z.saturating_mul(l.block.z),
+            ),
+            workgroup: l.block,
+            private_segment_size: 0,
+            group_segment_size: l.shmem,
+        },
+        kernel: KernelKey {
+            agent,
+            code_object: 0,
+            symbol: l.f as u64,
+        },
+        kind: if capture {
+            SubmissionKind::StreamCapture
+        } else {
+            SubmissionKind::KernelDispatch
+        },
+        kernarg,
+        origin: Origin::SubmittingThread,
+        handle,
+    };
+    s.counters.submitted.fetch_add(1, Ordering::Relaxed);
+    *reached = true;
+    let r = service.submit(&**backend.agent(), &**backend.engine(), dispatch);
+    backend.agent().unregister_launch(handle);
+    backend.memory().release_deferred(false);
+    let rl = captured.relaunch.as_ref().expect("set above");
+    if rl.launches.load(Ordering::Relaxed) == 0 {
+        // The window returned without submitting (an error before any launch): the
+        // application's launch still runs, once.
+        if let Err(e) = &r {
+            log::warn!("[kernel-replay] {}: {e}; launching once", info.name);
+        }
+        s.counters.fallback_launch.fetch_add(1, Ordering::Relaxed);
+        return match rl.launch() {
+            Ok(()) => CUresult::CUDA_SUCCESS,
+            Err(_) => *rl.last.lock(),
+        };
+    }
+    let last = *rl.last.lock();
+    if let Err(e) = &r {
+        log::warn!("[kernel-replay] {}: {e}", info.name);
+    }
+    last
+}
+
+/// Per-thread streams: a `_ptsz` entry's null stream is the calling thread's default stream.
+fn effective_stream<const PTSZ: bool>(s: CUstream) -> CUstream {
+    if PTSZ && s.is_null() {
+        2usize as CUstream // CU_STREAM_PER_THREAD
+    } else {
+        s
+    }
+}
+
+type LaunchFn = unsafe extern "C" fn(
+    CUfunction,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    CUstream,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CUresult;
+
+/// Hook of `cuLaunchKernel` (`PTSZ`: `cuLaunchKernel_ptsz`).
+///
+/// # Safety
+/// The entry's contract.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn hook_launch_kernel<const PTSZ: bool>(
+    real: LaunchFn,
+    reached: &mut bool,
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shmem: c_uint,
+    s: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let l = Intercepted {
+        f,
+        grid: Dim3::new(gx, gy, gz),
+        block: Dim3::new(bx, by, bz),
+        shmem,
+        stream: effective_stream::<PTSZ>(s),
+        params,
+        extra,
+        cooperative: false,
+    };
+    let how = How::Kernel {
+        real,
+        f,
+        grid: [gx, gy, gz],
+        block: [bx, by, bz],
+        shmem,
+        stream: s,
+        params,
+        extra,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { run_launch(l, how, reached) }
+}
+
+type LaunchExFn = unsafe extern "C" fn(
+    *const CUlaunchConfig,
+    CUfunction,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CUresult;
+
+/// Hook of `cuLaunchKernelEx` (`PTSZ`: `cuLaunchKernelEx_ptsz`). Attributes are kept as
+/// given (every pass submits the same configuration); a cooperative one runs once.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_launch_kernel_ex<const PTSZ: bool>(
+    real: LaunchExFn,
+    reached: &mut bool,
+    c: *const CUlaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    if c.is_null() {
+        *reached = true;
+        // SAFETY: forwarded; the driver rejects it.
+        return unsafe { real(c, f, params, extra) };
+    }
+    // SAFETY: the caller's contract: a valid configuration.
+    let cfg = unsafe { &*c };
+    let mut cooperative = false;
+    if !cfg.attrs.is_null() {
+        for i in 0..cfg.numAttrs as usize {
+            // SAFETY: `numAttrs` attributes at `attrs` (the entry's contract).
+            let a = unsafe { &*cfg.attrs.add(i) };
+            if a.id == sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+                // SAFETY: the cooperative attribute's value is the `cooperative` member.
+                && unsafe { a.value.cooperative } != 0
+            {
+                cooperative = true;
+            }
+        }
+    }
+    let l = Intercepted {
+        f,
+        grid: Dim3::new(cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
+        block: Dim3::new(cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ),
+        shmem: cfg.sharedMemBytes,
+        stream: effective_stream::<PTSZ>(cfg.hStream),
+        params,
+        extra,
+        cooperative,
+    };
+    let how = How::Ex {
+        real,
+        config: c,
+        f,
+        params,
+        extra,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { run_launch(l, how, reached) }
+}
+
+type CoopFn = unsafe extern "C" fn(
+    CUfunction,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    CUstream,
+    *mut *mut c_void,
+) -> CUresult;
+
+/// The agent of the current context, for gating a write that is not replayed.
+fn gate_agent() -> Option<(Arc<ReplayService>, AgentId)> {
+    let svc = service()?;
+    let ord = current_device()?;
+    Some((svc, AgentId(ord as u64)))
+}
+
+/// Hook of `cuLaunchCooperativeKernel` (both forms): runs once under the write gate, counted.
+///
+/// # Safety
+/// The entry's contract.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn hook_cooperative(
+    real: CoopFn,
+    reached: &mut bool,
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shmem: c_uint,
+    s: CUstream,
+    params: *mut *mut c_void,
+) -> CUresult {
+    let st = state();
+    st.counters.launches_seen.fetch_add(1, Ordering::Relaxed);
+    st.counters.cooperative.fetch_add(1, Ordering::Relaxed);
+    let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, s, params) }
+}
+
+/// Hook of `cuGraphLaunch` (both forms): runs once under the write gate, counted.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_graph_launch(
+    real: unsafe extern "C" fn(CUgraphExec, CUstream) -> CUresult,
+    reached: &mut bool,
+    g: CUgraphExec,
+    s: CUstream,
+) -> CUresult {
+    state()
+        .counters
+        .graph_launch
+        .fetch_add(1, Ordering::Relaxed);
+    let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(g, s) }
+}
+
+/// Calls `alloc`; on out-of-memory releases the pooled backing of the current device's
+/// backend and calls it once more.
+fn with_oom_retry(mut alloc: impl FnMut() -> CUresult) -> CUresult {
+    let r = alloc();
+    if r != CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        return r;
+    }
+    let s = state();
+    let Some(b) = current_device().and_then(|d| s.backend_of(AgentId(d as u64))) else {
+        return r;
+    };
+    b.engine().release_pools();
+    b.memory().release_deferred(true);
+    s.counters.oom_retries.fetch_add(1, Ordering::Relaxed);
+    alloc()
+}
+
+fn record(base: u64, size: u64, class: MemoryClass, counter: &AtomicU64) {
+    let Some(d) = current_device() else { return };
+    if base == 0 || size == 0 {
+        return;
+    }
+    state()
+        .tracker
+        .record_alloc(AgentId(d as u64), base, size, class);
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+fn record_free(base: u64) {
+    let s = state();
+    if let Some((agent, _)) = s.tracker.lookup_any(base) {
+        s.tracker.record_free(agent, base);
+        s.counters.frees.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Hook of `cuMemAlloc_v2`.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_alloc(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult,
+    reached: &mut bool,
+    p: *mut CUdeviceptr,
+    n: usize,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = with_oom_retry(|| unsafe { real(p, n) });
+    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: the driver wrote the address.
+        let base = unsafe { *p };
+        record(
+            base,
+            n as u64,
+            MemoryClass::DEVICE_COARSE,
+            &state().counters.alloc_device,
+        );
+    }
+    r
+}
+
+/// Hook of `cuMemAllocPitch_v2` (the allocation is `pitch * height` bytes).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_alloc_pitch(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult,
+    reached: &mut bool,
+    p: *mut CUdeviceptr,
+    pitch: *mut usize,
+    w: usize,
+    h: usize,
+    e: c_uint,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = with_oom_retry(|| unsafe { real(p, pitch, w, h, e) });
+    if r == CUresult::CUDA_SUCCESS && !p.is_null() && !pitch.is_null() {
+        // SAFETY: the driver wrote both.
+        let (base, pitch) = unsafe { (*p, *pitch) };
+        let size = (pitch as u64).saturating_mul(h as u64);
+        record(
+            base,
+            size,
+            MemoryClass::DEVICE_COARSE,
+            &state().counters.alloc_pitch,
+        );
+    }
+    r
+}
+
+/// Hook of `cuMemAllocManaged`.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_alloc_managed(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult,
+    reached: &mut bool,
+    p: *mut CUdeviceptr,
+    n: usize,
+    fl: c_uint,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = with_oom_retry(|| unsafe { real(p, n, fl) });
+    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: the driver wrote the address.
+        let base = unsafe { *p };
+        record(
+            base,
+            n as u64,
+            MemoryClass::MANAGED,
+            &state().counters.alloc_managed,
+        );
+    }
+    r
+}
+
+/// Hook of `cuMemAllocHost_v2`.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_alloc_host(
+    real: unsafe extern "C" fn(*mut *mut c_void, usize) -> CUresult,
+    reached: &mut bool,
+    p: *mut *mut c_void,
+    n: usize,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = with_oom_retry(|| unsafe { real(p, n) });
+    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: the driver wrote the address (unified addressing: kernels use it as is).
+        let base = unsafe { *p } as u64;
+        record(
+            base,
+            n as u64,
+            MemoryClass::PINNED_HOST,
+            &state().counters.alloc_host,
+        );
+    }
+    r
+}
+
+/// Hook of `cuMemHostAlloc`.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_host_alloc(
+    real: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CUresult,
+    reached: &mut bool,
+    p: *mut *mut c_void,
+    n: usize,
+    fl: c_uint,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = with_oom_retry(|| unsafe { real(p, n, fl) });
+    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: the driver wrote the address.
+        let base = unsafe { *p } as u64;
+        record(
+            base,
+            n as u64,
+            MemoryClass::PINNED_HOST,
+            &state().counters.alloc_host,
+        );
+    }
+    r
+}
+
+/// Hook of `cuMemHostRegister_v2`.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_host_register(
+    real: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CUresult,
+    reached: &mut bool,
+    p: *mut c_void,
+    n: usize,
+    fl: c_uint,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(p, n, fl) };
+    if r == CUresult::CUDA_SUCCESS {
+        record(
+            p as u64,
+            n as u64,
+            MemoryClass::PINNED_HOST,
+            &state().counters.host_register,
+        );
+    }
+    r
+}
+
+/// Hook of `cuMemAllocAsync` (both forms): a stream-ordered allocation, recorded as a virtual
+/// mapping (counted, not captured, SPEC §7.1).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_alloc_async(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult,
+    reached: &mut bool,
+    p: *mut CUdeviceptr,
+    n: usize,
+    s: CUstream,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = with_oom_retry(|| unsafe { real(p, n, s) });
+    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: the driver wrote the address.
+        let base = unsafe { *p };
+        record(
+            base,
+            n as u64,
+            MemoryClass::VIRTUAL_MAPPING,
+            &state().counters.alloc_async,
+        );
+    }
+    r
+}
+
+/// Hook of `cuMemFree_v2`: the free is recorded before the driver releases.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_free(
+    real: unsafe extern "C" fn(CUdeviceptr) -> CUresult,
+    reached: &mut bool,
+    p: CUdeviceptr,
+) -> CUresult {
+    record_free(p);
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(p) }
+}
+
+/// Hook of `cuMemFreeHost` and `cuMemHostUnregister`.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_free_host(
+    real: unsafe extern "C" fn(*mut c_void) -> CUresult,
+    reached: &mut bool,
+    p: *mut c_void,
+) -> CUresult {
+    record_free(p as u64);
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(p) }
+}
+
+/// Hook of `cuMemFreeAsync` (both forms).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_free_async(
+    real: unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult,
+    reached: &mut bool,
+    p: CUdeviceptr,
+    s: CUstream,
+) -> CUresult {
+    record_free(p);
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(p, s) }
+}
+
+/// Hook of `cuStreamDestroy_v2`: the stream is forgotten first, so no drain records on it.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_stream_destroy(
+    real: unsafe extern "C" fn(CUstream) -> CUresult,
+    reached: &mut bool,
+    s: CUstream,
+) -> CUresult {
+    let q = state().streams.lock().remove(&(s as usize));
+    drop(q);
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(s) }
+}
+
+/// Hooks that run a copy or memset once under the agent's write gate (SPEC §6 step 4).
+macro_rules! gated {
+    ($( $hook:ident ( $($a:ident : $t:ty),* ); )*) => {$(
+        #[doc = concat!("Gated forward (`", stringify!($hook), "`).")]
+        ///
+        /// # Safety
+        /// The entry's contract.
+        pub(crate) unsafe fn $hook(
+            real: unsafe extern "C" fn($($t),*) -> CUresult,
+            reached: &mut bool,
+            $($a: $t),*
+        ) -> CUresult {
+            let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
+            state().counters.gated_writes.fetch_add(1, Ordering::Relaxed);
+            *reached = true;
+            // SAFETY: forwarded as given.
+            unsafe { real($($a),*) }
+        }
+    )*};
+}
+
+gated! {
+    gated_copy(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    gated_htod(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
+    gated_dtoh(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
+    gated_memset8(d: CUdeviceptr, v: u8, n: usize, s: CUstream);
+    gated_memset32(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
+    gated_copy_sync(d: CUdeviceptr, src: CUdeviceptr, n: usize);
+    gated_htod_sync(d: CUdeviceptr, src: *const c_void, n: usize);
+    gated_dtoh_sync(d: *mut c_void, src: CUdeviceptr, n: usize);
+    gated_memset8_sync(d: CUdeviceptr, v: u8, n: usize);
+    gated_memset32_sync(d: CUdeviceptr, v: c_uint, n: usize);
 }

@@ -126,6 +126,8 @@
 
 pub mod abi;
 mod checked;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod entry;
 #[cfg(feature = "hsa")]
 pub mod hsa;

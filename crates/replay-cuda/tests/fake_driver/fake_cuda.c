@@ -209,8 +209,9 @@ static int blocking_frees;
 static char fail_record_after[64];
 static int fail_record_armed;
 
+/* Null, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) are all the one default stream. */
 static struct stream* S(void* s) {
-    return s ? (struct stream*)s : &legacy;
+    return (uintptr_t)s > 2 ? (struct stream*)s : &legacy;
 }
 
 struct event {
@@ -476,7 +477,7 @@ CUresult cuStreamIsCapturing(void* s, int* status) {
     pthread_mutex_lock(&lock);
     CUresult r = OK;
     *status = CAP_NONE;
-    if (!s) {
+    if ((uintptr_t)s <= 2) {
         for (struct stream* o = streams; o; o = o->next_stream) {
             if (o->capture != CAP_NONE && !o->nonblocking) {
                 r = E_CAPTURE_IMPLICIT;

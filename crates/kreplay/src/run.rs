@@ -1,0 +1,342 @@
+//! `kreplay run`: an unmodified CUDA application under replay (SPEC §9.2, §12).
+//!
+//! ```text
+//! kreplay run [--tool verify|timing] [--passes N] [--kernel-include P] [--kernel-exclude P]
+//!             [--dispatch-range R] [--out FILE.json|FILE.csv] [--library PATH] -- APP ARGS...
+//! ```
+//!
+//! Sets up the injection and runs the program: `LD_PRELOAD` and `CUDA_INJECTION64_PATH` name
+//! `libkernel_replay.so` (built with its `cuda` feature; `--library`, else `KREPLAY_LIBRARY`,
+//! else next to this executable, in its `deps/`, or in `../lib/`), `KREPLAY_CUDA_BUILTIN`,
+//! `KREPLAY_CUDA_PASSES` and `KREPLAY_CUDA_OUT` select the built-in tool, and the filter
+//! options become the policy's `KREPLAY_KERNEL_*` variables. The tool itself runs inside the
+//! application's process (`replay_cuda::tool`); at its exit it writes one record per dispatch
+//! (each with its passes) as JSON, which this command prints as a per-kernel table and
+//! copies to `--out` (as JSON, or one CSV row per dispatch and pass).
+//!
+//! The exit status is the application's (128 + the signal for one killed by a signal). A
+//! program without a usable driver gets one clear line (from the library) and runs untouched;
+//! one that never reached the driver gets one line from here.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Options of `kreplay run`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunArgs {
+    /// `verify` or `timing`.
+    pub tool: String,
+    /// Passes per dispatch.
+    pub passes: u64,
+    /// `--kernel-include`.
+    pub include: Option<String>,
+    /// `--kernel-exclude`.
+    pub exclude: Option<String>,
+    /// `--dispatch-range`.
+    pub range: Option<String>,
+    /// `--out`.
+    pub out: Option<PathBuf>,
+    /// `--library`.
+    pub library: Option<PathBuf>,
+    /// The program and its arguments.
+    pub app: Vec<String>,
+}
+
+/// Usage of `kreplay run`.
+pub const USAGE: &str = "usage: kreplay run [--tool verify|timing] [--passes N] [--kernel-include P] \
+[--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv] [--library PATH] -- APP ARGS...";
+
+/// Parses the arguments after `run`.
+pub fn parse(args: &[String]) -> Result<RunArgs, String> {
+    let mut a = RunArgs {
+        tool: "verify".into(),
+        passes: 3,
+        include: None,
+        exclude: None,
+        range: None,
+        out: None,
+        library: None,
+        app: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if arg == "--" {
+            a.app = it.cloned().collect();
+            break;
+        }
+        let (key, inline) = match arg.split_once('=') {
+            Some((k, v)) if k.starts_with("--") => (k, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut val = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{key} needs a value"))
+        };
+        match key {
+            "--tool" => {
+                a.tool = val()?;
+                if a.tool != "verify" && a.tool != "timing" {
+                    return Err(format!("--tool {:?}: expected verify or timing", a.tool));
+                }
+            }
+            "--passes" => {
+                let v = val()?;
+                a.passes = v.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    format!("--passes {v:?}: expected a whole number of at least 1")
+                })?;
+            }
+            "--kernel-include" => a.include = Some(val()?),
+            "--kernel-exclude" => a.exclude = Some(val()?),
+            "--dispatch-range" => a.range = Some(val()?),
+            "--out" => a.out = Some(PathBuf::from(val()?)),
+            "--library" => a.library = Some(PathBuf::from(val()?)),
+            _ if a.app.is_empty() && !arg.starts_with('-') => {
+                // No `--`: the program starts here.
+                a.app.push(arg.clone());
+                a.app.extend(it.by_ref().cloned());
+                break;
+            }
+            _ => return Err(format!("unknown option {arg:?}")),
+        }
+    }
+    if a.app.is_empty() {
+        return Err("no program given (after --)".into());
+    }
+    Ok(a)
+}
+
+const LIB_NAME: &str = "libkernel_replay.so";
+
+fn find_library(a: &RunArgs) -> Option<PathBuf> {
+    if let Some(l) = &a.library {
+        return Some(l.clone());
+    }
+    if let Some(l) = std::env::var_os("KREPLAY_LIBRARY") {
+        return Some(PathBuf::from(l));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join(LIB_NAME),
+        dir.join("deps").join(LIB_NAME),
+        dir.join("../lib").join(LIB_NAME),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// Runs `kreplay run ARGS`; returns the exit status.
+pub fn main(args: &[String]) -> u8 {
+    let a = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("kreplay run: {e}\n{USAGE}");
+            return 2;
+        }
+    };
+    let mut cmd = Command::new(&a.app[0]);
+    cmd.args(&a.app[1..]);
+    let report = std::env::temp_dir().join(format!("kreplay-run-{}.json", std::process::id()));
+    match find_library(&a) {
+        Some(lib) => {
+            let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
+            let preload = match std::env::var("LD_PRELOAD") {
+                Ok(p) if !p.is_empty() => format!("{}:{p}", lib.display()),
+                _ => lib.display().to_string(),
+            };
+            cmd.env("LD_PRELOAD", preload)
+                .env("CUDA_INJECTION64_PATH", &lib)
+                .env("KREPLAY_CUDA_BUILTIN", &a.tool)
+                .env("KREPLAY_CUDA_PASSES", a.passes.to_string())
+                .env("KREPLAY_CUDA_OUT", &report);
+            if std::env::var_os("KREPLAY_LOG").is_none() {
+                // One outcome line per dispatch is too much for a real program: the table
+                // at the end and `--out` have them.
+                cmd.env("KREPLAY_LOG", "warn");
+            }
+            for (var, v) in [
+                ("KREPLAY_KERNEL_INCLUDE", &a.include),
+                ("KREPLAY_KERNEL_EXCLUDE", &a.exclude),
+                ("KREPLAY_DISPATCH_RANGE", &a.range),
+            ] {
+                if let Some(v) = v {
+                    cmd.env(var, v);
+                }
+            }
+        }
+        None => eprintln!(
+            "kreplay run: {LIB_NAME} not found (give --library or KREPLAY_LIBRARY); running the program untouched"
+        ),
+    }
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kreplay run: cannot start {:?}: {e}", a.app[0]);
+            return 127;
+        }
+    };
+    let code = exit_code(&status);
+    match std::fs::read_to_string(&report) {
+        Ok(text) => {
+            let _ = std::fs::remove_file(&report);
+            match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(v) => {
+                    eprint!("{}", table(&v));
+                    if let Some(out) = &a.out {
+                        if let Err(e) = write_out(out, &v) {
+                            eprintln!("kreplay run: cannot write {}: {e}", out.display());
+                        }
+                    }
+                }
+                Err(e) => eprintln!("kreplay run: the library's report is not JSON: {e}"),
+            }
+        }
+        Err(_) => eprintln!(
+            "kreplay run: no replay report: the program made no CUDA launch through the driver (none, or no usable driver); it ran untouched"
+        ),
+    }
+    code
+}
+
+fn exit_code(status: &std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(s)) => 128u8.wrapping_add(s as u8),
+        _ => 1,
+    }
+}
+
+fn write_out(path: &Path, v: &serde_json::Value) -> std::io::Result<()> {
+    if path.extension().and_then(|e| e.to_str()) == Some("csv") {
+        let mut s = String::from(
+            "dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical\n",
+        );
+        for r in v["records"].as_array().into_iter().flatten() {
+            let passes = r["pass_gpu_seconds"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let rows = passes.len().max(1);
+            for p in 0..rows {
+                s.push_str(&format!(
+                    "{},\"{}\",{},{},{},{},{},{},{},{}\n",
+                    r["dispatch_id"],
+                    r["kernel"].as_str().unwrap_or("").replace('"', "\"\""),
+                    r["outcome"].as_str().unwrap_or(""),
+                    r["reason"].as_str().unwrap_or(""),
+                    r["scope"].as_str().unwrap_or(""),
+                    r["layout"].as_str().unwrap_or(""),
+                    p,
+                    passes.get(p).map(|x| x.to_string()).unwrap_or_default(),
+                    r["inputs_identical"],
+                    r["outputs_identical"],
+                ));
+            }
+        }
+        std::fs::write(path, s)
+    } else {
+        std::fs::write(path, serde_json::to_string_pretty(v).unwrap_or_default())
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        0.0
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+/// The per-kernel table printed at the end.
+pub fn table(v: &serde_json::Value) -> String {
+    let mut s = format!(
+        "\nkreplay run: tool {} with {} passes\n{:<48} {:>6} {:>8} {:>9} {:>9}  {}\n",
+        v["tool"].as_str().unwrap_or("?"),
+        v["passes"],
+        "kernel",
+        "seen",
+        "replayed",
+        "in-diff",
+        "out-diff",
+        "gpu us/pass min/median/max, not replayed"
+    );
+    if let Some(k) = v["kernels"].as_object() {
+        for (name, row) in k {
+            let mut t: Vec<f64> = row["pass_seconds"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x.as_f64())
+                .collect();
+            let (lo, hi) = (
+                t.iter().copied().fold(f64::INFINITY, f64::min),
+                t.iter().copied().fold(0.0, f64::max),
+            );
+            let med = median(&mut t);
+            let short: String = name.chars().take(48).collect();
+            let times = if t.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.1}/{:.1}/{:.1}", lo * 1e6, med * 1e6, hi * 1e6)
+            };
+            let not: Vec<String> = row["not_replayed"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(r, n)| format!("{r}={n}"))
+                .collect();
+            s.push_str(&format!(
+                "{:<48} {:>6} {:>8} {:>9} {:>9}  {} {}\n",
+                short,
+                row["dispatches"].as_u64().unwrap_or(0),
+                row["replayed"].as_u64().unwrap_or(0),
+                row["inputs_differed"].as_u64().unwrap_or(0),
+                row["outputs_differed"].as_u64().unwrap_or(0),
+                times,
+                not.join(" ")
+            ));
+        }
+    }
+    let sm = &v["summary"];
+    s.push_str(&format!(
+        "summary: {}\ninterception: {}\n",
+        serde_json::to_string(sm).unwrap_or_default(),
+        serde_json::to_string(&v["interception"]).unwrap_or_default()
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_options_and_program() {
+        let a = parse(&s(&[
+            "--tool",
+            "timing",
+            "--passes=5",
+            "--out",
+            "r.csv",
+            "--",
+            "app",
+            "-x",
+        ]))
+        .unwrap();
+        assert_eq!(a.tool, "timing");
+        assert_eq!(a.passes, 5);
+        assert_eq!(a.out, Some(PathBuf::from("r.csv")));
+        assert_eq!(a.app, s(&["app", "-x"]));
+        assert!(parse(&s(&["--tool", "counters", "--", "app"])).is_err());
+        assert!(parse(&s(&["--passes", "0", "--", "app"])).is_err());
+        assert!(parse(&s(&["--tool", "verify"])).is_err());
+    }
+}

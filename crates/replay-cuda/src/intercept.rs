@@ -1,0 +1,432 @@
+//! Where the runtime hands the backend a submission (SPEC §9.2 "Unmodified applications"):
+//! wrappers of the driver entries an unmodified application reaches, and the two ways they
+//! are handed out.
+//!
+//! An application reaches the driver three ways, and each ends in one of these wrappers:
+//!
+//! - a direct call (a program or Triton's launcher linked with `-lcuda`): the shared object
+//!   exports the entries under the driver's names and is loaded first (`LD_PRELOAD`);
+//! - `dlsym` on the driver (Triton, NCCL): the shared object's `dlsym` answers a name this
+//!   module wraps with the wrapper ([`wrapper_for`]) and forwards every other lookup;
+//! - `cuGetProcAddress` (the CUDA runtime resolves every driver entry this way, after one
+//!   `dlsym` of `cuGetProcAddress` itself): [`get_proc_address_v2`] asks the real driver, and
+//!   when its answer is one of the wrapped entries (by address, else by name and the
+//!   per-thread flag), substitutes the wrapper.
+//!
+//! A runtime launch (`cudaLaunchKernel`) reaches the driver's launch entry through the pointer
+//! `cuGetProcAddress` gave the runtime, so it passes through the wrapper exactly once: a
+//! runtime launch and the driver launch beneath it are one dispatch.
+//!
+//! Every wrapper forwards to the real entry (`dlopen("libcuda.so.1")` and the real `dlsym`)
+//! at once when the interception is off ([`crate::state::enabled`]) or when the calling
+//! thread is already inside the library ([`Internal`]): the backend's own driver calls (cudarc
+//! resolves its entries lazily through `dlsym`, which lands here too) never re-enter the
+//! window. Otherwise the wrapper hands the call to [`crate::state`], which runs the window
+//! (launches) or feeds the tracker (allocations, frees) and returns the driver's status code.
+//! No panic leaves a wrapper: each body runs under `catch_unwind` and, should it panic before
+//! the call reached the driver, the call is forwarded once.
+//!
+//! Copies and memsets (`cuMemcpy`, `cuMemcpy{HtoD,DtoH,DtoD}` and their `Async` forms,
+//! `cuMemsetD8`/`D32` and theirs, `_ptsz` included) run once under the agent's write gate
+//! (SPEC §6 step 4): one issued on another thread while a window is open waits for it, so no
+//! restore undoes it and no read sees a pass half done. Not wrapped yet (they run once,
+//! untouched, and a restore would undo what one of them writes during a window on another
+//! thread): 2D/3D and peer copies, `cuMemset*2D*` and `D16`, `cuMemCreate`/`cuMemMap`
+//! (PyTorch's expandable segments), module and library loads. See the crate docs.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::OnceLock;
+
+use cudarc::driver::sys::{
+    self, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
+};
+
+/// `CUDA_ERROR_NOT_FOUND`: what a wrapper answers when the real driver lacks the entry.
+const NOT_FOUND: CUresult = CUresult::CUDA_ERROR_NOT_FOUND;
+
+thread_local! {
+    static INTERNAL: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Marks the calling thread as inside the library until dropped: wrappers and `dlsym` then
+/// forward to the real driver at once.
+#[derive(Debug)]
+pub struct Internal(());
+
+impl Internal {
+    /// Enters (nests).
+    pub fn enter() -> Self {
+        INTERNAL.with(|c| c.set(c.get() + 1));
+        Self(())
+    }
+
+    /// Whether the calling thread is inside the library.
+    pub fn active() -> bool {
+        INTERNAL.try_with(|c| c.get() > 0).unwrap_or(true)
+    }
+}
+
+impl Drop for Internal {
+    fn drop(&mut self) {
+        let _ = INTERNAL.try_with(|c| c.set(c.get().saturating_sub(1)));
+    }
+}
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+extern "C" {
+    fn dlvsym(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void;
+    fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
+}
+
+const RTLD_NOW: c_int = 2;
+const RTLD_NOLOAD: c_int = 4;
+const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+
+/// The C library's `dlsym`, found past this object (`dlvsym(RTLD_NEXT, ..)`), whatever
+/// object exports a `dlsym` of its own.
+pub fn real_dlsym() -> Option<DlsymFn> {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let p = *REAL.get_or_init(|| {
+        for v in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: dlvsym with constant NUL-terminated strings; it only looks a symbol up.
+            let p = unsafe { dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
+            if !p.is_null() {
+                return p as usize;
+            }
+        }
+        0
+    });
+    // SAFETY: a non-null address found as `dlsym` in the C library has dlsym's signature.
+    (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
+}
+
+/// The real driver's handle (`libcuda.so.1`, opened once); null when it cannot be opened.
+pub fn driver_handle() -> *mut c_void {
+    static H: OnceLock<usize> = OnceLock::new();
+    *H.get_or_init(|| {
+        // The driver's initialisers may look symbols up: those lookups must not come back here.
+        let _inside = Internal::enter();
+        // SAFETY: dlopen of the driver by its soname: the one already loaded (RTLD_NOLOAD),
+        // else loaded now, as the runtime itself would.
+        unsafe {
+            let h = dlopen(c"libcuda.so.1".as_ptr(), RTLD_NOW | RTLD_NOLOAD);
+            if h.is_null() {
+                dlopen(c"libcuda.so.1".as_ptr(), RTLD_NOW) as usize
+            } else {
+                h as usize
+            }
+        }
+    }) as *mut c_void
+}
+
+/// The real driver's entry `name` (null when the driver or the entry is missing).
+pub fn real_symbol(name: &CStr) -> *mut c_void {
+    let h = driver_handle();
+    match real_dlsym() {
+        // SAFETY: the real dlsym on the driver's handle with a NUL-terminated name.
+        Some(f) if !h.is_null() => unsafe { f(h, name.as_ptr()) },
+        _ => std::ptr::null_mut(),
+    }
+}
+
+/// Declares the wrapped entries: the real entry (resolved once), the wrapper, and the table
+/// `dlsym` and `cuGetProcAddress` consult.
+macro_rules! entries {
+    ($( $name:ident => $wrapper:ident, $real:ident : fn($($a:ident : $t:ty),*), $hook:expr; )*) => {
+        $(
+            #[doc = concat!("The real `", stringify!($name), "`.")]
+            pub fn $real() -> Option<unsafe extern "C" fn($($t),*) -> CUresult> {
+                static P: OnceLock<usize> = OnceLock::new();
+                let p = *P.get_or_init(|| {
+                    real_symbol(&std::ffi::CString::new(stringify!($name)).unwrap_or_default())
+                        as usize
+                });
+                // SAFETY: the driver's entry of this name has this signature (the CUDA headers).
+                (p != 0).then(|| unsafe {
+                    std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> CUresult>(p)
+                })
+            }
+
+            #[doc = concat!("The wrapper of `", stringify!($name), "` (see the module docs).")]
+            ///
+            /// # Safety
+            /// The driver entry's own contract.
+            pub unsafe extern "C" fn $wrapper($($a: $t),*) -> CUresult {
+                let Some(real) = $real() else { return NOT_FOUND };
+                if Internal::active() || !crate::state::enabled() {
+                    // SAFETY: forwarded as given; the caller meets the entry's contract.
+                    return unsafe { real($($a),*) };
+                }
+                let _inside = Internal::enter();
+                let mut reached = false;
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let hook: unsafe fn(
+                        unsafe extern "C" fn($($t),*) -> CUresult,
+                        &mut bool,
+                        $($t),*
+                    ) -> CUresult = $hook;
+                    // SAFETY: the hook forwards the caller's arguments to the real entry.
+                    unsafe { hook(real, &mut reached, $($a),*) }
+                }));
+                match r {
+                    Ok(code) => code,
+                    Err(_) => {
+                        log::error!(
+                            "[kernel-replay] {}: caught a panic in the wrapper",
+                            stringify!($name)
+                        );
+                        if reached {
+                            CUresult::CUDA_ERROR_UNKNOWN
+                        } else {
+                            // SAFETY: as above; the call had not reached the driver.
+                            unsafe { real($($a),*) }
+                        }
+                    }
+                }
+            }
+        )*
+
+        /// Every wrapped entry: (driver name, wrapper, real entry).
+        pub fn table() -> &'static [(&'static CStr, usize, usize)] {
+            static T: OnceLock<Vec<(&'static CStr, usize, usize)>> = OnceLock::new();
+            T.get_or_init(|| {
+                let _inside = Internal::enter();
+                vec![
+                $((
+                    // SAFETY: a literal without interior NUL.
+                    unsafe { CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) },
+                    $wrapper as unsafe extern "C" fn($($t),*) -> CUresult as usize,
+                    $real().map_or(0, |f| f as usize),
+                ),)*
+                ]
+            })
+        }
+    };
+}
+
+use crate::state as st;
+
+entries! {
+    cuLaunchKernel => launch_kernel, real_launch_kernel: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel::<false>;
+    cuLaunchKernel_ptsz => launch_kernel_ptsz, real_launch_kernel_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel::<true>;
+    cuLaunchKernelEx => launch_kernel_ex, real_launch_kernel_ex: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel_ex::<false>;
+    cuLaunchKernelEx_ptsz => launch_kernel_ex_ptsz, real_launch_kernel_ex_ptsz: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel_ex::<true>;
+    cuLaunchCooperativeKernel => launch_cooperative, real_launch_cooperative: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
+    cuLaunchCooperativeKernel_ptsz => launch_cooperative_ptsz, real_launch_cooperative_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
+    cuGraphLaunch => graph_launch, real_graph_launch: fn(g: CUgraphExec, s: CUstream), st::hook_graph_launch;
+    cuGraphLaunch_ptsz => graph_launch_ptsz, real_graph_launch_ptsz: fn(g: CUgraphExec, s: CUstream), st::hook_graph_launch;
+    cuMemAlloc_v2 => mem_alloc, real_mem_alloc: fn(p: *mut CUdeviceptr, n: usize), st::hook_mem_alloc;
+    cuMemAllocPitch_v2 => mem_alloc_pitch, real_mem_alloc_pitch: fn(p: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, e: c_uint), st::hook_mem_alloc_pitch;
+    cuMemAllocManaged => mem_alloc_managed, real_mem_alloc_managed: fn(p: *mut CUdeviceptr, n: usize, fl: c_uint), st::hook_mem_alloc_managed;
+    cuMemAllocHost_v2 => mem_alloc_host, real_mem_alloc_host: fn(p: *mut *mut c_void, n: usize), st::hook_mem_alloc_host;
+    cuMemHostAlloc => mem_host_alloc, real_mem_host_alloc: fn(p: *mut *mut c_void, n: usize, fl: c_uint), st::hook_mem_host_alloc;
+    cuMemHostRegister_v2 => mem_host_register, real_mem_host_register: fn(p: *mut c_void, n: usize, fl: c_uint), st::hook_mem_host_register;
+    cuMemAllocAsync => mem_alloc_async, real_mem_alloc_async: fn(p: *mut CUdeviceptr, n: usize, s: CUstream), st::hook_mem_alloc_async;
+    cuMemAllocAsync_ptsz => mem_alloc_async_ptsz, real_mem_alloc_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, s: CUstream), st::hook_mem_alloc_async;
+    cuMemFree_v2 => mem_free, real_mem_free: fn(p: CUdeviceptr), st::hook_mem_free;
+    cuMemFreeHost => mem_free_host, real_mem_free_host: fn(p: *mut c_void), st::hook_mem_free_host;
+    cuMemHostUnregister => mem_host_unregister, real_mem_host_unregister: fn(p: *mut c_void), st::hook_mem_free_host;
+    cuMemFreeAsync => mem_free_async, real_mem_free_async: fn(p: CUdeviceptr, s: CUstream), st::hook_mem_free_async;
+    cuMemFreeAsync_ptsz => mem_free_async_ptsz, real_mem_free_async_ptsz: fn(p: CUdeviceptr, s: CUstream), st::hook_mem_free_async;
+    cuStreamDestroy_v2 => stream_destroy, real_stream_destroy: fn(s: CUstream), st::hook_stream_destroy;
+    cuMemcpyAsync => memcpy_async, real_memcpy_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
+    cuMemcpyAsync_ptsz => memcpy_async_ptsz, real_memcpy_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
+    cuMemcpyDtoDAsync_v2 => memcpy_dtod_async, real_memcpy_dtod_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
+    cuMemcpyDtoDAsync_v2_ptsz => memcpy_dtod_async_ptsz, real_memcpy_dtod_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
+    cuMemcpyHtoDAsync_v2 => memcpy_htod_async, real_memcpy_htod_async: fn(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream), st::gated_htod;
+    cuMemcpyHtoDAsync_v2_ptsz => memcpy_htod_async_ptsz, real_memcpy_htod_async_ptsz: fn(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream), st::gated_htod;
+    cuMemcpyDtoHAsync_v2 => memcpy_dtoh_async, real_memcpy_dtoh_async: fn(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream), st::gated_dtoh;
+    cuMemcpyDtoHAsync_v2_ptsz => memcpy_dtoh_async_ptsz, real_memcpy_dtoh_async_ptsz: fn(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream), st::gated_dtoh;
+    cuMemsetD8Async => memset_d8_async, real_memset_d8_async: fn(d: CUdeviceptr, v: u8, n: usize, s: CUstream), st::gated_memset8;
+    cuMemsetD8Async_ptsz => memset_d8_async_ptsz, real_memset_d8_async_ptsz: fn(d: CUdeviceptr, v: u8, n: usize, s: CUstream), st::gated_memset8;
+    cuMemsetD32Async => memset_d32_async, real_memset_d32_async: fn(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream), st::gated_memset32;
+    cuMemsetD32Async_ptsz => memset_d32_async_ptsz, real_memset_d32_async_ptsz: fn(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream), st::gated_memset32;
+    cuMemcpy => memcpy_sync, real_memcpy_sync: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
+    cuMemcpyHtoD_v2 => memcpy_htod, real_memcpy_htod: fn(d: CUdeviceptr, src: *const c_void, n: usize), st::gated_htod_sync;
+    cuMemcpyDtoD_v2 => memcpy_dtod, real_memcpy_dtod: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
+    cuMemcpyDtoH_v2 => memcpy_dtoh, real_memcpy_dtoh: fn(d: *mut c_void, src: CUdeviceptr, n: usize), st::gated_dtoh_sync;
+    cuMemsetD8_v2 => memset_d8, real_memset_d8: fn(d: CUdeviceptr, v: u8, n: usize), st::gated_memset8_sync;
+    cuMemsetD32_v2 => memset_d32, real_memset_d32: fn(d: CUdeviceptr, v: c_uint, n: usize), st::gated_memset32_sync;
+}
+
+/// The wrapper of the entry named `name`, when it is wrapped and the real driver has it.
+pub fn wrapper_for(name: &CStr) -> Option<*mut c_void> {
+    table()
+        .iter()
+        .find(|(n, _, real)| *n == name && *real != 0)
+        .map(|(_, w, _)| *w as *mut c_void)
+}
+
+/// What `cuGetProcAddress` answered, with a wrapper substituted for a wrapped entry: by the
+/// address the driver gave (the entry `dlsym` finds), else by the base name the runtime asks
+/// for and the per-thread-default-stream flag.
+fn substitute(symbol: &CStr, found: *mut c_void, flags: u64) -> *mut c_void {
+    if found.is_null() {
+        return found;
+    }
+    let t = table();
+    if let Some((_, w, _)) = t.iter().find(|(_, _, real)| *real == found as usize) {
+        return *w as *mut c_void;
+    }
+    const PER_THREAD: u64 = 1 << 1; // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+    let base = symbol.to_bytes();
+    let candidates: &[&[u8]] = match base {
+        b"cuLaunchKernel" if flags & PER_THREAD != 0 => &[b"cuLaunchKernel_ptsz"],
+        b"cuLaunchKernelEx" if flags & PER_THREAD != 0 => &[b"cuLaunchKernelEx_ptsz"],
+        b"cuLaunchKernel" | b"cuLaunchKernelEx" => &[base],
+        b"cuMemAlloc" => &[b"cuMemAlloc_v2"],
+        b"cuMemAllocPitch" => &[b"cuMemAllocPitch_v2"],
+        b"cuMemAllocHost" => &[b"cuMemAllocHost_v2"],
+        b"cuMemFree" => &[b"cuMemFree_v2"],
+        b"cuMemHostRegister" => &[b"cuMemHostRegister_v2"],
+        b"cuStreamDestroy" => &[b"cuStreamDestroy_v2"],
+        b"cuMemcpyAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyAsync_ptsz"],
+        b"cuMemcpyAsync" => &[base],
+        b"cuMemcpyHtoDAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyHtoDAsync_v2_ptsz"],
+        b"cuMemcpyHtoDAsync" => &[b"cuMemcpyHtoDAsync_v2"],
+        b"cuMemcpyDtoHAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyDtoHAsync_v2_ptsz"],
+        b"cuMemcpyDtoHAsync" => &[b"cuMemcpyDtoHAsync_v2"],
+        b"cuMemcpyDtoDAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyDtoDAsync_v2_ptsz"],
+        b"cuMemcpyDtoDAsync" => &[b"cuMemcpyDtoDAsync_v2"],
+        b"cuMemsetD8Async" if flags & PER_THREAD != 0 => &[b"cuMemsetD8Async_ptsz"],
+        b"cuMemsetD32Async" if flags & PER_THREAD != 0 => &[b"cuMemsetD32Async_ptsz"],
+        b"cuMemsetD8Async" | b"cuMemsetD32Async" => &[base],
+        b"cuMemcpyHtoD" => &[b"cuMemcpyHtoD_v2"],
+        b"cuMemcpyDtoH" => &[b"cuMemcpyDtoH_v2"],
+        b"cuMemcpyDtoD" => &[b"cuMemcpyDtoD_v2"],
+        b"cuMemsetD8" => &[b"cuMemsetD8_v2"],
+        b"cuMemsetD32" => &[b"cuMemsetD32_v2"],
+        _ => &[],
+    };
+    // A name match is trusted only when the driver's answer is not some other wrapped
+    // entry's real address (it was not, above) and it agrees with the real entry of that
+    // name, or the driver answers with an internal address for it.
+    for c in candidates {
+        if let Some((_, w, real)) = t.iter().find(|(n, _, _)| n.to_bytes() == *c) {
+            if *real != 0 {
+                return *w as *mut c_void;
+            }
+        }
+    }
+    found
+}
+
+type GetProcV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
+type GetProcV2 =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
+
+fn real_get_proc(name: &CStr) -> usize {
+    real_symbol(name) as usize
+}
+
+/// The wrapper of `cuGetProcAddress` (the 4-argument form).
+///
+/// # Safety
+/// The driver entry's contract: `symbol` is a NUL-terminated string, `pfn` writable.
+pub unsafe extern "C" fn get_proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CUresult {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let p = *REAL.get_or_init(|| real_get_proc(c"cuGetProcAddress"));
+    if p == 0 {
+        return NOT_FOUND;
+    }
+    // SAFETY: the driver's cuGetProcAddress has this signature.
+    let real = unsafe { std::mem::transmute::<usize, GetProcV1>(p) };
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(symbol, pfn, version, flags) };
+    if r == CUresult::CUDA_SUCCESS && !symbol.is_null() && !pfn.is_null() && intercepting() {
+        // SAFETY: the caller's contract; the driver wrote `*pfn`.
+        unsafe { *pfn = answer(CStr::from_ptr(symbol), *pfn, flags) };
+    }
+    r
+}
+
+/// The wrapper of `cuGetProcAddress_v2` (with the symbol status).
+///
+/// # Safety
+/// The driver entry's contract.
+pub unsafe extern "C" fn get_proc_address_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let p = *REAL.get_or_init(|| real_get_proc(c"cuGetProcAddress_v2"));
+    if p == 0 {
+        return NOT_FOUND;
+    }
+    // SAFETY: the driver's cuGetProcAddress_v2 has this signature.
+    let real = unsafe { std::mem::transmute::<usize, GetProcV2>(p) };
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(symbol, pfn, version, flags, status) };
+    if r == CUresult::CUDA_SUCCESS && !symbol.is_null() && !pfn.is_null() && intercepting() {
+        // SAFETY: the caller's contract; the driver wrote `*pfn`.
+        unsafe { *pfn = answer(CStr::from_ptr(symbol), *pfn, flags) };
+    }
+    r
+}
+
+fn intercepting() -> bool {
+    !Internal::active() && crate::state::enabled()
+}
+
+/// `cuGetProcAddress` answers itself with our wrappers too, so the runtime's later lookups
+/// come back here.
+fn answer(symbol: &CStr, found: *mut c_void, flags: u64) -> *mut c_void {
+    match symbol.to_bytes() {
+        b"cuGetProcAddress" if !found.is_null() => {
+            // The runtime asks for the newest form it knows; both have a wrapper.
+            let v2 = real_get_proc(c"cuGetProcAddress_v2");
+            if found as usize == v2 {
+                get_proc_address_v2 as *mut c_void
+            } else {
+                get_proc_address as *mut c_void
+            }
+        }
+        _ => substitute(symbol, found, flags),
+    }
+}
+
+/// What the shared object's `dlsym` answers: a wrapper for a wrapped driver entry (or for
+/// `cuGetProcAddress`), when interception is on and the lookup does not come from inside the
+/// library; else the real `dlsym`'s answer.
+///
+/// Caveat: a lookup with `RTLD_NEXT` is resolved relative to this library, not to its caller.
+///
+/// # Safety
+/// `dlsym`'s contract.
+pub unsafe fn dlsym_answer(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    let Some(real) = real_dlsym() else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: forwarded as given.
+    let found = unsafe { real(handle, name) };
+    if found.is_null() || name.is_null() || !intercepting() {
+        return found;
+    }
+    // SAFETY: `name` is NUL-terminated (dlsym's contract).
+    let n = unsafe { CStr::from_ptr(name) };
+    let b = n.to_bytes();
+    if !b.starts_with(b"cu") {
+        return found;
+    }
+    match b {
+        b"cuGetProcAddress" => get_proc_address as *mut c_void,
+        b"cuGetProcAddress_v2" => get_proc_address_v2 as *mut c_void,
+        _ => match table().iter().find(|(_, _, real)| *real == found as usize) {
+            Some((_, w, _)) => *w as *mut c_void,
+            None => found,
+        },
+    }
+}
+
+/// `sys` re-exported for the hooks' signatures.
+pub use sys::CUlaunchAttributeID;

@@ -1,0 +1,331 @@
+//! The interception layer in process, over the fake driver (`tests/fake_driver/fake_inject.c`
+//! compiled as `libcuda.so.1` and loaded before anything looks for the driver): the wrappers
+//! of `replay_cuda::intercept` called as an application's calls would reach them.
+//!
+//! - a copy or memset issued on another thread while a window is open waits for the window
+//!   (the write gate), so no restore undoes it;
+//! - a free of captured memory on another thread during a window is recorded first and the
+//!   window ends with memory equal to one execution;
+//! - inside the library (`Internal`) every wrapper forwards to the driver, no window.
+//!
+//! Skipped where no C compiler is found, or where a real driver is present.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
+use replay_core::{ContextId, NoContextControl, Policy, ReplayService, Subscription, SystemClock};
+use replay_cuda::intercept::{self, Internal};
+use replay_cuda::state;
+use replay_cuda::sys;
+
+fn load_fake() -> Option<()> {
+    static LOADED: std::sync::OnceLock<Option<()>> = std::sync::OnceLock::new();
+    *LOADED.get_or_init(|| {
+        // SAFETY: only tries dlopen on the driver's names and closes what it opened.
+        if unsafe { sys::is_culib_present() } {
+            eprintln!("skipped: a real CUDA driver is present");
+            return None;
+        }
+        let dir =
+            std::env::temp_dir().join(format!("replay-cuda-intercept-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let lib = dir.join("libcuda.so.1");
+        let src = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fake_driver/fake_inject.c"
+        );
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let ok = std::process::Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&lib)
+            .args([
+                "-Wl,-soname,libcuda.so.1",
+                "-Wl,-Bsymbolic",
+                src,
+                "-lpthread",
+                "-ldl",
+            ])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            eprintln!("skipped: could not compile the fake driver with {cc}");
+            return None;
+        }
+        use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+        // SAFETY: our own fake driver, just compiled.
+        let l = unsafe { Library::open(Some(&lib), RTLD_NOW | RTLD_GLOBAL) }.ok()?;
+        std::mem::forget(l);
+        let _ = std::fs::remove_dir_all(&dir);
+        Some(())
+    })
+}
+
+type Hook = Box<dyn Fn(u32) + Send + Sync>;
+
+/// Three passes; `hook` runs in PASS ENTER with the pass index.
+#[derive(Default)]
+struct Tool {
+    hook: Mutex<Option<Hook>>,
+    replayed: AtomicU32,
+    last: Mutex<String>,
+}
+
+impl ReplayTool for Tool {
+    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
+        match (op, phase) {
+            (Operation::Config, Phase::Enter) => {
+                p.replay_pass_count = Some(Arc::new(|_, _| 3));
+            }
+            (Operation::Pass, Phase::Enter) => {
+                if let Some(h) = &*self.hook.lock() {
+                    h(p.current_pass);
+                }
+            }
+            (Operation::Config, Phase::Exit) => {
+                *self.last.lock() = format!("{:?}", p.outcome);
+                if p.outcome.map(|o| o.executed_passes) == Some(3) {
+                    self.replayed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Setup {
+    tool: Arc<Tool>,
+    func: sys::CUfunction,
+}
+
+/// The fake driver, a started service with the tool, interception on, the backend of
+/// device 0 open (its primary context current) and `kr_rmw`.
+fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Setup)> {
+    let guard = SERIAL.lock();
+    load_fake()?;
+    static TOOL: std::sync::OnceLock<Arc<Tool>> = std::sync::OnceLock::new();
+    let tool = Arc::clone(TOOL.get_or_init(|| {
+        let service = Arc::new(ReplayService::new(
+            Policy::default(),
+            Arc::new(SystemClock::new()),
+            Arc::new(NoContextControl),
+        ));
+        let tool = Arc::new(Tool::default());
+        service
+            .configure(
+                ContextId(1),
+                Subscription::CONFIG | Subscription::PASS,
+                Arc::clone(&tool) as Arc<dyn ReplayTool>,
+            )
+            .unwrap();
+        service.start().unwrap();
+        state::set_service(service);
+        state::set_enabled(true);
+        tool
+    }));
+    *tool.hook.lock() = None;
+    let backend = state::state()
+        .backend(0)
+        .expect("backend over the fake driver");
+    // Each test runs on a thread of its own: make the primary context current there, as the
+    // runtime does for an application thread.
+    backend.device().bind().unwrap();
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    let mut func: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: the fake driver's module and function calls with out pointers to live locals.
+    unsafe {
+        assert_eq!(
+            sys::cuModuleLoadData(&mut module, c"image".as_ptr().cast()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuModuleGetFunction(&mut func, module, c"kr_rmw".as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    Some((guard, Setup { tool, func }))
+}
+
+const N: usize = 512;
+
+/// An intercepted `cuMemAlloc_v2` of `N` words, filled with a pattern.
+fn alloc_filled(seed: u64) -> u64 {
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: the wrapper's contract is the driver's: an out pointer.
+    let r = unsafe { intercept::mem_alloc(&mut p, N * 8) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    let host: Vec<u64> = (0..N as u64).map(|i| i * 7 + seed).collect();
+    // SAFETY: the fake driver's memory is host memory at the device address (unified).
+    unsafe { std::ptr::copy_nonoverlapping(host.as_ptr(), p as *mut u64, N) };
+    p
+}
+
+fn read(p: u64) -> Vec<u64> {
+    // SAFETY: as in `alloc_filled`; the fake runs every operation at once.
+    unsafe { std::slice::from_raw_parts(p as *const u64, N) }.to_vec()
+}
+
+fn rmw_host(v: &mut [u64], k: u64) {
+    for (i, x) in v.iter_mut().enumerate() {
+        *x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(k ^ i as u64);
+    }
+}
+
+/// `kr_rmw(p, N, k)` through the intercepted `cuLaunchKernel`.
+fn launch_rmw(func: sys::CUfunction, mut p: u64, mut k: u64) -> sys::CUresult {
+    let mut n = N as u64;
+    let mut args: [*mut std::ffi::c_void; 3] = [
+        (&mut p as *mut u64).cast(),
+        (&mut n as *mut u64).cast(),
+        (&mut k as *mut u64).cast(),
+    ];
+    // SAFETY: kr_rmw's three 8-byte parameters, a live argument array, the legacy stream.
+    unsafe {
+        intercept::launch_kernel(
+            func,
+            1,
+            1,
+            1,
+            64,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+/// Waits (bounded) for `flag`.
+fn wait_for(flag: &AtomicBool, budget: Duration) -> bool {
+    let end = Instant::now() + budget;
+    while Instant::now() < end {
+        if flag.load(Ordering::SeqCst) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    flag.load(Ordering::SeqCst)
+}
+
+#[test]
+fn a_memset_on_another_thread_during_a_window_waits_for_it() {
+    let Some((_g, s)) = setup() else { return };
+    let a = alloc_filled(1);
+    let mut expect = read(a);
+    rmw_host(&mut expect, 5);
+    let done = Arc::new(AtomicBool::new(false));
+    let worker: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    {
+        let (done, worker) = (Arc::clone(&done), Arc::clone(&worker));
+        *s.tool.hook.lock() = Some(Box::new(move |pass| {
+            if pass != 1 {
+                return;
+            }
+            let d = Arc::clone(&done);
+            *worker.lock() = Some(std::thread::spawn(move || {
+                // SAFETY: a memset of the tracked buffer on the legacy stream.
+                let r = unsafe {
+                    intercept::memset_d32_async(a, 0xABAB_ABAB, N * 2, std::ptr::null_mut())
+                };
+                assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+                d.store(true, Ordering::SeqCst);
+            }));
+            // Ungated, the memset lands now, inside the window, and the restore before the
+            // next pass undoes it; gated, it waits for the window to end.
+            let _ = wait_for(&done, Duration::from_millis(500));
+        }));
+    }
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    assert_eq!(launch_rmw(s.func, a, 5), sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "replayed with 3 passes: {} {}",
+        s.tool.last.lock(),
+        state::state().counters_json()
+    );
+    worker
+        .lock()
+        .take()
+        .expect("the worker ran")
+        .join()
+        .unwrap();
+    *s.tool.hook.lock() = None;
+    // The memset ran after the window: every word is its value, whatever the kernel wrote.
+    let got = read(a);
+    assert!(
+        got.iter().all(|&w| w == 0xABAB_ABAB_ABAB_ABAB),
+        "the memset issued during the window was undone by a restore: {:x?}",
+        &got[..4]
+    );
+    assert_ne!(got, expect);
+    // SAFETY: frees the wrapper's allocation.
+    unsafe { intercept::mem_free(a) };
+}
+
+#[test]
+fn a_free_on_another_thread_during_a_window_is_recorded_first() {
+    let Some((_g, s)) = setup() else { return };
+    let a = alloc_filled(3);
+    let b = alloc_filled(4);
+    let mut expect = read(a);
+    rmw_host(&mut expect, 9);
+    let worker: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    {
+        let worker = Arc::clone(&worker);
+        *s.tool.hook.lock() = Some(Box::new(move |pass| {
+            if pass == 1 {
+                *worker.lock() = Some(std::thread::spawn(move || {
+                    // SAFETY: frees the other tracked buffer, which the kernel does not use.
+                    let r = unsafe { intercept::mem_free(b) };
+                    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+                }));
+            }
+        }));
+    }
+    let tracker = &state::state().tracker;
+    let agent = replay_core::AgentId(0);
+    assert!(tracker.lookup(agent, b).is_some());
+    assert_eq!(launch_rmw(s.func, a, 9), sys::CUresult::CUDA_SUCCESS);
+    worker
+        .lock()
+        .take()
+        .expect("the worker ran")
+        .join()
+        .unwrap();
+    *s.tool.hook.lock() = None;
+    assert!(tracker.lookup(agent, b).is_none(), "the free was recorded");
+    assert_eq!(read(a), expect, "memory equals one execution");
+    // SAFETY: frees the wrapper's allocation.
+    unsafe { intercept::mem_free(a) };
+}
+
+#[test]
+fn inside_the_library_every_wrapper_forwards_without_a_window() {
+    let Some((_g, s)) = setup() else { return };
+    let a = alloc_filled(5);
+    let mut once = read(a);
+    rmw_host(&mut once, 11);
+    let seen = state::state().counters.launches_seen.load(Ordering::SeqCst);
+    {
+        let _inside = Internal::enter();
+        assert_eq!(launch_rmw(s.func, a, 11), sys::CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(read(a), once, "one execution");
+    assert_eq!(
+        state::state().counters.launches_seen.load(Ordering::SeqCst),
+        seen,
+        "the library's own launch is not an application launch"
+    );
+    // SAFETY: frees the wrapper's allocation.
+    unsafe { intercept::mem_free(a) };
+}

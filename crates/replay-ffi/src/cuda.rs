@@ -1,0 +1,132 @@
+//! The CUDA entry points of the one shared object (feature `cuda`, SPEC §9.2 "Unmodified
+//! applications").
+//!
+//! - `InitializeInjection`: the driver calls it at `cuInit` for the library named in
+//!   `CUDA_INJECTION64_PATH`; it turns interception on ([`replay_cuda::tool::on_injection`]).
+//! - `dlsym`, `cuGetProcAddress`, `cuGetProcAddress_v2` and the wrapped driver entries under
+//!   the driver's own names, for a library loaded first (`LD_PRELOAD`, which `kreplay run`
+//!   sets): each forwards to [`replay_cuda::intercept`], which forwards to the real driver
+//!   untouched unless interception is on (see there).
+//!
+//! Every entry first names this library's one service ([`crate::service`]) as the one the
+//! interception submits to; it is created only when an intercepted launch needs it. The
+//! bodies never unwind (the wrappers catch panics).
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use replay_cuda::intercept as ic;
+use replay_cuda::sys::{CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream};
+
+fn source() {
+    replay_cuda::state::set_service_source(crate::service);
+}
+
+/// The driver's tool-injection entry: turns interception on; 1 on success.
+#[no_mangle]
+pub extern "C" fn InitializeInjection() -> c_int {
+    source();
+    std::panic::catch_unwind(replay_cuda::tool::on_injection).unwrap_or(0)
+}
+
+/// `dlsym`, answering wrapped driver entries with their wrappers (see
+/// [`replay_cuda::intercept::dlsym_answer`]).
+///
+/// # Safety
+/// `dlsym`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    source();
+    // SAFETY: the caller's contract.
+    unsafe { ic::dlsym_answer(handle, name) }
+}
+
+/// `cuGetProcAddress` (4 arguments).
+///
+/// # Safety
+/// The driver entry's contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CUresult {
+    source();
+    // SAFETY: the caller's contract.
+    unsafe { ic::get_proc_address(symbol, pfn, version, flags) }
+}
+
+/// `cuGetProcAddress_v2`.
+///
+/// # Safety
+/// The driver entry's contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
+    source();
+    // SAFETY: the caller's contract.
+    unsafe { ic::get_proc_address_v2(symbol, pfn, version, flags, status) }
+}
+
+macro_rules! exports {
+    ($( $name:ident => $wrapper:ident ( $($a:ident : $t:ty),* ); )*) => {$(
+        #[doc = concat!("`", stringify!($name), "`, through [`replay_cuda::intercept`].")]
+        ///
+        /// # Safety
+        /// The driver entry's contract.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> CUresult {
+            source();
+            // SAFETY: the caller's contract.
+            unsafe { ic::$wrapper($($a),*) }
+        }
+    )*};
+}
+
+exports! {
+    cuLaunchKernel => launch_kernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchKernel_ptsz => launch_kernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchKernelEx => launch_kernel_ex(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchKernelEx_ptsz => launch_kernel_ex_ptsz(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchCooperativeKernel => launch_cooperative(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void);
+    cuLaunchCooperativeKernel_ptsz => launch_cooperative_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void);
+    cuGraphLaunch => graph_launch(g: CUgraphExec, s: CUstream);
+    cuGraphLaunch_ptsz => graph_launch_ptsz(g: CUgraphExec, s: CUstream);
+    cuMemAlloc_v2 => mem_alloc(p: *mut CUdeviceptr, n: usize);
+    cuMemAllocPitch_v2 => mem_alloc_pitch(p: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, e: c_uint);
+    cuMemAllocManaged => mem_alloc_managed(p: *mut CUdeviceptr, n: usize, fl: c_uint);
+    cuMemAllocHost_v2 => mem_alloc_host(p: *mut *mut c_void, n: usize);
+    cuMemHostAlloc => mem_host_alloc(p: *mut *mut c_void, n: usize, fl: c_uint);
+    cuMemHostRegister_v2 => mem_host_register(p: *mut c_void, n: usize, fl: c_uint);
+    cuMemAllocAsync => mem_alloc_async(p: *mut CUdeviceptr, n: usize, s: CUstream);
+    cuMemAllocAsync_ptsz => mem_alloc_async_ptsz(p: *mut CUdeviceptr, n: usize, s: CUstream);
+    cuMemFree_v2 => mem_free(p: CUdeviceptr);
+    cuMemFreeHost => mem_free_host(p: *mut c_void);
+    cuMemHostUnregister => mem_host_unregister(p: *mut c_void);
+    cuMemFreeAsync => mem_free_async(p: CUdeviceptr, s: CUstream);
+    cuMemFreeAsync_ptsz => mem_free_async_ptsz(p: CUdeviceptr, s: CUstream);
+    cuStreamDestroy_v2 => stream_destroy(s: CUstream);
+    cuMemcpyAsync => memcpy_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyAsync_ptsz => memcpy_async_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyDtoDAsync_v2 => memcpy_dtod_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyDtoDAsync_v2_ptsz => memcpy_dtod_async_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyHtoDAsync_v2 => memcpy_htod_async(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
+    cuMemcpyHtoDAsync_v2_ptsz => memcpy_htod_async_ptsz(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
+    cuMemcpyDtoHAsync_v2 => memcpy_dtoh_async(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyDtoHAsync_v2_ptsz => memcpy_dtoh_async_ptsz(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemsetD8Async => memset_d8_async(d: CUdeviceptr, v: u8, n: usize, s: CUstream);
+    cuMemsetD8Async_ptsz => memset_d8_async_ptsz(d: CUdeviceptr, v: u8, n: usize, s: CUstream);
+    cuMemsetD32Async => memset_d32_async(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
+    cuMemsetD32Async_ptsz => memset_d32_async_ptsz(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
+    cuMemcpy => memcpy_sync(d: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyHtoD_v2 => memcpy_htod(d: CUdeviceptr, src: *const c_void, n: usize);
+    cuMemcpyDtoD_v2 => memcpy_dtod(d: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyDtoH_v2 => memcpy_dtoh(d: *mut c_void, src: CUdeviceptr, n: usize);
+    cuMemsetD8_v2 => memset_d8(d: CUdeviceptr, v: u8, n: usize);
+    cuMemsetD32_v2 => memset_d32(d: CUdeviceptr, v: c_uint, n: usize);
+}
