@@ -129,11 +129,13 @@ mod checked;
 pub mod entry;
 #[cfg(feature = "hsa")]
 pub mod hsa;
+#[cfg(feature = "sim")]
 pub mod sim;
 mod state;
 pub mod sys;
 pub mod threads;
 mod tool;
+mod wait;
 
 use std::sync::Arc;
 
@@ -142,6 +144,7 @@ pub use replay_core::ReplayService;
 /// The HSA backend (feature `hsa`), re-exported so Rust tools reach its state and bindings.
 #[cfg(feature = "hsa")]
 pub use replay_hsa;
+pub use state::LibraryClock;
 
 /// The process's replay service (the `Arc` of [`ReplayService::global_with_clock`]), created
 /// with the C ABI's context registry as its context control and [`clock()`] as its clock.
@@ -151,9 +154,10 @@ pub fn service() -> Arc<ReplayService> {
     Arc::clone(&state::library_any().service)
 }
 
-/// The clock the service measures on: the wall clock, as a [`replay_mock::SimClock`] so the
-/// simulated runtimes of the C ABI (`kreplay_sim_*`) share it, as the simulator requires.
-pub fn clock() -> Arc<replay_mock::SimClock> {
+/// The clock the service measures on: the wall clock; with the `sim` feature, as a
+/// `replay_mock::SimClock` so the simulated runtimes of the C ABI (`kreplay_sim_*`) share it,
+/// as the simulator requires ([`LibraryClock`]).
+pub fn clock() -> Arc<LibraryClock> {
     Arc::clone(&state::library_any().clock)
 }
 
@@ -239,6 +243,7 @@ pub mod __private {
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
     use crate::entry::*;
+    #[cfg(feature = "sim")]
     use crate::sim;
 
     /// The body of the `kreplay_tool_init` that `export_c_abi!(hsa_tool = ..)` defines: 0 when
@@ -328,6 +333,11 @@ pub mod __private {
             kreplay_summary_get as *const (),
             kreplay_summary_json as *const (),
             kreplay_shutdown as *const (),
+            // The simulator's and the backends' entry points join below behind their features
+            // (`sim`, `hsa`, `cuda`).
+        ];
+        #[cfg(feature = "sim")]
+        let sim: &[*const ()] = &[
             sim::kreplay_sim_create as *const (),
             sim::kreplay_sim_destroy as *const (),
             sim::kreplay_sim_synchronize as *const (),
@@ -349,8 +359,9 @@ pub mod __private {
             sim::kreplay_sim_fault_inject as *const (),
             sim::kreplay_sim_fault_hits as *const (),
             sim::kreplay_sim_fault_clear as *const (),
-            // Backend entry points join below behind their features (`hsa`, `cuda`).
         ];
+        #[cfg(not(feature = "sim"))]
+        let sim: &[*const ()] = &[];
         #[cfg(feature = "hsa")]
         let hsa: &[*const ()] = &[
             crate::hsa::OnLoad as *const (),
@@ -359,7 +370,9 @@ pub mod __private {
         ];
         #[cfg(not(feature = "hsa"))]
         let hsa: &[*const ()] = &[];
-        std::hint::black_box(all).len() + std::hint::black_box(hsa).len()
+        std::hint::black_box(all).len()
+            + std::hint::black_box(sim).len()
+            + std::hint::black_box(hsa).len()
     }
 }
 

@@ -48,8 +48,10 @@ pub(crate) enum Error {
     /// The simulated device reported an error (a kernel's memory fault, a refused launch).
     Device(String),
     /// The simulated device is out of memory.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     OutOfMemory(String),
     /// Nothing of that name or id exists.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     NotFound(String),
 }
 

@@ -48,6 +48,8 @@ impl<T> HandleTable<T> {
     }
 
     /// An empty table whose handles carry `tag`.
+    // The simulator's tables (feature `sim`) are the tagged ones.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub(crate) fn tagged(tag: u8) -> Self {
         Self {
             tag,
@@ -124,6 +126,7 @@ impl<T> HandleTable<T> {
         value
     }
 
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     /// Removes every value for which `pred` holds (their handles become stale) and returns
     /// them.
     pub(crate) fn remove_where(&mut self, mut pred: impl FnMut(&T) -> bool) -> Vec<T> {

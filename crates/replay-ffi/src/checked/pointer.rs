@@ -71,6 +71,8 @@ unsafe impl ZeroValid for kreplay_summary_t {}
 /// # Safety
 ///
 /// 1. `p` is NULL or points to a struct whose first 8 bytes are its `size` (u64), readable.
+// Used by the simulator's entry points (feature `sim`).
+#[cfg_attr(not(feature = "sim"), allow(dead_code))]
 pub(crate) unsafe fn check_versioned<T>(
     p: *const T,
     what: &'static str,
