@@ -9,9 +9,10 @@
 //!
 //! - [`sys`]: the raw `#[repr(C)]` types and constants, named and laid out exactly as in the
 //!   header. Enumeration fields are plain integers (C may store any value there).
-//! - `checked`: status codes and error messages, the entry guard (`catch_unwind`: no panic
-//!   crosses the boundary), slot-and-generation handles, NULL / `size` / alignment / UTF-8 /
-//!   enumeration checks, and conversions between the core's types and the C structs.
+//! - `checked` (one area per file under `checked/`): status codes and error messages, the
+//!   entry guard (`catch_unwind`: no panic crosses the boundary), slot-and-generation handles,
+//!   NULL / `size` / alignment / UTF-8 / enumeration checks, and conversions between the core's
+//!   types and the C structs.
 //! - [`entry`]: the `extern "C"` functions, one per header declaration, each thin: guard,
 //!   checks in a fixed order (shut down, inside a callback where refused, pointers and
 //!   enumerations, then handles), one call into the core or the context registry.
@@ -21,19 +22,24 @@
 //!   they return.
 //! - [`abi`]: the library's view of the layout (sizes, offsets, constant values), exported so C
 //!   and C++ tests compare it with the header.
+//! - `state`: the process-wide state (the one service, the registry, the clock, the handle
+//!   table, the owner); `wait`: the bounded waits of shutdown and of a simulator's destroy.
 //! - [`threads`]: the registry of threads the library starts, joined by `kreplay_shutdown`.
-//! - [`sim`]: the simulated GPU through the C ABI (`kreplay_sim_*`): simulators with N agents,
+//! - `sim` (feature `sim`, on by default; one area per file under `sim/`): the simulated GPU through the C ABI (`kreplay_sim_*`): simulators with N agents,
 //!   memory of every class, built-in kernels, modules, dispatches through the one service,
 //!   counters, faults and digests, so a C or C++ tool is tested without a GPU.
+//!
+//! No file uses a file that uses it (`tests/layout.rs` checks it): `sys`, then `checked`,
+//! `tool`, `state`, `wait`, the simulator's files, `entry`, and this root on top.
 //!
 //! ## Design choices
 //!
 //! - **One core.** The library creates the process-wide service with
 //!   [`replay_core::ReplayService::global_with_clock`] (an `Arc`), with a
 //!   [`replay_context::Contexts`] registry as its context control and a wall clock
-//!   ([`replay_mock::SimClock::real`], [`clock()`]) created once. The simulator requires the
-//!   service to run on its runtimes' clock, so every simulator of the C ABI is built on that
-//!   same clock; real backends measure on it too (it is the wall clock). Code in the same
+//!   ([`LibraryClock`], [`clock()`]: replay-mock's `SimClock::real()` with the `sim` feature,
+//!   else the core's `SystemClock`) created once. The simulator requires the service to run on
+//!   its runtimes' clock, so every simulator of the C ABI is built on that same clock; real backends measure on it too (it is the wall clock). Code in the same
 //!   shared object (backends) must take the service from [`service()`], so that it is created
 //!   with that registry and clock; a service created earlier through `ReplayService::global()`
 //!   is logged as an error (toggles would then answer `context_error`).
@@ -94,7 +100,9 @@
 //!
 //! ## Backends in the same library
 //!
-//! Each backend adds its entry points to this crate behind a Cargo feature of its own.
+//! Each backend adds its entry points to this crate behind a Cargo feature of its own. The
+//! simulator's (`kreplay_sim_*`) are behind `sim`, on by default: `--no-default-features`
+//! builds a library without them and without replay-mock.
 //! `hsa` (off by default; it needs nothing of ROCm to build, but a library exporting `OnLoad`
 //! is an HSA tool and the default library should not claim to be one): the `hsa` module's `OnLoad`,
 //! `OnUnload` and `kreplay_hsa_state_json` (declared in `include/kernel_replay_hsa.h`), over
