@@ -5,7 +5,7 @@
 //! table at `hsa_init`, and [`OnUnload`] at shutdown. Both run the backend ([`replay_hsa`])
 //! under `catch_unwind`: a panic answers `false` (nothing installed, or what was installed
 //! keeps passing calls to the originals) and never unwinds into the runtime.
-//! `OnLoad` first creates the library's one service (the one `service()` answers), so the stderr log
+//! `OnLoad` first creates the library's one service ([`crate::service`]), so the stderr log
 //! sink is installed and a tool attached through `KREPLAY_HSA_TOOL` configures that service.
 
 use std::ffi::{c_char, c_void};
@@ -34,7 +34,7 @@ pub unsafe extern "C" fn OnLoad(
     failed_tool_names: *const *const c_char,
 ) -> bool {
     catch_unwind(AssertUnwindSafe(|| {
-        replay_hsa::set_service(std::sync::Arc::clone(&crate::state::library_any().service));
+        replay_hsa::set_service(crate::service());
         // SAFETY: the caller's items 1 and 2.
         unsafe { replay_hsa::on_load(table, runtime_version, failed_tool_count, failed_tool_names) }
     }))

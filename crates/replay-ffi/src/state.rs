@@ -130,6 +130,35 @@ impl ContextControl for SharedContexts {
     }
 }
 
+/// The process's replay service (the `Arc` of [`ReplayService::global_with_clock`]), created
+/// with the C ABI's context registry as its context control and [`clock()`] as its clock.
+/// Backends in this shared object must take the service from here (not from
+/// `ReplayService::global()`), so the C ABI and the backends share one core.
+pub fn service() -> Arc<ReplayService> {
+    Arc::clone(&library_any().service)
+}
+
+/// The clock the service measures on: the wall clock; with the `sim` feature, as a
+/// `replay_mock::SimClock` so the simulated runtimes of the C ABI (`kreplay_sim_*`) share it,
+/// as the simulator requires ([`LibraryClock`]).
+pub fn clock() -> Arc<LibraryClock> {
+    Arc::clone(&library_any().clock)
+}
+
+/// The malformed policy variables of the environment not set through the API since (SPEC §8),
+/// as `kreplay_configure_replay` reports them. A Rust tool that configures
+/// [`service()`] directly checks this first: the service's policy has each of them at its
+/// default.
+pub fn env_policy_errors() -> Vec<replay_core::PolicyError> {
+    library_any().env_errors.lock().clone()
+}
+
+/// The context registry the service uses (SPEC §5): what C contexts are handles onto.
+/// `None` after `kreplay_shutdown`, which releases it.
+pub fn contexts() -> Option<Arc<Contexts>> {
+    library_any().contexts.get()
+}
+
 /// Everything process-wide.
 #[derive(Debug)]
 pub(crate) struct Library {

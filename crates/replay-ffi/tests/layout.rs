@@ -9,7 +9,13 @@ use std::path::Path;
 mod layout;
 
 /// Crate-root re-exports of the crate's own items, mapped to the file that defines them.
-const REEXPORTS: &[(&str, &str)] = &[("LibraryClock", "state")];
+const REEXPORTS: &[(&str, &str)] = &[
+    ("LibraryClock", "state"),
+    ("clock", "state"),
+    ("contexts", "state"),
+    ("env_policy_errors", "state"),
+    ("service", "state"),
+];
 
 fn sources() -> std::collections::BTreeMap<String, String> {
     layout::sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), true)
@@ -39,6 +45,9 @@ fn no_file_uses_a_file_that_uses_it() {
         ("sim::dispatch", "sim::module"),
         ("sim::state", "state"),
         ("lib", "entry"),
+        // `crate::service()` is defined in state and only re-exported by the root, so a
+        // backend file that calls it uses state, not the root above it.
+        ("hsa", "state"),
     ] {
         assert!(graph[from].contains(to), "{from} -> {to} is seen:\n{text}");
     }
