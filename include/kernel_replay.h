@@ -31,6 +31,7 @@
  *   kreplay_sim_counter_group_name) keep working.
  * - The simulated GPU (kreplay_sim_*, at the end of this header) lets a tool be tested without
  *   a GPU: its dispatches go through the same replay service and reach the same callbacks.
+ *   Those functions need the library's `sim` feature, on by default (see that section).
  *
  * The contract behind the operations, phases and payload is SPEC section 3 of kernel-replay.
  */
@@ -720,6 +721,10 @@ kreplay_status_t kreplay_shutdown(void);
  *   UINT64_MAX reads UINT64_MAX; hits stop at UINT32_MAX).
  * - These functions may be called from inside replay callbacks (a kernel launched there is
  *   tool work: it runs once, unreplayed), except kreplay_sim_destroy().
+ * - Every kreplay_sim_* function below needs the library's `sim` feature, which is on by
+ *   default. A library built without it (cargo build -p replay-ffi --no-default-features)
+ *   exports none of them; the types and constants of this section stay declared, and stay in
+ *   the layout table (kreplay_abi_table), so the header still matches such a library.
  */
 
 /** A simulated runtime. 0 is never a valid handle. */

@@ -1,8 +1,9 @@
-//! The library's own view of the ABI: sizes, alignments and field offsets of every struct of
-//! `include/kernel_replay.h`, and the value of every constant, named the way C spells them
-//! (`sizeof(T)`, `alignof(T)`, `offsetof(T, field)`, `KREPLAY_...`). C and C++ tests build the
-//! same table from the header and compare both directions, so a field or constant that drifts,
-//! or one missing on either side, fails the build's tests.
+//! The library's own view of the ABI (SPEC §10: the header is checked against the Rust
+//! layout): sizes, alignments and field offsets of every struct of `include/kernel_replay.h`,
+//! and the value of every constant, named the way C spells them (`sizeof(T)`, `alignof(T)`,
+//! `offsetof(T, field)`, `KREPLAY_...`). C and C++ tests build the same table from the header
+//! and compare both directions, so a field or constant that drifts, or one missing on either
+//! side, fails the build's tests.
 
 use std::ffi::{c_char, CStr};
 use std::mem::{align_of, offset_of, size_of};

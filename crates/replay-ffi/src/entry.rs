@@ -1,4 +1,5 @@
-//! The `extern "C"` entry points of `include/kernel_replay.h`, one per declared function.
+//! The `extern "C"` entry points of `include/kernel_replay.h` (SPEC §10), one per declared
+//! function.
 //!
 //! Each one is thin: it runs its body under the checked layer's guard (no panic crosses the
 //! boundary; the status and `kreplay_last_error` message come from one place), checks its
@@ -9,7 +10,6 @@
 
 use std::ffi::{c_char, c_void};
 use std::panic::catch_unwind;
-use std::time::Duration;
 
 use replay_core::filter::{DispatchRange, KernelFilter};
 use replay_core::{ContextControl, PolicyError};
@@ -20,19 +20,11 @@ use crate::checked::{
 };
 use crate::state::{library, library_if_created, mark_shut_down, stale, ContextEntry, Owner};
 use crate::sys::*;
-use crate::tool::{in_callback, live_outcome, sink_closure, CTool};
+use crate::tool::{live_outcome, refuse_in_callback, sink_closure, CTool, ContextToggles};
+use crate::wait::{wait_until_idle, window_wait_bounds};
 
 /// Most patterns a filter may list.
 const MAX_PATTERNS: u64 = 65536;
-
-/// Fails with `InCallback` inside a library callback.
-pub(crate) fn refuse_in_callback() -> Result<(), Error> {
-    if in_callback() {
-        Err(Error::InCallback)
-    } else {
-        Ok(())
-    }
-}
 
 /// The registry id of a live handle.
 fn context_id(context: kreplay_context_t) -> Result<replay_core::ContextId, Error> {
@@ -409,7 +401,11 @@ pub unsafe extern "C" fn kreplay_configure_replay(
         let entry = handles.get(context.handle)?;
         // A malformed environment variable is the caller's to see, not a silent default.
         lib.check_env_policy()?;
-        let tool = CTool::new(callback, callback_data);
+        let toggles = ContextToggles {
+            start: Some(kreplay_replay_start_context),
+            stop: Some(kreplay_replay_stop_context),
+        };
+        let tool = CTool::new(callback, callback_data, toggles);
         lib.service
             .configure(entry.id, subscription, std::sync::Arc::clone(&tool) as _)?;
         *lib.owner.lock() = Some(Owner {
@@ -736,54 +732,15 @@ pub unsafe extern "C" fn kreplay_summary_json(
 
 // ----- Shutdown ----------------------------------------------------------------------------
 
-/// How long `kreplay_shutdown` waits for replay windows still open, and how often it looks.
-pub(crate) fn window_wait_bounds(lib: &crate::state::Library) -> (Duration, Duration) {
-    let p = lib.service.policy();
-    // A window without callbacks runs its remaining passes; each of its waits is bounded by
-    // the drain or pass timeout, so one of each bounds the pass in progress and its restore.
-    let bound = p.drain_timeout.saturating_add(p.pass_timeout);
-    let slice = p
-        .poll_slice
-        .clamp(Duration::from_millis(1), Duration::from_millis(10));
-    (bound, slice)
-}
-
-/// Waits, bounded, until `busy` answers `None`; `Err(what it last answered)` at the bound.
-/// Polls on the library's clock, with a progress warning per `progress_interval`.
-pub(crate) fn wait_until_idle(
-    lib: &crate::state::Library,
-    who: &str,
-    busy: impl Fn() -> Option<String>,
-) -> Result<(), String> {
-    let (bound, slice) = window_wait_bounds(lib);
-    let clock = &lib.clock;
-    let start = replay_core::Clock::now(&**clock);
-    let mut warned = start;
-    loop {
-        let Some(what) = busy() else { return Ok(()) };
-        let now = replay_core::Clock::now(&**clock);
-        let waited = now.saturating_sub(start);
-        if waited >= bound {
-            return Err(what);
-        }
-        if now.saturating_sub(warned) >= lib.service.policy().progress_interval {
-            log::warn!(
-                "[kernel-replay] {who}: {what}; waiting for them ({:.1} s of at most {:.1} s)",
-                waited.as_secs_f64(),
-                bound.as_secs_f64()
-            );
-            warned = now;
-        }
-        replay_core::Clock::sleep(&**clock, slice);
-    }
-}
-
 /// Waits, bounded, until no replay window is open and no simulator dispatch is running.
 /// `Err(what was still running)` at the bound.
 fn wait_for_windows(lib: &crate::state::Library) -> Result<(), String> {
     wait_until_idle(lib, "shutdown", || {
         let windows = lib.service.open_windows();
+        #[cfg(feature = "sim")]
         let dispatches = crate::sim::dispatches_in_flight();
+        #[cfg(not(feature = "sim"))]
+        let dispatches = 0;
         (windows != 0 || dispatches != 0).then(|| {
             format!("{windows} replay window(s) open, {dispatches} simulator dispatch(es) running")
         })

@@ -9,9 +9,10 @@
 //!
 //! - [`sys`]: the raw `#[repr(C)]` types and constants, named and laid out exactly as in the
 //!   header. Enumeration fields are plain integers (C may store any value there).
-//! - `checked`: status codes and error messages, the entry guard (`catch_unwind`: no panic
-//!   crosses the boundary), slot-and-generation handles, NULL / `size` / alignment / UTF-8 /
-//!   enumeration checks, and conversions between the core's types and the C structs.
+//! - `checked` (one area per file under `checked/`): status codes and error messages, the
+//!   entry guard (`catch_unwind`: no panic crosses the boundary), slot-and-generation handles,
+//!   NULL / `size` / alignment / UTF-8 / enumeration checks, and conversions between the core's
+//!   types and the C structs.
 //! - [`entry`]: the `extern "C"` functions, one per header declaration, each thin: guard,
 //!   checks in a fixed order (shut down, inside a callback where refused, pointers and
 //!   enumerations, then handles), one call into the core or the context registry.
@@ -21,19 +22,24 @@
 //!   they return.
 //! - [`abi`]: the library's view of the layout (sizes, offsets, constant values), exported so C
 //!   and C++ tests compare it with the header.
+//! - `state`: the process-wide state (the one service, the registry, the clock, the handle
+//!   table, the owner); `wait`: the bounded waits of shutdown and of a simulator's destroy.
 //! - [`threads`]: the registry of threads the library starts, joined by `kreplay_shutdown`.
-//! - [`sim`]: the simulated GPU through the C ABI (`kreplay_sim_*`): simulators with N agents,
+//! - `sim` (feature `sim`, on by default; one area per file under `sim/`): the simulated GPU through the C ABI (`kreplay_sim_*`): simulators with N agents,
 //!   memory of every class, built-in kernels, modules, dispatches through the one service,
 //!   counters, faults and digests, so a C or C++ tool is tested without a GPU.
+//!
+//! No file uses a file that uses it (`tests/layout.rs` checks it): `sys`, then `checked`,
+//! `tool`, `state`, `wait`, the simulator's files, `entry`, and this root on top.
 //!
 //! ## Design choices
 //!
 //! - **One core.** The library creates the process-wide service with
 //!   [`replay_core::ReplayService::global_with_clock`] (an `Arc`), with a
 //!   [`replay_context::Contexts`] registry as its context control and a wall clock
-//!   ([`replay_mock::SimClock::real`], [`clock()`]) created once. The simulator requires the
-//!   service to run on its runtimes' clock, so every simulator of the C ABI is built on that
-//!   same clock; real backends measure on it too (it is the wall clock). Code in the same
+//!   ([`LibraryClock`], [`clock()`]: replay-mock's `SimClock::real()` with the `sim` feature,
+//!   else the core's `SystemClock`) created once. The simulator requires the service to run on
+//!   its runtimes' clock, so every simulator of the C ABI is built on that same clock; real backends measure on it too (it is the wall clock). Code in the same
 //!   shared object (backends) must take the service from [`service()`], so that it is created
 //!   with that registry and clock; a service created earlier through `ReplayService::global()`
 //!   is logged as an error (toggles would then answer `context_error`).
@@ -94,7 +100,9 @@
 //!
 //! ## Backends in the same library
 //!
-//! Each backend adds its entry points to this crate behind a Cargo feature of its own.
+//! Each backend adds its entry points to this crate behind a Cargo feature of its own. The
+//! simulator's (`kreplay_sim_*`) are behind `sim`, on by default: `--no-default-features`
+//! builds a library without them and without replay-mock.
 //! `hsa` (off by default; it needs nothing of ROCm to build, but a library exporting `OnLoad`
 //! is an HSA tool and the default library should not claim to be one): the `hsa` module's `OnLoad`,
 //! `OnUnload` and `kreplay_hsa_state_json` (declared in `include/kernel_replay_hsa.h`), over
@@ -131,47 +139,22 @@ pub mod cuda;
 pub mod entry;
 #[cfg(feature = "hsa")]
 pub mod hsa;
+#[cfg(feature = "sim")]
 pub mod sim;
 mod state;
 pub mod sys;
 pub mod threads;
 mod tool;
-
-use std::sync::Arc;
+mod wait;
 
 pub use replay_context::Contexts;
 pub use replay_core::ReplayService;
 /// The HSA backend (feature `hsa`), re-exported so Rust tools reach its state and bindings.
 #[cfg(feature = "hsa")]
 pub use replay_hsa;
-
-/// The process's replay service (the `Arc` of [`ReplayService::global_with_clock`]), created
-/// with the C ABI's context registry as its context control and [`clock()`] as its clock.
-/// Backends in this shared object must take the service from here (not from
-/// `ReplayService::global()`), so the C ABI and the backends share one core.
-pub fn service() -> Arc<ReplayService> {
-    Arc::clone(&state::library_any().service)
-}
-
-/// The clock the service measures on: the wall clock, as a [`replay_mock::SimClock`] so the
-/// simulated runtimes of the C ABI (`kreplay_sim_*`) share it, as the simulator requires.
-pub fn clock() -> Arc<replay_mock::SimClock> {
-    Arc::clone(&state::library_any().clock)
-}
-
-/// The malformed policy variables of the environment not set through the API since (SPEC §8),
-/// as `kreplay_configure_replay` reports them. A Rust tool that configures
-/// [`service()`] directly checks this first: the service's policy has each of them at its
-/// default.
-pub fn env_policy_errors() -> Vec<replay_core::PolicyError> {
-    state::library_any().env_errors.lock().clone()
-}
-
-/// The context registry the service uses (SPEC §5): what C contexts are handles onto.
-/// `None` after `kreplay_shutdown`, which releases it.
-pub fn contexts() -> Option<Arc<Contexts>> {
-    state::library_any().contexts.get()
-}
+// Defined in `state`, beside what they read, so a backend file that calls them does not use
+// this root (which uses every backend file): the files stay one-way.
+pub use state::{clock, contexts, env_policy_errors, service, LibraryClock};
 
 /// Re-exports the C ABI (and the entry points of enabled backends) from a Rust tool's own
 /// shared object. Invoke once, at the crate root of the tool's `cdylib`:
@@ -241,6 +224,7 @@ pub mod __private {
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
     use crate::entry::*;
+    #[cfg(feature = "sim")]
     use crate::sim;
 
     /// The body of the `kreplay_tool_init` that `export_c_abi!(hsa_tool = ..)` defines: 0 when
@@ -330,6 +314,11 @@ pub mod __private {
             kreplay_summary_get as *const (),
             kreplay_summary_json as *const (),
             kreplay_shutdown as *const (),
+            // The simulator's and the backends' entry points join below behind their features
+            // (`sim`, `hsa`, `cuda`).
+        ];
+        #[cfg(feature = "sim")]
+        let sim: &[*const ()] = &[
             sim::kreplay_sim_create as *const (),
             sim::kreplay_sim_destroy as *const (),
             sim::kreplay_sim_synchronize as *const (),
@@ -351,8 +340,9 @@ pub mod __private {
             sim::kreplay_sim_fault_inject as *const (),
             sim::kreplay_sim_fault_hits as *const (),
             sim::kreplay_sim_fault_clear as *const (),
-            // Backend entry points join below behind their features (`hsa`, `cuda`).
         ];
+        #[cfg(not(feature = "sim"))]
+        let sim: &[*const ()] = &[];
         #[cfg(feature = "hsa")]
         let hsa: &[*const ()] = &[
             crate::hsa::OnLoad as *const (),
@@ -361,7 +351,9 @@ pub mod __private {
         ];
         #[cfg(not(feature = "hsa"))]
         let hsa: &[*const ()] = &[];
-        std::hint::black_box(all).len() + std::hint::black_box(hsa).len()
+        std::hint::black_box(all).len()
+            + std::hint::black_box(sim).len()
+            + std::hint::black_box(hsa).len()
     }
 }
 

@@ -1,13 +1,13 @@
 //! The library's process-wide state: the one replay service (SPEC §2 "One shared object"), the
 //! context registry it uses as its context control, the clock, the handle table, the owner, the
-//! outcome sink, the simulators, and the shut-down flag.
+//! outcome sink, and the shut-down flag (the simulators' tables are the `sim` module's own).
 //!
 //! The service is [`ReplayService::global_with_clock`]'s `Arc`, created once with the registry
-//! and with the library's clock: a wall clock (`SimClock::real()`), the one every simulated
-//! runtime of the C ABI is built with, because the simulator's waits and the service's bounded
-//! waits must measure the same time (replay-mock: "the replay service must run on the
-//! runtime's clock"). A real backend in this shared object measures on it too; it is the wall
-//! clock.
+//! and with the library's clock: a wall clock. With the `sim` feature it is `SimClock::real()`,
+//! the one every simulated runtime of the C ABI is built with, because the simulator's waits and
+//! the service's bounded waits must measure the same time (replay-mock: "the replay service must
+//! run on the runtime's clock"); without it, the core's `SystemClock`. A real backend in this
+//! shared object measures on it too; it is the wall clock.
 //!
 //! The service holds its context control for the life of the process (a static), so it gets a
 //! [`SharedContexts`]: the registry until shutdown, nothing after, so that shutdown frees the
@@ -25,7 +25,14 @@ use replay_context::Contexts;
 use replay_core::{
     Clock, ContextControl, ContextError, ContextId, Policy, PolicyError, ReplayService,
 };
-use replay_mock::SimClock;
+
+/// The library's clock: the wall clock, as the simulator's `SimClock` when the simulated GPU is
+/// built in (feature `sim`), so its runtimes share it.
+#[cfg(feature = "sim")]
+pub type LibraryClock = replay_mock::SimClock;
+/// The library's clock: the wall clock (without the `sim` feature, the core's).
+#[cfg(not(feature = "sim"))]
+pub type LibraryClock = replay_core::SystemClock;
 
 use crate::checked::{Error, HandleTable};
 use crate::tool::{CTool, Gate};
@@ -123,15 +130,42 @@ impl ContextControl for SharedContexts {
     }
 }
 
+/// The process's replay service (the `Arc` of [`ReplayService::global_with_clock`]), created
+/// with the C ABI's context registry as its context control and [`clock()`] as its clock.
+/// Backends in this shared object must take the service from here (not from
+/// `ReplayService::global()`), so the C ABI and the backends share one core.
+pub fn service() -> Arc<ReplayService> {
+    Arc::clone(&library_any().service)
+}
+
+/// The clock the service measures on: the wall clock; with the `sim` feature, as a
+/// `replay_mock::SimClock` so the simulated runtimes of the C ABI (`kreplay_sim_*`) share it,
+/// as the simulator requires ([`LibraryClock`]).
+pub fn clock() -> Arc<LibraryClock> {
+    Arc::clone(&library_any().clock)
+}
+
+/// The malformed policy variables of the environment not set through the API since (SPEC §8),
+/// as `kreplay_configure_replay` reports them. A Rust tool that configures
+/// [`service()`] directly checks this first: the service's policy has each of them at its
+/// default.
+pub fn env_policy_errors() -> Vec<replay_core::PolicyError> {
+    library_any().env_errors.lock().clone()
+}
+
+/// The context registry the service uses (SPEC §5): what C contexts are handles onto.
+/// `None` after `kreplay_shutdown`, which releases it.
+pub fn contexts() -> Option<Arc<Contexts>> {
+    library_any().contexts.get()
+}
+
 /// Everything process-wide.
 #[derive(Debug)]
 pub(crate) struct Library {
     pub(crate) contexts: Arc<SharedContexts>,
     pub(crate) service: Arc<ReplayService>,
     /// The service's clock (the wall clock), shared with every simulated runtime.
-    pub(crate) clock: Arc<SimClock>,
-    /// Simulated runtimes and their kernels, modules and dispatches.
-    pub(crate) sims: Mutex<crate::sim::SimTables>,
+    pub(crate) clock: Arc<LibraryClock>,
     pub(crate) handles: Mutex<Handles>,
     pub(crate) owner: Mutex<Option<Owner>>,
     /// The gate of the installed outcome sink.
@@ -155,7 +189,10 @@ impl Library {
             inner: RwLock::new(Some(Arc::new(Contexts::new()))),
         });
         let ours = Arc::clone(&contexts);
-        let clock = SimClock::real();
+        #[cfg(feature = "sim")]
+        let clock = LibraryClock::real();
+        #[cfg(not(feature = "sim"))]
+        let clock = Arc::new(LibraryClock::new());
         let service_clock = Arc::clone(&clock);
         let service = ReplayService::global_with_clock(move || {
             (
@@ -178,7 +215,6 @@ impl Library {
             contexts,
             service,
             clock,
-            sims: Mutex::new(crate::sim::SimTables::default()),
             handles: Mutex::new(Handles::default()),
             owner: Mutex::new(None),
             sink: Mutex::new(None),

@@ -1,11 +1,11 @@
-//! The raw layer: `#[repr(C)]` types and constants, named and laid out exactly as in
+//! The raw layer of the C ABI (SPEC §10): `#[repr(C)]` types and constants, named and laid out exactly as in
 //! `include/kernel_replay.h`. Nothing here has behaviour.
 //!
 //! Fields that carry enumeration values are plain integers, never Rust enums: C may store any
 //! value there, and an out-of-range discriminant in a Rust enum would be undefined behaviour.
 //! Function pointers are `Option<...>` so that NULL is a valid, checked value.
 //!
-//! The layout table ([`crate::abi`]) exports the sizes, offsets and values below so C and C++
+//! The layout table (the `abi` module) exports the sizes, offsets and values below so C and C++
 //! builds check the header against them.
 
 #![allow(non_camel_case_types)]

@@ -1,6 +1,7 @@
-//! Calls into C: the replay callback adapted to [`ReplayTool`], the pass-count and continue
-//! callbacks adapted to the core's closures, the outcome sink, and the bookkeeping that keeps
-//! every pointer handed to C valid for exactly as long as the header promises.
+//! Calls into C (SPEC §10: a misbehaving callback ends the dispatch with `callback_failed`):
+//! the replay callback adapted to [`ReplayTool`], the pass-count and continue callbacks adapted
+//! to the core's closures, the outcome sink, and the bookkeeping that keeps every pointer
+//! handed to C valid for exactly as long as the header promises.
 //!
 //! - Every call into C runs under a [`Gate`]'s read side and a thread-local callback mark.
 //!   Disabling a gate takes its write side: it waits for calls in flight on other threads, and
@@ -29,7 +30,7 @@ use replay_core::{
     ReplayTool, UserData,
 };
 
-use crate::checked::{operation_code, phase_code, CDispatchInfo, COutcome};
+use crate::checked::{operation_code, phase_code, CDispatchInfo, COutcome, Error};
 use crate::sys::*;
 
 // ----- Callback marks and gates ------------------------------------------------------------
@@ -59,6 +60,15 @@ impl Drop for CallbackMark {
 pub(crate) fn in_callback() -> bool {
     CALLBACK_DEPTH.try_with(|d| d.get() > 0).unwrap_or(false)
         || replay_core::locks::thread_in_callback()
+}
+
+/// Fails with `InCallback` inside a library callback.
+pub(crate) fn refuse_in_callback() -> Result<(), Error> {
+    if in_callback() {
+        Err(Error::InCallback)
+    } else {
+        Ok(())
+    }
 }
 
 /// Lets calls into C start until disabled; disabling waits for calls in flight.
@@ -207,17 +217,32 @@ impl DispatchState {
 pub(crate) struct CTool {
     callback: CReplayFn,
     data: ToolData,
+    toggles: ContextToggles,
     gate: Arc<Gate>,
     dispatches: Mutex<HashMap<u64, Arc<DispatchState>>>,
 }
 
+/// The entry points a payload offers the tool for starting and stopping contexts
+/// (`kreplay_replay_start_context` / `kreplay_replay_stop_context`), given by the caller so
+/// this module does not name the entry points.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContextToggles {
+    pub(crate) start: kreplay_context_toggle_t,
+    pub(crate) stop: kreplay_context_toggle_t,
+}
+
 impl CTool {
-    /// Adapts `callback` with its `callback_data`.
-    pub(crate) fn new(callback: CReplayFn, data: *mut c_void) -> Arc<Self> {
+    /// Adapts `callback` with its `callback_data`; payloads offer `toggles`.
+    pub(crate) fn new(
+        callback: CReplayFn,
+        data: *mut c_void,
+        toggles: ContextToggles,
+    ) -> Arc<Self> {
         let data = ToolData(data);
         Arc::new(Self {
             callback,
             data,
+            toggles,
             gate: Gate::new(),
             dispatches: Mutex::new(HashMap::new()),
         })
@@ -308,8 +333,8 @@ impl ReplayTool for CTool {
             total_passes: payload.total_passes,
             replay_pass_count: None,
             replay_continue: shown,
-            replay_start_context: Some(crate::entry::kreplay_replay_start_context),
-            replay_stop_context: Some(crate::entry::kreplay_replay_stop_context),
+            replay_start_context: self.toggles.start,
+            replay_stop_context: self.toggles.stop,
             outcome: outcome.as_ref().map_or(std::ptr::null(), |o| o.0.as_ptr()),
         };
         let mut ud = kreplay_user_data_t { value: *user_data };

@@ -11,6 +11,10 @@
 //!
 //! Compilers: `$CC` / `$CXX`, else `cc` / `c++`. Valgrind runs when installed; set
 //! `KREPLAY_REQUIRE_VALGRIND=1` (CI does) to fail instead of skipping when it is not.
+//!
+//! Needs the simulated GPU through the C ABI (feature `sim`, on by default).
+
+#![cfg(feature = "sim")]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

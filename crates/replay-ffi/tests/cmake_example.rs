@@ -11,6 +11,10 @@
 //!
 //! Without `cmake` (or `pkg-config`) the test prints a skip line, or fails when
 //! `KREPLAY_REQUIRE_CMAKE=1` is set (CI sets it).
+//!
+//! Needs the simulated GPU through the C ABI (feature `sim`, on by default).
+
+#![cfg(feature = "sim")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -12,6 +12,10 @@
 //! the owner, shutdown.
 //!
 //! One test: the library is process-wide and shutdown is final.
+//!
+//! Needs the simulated GPU through the C ABI (feature `sim`, on by default).
+
+#![cfg(feature = "sim")]
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;

@@ -4,6 +4,10 @@
 //! `Arc` on the library's wall clock, which the simulators share.
 //!
 //! One test: the library is process-wide and shutdown is final.
+//!
+//! Needs the simulated GPU through the C ABI (feature `sim`, on by default).
+
+#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 

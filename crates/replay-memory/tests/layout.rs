@@ -1,8 +1,13 @@
 //! The crate's layout (issue 12): every source file names its role and SPEC section in its top
 //! doc, and no file uses a file that uses it, directly or through others.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
+
+// The scan is shared (std only, so it is included by path: replay-tests depends on this crate).
+#[path = "../../replay-tests/src/layout.rs"]
+#[allow(dead_code)]
+mod layout;
 
 /// Crate-root re-exports, mapped to the file that defines them.
 const REEXPORTS: &[(&str, &str)] = &[
@@ -17,92 +22,17 @@ const REEXPORTS: &[(&str, &str)] = &[
 
 /// The files of `src/` other than `lib.rs`, by module name, with their text.
 fn sources() -> BTreeMap<String, String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(&dir).expect("src/ is readable") {
-        let p = e.expect("a directory entry").path();
-        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-        if p.extension().is_some_and(|x| x == "rs") && name != "lib" {
-            out.insert(name, std::fs::read_to_string(&p).expect("a source file"));
-        }
-    }
-    out
-}
-
-/// The first segments of every `crate::` and `super::` path in `text` (use lines, inline paths
-/// and doc links alike; `{a, b::c}` groups give `a` and `b`).
-fn named(text: &str) -> BTreeSet<String> {
-    let ident = |s: &str| -> String {
-        s.trim_start()
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect()
-    };
-    let mut out = BTreeSet::new();
-    for prefix in ["crate::", "super::"] {
-        for (at, _) in text.match_indices(prefix) {
-            let rest = &text[at + prefix.len()..];
-            if let Some(group) = rest.strip_prefix('{') {
-                let group = &group[..group.find('}').unwrap_or(group.len())];
-                out.extend(group.split(',').map(ident));
-            } else {
-                out.insert(ident(rest));
-            }
-        }
-    }
-    out
+    layout::sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), false)
 }
 
 /// Which file each file uses.
-fn edges(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
-    let reexport: BTreeMap<&str, &str> = REEXPORTS.iter().copied().collect();
-    files
-        .iter()
-        .map(|(name, text)| {
-            let used = named(text)
-                .into_iter()
-                .map(|n| {
-                    reexport
-                        .get(n.as_str())
-                        .map_or(n.clone(), |m| m.to_string())
-                })
-                .filter(|n| n != name && files.contains_key(n))
-                .collect();
-            (name.clone(), used)
-        })
-        .collect()
+fn edges(files: &BTreeMap<String, String>) -> layout::Graph {
+    layout::edges(files, REEXPORTS)
 }
 
 /// A path of files that comes back to its start, if there is one.
-fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
-    fn visit(
-        n: &str,
-        graph: &BTreeMap<String, BTreeSet<String>>,
-        done: &mut BTreeSet<String>,
-        path: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(i) = path.iter().position(|p| p == n) {
-            let mut c = path[i..].to_vec();
-            c.push(n.to_string());
-            return Some(c);
-        }
-        if done.contains(n) {
-            return None;
-        }
-        path.push(n.to_string());
-        for m in graph.get(n).into_iter().flatten() {
-            if let Some(c) = visit(m, graph, done, path) {
-                return Some(c);
-            }
-        }
-        path.pop();
-        done.insert(n.to_string());
-        None
-    }
-    let mut done = BTreeSet::new();
-    graph
-        .keys()
-        .find_map(|n| visit(n, graph, &mut done, &mut Vec::new()))
+fn cycle(graph: &layout::Graph) -> Option<Vec<String>> {
+    layout::cycle(graph)
 }
 
 #[test]

@@ -20,6 +20,8 @@
 //!   compares;
 //! - [`Watchdog`], which aborts the test process when a test runs past a wall-clock limit, so
 //!   a deadlock fails CI instead of hanging it;
+//! - [`layout`], the scan of a crate's sources that checks no file uses a file that uses it
+//!   (std only, so crates below this one include the file in their tests by path);
 //! - [`run_child`], which re-executes the test binary to run one scenario in a child process
 //!   (for the one path that aborts the process by design).
 //!
@@ -30,6 +32,8 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod layout;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};

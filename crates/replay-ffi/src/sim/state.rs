@@ -1,4 +1,5 @@
-//! The simulators' handle tables and the shutdown hook that stops their worker threads.
+//! The simulators' handle tables and the shutdown hook that stops their worker threads (SPEC
+//! §10: handles checked on every call, shutdown joins every thread the library started).
 //!
 //! Every handle type has its own table (and tag, so a handle of one type is never taken for
 //! another). Kernels, modules and dispatches remember the simulator they belong to; destroying
@@ -9,12 +10,16 @@
 //! or shuts down.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+
+use parking_lot::Mutex;
 
 use replay_core::{AgentId, OutcomeRecord};
 use replay_mock::{Completion, Kernel, Module, SimRuntime};
 
 use crate::checked::{Error, HandleTable};
+use crate::state::library;
+use crate::sys::kreplay_sim_t;
 
 /// Handle tags (bits 24..32 of a handle); contexts have 0.
 const TAG_SIM: u8 = 1;
@@ -98,6 +103,21 @@ impl Default for SimTables {
             stragglers: Vec::new(),
         }
     }
+}
+
+/// The simulators' tables, process-wide like the library's state (and emptied by the shutdown
+/// hook, so nothing stays reachable only through the static).
+static TABLES: LazyLock<Mutex<SimTables>> = LazyLock::new(Mutex::default);
+
+/// Simulated runtimes and their kernels, modules and dispatches.
+pub(crate) fn tables() -> &'static Mutex<SimTables> {
+    &TABLES
+}
+
+/// The simulator runtime of a live handle (`ShutDown` after `kreplay_shutdown`).
+pub(crate) fn runtime(sim: kreplay_sim_t) -> Result<SimRuntime, Error> {
+    library()?;
+    tables().lock().runtime(sim.handle)
 }
 
 /// The error for a handle that is not live.
@@ -185,19 +205,17 @@ impl SimTables {
 
 /// Registers, once, the hook `kreplay_shutdown` runs: it closes the tables and shuts every
 /// simulated runtime down, which joins its worker threads (queues and copy engine).
-pub(crate) fn ensure_shutdown_hook(tables: &mut SimTables) -> Result<(), Error> {
-    if tables.hook {
+pub(crate) fn ensure_shutdown_hook(open: &mut SimTables) -> Result<(), Error> {
+    if open.hook {
         return Ok(());
     }
     crate::threads::on_shutdown("simulator", || {
-        if let Some(lib) = crate::state::library_if_created() {
-            let runtimes = lib.sims.lock().close();
-            for rt in runtimes {
-                rt.shutdown();
-            }
+        let runtimes = tables().lock().close();
+        for rt in runtimes {
+            rt.shutdown();
         }
     })
     .map_err(|_| Error::ShutDown)?;
-    tables.hook = true;
+    open.hook = true;
     Ok(())
 }
