@@ -143,7 +143,7 @@ mod snapshot;
 mod tiers;
 pub mod tracker;
 
-pub use classify::{classify, Treatment};
+pub use classify::{classify, classify_under, Treatment};
 pub use engine::MemoryEngine;
 pub use modules::{ModuleVariable, ModuleVariables, NoModuleVariables};
-pub use tracker::Tracker;
+pub use tracker::{MapAccess, MappedHandle, Tracker};
