@@ -111,6 +111,7 @@ pub mod memory;
 pub mod queue;
 pub mod runtime;
 pub mod tracker;
+pub mod vmem;
 
 pub use agent::SimAgent;
 pub use clock::{ClockMode, SimClock};
@@ -133,3 +134,4 @@ pub use runtime::{
     Completion, QueueRef, SimRuntime, SimRuntimeBuilder, WeakRuntime, FINAL_DIGEST_KEY,
 };
 pub use tracker::{Module, ModuleSpec, SimModuleVariables, VariableSpec};
+pub use vmem::{HandleKind, MapAccess, VmemHandle};
