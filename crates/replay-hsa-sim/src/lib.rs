@@ -91,6 +91,7 @@ pub mod entries;
 pub mod fault;
 pub mod queue;
 pub mod state;
+pub mod vmem;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
