@@ -245,10 +245,8 @@ fn reserve_map_access_unmap_remap_and_free() {
     // Aligned reservations.
     let mut aligned = std::ptr::null_mut();
     // SAFETY: a valid out pointer.
-    assert_eq!(
-        unsafe { (v.reserve_align)(&mut aligned, CHUNK, 0, 1 << 16, 0) },
-        OK
-    );
+    let st = unsafe { (v.reserve_align)(&mut aligned, CHUNK, 0, 1 << 16, 0) };
+    assert_eq!(st, OK);
     assert_eq!(aligned as usize % (1 << 16), 0);
     // SAFETY: its base and size.
     assert_eq!(unsafe { (v.free)(aligned, CHUNK) }, OK);

@@ -127,11 +127,10 @@ pub(crate) fn check_access(
     let Some(m) = &a.map else {
         return Ok(());
     };
-    let ok = match (m.access.read().get(&agent), access) {
-        (Some(MapAccess::ReadWrite), _) => true,
-        (Some(MapAccess::Read), Access::Read) => true,
-        _ => false,
-    };
+    let ok = matches!(
+        (m.access.read().get(&agent), access),
+        (Some(MapAccess::ReadWrite), _) | (Some(MapAccess::Read), Access::Read)
+    );
     if ok {
         Ok(())
     } else {
