@@ -19,6 +19,26 @@
 //! own waits are bounded by the policy, and [`Tracker::set_release_wait_cap`] (default
 //! [`DEFAULT_RELEASE_WAIT_CAP`] of wall time) guards against a holder that never returns; past
 //! it the free proceeds with an error logged.
+//!
+//! ## Virtual-memory mappings and stream-ordered allocations (for backends)
+//!
+//! A backend's wrappers report them as follows (SPEC §7.1 row); every report that ends memory
+//! for an agent comes *before* the runtime's call, like a free:
+//!
+//! | runtime call (CUDA / HSA) | report | when |
+//! |---|---|---|
+//! | `cuMemAddressReserve` / `hsa_amd_vmem_address_reserve` | none | |
+//! | `cuMemCreate` / `hsa_amd_vmem_handle_create` | none (remember the handle's agent and class) | |
+//! | `cuMemMap` / `hsa_amd_vmem_map` | [`Tracker::record_map`] with [`MappedHandle::Local`] (or `Imported` for a handle from `cuMemImportFromShareableHandle` / `hsa_amd_vmem_import_shareable_handle`, `Multicast` for a multicast object) | after it succeeded |
+//! | `cuMemSetAccess` / `hsa_amd_vmem_set_access` | [`Tracker::record_access`], once per agent of the descriptor list | before when it lowers that agent's access, after when it raises it |
+//! | `cuMemUnmap` / `hsa_amd_vmem_unmap` | [`Tracker::record_unmap`] | before |
+//! | `cuMemAddressFree` / `hsa_amd_vmem_address_free` | [`Tracker::record_release_reservation`] | before |
+//! | `cuMemRelease` / `hsa_amd_vmem_handle_release`, retain, export | none: a mapping lives until it is unmapped | |
+//! | `cuMemAllocAsync`, `cuMemAllocFromPoolAsync` / the HSA pool allocation behind `hipMallocAsync` | [`Tracker::record_async_alloc`] | after it returned |
+//! | `cuMemFreeAsync` / `hipFreeAsync` | [`Tracker::record_async_free`] | before (the point the free is ordered, not the point the stream reaches it) |
+//!
+//! A report that fails to reach the tracker leaves the memory unknown: an argument into it
+//! is then asked of the runtime and declines, never captured blindly.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
