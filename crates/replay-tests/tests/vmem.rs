@@ -412,3 +412,55 @@ fn a_stream_ordered_free_on_another_thread_waits_for_the_restore_and_is_never_wr
     assert!(filled(&rt, buf, f(2)));
     finish(&rt);
 }
+
+#[test]
+fn an_unmap_on_another_thread_waits_for_the_restore_and_is_never_written_after() {
+    let _w = Watchdog::new("unmap_racing_restore", Duration::from_secs(60));
+    let rt = runtime(1);
+    let va = mapped(&rt, 2);
+    // When the first restore starts: on another thread, unmap the second chunk. Pass 1 waits
+    // until that thread is done, so the second restore comes after the unmap.
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let weak = rt.downgrade();
+    let tracker = rt.tracker();
+    rt.memory(A0).on_next_restore(move || {
+        let rt = weak.upgrade().expect("the runtime is alive");
+        let finished = Arc::new(AtomicBool::new(false));
+        let fin = Arc::clone(&finished);
+        std::thread::spawn(move || {
+            rt.vmem_unmap(va + CHUNK, CHUNK).unwrap();
+            fin.store(true, Ordering::SeqCst);
+            let _ = done_tx.send(());
+        });
+        // Bounded in wall time only as a guard: the unmap waits for this restore.
+        for _ in 0..10_000 {
+            if finished.load(Ordering::SeqCst) || tracker.waiting_releases() > 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let done_rx = parking_lot::Mutex::new(done_rx);
+    ToolScript::passes(3)
+        .on(At::PassEnter, move |_, p| {
+            if p.current_pass == 1 {
+                done_rx
+                    .lock()
+                    .recv_timeout(Duration::from_secs(30))
+                    .expect("the unmap finished");
+            }
+        })
+        .install(&rt, patient_policy());
+    // A restore into the unmapped chunk would fail and abort.
+    let rec = run(&rt, &[va, va + CHUNK]);
+    assert_outcome(&rec, Outcome::Replayed, Reason::None);
+    assert_eq!(rec.executed_passes, 3);
+    assert_eq!(
+        rec.pass_restored_bytes.as_slice(),
+        &[0, 2 * CHUNK, CHUNK],
+        "{rec}"
+    );
+    assert!(filled(&rt, va, f(0x10)));
+    assert!(rt.read(va + CHUNK, 1).is_err(), "unmapped");
+    finish(&rt);
+}
