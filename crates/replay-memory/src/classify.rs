@@ -17,8 +17,10 @@ pub enum Treatment {
     /// IPC-imported or peer memory, or a class nobody described: no snapshot can cover it;
     /// reaching it declines `untracked_memory`.
     Uncapturable,
-    /// Virtual-memory mappings and stream-ordered allocations under `decline_on_vmem=true`
-    /// (see [`classify_under`]): not captured, counted apart; the window declines them.
+    /// A virtual-memory mapping nothing captures: no device class behind it for this agent
+    /// (no access, a multicast object), or any mapping or stream-ordered allocation under
+    /// `decline_on_vmem` ([`classify_under`]). Not captured, counted apart; reaching it
+    /// declines `untracked_memory`, and under `decline_on_vmem` so does its mere presence.
     VirtualMapping,
 }
 
@@ -33,8 +35,8 @@ pub enum Treatment {
 /// mapping of a coarse device handle with read-write access is captured; one of an imported
 /// handle carries `IPC_IMPORTED` (uncapturable); read-only access carries `READ_ONLY`
 /// (excluded: the kernel cannot change it); a mapping with no device class (no access for
-/// this agent, a multicast object) is uncapturable. [`classify_under`] applies
-/// `decline_on_vmem`.
+/// this agent, a multicast object) is [`Treatment::VirtualMapping`]. [`classify_under`]
+/// applies `decline_on_vmem`.
 pub fn classify(class: MemoryClass) -> Treatment {
     if class.intersects(MemoryClass::TOOL_OWNED | MemoryClass::KERNARG) {
         Treatment::Excluded
@@ -42,6 +44,10 @@ pub fn classify(class: MemoryClass) -> Treatment {
         Treatment::Uncapturable
     } else if class.contains(MemoryClass::READ_ONLY) {
         Treatment::Excluded
+    } else if class.contains(MemoryClass::VIRTUAL_MAPPING)
+        && !class.intersects(MemoryClass::CAPTURABLE_UNTRACKED | MemoryClass::DEVICE_COARSE)
+    {
+        Treatment::VirtualMapping
     } else if class.intersects(MemoryClass::CAPTURABLE_UNTRACKED) {
         Treatment::CapturableUntracked
     } else if class.intersects(MemoryClass::DEVICE_COARSE | MemoryClass::MODULE_VARIABLE) {
@@ -84,8 +90,8 @@ mod tests {
             (M::PEER, T::Uncapturable),
             (M::PEER | M::DEVICE_COARSE, T::Uncapturable),
             // A mapping is treated like the memory behind it; none (no access, multicast)
-            // cannot be captured.
-            (M::VIRTUAL_MAPPING, T::Uncapturable),
+            // is a mapping nothing captures.
+            (M::VIRTUAL_MAPPING, T::VirtualMapping),
             (M::VIRTUAL_MAPPING | M::DEVICE_COARSE, T::Captured),
             (M::VIRTUAL_MAPPING | M::FINE_GRAINED, T::CapturableUntracked),
             (M::VIRTUAL_MAPPING | M::IPC_IMPORTED, T::Uncapturable),

@@ -463,7 +463,10 @@ impl GpuShared {
         let alloc = a
             .heap
             .get(base)
-            .filter(|x| matches!(x.owner, Owner::App | Owner::Unreported | Owner::Tool))
+            // A mapping ends with its unmap (`SimRuntime::vmem_unmap`), never with a free.
+            .filter(|x| {
+                matches!(x.owner, Owner::App | Owner::Unreported | Owner::Tool) && x.map.is_none()
+            })
             .ok_or(SimError::InvalidFree { agent, addr: base })?;
         if alloc.owner != Owner::Unreported {
             // SPEC §7.1: recorded before the memory is released.
