@@ -130,6 +130,11 @@ fn demo_policy(args: &DemoArgs) -> Result<Policy, DemoError> {
     if args.inject.as_deref() == Some("over-budget") {
         policy.max_snapshot_bytes = 64 << 10;
     }
+    if args.inject.as_deref() == Some("untracked-vmem") {
+        // Mappings are captured by default now; the fault shows the policy switch that
+        // declines every dispatch of an agent with a mapping (SPEC §8).
+        policy.decline_on_vmem = true;
+    }
     Ok(policy)
 }
 

@@ -707,7 +707,8 @@ fn expect_once(
 }
 
 /// A virtual-memory mapping (or stream-ordered pool memory) on the device: declines
-/// `untracked_memory` by default policy, and an argument pointing into one always does.
+/// `untracked_memory` under `decline_on_vmem=true`, and (until the backend reports mappings
+/// through the tracker's mapping calls) an argument pointing into one does regardless.
 fn decline_vmm(b: &Bench, pool: bool) -> Result<Value, String> {
     let alloc = b.backend.allocator();
     let v = if pool {
@@ -720,7 +721,11 @@ fn decline_vmm(b: &Bench, pool: bool) -> Result<Value, String> {
         b,
         "decline_vmm",
         (Outcome::Declined, Reason::UntrackedMemory),
-        |b| b.set_policy(Bench::policy(Scope::All, RestoreMode::Full)),
+        |b| {
+            let mut p = Bench::policy(Scope::All, RestoreMode::Full);
+            p.decline_on_vmem = true;
+            b.set_policy(p)
+        },
         |_| {},
     )?;
     // An argument into the mapping, with decline_on_vmem off: still uncapturable.

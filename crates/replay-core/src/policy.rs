@@ -127,7 +127,9 @@ pub struct Policy {
     pub pageable_tier_bytes: u64,
     /// Bytes the device pool keeps after a window (trimmed to this).
     pub pool_keep_bytes: u64,
-    /// Decline when the agent has virtual-memory mappings the snapshot cannot cover.
+    /// Decline when the agent has virtual-memory mappings or stream-ordered allocations
+    /// (SPEC §7.1), instead of capturing them like device memory: the behaviour before they
+    /// were captured. Default false.
     pub decline_on_vmem: bool,
     /// Decline when the agent has other untracked allocations.
     pub decline_on_untracked: bool,
@@ -168,7 +170,7 @@ impl Default for Policy {
             pinned_tier_bytes: 0,
             pageable_tier_bytes: 0,
             pool_keep_bytes: 256 << 20,
-            decline_on_vmem: true,
+            decline_on_vmem: false,
             decline_on_untracked: false,
             warn_seconds: 10.0,
             assumed_gbps: 4.0,

@@ -69,8 +69,8 @@ const CASES: &[Case] = &[
     },
     Case {
         suffix: "DECLINE_ON_VMEM",
-        valid: "off",
-        expect: |p| p.decline_on_vmem = false,
+        valid: "on",
+        expect: |p| p.decline_on_vmem = true,
         bad: &["maybe", "2", ""],
     },
     Case {
@@ -243,7 +243,7 @@ fn defaults_match_spec() {
     assert_eq!(p.pinned_tier_bytes, 0);
     assert_eq!(p.pageable_tier_bytes, 0);
     assert_eq!(p.pool_keep_bytes, 256 * MIB);
-    assert!(p.decline_on_vmem);
+    assert!(!p.decline_on_vmem, "mappings are captured (SPEC §7.1)");
     assert!(!p.decline_on_untracked);
     assert_eq!(p.warn_seconds, 10.0);
     assert_eq!(p.assumed_gbps, 4.0);
@@ -680,8 +680,8 @@ fn booleans_parse() {
         assert_eq!(parse_bool(text), None, "{text:?} should be rejected");
     }
     // Through a variable, with padding.
-    let p = from_map(&[("KREPLAY_DECLINE_ON_VMEM", " No ")]).unwrap();
-    assert!(!p.decline_on_vmem);
+    let p = from_map(&[("KREPLAY_DECLINE_ON_VMEM", " Yes ")]).unwrap();
+    assert!(p.decline_on_vmem);
 }
 
 #[test]

@@ -655,7 +655,11 @@ fn admission_declines_before_any_drain() {
                 },
                 ..plan_of(10)
             },
-            policy(),
+            // The old behaviour, now asked for: mappings are captured by default.
+            Policy {
+                decline_on_vmem: true,
+                ..policy()
+            },
             Reason::UntrackedMemory,
         ),
         (

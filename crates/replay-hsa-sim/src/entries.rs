@@ -54,7 +54,7 @@ fn erase(f: *const ()) -> Entry {
 /// Writes the entry `f` into `slot`, whatever the binding's Rust type for that slot is (an
 /// untyped [`Entry`] or a typed `Option<fn>`): only its size (one nullable function pointer)
 /// is relied upon, so the table keeps building when `replay-hsa` types more of its slots.
-fn set<T>(slot: &mut T, f: *const ()) {
+pub(crate) fn set<T>(slot: &mut T, f: *const ()) {
     assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<Entry>());
     // SAFETY: `slot` is a table field of pointer size holding a nullable `extern "C"`
     // function pointer (checked size; every slot of the bound tables is such a field), and
@@ -292,6 +292,7 @@ pub(crate) fn core_table() -> v2::CoreApiTable {
 /// The AMD extension table (major 2).
 pub(crate) fn amd_table() -> v2::AmdExtTable {
     let mut t = v2::AmdExtTable::empty(version::<v2::AmdExtTable>(2));
+    crate::vmem::install(&mut t);
     set(
         &mut t.hsa_amd_memory_pool_get_info_fn,
         hsa_amd_memory_pool_get_info as *const (),
@@ -975,12 +976,26 @@ unsafe extern "C" fn hsa_amd_pointer_info(
         }
         let mut out = sys::hsa_amd_pointer_info_t::default();
         let mut owner_agents = Vec::new();
-        if let Some((base, a)) = state::find(ptr as u64) {
-            out.type_ = POINTER_TYPES
-                .lock()
-                .get(&base)
-                .copied()
-                .unwrap_or(sys::HSA_EXT_POINTER_TYPE_HSA);
+        let found = state::find(ptr as u64);
+        if found.is_none() {
+            if let Some((base, size)) = crate::vmem::reservation(ptr as u64) {
+                // Reserved, nothing mapped there.
+                out.type_ = sys::HSA_EXT_POINTER_TYPE_RESERVED_ADDR;
+                out.agentBaseAddress = base as *mut c_void;
+                out.hostBaseAddress = base as *mut c_void;
+                out.sizeInBytes = size;
+            }
+        }
+        if let Some((base, a)) = found {
+            out.type_ = if a.vmem.is_some() {
+                sys::HSA_EXT_POINTER_TYPE_HSA_VMEM
+            } else {
+                POINTER_TYPES
+                    .lock()
+                    .get(&base)
+                    .copied()
+                    .unwrap_or(sys::HSA_EXT_POINTER_TYPE_HSA)
+            };
             out.agentBaseAddress = base as *mut c_void;
             out.hostBaseAddress = base as *mut c_void;
             out.sizeInBytes = a.size;

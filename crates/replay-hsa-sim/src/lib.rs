@@ -46,6 +46,10 @@
 //!   `hsa_amd_ipc_memory_create` / `_attach` / `_detach` give an `IPC` block (a block of its
 //!   own holding the exporter's bytes: the simulator is one process); `hsa_amd_memory_fill`
 //!   fills synchronously.
+//! - **Virtual memory** ([`vmem`]): the `hsa_amd_vmem_*` entries (reserved ranges, handles
+//!   from GPU pools, map / unmap, access per agent enforced on kernels, retain, export /
+//!   import, handle properties); `hsa_amd_pointer_info` answers `RESERVED_ADDR` and
+//!   `HSA_VMEM`.
 //!
 //! [`client::Client`] drives it the way the HIP runtime would (queues, pools, AQL packets,
 //! doorbells, completion signals, async copies), for tests of HSA tools.
@@ -91,6 +95,7 @@ pub mod entries;
 pub mod fault;
 pub mod queue;
 pub mod state;
+pub mod vmem;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;

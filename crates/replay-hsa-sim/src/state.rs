@@ -120,7 +120,7 @@ pub struct Dispatch<'a> {
 impl Dispatch<'_> {
     /// Reads `buf.len()` bytes at `addr`.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemFault> {
-        with_range(addr, buf.len(), |p| {
+        with_range_as(Some((self.agent.handle, false)), addr, buf.len(), |p| {
             // SAFETY: `with_range` hands a pointer to `buf.len()` bytes inside a live
             // allocation, kept alive by the memory map's read lock during the call.
             unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) }
@@ -129,7 +129,7 @@ impl Dispatch<'_> {
 
     /// Writes `data` at `addr`.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemFault> {
-        with_range(addr, data.len(), |p| {
+        with_range_as(Some((self.agent.handle, true)), addr, data.len(), |p| {
             // SAFETY: as in `read`; the allocation is writable host memory.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
         })
@@ -178,6 +178,8 @@ pub struct Alloc {
     layout: Layout,
     pub(crate) pool: u64,
     pub(crate) agent: u64,
+    /// Set for a virtual-memory mapping ([`crate::vmem`]): its handle and who may access it.
+    pub(crate) vmem: Option<Arc<crate::vmem::MapAccess>>,
 }
 
 static MEMORY: LazyLock<RwLock<BTreeMap<u64, Alloc>>> =
@@ -233,6 +235,7 @@ pub(crate) fn allocate(pool: &PoolRec, size: usize) -> Option<u64> {
             layout,
             pool: pool.handle,
             agent: pool.agent,
+            vmem: None,
         },
     );
     Some(p as u64)
@@ -261,6 +264,7 @@ pub(crate) fn map_foreign(base: u64, size: usize, agent: u64) -> bool {
             layout,
             pool: 0,
             agent,
+            vmem: None,
         },
     );
     true
@@ -279,8 +283,13 @@ pub(crate) fn unmap_foreign(base: u64) -> bool {
 
 /// Frees the allocation based at `base`.
 pub(crate) fn free(base: u64) -> bool {
-    // Foreign (locked) memory is the application's, never released here.
-    if MEMORY.read().get(&base).is_some_and(|a| a.pool == 0) {
+    // Foreign (locked) memory is the application's, never released here; a mapping is
+    // released by its unmap.
+    if MEMORY
+        .read()
+        .get(&base)
+        .is_some_and(|a| a.pool == 0 || a.vmem.is_some())
+    {
         return false;
     }
     let Some(a) = MEMORY.write().remove(&base) else {
@@ -309,14 +318,88 @@ pub(crate) fn find(addr: u64) -> Option<(u64, Alloc)> {
 
 /// Runs `f` with a pointer to `[addr, addr + len)` if it lies inside one live allocation.
 pub(crate) fn with_range(addr: u64, len: usize, f: impl FnOnce(*mut u8)) -> Result<(), MemFault> {
+    with_range_as(None, addr, len, f)
+}
+
+/// [`with_range`] for a kernel of `agent` (`Some((agent, write))`): a virtual-memory mapping
+/// that agent has no access to (or only read access, for a write) faults.
+pub(crate) fn with_range_as(
+    by: Option<(u64, bool)>,
+    addr: u64,
+    len: usize,
+    f: impl FnOnce(*mut u8),
+) -> Result<(), MemFault> {
     let m = MEMORY.read();
     let fault = MemFault { addr, len };
     let (b, a) = m.range(..=addr).next_back().ok_or(fault.clone())?;
     if addr.checked_add(len as u64).ok_or(fault.clone())? > b + a.size as u64 {
         return Err(fault);
     }
+    if let (Some((agent, write)), Some(v)) = (by, &a.vmem) {
+        if !v.allows(agent, write) {
+            return Err(fault);
+        }
+    }
     f(addr as *mut u8);
     Ok(())
+}
+
+/// Inserts a mapping's block (`crate::vmem`): `[base, base + size)` of a reservation, which
+/// the caller owns; fails when it overlaps a live allocation.
+pub(crate) fn insert_mapping(
+    base: u64,
+    size: usize,
+    pool: u64,
+    agent: u64,
+    access: Arc<crate::vmem::MapAccess>,
+) -> bool {
+    let Ok(layout) = Layout::from_size_align(size, 1) else {
+        return false;
+    };
+    let mut m = MEMORY.write();
+    let end = base.saturating_add(size as u64);
+    if size == 0
+        || m.range(..end)
+            .next_back()
+            .is_some_and(|(b, a)| b + a.size as u64 > base)
+    {
+        return false;
+    }
+    m.insert(
+        base,
+        Alloc {
+            size,
+            layout,
+            pool,
+            agent,
+            vmem: Some(access),
+        },
+    );
+    true
+}
+
+/// Removes the mapping blocks inside `[base, base + size)` and returns them as (base, record);
+/// `None` (nothing removed) when the range cuts one.
+pub(crate) fn remove_mappings(base: u64, size: usize) -> Option<Vec<(u64, Alloc)>> {
+    let mut m = MEMORY.write();
+    let end = base.saturating_add(size as u64);
+    let inside: Vec<u64> = m
+        .range(..end)
+        .filter(|(b, a)| a.vmem.is_some() && **b + a.size as u64 > base)
+        .map(|(b, _)| *b)
+        .collect();
+    if inside
+        .iter()
+        .any(|b| *b < base || b + m[b].size as u64 > end)
+    {
+        return None;
+    }
+    Some(
+        inside
+            .into_iter()
+            .filter_map(|b| m.remove(&b).map(|a| (b, a)))
+            .collect(),
+    )
 }
 
 /// Copies `len` bytes between two simulated ranges.

@@ -17,30 +17,56 @@ pub enum Treatment {
     /// IPC-imported or peer memory, or a class nobody described: no snapshot can cover it;
     /// reaching it declines `untracked_memory`.
     Uncapturable,
-    /// Virtual-memory mappings: not captured, counted; decline by policy.
+    /// A virtual-memory mapping nothing captures: no device class behind it for this agent
+    /// (no access, a multicast object), or any mapping or stream-ordered allocation under
+    /// `decline_on_vmem` ([`classify_under`]). Not captured, counted apart; reaching it
+    /// declines `untracked_memory`, and under `decline_on_vmem` so does its mere presence.
     VirtualMapping,
 }
 
 /// The treatment of `class`. When several flags are set, the most restrictive wins, in this
-/// order: tool-owned and kernarg (never touch), IPC and peer (cannot capture), virtual
-/// mappings, read-only (nothing to restore), the capturable-untracked kinds, then coarse device
-/// memory and module variables. An empty class is treated as uncapturable: guessing would risk
-/// restoring memory nobody described.
+/// order: tool-owned and kernarg (never touch), IPC and peer (cannot capture), read-only
+/// (nothing to restore), the capturable-untracked kinds, then coarse device memory and module
+/// variables. An empty class is treated as uncapturable: guessing would risk restoring memory
+/// nobody described.
+///
+/// A virtual-memory mapping or stream-ordered allocation ([`MemoryClass::VIRTUAL_MAPPING`],
+/// SPEC §7.1) is treated like the memory behind it, which the tracker adds to the class: a
+/// mapping of a coarse device handle with read-write access is captured; one of an imported
+/// handle carries `IPC_IMPORTED` (uncapturable); read-only access carries `READ_ONLY`
+/// (excluded: the kernel cannot change it); a mapping with no device class (no access for
+/// this agent, a multicast object) is [`Treatment::VirtualMapping`]. [`classify_under`]
+/// applies `decline_on_vmem`.
 pub fn classify(class: MemoryClass) -> Treatment {
     if class.intersects(MemoryClass::TOOL_OWNED | MemoryClass::KERNARG) {
         Treatment::Excluded
     } else if class.intersects(MemoryClass::IPC_IMPORTED | MemoryClass::PEER) {
         Treatment::Uncapturable
-    } else if class.contains(MemoryClass::VIRTUAL_MAPPING) {
-        Treatment::VirtualMapping
     } else if class.contains(MemoryClass::READ_ONLY) {
         Treatment::Excluded
+    } else if class.contains(MemoryClass::VIRTUAL_MAPPING)
+        && !class.intersects(MemoryClass::CAPTURABLE_UNTRACKED | MemoryClass::DEVICE_COARSE)
+    {
+        Treatment::VirtualMapping
     } else if class.intersects(MemoryClass::CAPTURABLE_UNTRACKED) {
         Treatment::CapturableUntracked
     } else if class.intersects(MemoryClass::DEVICE_COARSE | MemoryClass::MODULE_VARIABLE) {
         Treatment::Captured
     } else {
         Treatment::Uncapturable
+    }
+}
+
+/// [`classify`] under the policy switch `decline_on_vmem` (SPEC §8): when set, every
+/// virtual-memory mapping and stream-ordered allocation that is not excluded is
+/// [`Treatment::VirtualMapping`] (not captured, counted apart, declined by the window), the
+/// behaviour before mappings were captured.
+pub fn classify_under(class: MemoryClass, decline_on_vmem: bool) -> Treatment {
+    let t = classify(class);
+    if decline_on_vmem && class.contains(MemoryClass::VIRTUAL_MAPPING) && t != Treatment::Excluded {
+        Treatment::VirtualMapping
+    } else {
+        t
     }
 }
 
@@ -63,8 +89,16 @@ mod tests {
             (M::IPC_IMPORTED, T::Uncapturable),
             (M::PEER, T::Uncapturable),
             (M::PEER | M::DEVICE_COARSE, T::Uncapturable),
+            // A mapping is treated like the memory behind it; none (no access, multicast)
+            // is a mapping nothing captures.
             (M::VIRTUAL_MAPPING, T::VirtualMapping),
-            (M::VIRTUAL_MAPPING | M::DEVICE_COARSE, T::VirtualMapping),
+            (M::VIRTUAL_MAPPING | M::DEVICE_COARSE, T::Captured),
+            (M::VIRTUAL_MAPPING | M::FINE_GRAINED, T::CapturableUntracked),
+            (M::VIRTUAL_MAPPING | M::IPC_IMPORTED, T::Uncapturable),
+            (
+                M::VIRTUAL_MAPPING | M::DEVICE_COARSE | M::READ_ONLY,
+                T::Excluded,
+            ),
             (M::READ_ONLY | M::DEVICE_COARSE, T::Excluded),
             (M::READ_ONLY | M::MODULE_VARIABLE, T::Excluded),
             (M::TOOL_OWNED | M::DEVICE_COARSE, T::Excluded),
@@ -74,5 +108,19 @@ mod tests {
         for (class, want) in cases {
             assert_eq!(classify(class), want, "{class:?}");
         }
+    }
+
+    #[test]
+    fn decline_on_vmem_keeps_mappings_out() {
+        use MemoryClass as M;
+        let m = M::VIRTUAL_MAPPING | M::DEVICE_COARSE;
+        assert_eq!(classify_under(m, false), Treatment::Captured);
+        assert_eq!(classify_under(m, true), Treatment::VirtualMapping);
+        assert_eq!(
+            classify_under(M::VIRTUAL_MAPPING, true),
+            Treatment::VirtualMapping
+        );
+        assert_eq!(classify_under(m | M::TOOL_OWNED, true), Treatment::Excluded);
+        assert_eq!(classify_under(M::DEVICE_COARSE, true), Treatment::Captured);
     }
 }

@@ -81,14 +81,31 @@
 //!   only a failure of that restore is fatal.
 //! - **Untracked summary.** Capturable-untracked memory outside the scope and uncapturable
 //!   memory (IPC, peer mappings, undescribed classes) count in `untracked.bytes/regions`:
-//!   a kernel may write them and nothing restores them. Virtual-memory mappings count in
+//!   a kernel may write them and nothing restores them. Virtual-memory mappings nothing
+//!   captures (no access for this agent, multicast objects, imported handles, and every
+//!   mapping and stream-ordered allocation under `decline_on_vmem`) count in
 //!   `vmem_bytes/vmem_regions`.
+//! - **Mappings and stream-ordered allocations** (SPEC §7.1 row). The tracker keeps a region
+//!   per mapped range ([`Tracker::record_map`]), in the inventory of every agent with access
+//!   ([`Tracker::record_access`]) and of the handle's owner, classed `VIRTUAL_MAPPING` plus
+//!   what is behind it for that agent: the handle's device class with read-write access
+//!   (captured and restored like device memory, on the agent whose kernel runs), `READ_ONLY`
+//!   with read access (excluded), nothing without access or for a multicast object, and
+//!   `IPC_IMPORTED` for an imported handle (both uncapturable: an argument into them declines
+//!   `untracked_memory`). An unmap, a lowered access and the release of a reservation are
+//!   frees (recorded first, waiting for a restore in flight); what a cut leaves mapped, and
+//!   every remap, is a new generation. An argument into a mapping captures the run of mappings
+//!   contiguous with it (one tensor may span several chunks of an expandable segment).
+//!   Stream-ordered allocations ([`Tracker::record_async_alloc`]) are regions of their
+//!   device class marked `VIRTUAL_MAPPING`, freed when their free is ordered
+//!   ([`Tracker::record_async_free`]). [`classify_under`] with `decline_on_vmem` keeps the old
+//!   behaviour: none of them captured, the window declines.
 //! - **What arguments reach, under every scope.** Every non-zero 8-byte word of the argument
 //!   block (hidden arguments included) that points anywhere inside an allocation of the agent
 //!   adds it when it is captured or capturable-untracked (fine-grained, managed, pinned host):
 //!   scope `arguments` is exactly those regions (plus module variables), scope `all` is every
-//!   coarse region plus the capturable ones reached. A word into IPC, virtual-mapping or
-//!   another agent's memory sets `uncapturable` (declines `untracked_memory`).
+//!   coarse region plus the capturable ones reached. A word into IPC, an uncapturable
+//!   mapping or another agent's memory sets `uncapturable` (declines `untracked_memory`).
 //! - **Memory the tracker never saw.** A word the tracker does not know, and that no module
 //!   variable holds, is asked of the runtime ([`replay_core::DeviceMemory::query_pointer`]).
 //!   Fine-grained, managed or pinned memory it describes is captured like tracked memory of
@@ -143,7 +160,7 @@ mod snapshot;
 mod tiers;
 pub mod tracker;
 
-pub use classify::{classify, Treatment};
+pub use classify::{classify, classify_under, Treatment};
 pub use engine::MemoryEngine;
 pub use modules::{ModuleVariable, ModuleVariables, NoModuleVariables};
-pub use tracker::Tracker;
+pub use tracker::{MapAccess, MappedHandle, Tracker};

@@ -10,7 +10,7 @@ use replay_core::{
 };
 use smallvec::SmallVec;
 
-use crate::classify::{classify, Treatment};
+use crate::classify::{classify_under, Treatment};
 use crate::modules::is_bookkeeping;
 use crate::shared::{Shared, MODULE_GENERATION, RUNTIME_GENERATION};
 use crate::tiers::tier_caps;
@@ -37,6 +37,8 @@ pub(crate) fn plan(
         ));
     }
     let all = sh.tracker.regions(agent);
+    let vmem = policy.decline_on_vmem;
+    let classify = |c: MemoryClass| classify_under(c, vmem);
     let mut plan = SnapshotPlan {
         scope,
         ..SnapshotPlan::default()
@@ -68,6 +70,7 @@ pub(crate) fn plan(
         sh,
         dispatch,
         &var_ranges,
+        vmem,
         &mut plan.uncapturable,
         &mut untracked,
     );
@@ -96,14 +99,18 @@ pub(crate) fn plan(
                 untracked.bytes += r.size;
                 untracked.regions += 1;
             }
-            // Counted with the untracked: a kernel may write them and nothing restores them.
-            Treatment::Uncapturable => {
-                untracked.bytes += r.size;
-                untracked.regions += 1;
-            }
-            Treatment::VirtualMapping => {
+            // Mappings nothing captures (decline_on_vmem, no access, multicast, imported
+            // handles) count apart.
+            Treatment::Uncapturable | Treatment::VirtualMapping
+                if r.class.contains(MemoryClass::VIRTUAL_MAPPING) =>
+            {
                 untracked.vmem_bytes += r.size;
                 untracked.vmem_regions += 1;
+            }
+            // Counted with the untracked: a kernel may write them and nothing restores them.
+            Treatment::Uncapturable | Treatment::VirtualMapping => {
+                untracked.bytes += r.size;
+                untracked.regions += 1;
             }
             Treatment::CapturableUntracked | Treatment::Excluded => {}
         }
@@ -152,15 +159,22 @@ pub(crate) fn plan(
 /// virtual-memory and undescribed memory is uncapturable; excluded classes (kernarg pools,
 /// read-only, tool memory) are skipped. A failed query is uncapturable: the word may point
 /// at memory the kernel writes. `Ok(None)`: not reachable, skipped.
+///
+/// A word into a captured virtual-memory mapping adds the mappings directly before and after
+/// it too (the run of contiguous mappings of a reserved range: an expandable segment grows by
+/// mapping chunks next to each other, and one tensor may span several). `vmem` is the policy's
+/// `decline_on_vmem`.
 fn argument_reach(
     sh: &Shared,
     dispatch: &Dispatch,
     vars: &[(u64, u64)],
+    vmem: bool,
     uncapturable: &mut Option<String>,
     untracked: &mut UntrackedSummary,
 ) -> SmallVec<[RegionRef; 8]> {
     let agent = sh.agent;
     let tracker = &*sh.tracker;
+    let classify = |c: MemoryClass| classify_under(c, vmem);
     let mut out: SmallVec<[RegionRef; 8]> = SmallVec::new();
     // Untracked allocations already counted, as (start, end).
     let mut counted: SmallVec<[(u64, u64); 4]> = SmallVec::new();
@@ -174,7 +188,7 @@ fn argument_reach(
             return;
         }
         counted.push((base, end));
-        if classify(class) == Treatment::VirtualMapping {
+        if class.contains(MemoryClass::VIRTUAL_MAPPING) {
             u.vmem_bytes += size;
             u.vmem_regions += 1;
         } else {
@@ -196,6 +210,15 @@ fn argument_reach(
         }
         if let Some(r) = tracker.lookup(agent, word) {
             match classify(r.class) {
+                Treatment::Captured if r.class.contains(MemoryClass::VIRTUAL_MAPPING) => {
+                    for m in tracker.mapping_run(agent, &r) {
+                        if classify(m.class) == Treatment::Captured
+                            && !out.iter().any(|o| o.base == m.base)
+                        {
+                            out.push(m);
+                        }
+                    }
+                }
                 Treatment::Captured | Treatment::CapturableUntracked => out.push(r),
                 Treatment::Excluded => {}
                 Treatment::Uncapturable | Treatment::VirtualMapping => {
@@ -213,10 +236,17 @@ fn argument_reach(
             if classify(r.class) != Treatment::Excluded {
                 count(&mut counted, r.base, r.size, r.class, untracked);
                 uncapturable.get_or_insert_with(|| {
-                    format!(
-                        "argument at offset {offset} ({word:#x}) points into memory {:#x}+{} of agent {owner}; peer memory cannot be captured",
-                        r.base, r.size
-                    )
+                    if r.class.contains(MemoryClass::VIRTUAL_MAPPING) {
+                        format!(
+                            "argument at offset {offset} ({word:#x}) points into a virtual-memory mapping {:#x}+{} of agent {owner} that agent {agent} has no access to",
+                            r.base, r.size
+                        )
+                    } else {
+                        format!(
+                            "argument at offset {offset} ({word:#x}) points into memory {:#x}+{} of agent {owner}; peer memory cannot be captured",
+                            r.base, r.size
+                        )
+                    }
                 });
             }
             continue;

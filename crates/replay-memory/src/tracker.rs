@@ -19,6 +19,26 @@
 //! own waits are bounded by the policy, and [`Tracker::set_release_wait_cap`] (default
 //! [`DEFAULT_RELEASE_WAIT_CAP`] of wall time) guards against a holder that never returns; past
 //! it the free proceeds with an error logged.
+//!
+//! ## Virtual-memory mappings and stream-ordered allocations (for backends)
+//!
+//! A backend's wrappers report them as follows (SPEC §7.1 row); every report that ends memory
+//! for an agent comes *before* the runtime's call, like a free:
+//!
+//! | runtime call (CUDA / HSA) | report | when |
+//! |---|---|---|
+//! | `cuMemAddressReserve` / `hsa_amd_vmem_address_reserve` | none | |
+//! | `cuMemCreate` / `hsa_amd_vmem_handle_create` | none (remember the handle's agent and class) | |
+//! | `cuMemMap` / `hsa_amd_vmem_map` | [`Tracker::record_map`] with [`MappedHandle::Local`] (or `Imported` for a handle from `cuMemImportFromShareableHandle` / `hsa_amd_vmem_import_shareable_handle`, `Multicast` for a multicast object) | after it succeeded |
+//! | `cuMemSetAccess` / `hsa_amd_vmem_set_access` | [`Tracker::record_access`], once per agent of the descriptor list | before when it lowers that agent's access, after when it raises it |
+//! | `cuMemUnmap` / `hsa_amd_vmem_unmap` | [`Tracker::record_unmap`] | before |
+//! | `cuMemAddressFree` / `hsa_amd_vmem_address_free` | [`Tracker::record_release_reservation`] | before |
+//! | `cuMemRelease` / `hsa_amd_vmem_handle_release`, retain, export | none: a mapping lives until it is unmapped | |
+//! | `cuMemAllocAsync`, `cuMemAllocFromPoolAsync` / the HSA pool allocation behind `hipMallocAsync` | [`Tracker::record_async_alloc`] | after it returned |
+//! | `cuMemFreeAsync` / `hipFreeAsync` | [`Tracker::record_async_free`] | before (the point the free is ordered, not the point the stream reaches it) |
+//!
+//! A report that fails to reach the tracker leaves the memory unknown: an argument into it
+//! is then asked of the runtime and declines, never captured blindly.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,6 +110,134 @@ impl Inventory {
     }
 }
 
+/// The access an agent has to a virtual-memory mapping, as the runtime's set-access call
+/// gives it (`cuMemSetAccess`, `hsa_amd_vmem_set_access`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MapAccess {
+    /// No access: the agent cannot read it, so no snapshot on it can cover it.
+    None,
+    /// Read-only: the agent's kernels cannot change it; nothing to restore.
+    Read,
+    /// Read and write: captured and restored like device memory.
+    ReadWrite,
+}
+
+/// What a virtual-memory mapping maps: the physical handle behind it (SPEC §7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MappedHandle {
+    /// A handle this process created (`cuMemCreate`, `hsa_amd_vmem_handle_create`) of device
+    /// memory on `owner`, of `class` (`DEVICE_COARSE`, or `FINE_GRAINED` for fine-grained
+    /// pools).
+    Local {
+        /// The agent whose memory backs the handle.
+        owner: AgentId,
+        /// Its class.
+        class: MemoryClass,
+    },
+    /// A handle imported from another process (`cuMemImportFromShareableHandle`,
+    /// `hsa_amd_vmem_import_shareable_handle`): another process may write it at any time;
+    /// never captured.
+    Imported {
+        /// The agent whose memory backs the handle.
+        owner: AgentId,
+    },
+    /// A multicast object (`cuMulticastCreate`): writes reach every device of the group;
+    /// never captured.
+    Multicast {
+        /// The agent that mapped it.
+        owner: AgentId,
+    },
+}
+
+impl MappedHandle {
+    fn owner(self) -> AgentId {
+        match self {
+            Self::Local { owner, .. } | Self::Imported { owner } | Self::Multicast { owner } => {
+                owner
+            }
+        }
+    }
+
+    /// The class of the memory behind the mapping, for an agent with read-write access.
+    fn class(self) -> MemoryClass {
+        match self {
+            Self::Local { class, .. } => class,
+            Self::Imported { .. } => MemoryClass::IPC_IMPORTED,
+            // No device class: uncapturable (classify).
+            Self::Multicast { .. } => MemoryClass::empty(),
+        }
+    }
+}
+
+/// One mapped range and who may access it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mapping {
+    size: u64,
+    handle: MappedHandle,
+    access: BTreeMap<AgentId, MapAccess>,
+}
+
+impl Mapping {
+    /// The inventory entries the mapping at `base` gives, as (agent, base, size, class): one
+    /// for each agent with access, and one for the handle's owner whatever its access, so an
+    /// argument into the mapping is never unknown (it declines when the owner has no access).
+    fn entries(&self, base: u64) -> Vec<(AgentId, u64, u64, MemoryClass)> {
+        let owner = self.handle.owner();
+        let mut out: Vec<(AgentId, u64, u64, MemoryClass)> = self
+            .access
+            .iter()
+            .filter(|(&a, &acc)| acc != MapAccess::None || a == owner)
+            .map(|(&a, &acc)| (a, base, self.size, self.class_for(acc)))
+            .collect();
+        if !self.access.contains_key(&owner) {
+            out.push((owner, base, self.size, self.class_for(MapAccess::None)));
+        }
+        out
+    }
+
+    fn class_for(&self, access: MapAccess) -> MemoryClass {
+        MemoryClass::VIRTUAL_MAPPING
+            | match access {
+                MapAccess::ReadWrite => self.handle.class(),
+                MapAccess::Read => self.handle.class() | MemoryClass::READ_ONLY,
+                MapAccess::None => MemoryClass::empty(),
+            }
+    }
+}
+
+/// Inserts a live entry under a new generation, evicting stale entries it overlaps (frees the
+/// backend did not see); returns the generation.
+fn insert_entry(
+    inv: &mut Inventory,
+    agent: AgentId,
+    base: u64,
+    size: u64,
+    class: MemoryClass,
+) -> u64 {
+    let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+    for old in inv.overlapping(base, size) {
+        let e = inv.live.remove(&old).expect("listed by overlapping");
+        log::warn!(
+            "[kernel-replay] agent {agent}: allocation {base:#x}+{size} overlaps {old:#x}+{} (generation {}), whose free was not reported; forgetting it",
+            e.size,
+            e.generation
+        );
+    }
+    let mut class = class;
+    if inv.in_tool_range(base, size) {
+        class |= MemoryClass::TOOL_OWNED;
+    }
+    inv.live.insert(
+        base,
+        Entry {
+            size,
+            generation,
+            class,
+        },
+    );
+    generation
+}
+
 /// One hold: its id, the agent, and the held ranges as (start, end).
 type Held = (u64, AgentId, Vec<(u64, u64)>);
 
@@ -120,6 +268,9 @@ pub struct Tracker {
     holds: Mutex<Holds>,
     released: Condvar,
     wait_cap: Mutex<Duration>,
+    /// Virtual-memory mappings by base (process-wide addresses); non-overlapping. Lock order:
+    /// `holds`, then `mappings`, then `agents`.
+    mappings: Mutex<BTreeMap<u64, Mapping>>,
 }
 
 impl Default for Tracker {
@@ -129,6 +280,7 @@ impl Default for Tracker {
             holds: Mutex::default(),
             released: Condvar::new(),
             wait_cap: Mutex::new(DEFAULT_RELEASE_WAIT_CAP),
+            mappings: Mutex::default(),
         }
     }
 }
@@ -230,30 +382,8 @@ impl Tracker {
     /// Records an allocation the backend reported; returns its generation (never reused,
     /// process-wide counter).
     pub fn record_alloc(&self, agent: AgentId, base: u64, size: u64, class: MemoryClass) -> u64 {
-        let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         let mut agents = self.agents.write();
-        let inv = agents.entry(agent).or_default();
-        for old in inv.overlapping(base, size) {
-            let e = inv.live.remove(&old).expect("listed by overlapping");
-            log::warn!(
-                "[kernel-replay] agent {agent}: allocation {base:#x}+{size} overlaps {old:#x}+{} (generation {}), whose free was not reported; forgetting it",
-                e.size,
-                e.generation
-            );
-        }
-        let mut class = class;
-        if inv.in_tool_range(base, size) {
-            class |= MemoryClass::TOOL_OWNED;
-        }
-        inv.live.insert(
-            base,
-            Entry {
-                size,
-                generation,
-                class,
-            },
-        );
-        generation
+        insert_entry(agents.entry(agent).or_default(), agent, base, size, class)
     }
 
     /// Records a free *before* the backend releases the memory (so no restore writes into
@@ -314,6 +444,204 @@ impl Tracker {
             .read()
             .iter()
             .find_map(|(&a, inv)| inv.containing(addr).map(|r| (a, r)))
+    }
+
+    // ----- virtual-memory mappings and stream-ordered allocations (SPEC §7.1) -----
+
+    /// Records a mapping of `handle` over `[base, base + size)` of a reserved range, after
+    /// `cuMemMap` / `hsa_amd_vmem_map` succeeded. It is no agent's capturable memory yet: it
+    /// becomes one's with [`Tracker::record_access`]. Until then it is in the inventory of the
+    /// handle's owner as a mapping without access (an argument into it declines
+    /// `untracked_memory`). A mapping over a range that still holds mappings replaces them,
+    /// with a warning (an unmap the backend did not see).
+    pub fn record_map(&self, base: u64, size: u64, handle: MappedHandle) {
+        let new = Mapping {
+            size,
+            handle,
+            access: BTreeMap::new(),
+        };
+        self.edit_mappings(base, size, Some((base, new)), |b, m| {
+            log::warn!(
+                "[kernel-replay] mapping {base:#x}+{size} overlaps mapped {b:#x}+{}, whose unmap was not reported; forgetting it",
+                m.size
+            );
+            None
+        });
+    }
+
+    /// Records `agent`'s access to the mappings in `[base, base + size)` (`cuMemSetAccess`,
+    /// `hsa_amd_vmem_set_access`: one call per agent they name). Call it *before* the
+    /// runtime's call when access is lowered (to `Read` or `None`: like a free, it waits for
+    /// a restore in flight, and no later restore writes the range on that agent), *after* it
+    /// when access is raised. With `ReadWrite` the mapping is captured and restored on that
+    /// agent like device memory, under a new generation; a mapping accessible to several
+    /// agents is captured on the one whose kernel runs. A range that cuts a mapping gives
+    /// each part its own region.
+    pub fn record_access(&self, base: u64, size: u64, agent: AgentId, access: MapAccess) {
+        self.edit_mappings(base, size, None, |b, mut m| {
+            m.access.insert(agent, access);
+            Some((b, m))
+        });
+    }
+
+    /// Records an unmap of `[base, base + size)` *before* the runtime unmaps it
+    /// (`cuMemUnmap`, `hsa_amd_vmem_unmap`): the mappings in it are no agent's memory from now
+    /// on, and a restore in flight over them finishes first (bounded, like
+    /// [`Tracker::record_free`]). A range covering only some mappings of a reserved range
+    /// unmaps only those; what stays mapped of a mapping the range cuts is a new region (new
+    /// generation), so a snapshot of the whole is never written back.
+    pub fn record_unmap(&self, base: u64, size: u64) {
+        self.edit_mappings(base, size, None, |_, _| None);
+    }
+
+    /// Records the release of a reserved range *before* the runtime frees it
+    /// (`cuMemAddressFree`, `hsa_amd_vmem_address_free`): whatever is still mapped in it is
+    /// unmapped ([`Tracker::record_unmap`]). A handle's release (`cuMemRelease`,
+    /// `hsa_amd_vmem_handle_release`) needs no report: its memory lives until it is unmapped.
+    pub fn record_release_reservation(&self, base: u64, size: u64) {
+        self.record_unmap(base, size);
+    }
+
+    /// Records a stream-ordered allocation (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`, the
+    /// HSA pool allocation behind `hipMallocAsync`) when the allocating call returns: a region
+    /// of `class` (`DEVICE_COARSE` for device pools) marked `VIRTUAL_MAPPING`, so
+    /// `decline_on_vmem` covers it. Returns its generation.
+    pub fn record_async_alloc(
+        &self,
+        agent: AgentId,
+        base: u64,
+        size: u64,
+        class: MemoryClass,
+    ) -> u64 {
+        self.record_alloc(agent, base, size, class | MemoryClass::VIRTUAL_MAPPING)
+    }
+
+    /// Records the free of a stream-ordered allocation at the point it is ordered: in the
+    /// wrapper of `cuMemFreeAsync` / `hipFreeAsync`, *before* the runtime's call, though the
+    /// runtime releases the memory only when the stream reaches the free. Like
+    /// [`Tracker::record_free`], it waits for a restore in flight over the region, and no
+    /// later restore writes it.
+    pub fn record_async_free(&self, agent: AgentId, base: u64) -> Option<RegionRef> {
+        self.record_free(agent, base)
+    }
+
+    /// The run of mappings `region` belongs to: `region` and the agent's mappings directly
+    /// before and after it, contiguous, in address order (an expandable segment maps chunks
+    /// next to each other, and one tensor may span several). Just `region` when it is not a
+    /// mapping.
+    pub fn mapping_run(&self, agent: AgentId, region: &RegionRef) -> Vec<RegionRef> {
+        let maps = self.mappings.lock();
+        let agents = self.agents.read();
+        let is_mapping = |base: u64, size: u64| maps.get(&base).is_some_and(|m| m.size == size);
+        let Some(inv) = agents.get(&agent) else {
+            return vec![*region];
+        };
+        if region.size == 0 || !is_mapping(region.base, region.size) {
+            return vec![*region];
+        }
+        let mut before = Vec::new();
+        let mut at = region.base;
+        while let Some((&b, e)) = inv.live.range(..at).next_back() {
+            if e.size == 0 || end(b, e.size) != at || !is_mapping(b, e.size) {
+                break;
+            }
+            before.push(e.region(b));
+            at = b;
+        }
+        before.reverse();
+        before.push(*region);
+        let mut next = end(region.base, region.size);
+        while let Some(e) = inv.live.get(&next) {
+            if e.size == 0 || !is_mapping(next, e.size) {
+                break;
+            }
+            before.push(e.region(next));
+            next = end(next, e.size);
+        }
+        before
+    }
+
+    /// Takes the mappings overlapping `[base, base + size)` out, keeps their parts outside
+    /// it, passes each part inside to `inside` (which returns what replaces it), adds `add`,
+    /// and brings the inventories in line: entries that changed (gone, cut, other access) are
+    /// removed once no hold covers them, entries that appeared are inserted under new
+    /// generations; unchanged ones keep theirs.
+    fn edit_mappings(
+        &self,
+        base: u64,
+        size: u64,
+        add: Option<(u64, Mapping)>,
+        mut inside: impl FnMut(u64, Mapping) -> Option<(u64, Mapping)>,
+    ) {
+        let mut holds = self.holds.lock();
+        let mut maps = self.mappings.lock();
+        let (s, e) = (base, end(base, size.max(1)));
+        let keys: Vec<u64> = maps
+            .range(..e)
+            .filter(|(&b, m)| end(b, m.size.max(1)) > s)
+            .map(|(&b, _)| b)
+            .collect();
+        let old: Vec<(u64, Mapping)> = keys
+            .into_iter()
+            .filter_map(|b| maps.remove(&b).map(|m| (b, m)))
+            .collect();
+        let mut new: Vec<(u64, Mapping)> = Vec::new();
+        for (b, m) in &old {
+            let me = end(*b, m.size);
+            let part = |from: u64, to: u64| Mapping {
+                size: to - from,
+                ..m.clone()
+            };
+            if *b < s {
+                new.push((*b, part(*b, s)));
+            }
+            if me > e {
+                new.push((e, part(e, me)));
+            }
+            let (is, ie) = ((*b).max(s), me.min(e));
+            if ie > is {
+                new.extend(inside(is, part(is, ie)));
+            }
+        }
+        new.extend(add);
+        let old_entries: Vec<_> = old.iter().flat_map(|(b, m)| m.entries(*b)).collect();
+        let new_entries: Vec<_> = new.iter().flat_map(|(b, m)| m.entries(*b)).collect();
+        let gone: Vec<_> = old_entries
+            .iter()
+            .filter(|x| !new_entries.contains(x))
+            .copied()
+            .collect();
+        // Like a free: wait until no restore holds what goes away. Waiting for one agent
+        // lets holds of another in meanwhile, so check all again (bounded: each wait is).
+        for _ in 0..=gone.len() {
+            let mut waited = false;
+            for &(a, b, sz, _) in &gone {
+                let r = [(b, end(b, sz))];
+                if holds.overlaps(a, &r) {
+                    self.wait_for_holds(&mut holds, a, &r);
+                    waited = true;
+                }
+            }
+            if !waited {
+                break;
+            }
+        }
+        let mut agents = self.agents.write();
+        for &(a, b, sz, _) in &gone {
+            if let Some(inv) = agents.get_mut(&a) {
+                if inv
+                    .live
+                    .get(&b)
+                    .is_some_and(|x| x.size == sz && x.class.contains(MemoryClass::VIRTUAL_MAPPING))
+                {
+                    inv.live.remove(&b);
+                }
+            }
+        }
+        for &(a, b, sz, class) in new_entries.iter().filter(|x| !old_entries.contains(x)) {
+            insert_entry(agents.entry(a).or_default(), a, b, sz, class);
+        }
+        maps.extend(new);
     }
 
     /// Every live allocation of the agent, in address order, of any class.
@@ -506,6 +834,130 @@ mod tests {
         t.record_alloc(A, 0x1000, 0x100, C);
         let _hold = t.hold(A, &[(0x1000, 0x100)]);
         assert!(t.record_free(A, 0x1000).is_some());
+    }
+
+    const VM: MemoryClass = MemoryClass::VIRTUAL_MAPPING;
+
+    fn local(owner: AgentId) -> MappedHandle {
+        MappedHandle::Local { owner, class: C }
+    }
+
+    #[test]
+    fn a_mapping_is_an_agents_memory_from_map_and_access() {
+        let t = Tracker::new();
+        t.record_map(0x10_0000, 0x1000, local(A));
+        // Mapped, no access yet: the owner knows it as a mapping it cannot capture.
+        assert_eq!(t.lookup(A, 0x10_0010).unwrap().class, VM);
+        assert_eq!(t.lookup(B, 0x10_0010), None);
+        t.record_access(0x10_0000, 0x1000, A, MapAccess::ReadWrite);
+        let a = t.lookup(A, 0x10_0010).unwrap();
+        assert_eq!((a.base, a.size, a.class), (0x10_0000, 0x1000, VM | C));
+        // Access for another agent: its own region; the first keeps its generation.
+        t.record_access(0x10_0000, 0x1000, B, MapAccess::ReadWrite);
+        let b = t.lookup(B, 0x10_0010).unwrap();
+        assert_eq!(b.class, VM | C);
+        assert!(t.is_live(A, &a));
+        // Read-only access: nothing a kernel of that agent can change.
+        t.record_access(0x10_0000, 0x1000, B, MapAccess::Read);
+        assert!(!t.is_live(B, &b));
+        assert_eq!(
+            t.lookup(B, 0x10_0010).unwrap().class,
+            VM | C | MemoryClass::READ_ONLY
+        );
+        t.record_access(0x10_0000, 0x1000, B, MapAccess::None);
+        assert_eq!(t.lookup(B, 0x10_0010), None);
+        // Imported handles and multicast objects carry no capturable class.
+        t.record_map(0x20_0000, 0x1000, MappedHandle::Imported { owner: A });
+        t.record_access(0x20_0000, 0x1000, A, MapAccess::ReadWrite);
+        assert_eq!(
+            t.lookup(A, 0x20_0000).unwrap().class,
+            VM | MemoryClass::IPC_IMPORTED
+        );
+        t.record_map(0x30_0000, 0x1000, MappedHandle::Multicast { owner: A });
+        t.record_access(0x30_0000, 0x1000, A, MapAccess::ReadWrite);
+        assert_eq!(t.lookup(A, 0x30_0000).unwrap().class, VM);
+    }
+
+    #[test]
+    fn partial_unmaps_and_remaps_of_a_reserved_range() {
+        let t = Tracker::new();
+        // Three chunks of one reserved range, mapped next to each other.
+        for i in 0..3u64 {
+            t.record_map(0x10_0000 + i * 0x1000, 0x1000, local(A));
+        }
+        t.record_access(0x10_0000, 0x3000, A, MapAccess::ReadWrite);
+        let chunks: Vec<RegionRef> = (0..3u64)
+            .map(|i| t.lookup(A, 0x10_0000 + i * 0x1000).unwrap())
+            .collect();
+        assert_eq!(t.mapping_run(A, &chunks[1]), chunks);
+        // Unmapping the last chunk leaves the others as they were.
+        t.record_unmap(0x10_2000, 0x1000);
+        assert!(t.is_live(A, &chunks[0]) && t.is_live(A, &chunks[1]));
+        assert!(!t.is_live(A, &chunks[2]));
+        assert_eq!(t.lookup(A, 0x10_2000), None);
+        assert_eq!(t.mapping_run(A, &chunks[0]), chunks[..2].to_vec());
+        // Remapped: a new region at the same address.
+        t.record_map(0x10_2000, 0x1000, local(A));
+        t.record_access(0x10_2000, 0x1000, A, MapAccess::ReadWrite);
+        let remapped = t.lookup(A, 0x10_2000).unwrap();
+        assert_ne!(remapped.generation, chunks[2].generation);
+        assert!(!t.is_live(A, &chunks[2]));
+        // A range that cuts a mapping: what stays mapped is a new region.
+        t.record_unmap(0x10_0800, 0x800);
+        assert!(!t.is_live(A, &chunks[0]));
+        let rest = t.lookup(A, 0x10_0000).unwrap();
+        assert_eq!(
+            (rest.base, rest.size, rest.class),
+            (0x10_0000, 0x800, VM | C)
+        );
+        assert_eq!(t.lookup(A, 0x10_0800), None);
+        // Releasing the reservation unmaps the rest.
+        t.record_release_reservation(0x10_0000, 0x4000);
+        assert!(t.regions(A).is_empty());
+        // Not mappings: a run of one.
+        t.record_alloc(A, 0x50_0000, 0x100, C);
+        let r = t.lookup(A, 0x50_0000).unwrap();
+        assert_eq!(t.mapping_run(A, &r), vec![r]);
+    }
+
+    #[test]
+    fn an_unmap_and_a_lowered_access_wait_for_a_hold() {
+        let t = std::sync::Arc::new(Tracker::new());
+        t.record_map(0x10_0000, 0x1000, local(A));
+        t.record_access(0x10_0000, 0x1000, A, MapAccess::ReadWrite);
+        let r = t.lookup(A, 0x10_0000).unwrap();
+        for lower in [true, false] {
+            let hold = t.hold(A, &[(0x10_0000, 0x1000)]);
+            let t2 = std::sync::Arc::clone(&t);
+            let worker = std::thread::spawn(move || {
+                if lower {
+                    t2.record_access(0x10_0000, 0x1000, A, MapAccess::None);
+                } else {
+                    t2.record_unmap(0x10_0000, 0x1000);
+                }
+            });
+            eventually(|| t.waiting_releases() == 1);
+            assert!(t.is_live(A, &t.lookup(A, 0x10_0000).unwrap()));
+            drop(hold);
+            worker.join().unwrap();
+            assert_eq!(t.waiting_releases(), 0);
+            if lower {
+                assert!(!t.is_live(A, &r));
+                assert_eq!(t.lookup(A, 0x10_0000).unwrap().class, VM, "no access");
+            } else {
+                assert_eq!(t.lookup(A, 0x10_0000), None);
+            }
+        }
+    }
+
+    #[test]
+    fn stream_ordered_allocations_are_marked_and_freed_like_any() {
+        let t = Tracker::new();
+        t.record_async_alloc(A, 0x1000, 0x100, C);
+        let r = t.lookup(A, 0x1000).unwrap();
+        assert_eq!(r.class, VM | C);
+        assert_eq!(t.record_async_free(A, 0x1000), Some(r));
+        assert!(!t.is_live(A, &r));
     }
 
     #[test]

@@ -215,6 +215,7 @@ pub(crate) struct GpuShared {
     pub progress: Progress,
     pub tracker: Arc<Tracker>,
     pub modules: ModuleTable,
+    pub vmem: Mutex<crate::vmem::VmemState>,
     pub pending: Mutex<HashMap<u64, Pending>>,
     holds: Mutex<HashMap<u64, Arc<Hold>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -462,7 +463,10 @@ impl GpuShared {
         let alloc = a
             .heap
             .get(base)
-            .filter(|x| matches!(x.owner, Owner::App | Owner::Unreported | Owner::Tool))
+            // A mapping ends with its unmap (`SimRuntime::vmem_unmap`), never with a free.
+            .filter(|x| {
+                matches!(x.owner, Owner::App | Owner::Unreported | Owner::Tool) && x.map.is_none()
+            })
             .ok_or(SimError::InvalidFree { agent, addr: base })?;
         if alloc.owner != Owner::Unreported {
             // SPEC §7.1: recorded before the memory is released.
@@ -543,6 +547,7 @@ impl SimGpu {
                 progress: Progress::default(),
                 tracker,
                 modules: ModuleTable::default(),
+                vmem: Mutex::default(),
                 pending: Mutex::new(HashMap::new()),
                 holds: Mutex::new(HashMap::new()),
                 threads: Mutex::new(Vec::new()),

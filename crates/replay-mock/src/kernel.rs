@@ -52,6 +52,9 @@ pub enum MemFaultKind {
         /// Its size.
         size: u64,
     },
+    /// A virtual-memory mapping this agent has no access to (or only read access, for a
+    /// store).
+    NoAccess,
     /// A store to read-only memory (a module constant).
     ReadOnly,
 }
@@ -63,6 +66,7 @@ impl fmt::Display for MemFaultKind {
             Self::OutOfBounds { base, size } => {
                 write!(f, "runs past the end of allocation {base:#x}+{size}")
             }
+            Self::NoAccess => f.write_str("mapping not accessible to this agent"),
             Self::ReadOnly => f.write_str("memory is read-only"),
         }
     }

@@ -16,6 +16,9 @@
 //!   completion (§9.1: drains wait on completion, never on the read index).
 //! - [`tracker`]: the glue to `replay-memory`'s tracker: the code-object loader and its module
 //!   variables ([`SimModuleVariables`]).
+//! - [`vmem`]: virtual-memory mappings of the simulated memory (reserved ranges, handles,
+//!   map / unmap of whole mappings, access per agent enforced on kernels and copy engines) and
+//!   stream-ordered allocations, reported to the tracker as a backend's wrappers do.
 //! - [`gpu`]: [`SimGpu`], the device: agents, worker threads, and the shared recorder,
 //!   invariant checker, faults and counters.
 //! - [`clock`]: [`SimClock`], wall or virtual time; [`kernel`]: kernels as Rust closures over
@@ -111,6 +114,7 @@ pub mod memory;
 pub mod queue;
 pub mod runtime;
 pub mod tracker;
+pub mod vmem;
 
 pub use agent::SimAgent;
 pub use clock::{ClockMode, SimClock};
@@ -133,3 +137,4 @@ pub use runtime::{
     Completion, QueueRef, SimRuntime, SimRuntimeBuilder, WeakRuntime, FINAL_DIGEST_KEY,
 };
 pub use tracker::{Module, ModuleSpec, SimModuleVariables, VariableSpec};
+pub use vmem::{HandleKind, MapAccess, VmemHandle};

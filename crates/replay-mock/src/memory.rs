@@ -53,6 +53,8 @@ pub fn agent_of(addr: u64) -> Option<AgentId> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Area {
     Device,
+    /// Reserved virtual ranges, where mappings live.
+    Virtual,
     Host,
     Imported,
     Library,
@@ -61,11 +63,18 @@ pub(crate) enum Area {
 impl Area {
     fn range(self) -> (u64, u64) {
         match self {
-            Self::Device => (0, 0x0800_0000_0000),
+            Self::Device => (0, 0x0600_0000_0000),
+            Self::Virtual => (0x0600_0000_0000, 0x0800_0000_0000),
             Self::Host => (0x0800_0000_0000, 0x0C00_0000_0000),
             Self::Imported => (0x0C00_0000_0000, 0x0E00_0000_0000),
             Self::Library => (0x0E00_0000_0000, AGENT_SPAN),
         }
+    }
+
+    /// The area's addresses in `agent`'s range, as (start, end).
+    pub(crate) fn absolute(self, agent: AgentId) -> (u64, u64) {
+        let (lo, hi) = self.range();
+        (agent_base(agent) + lo, agent_base(agent) + hi)
     }
 }
 
@@ -151,6 +160,8 @@ pub(crate) struct Allocation {
     pub owner: Owner,
     pub pool: Pool,
     pub data: RwLock<Vec<u8>>,
+    /// Set for a virtual-memory mapping: its handle and who may access it.
+    pub map: Option<crate::vmem::MapInfo>,
 }
 
 /// Description of a live allocation, for tests and tools.
@@ -216,7 +227,6 @@ impl Heap {
         pool.index().map(|i| self.used.lock()[i]).unwrap_or(0)
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn alloc(
         &self,
         size: u64,
@@ -226,8 +236,24 @@ impl Heap {
         pool: Pool,
         at: Option<u64>,
     ) -> Result<Arc<Allocation>, SimError> {
+        self.alloc_with(size, class, owner, area, pool, at, None, None)
+    }
+
+    /// [`Heap::alloc`] with the initial bytes (zeros when `None`) and a mapping's info.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alloc_with(
+        &self,
+        size: u64,
+        class: MemoryClass,
+        owner: Owner,
+        area: Area,
+        pool: Pool,
+        at: Option<u64>,
+        data: Option<Vec<u8>>,
+        map: Option<crate::vmem::MapInfo>,
+    ) -> Result<Arc<Allocation>, SimError> {
         let reserved = round_up(size.max(1), self.align);
-        let mut map = self.allocs.write();
+        let mut allocs = self.allocs.write();
         if let Some(i) = pool.index() {
             let used = self.used.lock()[i];
             let available = self.caps[i].saturating_sub(used);
@@ -244,7 +270,7 @@ impl Heap {
         let (start, end) = (self.base + lo, self.base + hi);
         let base = match at {
             Some(a) => {
-                let overlaps = map
+                let overlaps = allocs
                     .range(..a.saturating_add(reserved))
                     .next_back()
                     .is_some_and(|(&b, x)| b + x.reserved > a);
@@ -259,7 +285,7 @@ impl Heap {
             }
             None => {
                 let mut cursor = start;
-                for (&b, x) in map.range(start..end) {
+                for (&b, x) in allocs.range(start..end) {
                     if b >= cursor && b - cursor >= reserved {
                         break;
                     }
@@ -286,9 +312,12 @@ impl Heap {
             class,
             owner,
             pool,
-            data: RwLock::new(vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)]),
+            data: RwLock::new(
+                data.unwrap_or_else(|| vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)]),
+            ),
+            map,
         });
-        map.insert(base, Arc::clone(&a));
+        allocs.insert(base, Arc::clone(&a));
         Ok(a)
     }
 
@@ -357,6 +386,9 @@ impl GpuShared {
         _host: bool,
     ) -> Result<(), MemFault> {
         let (a, off) = self.resolve(agent, addr, buf.len() as u64, Access::Read)?;
+        if !_host {
+            crate::vmem::check_access(&a, agent, addr, buf.len() as u64, Access::Read)?;
+        }
         buf.copy_from_slice(&a.data.read()[off..off + buf.len()]);
         Ok(())
     }
@@ -370,6 +402,9 @@ impl GpuShared {
         host: bool,
     ) -> Result<(), MemFault> {
         let (a, off) = self.resolve(agent, addr, data.len() as u64, Access::Write)?;
+        if !host {
+            crate::vmem::check_access(&a, agent, addr, data.len() as u64, Access::Write)?;
+        }
         if !host && crate::kernel::is_read_only(a.class) {
             return Err(MemFault {
                 agent,
@@ -392,6 +427,7 @@ impl GpuShared {
         f: impl FnOnce(&mut [u8]),
     ) -> Result<(), MemFault> {
         let (a, off) = self.resolve(agent, addr, len as u64, Access::Write)?;
+        crate::vmem::check_access(&a, agent, addr, len as u64, Access::Write)?;
         if crate::kernel::is_read_only(a.class) {
             return Err(MemFault {
                 agent,
@@ -424,11 +460,24 @@ impl GpuShared {
         Ok(())
     }
 
+    /// Whether `agent`'s copy engine may access a mapping at `addr` (other memory: yes).
+    fn copy_access(
+        &self,
+        agent: AgentId,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MemFault> {
+        let (a, _) = self.resolve(agent, addr, len, access)?;
+        crate::vmem::check_access(&a, agent, addr, len, access)
+    }
+
     fn loc_read(&self, agent: &AgentShared, loc: MemLoc, len: u64) -> Result<Vec<u8>, String> {
         let mut buf = vec![0u8; len as usize];
         match loc {
             MemLoc::Device { addr } => self
                 .device_read(agent.id, addr, &mut buf, true)
+                .and_then(|()| self.copy_access(agent.id, addr, len, Access::Read))
                 .map_err(|e| e.to_string())?,
             MemLoc::Backing { id, offset } => {
                 let b = agent.backing(id)?;
@@ -444,7 +493,8 @@ impl GpuShared {
     fn loc_write(&self, agent: &AgentShared, loc: MemLoc, data: &[u8]) -> Result<(), String> {
         match loc {
             MemLoc::Device { addr } => self
-                .device_write(agent.id, addr, data, true)
+                .copy_access(agent.id, addr, data.len() as u64, Access::Write)
+                .and_then(|()| self.device_write(agent.id, addr, data, true))
                 .map_err(|e| e.to_string()),
             MemLoc::Backing { id, offset } => {
                 let b = agent.backing(id)?;

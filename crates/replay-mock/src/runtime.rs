@@ -322,7 +322,7 @@ impl SimRuntime {
         WeakRuntime(Arc::downgrade(&self.inner))
     }
 
-    fn shared(&self) -> &Arc<GpuShared> {
+    pub(crate) fn shared(&self) -> &Arc<GpuShared> {
         &self.inner.gpu.shared
     }
 

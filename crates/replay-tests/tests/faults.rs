@@ -309,7 +309,8 @@ fn untracked_vmem_declines_unless_the_policy_allows_it() {
     let lookup = |allow: bool| {
         move |name: &str| -> Option<String> {
             match name {
-                "KREPLAY_DECLINE_ON_VMEM" if allow => Some("false".into()),
+                // The default is now false (mappings are captured): name both ways.
+                "KREPLAY_DECLINE_ON_VMEM" => Some((!allow).to_string()),
                 "KREPLAY_DRAIN_TIMEOUT" | "KREPLAY_PASS_TIMEOUT" => Some("200ms".into()),
                 "KREPLAY_PROGRESS_INTERVAL" => Some("3600s".into()),
                 _ => None,
