@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::PoolKind;
+use crate::pool::PoolKind;
 
 /// A fault of the simulated runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

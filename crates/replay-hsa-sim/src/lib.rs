@@ -93,6 +93,7 @@
 pub mod client;
 pub mod entries;
 pub mod fault;
+pub mod pool;
 pub mod queue;
 pub mod state;
 pub mod vmem;
@@ -103,8 +104,9 @@ use std::sync::Arc;
 pub use client::Client;
 pub use entries::{LoaderTable, STATUS_NOT_SIMULATED};
 pub use fault::{FaultId, FaultMode, SimFault};
+pub use pool::PoolKind;
 pub use queue::{ASYNC_THREAD_NAME, COPY_THREAD_NAME, PROCESSOR_THREAD_PREFIX};
-pub use state::{Dispatch, KernelFn, MemFault, PoolKind, SimConfig, VariableSpec};
+pub use state::{Dispatch, KernelFn, MemFault, SimConfig, VariableSpec};
 
 use replay_hsa::sys::{self, v2};
 

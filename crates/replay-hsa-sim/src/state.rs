@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 use replay_hsa::sys;
 
+pub use crate::pool::PoolKind;
+
 /// Configuration of one simulated runtime.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -46,35 +48,6 @@ impl Default for SimConfig {
             queue_max_size: 4096,
             device_reserved_bytes: 0,
             timestamp_hz: 1_000_000_000,
-        }
-    }
-}
-
-/// The memory pools of the simulated agents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PoolKind {
-    /// GPU: coarse-grained device memory (global flags coarse).
-    DeviceCoarse,
-    /// GPU: fine-grained device memory (global flags fine).
-    DeviceFine,
-    /// CPU: the kernarg pool (global flags kernarg-init | fine).
-    Kernarg,
-    /// CPU: fine-grained system memory (pinned host).
-    HostFine,
-}
-
-impl PoolKind {
-    /// `HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS`.
-    pub fn global_flags(self) -> u32 {
-        match self {
-            PoolKind::DeviceCoarse => sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
-            PoolKind::DeviceFine | PoolKind::HostFine => {
-                sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
-            }
-            PoolKind::Kernarg => {
-                sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT
-                    | sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
-            }
         }
     }
 }
