@@ -26,7 +26,7 @@ use crate::memory::{
     placement, AllocInfo, Allocation, Area, FenceEntry, Heap, Owner, Pool, SimMemory,
 };
 use crate::queue::{run_lane, Hold, Lane, LaneKind, Progress, Signal, WorkerState};
-use crate::tracker::ModuleTable;
+use crate::module::ModuleTable;
 
 thread_local! {
     /// Set on the simulator's worker threads.

@@ -14,12 +14,14 @@
 //!   tiers (§7.3), backing allocations and fenced, asynchronous copies and digests (§7.4).
 //! - [`queue`]: queues and the copy engine, each a FIFO with its own worker thread and counting
 //!   completion (§9.1: drains wait on completion, never on the read index).
-//! - [`tracker`]: the glue to `replay-memory`'s tracker: the code-object loader and its module
-//!   variables ([`SimModuleVariables`]).
+//! - [`module`]: code objects: the loader, the kernels a code object holds, and its module
+//!   variables ([`SimModuleVariables`], what `replay-memory` enumerates). There is no `tracker` file:
+//!   [`SimRuntime::alloc`] and [`SimRuntime::free`] report to `replay-memory`'s tracker
+//!   themselves.
 //! - [`gpu`]: [`SimGpu`], the device: agents, worker threads, and the shared recorder,
 //!   invariant checker, faults and counters.
 //! - [`clock`]: [`SimClock`], wall or virtual time; [`kernel`]: kernels as Rust closures over
-//!   device memory; [`fault`]: injected faults; [`expect`]: the recorder and [`Expect`];
+//!   device memory (not a role of a real backend, whose kernels are code); [`fault`]: injected faults; [`expect`]: the recorder and [`Expect`];
 //!   [`invariant`]: the stress-test checker; [`counters`]: simulated counter groups;
 //!   [`runtime`]: [`SimRuntime`], the application-facing API that calls the replay service.
 //!
@@ -108,9 +110,9 @@ pub mod instant;
 pub mod invariant;
 pub mod kernel;
 pub mod memory;
+pub mod module;
 pub mod queue;
 pub mod runtime;
-pub mod tracker;
 
 pub use agent::SimAgent;
 pub use clock::{ClockMode, SimClock};
@@ -132,4 +134,4 @@ pub use queue::{Signal, WorkerState};
 pub use runtime::{
     Completion, QueueRef, SimRuntime, SimRuntimeBuilder, WeakRuntime, FINAL_DIGEST_KEY,
 };
-pub use tracker::{Module, ModuleSpec, SimModuleVariables, VariableSpec};
+pub use module::{Module, ModuleSpec, SimModuleVariables, VariableSpec};

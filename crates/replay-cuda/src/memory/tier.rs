@@ -239,12 +239,8 @@ mod tests {
             self.tiers[tier_index(tier)]
         }
         fn alloc_backing(&self, _: Tier, _: u64) -> Result<BackingId, BackendError> {
-            Err(BackendError::new(
-                BackendErrorKind::Unsupported,
-                AgentId(0),
-                "fake",
-                "planning only",
-            ))
+            Err(BackendError::on(AgentId(0), "fake")
+                .error(BackendErrorKind::Unsupported, "planning only"))
         }
         fn free_backing(&self, _: BackingId) {}
         fn submit_copies(&self, _: &[CopyOp]) -> Result<Fence, BackendError> {
