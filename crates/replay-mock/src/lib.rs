@@ -24,6 +24,9 @@
 //!   device memory (not a role of a real backend, whose kernels are code); [`fault`]: injected faults; [`expect`]: the recorder and [`Expect`];
 //!   [`invariant`]: the stress-test checker; [`counters`]: simulated counter groups;
 //!   [`runtime`]: [`SimRuntime`], the application-facing API that calls the replay service.
+//! - Test doubles for the layers above the backends, shared by every crate's tests:
+//!   [`double`] (an instant agent, a fake device memory, a scripted tool with its log, a fake
+//!   clock) and [`instant`] (a snapshotter that finishes at once).
 //!
 //! Design:
 //! - Everything the window waits for is asynchronous: each queue and copy engine has a worker
@@ -102,6 +105,7 @@
 pub mod agent;
 pub mod clock;
 pub mod counters;
+pub mod double;
 pub mod error;
 pub mod expect;
 pub mod fault;
@@ -130,8 +134,8 @@ pub use kernel::{
     Access, KernArgs, Kernel, KernelBody, KernelCtx, KernelError, MemFault, MemFaultKind,
 };
 pub use memory::{agent_base, agent_of, AllocInfo, Owner, Pool, SimMemory, AGENT_SPAN};
+pub use module::{Module, ModuleSpec, SimModuleVariables, VariableSpec};
 pub use queue::{Signal, WorkerState};
 pub use runtime::{
     Completion, QueueRef, SimRuntime, SimRuntimeBuilder, WeakRuntime, FINAL_DIGEST_KEY,
 };
-pub use module::{Module, ModuleSpec, SimModuleVariables, VariableSpec};

@@ -36,8 +36,8 @@ use crate::gpu::{AgentConfig, GpuShared, Payload, Pending, SimConfig, SimGpu};
 use crate::invariant::{Violation, WaitBounds};
 use crate::kernel::{Kernel, KernelError};
 use crate::memory::{agent_of, Owner, SimMemory};
-use crate::queue::{Signal, Work};
 use crate::module::{Module, ModuleSpec, SimModuleVariables};
+use crate::queue::{Signal, Work};
 
 /// A queue of an agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
