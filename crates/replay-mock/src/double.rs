@@ -16,7 +16,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use replay_core::{
     Agent, AgentId, BackendError, BackendErrorKind, BackingId, Capabilities, Clock, CopyOp,
-    DeviceMemory, Digest128, DigestKey, DigestOp, Dispatch, DrainTarget, Fence, MemLoc,
+    DeviceMemory, Digest128, DigestKey, DigestOp, Dispatch, DrainTarget, Fence, KernelId, MemLoc,
     MemoryClass, Operation, OutcomeRecord, PassCompletion, Phase, PointerInfo, ReplayPayload,
     ReplayTool, Ticket, Tier, TierInfo, UserData, WaitSpec,
 };
@@ -206,6 +206,8 @@ pub type ToolLog = Arc<Mutex<Vec<String>>>;
 pub struct ToolScript {
     /// The pass count asked for in CONFIG ENTER (`None`: no pass-count callback, no replay).
     pub passes: Option<u64>,
+    /// The pass count for a kernel (by `KernelId`), over `passes`.
+    pub kernel_passes: HashMap<u64, u64>,
     /// Continue answers after pass `i` (missing: 1). `Some` installs a continue callback.
     pub continue_answers: Option<Vec<i32>>,
     /// Panics in this callback (`"PASS ENTER"`, ...) of this pass.
@@ -216,14 +218,24 @@ pub struct ToolScript {
 pub type ToolHook =
     Arc<dyn Fn(Operation, Phase, &mut ReplayPayload<'_>, &mut UserData) + Send + Sync>;
 
+/// A [`ToolHook`] running `f` with the pass index at one callback (`op`, `phase`) only.
+pub fn at(op: Operation, phase: Phase, f: impl Fn(u32) + Send + Sync + 'static) -> ToolHook {
+    Arc::new(move |o, ph, p, _| {
+        if (o, ph) == (op, phase) {
+            f(p.current_pass);
+        }
+    })
+}
+
 /// A tool that logs every callback ([`ToolLog`]), keeps the outcome of each CONFIG EXIT,
-/// follows its [`ToolScript`] (which a test may change between dispatches) and runs its hook.
+/// follows its [`ToolScript`] (which a test may change between dispatches) and runs its hooks.
 /// It sets the user data to 1000 in CONFIG ENTER.
 pub struct ScriptedTool {
     log: ToolLog,
     script: Mutex<ToolScript>,
-    hook: Mutex<Option<ToolHook>>,
-    outcomes: Mutex<Vec<OutcomeRecord>>,
+    hooks: Mutex<Vec<ToolHook>>,
+    configs: Mutex<Vec<String>>,
+    outcomes: Mutex<Vec<(KernelId, OutcomeRecord)>>,
 }
 
 impl std::fmt::Debug for ScriptedTool {
@@ -241,7 +253,8 @@ impl ScriptedTool {
         Arc::new(Self {
             log,
             script: Mutex::new(script),
-            hook: Mutex::new(None),
+            hooks: Mutex::new(Vec::new()),
+            configs: Mutex::new(Vec::new()),
             outcomes: Mutex::new(Vec::new()),
         })
     }
@@ -261,21 +274,55 @@ impl ScriptedTool {
         self.script.lock().passes = passes;
     }
 
-    /// Runs `hook` at every callback after the script (`None`: no hook).
+    /// Asks for `passes` passes for `kernel` (its `KernelId`) from the next dispatch on.
+    pub fn set_kernel_passes(&self, kernel: u64, passes: u64) {
+        self.script.lock().kernel_passes.insert(kernel, passes);
+    }
+
+    /// Runs `hook` (alone) at every callback after the script (`None`: no hook).
     pub fn set_hook(&self, hook: Option<ToolHook>) {
-        *self.hook.lock() = hook;
+        *self.hooks.lock() = hook.into_iter().collect();
+    }
+
+    /// Runs `hook` too, after the hooks already there.
+    pub fn add_hook(&self, hook: ToolHook) {
+        self.hooks.lock().push(hook);
+    }
+
+    /// How many entries of its log are `entry`.
+    pub fn count(&self, entry: &str) -> usize {
+        self.log.lock().iter().filter(|e| *e == entry).count()
+    }
+
+    /// The kernel names CONFIG ENTER saw, oldest first.
+    pub fn config_kernels(&self) -> Vec<String> {
+        self.configs.lock().clone()
     }
 
     /// The outcomes CONFIG EXIT carried, oldest first.
     pub fn outcomes(&self) -> Vec<OutcomeRecord> {
-        self.outcomes.lock().clone()
+        self.outcomes
+            .lock()
+            .iter()
+            .map(|(_, o)| o.clone())
+            .collect()
     }
 
-    /// Forgets the log, the outcomes, the hook, and sets `script`.
+    /// The outcomes CONFIG EXIT carried for `kernel`, oldest first.
+    pub fn outcomes_of(&self, kernel: KernelId) -> Vec<OutcomeRecord> {
+        let all = self.outcomes.lock();
+        all.iter()
+            .filter(|(k, _)| *k == kernel)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// Forgets the log, the kernels, the outcomes, the hooks, and sets `script`.
     pub fn reset(&self, script: ToolScript) {
         self.log.lock().clear();
+        self.configs.lock().clear();
         self.outcomes.lock().clear();
-        *self.hook.lock() = None;
+        self.hooks.lock().clear();
         self.set_script(script);
     }
 }
@@ -292,14 +339,20 @@ impl ReplayTool for ScriptedTool {
             (Operation::Pass, _) => self.log.lock().push(format!("{name} {}", p.current_pass)),
             (Operation::Config, Phase::Exit) => {
                 let o = p.outcome.expect("CONFIG EXIT carries the outcome");
-                self.outcomes.lock().push(o.clone());
+                self.outcomes
+                    .lock()
+                    .push((p.dispatch_info.kernel_id, o.clone()));
                 self.log.lock().push(format!(
                     "{name} {} {}",
                     o.outcome.as_str(),
                     o.reason.as_str()
                 ));
             }
-            _ => self.log.lock().push(name.into()),
+            _ => {
+                let kernel = p.dispatch_info.kernel_name.to_string();
+                self.configs.lock().push(kernel);
+                self.log.lock().push(name.into());
+            }
         }
         let script = self.script.lock().clone();
         if script.panic_at == Some((name, p.current_pass)) {
@@ -307,7 +360,8 @@ impl ReplayTool for ScriptedTool {
         }
         if (op, phase) == (Operation::Config, Phase::Enter) {
             *ud = 1000;
-            if let Some(n) = script.passes {
+            let kernel = p.dispatch_info.kernel_id.0;
+            if let Some(n) = script.kernel_passes.get(&kernel).copied().or(script.passes) {
                 p.replay_pass_count = Some(Arc::new(move |_, _| n));
             }
             if let Some(ans) = script.continue_answers {
@@ -318,9 +372,9 @@ impl ReplayTool for ScriptedTool {
                 }));
             }
         }
-        // Cloned out: a hook may run on several threads at once, or replace itself.
-        let hook = self.hook.lock().clone();
-        if let Some(h) = hook {
+        // Cloned out: hooks may run on several threads at once, or replace themselves.
+        let hooks = self.hooks.lock().clone();
+        for h in hooks {
             h(op, phase, p, ud);
         }
     }
