@@ -289,9 +289,13 @@ impl ScriptedTool {
         self.hooks.lock().push(hook);
     }
 
-    /// How many entries of its log are `entry`.
+    /// How many entries of its log start with `entry` (`"PASS EXIT"`: every pass's).
     pub fn count(&self, entry: &str) -> usize {
-        self.log.lock().iter().filter(|e| *e == entry).count()
+        self.log
+            .lock()
+            .iter()
+            .filter(|e| e.starts_with(entry))
+            .count()
     }
 
     /// The kernel names CONFIG ENTER saw, oldest first.
@@ -402,6 +406,8 @@ pub struct State {
     next_id: u64,
     /// Remaining capacity per tier (`None`: no such tier), indexed like `Tier::ALL`.
     pub avail: [Option<u64>; 3],
+    /// Copy bandwidth reported per tier, indexed like `Tier::ALL` (`None`: 10 GB/s each).
+    pub gbps: Option<[f64; 3]>,
     /// `alloc_backing` fails for this tier.
     pub fail_alloc: Option<Tier>,
     /// The next this many `submit_copies` calls fail.
@@ -602,9 +608,10 @@ impl DeviceMemory for FakeDeviceMemory {
     }
 
     fn tier_info(&self, tier: Tier) -> Option<TierInfo> {
-        self.st.lock().avail[idx(tier)].map(|a| TierInfo {
+        let st = self.st.lock();
+        st.avail[idx(tier)].map(|a| TierInfo {
             available_bytes: a,
-            gbps: 10.0,
+            gbps: st.gbps.map_or(10.0, |g| g[idx(tier)]),
         })
     }
 
