@@ -1,18 +1,17 @@
 //! End to end: a real `ReplayService` window drives the registry's hooks, the tool toggles
-//! through its payload, and a participant (the fake agent's pass submission) sees the result.
+//! through its payload, and a participant (the instant agent's submission hook) sees the result.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
-use replay_context::{ContextError, ContextId, Contexts, OverrideSupport};
+use replay_context::{ContextError, Contexts, OverrideSupport};
 use replay_core::{
-    Agent, AgentId, BackendError, Capabilities, Dim3, Dispatch, DispatchId, DispatchInfo,
-    DrainTarget, KernelId, KernelKey, Operation, Origin, Outcome, PassCompletion, Phase, Policy,
-    QueueId, ReplayPayload, ReplayService, SubmissionKind, Subscription, SystemClock, Ticket,
-    UserData,
+    AgentId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, Operation, Origin,
+    Outcome, Phase, Policy, QueueId, ReplayPayload, ReplayService, SubmissionKind, Subscription,
+    SystemClock, UserData,
 };
+use replay_mock::double::InstantAgent;
 use replay_mock::instant::InstantSnapshotter;
 
 /// What the participant saw when a pass (or the ordinary run) was submitted.
@@ -23,66 +22,6 @@ struct Seen {
     counters: bool,
     counters_override: Option<bool>,
     sampling: bool,
-}
-
-/// A synchronous agent: drains and passes complete at once. Its pass submission stands in for
-/// the participants, which consult the registry before contributing.
-struct FakeAgent {
-    contexts: Arc<Contexts>,
-    counters: ContextId,
-    sampling: ContextId,
-    seen: Mutex<Vec<Seen>>,
-    signalled: AtomicU32,
-}
-
-impl FakeAgent {
-    fn record(&self, dispatch: &Dispatch, pass: Option<u32>) {
-        self.seen.lock().push(Seen {
-            dispatch: dispatch.info.dispatch_id,
-            pass,
-            counters: self.contexts.participates(self.counters),
-            counters_override: self.contexts.override_for(self.counters),
-            sampling: self.contexts.participates(self.sampling),
-        });
-    }
-}
-
-impl Agent for FakeAgent {
-    fn id(&self) -> AgentId {
-        AgentId(0)
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::empty()
-    }
-    fn begin_drain(&self, _target: DrainTarget) -> Result<Ticket, BackendError> {
-        Ok(Ticket(0))
-    }
-    fn poll_drain(&self, _ticket: Ticket, _budget: Duration) -> Result<bool, BackendError> {
-        Ok(true)
-    }
-    fn submit_pass(&self, dispatch: &Dispatch, pass: u32) -> Result<Ticket, BackendError> {
-        self.record(dispatch, Some(pass));
-        Ok(Ticket(u64::from(pass)))
-    }
-    fn poll_pass(
-        &self,
-        _ticket: Ticket,
-        _budget: Duration,
-    ) -> Result<Option<PassCompletion>, BackendError> {
-        Ok(Some(PassCompletion::default()))
-    }
-    fn abandon(&self, _ticket: Ticket) {}
-    fn flush_caches(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-    fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError> {
-        self.record(dispatch, None);
-        Ok(())
-    }
-    fn signal_completion(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
-        self.signalled.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
 }
 
 fn dispatch() -> Dispatch {
@@ -173,13 +112,19 @@ fn stop_in_pass_enter_reaches_participants_for_the_rest_of_the_loop_only() {
     .unwrap();
     svc.start().unwrap();
 
-    let agent = FakeAgent {
-        contexts: Arc::clone(&contexts),
-        counters,
-        sampling,
-        seen: Mutex::new(Vec::new()),
-        signalled: AtomicU32::new(0),
-    };
+    // Its submissions stand in for the participants, which consult the registry before
+    // contributing.
+    let submitted: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let (c, log) = (Arc::clone(&contexts), Arc::clone(&submitted));
+    let agent = InstantAgent::new(AgentId(0)).on_submit(move |dispatch, pass| {
+        log.lock().push(Seen {
+            dispatch: dispatch.info.dispatch_id,
+            pass,
+            counters: c.participates(counters),
+            counters_override: c.override_for(counters),
+            sampling: c.participates(sampling),
+        });
+    });
 
     // First dispatch: the tool stops `counters` in PASS ENTER of pass 1.
     let rec = svc
@@ -190,7 +135,7 @@ fn stop_in_pass_enter_reaches_participants_for_the_rest_of_the_loop_only() {
     assert_eq!(rec.outcome, Outcome::Replayed, "{rec}");
     assert_eq!(rec.executed_passes, 3);
     let d1 = rec.dispatch_id;
-    let seen: Vec<_> = agent.seen.lock().drain(..).collect();
+    let seen: Vec<_> = submitted.lock().drain(..).collect();
     let pass = |p: u32, counters: bool, counters_override: Option<bool>| Seen {
         dispatch: d1,
         pass: Some(p),
@@ -230,7 +175,7 @@ fn stop_in_pass_enter_reaches_participants_for_the_rest_of_the_loop_only() {
             ),
         ]
     );
-    assert_eq!(agent.signalled.load(Ordering::Relaxed), 1);
+    assert_eq!(agent.completions(), 1);
 
     // After the loop: the override is gone, the global state untouched.
     assert!(!contexts.has_overrides());
@@ -248,7 +193,7 @@ fn stop_in_pass_enter_reaches_participants_for_the_rest_of_the_loop_only() {
     assert_eq!(rec.outcome, Outcome::Replayed, "{rec}");
     let d2 = rec.dispatch_id;
     assert_ne!(d1, d2);
-    let seen: Vec<_> = agent.seen.lock().drain(..).collect();
+    let seen: Vec<_> = submitted.lock().drain(..).collect();
     assert_eq!(
         seen,
         (0..3)

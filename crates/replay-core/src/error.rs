@@ -52,6 +52,44 @@ impl BackendError {
             message: message.into(),
         }
     }
+
+    /// The one constructor backends report through: where the error happened (the agent an
+    /// `Agent` or `DeviceMemory` serves, and the operation), then what happened.
+    ///
+    /// ```
+    /// use replay_core::{AgentId, BackendError, BackendErrorKind};
+    /// let e = BackendError::on(AgentId(2), "submit pass").error(BackendErrorKind::Other, "ring full");
+    /// assert_eq!(e.to_string(), "submit pass failed on agent 2: ring full (Other)");
+    /// assert_eq!(BackendError::on(AgentId(2), "poll").invalid("unknown ticket").kind,
+    ///            BackendErrorKind::InvalidArgument);
+    /// ```
+    pub fn on(agent: AgentId, operation: &'static str) -> BackendErrorAt {
+        BackendErrorAt { agent, operation }
+    }
+}
+
+/// Where a [`BackendError`] happened, waiting for what happened ([`BackendError::on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "an error site builds an error with `error` or `invalid`"]
+pub struct BackendErrorAt {
+    /// Agent the call was for.
+    pub agent: AgentId,
+    /// The operation, e.g. "submit pass", "copy fence".
+    pub operation: &'static str,
+}
+
+impl BackendErrorAt {
+    /// The error: its category and what the backend says. Cold: errors are the rare path.
+    #[cold]
+    pub fn error(self, kind: BackendErrorKind, message: impl Into<String>) -> BackendError {
+        BackendError::new(kind, self.agent, self.operation, message)
+    }
+
+    /// Misuse of the backend (a handle or argument it does not know): `InvalidArgument`.
+    #[cold]
+    pub fn invalid(self, message: impl Into<String>) -> BackendError {
+        self.error(BackendErrorKind::InvalidArgument, message)
+    }
 }
 
 /// Errors from the replay service's API (registration, policy).

@@ -62,7 +62,7 @@ pub use contract::{
     ContextControl, ContinueFn, NoContextControl, Operation, PassCountFn, Phase, ReplayPayload,
     ReplayTool, Subscription, UserData,
 };
-pub use error::{BackendError, BackendErrorKind, ContextError, ServiceError};
+pub use error::{BackendError, BackendErrorAt, BackendErrorKind, ContextError, ServiceError};
 pub use locks::WriteGate;
 pub use outcome::{Outcome, OutcomeRecord, Reason, RunSummary, TierBytes};
 pub use plan::PassPlan;

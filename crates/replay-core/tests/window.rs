@@ -1,13 +1,13 @@
 //! The replay window (SPEC §6) against a mocked agent, snapshotter and snapshot (`mockall`) and
 //! a fake clock: the order of calls, every decline, truncation and the abort.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mockall::mock;
 use parking_lot::Mutex;
 use replay_core::*;
+use replay_mock::double::{FakeClock, ScriptedTool, ToolLog, ToolScript};
 
 mock! {
     pub Agent {}
@@ -43,36 +43,7 @@ mock! {
     }
 }
 
-/// Virtual time: `sleep` advances it; nothing really sleeps. `on_sleep` runs at the next sleep.
-#[derive(Default)]
-struct FakeClock(AtomicU64, Mutex<Option<Box<dyn FnOnce() + Send>>>);
-
-impl std::fmt::Debug for FakeClock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("FakeClock").field(&self.0).finish()
-    }
-}
-
-impl FakeClock {
-    fn on_sleep(&self, f: impl FnOnce() + Send + 'static) {
-        *self.1.lock() = Some(Box::new(f));
-    }
-}
-
-impl Clock for FakeClock {
-    fn now(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::SeqCst))
-    }
-    fn sleep(&self, d: Duration) {
-        self.0.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
-        let hook = self.1.lock().take();
-        if let Some(f) = hook {
-            f();
-        }
-    }
-}
-
-type Log = Arc<Mutex<Vec<String>>>;
+type Log = ToolLog;
 
 fn push(log: &Log, s: impl Into<String>) {
     log.lock().push(s.into());
@@ -125,54 +96,9 @@ fn plan_of(bytes: u64) -> SnapshotPlan {
     }
 }
 
-/// What the scripted tool does.
-#[derive(Clone, Default)]
-struct ToolScript {
-    passes: Option<u64>,
-    /// Continue answers after pass i (missing = 1). `Some` installs a continue callback.
-    continue_answers: Option<Vec<i32>>,
-    panic_at: Option<(&'static str, u32)>,
-}
-
-/// A tool that logs every callback and follows `script`.
+/// The scripted tool, logging into `log`.
 fn tool(log: Log, script: ToolScript) -> Arc<dyn ReplayTool> {
-    Arc::new(
-        move |op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, ud: &mut UserData| {
-            let name = match (op, phase) {
-                (Operation::Config, Phase::Enter) => "CONFIG ENTER",
-                (Operation::Config, Phase::Exit) => "CONFIG EXIT",
-                (Operation::Pass, Phase::Enter) => "PASS ENTER",
-                (Operation::Pass, Phase::Exit) => "PASS EXIT",
-            };
-            match (op, phase) {
-                (Operation::Pass, _) => push(&log, format!("{name} {}", p.current_pass)),
-                (Operation::Config, Phase::Exit) => {
-                    let o = p.outcome.expect("CONFIG EXIT carries the outcome");
-                    push(
-                        &log,
-                        format!("{name} {} {}", o.outcome.as_str(), o.reason.as_str()),
-                    )
-                }
-                _ => push(&log, name),
-            }
-            if script.panic_at == Some((name, p.current_pass)) {
-                panic!("scripted panic in {name}");
-            }
-            if (op, phase) == (Operation::Config, Phase::Enter) {
-                *ud = 1000;
-                if let Some(n) = script.passes {
-                    p.replay_pass_count = Some(Arc::new(move |_, _| n));
-                }
-                if let Some(ans) = script.continue_answers.clone() {
-                    let log = log.clone();
-                    p.replay_continue = Some(Arc::new(move |_, pass, _, _| {
-                        push(&log, format!("continue? {pass}"));
-                        ans.get(pass as usize).copied().unwrap_or(1)
-                    }));
-                }
-            }
-        },
-    )
+    ScriptedTool::new(log, script)
 }
 
 struct Harness {

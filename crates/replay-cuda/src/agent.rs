@@ -111,12 +111,7 @@ impl CudaAgent {
             }
             None => format!("unknown ticket {}", ticket.0),
         };
-        Err(BackendError::new(
-            BackendErrorKind::InvalidArgument,
-            self.id,
-            op,
-            message,
-        ))
+        Err(BackendError::on(self.id, op).invalid(message))
     }
 
     /// The agent of `device`.
@@ -155,20 +150,11 @@ impl CudaAgent {
         op: &'static str,
     ) -> Result<Arc<CapturedLaunch>, BackendError> {
         self.launches.lock().get(&d.handle).cloned().ok_or_else(|| {
-            BackendError::new(
-                BackendErrorKind::InvalidArgument,
-                self.id,
-                op,
-                format!(
-                    "dispatch handle {} is not a launch of this backend (kernel {:?})",
-                    d.handle, d.info.kernel_name
-                ),
-            )
+            BackendError::on(self.id, op).invalid(format!(
+                "dispatch handle {} is not a launch of this backend (kernel {:?})",
+                d.handle, d.info.kernel_name
+            ))
         })
-    }
-
-    fn err(&self, e: CudaError, op: &'static str) -> BackendError {
-        e.to_backend(self.id, op)
     }
 
     fn ticket(&self, t: TicketState) -> Ticket {
@@ -221,15 +207,13 @@ impl CudaAgent {
         let op = target.as_str();
         match self.queues.capturing_stream(&seen) {
             Ok(None) => Ok(seen),
-            Ok(Some(why)) => Err(BackendError::new(
+            Ok(Some(why)) => Err(BackendError::on(self.id, op).error(
                 BackendErrorKind::Unsupported,
-                self.id,
-                op,
                 format!(
                     "{why}: its earlier work cannot be waited for without invalidating the capture"
                 ),
             )),
-            Err(e) => Err(self.err(e, op)),
+            Err(e) => Err(e.to_backend(self.id, op)),
         }
     }
 
@@ -259,11 +243,14 @@ impl Agent for CudaAgent {
 
     fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError> {
         let op = target.as_str();
-        self.device.bind().map_err(|e| self.err(e, op))?;
+        self.device.bind().map_err(|e| e.to_backend(self.id, op))?;
         let mut events = SmallVec::new();
         for s in self.streams_for(target)? {
-            let e = self.device.event(false).map_err(|e| self.err(e, op))?;
-            e.record(s).map_err(|e| self.err(e, op))?;
+            let e = self
+                .device
+                .event(false)
+                .map_err(|e| e.to_backend(self.id, op))?;
+            e.record(s).map_err(|e| e.to_backend(self.id, op))?;
             events.push(e);
         }
         Ok(self.ticket(TicketState::Drain(events)))
@@ -297,7 +284,7 @@ impl Agent for CudaAgent {
                 self.tickets
                     .lock()
                     .insert(ticket.0, TicketState::Drain(events));
-                Err(self.err(e, OP))
+                Err(e.to_backend(self.id, OP))
             }
         }
     }
@@ -312,16 +299,14 @@ impl Agent for CudaAgent {
             start.record(l.stream)?;
             Ok((start, end))
         })()
-        .map_err(|e| self.err(e, OP))?;
+        .map_err(|e| e.to_backend(self.id, OP))?;
         self.launch(&l, &dispatch.kernarg)
-            .map_err(|e| self.err(e, OP))?;
+            .map_err(|e| e.to_backend(self.id, OP))?;
         // The launch was accepted: the pass may run. Whatever fails from here on must not
         // lead to another submission (SPEC §6: one execution at most per pass).
         if let Err(e) = end.record(l.stream) {
-            return Err(BackendError::new(
+            return Err(BackendError::on(self.id, OP).error(
                 BackendErrorKind::AfterSubmit,
-                self.id,
-                OP,
                 format!("the pass was launched, then: {e}"),
             ));
         }
@@ -364,7 +349,7 @@ impl Agent for CudaAgent {
                 self.tickets
                     .lock()
                     .insert(ticket.0, TicketState::Pass { start, end });
-                Err(self.err(e, OP))
+                Err(e.to_backend(self.id, OP))
             }
         }
     }
@@ -376,10 +361,8 @@ impl Agent for CudaAgent {
     }
 
     fn flush_caches(&self) -> Result<(), BackendError> {
-        Err(BackendError::new(
+        Err(BackendError::on(self.id, "flush caches").error(
             BackendErrorKind::Unsupported,
-            self.id,
-            "flush caches",
             "the CUDA backend has no cache flush; copies are coherent with L2",
         ))
     }
@@ -388,14 +371,12 @@ impl Agent for CudaAgent {
         const OP: &str = "submit ordinary";
         let l = self.launch_of(dispatch, OP)?;
         self.launch(&l, &dispatch.kernarg)
-            .map_err(|e| self.err(e, OP))?;
+            .map_err(|e| e.to_backend(self.id, OP))?;
         if let Some(c) = &l.completion {
             // The launch was accepted: a failure here must not lead to another submission.
             c.event.record(l.stream).map_err(|e| {
-                BackendError::new(
+                BackendError::on(self.id, OP).error(
                     BackendErrorKind::AfterSubmit,
-                    self.id,
-                    OP,
                     format!("the launch was made, then its completion failed: {e}"),
                 )
             })?;
@@ -407,9 +388,11 @@ impl Agent for CudaAgent {
         const OP: &str = "signal completion";
         let l = self.launch_of(dispatch, OP)?;
         if let Some(c) = &l.completion {
-            self.device.bind().map_err(|e| self.err(e, OP))?;
+            self.device.bind().map_err(|e| e.to_backend(self.id, OP))?;
             // Recorded on the application's stream after every pass submitted so far.
-            c.event.record(l.stream).map_err(|e| self.err(e, OP))?;
+            c.event
+                .record(l.stream)
+                .map_err(|e| e.to_backend(self.id, OP))?;
         }
         Ok(())
     }

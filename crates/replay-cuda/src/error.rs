@@ -148,7 +148,7 @@ impl CudaError {
 
     /// The core's error for `operation` on `agent`.
     pub fn to_backend(&self, agent: AgentId, operation: &'static str) -> BackendError {
-        BackendError::new(self.kind(), agent, operation, self.to_string())
+        BackendError::on(agent, operation).error(self.kind(), self.to_string())
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
+use replay_core::contract::{Operation, Phase, ReplayTool};
 use replay_core::{
     ContextId, Digest128, MemoryClass, NoContextControl, Outcome, Policy, Reason, ReplayService,
     RestoreMode, Scope, Subscription, SystemClock,
@@ -26,6 +26,7 @@ use replay_cuda::{
     QueueKind,
 };
 use replay_memory::{ModuleVariables, Tracker};
+use replay_mock::double::{at, ScriptedTool, ToolHook, ToolScript};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -72,43 +73,28 @@ fn load_fake_once() -> Option<()> {
     Some(())
 }
 
-/// Run in PASS ENTER, with the pass index.
-type Hook = Box<dyn FnMut(u32) + Send>;
-
-/// The tool: passes as set, input digests in every PASS ENTER.
-#[derive(Default)]
-struct Tool {
-    hook: Mutex<Option<Hook>>,
-    passes: Mutex<u64>,
+/// What the tests add to the scripted tool: input digests of `ranges` in every PASS ENTER.
+struct Inputs {
     ranges: Mutex<Vec<(u64, u64)>>,
     seen: Mutex<Vec<Vec<Digest128>>>,
-    memory: Mutex<Option<Arc<replay_cuda::CudaMemory>>>,
+    memory: Arc<replay_cuda::CudaMemory>,
 }
 
-impl ReplayTool for Tool {
-    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
-        match (op, phase) {
-            (Operation::Config, Phase::Enter) => {
-                let n = *self.passes.lock();
-                p.replay_pass_count = Some(Arc::new(move |_, _| n));
+impl Inputs {
+    fn hook(self: &Arc<Self>) -> ToolHook {
+        let me = Arc::clone(self);
+        at(Operation::Pass, Phase::Enter, move |_| {
+            let ranges = me.ranges.lock().clone();
+            if ranges.is_empty() {
+                return;
             }
-            (Operation::Pass, Phase::Enter) => {
-                let hook = self.hook.lock().take();
-                if let Some(mut h) = hook {
-                    h(p.current_pass);
-                    *self.hook.lock() = Some(h);
-                }
-                let ranges = self.ranges.lock().clone();
-                if ranges.is_empty() {
-                    return;
-                }
-                let mem = self.memory.lock().clone().expect("memory set");
-                let key = replay_core::digest::key_from_seed(7);
-                let d = mem.digest_blocking(&ranges, key, WAIT).expect("digest");
-                self.seen.lock().push(d);
-            }
-            _ => {}
-        }
+            let key = replay_core::digest::key_from_seed(7);
+            let d = me
+                .memory
+                .digest_blocking(&ranges, key, WAIT)
+                .expect("digest");
+            me.seen.lock().push(d);
+        })
     }
 }
 
@@ -156,7 +142,9 @@ fn image() -> Vec<u8> {
 struct Ctx {
     backend: Arc<CudaBackend>,
     service: &'static ReplayService,
-    tool: Arc<Tool>,
+    /// Passes as set; its hook: [`Inputs::hook`], or that and a test's own.
+    tool: Arc<ScriptedTool>,
+    inputs: Arc<Inputs>,
 }
 
 impl Ctx {
@@ -180,9 +168,9 @@ impl Ctx {
         passes: u64,
         ranges: Vec<(u64, u64)>,
     ) -> replay_core::OutcomeRecord {
-        *self.tool.passes.lock() = passes;
-        *self.tool.ranges.lock() = ranges;
-        self.tool.seen.lock().clear();
+        self.tool.set_passes(Some(passes));
+        *self.inputs.ranges.lock() = ranges;
+        self.inputs.seen.lock().clear();
         let q = Arc::clone(self.backend.legacy_queue());
         // SAFETY: the fake emulates every kernel of the image with these parameter lists, over
         // memory the test owns.
@@ -201,7 +189,7 @@ impl Ctx {
     }
 
     fn inputs_identical(&self, passes: usize) {
-        let seen = self.tool.seen.lock();
+        let seen = self.inputs.seen.lock();
         assert_eq!(seen.len(), passes);
         assert!(seen.iter().all(|d| *d == seen[0]), "per-pass inputs differ");
     }
@@ -220,8 +208,19 @@ fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Ctx, Arc<Tracker>)> 
         Arc::new(SystemClock::new()),
         Arc::new(NoContextControl),
     )));
-    let tool = Arc::new(Tool::default());
-    *tool.memory.lock() = Some(Arc::clone(backend.memory()));
+    let tool = ScriptedTool::new(
+        Arc::default(),
+        ToolScript {
+            passes: Some(0),
+            ..Default::default()
+        },
+    );
+    let inputs = Arc::new(Inputs {
+        ranges: Mutex::new(Vec::new()),
+        seen: Mutex::new(Vec::new()),
+        memory: Arc::clone(backend.memory()),
+    });
+    tool.set_hook(Some(inputs.hook()));
     service
         .configure(
             ContextId(1),
@@ -236,6 +235,7 @@ fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Ctx, Arc<Tracker>)> 
             backend,
             service,
             tool,
+            inputs,
         },
         tracker,
     ))
@@ -455,8 +455,8 @@ fn launch_on(
     args: &ArgBlock,
     passes: u64,
 ) -> Result<replay_core::DispatchReport, replay_core::BackendError> {
-    *cx.tool.passes.lock() = passes;
-    cx.tool.ranges.lock().clear();
+    cx.tool.set_passes(Some(passes));
+    cx.inputs.ranges.lock().clear();
     // SAFETY: the fake emulates the kernel with this parameter list over memory the test owns.
     unsafe {
         cx.backend.launch(
@@ -853,7 +853,7 @@ fn pinned_registered_and_managed_memory_are_tracked_and_captured() {
         let input = pattern(len as usize, a.ptr());
         let mem = cx.backend.memory();
         mem.write_device(a.ptr(), &input, WAIT).unwrap();
-        *cx.tool.ranges.lock() = vec![(a.ptr(), len)];
+        *cx.inputs.ranges.lock() = vec![(a.ptr(), len)];
         let rec = cx.launch(&rmw, &rmw_args(a.ptr(), len, 4), 3, vec![(a.ptr(), len)]);
         assert_eq!(
             (rec.outcome, rec.executed_passes, rec.captured_bytes),
@@ -915,15 +915,18 @@ fn a_copy_started_during_a_window_waits_for_it() {
     // In PASS ENTER of the first pass, another thread copies into `dst`, which the window
     // captured: ungated, the copy lands inside the window and the restore before pass 1 undoes
     // it. The pause only makes that likely; the gate makes the result certain.
-    *cx.tool.hook.lock() = Some(Box::new(move |pass| {
-        if pass == 0 {
-            go_tx.send(()).unwrap();
-            ready_rx.recv().unwrap();
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }));
+    let channels = Mutex::new((go_tx, ready_rx));
+    cx.tool
+        .add_hook(at(Operation::Pass, Phase::Enter, move |pass| {
+            if pass == 0 {
+                let (go_tx, ready_rx) = &*channels.lock();
+                go_tx.send(()).unwrap();
+                ready_rx.recv().unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }));
     let rec = cx.launch(&rmw, &rmw_args(a.ptr(), a.len(), 6), 3, vec![]);
-    *cx.tool.hook.lock() = None;
+    cx.tool.set_hook(Some(cx.inputs.hook()));
     copier.join().unwrap();
     assert_eq!(
         (rec.outcome, rec.executed_passes),

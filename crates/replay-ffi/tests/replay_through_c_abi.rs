@@ -21,15 +21,15 @@ use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use kernel_replay::entry::*;
 use kernel_replay::sys::*;
 use parking_lot::Mutex;
 use replay_core::{
-    Agent, AgentId, BackendError, Capabilities, Dim3, Dispatch, DispatchId, DispatchInfo,
-    DrainTarget, KernelId, KernelKey, Origin, PassCompletion, QueueId, SubmissionKind, Ticket,
+    AgentId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, Origin, QueueId,
+    SubmissionKind,
 };
+use replay_mock::double::InstantAgent;
 use replay_mock::instant::InstantSnapshotter;
 
 // ----- What the tool and the participants saw ----------------------------------------------
@@ -114,7 +114,7 @@ struct Handles {
 }
 
 static HANDLES: OnceLock<Handles> = OnceLock::new();
-static AGENT: OnceLock<FakeAgent> = OnceLock::new();
+static AGENT: OnceLock<InstantAgent> = OnceLock::new();
 /// Restores report 64 bytes written back and 32 compared, so the outcome's per-pass arrays
 /// can be checked through the C ABI.
 static SNAPSHOTTER: InstantSnapshotter = InstantSnapshotter {
@@ -398,70 +398,34 @@ unsafe extern "C" fn on_outcome(o: *const kreplay_outcome_t, data: *mut c_void) 
 
 // ----- A synchronous agent and an empty snapshotter ----------------------------------------
 
-#[derive(Debug, Default)]
-struct FakeAgent {
-    ordinary: AtomicU32,
-    signalled: AtomicU32,
+/// The agent: drains and passes complete at once; pass `i` reports `(i + 1)` ms of GPU time,
+/// and each pass submission consults the participants.
+fn agent() -> InstantAgent {
+    InstantAgent::new(AgentId(0))
+        .pass_seconds(0.001)
+        .on_submit(|_, pass| {
+            if pass.is_some() {
+                consult_participants(pass);
+            }
+        })
 }
 
-impl FakeAgent {
-    /// What a participant does before contributing to a pass.
-    fn consult_participants(&self, pass: Option<u32>) {
-        let h = handles();
-        let (mut part, mut over, mut any) = (-9, -9, -9);
-        // SAFETY: out-pointers are valid locals.
-        unsafe {
-            ok(kreplay_context_participates(h.counters, &mut part));
-            ok(kreplay_context_override(h.counters, &mut over));
-            ok(kreplay_has_overrides(&mut any));
-        }
-        LOG.lock().seen.push(Seen {
-            pass,
-            counters: part,
-            counters_override: over,
-            any_override: any,
-        });
+/// What a participant does before contributing to a pass.
+fn consult_participants(pass: Option<u32>) {
+    let h = handles();
+    let (mut part, mut over, mut any) = (-9, -9, -9);
+    // SAFETY: out-pointers are valid locals.
+    unsafe {
+        ok(kreplay_context_participates(h.counters, &mut part));
+        ok(kreplay_context_override(h.counters, &mut over));
+        ok(kreplay_has_overrides(&mut any));
     }
-}
-
-impl Agent for FakeAgent {
-    fn id(&self) -> AgentId {
-        AgentId(0)
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::empty()
-    }
-    fn begin_drain(&self, _target: DrainTarget) -> Result<Ticket, BackendError> {
-        Ok(Ticket(0))
-    }
-    fn poll_drain(&self, _ticket: Ticket, _budget: Duration) -> Result<bool, BackendError> {
-        Ok(true)
-    }
-    fn submit_pass(&self, _dispatch: &Dispatch, pass: u32) -> Result<Ticket, BackendError> {
-        self.consult_participants(Some(pass));
-        Ok(Ticket(u64::from(pass)))
-    }
-    fn poll_pass(
-        &self,
-        ticket: Ticket,
-        _budget: Duration,
-    ) -> Result<Option<PassCompletion>, BackendError> {
-        Ok(Some(PassCompletion {
-            gpu_seconds: 0.001 * (ticket.0 + 1) as f64,
-        }))
-    }
-    fn abandon(&self, _ticket: Ticket) {}
-    fn flush_caches(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-    fn submit_ordinary(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
-        self.ordinary.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-    fn signal_completion(&self, _dispatch: &Dispatch) -> Result<(), BackendError> {
-        self.signalled.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
+    LOG.lock().seen.push(Seen {
+        pass,
+        counters: part,
+        counters_override: over,
+        any_override: any,
+    });
 }
 
 fn dispatch(kernel: &str) -> Dispatch {
@@ -513,7 +477,7 @@ fn passes(log: &Log) -> Vec<(u32, u32, u32, u64)> {
 
 #[test]
 fn full_replays_through_the_c_abi() {
-    AGENT.get_or_init(FakeAgent::default);
+    AGENT.get_or_init(agent);
     let mut h = Handles {
         owner: kreplay_context_t::default(),
         counters: kreplay_context_t::default(),
@@ -670,7 +634,7 @@ fn full_replays_through_the_c_abi() {
         "an outcome dies with its callback"
     );
     // After the loop: no override is left.
-    agent.consult_participants(None);
+    consult_participants(None);
     assert_eq!(
         LOG.lock().seen.last().unwrap(),
         &Seen {
@@ -680,7 +644,7 @@ fn full_replays_through_the_c_abi() {
             any_override: 0
         }
     );
-    assert_eq!(agent.signalled.load(Ordering::Relaxed), 1);
+    assert_eq!(agent.completions(), 1);
 
     // --- A nonsense pass count (2^63) is clamped by max_passes. -----------------------------
     // SAFETY: NUL-terminated literals.
@@ -743,7 +707,7 @@ fn full_replays_through_the_c_abi() {
 
     // --- No pass count, or 0 without a continue callback: no replay, no PASS. ---------------
     for scenario in [NO_COUNT, ZERO_NO_CONTINUE] {
-        let before = agent.ordinary.load(Ordering::Relaxed);
+        let before = agent.ordinary();
         let rec = run(scenario);
         assert_eq!(
             (rec.outcome.as_str(), rec.executed_passes),
@@ -751,7 +715,7 @@ fn full_replays_through_the_c_abi() {
             "{rec}"
         );
         assert!(passes(&LOG.lock()).is_empty());
-        assert_eq!(agent.ordinary.load(Ordering::Relaxed), before + 1);
+        assert_eq!(agent.ordinary(), before + 1);
     }
 
     // --- The summary. ----------------------------------------------------------------------

@@ -12,10 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use replay_core::{
-    ContextId, NoContextControl, Operation, Phase, Policy, ReplayPayload, ReplayService,
-    Subscription, SystemClock, UserData,
-};
+use replay_core::{Operation, Phase, Policy, ReplayPayload, ReplayService, Subscription, UserData};
 use replay_hsa::sys;
 use replay_hsa_sim::client::{dispatch, Client};
 use replay_hsa_sim::{PoolKind, SimConfig, SimHsa};
@@ -32,29 +29,18 @@ struct Rig {
 }
 
 fn rig() -> Rig {
-    let mut sim = SimHsa::new(SimConfig::default());
-    // SAFETY: the sim's table, alive, not used by other threads during the call.
-    assert!(unsafe { replay_hsa::on_load(sim.table().cast(), 1, 0, std::ptr::null()) });
-    let service = Arc::new(ReplayService::new(
+    let (sim, client) = replay_hsa_sim::client::loaded(SimConfig::default());
+    let service = replay_hsa_sim::client::install_service(
         Policy::default(),
-        Arc::new(SystemClock::new()),
-        Arc::new(NoContextControl),
-    ));
-    service
-        .configure(
-            ContextId(1),
-            Subscription::CONFIG,
-            Arc::new(
-                |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData| {
-                    if (op, ph) == (Operation::Config, Phase::Enter) {
-                        p.replay_pass_count = Some(Arc::new(|_, _| PASSES));
-                    }
-                },
-            ),
-        )
-        .unwrap();
-    replay_hsa::set_service(service.clone());
-    let client = Client::new(&sim);
+        Subscription::CONFIG,
+        Arc::new(
+            |op: Operation, ph: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData| {
+                if (op, ph) == (Operation::Config, Phase::Enter) {
+                    p.replay_pass_count = Some(Arc::new(|_, _| PASSES));
+                }
+            },
+        ),
+    );
     let runs = Arc::new(AtomicU64::new(0));
     let r = runs.clone();
     let kernel = sim.register_kernel("rmw", move |d| {

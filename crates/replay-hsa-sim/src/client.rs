@@ -21,6 +21,37 @@ use crate::SimHsa;
 /// test configures, yet finite so a broken tool fails the test instead of hanging it).
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The set-up every test of `replay-hsa` on the simulator starts from: a fresh simulated
+/// runtime of `config` with `replay-hsa`'s `OnLoad` installed on its table (asserting it
+/// succeeded), and the client reading the application's entries after it.
+pub fn loaded(config: crate::SimConfig) -> (SimHsa, Client) {
+    let mut sim = SimHsa::new(config);
+    // SAFETY: the sim's table, alive, not used by other threads during the call.
+    let ok = unsafe { replay_hsa::on_load(sim.table().cast(), 1, 0, std::ptr::null()) };
+    assert!(ok, "{}", replay_hsa::backend().state_json());
+    let client = Client::new(&sim);
+    (sim, client)
+}
+
+/// The process's replay service for those tests: `policy`, the wall clock, `tool` subscribed to
+/// `subscription`, started by the caller, handed to `replay-hsa`'s interceptor.
+pub fn install_service(
+    policy: replay_core::Policy,
+    subscription: replay_core::Subscription,
+    tool: std::sync::Arc<dyn replay_core::ReplayTool>,
+) -> std::sync::Arc<replay_core::ReplayService> {
+    let service = std::sync::Arc::new(replay_core::ReplayService::new(
+        policy,
+        std::sync::Arc::new(replay_core::SystemClock::new()),
+        std::sync::Arc::new(replay_core::NoContextControl),
+    ));
+    service
+        .configure(replay_core::ContextId(1), subscription, tool)
+        .expect("the first configuration of the process");
+    replay_hsa::set_service(service.clone());
+    service
+}
+
 /// A table slot read as its entry's C type.
 ///
 /// # Safety

@@ -35,81 +35,53 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use replay_core::{
-    Operation, OutcomeRecord, Phase, Policy, ReplayPayload, ReplayService, ReplayTool, Scope,
-    UserData,
-};
+use replay_core::{Operation, OutcomeRecord, Phase, Policy, ReplayService, Scope};
 use replay_hsa::sys;
 use replay_hsa_sim::{FaultMode, PoolKind, SimConfig, SimFault, SimHsa};
+use replay_mock::double::{at, ScriptedTool, ToolHook, ToolScript};
 
 use common::*;
 
 /// The policy's drain and pass bounds.
 const BOUND: Duration = Duration::from_millis(500);
 
-/// What the tool does besides asking for `passes` passes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Plain,
-    /// Panics in CONFIG ENTER (before the first pass).
-    PanicInConfig,
-    /// Frees `free_target` through the wrapped `hsa_amd_memory_pool_free` in PASS EXIT of
-    /// pass 0.
-    FreeAfterPass0,
-}
-
-/// Called at every callback with `(operation, phase, pass)`.
-type Hook = Box<dyn Fn(Operation, Phase, u32) + Send + Sync>;
-
-struct Tool {
-    passes: AtomicU64,
-    hook: Mutex<Option<Hook>>,
-    outcome: Mutex<Option<OutcomeRecord>>,
-    names: Mutex<Vec<String>>,
-    mode: Mutex<Mode>,
-    free_target: AtomicU64,
-    free_fn: Mutex<Option<sys::PoolFreeFn>>,
+/// What a test adds to the scripted tool: in PASS EXIT of pass 0 it frees `target` through
+/// the wrapped `hsa_amd_memory_pool_free` `func`, once.
+#[derive(Default)]
+struct FreeAfterPass0 {
+    target: AtomicU64,
+    func: Mutex<Option<sys::PoolFreeFn>>,
     freed: AtomicU64,
-    pass_exits: AtomicU64,
 }
 
-impl ReplayTool for Tool {
-    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
-        let mode = *self.mode.lock().unwrap();
-        if let Some(h) = self.hook.lock().unwrap().as_ref() {
-            h(op, phase, p.current_pass);
-        }
-        if (op, phase) == (Operation::Config, Phase::Exit) {
-            *self.outcome.lock().unwrap() = p.outcome.cloned();
-        }
-        if (op, phase) == (Operation::Config, Phase::Enter) {
-            self.names
-                .lock()
-                .unwrap()
-                .push(p.dispatch_info.kernel_name.to_string());
-        }
-        match (op, phase) {
-            (Operation::Config, Phase::Enter) => {
-                if mode == Mode::PanicInConfig {
-                    panic!("the tool fails before the first pass");
-                }
-                let n = self.passes.load(Ordering::SeqCst);
-                p.replay_pass_count = Some(Arc::new(move |_, _| n));
+impl FreeAfterPass0 {
+    fn hook(self: &Arc<Self>) -> ToolHook {
+        let me = self.clone();
+        at(Operation::Pass, Phase::Exit, move |pass| {
+            if pass != 0 {
+                return;
             }
-            (Operation::Pass, Phase::Exit) => {
-                self.pass_exits.fetch_add(1, Ordering::SeqCst);
-                if mode == Mode::FreeAfterPass0 && p.current_pass == 0 {
-                    let a = self.free_target.swap(0, Ordering::SeqCst);
-                    let free = *self.free_fn.lock().unwrap();
-                    if let (Some(free), true) = (free, a != 0) {
-                        // SAFETY: the wrapped free of an allocation the test made.
-                        assert_eq!(unsafe { free(a as *mut c_void) }, 0);
-                        self.freed.store(1, Ordering::SeqCst);
-                    }
-                }
+            let a = me.target.swap(0, Ordering::SeqCst);
+            let free = *me.func.lock().unwrap();
+            if let (Some(free), true) = (free, a != 0) {
+                // SAFETY: the wrapped free of an allocation the test made.
+                assert_eq!(unsafe { free(a as *mut c_void) }, 0);
+                me.freed.store(1, Ordering::SeqCst);
             }
-            _ => {}
-        }
+        })
+    }
+}
+
+/// A scripted-tool hook called at every callback with `(operation, phase, pass)`.
+fn hook(f: impl Fn(Operation, Phase, u32) + Send + Sync + 'static) -> ToolHook {
+    Arc::new(move |op, phase, p, _| f(op, phase, p.current_pass))
+}
+
+/// The script every test starts from: a pass-count callback answering 0.
+fn no_passes() -> ToolScript {
+    ToolScript {
+        passes: Some(0),
+        ..Default::default()
     }
 }
 
@@ -124,7 +96,8 @@ fn policy() -> Policy {
 
 struct World {
     service: Arc<ReplayService>,
-    tool: Arc<Tool>,
+    tool: Arc<ScriptedTool>,
+    free: Arc<FreeAfterPass0>,
 }
 
 fn world() -> (&'static World, MutexGuard<'static, ()>) {
@@ -132,29 +105,20 @@ fn world() -> (&'static World, MutexGuard<'static, ()>) {
     static WORLD: OnceLock<World> = OnceLock::new();
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let w = WORLD.get_or_init(|| {
-        let tool = Arc::new(Tool {
-            passes: AtomicU64::new(0),
-            hook: Mutex::new(None),
-            outcome: Mutex::new(None),
-            names: Mutex::new(Vec::new()),
-            mode: Mutex::new(Mode::Plain),
-            free_target: AtomicU64::new(0),
-            free_fn: Mutex::new(None),
-            freed: AtomicU64::new(0),
-            pass_exits: AtomicU64::new(0),
-        });
+        let tool = ScriptedTool::new(Arc::default(), no_passes());
         let service = install_service(policy(), tool.clone());
-        World { service, tool }
+        World {
+            service,
+            tool,
+            free: Arc::default(),
+        }
     });
-    w.tool.passes.store(0, Ordering::SeqCst);
-    *w.tool.hook.lock().unwrap() = None;
-    *w.tool.outcome.lock().unwrap() = None;
-    w.tool.names.lock().unwrap().clear();
+    w.tool.reset(no_passes());
     w.service.set_policy(policy()).unwrap();
-    *w.tool.mode.lock().unwrap() = Mode::Plain;
-    w.tool.free_target.store(0, Ordering::SeqCst);
-    w.tool.freed.store(0, Ordering::SeqCst);
-    w.tool.pass_exits.store(0, Ordering::SeqCst);
+    w.free.target.store(0, Ordering::SeqCst);
+    *w.free.func.lock().unwrap() = None;
+    w.free.freed.store(0, Ordering::SeqCst);
+    w.tool.add_hook(w.free.hook());
     (w, guard)
 }
 
@@ -183,8 +147,11 @@ fn a_tool_panicking_before_the_first_pass_declines_callback_failed() {
     let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
     let q = api.queue(sim.gpu_agents()[0]);
     let (buf, args) = buffer_and_args(&sim, &api, 0, 6);
-    w.tool.passes.store(3, Ordering::SeqCst);
-    *w.tool.mode.lock().unwrap() = Mode::PanicInConfig;
+    w.tool.set_script(ToolScript {
+        passes: Some(3),
+        panic_at: Some(("CONFIG ENTER", 0)),
+        ..Default::default()
+    });
     let before = w.service.summary();
     let done = api.signal(1);
     api.submit(q, dispatch(k, args, done));
@@ -196,7 +163,7 @@ fn a_tool_panicking_before_the_first_pass_declines_callback_failed() {
         "{s:?}"
     );
     assert_eq!(s.replayed, before.replayed);
-    assert_eq!(w.tool.pass_exits.load(Ordering::SeqCst), 0, "no pass ran");
+    assert_eq!(w.tool.count("PASS EXIT"), 0, "no pass ran");
     w.service.stop().unwrap();
 }
 
@@ -223,7 +190,7 @@ fn a_pass_that_does_not_complete_in_time_truncates_pass_drain_stuck() {
     });
     let q = api.queue(sim.gpu_agents()[0]);
     let (buf, args) = buffer_and_args(&sim, &api, 0, 8);
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = api.signal(1);
     let start = Instant::now();
@@ -238,7 +205,7 @@ fn a_pass_that_does_not_complete_in_time_truncates_pass_drain_stuck() {
         1,
         "{s:?}"
     );
-    assert_eq!(w.tool.pass_exits.load(Ordering::SeqCst), 0, "no PASS EXIT");
+    assert_eq!(w.tool.count("PASS EXIT"), 0, "no PASS EXIT");
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(api.load(done), 1, "no completion before the pass finished");
     assert_eq!(runs.load(Ordering::SeqCst), 0);
@@ -261,7 +228,7 @@ fn a_queue_drain_that_does_not_complete_in_time_declines_queue_drain_stuck() {
     let hold = api.signal(1);
     let barrier_done = api.signal(1);
     api.submit(q, barrier_on(hold, barrier_done));
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = api.signal(1);
     let start = Instant::now();
@@ -299,10 +266,10 @@ fn a_region_freed_by_the_tool_after_pass_0_is_skipped_by_restore() {
         .cast::<u64>();
     // SAFETY: a fresh host-visible simulated allocation.
     unsafe { scratch.write_volatile(1) };
-    let tool = w.tool.clone();
+    let free = w.free.clone();
     let (r, sc) = (runs.clone(), scratch as u64);
     let k = sim.register_kernel("rmw-and-scratch", move |d| {
-        if tool.freed.load(Ordering::SeqCst) == 0 {
+        if free.freed.load(Ordering::SeqCst) == 0 {
             let v = d.read_u64(sc)?;
             d.write_u64(sc, v + 1)?;
         }
@@ -313,17 +280,16 @@ fn a_region_freed_by_the_tool_after_pass_0_is_skipped_by_restore() {
         Ok(())
     });
     let q = api.queue(sim.gpu_agents()[gpu]);
-    w.tool.passes.store(3, Ordering::SeqCst);
-    *w.tool.mode.lock().unwrap() = Mode::FreeAfterPass0;
-    *w.tool.free_fn.lock().unwrap() = Some(api.pool_free);
-    w.tool.free_target.store(scratch as u64, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
+    *w.free.func.lock().unwrap() = Some(api.pool_free);
+    w.free.target.store(scratch as u64, Ordering::SeqCst);
     let before = w.service.summary();
     let done = api.signal(1);
     api.submit(q, dispatch(k, args, done));
     assert_eq!(api.wait_zero(done), 0);
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(api.load(done), 0, "the completion signal fired once");
-    assert_eq!(w.tool.freed.load(Ordering::SeqCst), 1, "the tool freed it");
+    assert_eq!(w.free.freed.load(Ordering::SeqCst), 1, "the tool freed it");
     assert_eq!(runs.load(Ordering::SeqCst), 3, "three passes ran");
     assert_eq!(read(buf), rmw(11), "memory equals one execution");
     assert!(sim.faults().is_empty(), "{:?}", sim.faults());
@@ -390,7 +356,7 @@ impl Case {
 /// Runs one dispatch of `case` asking for 3 passes; checks it ended once with one declined
 /// (or truncated) dispatch of `reason`; the outcome record.
 fn expect(w: &World, case: &Case, declined: bool, reason: &str) -> Option<OutcomeRecord> {
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = case.dispatch();
     case.ends_once(done);
@@ -402,7 +368,7 @@ fn expect(w: &World, case: &Case, declined: bool, reason: &str) -> Option<Outcom
     };
     assert_eq!(delta(now, then, reason), 1, "{reason}: {s:?}");
     assert_eq!(s.replayed, before.replayed, "not replayed: {s:?}");
-    let outcome = w.tool.outcome.lock().unwrap().clone();
+    let outcome = w.tool.outcomes().last().cloned();
     if let Some(o) = &outcome {
         assert_eq!(o.reason.as_str(), reason, "{o:?}");
     }
@@ -428,16 +394,15 @@ fn snapshot_memory_the_runtime_cannot_allocate_declines_snapshot_failed() {
     c.sim.clear(dev);
     c.sim.clear(host);
     // The pools work again: the next dispatch is replayed from device backing memory.
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let done = c.dispatch();
     assert_eq!(c.api.wait_zero(done), 0);
     assert_eq!(read(c.buf), rmw(rmw(21)));
     let o = w
         .tool
-        .outcome
-        .lock()
-        .unwrap()
-        .clone()
+        .outcomes()
+        .last()
+        .cloned()
         .expect("CONFIG EXIT has the outcome");
     assert!(o.tier_bytes.device >= 64, "{o:?}");
     w.service.stop().unwrap();
@@ -452,7 +417,7 @@ fn a_device_pool_that_cannot_allocate_leaves_the_snapshot_to_pinned_host_memory(
         SimFault::PoolExhausted(PoolKind::DeviceCoarse),
         FaultMode::Always,
     );
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = c.dispatch();
     assert_eq!(c.api.wait_zero(done), 0);
@@ -465,10 +430,9 @@ fn a_device_pool_that_cannot_allocate_leaves_the_snapshot_to_pinned_host_memory(
     );
     let o = w
         .tool
-        .outcome
-        .lock()
-        .unwrap()
-        .clone()
+        .outcomes()
+        .last()
+        .cloned()
         .expect("CONFIG EXIT has the outcome");
     assert_eq!(o.tier_bytes.device, 0, "{o:?}");
     assert!(
@@ -492,7 +456,7 @@ fn a_device_pool_without_room_places_the_snapshot_in_pinned_host_memory() {
         1,
         22,
     );
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = c.dispatch();
     assert_eq!(c.api.wait_zero(done), 0);
@@ -501,10 +465,9 @@ fn a_device_pool_without_room_places_the_snapshot_in_pinned_host_memory() {
     assert_eq!(w.service.summary().replayed - before.replayed, 1);
     let o = w
         .tool
-        .outcome
-        .lock()
-        .unwrap()
-        .clone()
+        .outcomes()
+        .last()
+        .cloned()
         .expect("CONFIG EXIT has the outcome");
     assert_eq!(o.tier_bytes.device, 0, "{o:?}");
     assert!(
@@ -691,7 +654,7 @@ fn dispatch_while_held(
         // SAFETY: a live signal.
         unsafe { store(hold, 0) };
     });
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     // The completion signal sits in the packet's last 8 bytes.
     let done = sys::hsa_signal_t {
         handle: u64::from_le_bytes(packet[56..64].try_into().unwrap()),
@@ -733,12 +696,12 @@ fn a_pass_the_runtime_refuses_after_a_restore_truncates_submit_failed_and_runs_o
     w.service.start().unwrap();
     let c = Case::new(0, 27);
     let inj = c.sim.injector();
-    *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+    w.tool.add_hook(hook(move |op, phase, pass| {
         if (op, phase, pass) == (Operation::Pass, Phase::Enter, 1) {
             inj.inject(SimFault::SignalCreateFails, FaultMode::Once);
         }
     }));
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = c.dispatch();
     assert_eq!(c.api.wait_zero(done), 0);
@@ -763,12 +726,12 @@ fn a_restore_copy_refused_once_is_retried_and_the_replay_completes() {
     w.service.start().unwrap();
     let c = Case::new(1, 28);
     let inj = c.sim.injector();
-    *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+    w.tool.add_hook(hook(move |op, phase, pass| {
         if (op, phase, pass) == (Operation::Pass, Phase::Exit, 0) {
             inj.inject(SimFault::AsyncCopyRefused, FaultMode::Once);
         }
     }));
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = c.dispatch();
     assert_eq!(c.api.wait_zero(done), 0);
@@ -790,12 +753,12 @@ fn a_restore_the_runtime_always_refuses_aborts_with_a_message() {
         w.service.start().unwrap();
         let c = Case::new(0, 29);
         let inj = c.sim.injector();
-        *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+        w.tool.add_hook(hook(move |op, phase, pass| {
             if (op, phase, pass) == (Operation::Pass, Phase::Exit, 0) {
                 inj.inject(SimFault::AsyncCopyRefused, FaultMode::Always);
             }
         }));
-        w.tool.passes.store(3, Ordering::SeqCst);
+        w.tool.set_passes(Some(3));
         let done = c.dispatch();
         c.api.wait_zero(done);
         unreachable!("a restore that cannot be repaired must abort");
@@ -836,12 +799,12 @@ fn a_failed_scope_check_digest_truncates_scope_check_failed() {
     let outside = c.api.alloc(c.sim.pool(0, PoolKind::DeviceCoarse), 4096);
     assert!(!outside.is_null());
     let inj = c.sim.injector();
-    *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+    w.tool.add_hook(hook(move |op, phase, pass| {
         if (op, phase, pass) == (Operation::Pass, Phase::Exit, 0) {
             inj.inject(SimFault::MemoryCopyFails, FaultMode::Always);
         }
     }));
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = c.dispatch();
     assert_eq!(c.api.wait_zero(done), 0);
@@ -884,7 +847,7 @@ fn a_region_reallocated_at_the_same_address_during_a_pass_is_not_restored() {
     let again = Arc::new(AtomicU64::new(0));
     let a2 = again.clone();
     let old_addr = old as u64;
-    *w.tool.hook.lock().unwrap() = Some(Box::new(move |op, phase, pass| {
+    w.tool.add_hook(hook(move |op, phase, pass| {
         if (op, phase, pass) == (Operation::Pass, Phase::Exit, 0) {
             let mut p = std::ptr::null_mut();
             // SAFETY: the wrapped free and allocate of the application's entries; the new
@@ -897,7 +860,7 @@ fn a_region_reallocated_at_the_same_address_during_a_pass_is_not_restored() {
             a2.store(p as u64, Ordering::SeqCst);
         }
     }));
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = c.dispatch();
     assert_eq!(c.api.wait_zero(done), 0);
@@ -945,7 +908,7 @@ fn timeouts_follow_the_runtimes_timestamp_frequency() {
         r.fetch_add(1, Ordering::SeqCst);
         Ok(())
     });
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = c.api.signal(1);
     let start = Instant::now();
@@ -986,12 +949,12 @@ fn dispatches_carry_the_kernel_symbols_name() {
         .expect("the module's kernel");
     let q = api.queue(sim.gpu_agents()[0]);
     let (buf, args) = buffer_and_args(&sim, &api, 0, 34);
-    w.tool.passes.store(2, Ordering::SeqCst);
+    w.tool.set_passes(Some(2));
     let done = api.signal(1);
     api.submit(q, dispatch(object, args, done));
     assert_eq!(api.wait_zero(done), 0);
     assert_eq!(read(buf), rmw(34));
-    assert_eq!(*w.tool.names.lock().unwrap(), vec!["_Z3rmwPm".to_owned()]);
+    assert_eq!(w.tool.config_kernels(), vec!["_Z3rmwPm".to_owned()]);
     // The kernel filter matches that name: excluded, the next dispatch is not replayed.
     w.service
         .set_policy(Policy {
@@ -1098,7 +1061,7 @@ fn host_digests_restore_only_the_chunks_a_pass_changed_and_check_the_scope_in_sl
         args.cast::<u64>().write(buf as u64);
     }
     let q = api.queue(sim.gpu_agents()[0]);
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = api.signal(1);
     api.submit(q, dispatch(k, args, done));
@@ -1108,10 +1071,9 @@ fn host_digests_restore_only_the_chunks_a_pass_changed_and_check_the_scope_in_sl
     assert_eq!(w.service.summary().replayed - before.replayed, 1);
     let o = w
         .tool
-        .outcome
-        .lock()
-        .unwrap()
-        .clone()
+        .outcomes()
+        .last()
+        .cloned()
         .expect("CONFIG EXIT has the outcome");
     assert_eq!(
         o.captured_bytes,
@@ -1177,16 +1139,15 @@ fn device_memory_another_process_uses_is_left_to_it() {
         0,
         36,
     );
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let done = c.dispatch();
     assert_eq!(c.api.wait_zero(done), 0);
     assert_eq!(read(c.buf), rmw(36));
     let o = w
         .tool
-        .outcome
-        .lock()
-        .unwrap()
-        .clone()
+        .outcomes()
+        .last()
+        .cloned()
         .expect("CONFIG EXIT has the outcome");
     assert_eq!(o.tier_bytes.device, 0, "no device memory taken: {o:?}");
     assert!(o.tier_bytes.pinned >= 64, "{o:?}");
@@ -1211,17 +1172,16 @@ fn pooled_backing_memory_yields_to_an_application_allocation() {
     let args = c.api.alloc(c.sim.pool(0, PoolKind::Kernarg), 64);
     // SAFETY: as above.
     unsafe { args.cast::<u64>().write(big as u64) };
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let done = c.api.signal(1);
     c.api.submit(c.queue, dispatch(c.kernel, args, done));
     assert_eq!(c.api.wait_zero(done), 0);
     assert_eq!(read(big), rmw(37));
     let o = w
         .tool
-        .outcome
-        .lock()
-        .unwrap()
-        .clone()
+        .outcomes()
+        .last()
+        .cloned()
         .expect("CONFIG EXIT has the outcome");
     assert!(o.tier_bytes.device >= 32 * mib as u64, "{o:?}");
     let pooled = engine.pooled_bytes();

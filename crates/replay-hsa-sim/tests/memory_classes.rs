@@ -4,7 +4,7 @@
 //! blocks longer than 256 bytes, and copies and fills started while a window is open.
 //!
 //! The backend and the service are process-wide, so the tests of this file run one at a time
-//! (`SERIAL`) and share one tool whose state each test resets.
+//! (`SERIAL`) and share one scripted tool (`replay_mock::double`) that each test resets.
 
 // Not every shared helper is used by every test file.
 #[allow(dead_code)]
@@ -15,52 +15,19 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use replay_core::{
-    DeviceMemory, MemoryClass, Operation, Outcome, OutcomeRecord, Phase, Policy, ReplayPayload,
-    ReplayService, ReplayTool, Scope, UserData,
+    DeviceMemory, MemoryClass, Outcome, OutcomeRecord, Policy, ReplayService, Scope,
 };
 use replay_hsa::sys;
 use replay_hsa_sim::{PoolKind, SimConfig, SimHsa};
+use replay_mock::double::ScriptedTool;
 
 use common::*;
 
-type Hook = Box<dyn Fn(u32) + Send + Sync>;
-
-/// The tool: `passes` passes; in every PASS ENTER it reads the `u64` at `watch` and runs
-/// `on_pass` with the pass index.
-#[derive(Default)]
-struct Tool {
-    passes: AtomicU64,
-    watch: AtomicU64,
-    seen: Mutex<Vec<u64>>,
-    on_pass: Mutex<Option<Hook>>,
-}
-
-impl ReplayTool for Tool {
-    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
-        match (op, phase) {
-            (Operation::Config, Phase::Enter) => {
-                let n = self.passes.load(Ordering::SeqCst);
-                p.replay_pass_count = Some(Arc::new(move |_, _| n));
-            }
-            (Operation::Pass, Phase::Enter) => {
-                let a = self.watch.load(Ordering::SeqCst);
-                if a != 0 {
-                    // SAFETY: a live simulated allocation (host memory) of 8 bytes.
-                    let v = unsafe { std::ptr::read_volatile(a as *const u64) };
-                    self.seen.lock().unwrap().push(v);
-                }
-                if let Some(f) = self.on_pass.lock().unwrap().as_ref() {
-                    f(p.current_pass);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
 struct World {
     service: Arc<ReplayService>,
-    tool: Arc<Tool>,
+    /// Its hook: [`watching`], with a test's own PASS ENTER step.
+    tool: Arc<ScriptedTool>,
+    watch: Arc<Watch>,
     records: Arc<Mutex<Vec<OutcomeRecord>>>,
 }
 
@@ -78,7 +45,7 @@ fn world(scope: Scope) -> (&'static World, MutexGuard<'static, ()>) {
     static WORLD: OnceLock<World> = OnceLock::new();
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let w = WORLD.get_or_init(|| {
-        let tool = Arc::new(Tool::default());
+        let tool = scripted_tool();
         let service = install_service(policy(Scope::All), tool.clone());
         let records = Arc::new(Mutex::new(Vec::new()));
         let sink = records.clone();
@@ -88,14 +55,14 @@ fn world(scope: Scope) -> (&'static World, MutexGuard<'static, ()>) {
         World {
             service,
             tool,
+            watch: Arc::default(),
             records,
         }
     });
     w.service.set_policy(policy(scope)).unwrap();
-    w.tool.passes.store(0, Ordering::SeqCst);
-    w.tool.watch.store(0, Ordering::SeqCst);
-    w.tool.seen.lock().unwrap().clear();
-    *w.tool.on_pass.lock().unwrap() = None;
+    w.tool.reset(no_passes());
+    w.watch.reset();
+    w.tool.set_hook(Some(watching(w.watch.clone(), |_| {})));
     w.records.lock().unwrap().clear();
     (w, guard)
 }
@@ -115,8 +82,8 @@ fn run_rmw(w: &World, sim: &SimHsa, api: &Api, target: *mut u64, args: *mut u8) 
     let runs = Arc::new(AtomicU64::new(0));
     let k = rmw_kernel(sim, runs.clone(), Duration::ZERO);
     let q = api.queue(sim.gpu_agents()[0]);
-    w.tool.passes.store(4, Ordering::SeqCst);
-    w.tool.watch.store(target as u64, Ordering::SeqCst);
+    w.tool.set_passes(Some(4));
+    w.watch.addr.store(target as u64, Ordering::SeqCst);
     let done = api.signal(1);
     api.submit(q, dispatch(k, args, done));
     assert_eq!(api.wait_zero(done), 0);
@@ -131,7 +98,7 @@ fn assert_replayed(w: &World, r: &OutcomeRecord, init: u64, target: *const u64) 
         "{r:?}"
     );
     assert_eq!(
-        *w.tool.seen.lock().unwrap(),
+        *w.watch.seen.lock().unwrap(),
         vec![init; 4],
         "every pass saw the same input"
     );
@@ -373,8 +340,8 @@ fn a_pointer_argument_past_byte_256_is_in_the_arguments_scope() {
         args.add(512).cast::<u64>().write(imported as u64);
     }
     let q = api.queue(sim.gpu_agents()[0]);
-    w.tool.passes.store(4, Ordering::SeqCst);
-    w.tool.watch.store(buf as u64, Ordering::SeqCst);
+    w.tool.set_passes(Some(4));
+    w.watch.addr.store(buf as u64, Ordering::SeqCst);
     let done = api.signal(1);
     api.submit(q, dispatch(k, args, done));
     assert_eq!(api.wait_zero(done), 0);
@@ -414,7 +381,7 @@ fn a_write_during_the_window_lands_once_after_it(how: Write) {
     let thread = Arc::new(Mutex::new(None));
     let (t, s, gpu) = (target as usize, src as usize, sim.gpu_agents()[0]);
     let (flag, slot) = (landed.clone(), thread.clone());
-    *w.tool.on_pass.lock().unwrap() = Some(Box::new(move |pass| {
+    w.tool.set_hook(Some(watching(w.watch.clone(), move |pass| {
         if pass != 0 {
             return;
         }
@@ -439,7 +406,7 @@ fn a_write_during_the_window_lands_once_after_it(how: Write) {
         while !flag.load(Ordering::SeqCst) && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(5));
         }
-    }));
+    })));
     let r = run_rmw(w, &sim, &api, buf, args);
     assert_eq!(
         (r.outcome, r.executed_passes),

@@ -3,7 +3,7 @@
 //! allocate from pools, write packets, ring the doorbell, wait on the completion signal.
 //!
 //! The backend and the service are process-wide, so the tests of this file run one at a time
-//! (`SERIAL`) and share one tool whose counters each test resets.
+//! (`SERIAL`) and share one scripted tool (`replay_mock::double`) that each test resets.
 
 // Not every shared helper is used by every test file.
 #[allow(dead_code)]
@@ -14,51 +14,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use replay_core::{Operation, Phase, Policy, ReplayPayload, ReplayService, ReplayTool, UserData};
+use replay_core::{Operation, Phase, Policy, ReplayService};
 use replay_hsa::sys;
 use replay_hsa::sys::aql;
 use replay_hsa_sim::PoolKind;
+use replay_mock::double::ScriptedTool;
 
 use common::*;
 
-/// The tool: `passes` passes; in every PASS ENTER it reads the `u64` at `watch`.
-#[derive(Default)]
-struct Tool {
-    passes: AtomicU64,
-    watch: AtomicU64,
-    seen: Mutex<Vec<u64>>,
-    configs: AtomicU64,
-    /// Run in every CONFIG ENTER (tool work launched from a callback).
-    on_config: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
-}
-
-impl ReplayTool for Tool {
-    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
-        match (op, phase) {
-            (Operation::Config, Phase::Enter) => {
-                self.configs.fetch_add(1, Ordering::SeqCst);
-                if let Some(f) = self.on_config.lock().unwrap().as_ref() {
-                    f();
-                }
-                let n = self.passes.load(Ordering::SeqCst);
-                p.replay_pass_count = Some(Arc::new(move |_, _| n));
-            }
-            (Operation::Pass, Phase::Enter) => {
-                let a = self.watch.load(Ordering::SeqCst);
-                if a != 0 {
-                    // SAFETY: a live simulated allocation (host memory) of 8 bytes.
-                    let v = unsafe { std::ptr::read_volatile(a as *const u64) };
-                    self.seen.lock().unwrap().push(v);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
 struct World {
     service: Arc<ReplayService>,
-    tool: Arc<Tool>,
+    /// Its hook: [`watching`], or a test's own.
+    tool: Arc<ScriptedTool>,
+    watch: Arc<Watch>,
 }
 
 fn world() -> (&'static World, MutexGuard<'static, ()>) {
@@ -71,15 +39,17 @@ fn world() -> (&'static World, MutexGuard<'static, ()>) {
             pass_timeout: Duration::from_secs(5),
             ..Policy::default()
         };
-        let tool = Arc::new(Tool::default());
+        let tool = scripted_tool();
         let service = install_service(policy, tool.clone());
-        World { service, tool }
+        World {
+            service,
+            tool,
+            watch: Arc::default(),
+        }
     });
-    w.tool.passes.store(0, Ordering::SeqCst);
-    w.tool.watch.store(0, Ordering::SeqCst);
-    w.tool.configs.store(0, Ordering::SeqCst);
-    w.tool.seen.lock().unwrap().clear();
-    *w.tool.on_config.lock().unwrap() = None;
+    w.tool.reset(no_passes());
+    w.watch.reset();
+    w.tool.set_hook(Some(watching(w.watch.clone(), |_| {})));
     (w, guard)
 }
 
@@ -99,8 +69,8 @@ fn a_replayed_dispatch_runs_n_passes_on_identical_inputs_and_completes_once() {
         "the queue is intercepted"
     );
     let (buf, args) = buffer_and_args(&sim, &api, 0, 5);
-    w.tool.passes.store(4, Ordering::SeqCst);
-    w.tool.watch.store(buf as u64, Ordering::SeqCst);
+    w.tool.set_passes(Some(4));
+    w.watch.addr.store(buf as u64, Ordering::SeqCst);
     let before = w.service.summary();
     let done = api.signal(1);
     api.submit(q, dispatch(k, args, done));
@@ -113,7 +83,7 @@ fn a_replayed_dispatch_runs_n_passes_on_identical_inputs_and_completes_once() {
     );
     assert_eq!(runs.load(Ordering::SeqCst), 4, "four passes ran");
     assert_eq!(
-        *w.tool.seen.lock().unwrap(),
+        *w.watch.seen.lock().unwrap(),
         vec![5; 4],
         "every pass saw the same input"
     );
@@ -152,7 +122,7 @@ fn a_barrier_passes_through_once() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(api.load(done), 0, "the barrier ran once");
     assert_eq!(
-        w.tool.configs.load(Ordering::SeqCst),
+        w.tool.count("CONFIG ENTER") as u64,
         0,
         "no window for a barrier"
     );
@@ -169,7 +139,7 @@ fn a_multi_packet_write_and_an_application_copy_pass_through_once() {
     let q = api.queue(sim.gpu_agents()[0]);
     let (b1, a1) = buffer_and_args(&sim, &api, 0, 3);
     let (b2, a2) = buffer_and_args(&sim, &api, 0, 4);
-    w.tool.passes.store(4, Ordering::SeqCst);
+    w.tool.set_passes(Some(4));
     let before = w.service.summary();
     // Two dispatches in one interceptor call (an interceptor above the backend's writes them
     // together): not a single dispatch, so no window; each runs once.
@@ -190,7 +160,7 @@ fn a_multi_packet_write_and_an_application_copy_pass_through_once() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(api.load(copied), 0, "the copy completed once");
     assert_eq!(read(b1), 99);
-    assert_eq!(w.tool.configs.load(Ordering::SeqCst), 0, "no window");
+    assert_eq!(w.tool.count("CONFIG ENTER") as u64, 0, "no window");
     let s = w.service.summary();
     assert_eq!(s.replayed, before.replayed, "{s:?}");
     w.service.stop().unwrap();
@@ -205,7 +175,7 @@ fn a_dispatch_while_the_service_is_inactive_runs_once_untouched() {
     let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
     let q = api.queue(sim.gpu_agents()[0]);
     let (buf, args) = buffer_and_args(&sim, &api, 0, 7);
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let done = api.signal(1);
     api.submit(q, dispatch(k, args, done));
     assert_eq!(api.wait_zero(done), 0);
@@ -214,7 +184,7 @@ fn a_dispatch_while_the_service_is_inactive_runs_once_untouched() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(read(buf), rmw(7));
     assert_eq!(
-        w.tool.configs.load(Ordering::SeqCst),
+        w.tool.count("CONFIG ENTER") as u64,
         0,
         "the tool was not called"
     );
@@ -259,7 +229,7 @@ fn an_application_dispatch_arriving_on_the_async_thread_during_a_window_runs_onc
     let qb = api.queue(gpu);
     let (buf_a, args_a) = buffer_and_args(&sim, &api, 0, 1);
     let (buf_b, args_b) = buffer_and_args(&sim, &api, 0, 10);
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done_a = api.signal(1);
     let done_b = api.signal(1);
@@ -335,7 +305,7 @@ fn a_full_ring_declines_instead_of_hanging_and_the_dispatch_runs_once() {
         api.submit(q, barrier_on(hold, barriers));
     }
     assert_eq!(sim.parked(q), 0, "the three barriers are in the ring");
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = api.signal(1);
     let start = Instant::now();
@@ -391,7 +361,10 @@ fn tool_work_launched_from_a_callback_arrives_on_the_async_thread_and_completes(
     {
         let fwd = fwd.clone();
         let c = completed_in_callback.clone();
-        *w.tool.on_config.lock().unwrap() = Some(Box::new(move || {
+        w.tool.set_hook(Some(Arc::new(move |op, phase, _, _| {
+            if (op, phase) != (Operation::Config, Phase::Enter) {
+                return;
+            }
             if fwd.sent.load(Ordering::SeqCst) != 0 {
                 return;
             }
@@ -402,9 +375,9 @@ fn tool_work_launched_from_a_callback_arrives_on_the_async_thread_and_completes(
             if api.wait_zero(tool_done) == 0 {
                 c.store(1, Ordering::SeqCst);
             }
-        }));
+        })));
     }
-    w.tool.passes.store(2, Ordering::SeqCst);
+    w.tool.set_passes(Some(2));
     let before = w.service.summary();
     let done = api.signal(1);
     api.submit(qa, dispatch(k, args, done));
@@ -442,7 +415,7 @@ fn an_application_dispatch_on_the_async_thread_declines_instead_of_hanging() {
     let qa = api.queue(gpu);
     let _other = api.queue(gpu);
     let (buf, args) = buffer_and_args(&sim, &api, 1, 4);
-    w.tool.passes.store(3, Ordering::SeqCst);
+    w.tool.set_passes(Some(3));
     let before = w.service.summary();
     let done = api.signal(1);
     let fwd = Box::new(Forward {
@@ -535,8 +508,8 @@ fn a_kernel_incrementing_a_module_variable_ends_with_one_increment() {
     });
     let q = api.queue(gpu);
     let args = api.alloc(sim.pool(0, PoolKind::Kernarg), 64);
-    w.tool.passes.store(5, Ordering::SeqCst);
-    w.tool.watch.store(addr, Ordering::SeqCst);
+    w.tool.set_passes(Some(5));
+    w.watch.addr.store(addr, Ordering::SeqCst);
     let before = w.service.summary();
     let done = api.signal(1);
     api.submit(q, dispatch(k, args, done));
@@ -545,7 +518,7 @@ fn a_kernel_incrementing_a_module_variable_ends_with_one_increment() {
     assert_eq!(api.load(done), 0, "the completion signal fired once");
     assert_eq!(runs.load(Ordering::SeqCst), 5, "five passes ran");
     assert_eq!(
-        *w.tool.seen.lock().unwrap(),
+        *w.watch.seen.lock().unwrap(),
         vec![41; 5],
         "every pass saw 41"
     );
@@ -560,7 +533,7 @@ fn two_gpu_agents_replay_concurrently_from_two_threads() {
     let (w, _g) = world();
     w.service.start().unwrap();
     let (sim, api) = sim();
-    w.tool.passes.store(4, Ordering::SeqCst);
+    w.tool.set_passes(Some(4));
     let before = w.service.summary();
     // Both windows are open at once: each kernel's first pass waits until the other agent's
     // kernel has started (bounded), so the two windows overlap.

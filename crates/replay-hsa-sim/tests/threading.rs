@@ -3,98 +3,44 @@
 //! and what the window may wait for.
 //!
 //! The backend and the service are process-wide, so the tests of this file run one at a time
-//! (`SERIAL`) and share one tool whose behaviour each test sets.
+//! (`SERIAL`) and share one scripted tool (`replay_mock::double`) whose behaviour each test sets.
 
 // Not every shared helper is used by every test file.
 #[allow(dead_code)]
 mod common;
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use replay_core::{
-    Operation, Outcome, Phase, Policy, Reason, ReplayPayload, ReplayService, ReplayTool, UserData,
-};
+use replay_core::{KernelId, Operation, Outcome, Phase, Policy, Reason, ReplayService};
 use replay_hsa::sys;
+use replay_mock::double::{at, ScriptedTool, ToolScript};
 
 use common::*;
 
-type Hook = Arc<dyn Fn(u32) + Send + Sync>;
-
-/// The tool: passes per kernel object (1, no replay, unless set), hooks per phase, and the
-/// outcome of every CONFIG EXIT it saw.
-#[derive(Default)]
-struct Tool {
-    passes: Mutex<HashMap<u64, u64>>,
-    config_enter: Mutex<Option<Hook>>,
-    pass_enter: Mutex<Option<Hook>>,
-    pass_exit: Mutex<Option<Hook>>,
-    exits: Mutex<Vec<(u64, Outcome, Reason)>>,
+/// What the scripted tool saw of `kernel`: the outcome and reason of each CONFIG EXIT.
+fn outcomes(tool: &ScriptedTool, kernel: u64) -> Vec<(Outcome, Reason)> {
+    tool.outcomes_of(KernelId(kernel))
+        .iter()
+        .map(|r| (r.outcome, r.reason))
+        .collect()
 }
 
-impl ReplayTool for Tool {
-    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
-        let kernel = p.dispatch_info.kernel_id.0;
-        let hook = |h: &Mutex<Option<Hook>>| h.lock().unwrap().clone();
-        match (op, phase) {
-            (Operation::Config, Phase::Enter) => {
-                if let Some(h) = hook(&self.config_enter) {
-                    h(0);
-                }
-                let n = self
-                    .passes
-                    .lock()
-                    .unwrap()
-                    .get(&kernel)
-                    .copied()
-                    .unwrap_or(1);
-                p.replay_pass_count = Some(Arc::new(move |_, _| n));
-            }
-            (Operation::Config, Phase::Exit) => {
-                if let Some(r) = p.outcome {
-                    self.exits
-                        .lock()
-                        .unwrap()
-                        .push((kernel, r.outcome, r.reason));
-                }
-            }
-            (Operation::Pass, Phase::Enter) => {
-                if let Some(h) = hook(&self.pass_enter) {
-                    h(p.current_pass);
-                }
-            }
-            (Operation::Pass, Phase::Exit) => {
-                if let Some(h) = hook(&self.pass_exit) {
-                    h(p.current_pass);
-                }
-            }
-        }
-    }
-}
-
-impl Tool {
-    fn replay(&self, kernel: u64, passes: u64) {
-        self.passes.lock().unwrap().insert(kernel, passes);
-    }
-
-    /// The CONFIG EXIT outcomes of `kernel`.
-    fn outcomes(&self, kernel: u64) -> Vec<(Outcome, Reason)> {
-        self.exits
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|e| e.0 == kernel)
-            .map(|e| (e.1, e.2))
-            .collect()
+/// The script every test starts from: one pass (no replay) for every kernel unless a test
+/// sets its own.
+fn one_pass() -> ToolScript {
+    ToolScript {
+        passes: Some(1),
+        ..Default::default()
     }
 }
 
 struct World {
     service: Arc<ReplayService>,
-    tool: Arc<Tool>,
+    /// Passes per kernel object, hooks per callback (`replay_mock::double::at`).
+    tool: Arc<ScriptedTool>,
 }
 
 fn policy() -> Policy {
@@ -112,16 +58,12 @@ fn world() -> (&'static World, MutexGuard<'static, ()>) {
     let w = WORLD.get_or_init(|| {
         let _ = log::set_logger(&PanicLogger);
         log::set_max_level(log::LevelFilter::Warn);
-        let tool = Arc::new(Tool::default());
+        let tool = ScriptedTool::new(Arc::default(), one_pass());
         let service = install_service(policy(), tool.clone());
         World { service, tool }
     });
     w.service.set_policy(policy()).unwrap();
-    w.tool.passes.lock().unwrap().clear();
-    *w.tool.config_enter.lock().unwrap() = None;
-    *w.tool.pass_enter.lock().unwrap() = None;
-    *w.tool.pass_exit.lock().unwrap() = None;
-    w.tool.exits.lock().unwrap().clear();
+    w.tool.reset(one_pass());
     *PANIC_ON.lock().unwrap() = None;
     w.service.start().unwrap();
     (w, guard)
@@ -269,7 +211,7 @@ fn a_multi_packet_submission_during_a_window_runs_after_it_and_is_not_undone() {
     let (buf_a, args_a) = buffer_and_args(&sim, &api, 0, 1);
     let (b1, a1) = buffer_and_args(&sim, &api, 0, 10);
     let (b2, a2) = buffer_and_args(&sim, &api, 0, 20);
-    w.tool.replay(ka, 3);
+    w.tool.set_kernel_passes(ka, 3);
     let (d1, d2) = (api.signal(1), api.signal(1));
     let batch = vec![dispatch(kb, a1, d1), dispatch(kb, a2, d2)];
     let submitter = {
@@ -285,7 +227,10 @@ fn a_multi_packet_submission_during_a_window_runs_after_it_and_is_not_undone() {
     submitter.join().unwrap();
     assert_eq!(api.wait_zero(d1), 0);
     assert_eq!(api.wait_zero(d2), 0);
-    assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
+    assert_eq!(
+        outcomes(&w.tool, ka),
+        vec![(Outcome::Replayed, Reason::None)]
+    );
     assert_eq!(a_runs.load(Ordering::SeqCst), 3);
     assert_eq!(read(buf_a), rmw(1));
     assert_eq!(b_runs.load(Ordering::SeqCst), 2, "each packet ran once");
@@ -333,39 +278,43 @@ fn tool_work_intercepted_after_its_callback_returned_still_runs_inside_the_windo
         })
     };
     let (buf, args) = buffer_and_args(&sim, &api, 0, 3);
-    w.tool.replay(ka, 2);
+    w.tool.set_kernel_passes(ka, 2);
     {
         let tq = tool_queue.clone();
-        *w.tool.config_enter.lock().unwrap() = Some(Arc::new(move |_| {
-            if tq.load(Ordering::SeqCst) == 0 {
-                // The tool's own queue, created from inside its callback.
-                tq.store(api.queue(gpu) as u64, Ordering::SeqCst);
-            }
-        }));
+        w.tool
+            .add_hook(at(Operation::Config, Phase::Enter, move |_| {
+                if tq.load(Ordering::SeqCst) == 0 {
+                    // The tool's own queue, created from inside its callback.
+                    tq.store(api.queue(gpu) as u64, Ordering::SeqCst);
+                }
+            }));
     }
     {
         let tq = tool_queue.clone();
-        *w.tool.pass_enter.lock().unwrap() = Some(Arc::new(move |pass| {
-            if pass != 0 {
-                return;
-            }
-            // The async thread is busy until the pass runs; the doorbell below, rung inside
-            // the interceptor, is deferred behind that.
-            // SAFETY: `hold_async_thread` has the async function's signature.
-            let st = unsafe { (api.async_function)(Some(hold_async_thread), std::ptr::null_mut()) };
-            assert_eq!(st, 0);
-            let q = tq.load(Ordering::SeqCst) as *mut sys::hsa_queue_t;
-            api.submit(q, dispatch(kt, targs as *mut u8, tool_done));
-        }));
+        w.tool
+            .add_hook(at(Operation::Pass, Phase::Enter, move |pass| {
+                if pass != 0 {
+                    return;
+                }
+                // The async thread is busy until the pass runs; the doorbell below, rung inside
+                // the interceptor, is deferred behind that.
+                // SAFETY: `hold_async_thread` has the async function's signature.
+                let st =
+                    unsafe { (api.async_function)(Some(hold_async_thread), std::ptr::null_mut()) };
+                assert_eq!(st, 0);
+                let q = tq.load(Ordering::SeqCst) as *mut sys::hsa_queue_t;
+                api.submit(q, dispatch(kt, targs as *mut u8, tool_done));
+            }));
     }
     let completed_by_pass_exit = Arc::new(AtomicU64::new(0));
     {
         let c = completed_by_pass_exit.clone();
-        *w.tool.pass_exit.lock().unwrap() = Some(Arc::new(move |pass| {
-            if pass == 0 && eventually(|| api.load(tool_done) == 0) {
-                c.store(1, Ordering::SeqCst);
-            }
-        }));
+        w.tool
+            .add_hook(at(Operation::Pass, Phase::Exit, move |pass| {
+                if pass == 0 && eventually(|| api.load(tool_done) == 0) {
+                    c.store(1, Ordering::SeqCst);
+                }
+            }));
     }
     let done = api.signal(1);
     api.submit(qa, dispatch(ka, args, done));
@@ -377,7 +326,10 @@ fn tool_work_intercepted_after_its_callback_returned_still_runs_inside_the_windo
         "the tool's work completed while PASS EXIT waited for it"
     );
     assert_eq!(tool_runs.load(Ordering::SeqCst), 1, "tool work ran once");
-    assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
+    assert_eq!(
+        outcomes(&w.tool, ka),
+        vec![(Outcome::Replayed, Reason::None)]
+    );
     assert_eq!(read(buf), rmw(3));
     w.service.stop().unwrap();
 }
@@ -400,23 +352,27 @@ fn an_application_dispatch_arriving_during_a_callback_waits_for_the_window() {
     let (buf_b, args_b) = buffer_and_args(&sim, &api, 0, 10);
     let args_b = args_b as usize;
     let done_b = api.signal(1);
-    w.tool.replay(ka, 3);
+    w.tool.set_kernel_passes(ka, 3);
     {
         let br = b_runs.clone();
-        *w.tool.pass_enter.lock().unwrap() = Some(Arc::new(move |pass| {
-            if pass != 0 {
-                return;
-            }
-            on_async_thread(api, qb, vec![dispatch(kb, args_b as *mut u8, done_b)]);
-            // The callback lasts until the dispatch was intercepted.
-            eventually(|| br.load(Ordering::SeqCst) > 0 || parked(qb.get()) > 0);
-        }));
+        w.tool
+            .add_hook(at(Operation::Pass, Phase::Enter, move |pass| {
+                if pass != 0 {
+                    return;
+                }
+                on_async_thread(api, qb, vec![dispatch(kb, args_b as *mut u8, done_b)]);
+                // The callback lasts until the dispatch was intercepted.
+                eventually(|| br.load(Ordering::SeqCst) > 0 || parked(qb.get()) > 0);
+            }));
     }
     let done = api.signal(1);
     api.submit(qa, dispatch(ka, args, done));
     assert_eq!(api.wait_zero(done), 0);
     assert_eq!(api.wait_zero(done_b), 0);
-    assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
+    assert_eq!(
+        outcomes(&w.tool, ka),
+        vec![(Outcome::Replayed, Reason::None)]
+    );
     assert_eq!(read(buf), rmw(1));
     assert_eq!(b_runs.load(Ordering::SeqCst), 1);
     assert_eq!(
@@ -454,7 +410,7 @@ fn a_submission_on_another_queue_during_the_drains_never_stalls_the_window() {
     let (buf, args) = buffer_and_args(&sim, &api, 1, 1);
     let (buf_b, args_b) = buffer_and_args(&sim, &api, 1, 10);
     let (args, args_b) = (args as usize, args_b as usize);
-    w.tool.replay(ka, 3);
+    w.tool.set_kernel_passes(ka, 3);
     let slow_done = api.signal(1);
     api.submit(qa.get(), dispatch(slow, sargs, slow_done));
     let done = api.signal(1);
@@ -488,7 +444,7 @@ fn a_submission_on_another_queue_during_the_drains_never_stalls_the_window() {
     assert_eq!(api.wait_zero(done_b), 0);
     assert_eq!(api.wait_zero(slow_done), 0);
     assert_eq!(
-        w.tool.outcomes(ka),
+        outcomes(&w.tool, ka),
         vec![(Outcome::Replayed, Reason::None)],
         "the agent drain did not wait for the other queue's blocked interceptor"
     );
@@ -535,7 +491,7 @@ fn a_dispatch_submitted_behind_parked_packets_runs_after_them() {
     };
     let (buf, args) = buffer_and_args(&sim, &api, 0, 1);
     let kernarg = api.alloc(sim.pool(0, replay_hsa_sim::PoolKind::Kernarg), 64) as usize;
-    w.tool.replay(ka, 2);
+    w.tool.set_kernel_passes(ka, 2);
     let (d1, d2) = (api.signal(1), api.signal(1));
     let driver = {
         let iw = in_window.clone();
@@ -562,7 +518,10 @@ fn a_dispatch_submitted_behind_parked_packets_runs_after_them() {
         vec!["first", "second"],
         "queue order"
     );
-    assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
+    assert_eq!(
+        outcomes(&w.tool, ka),
+        vec![(Outcome::Replayed, Reason::None)]
+    );
     assert_eq!(read(buf), rmw(1));
     w.service.stop().unwrap();
 }
@@ -587,12 +546,12 @@ fn signal_less_packets_retire_and_an_idle_ring_keeps_its_room() {
     let a_runs = Arc::new(AtomicU64::new(0));
     let ka = rmw_kernel(&sim, a_runs.clone(), Duration::ZERO);
     let (abuf, aargs) = buffer_and_args(&sim, &api, 0, 5);
-    w.tool.replay(ka, 3);
+    w.tool.set_kernel_passes(ka, 3);
     let done = api.signal(1);
     api.submit(q, dispatch(ka, aargs, done));
     assert_eq!(api.wait_zero(done), 0);
     assert_eq!(
-        w.tool.outcomes(ka),
+        outcomes(&w.tool, ka),
         vec![(Outcome::Replayed, Reason::None)],
         "an idle ring is not full"
     );
@@ -629,8 +588,8 @@ fn a_candidate_flushed_from_the_park_gets_config_and_a_record() {
     let (buf, args) = buffer_and_args(&sim, &api, 0, 1);
     let (buf_b, args_b) = buffer_and_args(&sim, &api, 0, 10);
     let args_b = args_b as usize;
-    w.tool.replay(ka, 2);
-    w.tool.replay(kb, 2);
+    w.tool.set_kernel_passes(ka, 2);
+    w.tool.set_kernel_passes(kb, 2);
     let done_b = api.signal(1);
     let driver = {
         let iw = in_window.clone();
@@ -644,8 +603,11 @@ fn a_candidate_flushed_from_the_park_gets_config_and_a_record() {
     assert_eq!(api.wait_zero(done), 0);
     driver.join().unwrap();
     assert_eq!(api.wait_zero(done_b), 0);
-    assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
-    let b = w.tool.outcomes(kb);
+    assert_eq!(
+        outcomes(&w.tool, ka),
+        vec![(Outcome::Replayed, Reason::None)]
+    );
+    let b = outcomes(&w.tool, kb);
     assert_eq!(
         b.len(),
         1,
@@ -683,7 +645,7 @@ fn a_backend_panic_after_a_pass_was_written_still_signals_the_completion() {
         })
     };
     let (buf, args) = buffer_and_args(&sim, &api, 1, 7);
-    w.tool.replay(k, 3);
+    w.tool.set_kernel_passes(k, 3);
     // The pass times out; logging that fault panics inside the window.
     *PANIC_ON.lock().unwrap() = Some("pass 0:".into());
     let done = api.signal(1);
@@ -721,11 +683,14 @@ fn a_rearmed_application_signal_does_not_stall_another_queues_window() {
     let a_runs = Arc::new(AtomicU64::new(0));
     let ka = rmw_kernel(&sim, a_runs.clone(), Duration::ZERO);
     let (abuf, aargs) = buffer_and_args(&sim, &api, 0, 4);
-    w.tool.replay(ka, 2);
+    w.tool.set_kernel_passes(ka, 2);
     let done = api.signal(1);
     api.submit(qa, dispatch(ka, aargs, done));
     assert_eq!(api.wait_zero(done), 0);
-    assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
+    assert_eq!(
+        outcomes(&w.tool, ka),
+        vec![(Outcome::Replayed, Reason::None)]
+    );
     assert_eq!(read(abuf), rmw(4));
     assert_eq!(read(buf), rmw(rmw(0)));
     w.service.stop().unwrap();
@@ -748,11 +713,14 @@ fn a_rearmed_application_signal_does_not_stall_its_own_queues_drain() {
     let a_runs = Arc::new(AtomicU64::new(0));
     let ka = rmw_kernel(&sim, a_runs.clone(), Duration::ZERO);
     let (abuf, aargs) = buffer_and_args(&sim, &api, 1, 4);
-    w.tool.replay(ka, 2);
+    w.tool.set_kernel_passes(ka, 2);
     let done = api.signal(1);
     api.submit(q, dispatch(ka, aargs, done));
     assert_eq!(api.wait_zero(done), 0);
-    assert_eq!(w.tool.outcomes(ka), vec![(Outcome::Replayed, Reason::None)]);
+    assert_eq!(
+        outcomes(&w.tool, ka),
+        vec![(Outcome::Replayed, Reason::None)]
+    );
     assert_eq!((read(abuf), read(buf)), (rmw(4), rmw(0)));
     w.service.stop().unwrap();
 }

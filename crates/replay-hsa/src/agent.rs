@@ -105,15 +105,6 @@ impl QueueAgent {
         }
     }
 
-    fn err(
-        &self,
-        kind: BackendErrorKind,
-        op: &'static str,
-        msg: impl Into<String>,
-    ) -> BackendError {
-        BackendError::new(kind, self.st.agent.id, op, msg)
-    }
-
     /// Writes through the writer; the mark after the packets. With `check` (packets the
     /// window waits for) the ring's room is checked first and no room is an error; without
     /// it (the ordinary run, the trailing completion barrier: nobody here waits for them) the
@@ -131,9 +122,8 @@ impl QueueAgent {
                 .st
                 .has_room(self.o.signal_load_relaxed, pkts.len() as u64)
         {
-            return Err(self.err(
+            return Err(BackendError::on(self.st.agent.id, op).error(
                 BackendErrorKind::OutOfMemory,
-                op,
                 format!(
                     "the ring has room for {} packets, {} needed (and one slot the runtime keeps)",
                     self.st.space(self.o.signal_load_relaxed),
@@ -156,11 +146,8 @@ impl QueueAgent {
     fn drain_barrier(&self) -> Result<u64, BackendError> {
         let st = &self.st;
         if !st.has_room(self.o.signal_load_relaxed, 1) {
-            return Err(self.err(
-                BackendErrorKind::OutOfMemory,
-                "queue drain",
-                "the ring is full",
-            ));
+            return Err(BackendError::on(self.st.agent.id, "queue drain")
+                .error(BackendErrorKind::OutOfMemory, "the ring is full"));
         }
         let barrier = Packet::barrier_and(st.drain_signal, true);
         // SAFETY: the original add entry on our own counting signal.
@@ -187,11 +174,7 @@ impl replay_core::Agent for QueueAgent {
         match target {
             DrainTarget::Queue(_) => {
                 if state::on_async_thread() {
-                    return Err(self.err(
-                        BackendErrorKind::Unsupported,
-                        "queue drain",
-                        "a window cannot run on the runtime's async-events thread (tool work, retries and deferred doorbells need it)",
-                    ));
+                    return Err(BackendError::on(self.st.agent.id, "queue drain").error(BackendErrorKind::Unsupported, "a window cannot run on the runtime's async-events thread (tool work, retries and deferred doorbells need it)"));
                 }
                 let mark = self.drain_barrier()?;
                 Ok(self.ticket(Pending::Drain {
@@ -266,11 +249,9 @@ impl replay_core::Agent for QueueAgent {
                 }
             }
             _ => {
-                return Err(self.err(
-                    BackendErrorKind::InvalidArgument,
-                    "poll drain",
-                    "unknown ticket",
-                ))
+                return Err(
+                    BackendError::on(self.st.agent.id, "poll drain").invalid("unknown ticket")
+                )
             }
         };
         if done {
@@ -281,16 +262,12 @@ impl replay_core::Agent for QueueAgent {
 
     fn submit_pass(&self, _dispatch: &Dispatch, _pass: u32) -> Result<Ticket, BackendError> {
         if !self.st.has_room(self.o.signal_load_relaxed, 1) {
-            return Err(self.err(
-                BackendErrorKind::OutOfMemory,
-                "submit pass",
-                "the ring is full",
-            ));
+            return Err(BackendError::on(self.st.agent.id, "submit pass")
+                .error(BackendErrorKind::OutOfMemory, "the ring is full"));
         }
         let signal = self.q.create_signal(1).map_err(|st| {
-            self.err(
+            BackendError::on(self.st.agent.id, "submit pass").error(
                 BackendErrorKind::OutOfMemory,
-                "submit pass",
                 format!("hsa_signal_create returned {st:#x}"),
             )
         })?;
@@ -327,11 +304,9 @@ impl replay_core::Agent for QueueAgent {
                 started,
             }) => (*signal, *mark, *started),
             _ => {
-                return Err(self.err(
-                    BackendErrorKind::InvalidArgument,
-                    "poll pass",
-                    "unknown ticket",
-                ))
+                return Err(
+                    BackendError::on(self.st.agent.id, "poll pass").invalid("unknown ticket")
+                )
             }
         };
         if !self.q.wait_zero(signal, budget) {

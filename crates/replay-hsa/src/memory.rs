@@ -186,15 +186,6 @@ impl HsaMemory {
         }
     }
 
-    fn err(
-        &self,
-        kind: BackendErrorKind,
-        op: &'static str,
-        msg: impl Into<String>,
-    ) -> BackendError {
-        BackendError::new(kind, self.agent.id, op, msg)
-    }
-
     fn pool(&self, tier: Tier) -> Option<sys::hsa_amd_memory_pool_t> {
         match tier {
             Tier::Device => self.device_pool,
@@ -241,7 +232,7 @@ impl HsaMemory {
             MemLoc::Backing { id, offset } => {
                 let (base, _, tier) =
                     self.backings.lock().get(&id.0).copied().ok_or_else(|| {
-                        self.err(BackendErrorKind::InvalidArgument, "copy", "unknown backing")
+                        BackendError::on(self.agent.id, "copy").invalid("unknown backing")
                     })?;
                 let agent = match (tier, self.host_pool) {
                     (Tier::PinnedHost, Some((cpu, _))) => cpu,
@@ -258,9 +249,8 @@ impl HsaMemory {
         let signal = match reused {
             Some(s) => s,
             None => self.q.create_signal(0).map_err(|st| {
-                self.err(
+                BackendError::on(self.agent.id, "copy").error(
                     BackendErrorKind::OutOfMemory,
-                    "copy",
                     format!("hsa_signal_create returned {st:#x}"),
                 )
             })?,
@@ -290,9 +280,8 @@ impl HsaMemory {
             )
         };
         if st != sys::HSA_STATUS_SUCCESS {
-            return Err(self.err(
+            return Err(BackendError::on(self.agent.id, "copy").error(
                 BackendErrorKind::CopyFailed,
-                "copy",
                 format!(
                     "hsa_amd_memory_async_copy of {} bytes {src:#x} -> {dst:#x} returned {st:#x}",
                     op.len
@@ -308,9 +297,8 @@ impl HsaMemory {
         let st =
             unsafe { (self.q.memory_copy)(dst as *mut c_void, src as *const c_void, len as usize) };
         if st != sys::HSA_STATUS_SUCCESS {
-            return Err(self.err(
+            return Err(BackendError::on(self.agent.id, "copy").error(
                 BackendErrorKind::CopyFailed,
-                "copy",
                 format!("hsa_memory_copy returned {st:#x}"),
             ));
         }
@@ -378,9 +366,8 @@ impl DeviceMemory for HsaMemory {
 
     fn alloc_backing(&self, tier: Tier, bytes: u64) -> Result<BackingId, BackendError> {
         let Some(pool) = self.pool(tier) else {
-            return Err(self.err(
+            return Err(BackendError::on(self.agent.id, "alloc backing").error(
                 BackendErrorKind::Unsupported,
-                "alloc backing",
                 format!("no {} tier", tier.as_str()),
             ));
         };
@@ -388,9 +375,8 @@ impl DeviceMemory for HsaMemory {
         // SAFETY: the original (unwrapped, so untracked) pool allocate with a valid out pointer.
         let st = unsafe { (self.o.pool_allocate)(pool, bytes.max(1) as usize, 0, &mut p) };
         if st != sys::HSA_STATUS_SUCCESS || p.is_null() {
-            return Err(self.err(
+            return Err(BackendError::on(self.agent.id, "alloc backing").error(
                 BackendErrorKind::OutOfMemory,
-                "alloc backing",
                 format!("hsa_amd_memory_pool_allocate returned {st:#x}"),
             ));
         }
@@ -403,9 +389,8 @@ impl DeviceMemory for HsaMemory {
                 if st != sys::HSA_STATUS_SUCCESS {
                     // SAFETY: the original free of the block just allocated, used by nobody.
                     unsafe { (self.o.pool_free)(p) };
-                    return Err(self.err(
+                    return Err(BackendError::on(self.agent.id, "alloc backing").error(
                         BackendErrorKind::OutOfMemory,
-                        "alloc backing",
                         format!("hsa_amd_agents_allow_access for the GPU returned {st:#x}"),
                     ));
                 }
@@ -503,18 +488,18 @@ impl DeviceMemory for HsaMemory {
         self.idle_signals.lock().push(batch.signal);
         match batch.refused {
             None => Ok(true),
-            Some(why) => Err(self.err(BackendErrorKind::CopyFailed, "copy", why)),
+            Some(why) => {
+                Err(BackendError::on(self.agent.id, "copy")
+                    .error(BackendErrorKind::CopyFailed, why))
+            }
         }
     }
 
     fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError> {
-        self.digests.lock().remove(&fence.0).ok_or_else(|| {
-            self.err(
-                BackendErrorKind::InvalidArgument,
-                "take digests",
-                "unknown fence",
-            )
-        })
+        self.digests
+            .lock()
+            .remove(&fence.0)
+            .ok_or_else(|| BackendError::on(self.agent.id, "take digests").invalid("unknown fence"))
     }
 
     fn abandon_fence(&self, fence: Fence) {
@@ -539,9 +524,8 @@ impl DeviceMemory for HsaMemory {
             )
         };
         if st != sys::HSA_STATUS_SUCCESS {
-            return Err(self.err(
+            return Err(BackendError::on(self.agent.id, "query pointer").error(
                 BackendErrorKind::Other,
-                "query pointer",
                 format!("hsa_amd_pointer_info({addr:#x}) returned {st:#x}"),
             ));
         }

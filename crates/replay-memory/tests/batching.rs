@@ -113,7 +113,7 @@ fn one_allocation_and_one_batch_per_capture_and_restore() {
     let plan = engine
         .plan(&common::dispatch(A, &[]), Scope::All, &policy)
         .unwrap();
-    let clock = common::VirtualClock::default();
+    let clock = replay_mock::double::FakeClock::default();
     let wait = WaitSpec {
         clock: &clock,
         timeout: Duration::from_secs(1),

@@ -6,12 +6,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{dispatch, wait, FakeDevice, VirtualClock};
+use common::dispatch;
 use parking_lot::Mutex;
 use replay_core::policy::{Policy, RestoreMode, Scope};
 use replay_core::{AgentId, MemoryClass, ScopeCheck, Snapshotter, Tier, TierBytes};
 use replay_memory::engine::{DEVICE_HEADROOM_BYTES, DEVICE_HEADROOM_DIVISOR};
 use replay_memory::{MemoryEngine, ModuleVariable, ModuleVariables, Tracker};
+use replay_mock::double::{FakeClock, FakeDeviceMemory};
 
 const A: AgentId = AgentId(0);
 const B: AgentId = AgentId(1);
@@ -29,9 +30,9 @@ impl ModuleVariables for Mods {
 }
 
 struct Env {
-    clock: Arc<VirtualClock>,
+    clock: Arc<FakeClock>,
     tracker: Arc<Tracker>,
-    dev: Arc<FakeDevice>,
+    dev: Arc<FakeDeviceMemory>,
     mods: Arc<Mods>,
     engine: MemoryEngine,
 }
@@ -46,15 +47,15 @@ impl Env {
     /// A capture of every tracked region under `p`.
     fn capture_all(&self, p: &Policy) -> Box<dyn replay_core::Snapshot> {
         self.engine
-            .capture(&plan_all(self, p), p, &wait(&self.clock))
+            .capture(&plan_all(self, p), p, &self.clock.wait())
             .unwrap()
     }
 }
 
 fn env_with(avail: [Option<u64>; 3]) -> Env {
-    let clock = Arc::new(VirtualClock::default());
+    let clock = Arc::new(FakeClock::default());
     let tracker = Arc::new(Tracker::new());
-    let dev = Arc::new(FakeDevice::new(A, clock.clone(), avail));
+    let dev = Arc::new(FakeDeviceMemory::new(A, clock.clone(), avail));
     let mods = Arc::new(Mods::default());
     let engine = MemoryEngine::new(A, tracker.clone(), dev.clone(), mods.clone())
         .with_digest_key(replay_core::digest::key_from_seed(7))
@@ -84,7 +85,7 @@ fn capture_err(
     plan: &replay_core::SnapshotPlan,
     p: &Policy,
 ) -> replay_core::SnapshotError {
-    match e.engine.capture(plan, p, &wait(&e.clock)) {
+    match e.engine.capture(plan, p, &e.clock.wait()) {
         Ok(_) => panic!("capture succeeded"),
         Err(err) => err,
     }
@@ -105,7 +106,7 @@ fn capture_then_restore_brings_bytes_back() {
     let plan = plan_all(&e, &p);
     assert_eq!(plan.regions.len(), 3);
     assert_eq!(plan.captured_bytes, 4096 + 100 + 3 * MIB + 5);
-    let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     let st = snap.stats();
     assert_eq!(st.captured_bytes, plan.captured_bytes);
     assert_eq!(st.captured_regions, 3);
@@ -117,12 +118,12 @@ fn capture_then_restore_brings_bytes_back() {
     e.dev.write(0x10000 + 50, &[1, 2, 3]);
     e.dev.write(0x20000 + 3 * MIB, &[9; 5]);
     assert_ne!(e.dev.memory(), before);
-    let rs = snap.restore(&wait(&e.clock)).unwrap();
+    let rs = snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(rs.restored_bytes, plan.captured_bytes);
     assert_eq!(rs.compared_bytes, 0);
     assert_eq!(e.dev.memory(), before);
     assert_eq!(
-        snap.check_scope(&wait(&e.clock)).unwrap(),
+        snap.check_scope(&e.clock.wait()).unwrap(),
         ScopeCheck::Clean
     );
 }
@@ -141,7 +142,7 @@ fn capture_and_restore_are_single_batches_timed_on_the_clock() {
     e.dev.st.lock().latency = Duration::from_millis(300);
     let p = policy();
     let plan = plan_all(&e, &p);
-    let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     assert_eq!(e.dev.st.lock().copy_batches, 1);
     assert_eq!(e.dev.st.lock().copy_ops.len(), 10);
     let secs = snap.stats().seconds;
@@ -149,7 +150,7 @@ fn capture_and_restore_are_single_batches_timed_on_the_clock() {
         (0.3..0.35).contains(&secs),
         "capture took {secs} s on the clock"
     );
-    let rs = snap.restore(&wait(&e.clock)).unwrap();
+    let rs = snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(e.dev.st.lock().copy_batches, 2);
     assert!((0.3..0.35).contains(&rs.seconds));
 }
@@ -232,10 +233,10 @@ fn module_variables_captured_once_and_filtered() {
     assert_eq!(plan.tracked_bytes, 0x1000);
     assert_eq!(plan.captured_bytes, 0x1000 + 64 + 8 * MIB);
     let before = e.dev.memory();
-    let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     e.dev.write(0x50_0000, &[0; 64]);
     e.dev.write(0x60_0000 + 8 * MIB - 4, &[0; 4]);
-    snap.restore(&wait(&e.clock)).unwrap();
+    snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(e.dev.memory(), before);
 }
 
@@ -282,7 +283,7 @@ fn regions_split_across_tiers_within_budgets() {
     let plan = plan_all(&e, &p);
     assert_eq!(plan.capacity_bytes, 1320);
     let before = e.dev.memory();
-    let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     assert_eq!(
         snap.stats().tier_bytes,
         TierBytes {
@@ -295,7 +296,7 @@ fn regions_split_across_tiers_within_budgets() {
     assert_eq!(e.dev.st.lock().copy_ops.len(), 4);
     e.dev.write(0x1000, &[0; 300]);
     e.dev.write(0x2000, &[0; 100]);
-    snap.restore(&wait(&e.clock)).unwrap();
+    snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(e.dev.memory(), before);
 
     // Without a pinned tier, device then pageable.
@@ -306,7 +307,7 @@ fn regions_split_across_tiers_within_budgets() {
         ..policy()
     };
     let plan = plan_all(&e, &p);
-    let snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     assert_eq!(
         snap.stats().tier_bytes,
         TierBytes {
@@ -339,7 +340,7 @@ fn pool_reused_across_captures_and_trimmed() {
     let p = policy();
     let plan = plan_all(&e, &p);
     for _ in 0..3 {
-        let snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+        let snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
         drop(snap);
     }
     assert_eq!(e.dev.st.lock().allocs, 1, "the backing block is reused");
@@ -349,7 +350,7 @@ fn pool_reused_across_captures_and_trimmed() {
     // A larger snapshot reuses the pooled block and allocates only the rest.
     e.coarse(0x2000, 500);
     let plan = plan_all(&e, &p);
-    let snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     assert_eq!(e.dev.st.lock().allocs, 2);
     assert_eq!(e.engine.pooled_peak_bytes(), 1500);
     drop(snap);
@@ -359,7 +360,7 @@ fn pool_reused_across_captures_and_trimmed() {
         pool_keep_bytes: 1200,
         ..p.clone()
     };
-    let snap = e.engine.capture(&plan, &keep, &wait(&e.clock)).unwrap();
+    let snap = e.engine.capture(&plan, &keep, &e.clock.wait()).unwrap();
     drop(snap);
     assert_eq!(e.engine.pool_free_bytes(Tier::Device), 1000);
     assert_eq!(e.dev.st.lock().frees, 1);
@@ -461,7 +462,7 @@ fn capture_stuck_fence_is_bounded_and_quarantines_the_backing() {
     e.coarse(0x1000, 300);
     e.dev.st.lock().stuck = true;
     let p = policy();
-    let w = wait(&e.clock);
+    let w = e.clock.wait();
     let err = capture_err(&e, &plan_all(&e, &p), &p);
     assert!(err.message.contains("did not complete"), "{err}");
     assert!(e.clock.now_secs() >= w.timeout.as_secs_f64());
@@ -488,7 +489,7 @@ fn capture_skips_a_region_freed_since_planning() {
     let p = policy();
     let plan = plan_all(&e, &p);
     e.dev.app_free(&e.tracker, 0x2000);
-    let snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     let st = snap.stats();
     assert_eq!(st.skipped_regions, 1);
     assert_eq!(st.captured_regions, 1);
@@ -511,7 +512,7 @@ fn restore_skips_freed_and_reallocated_regions() {
     e.coarse(0x2000, 100);
     e.dev.write(0x2000, &[0x55; 100]);
     e.dev.write(0x3000, &[0; 100]);
-    let rs = snap.restore(&wait(&e.clock)).unwrap();
+    let rs = snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(rs.restored_bytes, 100);
     assert_eq!(e.dev.read(0x2000, 100), vec![0x55; 100]);
     assert_eq!(e.dev.read(0x3000, 100), kept);
@@ -532,7 +533,7 @@ fn restore_failure_names_the_region() {
     let p = policy();
     let mut snap = e.capture_all(&p);
     e.dev.st.lock().fail_copies_at = Some(0x2010);
-    let err = snap.restore(&wait(&e.clock)).unwrap_err();
+    let err = snap.restore(&e.clock.wait()).unwrap_err();
     assert_eq!((err.base, err.size), (0x2000, 200));
     assert!(err.message.contains("injected"), "{err}");
 }
@@ -547,7 +548,7 @@ fn restore_rides_over_a_transient_batch_failure() {
     let mut snap = e.capture_all(&p);
     e.dev.write(0x1000, &[0; 100]);
     e.dev.st.lock().fail_next_copies = 1;
-    let rs = snap.restore(&wait(&e.clock)).unwrap();
+    let rs = snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(rs.restored_bytes, 300);
     assert_eq!(e.dev.memory(), before);
 }
@@ -559,7 +560,7 @@ fn restore_stuck_fence_names_the_batch_and_leaks_the_backing() {
     let p = policy();
     let mut snap = e.capture_all(&p);
     e.dev.st.lock().stuck = true;
-    let err = snap.restore(&wait(&e.clock)).unwrap_err();
+    let err = snap.restore(&e.clock.wait()).unwrap_err();
     assert_eq!((err.base, err.size), (0x1000, 100));
     assert!(err.message.contains("did not complete"), "{err}");
     drop(snap);
@@ -587,14 +588,14 @@ fn dirty_restore_writes_back_only_changed_chunks() {
     };
     let mut snap = e.capture_all(&p);
     // Untouched: nothing written back.
-    let rs = snap.restore(&wait(&e.clock)).unwrap();
+    let rs = snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(rs.restored_bytes, 0);
     assert_eq!(rs.compared_bytes, 12 * chunk + 100);
     // Chunk 1 and the 100-byte tail of the first region, chunk 0 of the second.
     e.dev.write(0x10000 + chunk + 5, &[0xFF]);
     e.dev.write(0x10000 + 10 * chunk + 99, &[0xFF]);
     e.dev.write(0x100000, &[0xFF; 2]);
-    let rs = snap.restore(&wait(&e.clock)).unwrap();
+    let rs = snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(rs.restored_bytes, chunk + 100 + chunk);
     assert_eq!(e.dev.memory(), before);
 }
@@ -624,18 +625,18 @@ fn arguments_scope_follows_pointers_and_checks_the_rest() {
     assert_eq!(plan.uncapturable, None);
 
     let before = d.memory();
-    let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     d.write(0x1010, &[0; 16]);
     d.write(0x3010, &[0; 16]);
     assert_eq!(
-        snap.check_scope(&wait(&e.clock)).unwrap(),
+        snap.check_scope(&e.clock.wait()).unwrap(),
         ScopeCheck::Clean
     );
-    snap.restore(&wait(&e.clock)).unwrap();
+    snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(d.memory(), before);
     d.write(0x2080, &[0; 1]);
     assert_eq!(
-        snap.check_scope(&wait(&e.clock)).unwrap(),
+        snap.check_scope(&e.clock.wait()).unwrap(),
         ScopeCheck::Changed { base: 0x2000 }
     );
 }
@@ -677,7 +678,7 @@ trait NowSecs {
     fn now_secs(&self) -> f64;
 }
 
-impl NowSecs for VirtualClock {
+impl NowSecs for FakeClock {
     fn now_secs(&self) -> f64 {
         replay_core::Clock::now(self).as_secs_f64()
     }

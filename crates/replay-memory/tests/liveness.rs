@@ -8,11 +8,12 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::{dispatch, wait, FakeDevice, VirtualClock};
+use common::dispatch;
 use parking_lot::Mutex;
 use replay_core::policy::{Policy, RestoreMode, Scope};
 use replay_core::{AgentId, MemoryClass, ScopeCheck, SnapshotPlan, Snapshotter};
 use replay_memory::{MemoryEngine, ModuleVariable, ModuleVariables, Tracker};
+use replay_mock::double::{FakeClock, FakeDeviceMemory};
 
 const A: AgentId = AgentId(0);
 const GIB: u64 = 1 << 30;
@@ -40,17 +41,17 @@ impl ModuleVariables for Loader {
 }
 
 struct Env {
-    clock: Arc<VirtualClock>,
+    clock: Arc<FakeClock>,
     tracker: Arc<Tracker>,
-    dev: Arc<FakeDevice>,
+    dev: Arc<FakeDeviceMemory>,
     loader: Arc<Loader>,
     engine: MemoryEngine,
 }
 
 fn env() -> Env {
-    let clock = Arc::new(VirtualClock::default());
+    let clock = Arc::new(FakeClock::default());
     let tracker = Arc::new(Tracker::new());
-    let dev = Arc::new(FakeDevice::new(
+    let dev = Arc::new(FakeDeviceMemory::new(
         A,
         clock.clone(),
         [Some(GIB), Some(GIB), Some(GIB)],
@@ -113,9 +114,9 @@ fn every_scope_captures_capturable_memory_an_argument_reaches() {
         let p = policy();
         let plan = e.plan(Scope::All, &[0x5010]);
         let before = e.dev.memory();
-        let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+        let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
         e.dev.write(0x5000, &[0xAB; 256]);
-        snap.restore(&wait(&e.clock)).unwrap();
+        snap.restore(&e.clock.wait()).unwrap();
         assert_eq!(e.dev.memory(), before, "{class:?}");
     }
 }
@@ -161,15 +162,15 @@ fn memory_only_the_runtime_knows_is_captured_or_declined() {
     // The captured runtime memory is restored, and skipped once the runtime released it.
     let p = policy();
     let plan = e.plan(Scope::Arguments, &[0x1000, 0x9008]);
-    let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     let kept = e.dev.read(0x9000, 512);
     e.dev.write(0x9000, &[1; 512]);
-    snap.restore(&wait(&e.clock)).unwrap();
+    snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(e.dev.read(0x9000, 512), kept);
     e.dev.runtime_free(0x9000);
     e.dev.raw_alloc(0x9000, 512); // someone else's now, behind the tracker's back
     e.dev.write(0x9000, &[7; 512]);
-    snap.restore(&wait(&e.clock)).unwrap();
+    snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(e.dev.read(0x9000, 512), vec![7; 512], "not written");
 
     // A failed query declines: the word may point at memory the kernel writes.
@@ -213,14 +214,14 @@ fn the_scope_check_watches_fine_grained_and_managed_memory_outside_the_scope() {
         e.dev.app_alloc(&e.tracker, 0x5000, 256, class);
         let p = policy();
         let plan = e.plan(Scope::Arguments, &[0x1000]);
-        let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+        let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
         assert_eq!(
-            snap.check_scope(&wait(&e.clock)).unwrap(),
+            snap.check_scope(&e.clock.wait()).unwrap(),
             ScopeCheck::Clean
         );
         e.dev.write(0x5010, &[9]);
         assert_eq!(
-            snap.check_scope(&wait(&e.clock)).unwrap(),
+            snap.check_scope(&e.clock.wait()).unwrap(),
             ScopeCheck::Changed { base: 0x5000 },
             "{class:?}"
         );
@@ -245,19 +246,19 @@ fn a_module_variable_whose_code_object_was_unloaded_is_not_restored() {
     let p = policy();
     let plan = e.plan(Scope::All, &[]);
     assert_eq!(Env::bases(&plan), vec![0x7000, 0x8000]);
-    let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     let kept = e.dev.read(0x8000, 128);
     // Code object 1 is unloaded and another loaded at the same address (a new load).
     e.loader.loads.lock().insert(0x7000, 3);
     e.dev.write(0x7000, &[0x42; 128]);
     e.dev.write(0x8000, &[0; 128]);
-    snap.restore(&wait(&e.clock)).unwrap();
+    snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(e.dev.read(0x7000, 128), vec![0x42; 128], "not written");
     assert_eq!(e.dev.read(0x8000, 128), kept, "still loaded: restored");
     // Unloaded with nothing in its place: skipped too.
     e.loader.loads.lock().remove(&0x8000);
     e.dev.write(0x8000, &[5; 128]);
-    snap.restore(&wait(&e.clock)).unwrap();
+    snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(e.dev.read(0x8000, 128), vec![5; 128]);
 }
 
@@ -274,18 +275,18 @@ fn a_failed_dirty_digest_batch_restores_in_full() {
         ..policy()
     };
     let plan = e.plan(Scope::All, &[]);
-    let mut snap = e.engine.capture(&plan, &p, &wait(&e.clock)).unwrap();
+    let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     e.dev.write(0x10000 + 4096, &[0xFF; 10]);
     e.dev.st.lock().fail_next_digests = 1;
     let rs = snap
-        .restore(&wait(&e.clock))
+        .restore(&e.clock.wait())
         .expect("a full restore instead");
     assert_eq!(rs.restored_bytes, 4 * 4096, "every captured byte");
     assert_eq!(rs.compared_bytes, 0, "nothing was compared");
     assert_eq!(e.dev.memory(), before);
     // The next restore is `dirty` again.
     e.dev.write(0x10000, &[0xFF; 10]);
-    let rs = snap.restore(&wait(&e.clock)).unwrap();
+    let rs = snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(rs.restored_bytes, 4096);
     assert_eq!(e.dev.memory(), before);
 }

@@ -5,11 +5,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{dispatch, wait, FakeDevice, VirtualClock};
+use common::dispatch;
 use proptest::prelude::*;
 use replay_core::policy::{Policy, RestoreMode, Scope};
 use replay_core::{AgentId, MemoryClass, Snapshotter};
 use replay_memory::{MemoryEngine, NoModuleVariables, Tracker};
+use replay_mock::double::{FakeClock, FakeDeviceMemory};
 
 const A: AgentId = AgentId(0);
 
@@ -39,9 +40,9 @@ proptest! {
         device_budget in 1u64..50_000,
         passes in 1usize..4,
     ) {
-        let clock = Arc::new(VirtualClock::default());
+        let clock = Arc::new(FakeClock::default());
         let tracker = Arc::new(Tracker::new());
-        let dev = Arc::new(FakeDevice::new(A, clock.clone(), [Some(1 << 30), Some(1 << 30), Some(1 << 30)]));
+        let dev = Arc::new(FakeDeviceMemory::new(A, clock.clone(), [Some(1 << 30), Some(1 << 30), Some(1 << 30)]));
         for &(base, size) in &regions {
             dev.app_alloc(&tracker, base, size, MemoryClass::DEVICE_COARSE);
         }
@@ -56,7 +57,7 @@ proptest! {
         };
         let original = dev.memory();
         let plan = engine.plan(&dispatch(A, &[]), Scope::All, &policy).unwrap();
-        let mut snap = engine.capture(&plan, &policy, &wait(&clock)).unwrap();
+        let mut snap = engine.capture(&plan, &policy, &clock.wait()).unwrap();
         for _ in 0..passes {
             for (r, at, len, byte) in &writes {
                 let (base, size) = regions[r.index(regions.len())];
@@ -64,7 +65,7 @@ proptest! {
                 let len = (*len as u64).min(size - off);
                 dev.write(base + off, &vec![*byte; len as usize]);
             }
-            snap.restore(&wait(&clock)).unwrap();
+            snap.restore(&clock.wait()).unwrap();
             prop_assert_eq!(&dev.memory(), &original);
         }
     }

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use replay_core::{
-    Agent, AgentId, BackendError, Capabilities, ContextId, Dim3, Dispatch, DispatchId,
-    DispatchInfo, DrainTarget, KernelId, KernelKey, MemoryClass, NoContextControl, Operation,
-    Origin, PassCompletion, Phase, Policy, QueueId, ReplayPayload, ReplayService, Snapshotter,
-    SubmissionKind, Subscription, SystemClock, Ticket, UserData, WaitSpec,
+    Agent, AgentId, ContextId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey,
+    MemoryClass, NoContextControl, Operation, Origin, Phase, Policy, QueueId, ReplayPayload,
+    ReplayService, Snapshotter, SubmissionKind, Subscription, SystemClock, UserData, WaitSpec,
 };
 use replay_memory::Tracker;
+use replay_mock::double::InstantAgent;
 use replay_mock::instant::InstantSnapshotter;
 use replay_mock::{AgentConfig, KernArgs, Kernel, SimClock, SimRuntime};
 
@@ -130,41 +130,6 @@ fn restores(r: &Rig) {
     r.rt.forget_dispatch(&c);
 }
 
-/// An agent whose every operation completes at once, without threads: what remains of a pass
-/// is the core's own work.
-struct InstantAgent;
-
-impl Agent for InstantAgent {
-    fn id(&self) -> AgentId {
-        A
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::empty()
-    }
-    fn begin_drain(&self, _: DrainTarget) -> Result<Ticket, BackendError> {
-        Ok(Ticket(0))
-    }
-    fn poll_drain(&self, _: Ticket, _: Duration) -> Result<bool, BackendError> {
-        Ok(true)
-    }
-    fn submit_pass(&self, _: &Dispatch, pass: u32) -> Result<Ticket, BackendError> {
-        Ok(Ticket(u64::from(pass)))
-    }
-    fn poll_pass(&self, _: Ticket, _: Duration) -> Result<Option<PassCompletion>, BackendError> {
-        Ok(Some(PassCompletion { gpu_seconds: 0.0 }))
-    }
-    fn abandon(&self, _: Ticket) {}
-    fn flush_caches(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-    fn submit_ordinary(&self, _: &Dispatch) -> Result<(), BackendError> {
-        Ok(())
-    }
-    fn signal_completion(&self, _: &Dispatch) -> Result<(), BackendError> {
-        Ok(())
-    }
-}
-
 fn instant_service() -> ReplayService {
     let svc = ReplayService::new(
         Policy::default(),
@@ -218,13 +183,16 @@ fn core_cost(c: &mut Criterion) {
     log::set_max_level(log::LevelFilter::Off);
     let svc = instant_service();
     let d = instant_dispatch();
+    // Every operation completes at once, without threads: what remains of a pass is the
+    // core's own work.
+    let agent = InstantAgent::new(A);
     let mut g = c.benchmark_group("core");
     g.throughput(Throughput::Elements(PASSES));
     g.bench_function("window over an instant backend (per pass)", |b| {
         b.iter(|| {
             black_box(
                 svc.submit(
-                    &InstantAgent,
+                    &agent,
                     &InstantSnapshotter {
                         footprint_bytes: 4096,
                         ..InstantSnapshotter::default()
@@ -238,8 +206,8 @@ fn core_cost(c: &mut Criterion) {
     g.bench_function("instant backend round trip", |b| {
         b.iter(|| {
             for pass in 0..PASSES as u32 {
-                let t = InstantAgent.submit_pass(&d, pass).unwrap();
-                black_box(InstantAgent.poll_pass(t, Duration::ZERO).unwrap());
+                let t = agent.submit_pass(&d, pass).unwrap();
+                black_box(agent.poll_pass(t, Duration::ZERO).unwrap());
             }
         })
     });
@@ -251,7 +219,7 @@ fn core_cost(c: &mut Criterion) {
             || {
                 black_box(
                     svc.submit(
-                        &InstantAgent,
+                        &agent,
                         &InstantSnapshotter {
                             footprint_bytes: 4096,
                             ..InstantSnapshotter::default()
@@ -267,8 +235,8 @@ fn core_cost(c: &mut Criterion) {
         r.push(per_pass(
             || {
                 for pass in 0..PASSES as u32 {
-                    let t = InstantAgent.submit_pass(&d, pass).unwrap();
-                    black_box(InstantAgent.poll_pass(t, Duration::ZERO).unwrap());
+                    let t = agent.submit_pass(&d, pass).unwrap();
+                    black_box(agent.poll_pass(t, Duration::ZERO).unwrap());
                 }
             },
             rounds,

@@ -63,42 +63,25 @@ impl std::fmt::Debug for SimAgent {
 }
 
 impl SimAgent {
-    fn err(
-        &self,
-        kind: BackendErrorKind,
-        op: &'static str,
-        msg: impl Into<String>,
-    ) -> BackendError {
-        BackendError::new(kind, self.agent.id, op, msg)
-    }
-
     fn lane(&self, dispatch: &Dispatch, op: &'static str) -> Result<Arc<Lane>, BackendError> {
         if dispatch.info.agent != self.agent.id {
-            return Err(self.err(
-                BackendErrorKind::InvalidArgument,
-                op,
-                format!(
-                    "dispatch for agent {} handed to agent {}",
-                    dispatch.info.agent, self.agent.id
-                ),
-            ));
+            return Err(BackendError::on(self.agent.id, op).invalid(format!(
+                "dispatch for agent {} handed to agent {}",
+                dispatch.info.agent, self.agent.id
+            )));
         }
         self.agent.queue(dispatch.info.queue).ok_or_else(|| {
-            self.err(
-                BackendErrorKind::InvalidArgument,
-                op,
-                format!("queue {} does not exist on this agent", dispatch.info.queue),
-            )
+            BackendError::on(self.agent.id, op).invalid(format!(
+                "queue {} does not exist on this agent",
+                dispatch.info.queue
+            ))
         })
     }
 
     fn live(&self, op: &'static str) -> Result<(), BackendError> {
         if self.gpu.is_shut_down() {
-            Err(self.err(
-                BackendErrorKind::DeviceLost,
-                op,
-                "the simulator was shut down",
-            ))
+            Err(BackendError::on(self.agent.id, op)
+                .error(BackendErrorKind::DeviceLost, "the simulator was shut down"))
         } else {
             Ok(())
         }
@@ -106,11 +89,8 @@ impl SimAgent {
 
     fn push(&self, lane: &Lane, work: Work, op: &'static str) -> Result<u64, BackendError> {
         lane.push(work).ok_or_else(|| {
-            self.err(
-                BackendErrorKind::DeviceLost,
-                op,
-                "the simulator was shut down",
-            )
+            BackendError::on(self.agent.id, op)
+                .error(BackendErrorKind::DeviceLost, "the simulator was shut down")
         })
     }
 
@@ -140,11 +120,7 @@ impl SimAgent {
             .get(&t.0)
             .map(|e| e.waits.clone())
             .ok_or_else(|| {
-                self.err(
-                    BackendErrorKind::InvalidArgument,
-                    op,
-                    format!("unknown ticket {}", t.0),
-                )
+                BackendError::on(self.agent.id, op).invalid(format!("unknown ticket {}", t.0))
             })
     }
 
@@ -175,11 +151,8 @@ impl SimAgent {
     > {
         let p = self.gpu.pending.lock();
         let e = p.get(&dispatch.handle).ok_or_else(|| {
-            self.err(
-                BackendErrorKind::InvalidArgument,
-                op,
-                format!("unknown dispatch handle {}", dispatch.handle),
-            )
+            BackendError::on(self.agent.id, op)
+                .invalid(format!("unknown dispatch handle {}", dispatch.handle))
         })?;
         let k = match &e.payload {
             Payload::Kernel(k) => Some(k.clone()),
@@ -209,11 +182,8 @@ impl Agent for SimAgent {
         let lanes: Vec<Arc<Lane>> = match target {
             DrainTarget::Queue(q) => {
                 let lane = self.agent.queue(q).ok_or_else(|| {
-                    self.err(
-                        BackendErrorKind::InvalidArgument,
-                        OP,
-                        format!("queue {q} does not exist on this agent"),
-                    )
+                    BackendError::on(self.agent.id, OP)
+                        .invalid(format!("queue {q} does not exist on this agent"))
                 })?;
                 holds.extend(self.stall(&lane, "queue drain", |f| *f == Fault::QueueDrainStuck));
                 vec![lane]
@@ -285,19 +255,14 @@ impl Agent for SimAgent {
             id,
             |f| matches!(f, Fault::PassSubmitFail { pass: p } if *p == pass),
         ) {
-            return Err(self.err(
+            return Err(BackendError::on(self.agent.id, OP).error(
                 BackendErrorKind::Other,
-                OP,
                 format!("injected {f}: the queue refused the packet"),
             ));
         }
         let (kernel, _, _) = self.pending_completion(dispatch, OP)?;
         let kernel = kernel.ok_or_else(|| {
-            self.err(
-                BackendErrorKind::InvalidArgument,
-                OP,
-                "the submission is not a kernel dispatch",
-            )
+            BackendError::on(self.agent.id, OP).invalid("the submission is not a kernel dispatch")
         })?;
         let lane = self.lane(dispatch, OP)?;
         let pre_hold = self
@@ -337,9 +302,8 @@ impl Agent for SimAgent {
         });
         if let Some(f) = after_launch {
             // The packet is in the queue and runs; only the call reports failure.
-            return Err(self.err(
+            return Err(BackendError::on(self.agent.id, OP).error(
                 BackendErrorKind::AfterSubmit,
-                OP,
                 format!("injected {f}: the pass was queued, then the submission failed"),
             ));
         }
@@ -364,11 +328,7 @@ impl Agent for SimAgent {
             return Ok(None);
         }
         let e = self.agent.tickets.lock().remove(&ticket.0).ok_or_else(|| {
-            self.err(
-                BackendErrorKind::InvalidArgument,
-                "poll pass",
-                "ticket vanished",
-            )
+            BackendError::on(self.agent.id, "poll pass").invalid("ticket vanished")
         })?;
         let TicketKind::Pass {
             dispatch,
@@ -376,11 +336,8 @@ impl Agent for SimAgent {
             result,
         } = e.kind
         else {
-            return Err(self.err(
-                BackendErrorKind::InvalidArgument,
-                "poll pass",
-                format!("ticket {} is a drain", ticket.0),
-            ));
+            return Err(BackendError::on(self.agent.id, "poll pass")
+                .invalid(format!("ticket {} is a drain", ticket.0)));
         };
         let id = self.agent.id;
         self.gpu
@@ -445,9 +402,8 @@ impl Agent for SimAgent {
             .gpu
             .take_fault(id, |f| matches!(f, Fault::OrdinarySubmitFail))
         {
-            return Err(self.err(
+            return Err(BackendError::on(self.agent.id, OP).error(
                 BackendErrorKind::Other,
-                OP,
                 format!("injected {f}: the queue refused the packet"),
             ));
         }

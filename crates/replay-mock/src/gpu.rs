@@ -25,8 +25,8 @@ use crate::kernel::{Kernel, KernelError};
 use crate::memory::{
     placement, AllocInfo, Allocation, Area, FenceEntry, Heap, Owner, Pool, SimMemory,
 };
+use crate::module::ModuleTable;
 use crate::queue::{run_lane, Hold, Lane, LaneKind, Progress, Signal, WorkerState};
-use crate::tracker::ModuleTable;
 
 thread_local! {
     /// Set on the simulator's worker threads.

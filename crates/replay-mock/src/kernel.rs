@@ -1,4 +1,6 @@
-//! Kernels as Rust closures over simulated device memory.
+//! Kernels as Rust closures over simulated device memory. Not one of the backend roles (a
+//! real backend's kernels are the application's code): the simulator's stand-in for that code.
+//! Code objects that hold kernels are the `module` role ([`crate::module`]).
 //!
 //! A [`Kernel`] is called once per execution (dispatch, replay pass or tool work) with a
 //! [`KernelCtx`]: the argument block, the grid, and read/write access to device memory by

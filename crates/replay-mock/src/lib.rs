@@ -14,17 +14,22 @@
 //!   tiers (§7.3), backing allocations and fenced, asynchronous copies and digests (§7.4).
 //! - [`queue`]: queues and the copy engine, each a FIFO with its own worker thread and counting
 //!   completion (§9.1: drains wait on completion, never on the read index).
-//! - [`tracker`]: the glue to `replay-memory`'s tracker: the code-object loader and its module
-//!   variables ([`SimModuleVariables`]).
+//! - [`module`]: code objects: the loader, the kernels a code object holds, and its module
+//!   variables ([`SimModuleVariables`], what `replay-memory` enumerates). There is no `tracker` file:
+//!   [`SimRuntime::alloc`] and [`SimRuntime::free`] report to `replay-memory`'s tracker
+//!   themselves.
 //! - [`vmem`]: virtual-memory mappings of the simulated memory (reserved ranges, handles,
 //!   map / unmap of whole mappings, access per agent enforced on kernels and copy engines) and
 //!   stream-ordered allocations, reported to the tracker as a backend's wrappers do.
 //! - [`gpu`]: [`SimGpu`], the device: agents, worker threads, and the shared recorder,
 //!   invariant checker, faults and counters.
 //! - [`clock`]: [`SimClock`], wall or virtual time; [`kernel`]: kernels as Rust closures over
-//!   device memory; [`fault`]: injected faults; [`expect`]: the recorder and [`Expect`];
+//!   device memory (not a role of a real backend, whose kernels are code); [`fault`]: injected faults; [`expect`]: the recorder and [`Expect`];
 //!   [`invariant`]: the stress-test checker; [`counters`]: simulated counter groups;
 //!   [`runtime`]: [`SimRuntime`], the application-facing API that calls the replay service.
+//! - Test doubles for the layers above the backends, shared by every crate's tests:
+//!   [`double`] (an instant agent, a fake device memory, a scripted tool with its log, a fake
+//!   clock) and [`instant`] (a snapshotter that finishes at once).
 //!
 //! Design:
 //! - Everything the window waits for is asynchronous: each queue and copy engine has a worker
@@ -103,6 +108,7 @@
 pub mod agent;
 pub mod clock;
 pub mod counters;
+pub mod double;
 pub mod error;
 pub mod expect;
 pub mod fault;
@@ -111,9 +117,9 @@ pub mod instant;
 pub mod invariant;
 pub mod kernel;
 pub mod memory;
+pub mod module;
 pub mod queue;
 pub mod runtime;
-pub mod tracker;
 pub mod vmem;
 
 pub use agent::SimAgent;
@@ -132,9 +138,9 @@ pub use kernel::{
     Access, KernArgs, Kernel, KernelBody, KernelCtx, KernelError, MemFault, MemFaultKind,
 };
 pub use memory::{agent_base, agent_of, AllocInfo, Owner, Pool, SimMemory, AGENT_SPAN};
+pub use module::{Module, ModuleSpec, SimModuleVariables, VariableSpec};
 pub use queue::{Signal, WorkerState};
 pub use runtime::{
     Completion, QueueRef, SimRuntime, SimRuntimeBuilder, WeakRuntime, FINAL_DIGEST_KEY,
 };
-pub use tracker::{Module, ModuleSpec, SimModuleVariables, VariableSpec};
 pub use vmem::{HandleKind, MapAccess, VmemHandle};

@@ -627,15 +627,6 @@ impl std::fmt::Debug for SimMemory {
 }
 
 impl SimMemory {
-    fn err(
-        &self,
-        kind: BackendErrorKind,
-        op: &'static str,
-        msg: impl Into<String>,
-    ) -> BackendError {
-        BackendError::new(kind, self.agent.id, op, msg)
-    }
-
     /// Backing bytes allocated now, per tier (tests check that pools are returned).
     pub fn backing_bytes(&self, tier: Tier) -> u64 {
         self.agent
@@ -675,11 +666,8 @@ impl SimMemory {
             h
         });
         let seq = lane.push(work(fail, Arc::clone(&result))).ok_or_else(|| {
-            self.err(
-                BackendErrorKind::DeviceLost,
-                "submit copies",
-                "simulator shut down",
-            )
+            BackendError::on(self.agent.id, "submit copies")
+                .error(BackendErrorKind::DeviceLost, "simulator shut down")
         })?;
         let id = self.gpu.next_id();
         self.agent.fences.lock().insert(
@@ -760,11 +748,12 @@ impl DeviceMemory for SimMemory {
         if let Some(f) = self.gpu.take_fault(id, |f| {
             matches!(f, Fault::SnapshotOom) || *f == Fault::TierOom(tier)
         }) {
-            return Err(self.err(
-                BackendErrorKind::OutOfMemory,
-                "allocate backing memory",
-                format!("injected {f}: {bytes} bytes of {} memory", tier.as_str()),
-            ));
+            return Err(
+                BackendError::on(self.agent.id, "allocate backing memory").error(
+                    BackendErrorKind::OutOfMemory,
+                    format!("injected {f}: {bytes} bytes of {} memory", tier.as_str()),
+                ),
+            );
         }
         let a = self
             .agent
@@ -778,11 +767,8 @@ impl DeviceMemory for SimMemory {
                 None,
             )
             .map_err(|e| {
-                self.err(
-                    BackendErrorKind::OutOfMemory,
-                    "allocate backing memory",
-                    e.to_string(),
-                )
+                BackendError::on(self.agent.id, "allocate backing memory")
+                    .error(BackendErrorKind::OutOfMemory, e.to_string())
             })?;
         let bid = self.gpu.next_id();
         self.agent.backings.lock().insert(bid, a);
@@ -806,9 +792,9 @@ impl DeviceMemory for SimMemory {
         for op in ops {
             for loc in [op.src, op.dst] {
                 if let MemLoc::Backing { id, .. } = loc {
-                    self.agent.backing(id).map_err(|m| {
-                        self.err(BackendErrorKind::InvalidArgument, "submit copies", m)
-                    })?;
+                    self.agent
+                        .backing(id)
+                        .map_err(|m| BackendError::on(self.agent.id, "submit copies").invalid(m))?;
                 }
             }
         }
@@ -864,9 +850,9 @@ impl DeviceMemory for SimMemory {
         let agent = self.agent.id;
         for op in ops {
             if let MemLoc::Backing { id, .. } = op.at {
-                self.agent.backing(id).map_err(|m| {
-                    self.err(BackendErrorKind::InvalidArgument, "submit digests", m)
-                })?;
+                self.agent
+                    .backing(id)
+                    .map_err(|m| BackendError::on(self.agent.id, "submit digests").invalid(m))?;
             }
         }
         self.gpu.recorder.record(Event::DigestBatch {
@@ -896,11 +882,8 @@ impl DeviceMemory for SimMemory {
         let (seq, result) = {
             let f = self.agent.fences.lock();
             let e = f.get(&fence.0).ok_or_else(|| {
-                self.err(
-                    BackendErrorKind::InvalidArgument,
-                    "poll fence",
-                    format!("unknown fence {}", fence.0),
-                )
+                BackendError::on(self.agent.id, "poll fence")
+                    .invalid(format!("unknown fence {}", fence.0))
             })?;
             (e.seq, Arc::clone(&e.result))
         };
@@ -926,11 +909,11 @@ impl DeviceMemory for SimMemory {
                 if let Some(e) = fences.remove(&fence.0) {
                     self.end_wait(&e, false);
                 }
-                Err(self.err(BackendErrorKind::CopyFailed, "copy batch", msg))
+                Err(BackendError::on(self.agent.id, "copy batch")
+                    .error(BackendErrorKind::CopyFailed, msg))
             }
-            None => Err(self.err(
+            None => Err(BackendError::on(self.agent.id, "poll fence").error(
                 BackendErrorKind::Other,
-                "poll fence",
                 "the batch completed without a result",
             )),
         }
@@ -938,28 +921,20 @@ impl DeviceMemory for SimMemory {
 
     fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError> {
         let e = self.agent.fences.lock().remove(&fence.0).ok_or_else(|| {
-            self.err(
-                BackendErrorKind::InvalidArgument,
-                "take digests",
-                format!("unknown fence {}", fence.0),
-            )
+            BackendError::on(self.agent.id, "take digests")
+                .invalid(format!("unknown fence {}", fence.0))
         })?;
         if !e.digests {
-            return Err(self.err(
-                BackendErrorKind::InvalidArgument,
-                "take digests",
-                format!("fence {} is a copy batch", fence.0),
-            ));
+            return Err(BackendError::on(self.agent.id, "take digests")
+                .invalid(format!("fence {} is a copy batch", fence.0)));
         }
         let r = e.result.lock().clone();
         match r {
             Some(Ok(d)) => Ok(d),
-            Some(Err(msg)) => Err(self.err(BackendErrorKind::CopyFailed, "digest batch", msg)),
-            None => Err(self.err(
-                BackendErrorKind::InvalidArgument,
-                "take digests",
-                format!("fence {} has not completed", fence.0),
-            )),
+            Some(Err(msg)) => Err(BackendError::on(self.agent.id, "digest batch")
+                .error(BackendErrorKind::CopyFailed, msg)),
+            None => Err(BackendError::on(self.agent.id, "take digests")
+                .invalid(format!("fence {} has not completed", fence.0))),
         }
     }
 

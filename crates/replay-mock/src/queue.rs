@@ -1,5 +1,5 @@
-//! Queues and the copy engine: FIFO lanes, each with its own worker thread (SPEC §9.1 facts the
-//! simulator keeps).
+//! The `queue` role: the queues the simulator knows and the copy engine, FIFO lanes each with
+//! its own worker thread (SPEC §9.1 facts the simulator keeps).
 //!
 //! A lane counts three things: `submitted` (the write index), `consumed` (the read index: moves
 //! when the worker *takes* a packet) and `completed` (moves when the packet *finished*). Drains

@@ -36,8 +36,8 @@ use crate::gpu::{AgentConfig, GpuShared, Payload, Pending, SimConfig, SimGpu};
 use crate::invariant::{Violation, WaitBounds};
 use crate::kernel::{Kernel, KernelError};
 use crate::memory::{agent_of, Owner, SimMemory};
+use crate::module::{Module, ModuleSpec, SimModuleVariables};
 use crate::queue::{Signal, Work};
-use crate::tracker::{Module, ModuleSpec, SimModuleVariables};
 
 /// A queue of an agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -127,10 +127,8 @@ impl Completion {
         let r = Arc::clone(&self.report);
         self.gpu.wait_for(&move || r.get().is_some());
         self.report.get().cloned().unwrap_or_else(|| {
-            Err(BackendError::new(
+            Err(BackendError::on(self.agent, "forward submission").error(
                 replay_core::BackendErrorKind::DeviceLost,
-                self.agent,
-                "forward submission",
                 "the simulator was shut down before the runtime thread submitted it",
             ))
         })
@@ -710,12 +708,8 @@ impl SimRuntime {
         match Self::try_submit(gpu, agent, engine, service, dispatch) {
             Ok(Some(r)) => Ok(r),
             // Only forwarded submissions are deferred, and those go through the runtime thread.
-            Ok(None) => Err(BackendError::new(
-                replay_core::BackendErrorKind::InvalidArgument,
-                replay_core::Agent::id(agent),
-                "submit",
-                "a submission from the submitting thread was deferred",
-            )),
+            Ok(None) => Err(BackendError::on(replay_core::Agent::id(agent), "submit")
+                .invalid("a submission from the submitting thread was deferred")),
             Err(e) => Err(e),
         }
     }

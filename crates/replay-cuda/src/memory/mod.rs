@@ -68,7 +68,7 @@ use replay_core::{
 use smallvec::SmallVec;
 
 use crate::device::{wait_events, Device, Event};
-use crate::error::{CudaError, CudaResult};
+use crate::error::CudaResult;
 use crate::module::ModuleRegistry;
 use crate::queue::{QueueRegistry, RelaxedCapture, Stream};
 use crate::sys;
@@ -293,14 +293,6 @@ impl CudaMemory {
         *self.capacity.lock() = None;
     }
 
-    fn err(&self, e: CudaError, op: &'static str) -> BackendError {
-        e.to_backend(self.agent, op)
-    }
-
-    fn invalid(&self, op: &'static str, msg: String) -> BackendError {
-        BackendError::new(BackendErrorKind::InvalidArgument, self.agent, op, msg)
-    }
-
     fn new_fence(&self, p: Pending) -> Fence {
         let mut st = self.state.lock();
         st.next_fence += 1;
@@ -360,10 +352,8 @@ impl CudaMemory {
         let f = self.submit_digests(&ops, key)?;
         if !self.poll_fence(f, timeout)? {
             self.abandon_fence(f);
-            return Err(BackendError::new(
+            return Err(BackendError::on(self.agent, "digest").error(
                 BackendErrorKind::Other,
-                self.agent,
-                "digest",
                 format!("not done within {timeout:?}"),
             ));
         }
@@ -445,12 +435,16 @@ impl CudaMemory {
 
     fn submit_copies_inner(&self, ops: &[CopyOp]) -> Result<Fence, BackendError> {
         const OP: &str = "submit copies";
-        let resolved =
-            copy::resolve_ops(&self.state.lock().backing, ops).map_err(|m| self.invalid(OP, m))?;
-        self.device.bind().map_err(|e| self.err(e, OP))?;
+        let resolved = copy::resolve_ops(&self.state.lock().backing, ops)
+            .map_err(|m| BackendError::on(self.agent, OP).invalid(m))?;
+        self.device
+            .bind()
+            .map_err(|e| e.to_backend(self.agent, OP))?;
         let plan = schedule(&resolved, self.config.host_chunk_bytes);
         let (used, failure) = copy::enqueue_all(&self.copies, &plan);
-        let events = self.fence_events(&used).map_err(|e| self.err(e, OP))?;
+        let events = self
+            .fence_events(&used)
+            .map_err(|e| e.to_backend(self.agent, OP))?;
         if let Some(e) = failure {
             // Copies enqueued before the failure may still run; wait for them (bounded) so the
             // memory layer may reuse its blocks, then report the failure.
@@ -458,12 +452,9 @@ impl CudaMemory {
             if !matches!(wait_events(&refs, Duration::from_secs(10)), Ok(true)) {
                 log::warn!("[kernel-replay] copies before a failed copy did not finish in 10 s");
             }
-            return Err(BackendError::new(
-                BackendErrorKind::CopyFailed,
-                self.agent,
-                OP,
-                e.to_string(),
-            ));
+            return Err(
+                BackendError::on(self.agent, OP).error(BackendErrorKind::CopyFailed, e.to_string())
+            );
         }
         Ok(self.new_fence(Pending {
             events,
@@ -480,8 +471,10 @@ impl DeviceMemory for CudaMemory {
 
     fn query_pointer(&self, addr: u64) -> Result<Option<PointerInfo>, BackendError> {
         const OP: &str = "query pointer";
-        self.device.bind().map_err(|e| self.err(e, OP))?;
-        let a = PointerAttributes::query(addr).map_err(|e| self.err(e, OP))?;
+        self.device
+            .bind()
+            .map_err(|e| e.to_backend(self.agent, OP))?;
+        let a = PointerAttributes::query(addr).map_err(|e| e.to_backend(self.agent, OP))?;
         Ok(a.classify(addr, self.agent, self.device.info().ordinal))
     }
 
@@ -510,10 +503,8 @@ impl DeviceMemory for CudaMemory {
     fn alloc_backing(&self, tier: Tier, bytes: u64) -> Result<BackingId, BackendError> {
         const OP: &str = "allocate backing memory";
         if self.fail_alloc.lock().contains(&tier) {
-            return Err(BackendError::new(
+            return Err(BackendError::on(self.agent, OP).error(
                 BackendErrorKind::OutOfMemory,
-                self.agent,
-                OP,
                 format!("{} allocation failure injected", tier.as_str()),
             ));
         }
@@ -521,10 +512,8 @@ impl DeviceMemory for CudaMemory {
             // A driver allocation while another thread captures could join or invalidate that
             // capture; pageable backing needs no driver call.
             if let Some(why) = self.live_capture() {
-                return Err(BackendError::new(
+                return Err(BackendError::on(self.agent, OP).error(
                     BackendErrorKind::OutOfMemory,
-                    self.agent,
-                    OP,
                     format!(
                         "no {} backing allocated while a capture is live: {why}",
                         tier.as_str()
@@ -533,7 +522,8 @@ impl DeviceMemory for CudaMemory {
             }
         }
         self.invalidate_capacity();
-        let b = Backing::alloc(&self.device, tier, bytes).map_err(|e| self.err(e, OP))?;
+        let b =
+            Backing::alloc(&self.device, tier, bytes).map_err(|e| e.to_backend(self.agent, OP))?;
         let mut st = self.state.lock();
         st.next_backing += 1;
         let id = st.next_backing;
@@ -573,7 +563,7 @@ impl DeviceMemory for CudaMemory {
 
     fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError> {
         self.submit_digests_inner(ops, key)
-            .map_err(|e| self.err(e, "submit digests"))
+            .map_err(|e| e.to_backend(self.agent, "submit digests"))
     }
 
     fn poll_fence(&self, fence: Fence, budget: Duration) -> Result<bool, BackendError> {
@@ -581,10 +571,9 @@ impl DeviceMemory for CudaMemory {
         // Take the events out so the wait holds no lock (SPEC §6: a wait never holds a lock).
         let (events, is_digest) = {
             let mut st = self.state.lock();
-            let p = st
-                .fences
-                .get_mut(&fence.0)
-                .ok_or_else(|| self.invalid(OP, format!("unknown fence {}", fence.0)))?;
+            let p = st.fences.get_mut(&fence.0).ok_or_else(|| {
+                BackendError::on(self.agent, OP).invalid(format!("unknown fence {}", fence.0))
+            })?;
             if p.done {
                 return Ok(true);
             }
@@ -609,7 +598,7 @@ impl DeviceMemory for CudaMemory {
             Some(p) => p.events = events,
             None => {} // abandoned meanwhile: the events drop (destroyed when done)
         }
-        r.map_err(|e| self.err(e, OP))
+        r.map_err(|e| e.to_backend(self.agent, OP))
     }
 
     fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError> {
@@ -619,12 +608,13 @@ impl DeviceMemory for CudaMemory {
             match st.fences.get(&fence.0) {
                 Some(p) if p.done && p.digests.is_some() => {}
                 Some(_) => {
-                    return Err(self.invalid(
-                        OP,
-                        format!("fence {} is not a completed digest batch", fence.0),
-                    ))
+                    return Err(BackendError::on(self.agent, OP)
+                        .invalid(format!("fence {} is not a completed digest batch", fence.0)))
                 }
-                None => return Err(self.invalid(OP, format!("unknown fence {}", fence.0))),
+                None => {
+                    return Err(BackendError::on(self.agent, OP)
+                        .invalid(format!("unknown fence {}", fence.0)))
+                }
             }
             st.fences.remove(&fence.0).expect("checked above")
         };

@@ -200,10 +200,7 @@ pub(super) fn tier_index(t: Tier) -> usize {
 mod tests {
     use std::sync::Arc;
 
-    use replay_core::{
-        AgentId, BackendError, BackendErrorKind, BackingId, CopyOp, DeviceMemory, Digest128,
-        DigestKey, DigestOp, Fence,
-    };
+    use replay_core::AgentId;
 
     use super::*;
 
@@ -225,43 +222,6 @@ mod tests {
         assert!(masked[1].is_some());
     }
 
-    /// A fake device memory that reports capacities as the CUDA backend would, for the memory
-    /// layer's planning.
-    struct Fake {
-        tiers: [Option<TierInfo>; 3],
-    }
-
-    impl DeviceMemory for Fake {
-        fn agent(&self) -> AgentId {
-            AgentId(0)
-        }
-        fn tier_info(&self, tier: Tier) -> Option<TierInfo> {
-            self.tiers[tier_index(tier)]
-        }
-        fn alloc_backing(&self, _: Tier, _: u64) -> Result<BackingId, BackendError> {
-            Err(BackendError::new(
-                BackendErrorKind::Unsupported,
-                AgentId(0),
-                "fake",
-                "planning only",
-            ))
-        }
-        fn free_backing(&self, _: BackingId) {}
-        fn submit_copies(&self, _: &[CopyOp]) -> Result<Fence, BackendError> {
-            unreachable!("planning only")
-        }
-        fn submit_digests(&self, _: &[DigestOp], _: DigestKey) -> Result<Fence, BackendError> {
-            unreachable!("planning only")
-        }
-        fn poll_fence(&self, _: Fence, _: Duration) -> Result<bool, BackendError> {
-            unreachable!("planning only")
-        }
-        fn take_digests(&self, _: Fence) -> Result<Vec<Digest128>, BackendError> {
-            unreachable!("planning only")
-        }
-        fn abandon_fence(&self, _: Fence) {}
-    }
-
     fn plan_capacity(device_free: u64, host: u64, alloc: &[u64]) -> (u64, u64) {
         use replay_core::{
             Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, MemoryClass, Origin,
@@ -274,16 +234,22 @@ mod tests {
             tracker.record_alloc(AgentId(0), base, a, MemoryClass::DEVICE_COARSE);
             base += a.next_multiple_of(1 << 21);
         }
-        let fake = Fake {
-            tiers: report_tiers(
-                CapacityReport {
-                    device_free,
-                    host_available: host,
-                },
-                &TierConfig::default(),
-                [true; 3],
-            ),
-        };
+        // The shared fake device memory, reporting capacities as the CUDA backend would, for
+        // the memory layer's planning.
+        let tiers = report_tiers(
+            CapacityReport {
+                device_free,
+                host_available: host,
+            },
+            &TierConfig::default(),
+            [true; 3],
+        );
+        let fake = replay_mock::double::FakeDeviceMemory::new(
+            AgentId(0),
+            Arc::default(),
+            tiers.map(|t| t.map(|t| t.available_bytes)),
+        );
+        fake.st.lock().gbps = Some(tiers.map(|t| t.map_or(0.0, |t| t.gbps)));
         let engine = MemoryEngine::new(
             AgentId(0),
             tracker,

@@ -11,26 +11,17 @@ use replay_hsa_sim::{SimConfig, SimHsa};
 #[allow(unused_imports)]
 pub use replay_hsa_sim::client::{barrier_on, dispatch, typed, Client as Api, TIMEOUT};
 
-/// The process's replay service for these tests: `policy`, the wall clock, `tool` subscribed
-/// to CONFIG and PASS, handed to the backend's interceptor.
+/// The process's replay service for these tests (`client::install_service`): `tool`
+/// subscribed to CONFIG and PASS.
 pub fn install_service(
     policy: replay_core::Policy,
     tool: Arc<dyn replay_core::ReplayTool>,
 ) -> Arc<replay_core::ReplayService> {
-    let service = Arc::new(replay_core::ReplayService::new(
+    replay_hsa_sim::client::install_service(
         policy,
-        Arc::new(replay_core::SystemClock::new()),
-        Arc::new(replay_core::NoContextControl),
-    ));
-    service
-        .configure(
-            replay_core::ContextId(1),
-            replay_core::Subscription::CONFIG | replay_core::Subscription::PASS,
-            tool,
-        )
-        .unwrap();
-    replay_hsa::set_service(service.clone());
-    service
+        replay_core::Subscription::CONFIG | replay_core::Subscription::PASS,
+        tool,
+    )
 }
 
 /// A fresh sim with `OnLoad` installed, and the client's entries read from its table after.
@@ -38,14 +29,9 @@ pub fn sim() -> (SimHsa, Api) {
     sim_with(SimConfig::default())
 }
 
-/// [`sim`] with a configuration of its own.
+/// [`sim`] with a configuration of its own (`client::loaded`).
 pub fn sim_with(config: SimConfig) -> (SimHsa, Api) {
-    let mut sim = SimHsa::new(config);
-    // SAFETY: the sim's table, alive, not used by other threads during the call.
-    let ok = unsafe { replay_hsa::on_load(sim.table().cast(), 1, 0, std::ptr::null()) };
-    assert!(ok, "{}", replay_hsa::backend().state_json());
-    let api = Api::new(&sim);
-    (sim, api)
+    replay_hsa_sim::client::loaded(config)
 }
 
 /// `x = 3x + 1` on the `u64` at `arg0` (read-modify-write: a replay that does not restore
@@ -127,4 +113,52 @@ pub fn batch_above(sim: &SimHsa, q: *mut replay_hsa::sys::hsa_queue_t, n: usize)
     // SAFETY: a live intercepting queue; the leaked `Batcher` outlives it.
     let st = unsafe { register(q, Some(batcher), b.cast()) };
     assert_eq!(st, 0);
+}
+
+/// What `replay.rs` and `memory_classes.rs` add to the scripted tool: in every PASS ENTER it
+/// reads the `u64` at `addr` (when not 0) into `seen`, a tool looking at the kernel's inputs.
+#[derive(Default)]
+pub struct Watch {
+    pub addr: AtomicU64,
+    pub seen: std::sync::Mutex<Vec<u64>>,
+}
+
+impl Watch {
+    pub fn reset(&self) {
+        self.addr.store(0, Ordering::SeqCst);
+        self.seen.lock().unwrap().clear();
+    }
+}
+
+/// The scripted tool's hook: `watch` in every PASS ENTER, then `on_pass` with the pass index.
+pub fn watching(
+    watch: Arc<Watch>,
+    on_pass: impl Fn(u32) + Send + Sync + 'static,
+) -> replay_mock::double::ToolHook {
+    use replay_core::{Operation, Phase};
+    Arc::new(move |op, phase, p, _| {
+        if (op, phase) != (Operation::Pass, Phase::Enter) {
+            return;
+        }
+        let a = watch.addr.load(Ordering::SeqCst);
+        if a != 0 {
+            // SAFETY: a live simulated allocation (host memory) of 8 bytes.
+            let v = unsafe { std::ptr::read_volatile(a as *const u64) };
+            watch.seen.lock().unwrap().push(v);
+        }
+        on_pass(p.current_pass);
+    })
+}
+
+/// The scripted tool of these tests: it asks for no pass until a test says how many.
+pub fn scripted_tool() -> Arc<replay_mock::double::ScriptedTool> {
+    replay_mock::double::ScriptedTool::new(Arc::default(), no_passes())
+}
+
+/// The script every test starts from: a pass-count callback answering 0.
+pub fn no_passes() -> replay_mock::double::ToolScript {
+    replay_mock::double::ToolScript {
+        passes: Some(0),
+        ..Default::default()
+    }
 }

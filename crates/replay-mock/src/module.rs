@@ -1,4 +1,4 @@
-//! Glue to the allocation tracker (SPEC §7.1): the simulated code-object loader and its
+//! The `module` role (code objects, SPEC §7.1): the simulated code-object loader and its
 //! module-scope variables, exposed to the memory layer through
 //! [`replay_memory::ModuleVariables`].
 //!
