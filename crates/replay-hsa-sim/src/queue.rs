@@ -28,6 +28,11 @@
 //! completion signal) is written into the kept slot, and the async-events thread retries once
 //! it was consumed. While parked packets remain after a retry, a doorbell writes no new ones
 //! (the runtime returns early), so queue order holds.
+//!
+//! Above the state (signals, the registry, the async-events thread, to which it hands its
+//! deferred doorbells and retries as jobs) and the table's status codes; the C entries and the
+//! client call down into it. An intercepting queue hangs itself on its proxy doorbell as the
+//! state's `Doorbell`, so a store to that signal reaches it without the state naming it.
 
 use std::alloc::Layout;
 use std::cell::{Cell, RefCell};

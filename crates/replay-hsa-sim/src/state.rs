@@ -4,9 +4,9 @@
 //!
 //! Below the queues, the vmem entries and the C entries, which call down into it; it names
 //! none of them. What they hang on it is typed here: a mapping's access record
-//! ([`MapAccess`]), the queue a doorbell signal rings ([`Doorbell`]), work a queue hands to
-//! the async-events thread ([`AsyncEvent::Queue`]), and the queues an instance stops when it
-//! shuts down (a callback of [`Instance::shut_down`]).
+//! ([`MapAccess`]), the queue a doorbell signal rings (`Doorbell`), work a queue hands to
+//! the async-events thread (`AsyncEvent::Queue`), and the queues an instance stops when it
+//! shuts down (a callback of `Instance::shut_down`).
 
 use std::alloc::Layout;
 use std::cell::RefCell;

@@ -23,6 +23,9 @@
 //! - **Sharing** (`hsa_amd_vmem_export_shareable_handle`, `_import_shareable_handle`): the
 //!   simulator is one process, so an export gives a pretend file descriptor and an import a
 //!   new handle holding a copy of the exporter's bytes as they were while unmapped.
+//!
+//! Above the state (the memory map, which holds each mapping's [`MapAccess`] and checks it)
+//! and the table's slot writer; the C entries install these entries in their table.
 
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
