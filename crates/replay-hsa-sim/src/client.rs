@@ -1,5 +1,5 @@
-//! A HIP-like client of the simulated runtime, for tests of HSA tools (this workspace's, and a
-//! tool author's own): it reads the application's entries from the API table **after** the
+//! A HIP-like client of the simulated runtime (SPEC §9.1), for tests of HSA tools (this
+//! workspace's, and a tool author's own): it reads the application's entries from the API table **after** the
 //! tool's `OnLoad` (so it calls the tool's wrappers, as the HIP runtime would) and drives the
 //! runtime the way an application does: create a queue, allocate from pools, write AQL packets
 //! (header last, with release ordering) and ring the doorbell, wait on completion signals,
@@ -8,6 +8,9 @@
 //! Every helper asserts that the runtime answered `HSA_STATUS_SUCCESS`: a failure is a test
 //! failure with the entry named. The raw entries are public for tests that need another
 //! argument or want the status.
+//!
+//! Beside the entries: it uses the state, the queues and the pools below it, and nothing of
+//! the crate uses it.
 
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;

@@ -1,4 +1,6 @@
-//! The `extern "C"` entries of the simulated API table and the tables themselves.
+//! The `extern "C"` entries of the simulated API table and the tables themselves (SPEC §9.1):
+//! the top of the crate, calling down into the state, the queues, the vmem entries (which it
+//! installs) and the faults; nothing below calls back up into it.
 //!
 //! Every entry catches panics and answers `HSA_STATUS_ERROR` (value-returning signal and
 //! queue-index entries answer `-1` / `u64::MAX`). Every slot of the tables is filled: entries
@@ -18,16 +20,13 @@ use replay_hsa::sys::{self, hsa_status_t, v2, Entry};
 use crate::fault::SimFault;
 use crate::queue::{self, InterceptHandler, QueueCallback};
 use crate::state::{self, CopyJob, REG};
-
-/// What an entry that is not simulated answers: `HSA_STATUS_ERROR`.
-pub const STATUS_NOT_SIMULATED: hsa_status_t = sys::HSA_STATUS_ERROR;
-
-/// `HSA_STATUS_ERROR_INVALID_EXECUTABLE`.
-pub const HSA_STATUS_ERROR_INVALID_EXECUTABLE: hsa_status_t = 0x1011;
-/// `HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL`.
-pub const HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL: hsa_status_t = 0x1018;
-/// `HSA_STATUS_ERROR_EXCEPTION`: what a queue's error callback receives for a kernel fault.
-pub const HSA_STATUS_ERROR_EXCEPTION: hsa_status_t = 0x1016;
+use crate::table::{erase, fill_stubs, set, version};
+// The status codes and the stub live with the table's slots (below the queue and vmem files,
+// which answer them too); their paths here stay.
+pub use crate::table::{
+    not_simulated, HSA_STATUS_ERROR_EXCEPTION, HSA_STATUS_ERROR_INVALID_EXECUTABLE,
+    HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL, STATUS_NOT_SIMULATED,
+};
 
 /// `HSA_EXTENSION_AMD_LOADER`.
 pub const HSA_EXTENSION_AMD_LOADER: u16 = 0x201;
@@ -42,53 +41,6 @@ macro_rules! guard {
             }
         }
     };
-}
-
-/// Erases an entry's signature for an untyped slot.
-fn erase(f: *const ()) -> Entry {
-    // SAFETY: `f` is an `extern "C"` function of this module; the slot's C type is that
-    // function's type, and the table's readers cast it back before calling.
-    Some(unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(f) })
-}
-
-/// Writes the entry `f` into `slot`, whatever the binding's Rust type for that slot is (an
-/// untyped [`Entry`] or a typed `Option<fn>`): only its size (one nullable function pointer)
-/// is relied upon, so the table keeps building when `replay-hsa` types more of its slots.
-pub(crate) fn set<T>(slot: &mut T, f: *const ()) {
-    assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<Entry>());
-    // SAFETY: `slot` is a table field of pointer size holding a nullable `extern "C"`
-    // function pointer (checked size; every slot of the bound tables is such a field), and
-    // `f` is the entry of that C signature.
-    unsafe { (slot as *mut T).cast::<Entry>().write(erase(f)) };
-}
-
-/// The answer of every entry that is not simulated.
-pub extern "C" fn not_simulated() -> hsa_status_t {
-    STATUS_NOT_SIMULATED
-}
-
-/// Fills every empty slot of a table with [`not_simulated`].
-fn fill_stubs<T>(table: &mut T, offsets: &[(&'static str, usize)]) {
-    let base = (table as *mut T).cast::<u8>();
-    for (_, off) in offsets {
-        // SAFETY: `off` is the offset of a pointer-sized nullable function-pointer field of
-        // `T` (from `entry_offsets()`); every such field has the layout of `Entry`.
-        unsafe {
-            let slot = base.add(*off).cast::<Entry>();
-            if slot.read().is_none() {
-                slot.write(erase(not_simulated as *const ()));
-            }
-        }
-    }
-}
-
-fn version<T>(major: u32) -> sys::ApiTableVersion {
-    sys::ApiTableVersion {
-        major_id: major,
-        minor_id: std::mem::size_of::<T>() as u32,
-        step_id: 0,
-        reserved: 0,
-    }
 }
 
 /// The core table (major 2).
@@ -756,7 +708,7 @@ unsafe extern "C" fn hsa_signal_store(s: sys::hsa_signal_t, v: i64) {
     guard!("hsa_signal_store", (), {
         if let Some(sig) = state::signal(s.handle) {
             sig.store_silent(v);
-            queue::on_signal_store(&sig);
+            sig.on_store();
         }
     })
 }

@@ -1,6 +1,7 @@
-//! Faults the simulated runtime can inject (per instance), so that every fault path of
-//! `replay-hsa` is reached through the runtime's own entries, the way it would be on a real
-//! system: an entry answers an error status, or the copy engine stops making progress.
+//! Faults the simulated runtime can inject (per instance; SPEC §9.1, the fault paths of §8),
+//! so that every fault path of `replay-hsa` is reached through the runtime's own entries, the
+//! way it would be on a real system: an entry answers an error status, or the copy engine
+//! stops making progress.
 //!
 //! They mirror `replay-mock`'s faults at the level where HSA exposes them (see the table in
 //! the crate's tests, `tests/faults.rs`): a snapshot that cannot get backing memory is a pool
@@ -9,6 +10,9 @@
 //! failed digest is a failed `hsa_memory_copy` into staging; an incomplete module enumeration
 //! is a loader iteration answering an error; a refused pass is an `hsa_signal_create` that
 //! fails.
+//!
+//! Above the pools only: the state holds each instance's armed faults and the entries fire
+//! them.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

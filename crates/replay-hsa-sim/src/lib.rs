@@ -96,6 +96,7 @@ pub mod fault;
 pub mod pool;
 pub mod queue;
 pub mod state;
+pub mod table;
 pub mod vmem;
 
 use std::mem::ManuallyDrop;
@@ -105,8 +106,10 @@ pub use client::Client;
 pub use entries::{LoaderTable, STATUS_NOT_SIMULATED};
 pub use fault::{FaultId, FaultMode, SimFault};
 pub use pool::PoolKind;
-pub use queue::{ASYNC_THREAD_NAME, COPY_THREAD_NAME, PROCESSOR_THREAD_PREFIX};
-pub use state::{Dispatch, KernelFn, MemFault, SimConfig, VariableSpec};
+pub use queue::PROCESSOR_THREAD_PREFIX;
+pub use state::{
+    Dispatch, KernelFn, MemFault, SimConfig, VariableSpec, ASYNC_THREAD_NAME, COPY_THREAD_NAME,
+};
 
 use replay_hsa::sys::{self, v2};
 
@@ -312,6 +315,6 @@ impl Injector {
 
 impl Drop for SimHsa {
     fn drop(&mut self) {
-        self.inner.shut_down();
+        self.inner.shut_down(queue::destroy_instance_queues);
     }
 }

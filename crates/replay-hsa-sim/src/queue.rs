@@ -28,6 +28,11 @@
 //! completion signal) is written into the kept slot, and the async-events thread retries once
 //! it was consumed. While parked packets remain after a retry, a doorbell writes no new ones
 //! (the runtime returns early), so queue order holds.
+//!
+//! Above the state (signals, the registry, the async-events thread, to which it hands its
+//! deferred doorbells and retries as jobs) and the table's status codes; the C entries and the
+//! client call down into it. An intercepting queue hangs itself on its proxy doorbell as the
+//! state's `Doorbell`, so a store to that signal reaches it without the state naming it.
 
 use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
@@ -35,7 +40,6 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, LazyLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -46,10 +50,6 @@ use replay_hsa::sys::aql;
 
 use crate::state::{self, AsyncEvent, Dispatch, Instance};
 
-/// The name of each instance's async-events thread.
-pub const ASYNC_THREAD_NAME: &str = "hsa-sim-async-events";
-/// The name of each instance's copy-engine thread.
-pub const COPY_THREAD_NAME: &str = "hsa-sim-copy-engine";
 /// Packet-processor threads are named this prefix and the queue id.
 pub const PROCESSOR_THREAD_PREFIX: &str = "hsa-sim-cp-";
 
@@ -383,7 +383,7 @@ impl HwQueue {
                 decrement(packet.completion_signal.handle);
             }
             Err(e) => self.error(
-                crate::entries::HSA_STATUS_ERROR_EXCEPTION,
+                crate::table::HSA_STATUS_ERROR_EXCEPTION,
                 format!("queue {}: dispatch failed: {e}", self.mem.hsa.id),
             ),
         }
@@ -546,7 +546,8 @@ pub(crate) fn create_intercept(
         instance: Arc::downgrade(&inst),
     });
     if let Some(s) = state::signal(iq.proxy.doorbell) {
-        *s.doorbell_of.lock() = Some(Arc::downgrade(&iq));
+        let rings: Weak<InterceptQueue> = Arc::downgrade(&iq);
+        *s.doorbell_of.lock() = Some(rings);
     }
     let p = iq.proxy.hsa_ptr();
     QUEUES.lock().insert(p as usize, QueueEntry::Intercept(iq));
@@ -625,18 +626,24 @@ thread_local! {
     static CURSORS: RefCell<Vec<Cursor>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A store to a signal: if it is an intercepting queue's doorbell, run the interception.
-pub(crate) fn on_signal_store(sig: &state::SignalObj) {
-    let Some(iq) = sig.doorbell_of.lock().as_ref().and_then(Weak::upgrade) else {
-        return;
-    };
-    if DEPTH.with(Cell::get) > 0 {
-        if let Some(i) = iq.instance.upgrade() {
-            i.post_async(AsyncEvent::Doorbell(Arc::downgrade(&iq)));
+impl state::Doorbell for InterceptQueue {
+    /// A store to the proxy doorbell runs the interception on the storing thread; rung from
+    /// inside an interceptor, it is deferred to the async-events thread.
+    fn rung(self: Arc<Self>) {
+        if DEPTH.with(Cell::get) > 0 {
+            if let Some(i) = self.instance.upgrade() {
+                let w = Arc::downgrade(&self);
+                i.post_async(AsyncEvent::Queue(Box::new(move || {
+                    if let Some(iq) = w.upgrade() {
+                        process(&iq);
+                    }
+                    true
+                })));
+            }
+            return;
         }
-        return;
+        process(&self);
     }
-    process(&iq);
 }
 
 /// Under the queue's lock: retries parked packets, then hands the packets written before the
@@ -826,9 +833,35 @@ fn submit_hw(iq: &Arc<InterceptQueue>, packets: &[Packet]) -> usize {
 fn post_retry(iq: &Arc<InterceptQueue>) {
     if !iq.retry_posted.swap(true, Ordering::SeqCst) {
         if let Some(i) = iq.instance.upgrade() {
-            i.post_async(AsyncEvent::Retry(Arc::downgrade(iq)));
+            let w = Arc::downgrade(iq);
+            i.post_async(AsyncEvent::Queue(Box::new(move || retry(&w))));
         }
     }
+}
+
+/// On the async-events thread: retries the parked packets of `w` once its retry barrier was
+/// consumed, else waits a little and posts itself again. Whether the thread goes on to poll
+/// its armed handlers (not when the queue is gone or stopping, nor while waiting).
+fn retry(w: &Weak<InterceptQueue>) -> bool {
+    let Some(iq) = w.upgrade() else {
+        return false;
+    };
+    if iq.hw.stopping() {
+        return false;
+    }
+    // The runtime retries when its retry barrier completed (its completion signal is the
+    // queue's async doorbell); until then, wait here.
+    let ri = iq.retry_index.load(Ordering::Acquire);
+    if iq.hw.read.load(Ordering::Acquire) <= ri {
+        std::thread::sleep(Duration::from_millis(1));
+        iq.retry_posted.store(false, Ordering::SeqCst);
+        post_retry(&iq);
+        return false;
+    }
+    iq.retry_posted.store(false, Ordering::SeqCst);
+    // As the doorbell the runtime rings then: parked packets first, then new ones.
+    process(&iq);
+    true
 }
 
 /// Moves parked packets into the hardware ring as the runtime would; the number left.
@@ -846,78 +879,4 @@ fn flush_overflow(iq: &Arc<InterceptQueue>) -> usize {
         post_retry(iq);
     }
     left
-}
-
-/// The async-events thread: deferred doorbells and retries of parked packets.
-pub(crate) fn async_events_loop(inst: Weak<Instance>, rx: mpsc::Receiver<AsyncEvent>) {
-    if let Some(i) = inst.upgrade() {
-        state::set_current(&i);
-    }
-    let mut armed: Vec<state::AsyncHandler> = Vec::new();
-    loop {
-        let ev = if armed.is_empty() {
-            match rx.recv() {
-                Ok(ev) => Some(ev),
-                Err(_) => return,
-            }
-        } else {
-            match rx.recv_timeout(Duration::from_micros(500)) {
-                Ok(ev) => Some(ev),
-                Err(mpsc::RecvTimeoutError::Timeout) => None,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            }
-        };
-        match ev {
-            None => {}
-            Some(AsyncEvent::Doorbell(w)) => {
-                if let Some(iq) = w.upgrade() {
-                    process(&iq);
-                }
-            }
-            Some(AsyncEvent::Retry(w)) => {
-                let Some(iq) = w.upgrade() else { continue };
-                if iq.hw.stopping() {
-                    continue;
-                }
-                // The runtime retries when its retry barrier completed (its completion signal
-                // is the queue's async doorbell); until then, wait here.
-                let ri = iq.retry_index.load(Ordering::Acquire);
-                if iq.hw.read.load(Ordering::Acquire) <= ri {
-                    std::thread::sleep(Duration::from_millis(1));
-                    iq.retry_posted.store(false, Ordering::SeqCst);
-                    post_retry(&iq);
-                    continue;
-                }
-                iq.retry_posted.store(false, Ordering::SeqCst);
-                // As the doorbell the runtime rings then: parked packets first, then new ones.
-                process(&iq);
-            }
-            Some(AsyncEvent::Handler(h)) => armed.push(h),
-            Some(AsyncEvent::Function(f)) => {
-                let call = std::panic::AssertUnwindSafe(|| {
-                    // SAFETY: the function and argument given to `hsa_amd_async_function`,
-                    // called once on this thread as the runtime does.
-                    unsafe { (f.f)(f.arg as *mut c_void) }
-                });
-                if std::panic::catch_unwind(call).is_err() {
-                    log::error!("hsa-sim: an async function panicked");
-                }
-            }
-        }
-        armed.retain(|h| {
-            let Some(sig) = state::signal(h.signal) else {
-                return false;
-            };
-            let v = sig.load();
-            if !state::condition(h.cond, v, h.value) {
-                return true;
-            }
-            let call = std::panic::AssertUnwindSafe(|| {
-                // SAFETY: the handler and argument given to `hsa_amd_signal_async_handler`,
-                // called on this thread with the value that satisfied its condition.
-                unsafe { (h.handler)(v, h.arg as *mut c_void) }
-            });
-            std::panic::catch_unwind(call).unwrap_or(false)
-        });
-    }
 }

@@ -1,10 +1,17 @@
-//! The simulator's state: the process-wide registry of handles (agents, pools, signals,
-//! executables, kernel objects), host-backed memory, signals with real waiting, and the
-//! per-instance async-events and copy-engine threads.
+//! The simulator's state (SPEC §9.1): the process-wide registry of handles (agents, pools,
+//! signals, executables, kernel objects), host-backed memory, signals with real waiting, and
+//! the per-instance async-events and copy-engine threads.
+//!
+//! Below the queues, the vmem entries and the C entries, which call down into it; it names
+//! none of them. What they hang on it is typed here: a mapping's access record
+//! ([`MapAccess`]), the queue a doorbell signal rings (`Doorbell`), work a queue hands to
+//! the async-events thread (`AsyncEvent::Queue`), and the queues an instance stops when it
+//! shuts down (a callback of `Instance::shut_down`).
 
 use std::alloc::Layout;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, LazyLock, Weak};
@@ -15,6 +22,11 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use replay_hsa::sys;
 
 pub use crate::pool::PoolKind;
+
+/// The name of each instance's async-events thread.
+pub const ASYNC_THREAD_NAME: &str = "hsa-sim-async-events";
+/// The name of each instance's copy-engine thread.
+pub const COPY_THREAD_NAME: &str = "hsa-sim-copy-engine";
 
 /// Configuration of one simulated runtime.
 #[derive(Debug, Clone)]
@@ -151,8 +163,41 @@ pub struct Alloc {
     layout: Layout,
     pub(crate) pool: u64,
     pub(crate) agent: u64,
-    /// Set for a virtual-memory mapping ([`crate::vmem`]): its handle and who may access it.
-    pub(crate) vmem: Option<Arc<crate::vmem::MapAccess>>,
+    /// Set for a virtual-memory mapping (the vmem entries): its handle and who may access it.
+    pub(crate) vmem: Option<Arc<MapAccess>>,
+}
+
+/// `hsa_access_permission_t`: no access.
+pub const HSA_ACCESS_PERMISSION_NONE: u32 = 0;
+/// `hsa_access_permission_t`: read-only.
+pub const HSA_ACCESS_PERMISSION_RO: u32 = 1;
+/// `hsa_access_permission_t`: write-only.
+pub const HSA_ACCESS_PERMISSION_WO: u32 = 2;
+/// `hsa_access_permission_t`: read-write.
+pub const HSA_ACCESS_PERMISSION_RW: u32 = 3;
+
+/// Who may access one mapping, read by kernels' accessors under the memory map's lock. The
+/// vmem entries create and update it; it is here because the memory map's checks read it.
+#[derive(Debug, Default)]
+pub struct MapAccess {
+    /// The vmem handle mapped.
+    pub(crate) handle: u64,
+    /// Where in the handle the mapping starts, bytes.
+    pub(crate) offset: usize,
+    /// `hsa_access_permission_t` by agent handle (none until set).
+    pub(crate) perms: Mutex<BTreeMap<u64, u32>>,
+}
+
+impl MapAccess {
+    /// Whether `agent`'s kernels may read (or, with `write`, write) the mapping.
+    pub(crate) fn allows(&self, agent: u64, write: bool) -> bool {
+        match self.perms.lock().get(&agent).copied() {
+            Some(HSA_ACCESS_PERMISSION_RW) => true,
+            Some(HSA_ACCESS_PERMISSION_RO) => !write,
+            Some(HSA_ACCESS_PERMISSION_WO) => write,
+            _ => false,
+        }
+    }
 }
 
 static MEMORY: LazyLock<RwLock<BTreeMap<u64, Alloc>>> =
@@ -317,14 +362,14 @@ pub(crate) fn with_range_as(
     Ok(())
 }
 
-/// Inserts a mapping's block (`crate::vmem`): `[base, base + size)` of a reservation, which
+/// Inserts a mapping's block (for the vmem entries): `[base, base + size)` of a reservation, which
 /// the caller owns; fails when it overlaps a live allocation.
 pub(crate) fn insert_mapping(
     base: u64,
     size: usize,
     pool: u64,
     agent: u64,
-    access: Arc<crate::vmem::MapAccess>,
+    access: Arc<MapAccess>,
 ) -> bool {
     let Ok(layout) = Layout::from_size_align(size, 1) else {
         return false;
@@ -390,12 +435,19 @@ pub(crate) fn copy(dst: u64, src: u64, len: usize) -> Result<(), MemFault> {
 
 // ----- Signals --------------------------------------------------------------------------------
 
+/// What a store to a doorbell signal rings: an intercepting queue, which registers itself on
+/// its doorbell (the queues are above this file, so the signal knows it only as this).
+pub(crate) trait Doorbell: Send + Sync {
+    /// The doorbell was stored to (`hsa_signal_store_*`), on the storing thread.
+    fn rung(self: Arc<Self>);
+}
+
 /// A signal: a value with real waiting. A doorbell signal of an intercepting queue carries the
 /// queue it rings.
 pub struct SignalObj {
     value: Mutex<i64>,
     cv: Condvar,
-    pub(crate) doorbell_of: Mutex<Option<Weak<crate::queue::InterceptQueue>>>,
+    pub(crate) doorbell_of: Mutex<Option<Weak<dyn Doorbell>>>,
 }
 
 impl std::fmt::Debug for SignalObj {
@@ -424,6 +476,15 @@ impl SignalObj {
         drop(g);
         self.cv.notify_all();
         old
+    }
+
+    /// After a store (`hsa_signal_store_*`): if this is an intercepting queue's doorbell, runs
+    /// the interception.
+    pub(crate) fn on_store(&self) {
+        let Some(queue) = self.doorbell_of.lock().as_ref().and_then(Weak::upgrade) else {
+            return;
+        };
+        queue.rung();
     }
 
     /// Waits until `cond(value)` or `timeout`; returns the last value seen.
@@ -578,12 +639,16 @@ pub(crate) fn current() -> Option<Arc<Instance>> {
         .or_else(|| REG.instances.lock().iter().rev().find_map(Weak::upgrade))
 }
 
+/// Work a queue hands to the async-events thread (a doorbell rung from inside an interceptor,
+/// a retry of packets parked on a full ring). It answers whether the thread then polls its
+/// armed handlers, as it does after every other event (a retry that is still waiting for its
+/// barrier, and posted itself again, does not).
+pub(crate) type QueueJob = Box<dyn FnOnce() -> bool + Send>;
+
 /// Work for the async-events thread.
 pub(crate) enum AsyncEvent {
-    /// A doorbell rung from inside an interceptor.
-    Doorbell(Weak<crate::queue::InterceptQueue>),
-    /// Retry packets parked on a full ring.
-    Retry(Weak<crate::queue::InterceptQueue>),
+    /// Work of an intercepting queue.
+    Queue(QueueJob),
     /// `hsa_amd_signal_async_handler`: call `handler(value, arg)` when the condition holds;
     /// it stays armed while the handler answers true.
     Handler(AsyncHandler),
@@ -721,12 +786,12 @@ impl Instance {
         let (ctx, crx) = mpsc::channel::<CopyJob>();
         let w = Arc::downgrade(&inst);
         let async_thread = std::thread::Builder::new()
-            .name(crate::queue::ASYNC_THREAD_NAME.into())
-            .spawn(move || crate::queue::async_events_loop(w, arx))
+            .name(ASYNC_THREAD_NAME.into())
+            .spawn(move || async_events_loop(w, arx))
             .expect("spawn the async-events thread");
         let w = Arc::downgrade(&inst);
         let copy_thread = std::thread::Builder::new()
-            .name(crate::queue::COPY_THREAD_NAME.into())
+            .name(COPY_THREAD_NAME.into())
             .spawn(move || copy_engine_loop(w, crx))
             .expect("spawn the copy-engine thread");
         *inst.async_tx.lock() = Some(atx);
@@ -838,9 +903,11 @@ impl Instance {
             .map(|s| s.address)
     }
 
-    pub(crate) fn shut_down(&self) {
+    /// Shuts the instance down: marks it stopping, lets `stop_queues` stop the queues of this
+    /// instance's id (the queues live above this file), then ends and joins its threads.
+    pub(crate) fn shut_down(&self, stop_queues: impl FnOnce(u64)) {
         self.shutdown.store(true, Ordering::SeqCst);
-        crate::queue::destroy_instance_queues(self.id);
+        stop_queues(self.id);
         *self.async_tx.lock() = None;
         *self.copy_tx.lock() = None;
         let threads: Vec<_> = self.threads.lock().drain(..).collect();
@@ -882,6 +949,67 @@ pub(crate) fn instance_of_agent(handle: u64) -> Option<Arc<Instance>> {
         .lock()
         .get(&handle)
         .and_then(|a| a.instance.upgrade())
+}
+
+/// The async-events thread: queue work (deferred doorbells, retries of parked packets),
+/// signal handlers and async functions.
+fn async_events_loop(inst: Weak<Instance>, rx: mpsc::Receiver<AsyncEvent>) {
+    if let Some(i) = inst.upgrade() {
+        set_current(&i);
+    }
+    let mut armed: Vec<AsyncHandler> = Vec::new();
+    loop {
+        let ev = if armed.is_empty() {
+            match rx.recv() {
+                Ok(ev) => Some(ev),
+                Err(_) => return,
+            }
+        } else {
+            match rx.recv_timeout(Duration::from_micros(500)) {
+                Ok(ev) => Some(ev),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        };
+        // Whether the armed handlers are polled after this event (a queue's job says).
+        let poll = match ev {
+            None => true,
+            Some(AsyncEvent::Queue(job)) => job(),
+            Some(AsyncEvent::Handler(h)) => {
+                armed.push(h);
+                true
+            }
+            Some(AsyncEvent::Function(f)) => {
+                let call = std::panic::AssertUnwindSafe(|| {
+                    // SAFETY: the function and argument given to `hsa_amd_async_function`,
+                    // called once on this thread as the runtime does.
+                    unsafe { (f.f)(f.arg as *mut c_void) }
+                });
+                if std::panic::catch_unwind(call).is_err() {
+                    log::error!("hsa-sim: an async function panicked");
+                }
+                true
+            }
+        };
+        if !poll {
+            continue;
+        }
+        armed.retain(|h| {
+            let Some(sig) = signal(h.signal) else {
+                return false;
+            };
+            let v = sig.load();
+            if !condition(h.cond, v, h.value) {
+                return true;
+            }
+            let call = std::panic::AssertUnwindSafe(|| {
+                // SAFETY: the handler and argument given to `hsa_amd_signal_async_handler`,
+                // called on this thread with the value that satisfied its condition.
+                unsafe { (h.handler)(v, h.arg as *mut c_void) }
+            });
+            std::panic::catch_unwind(call).unwrap_or(false)
+        });
+    }
 }
 
 fn copy_engine_loop(inst: Weak<Instance>, rx: mpsc::Receiver<CopyJob>) {

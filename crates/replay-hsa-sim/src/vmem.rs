@@ -23,6 +23,9 @@
 //! - **Sharing** (`hsa_amd_vmem_export_shareable_handle`, `_import_shareable_handle`): the
 //!   simulator is one process, so an export gives a pretend file descriptor and an import a
 //!   new handle holding a copy of the exporter's bytes as they were while unmapped.
+//!
+//! Above the state (the memory map, which holds each mapping's [`MapAccess`] and checks it)
+//! and the table's slot writer; the C entries install these entries in their table.
 
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
@@ -34,15 +37,12 @@ use parking_lot::Mutex;
 use replay_hsa::sys::{self, hsa_status_t, v2};
 
 use crate::state::{self, REG};
-
-/// `hsa_access_permission_t`: no access.
-pub const HSA_ACCESS_PERMISSION_NONE: u32 = 0;
-/// `hsa_access_permission_t`: read-only.
-pub const HSA_ACCESS_PERMISSION_RO: u32 = 1;
-/// `hsa_access_permission_t`: write-only.
-pub const HSA_ACCESS_PERMISSION_WO: u32 = 2;
-/// `hsa_access_permission_t`: read-write.
-pub const HSA_ACCESS_PERMISSION_RW: u32 = 3;
+// A mapping's access record and its permission values are read by the memory map's checks,
+// so they live in the state below; their paths here stay.
+pub use crate::state::{
+    MapAccess, HSA_ACCESS_PERMISSION_NONE, HSA_ACCESS_PERMISSION_RO, HSA_ACCESS_PERMISSION_RW,
+    HSA_ACCESS_PERMISSION_WO,
+};
 
 /// `hsa_amd_memory_access_desc_t`.
 #[repr(C)]
@@ -52,26 +52,6 @@ pub struct MemoryAccessDesc {
     pub permissions: u32,
     /// The agent.
     pub agent_handle: sys::hsa_agent_t,
-}
-
-/// Who may access one mapping, read by kernels' accessors under the memory map's lock.
-#[derive(Debug, Default)]
-pub struct MapAccess {
-    handle: u64,
-    offset: usize,
-    perms: Mutex<BTreeMap<u64, u32>>,
-}
-
-impl MapAccess {
-    /// Whether `agent`'s kernels may read (or, with `write`, write) the mapping.
-    pub(crate) fn allows(&self, agent: u64, write: bool) -> bool {
-        match self.perms.lock().get(&agent).copied() {
-            Some(HSA_ACCESS_PERMISSION_RW) => true,
-            Some(HSA_ACCESS_PERMISSION_RO) => !write,
-            Some(HSA_ACCESS_PERMISSION_WO) => write,
-            _ => false,
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -97,7 +77,7 @@ static VMEM: LazyLock<Mutex<Vmem>> = LazyLock::new(Default::default);
 
 /// Installs the entries in the AMD table.
 pub(crate) fn install(t: &mut v2::AmdExtTable) {
-    use crate::entries::set;
+    use crate::table::set;
     set(
         &mut t.hsa_amd_vmem_address_reserve_fn,
         address_reserve as *const (),
