@@ -9,9 +9,10 @@
 //! Roles, named as in a real backend:
 //! - [`agent`]: [`SimAgent`], the [`replay_core::Agent`] the window drives (drains, passes,
 //!   the ordinary run, the completion signal).
-//! - [`memory`]: host-backed device memory of every class of SPEC §7.1 at fake, per-agent
-//!   addresses with capacities, and [`SimMemory`], the [`replay_core::DeviceMemory`] with three
-//!   tiers (§7.3), backing allocations and fenced, asynchronous copies and digests (§7.4).
+//! - [`memory`]: [`SimMemory`], the [`replay_core::DeviceMemory`] with three tiers (§7.3),
+//!   backing allocations and fenced, asynchronous copies and digests (§7.4), over [`heap`]:
+//!   host-backed device memory of every class of SPEC §7.1 at fake, per-agent addresses with
+//!   capacities, and the virtual-memory state (reservations, handles, mapping access).
 //! - [`queue`]: queues and the copy engine, each a FIFO with its own worker thread and counting
 //!   completion (§9.1: drains wait on completion, never on the read index).
 //! - [`tracker`]: the glue to `replay-memory`'s tracker: the code-object loader and its module
@@ -19,12 +20,19 @@
 //! - [`vmem`]: virtual-memory mappings of the simulated memory (reserved ranges, handles,
 //!   map / unmap of whole mappings, access per agent enforced on kernels and copy engines) and
 //!   stream-ordered allocations, reported to the tracker as a backend's wrappers do.
-//! - [`gpu`]: [`SimGpu`], the device: agents, worker threads, and the shared recorder,
-//!   invariant checker, faults and counters.
+//! - [`gpu`]: [`SimGpu`], the device: agents and their worker threads (lane loops, kernel
+//!   executions); [`state`]: what the device, its handles and its workers share (agents,
+//!   recorder, invariant checker, faults, counters, tracker, pending submissions).
 //! - [`clock`]: [`SimClock`], wall or virtual time; [`kernel`]: kernels as Rust closures over
 //!   device memory; [`fault`]: injected faults; [`expect`]: the recorder and [`Expect`];
 //!   [`invariant`]: the stress-test checker; [`counters`]: simulated counter groups;
 //!   [`runtime`]: [`SimRuntime`], the application-facing API that calls the replay service.
+//!
+//! Files use each other one way (issue 12), bottom to top: `clock`, `counters`, `fault`,
+//! `expect`; `kernel` (kernels and their context, which reaches memory through a trait the
+//! state implements); `error`, `heap`, `queue`, `invariant`; `state`; the roles `agent`,
+//! `memory`, `tracker`; `gpu` (the device and its workers); `runtime`; `vmem` (the runtime's
+//! virtual-memory entries). `instant` stands apart.
 //!
 //! Design:
 //! - Everything the window waits for is asynchronous: each queue and copy engine has a worker
@@ -107,12 +115,14 @@ pub mod error;
 pub mod expect;
 pub mod fault;
 pub mod gpu;
+pub mod heap;
 pub mod instant;
 pub mod invariant;
 pub mod kernel;
 pub mod memory;
 pub mod queue;
 pub mod runtime;
+pub mod state;
 pub mod tracker;
 pub mod vmem;
 
@@ -124,17 +134,19 @@ pub use expect::{
     CopyDirection, Event, EventKind, Expect, ExpectError, Pattern, Recorder, TargetPattern,
 };
 pub use fault::{Fault, FaultId, FaultMode};
-pub use gpu::{AgentConfig, LaneIndices, SimConfig, SimGpu};
+pub use gpu::{LaneIndices, SimGpu};
+pub use heap::{agent_base, agent_of, AllocInfo, HandleKind, Owner, Pool, AGENT_SPAN};
 pub use invariant::{
     InvariantStats, Invariants, Stage, Violation, WaitBounds, WaitKind, WaitRecord,
 };
 pub use kernel::{
     Access, KernArgs, Kernel, KernelBody, KernelCtx, KernelError, MemFault, MemFaultKind,
 };
-pub use memory::{agent_base, agent_of, AllocInfo, Owner, Pool, SimMemory, AGENT_SPAN};
+pub use memory::SimMemory;
 pub use queue::{Signal, WorkerState};
 pub use runtime::{
     Completion, QueueRef, SimRuntime, SimRuntimeBuilder, WeakRuntime, FINAL_DIGEST_KEY,
 };
+pub use state::{AgentConfig, SimConfig};
 pub use tracker::{Module, ModuleSpec, SimModuleVariables, VariableSpec};
-pub use vmem::{HandleKind, MapAccess, VmemHandle};
+pub use vmem::{MapAccess, VmemHandle};
