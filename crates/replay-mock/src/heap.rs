@@ -8,8 +8,8 @@
 //! capacity limits per pool: device, pinned host, pageable host.
 //!
 //! Virtual memory is modelled here too: the runtime's reservations and physical handles
-//! ([`VmemState`]) and what a mapping allocation knows besides its bytes ([`MapInfo`]: its
-//! handle and access per agent, checked on every device access by [`check_access`]).
+//! (`VmemState`) and what a mapping allocation knows besides its bytes (`MapInfo`: its
+//! handle and access per agent, checked on every device access by `check_access`).
 //!
 //! It uses only the kernel's fault types and [`SimError`]; every file that touches device
 //! memory builds on it.

@@ -11,7 +11,7 @@
 //! The context counts what the kernel did (bytes read and written, accesses as instructions),
 //! which feeds the simulated counters ([`crate::counters`]) and the modelled GPU time.
 //!
-//! The context reaches device memory through [`DeviceAccess`], which the device's shared state
+//! The context reaches device memory through `DeviceAccess`, which the device's shared state
 //! implements in [`crate::memory`]; executions run on the device's worker threads
 //! ([`crate::gpu`]). So this file is near the bottom: it uses only the counters.
 
