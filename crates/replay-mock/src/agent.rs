@@ -24,29 +24,10 @@ use replay_core::{
 
 use crate::expect::Event;
 use crate::fault::Fault;
-use crate::gpu::{AgentShared, GpuShared, Payload};
 use crate::invariant::WaitKind;
-use crate::kernel::{KernelWork, Role, RunResult};
-use crate::queue::{Hold, Lane, Work};
-
-pub(crate) enum TicketKind {
-    Drain {
-        target: DrainTarget,
-    },
-    Pass {
-        dispatch: replay_core::DispatchId,
-        pass: u32,
-        result: Arc<OnceLock<RunResult>>,
-    },
-}
-
-/// An operation the window waits for.
-pub(crate) struct TicketEntry {
-    kind: TicketKind,
-    waits: Vec<(Arc<Lane>, u64)>,
-    holds: Vec<Arc<Hold>>,
-    begun: Duration,
-}
+use crate::kernel::Role;
+use crate::queue::{Hold, KernelWork, Lane, Work};
+use crate::state::{AgentShared, GpuShared, Payload, TicketEntry, TicketKind};
 
 /// One simulated agent as the replay window drives it.
 pub struct SimAgent {

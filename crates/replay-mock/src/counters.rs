@@ -1,4 +1,5 @@
-//! Simulated performance counters: deterministic values computed from what each execution did.
+//! Simulated performance counters (SPEC §3, the PASS callbacks a profiler reads them in):
+//! deterministic values computed from what each execution did.
 //!
 //! Like a real counter block, the simulated one collects **one group per execution**: a tool
 //! selects the group for an agent ([`CounterStore::select`], typically in PASS ENTER) and every

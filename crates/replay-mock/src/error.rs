@@ -1,4 +1,5 @@
-//! Errors of the simulator's application-facing API.
+//! Errors of the simulator's application-facing API (SPEC §2: misuse of the simulated GPU is an
+//! error, never a panic).
 
 use replay_core::{AgentId, BackendError, QueueId};
 

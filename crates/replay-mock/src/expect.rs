@@ -1,4 +1,5 @@
-//! The expectation recorder, in the style of `tracing-mock`.
+//! The expectation recorder, in the style of `tracing-mock`: what the replay window (SPEC §6)
+//! and the memory layer (§7) asked of the simulated GPU.
 //!
 //! The simulator records what the replay window asked of it, in call order, on the thread that
 //! asked: drains begun / completed / abandoned, passes submitted / completed / abandoned, cache

@@ -1,4 +1,5 @@
-//! Fault injection: what can go wrong on a real GPU, on demand, per agent.
+//! Fault injection: what can go wrong on a real GPU, on demand, per agent (the fault paths of
+//! SPEC §6 and §8: every one ends declined or truncated, with memory equal to one execution).
 //!
 //! A fault is armed on one agent with [`FaultMode::Once`] (fires at its next occasion, then is
 //! spent) or [`FaultMode::Always`] (fires at every occasion until cleared). Each firing is

@@ -1,5 +1,5 @@
 //! A snapshotter that finishes everything at once, without memory or threads: for tests of
-//! the layers above the core (contexts, the C ABI) whose agents complete at once, and for
+//! the layers above the core (contexts §5, the C ABI §10) whose agents complete at once, and for
 //! measuring the core's own cost per pass (the window bench). It captures nothing; its plan
 //! reports `footprint_bytes` tracked and captured, and each restore reports the configured
 //! restored and compared bytes, so the outcome's per-pass figures can be checked.

@@ -1,6 +1,7 @@
-//! Kernels as Rust closures over simulated device memory. Not one of the backend roles (a
-//! real backend's kernels are the application's code): the simulator's stand-in for that code.
-//! Code objects that hold kernels are the `module` role ([`crate::module`]).
+//! Kernels as Rust closures over simulated device memory (SPEC §2; atomics run once per pass,
+//! §7.2). Not one of the backend roles (a real backend's kernels are the application's code):
+//! the simulator's stand-in for that code. Code objects that hold kernels are the `module`
+//! role ([`crate::module`]).
 //!
 //! A [`Kernel`] is called once per execution (dispatch, replay pass or tool work) with a
 //! [`KernelCtx`]: the argument block, the grid, and read/write access to device memory by
@@ -11,18 +12,19 @@
 //!
 //! The context counts what the kernel did (bytes read and written, accesses as instructions),
 //! which feeds the simulated counters ([`crate::counters`]) and the modelled GPU time.
+//!
+//! The context reaches device memory through `DeviceAccess`, which the device's shared state
+//! implements in [`crate::memory`]; executions run on the device's worker threads
+//! ([`crate::gpu`]). So this file is near the bottom: it uses only the counters.
 
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use replay_core::{AgentId, Clock, Dim3, DispatchId, KernelId, KernelKey, MemoryClass};
+use replay_core::{AgentId, Dim3, DispatchId, KernelId, KernelKey, MemoryClass};
 
-use crate::counters::{CounterGroup, CounterValues};
-use crate::gpu::{AgentShared, GpuShared};
-use crate::queue::{Lane, Signal, WorkerState};
+use crate::counters::CounterValues;
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -285,6 +287,23 @@ impl KernArgs {
     }
 }
 
+/// Device memory as a kernel reaches it: implemented by the device's shared state in
+/// [`crate::memory`], so a kernel's context needs nothing above this file.
+pub(crate) trait DeviceAccess {
+    /// Loads bytes as agent `agent` sees them (host access when `host`).
+    fn read(&self, agent: AgentId, addr: u64, buf: &mut [u8], host: bool) -> Result<(), MemFault>;
+    /// Stores bytes; a device store to read-only memory faults, a host store does not.
+    fn write(&self, agent: AgentId, addr: u64, data: &[u8], host: bool) -> Result<(), MemFault>;
+    /// Read-modify-write of `len` bytes under one lock.
+    fn update(
+        &self,
+        agent: AgentId,
+        addr: u64,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), MemFault>;
+}
+
 /// What a kernel did, for counters and modelled time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ExecStats {
@@ -295,13 +314,13 @@ pub(crate) struct ExecStats {
 
 /// What one execution of a kernel sees.
 pub struct KernelCtx<'a> {
-    gpu: &'a GpuShared,
+    gpu: &'a dyn DeviceAccess,
     agent: AgentId,
     args: &'a [u8],
     grid: Dim3,
     workgroup: Dim3,
     dispatch_id: DispatchId,
-    stats: ExecStats,
+    pub(crate) stats: ExecStats,
 }
 
 impl fmt::Debug for KernelCtx<'_> {
@@ -316,7 +335,7 @@ impl fmt::Debug for KernelCtx<'_> {
 
 impl<'a> KernelCtx<'a> {
     pub(crate) fn new(
-        gpu: &'a GpuShared,
+        gpu: &'a dyn DeviceAccess,
         agent: AgentId,
         args: &'a [u8],
         grid: Dim3,
@@ -403,7 +422,7 @@ impl<'a> KernelCtx<'a> {
     pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemFault> {
         self.stats.instructions += 1;
         self.gpu
-            .device_read(self.agent, addr, buf, false)
+            .read(self.agent, addr, buf, false)
             .inspect(|()| self.stats.bytes_read += buf.len() as u64)
     }
 
@@ -411,7 +430,7 @@ impl<'a> KernelCtx<'a> {
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemFault> {
         self.stats.instructions += 1;
         self.gpu
-            .device_write(self.agent, addr, data, false)
+            .write(self.agent, addr, data, false)
             .inspect(|()| self.stats.bytes_written += data.len() as u64)
     }
 
@@ -430,7 +449,12 @@ impl<'a> KernelCtx<'a> {
         f: impl FnOnce(&mut [u8]),
     ) -> Result<(), MemFault> {
         self.stats.instructions += 2;
-        self.gpu.device_update(self.agent, addr, len, f)?;
+        let mut f = Some(f);
+        self.gpu.update(self.agent, addr, len, &mut |b| {
+            if let Some(f) = f.take() {
+                f(b);
+            }
+        })?;
         self.stats.bytes_read += len as u64;
         self.stats.bytes_written += len as u64;
         Ok(())
@@ -515,133 +539,6 @@ pub(crate) struct RunResult {
     pub gpu_seconds: f64,
     pub counters: CounterValues,
     pub error: Option<KernelError>,
-}
-
-/// A kernel execution queued on a lane.
-pub(crate) struct KernelWork {
-    pub kernel: Kernel,
-    pub kernarg: Vec<u8>,
-    pub grid: Dim3,
-    pub workgroup: Dim3,
-    pub dispatch_id: DispatchId,
-    pub handle: u64,
-    pub role: Role,
-    pub completion: Option<Arc<Signal>>,
-    /// Parks the lane before the execution until released (an injected stall).
-    pub pre_hold: Option<Arc<crate::queue::Hold>>,
-    /// Injected faults that run on the worker before the body.
-    pub hooks: Vec<crate::fault::Fault>,
-    /// Counter group collected for this execution.
-    pub group: Option<CounterGroup>,
-    pub result: Arc<OnceLock<RunResult>>,
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
-}
-
-/// Runs one kernel execution on a worker thread.
-pub(crate) fn execute(gpu: &GpuShared, agent: &AgentShared, lane: &Lane, w: KernelWork) {
-    if let Some(h) = &w.pre_hold {
-        lane.set_held(h);
-        gpu.progress.notify();
-        gpu.wait_hold(h);
-        lane.set_worker(WorkerState::Running);
-        gpu.progress.notify();
-    }
-    for hook in &w.hooks {
-        gpu.run_hook(agent.id, hook);
-    }
-    gpu.invariants
-        .on_execute(agent.id, &w.kernel.name, w.handle, w.role);
-    if let Some(d) = w.kernel.duration {
-        let deadline = gpu.clock.now() + d;
-        lane.set_waiting_virtual(deadline);
-        gpu.progress.notify();
-        let reached = gpu
-            .clock
-            .wait_until(deadline, gpu.config.stall_wall_cap, &|| lane.is_shut_down());
-        if !reached && !lane.is_shut_down() {
-            log::warn!(
-                "[replay-mock] agent {}: kernel {:?} waited {:?} of wall time for virtual time to reach {deadline:?}; advancing the clock itself",
-                agent.id,
-                w.kernel.name,
-                gpu.config.stall_wall_cap
-            );
-            gpu.clock.advance_to(deadline);
-        }
-        lane.set_worker(WorkerState::Running);
-        gpu.progress.notify();
-    }
-    let mut ctx = KernelCtx::new(
-        gpu,
-        agent.id,
-        &w.kernarg,
-        w.grid,
-        w.workgroup,
-        w.dispatch_id,
-    );
-    let body = Arc::clone(&w.kernel.body);
-    let outcome = catch_unwind(AssertUnwindSafe(|| body(&mut ctx)));
-    let error = match outcome {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e),
-        Err(p) => Some(KernelError::Panic {
-            kernel: w.kernel.name.to_string(),
-            message: panic_message(&*p),
-        }),
-    };
-    if let Some(e) = &error {
-        log::warn!(
-            "[replay-mock] agent {}: kernel {:?} (dispatch {}): {e}",
-            agent.id,
-            w.kernel.name,
-            w.dispatch_id
-        );
-    }
-    let stats = ctx.stats;
-    let counters = CounterValues {
-        work_items: ctx.work_items(),
-        bytes_read: stats.bytes_read,
-        bytes_written: stats.bytes_written,
-        instructions: stats.instructions,
-    };
-    let gpu_seconds = match w.kernel.duration {
-        Some(d) => d.as_secs_f64(),
-        None => {
-            let modelled = modelled_seconds(&counters, agent.config.device_gbps);
-            if gpu.config.advance_clock_for_work {
-                gpu.clock.advance(Duration::from_secs_f64(modelled));
-            }
-            modelled
-        }
-    };
-    let pass = match w.role {
-        Role::Pass(p) => Some(p),
-        Role::Ordinary { .. } => None,
-    };
-    gpu.counters.record(
-        agent.id,
-        w.dispatch_id,
-        pass,
-        w.group,
-        counters,
-        gpu_seconds,
-    );
-    let _ = w.result.set(RunResult {
-        gpu_seconds,
-        counters,
-        error: error.clone(),
-    });
-    if let Some(c) = &w.completion {
-        gpu.fire(c, error);
-    }
 }
 
 /// Modelled GPU time: a launch overhead, the bytes at device bandwidth, one ns per instruction.

@@ -9,9 +9,10 @@
 //! Roles, named as in a real backend:
 //! - [`agent`]: [`SimAgent`], the [`replay_core::Agent`] the window drives (drains, passes,
 //!   the ordinary run, the completion signal).
-//! - [`memory`]: host-backed device memory of every class of SPEC §7.1 at fake, per-agent
-//!   addresses with capacities, and [`SimMemory`], the [`replay_core::DeviceMemory`] with three
-//!   tiers (§7.3), backing allocations and fenced, asynchronous copies and digests (§7.4).
+//! - [`memory`]: [`SimMemory`], the [`replay_core::DeviceMemory`] with three tiers (§7.3),
+//!   backing allocations and fenced, asynchronous copies and digests (§7.4), over [`heap`]:
+//!   host-backed device memory of every class of SPEC §7.1 at fake, per-agent addresses with
+//!   capacities, and the virtual-memory state (reservations, handles, mapping access).
 //! - [`queue`]: queues and the copy engine, each a FIFO with its own worker thread and counting
 //!   completion (§9.1: drains wait on completion, never on the read index).
 //! - [`module`]: code objects: the loader, the kernels a code object holds, and its module
@@ -21,8 +22,9 @@
 //! - [`vmem`]: virtual-memory mappings of the simulated memory (reserved ranges, handles,
 //!   map / unmap of whole mappings, access per agent enforced on kernels and copy engines) and
 //!   stream-ordered allocations, reported to the tracker as a backend's wrappers do.
-//! - [`gpu`]: [`SimGpu`], the device: agents, worker threads, and the shared recorder,
-//!   invariant checker, faults and counters.
+//! - [`gpu`]: [`SimGpu`], the device: agents and their worker threads (lane loops, kernel
+//!   executions); [`state`]: what the device, its handles and its workers share (agents,
+//!   recorder, invariant checker, faults, counters, tracker, pending submissions).
 //! - [`clock`]: [`SimClock`], wall or virtual time; [`kernel`]: kernels as Rust closures over
 //!   device memory (not a role of a real backend, whose kernels are code); [`fault`]: injected faults; [`expect`]: the recorder and [`Expect`];
 //!   [`invariant`]: the stress-test checker; [`counters`]: simulated counter groups;
@@ -30,6 +32,12 @@
 //! - Test doubles for the layers above the backends, shared by every crate's tests:
 //!   [`double`] (an instant agent, a fake device memory, a scripted tool with its log, a fake
 //!   clock) and [`instant`] (a snapshotter that finishes at once).
+//!
+//! Files use each other one way (issue 12), bottom to top: `clock`, `counters`, `fault`,
+//! `expect`; `kernel` (kernels and their context, which reaches memory through a trait the
+//! state implements); `error`, `heap`, `queue`, `invariant`; `state`; the roles `agent`,
+//! `memory`, `tracker`; `gpu` (the device and its workers); `runtime`; `vmem` (the runtime's
+//! virtual-memory entries). `instant` stands apart.
 //!
 //! Design:
 //! - Everything the window waits for is asynchronous: each queue and copy engine has a worker
@@ -113,6 +121,7 @@ pub mod error;
 pub mod expect;
 pub mod fault;
 pub mod gpu;
+pub mod heap;
 pub mod instant;
 pub mod invariant;
 pub mod kernel;
@@ -120,6 +129,7 @@ pub mod memory;
 pub mod module;
 pub mod queue;
 pub mod runtime;
+pub mod state;
 pub mod vmem;
 
 pub use agent::SimAgent;
@@ -130,17 +140,19 @@ pub use expect::{
     CopyDirection, Event, EventKind, Expect, ExpectError, Pattern, Recorder, TargetPattern,
 };
 pub use fault::{Fault, FaultId, FaultMode};
-pub use gpu::{AgentConfig, LaneIndices, SimConfig, SimGpu};
+pub use gpu::{LaneIndices, SimGpu};
+pub use heap::{agent_base, agent_of, AllocInfo, HandleKind, Owner, Pool, AGENT_SPAN};
 pub use invariant::{
     InvariantStats, Invariants, Stage, Violation, WaitBounds, WaitKind, WaitRecord,
 };
 pub use kernel::{
     Access, KernArgs, Kernel, KernelBody, KernelCtx, KernelError, MemFault, MemFaultKind,
 };
-pub use memory::{agent_base, agent_of, AllocInfo, Owner, Pool, SimMemory, AGENT_SPAN};
+pub use memory::SimMemory;
 pub use module::{Module, ModuleSpec, SimModuleVariables, VariableSpec};
 pub use queue::{Signal, WorkerState};
 pub use runtime::{
     Completion, QueueRef, SimRuntime, SimRuntimeBuilder, WeakRuntime, FINAL_DIGEST_KEY,
 };
-pub use vmem::{HandleKind, MapAccess, VmemHandle};
+pub use state::{AgentConfig, SimConfig};
+pub use vmem::{MapAccess, VmemHandle};

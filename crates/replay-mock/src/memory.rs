@@ -1,11 +1,6 @@
-//! Host-backed device memory and the [`DeviceMemory`] implementation ([`SimMemory`]).
-//!
-//! Every allocation of every class of SPEC §7.1 is a `Vec<u8>` keyed by a fake device address.
-//! Agent `i` owns the address range `[AGENT_SPAN * (i + 1), AGENT_SPAN * (i + 2))`, split into
-//! areas: device memory, host-visible memory (pinned, managed), imported memory (IPC, peer
-//! mappings) and library memory (kernarg pool, snapshot backing). Addresses are aligned, freed
-//! addresses are reused first-fit (so the tracker's generations matter), and each agent has
-//! capacity limits per pool: device, pinned host, pageable host.
+//! The [`DeviceMemory`] implementation ([`SimMemory`], SPEC §7.3, §7.4) and the device's
+//! accesses to memory (kernels, copy engines, peer access, mapping access checks) over the
+//! host-backed memory of [`crate::heap`] (every class of SPEC §7.1).
 //!
 //! [`SimMemory`] serves the memory layer: three tiers with capacities and modelled bandwidths,
 //! backing allocations (never reported to the tracker), and batched copies and digests that
@@ -18,333 +13,22 @@
 //! and [`SimMemory::on_next_restore`] lets a test act on another thread while a restore is in
 //! flight (a free racing it, SPEC §7.1).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use replay_core::{
     AgentId, BackendError, BackendErrorKind, BackingId, Clock, CopyOp, DeviceMemory, Digest128,
     DigestKey, DigestOp, Fence, MemLoc, MemoryClass, PointerInfo, Tier, TierInfo,
 };
 
-use crate::error::SimError;
 use crate::expect::{CopyDirection, Event};
 use crate::fault::Fault;
-use crate::gpu::{AgentShared, GpuShared};
+use crate::heap::{agent_of, check_access, Allocation, Area, Owner, Pool, RestoreHook};
 use crate::invariant::WaitKind;
-use crate::kernel::{Access, MemFault, MemFaultKind};
-use crate::queue::{BatchResult, Hold, LaneKind, Work};
-
-/// Address span of one agent.
-pub const AGENT_SPAN: u64 = 0x1000_0000_0000;
-
-/// First address of `agent`'s range.
-pub fn agent_base(agent: AgentId) -> u64 {
-    AGENT_SPAN * (agent.0 + 1)
-}
-
-/// The agent whose range holds `addr`.
-pub fn agent_of(addr: u64) -> Option<AgentId> {
-    (addr / AGENT_SPAN).checked_sub(1).map(AgentId)
-}
-
-/// Where in an agent's range an allocation lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Area {
-    Device,
-    /// Reserved virtual ranges, where mappings live.
-    Virtual,
-    Host,
-    Imported,
-    Library,
-}
-
-impl Area {
-    fn range(self) -> (u64, u64) {
-        match self {
-            Self::Device => (0, 0x0600_0000_0000),
-            Self::Virtual => (0x0600_0000_0000, 0x0800_0000_0000),
-            Self::Host => (0x0800_0000_0000, 0x0C00_0000_0000),
-            Self::Imported => (0x0C00_0000_0000, 0x0E00_0000_0000),
-            Self::Library => (0x0E00_0000_0000, AGENT_SPAN),
-        }
-    }
-
-    /// The area's addresses in `agent`'s range, as (start, end).
-    pub(crate) fn absolute(self, agent: AgentId) -> (u64, u64) {
-        let (lo, hi) = self.range();
-        (agent_base(agent) + lo, agent_base(agent) + hi)
-    }
-}
-
-/// Which capacity an allocation counts against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Pool {
-    /// The agent's device memory.
-    Device,
-    /// Page-locked host memory.
-    Pinned,
-    /// Ordinary host memory.
-    Pageable,
-    /// Memory that lives elsewhere (IPC-imported, peer mappings): no capacity here.
-    Elsewhere,
-}
-
-impl Pool {
-    fn index(self) -> Option<usize> {
-        match self {
-            Self::Device => Some(0),
-            Self::Pinned => Some(1),
-            Self::Pageable => Some(2),
-            Self::Elsewhere => None,
-        }
-    }
-
-    /// Name used in errors.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Device => "device",
-            Self::Pinned => "pinned host",
-            Self::Pageable => "pageable host",
-            Self::Elsewhere => "imported",
-        }
-    }
-
-    fn of_tier(t: Tier) -> Self {
-        match t {
-            Tier::Device => Self::Device,
-            Tier::PinnedHost => Self::Pinned,
-            Tier::PageableHost => Self::Pageable,
-        }
-    }
-}
-
-/// Who made an allocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Owner {
-    /// The application, reported to the tracker.
-    App,
-    /// The application, through a path the backend does not see (never reported).
-    Unreported,
-    /// A tool, marked as its own.
-    Tool,
-    /// A loaded code object's variable (found by enumeration, not reported).
-    Module,
-    /// The memory layer's backing memory.
-    Backing,
-    /// The runtime itself (the kernarg pool).
-    Runtime,
-}
-
-/// Placement of an application allocation of `class`.
-pub(crate) fn placement(class: MemoryClass) -> (Area, Pool) {
-    if class.intersects(MemoryClass::IPC_IMPORTED | MemoryClass::PEER) {
-        (Area::Imported, Pool::Elsewhere)
-    } else if class.contains(MemoryClass::PINNED_HOST) {
-        (Area::Host, Pool::Pinned)
-    } else if class.contains(MemoryClass::MANAGED) {
-        (Area::Host, Pool::Device)
-    } else {
-        (Area::Device, Pool::Device)
-    }
-}
-
-/// One allocation: bytes on the host, keyed by a device address.
-#[derive(Debug)]
-pub(crate) struct Allocation {
-    pub base: u64,
-    pub size: u64,
-    pub reserved: u64,
-    pub class: MemoryClass,
-    pub owner: Owner,
-    pub pool: Pool,
-    pub data: RwLock<Vec<u8>>,
-    /// Set for a virtual-memory mapping: its handle and who may access it.
-    pub map: Option<crate::vmem::MapInfo>,
-}
-
-/// Description of a live allocation, for tests and tools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct AllocInfo {
-    /// Base address.
-    pub base: u64,
-    /// Size in bytes.
-    pub size: u64,
-    /// Class as allocated.
-    pub class: MemoryClass,
-    /// Who made it.
-    pub owner: Owner,
-    /// Which capacity it counts against.
-    pub pool: Pool,
-}
-
-/// A test's action run on the copy engine when the next restore batch starts.
-pub(crate) struct RestoreHook(Box<dyn FnOnce() + Send>);
-
-impl std::fmt::Debug for RestoreHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RestoreHook")
-    }
-}
-
-/// One agent's memory: allocations by base and per-pool usage.
-#[derive(Debug)]
-pub(crate) struct Heap {
-    agent: AgentId,
-    base: u64,
-    align: u64,
-    caps: [u64; 3],
-    used: Mutex<[u64; 3]>,
-    allocs: RwLock<BTreeMap<u64, Arc<Allocation>>>,
-    restore_hook: Mutex<Option<RestoreHook>>,
-}
-
-fn round_up(v: u64, a: u64) -> u64 {
-    v.div_ceil(a) * a
-}
-
-impl Heap {
-    pub fn new(agent: AgentId, align: u64, caps: [u64; 3]) -> Self {
-        Self {
-            agent,
-            base: agent_base(agent),
-            align: align.max(1).next_power_of_two(),
-            caps,
-            used: Mutex::new([0; 3]),
-            allocs: RwLock::new(BTreeMap::new()),
-            restore_hook: Mutex::new(None),
-        }
-    }
-
-    pub fn available(&self, pool: Pool) -> u64 {
-        pool.index()
-            .map(|i| self.caps[i].saturating_sub(self.used.lock()[i]))
-            .unwrap_or(u64::MAX)
-    }
-
-    pub fn used(&self, pool: Pool) -> u64 {
-        pool.index().map(|i| self.used.lock()[i]).unwrap_or(0)
-    }
-
-    pub fn alloc(
-        &self,
-        size: u64,
-        class: MemoryClass,
-        owner: Owner,
-        area: Area,
-        pool: Pool,
-        at: Option<u64>,
-    ) -> Result<Arc<Allocation>, SimError> {
-        self.alloc_with(size, class, owner, area, pool, at, None, None)
-    }
-
-    /// [`Heap::alloc`] with the initial bytes (zeros when `None`) and a mapping's info.
-    #[allow(clippy::too_many_arguments)]
-    pub fn alloc_with(
-        &self,
-        size: u64,
-        class: MemoryClass,
-        owner: Owner,
-        area: Area,
-        pool: Pool,
-        at: Option<u64>,
-        data: Option<Vec<u8>>,
-        map: Option<crate::vmem::MapInfo>,
-    ) -> Result<Arc<Allocation>, SimError> {
-        let reserved = round_up(size.max(1), self.align);
-        let mut allocs = self.allocs.write();
-        if let Some(i) = pool.index() {
-            let used = self.used.lock()[i];
-            let available = self.caps[i].saturating_sub(used);
-            if reserved > available {
-                return Err(SimError::OutOfMemory {
-                    agent: self.agent,
-                    pool: pool.as_str(),
-                    requested: reserved,
-                    available,
-                });
-            }
-        }
-        let (lo, hi) = area.range();
-        let (start, end) = (self.base + lo, self.base + hi);
-        let base = match at {
-            Some(a) => {
-                let overlaps = allocs
-                    .range(..a.saturating_add(reserved))
-                    .next_back()
-                    .is_some_and(|(&b, x)| b + x.reserved > a);
-                if overlaps || agent_of(a) != Some(self.agent) {
-                    return Err(SimError::AddressInUse {
-                        agent: self.agent,
-                        addr: a,
-                        size,
-                    });
-                }
-                a
-            }
-            None => {
-                let mut cursor = start;
-                for (&b, x) in allocs.range(start..end) {
-                    if b >= cursor && b - cursor >= reserved {
-                        break;
-                    }
-                    cursor = cursor.max(round_up(b + x.reserved, self.align));
-                }
-                if end.saturating_sub(cursor) < reserved {
-                    return Err(SimError::OutOfMemory {
-                        agent: self.agent,
-                        pool: "address space",
-                        requested: reserved,
-                        available: end.saturating_sub(cursor),
-                    });
-                }
-                cursor
-            }
-        };
-        if let Some(i) = pool.index() {
-            self.used.lock()[i] += reserved;
-        }
-        let a = Arc::new(Allocation {
-            base,
-            size,
-            reserved,
-            class,
-            owner,
-            pool,
-            data: RwLock::new(
-                data.unwrap_or_else(|| vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)]),
-            ),
-            map,
-        });
-        allocs.insert(base, Arc::clone(&a));
-        Ok(a)
-    }
-
-    pub fn get(&self, base: u64) -> Option<Arc<Allocation>> {
-        self.allocs.read().get(&base).cloned()
-    }
-
-    pub fn remove(&self, base: u64) -> Option<Arc<Allocation>> {
-        let a = self.allocs.write().remove(&base)?;
-        if let Some(i) = a.pool.index() {
-            let mut u = self.used.lock();
-            u[i] = u[i].saturating_sub(a.reserved);
-        }
-        Some(a)
-    }
-
-    /// The allocation containing `addr`.
-    pub fn find(&self, addr: u64) -> Option<Arc<Allocation>> {
-        let map = self.allocs.read();
-        let (_, a) = map.range(..=addr).next_back()?;
-        (addr < a.base + a.size.max(1)).then(|| Arc::clone(a))
-    }
-
-    pub fn all(&self) -> Vec<Arc<Allocation>> {
-        self.allocs.read().values().cloned().collect()
-    }
-}
+use crate::kernel::{Access, DeviceAccess, MemFault, MemFaultKind};
+use crate::queue::{BatchResult, LaneKind, Work};
+use crate::state::{AgentShared, FenceEntry, GpuShared};
 
 impl GpuShared {
     /// Resolves `len` bytes at `addr` to an allocation and offset, on any agent (peer access).
@@ -387,7 +71,7 @@ impl GpuShared {
     ) -> Result<(), MemFault> {
         let (a, off) = self.resolve(agent, addr, buf.len() as u64, Access::Read)?;
         if !_host {
-            crate::vmem::check_access(&a, agent, addr, buf.len() as u64, Access::Read)?;
+            check_access(&a, agent, addr, buf.len() as u64, Access::Read)?;
         }
         buf.copy_from_slice(&a.data.read()[off..off + buf.len()]);
         Ok(())
@@ -403,7 +87,7 @@ impl GpuShared {
     ) -> Result<(), MemFault> {
         let (a, off) = self.resolve(agent, addr, data.len() as u64, Access::Write)?;
         if !host {
-            crate::vmem::check_access(&a, agent, addr, data.len() as u64, Access::Write)?;
+            check_access(&a, agent, addr, data.len() as u64, Access::Write)?;
         }
         if !host && crate::kernel::is_read_only(a.class) {
             return Err(MemFault {
@@ -427,7 +111,7 @@ impl GpuShared {
         f: impl FnOnce(&mut [u8]),
     ) -> Result<(), MemFault> {
         let (a, off) = self.resolve(agent, addr, len as u64, Access::Write)?;
-        crate::vmem::check_access(&a, agent, addr, len as u64, Access::Write)?;
+        check_access(&a, agent, addr, len as u64, Access::Write)?;
         if crate::kernel::is_read_only(a.class) {
             return Err(MemFault {
                 agent,
@@ -469,7 +153,7 @@ impl GpuShared {
         access: Access,
     ) -> Result<(), MemFault> {
         let (a, _) = self.resolve(agent, addr, len, access)?;
-        crate::vmem::check_access(&a, agent, addr, len, access)
+        check_access(&a, agent, addr, len, access)
     }
 
     fn loc_read(&self, agent: &AgentShared, loc: MemLoc, len: u64) -> Result<Vec<u8>, String> {
@@ -592,6 +276,26 @@ impl GpuShared {
     }
 }
 
+impl DeviceAccess for GpuShared {
+    fn read(&self, agent: AgentId, addr: u64, buf: &mut [u8], host: bool) -> Result<(), MemFault> {
+        self.device_read(agent, addr, buf, host)
+    }
+
+    fn write(&self, agent: AgentId, addr: u64, data: &[u8], host: bool) -> Result<(), MemFault> {
+        self.device_write(agent, addr, data, host)
+    }
+
+    fn update(
+        &self,
+        agent: AgentId,
+        addr: u64,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), MemFault> {
+        self.device_update(agent, addr, len, f)
+    }
+}
+
 impl AgentShared {
     pub(crate) fn backing(&self, id: BackingId) -> Result<Arc<Allocation>, String> {
         self.backings
@@ -600,16 +304,6 @@ impl AgentShared {
             .cloned()
             .ok_or_else(|| format!("backing {} is not allocated", id.0))
     }
-}
-
-/// A submitted batch of copies or digests.
-#[derive(Debug)]
-pub(crate) struct FenceEntry {
-    seq: u64,
-    digests: bool,
-    result: BatchResult,
-    begun: Duration,
-    hold: Option<Arc<Hold>>,
 }
 
 /// One agent's memory as the memory layer drives it (implements [`DeviceMemory`]).

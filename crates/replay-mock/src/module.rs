@@ -15,15 +15,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::RwLock;
 use replay_core::{AgentId, MemoryClass};
 use replay_memory::{ModuleVariable, ModuleVariables};
 
 use crate::error::SimError;
 use crate::fault::Fault;
-use crate::gpu::GpuShared;
+use crate::heap::{Area, Owner, Pool};
 use crate::kernel::{next_symbol, Kernel, KernelBody, KernelCtx, KernelError};
-use crate::memory::{Area, Owner, Pool};
+use crate::state::{GpuShared, Loaded};
 
 static NEXT_CODE_OBJECT: AtomicU64 = AtomicU64::new(1);
 
@@ -162,19 +161,6 @@ impl Module {
     pub fn kernels(&self) -> &[Kernel] {
         &self.kernels
     }
-}
-
-#[derive(Debug, Clone)]
-struct Loaded {
-    agent: AgentId,
-    code_object: u64,
-    variables: Vec<ModuleVariable>,
-}
-
-/// Code objects loaded on the device.
-#[derive(Debug, Default)]
-pub(crate) struct ModuleTable {
-    loaded: RwLock<Vec<Loaded>>,
 }
 
 impl GpuShared {

@@ -1,5 +1,6 @@
-//! The `queue` role: the queues the simulator knows and the copy engine, FIFO lanes each with
-//! its own worker thread (SPEC §9.1 facts the simulator keeps).
+//! The `queue` role: the queues the simulator knows and the copy engine: FIFO lanes, each with its own worker thread (SPEC §9.1 facts the
+//! simulator keeps), and the work items they hold. The workers' loop is the device's
+//! ([`crate::gpu`]); this file holds the lanes' data and uses only the kernel's types.
 //!
 //! A lane counts three things: `submitted` (the write index), `consumed` (the read index: moves
 //! when the worker *takes* a packet) and `completed` (moves when the packet *finished*). Drains
@@ -10,14 +11,15 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use replay_core::{AgentId, CopyOp, Digest128, DigestKey, DigestOp, QueueId};
+use replay_core::{AgentId, CopyOp, Digest128, DigestKey, DigestOp, Dim3, DispatchId, QueueId};
 
-use crate::gpu::{AgentShared, GpuShared};
-use crate::kernel::{KernelError, KernelWork};
+use crate::counters::CounterGroup;
+use crate::fault::Fault;
+use crate::kernel::{Kernel, KernelError, Role, RunResult};
 
 /// A completion signal: fired once by the packet that completes the dispatch (or copy).
 ///
@@ -125,6 +127,25 @@ impl Hold {
 
 /// Where a copy-engine batch leaves its outcome: digests (empty for copies) or the error.
 pub(crate) type BatchResult = Arc<Mutex<Option<Result<Vec<Digest128>, String>>>>;
+
+/// A kernel execution queued on a lane.
+pub(crate) struct KernelWork {
+    pub kernel: Kernel,
+    pub kernarg: Vec<u8>,
+    pub grid: Dim3,
+    pub workgroup: Dim3,
+    pub dispatch_id: DispatchId,
+    pub handle: u64,
+    pub role: Role,
+    pub completion: Option<Arc<Signal>>,
+    /// Parks the lane before the execution until released (an injected stall).
+    pub pre_hold: Option<Arc<Hold>>,
+    /// Injected faults that run on the worker before the body.
+    pub hooks: Vec<Fault>,
+    /// Counter group collected for this execution.
+    pub group: Option<CounterGroup>,
+    pub result: Arc<OnceLock<RunResult>>,
+}
 
 /// What a lane executes.
 pub(crate) enum Work {
@@ -323,7 +344,7 @@ impl Lane {
     }
 
     /// Takes the next item; `None` at shutdown.
-    fn next(&self, gpu: &GpuShared) -> Option<(u64, Work)> {
+    pub(crate) fn next(&self, progress: &Progress) -> Option<(u64, Work)> {
         let mut s = self.state.lock();
         loop {
             if self.is_shut_down() {
@@ -337,7 +358,7 @@ impl Lane {
             if s.worker != Some(WorkerState::Idle) {
                 s.worker = Some(WorkerState::Idle);
                 drop(s);
-                gpu.progress.notify();
+                progress.notify();
                 s = self.state.lock();
                 continue;
             }
@@ -345,7 +366,7 @@ impl Lane {
         }
     }
 
-    fn complete(&self, seq: u64) {
+    pub(crate) fn complete(&self, seq: u64) {
         let mut s = self.state.lock();
         s.completed = s.completed.max(seq);
         s.worker = Some(if s.items.is_empty() {
@@ -353,57 +374,6 @@ impl Lane {
         } else {
             WorkerState::Running
         });
-    }
-}
-
-/// The worker loop of one lane.
-pub(crate) fn run_lane(gpu: Arc<GpuShared>, agent: Arc<AgentShared>, lane: Arc<Lane>) {
-    while let Some((seq, work)) = lane.next(&gpu) {
-        gpu.progress.notify();
-        match work {
-            Work::Kernel(k) => crate::kernel::execute(&gpu, &agent, &lane, *k),
-            Work::Barrier { completion } => {
-                if let Some(c) = completion {
-                    gpu.fire(&c, None);
-                }
-            }
-            Work::Hold(h) => {
-                lane.set_held(&h);
-                gpu.progress.notify();
-                gpu.wait_hold(&h);
-                lane.set_worker(WorkerState::Running);
-            }
-            Work::AppCopy {
-                dst,
-                src,
-                len,
-                completion,
-            } => {
-                let r = gpu.app_copy(&agent, dst, src, len);
-                gpu.fire(&completion, r.err().map(KernelError::Fault));
-            }
-            Work::Copies { ops, fail, result } => {
-                let r = match fail {
-                    Some(msg) => Err(msg),
-                    None => gpu.run_copies(&agent, &ops).map(|()| Vec::new()),
-                };
-                *result.lock() = Some(r);
-            }
-            Work::Digests {
-                ops,
-                key,
-                fail,
-                result,
-            } => {
-                let r = match fail {
-                    Some(msg) => Err(msg),
-                    None => gpu.run_digests(&agent, &ops, key),
-                };
-                *result.lock() = Some(r);
-            }
-        }
-        lane.complete(seq);
-        gpu.progress.notify();
     }
 }
 

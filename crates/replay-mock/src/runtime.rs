@@ -32,12 +32,14 @@ use crate::clock::SimClock;
 use crate::error::SimError;
 use crate::expect::Event;
 use crate::fault::{Fault, FaultId, FaultMode};
-use crate::gpu::{AgentConfig, GpuShared, Payload, Pending, SimConfig, SimGpu};
+use crate::gpu::SimGpu;
+use crate::heap::{agent_of, Owner};
 use crate::invariant::{Violation, WaitBounds};
 use crate::kernel::{Kernel, KernelError};
-use crate::memory::{agent_of, Owner, SimMemory};
+use crate::memory::SimMemory;
 use crate::module::{Module, ModuleSpec, SimModuleVariables};
 use crate::queue::{Signal, Work};
+use crate::state::{AgentConfig, ForeignCopy, GpuShared, Payload, Pending, SimConfig};
 
 /// A queue of an agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -971,7 +973,7 @@ impl SimRuntime {
         // copy is recorded too, so a fence that gives up on it releases it.
         if written != agent || hold.is_some() {
             if let Some(w) = sh.agent_shared(written) {
-                w.foreign_copies.lock().push(crate::gpu::ForeignCopy {
+                w.foreign_copies.lock().push(ForeignCopy {
                     lane: Arc::clone(&a.copy),
                     seq,
                     hold,

@@ -25,124 +25,31 @@
 //! the simulated stream reaches the free at once, so the memory is released when
 //! `free_async` returns.
 //!
+//! These are the runtime's entries ([`SimRuntime`]'s `vmem_*`, `alloc_async`, `free_async`),
+//! above it; the state they work on (reservations, handles, mapping access) is in
+//! [`crate::heap`], below the memory that checks it.
+//!
 //! [`Tracker::record_async_alloc`]: replay_memory::Tracker::record_async_alloc
 //! [`Tracker::record_async_free`]: replay_memory::Tracker::record_async_free
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use parking_lot::RwLock;
 use replay_core::{AgentId, MemoryClass};
-use replay_memory::MappedHandle;
 
 pub use replay_memory::MapAccess;
 
 use crate::error::SimError;
 use crate::expect::Event;
-use crate::kernel::{Access, MemFault, MemFaultKind};
-use crate::memory::{agent_of, Allocation, Area, Owner, Pool};
+use crate::heap::{
+    agent_of, Allocation, Area, Handle, HandleKind, MapInfo, Owner, Pool, VmemState,
+};
 use crate::runtime::SimRuntime;
 
 /// A physical memory handle of the simulated runtime (`CUmemGenericAllocationHandle`,
 /// `hsa_amd_vmem_alloc_handle_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct VmemHandle(pub u64);
-
-/// What memory a handle is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HandleKind {
-    /// Coarse-grained device memory of its agent.
-    Device,
-    /// Fine-grained device memory of its agent.
-    FineGrained,
-    /// Imported from another process through a shareable handle.
-    Imported,
-    /// A multicast object.
-    Multicast,
-}
-
-impl HandleKind {
-    fn class(self) -> MemoryClass {
-        MemoryClass::VIRTUAL_MAPPING
-            | match self {
-                Self::Device => MemoryClass::DEVICE_COARSE,
-                Self::FineGrained => MemoryClass::FINE_GRAINED,
-                Self::Imported => MemoryClass::IPC_IMPORTED,
-                Self::Multicast => MemoryClass::empty(),
-            }
-    }
-
-    fn tracked(self, owner: AgentId) -> MappedHandle {
-        match self {
-            Self::Device => MappedHandle::Local {
-                owner,
-                class: MemoryClass::DEVICE_COARSE,
-            },
-            Self::FineGrained => MappedHandle::Local {
-                owner,
-                class: MemoryClass::FINE_GRAINED,
-            },
-            Self::Imported => MappedHandle::Imported { owner },
-            Self::Multicast => MappedHandle::Multicast { owner },
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Handle {
-    agent: AgentId,
-    size: u64,
-    kind: HandleKind,
-    /// Its bytes while it is not mapped (while mapped they live in the mapping).
-    bytes: Vec<u8>,
-    mapped_at: Option<u64>,
-    released: bool,
-}
-
-/// The runtime's reservations and handles.
-#[derive(Debug, Default)]
-pub(crate) struct VmemState {
-    /// Reserved ranges by base: (agent, size).
-    reservations: BTreeMap<u64, (AgentId, u64)>,
-    handles: HashMap<u64, Handle>,
-    next_handle: u64,
-    /// Next free reserved address per agent.
-    cursor: HashMap<AgentId, u64>,
-}
-
-/// What a mapping allocation knows besides its bytes.
-#[derive(Debug)]
-pub(crate) struct MapInfo {
-    handle: u64,
-    access: RwLock<BTreeMap<AgentId, MapAccess>>,
-}
-
-/// Whether `agent` may access `a` (any memory that is not a mapping: yes).
-pub(crate) fn check_access(
-    a: &Allocation,
-    agent: AgentId,
-    addr: u64,
-    len: u64,
-    access: Access,
-) -> Result<(), MemFault> {
-    let Some(m) = &a.map else {
-        return Ok(());
-    };
-    let ok = matches!(
-        (m.access.read().get(&agent), access),
-        (Some(MapAccess::ReadWrite), _) | (Some(MapAccess::Read), Access::Read)
-    );
-    if ok {
-        Ok(())
-    } else {
-        Err(MemFault {
-            agent,
-            addr,
-            len,
-            access,
-            kind: MemFaultKind::NoAccess,
-        })
-    }
-}
 
 fn invalid(what: String) -> SimError {
     SimError::Invalid(what)
