@@ -105,6 +105,7 @@ fn dispatch() -> Dispatch {
         },
         kind: SubmissionKind::KernelDispatch,
         kernarg: Default::default(),
+        arg_layout: Default::default(),
         origin: Origin::SubmittingThread,
         handle: 0,
     }

@@ -480,6 +480,7 @@ fn dispatch(kernel: &str) -> Dispatch {
         },
         kind: SubmissionKind::KernelDispatch,
         kernarg: Default::default(),
+        arg_layout: Default::default(),
         origin: Origin::SubmittingThread,
         handle: 0,
     }

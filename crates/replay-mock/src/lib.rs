@@ -112,7 +112,7 @@ pub mod queue;
 pub mod runtime;
 pub mod tracker;
 
-pub use agent::SimAgent;
+pub use agent::{SimAgent, SIM_CAPABILITIES};
 pub use clock::{ClockMode, SimClock};
 pub use counters::{CounterGroup, CounterSample, CounterStore, CounterValues};
 pub use error::SimError;

@@ -310,6 +310,7 @@ mod tests {
             },
             kind: SubmissionKind::KernelDispatch,
             kernarg: Default::default(),
+            arg_layout: Default::default(),
             origin: Origin::SubmittingThread,
             handle: 0,
         };
