@@ -381,7 +381,12 @@ mod tests {
         for len in lens {
             for start in [0usize, 16, 48, 7] {
                 let d = &data[start..start + len.min(data.len() - start)];
-                assert_eq!(digest(key, d), reference(key, d), "len {} at {start}", d.len());
+                assert_eq!(
+                    digest(key, d),
+                    reference(key, d),
+                    "len {} at {start}",
+                    d.len()
+                );
             }
         }
         // A stream whose pieces start at odd word positions within a block.

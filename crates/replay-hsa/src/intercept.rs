@@ -461,13 +461,6 @@ fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> 
     };
     let kernel = kernels::global().lookup(d.kernel_object, agent, o.loader.as_ref());
     let kernarg = read_kernarg(d.kernarg_address, kernels::kernarg_segment_size(&kernel));
-    // Without the symbol's kernarg segment size the block read is a guess (`scope=auto` then
-    // picks `all`).
-    let arg_layout = if kernel.kernarg_size.is_some() {
-        replay_core::ArgLayout::Known
-    } else {
-        replay_core::ArgLayout::Unknown
-    };
     Dispatch {
         info: DispatchInfo {
             agent: st.agent.id,
@@ -491,7 +484,9 @@ fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> 
         },
         kind: SubmissionKind::KernelDispatch,
         kernarg,
-        arg_layout,
+        // Known even without the symbol's size: the read then covers the rest of the kernarg
+        // allocation, a superset of the block's words.
+        arg_layout: replay_core::ArgLayout::Known,
         origin,
         handle: st.queue as u64,
     }
