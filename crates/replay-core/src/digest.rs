@@ -40,6 +40,15 @@
 //! before the last pass changes that pass's inputs). The scope check misses one write outside
 //! the scope: nothing undoes it, and later passes (and the final memory) include it.
 
+//!
+//! **Speed on a host** (issue 15: at least 85% of a one-core read). The two 64×64→128 products
+//! per 16-byte word bound one core to roughly half of a read (the multiplier, not memory, is
+//! the limit: `BENCHMARKS.md`), and `replay-core` has no `unsafe` for SIMD intrinsics. So the
+//! host version is a blocked loop that the compiler schedules well on one core, and an input
+//! of 512 KiB or more is split across threads (`std::thread::scope`, up to the
+//! machine's parallelism): the sums are order-free, so the value is the same whichever thread
+//! sums which word.
+
 use crate::backend::{Digest128, DigestKey};
 
 /// Position salts of the two lanes.
@@ -130,7 +139,7 @@ impl DigestStream {
             "a digest piece of {} bytes that is not a multiple of 16 was not the last",
             self.len
         );
-        let (a, b) = sums(&self.k, self.len / 16, data);
+        let (a, b) = sums_parallel(&self.k, self.len / 16, data);
         self.a = self.a.wrapping_add(a);
         self.b = self.b.wrapping_add(b);
         self.len += data.len() as u64;
@@ -150,6 +159,62 @@ impl DigestStream {
     pub fn finish(self) -> Digest128 {
         finish(self.a, self.b, self.len)
     }
+}
+
+/// Inputs at least this long are split across threads ([`sums_parallel`]).
+const PARALLEL_MIN_BYTES: usize = 512 << 10;
+/// Each thread takes at least this much, so a spawn (tens of microseconds) stays a small part
+/// of its share.
+const PER_THREAD_MIN_BYTES: usize = 256 << 10;
+/// At most this many threads per input.
+const MAX_THREADS: usize = 8;
+
+/// Threads for an input of `len` bytes: 1 below [`PARALLEL_MIN_BYTES`], else up to the
+/// machine's parallelism, each with at least [`PER_THREAD_MIN_BYTES`].
+fn threads_for(len: usize) -> usize {
+    if len < PARALLEL_MIN_BYTES {
+        return 1;
+    }
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+    });
+    cores.min(len / PER_THREAD_MIN_BYTES).max(1)
+}
+
+/// [`sums`] of a large input on several threads (`std::thread::scope`): the words are split
+/// into contiguous pieces, each summed from its own first word index, and the order-free sums
+/// added. The calling thread takes the first piece; a thread that cannot be started (or that
+/// failed) has its piece summed on the calling thread, so the value never depends on it.
+fn sums_parallel(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
+    let threads = threads_for(data.len());
+    if threads <= 1 {
+        return sums(k, first, data);
+    }
+    let per = (data.len() / 16).div_ceil(threads) * 16;
+    std::thread::scope(|scope| {
+        let mut pieces = data.chunks(per).enumerate();
+        let (_, head) = pieces.next().unwrap_or((0, &[]));
+        let rest: Vec<_> = pieces
+            .map(|(i, piece)| {
+                let at = first + (i * per / 16) as u64;
+                let handle = std::thread::Builder::new()
+                    .name("kreplay-digest".into())
+                    .spawn_scoped(scope, move || sums(k, at, piece))
+                    .ok();
+                (at, piece, handle)
+            })
+            .collect();
+        let (mut a, mut b) = sums(k, first, head);
+        for (at, piece, handle) in rest {
+            let (x, y) = handle
+                .and_then(|h| h.join().ok())
+                .unwrap_or_else(|| sums(k, at, piece));
+            a = a.wrapping_add(x);
+            b = b.wrapping_add(y);
+        }
+        (a, b)
+    })
 }
 
 /// Words per block of [`sums`]: each has its own accumulator pair, so the multiplies of a block
@@ -395,6 +460,24 @@ mod tests {
             s.update(p);
         }
         assert_eq!(s.finish(), reference(key, &data[..10_000]));
+    }
+
+    #[test]
+    fn large_inputs_split_across_threads_give_the_same_digest() {
+        let key = key_from_seed(5);
+        let data: Vec<u8> = (0..(3 << 20) + 21)
+            .map(|i: usize| (i * 131 / 7) as u8)
+            .collect();
+        assert!(threads_for(data.len()) >= 1);
+        for (first, len) in [(0u64, data.len()), (3, 1 << 20), (1 << 40, (2 << 20) + 5)] {
+            let d = &data[..len];
+            assert_eq!(
+                sums_parallel(&lane_keys(key), first, d),
+                sums(&lane_keys(key), first, d),
+                "first {first}, {len} bytes"
+            );
+        }
+        assert_eq!(digest(key, &data), reference(key, &data));
     }
 
     #[test]
