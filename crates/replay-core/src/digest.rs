@@ -45,7 +45,7 @@
 //! per 16-byte word bound one core to roughly half of a read (the multiplier, not memory, is
 //! the limit: `BENCHMARKS.md`), and `replay-core` has no `unsafe` for SIMD intrinsics. So the
 //! host version is a blocked loop that the compiler schedules well on one core, and an input
-//! of 512 KiB or more is split across threads (`std::thread::scope`, up to the
+//! of 2 MiB or more is split across threads (`std::thread::scope`, up to the
 //! machine's parallelism): the sums are order-free, so the value is the same whichever thread
 //! sums which word.
 
@@ -161,11 +161,14 @@ impl DigestStream {
     }
 }
 
-/// Inputs at least this long are split across threads ([`sums_parallel`]).
-const PARALLEL_MIN_BYTES: usize = 512 << 10;
+/// Inputs at least this long are split across threads ([`sums_parallel`]): HSA's 4 MiB
+/// staging slices and longer inputs. The memory layer's default 1 MiB chunks stay on one
+/// thread: measured on a loaded 2-core machine, a spawn per 1 MiB chunk cost about what the
+/// second thread saved.
+const PARALLEL_MIN_BYTES: usize = 2 << 20;
 /// Each thread takes at least this much, so a spawn (tens of microseconds) stays a small part
 /// of its share.
-const PER_THREAD_MIN_BYTES: usize = 256 << 10;
+const PER_THREAD_MIN_BYTES: usize = 1 << 20;
 /// At most this many threads per input.
 const MAX_THREADS: usize = 8;
 
@@ -223,11 +226,11 @@ const BLOCK_WORDS: usize = 8;
 
 /// The lane sums of `data`, whose first word is word `first` of its range.
 ///
-/// At memory speed on one core (issue 15): per block of [`BLOCK_WORDS`] words, the key-masked
-/// position salts of every word are computed first as plain arrays (the compiler turns these
-/// into vector adds and XORs), then each word costs its two loads, one XOR per half against
-/// those salts, and two independent 64×64→128 multiply-accumulates. The value is the same
-/// sum as [`word`] over every word (the tests check both against each other).
+/// Fast on one core (issue 15): per block of [`BLOCK_WORDS`] words, each word's position
+/// salts are the block's base salts plus a fixed per-word offset (no serial chain of adds from
+/// word to word), and each word has its own accumulator pair, so the block's multiplies are
+/// independent. The value is the same sum as [`word`] over every word (the tests check both
+/// against each other).
 fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
     const STEP: [u64; 4] = [C1, C2, C3, C4];
     let mut off = [[0u64; 4]; BLOCK_WORDS];
@@ -241,16 +244,11 @@ fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
     let blocks = data.chunks_exact(16 * BLOCK_WORDS);
     let rest = blocks.remainder();
     for blk in blocks {
-        let mut masks = [[0u64; 4]; BLOCK_WORDS];
-        for (m, o) in masks.iter_mut().zip(&off) {
-            for t in 0..4 {
-                m[t] = salt[t].wrapping_add(o[t]) ^ k[t];
-            }
-        }
-        for (j, (w, m)) in blk.chunks_exact(16).zip(&masks).enumerate() {
+        for (j, (w, o)) in blk.chunks_exact(16).zip(&off).enumerate() {
             let (lo, hi) = (le(&w[..8]), le(&w[8..]));
-            acc_a[j] = acc_a[j].wrapping_add(lane(lo ^ m[0], hi ^ m[1]));
-            acc_b[j] = acc_b[j].wrapping_add(lane(lo ^ m[2], hi ^ m[3]));
+            let m = |t: usize| salt[t].wrapping_add(o[t]) ^ k[t];
+            acc_a[j] = acc_a[j].wrapping_add(lane(lo ^ m(0), hi ^ m(1)));
+            acc_b[j] = acc_b[j].wrapping_add(lane(lo ^ m(2), hi ^ m(3)));
         }
         for (s, c) in salt.iter_mut().zip(per_block) {
             *s = s.wrapping_add(c);
