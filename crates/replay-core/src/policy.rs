@@ -344,138 +344,149 @@ macro_rules! var {
     };
 }
 
-const VARS: &[Var] = &[
-    var!(
-        "MAX_SNAPSHOT_BYTES",
-        [],
-        "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
-        |p, v| p.max_snapshot_bytes = parse_bytes(v)?
-    ),
-    var!(
-        "DEVICE_TIER_BYTES",
-        [],
-        "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
-        |p, v| p.device_tier_bytes = parse_bytes(v)?
-    ),
-    var!(
-        "PINNED_TIER_BYTES",
-        [],
-        "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
-        |p, v| p.pinned_tier_bytes = parse_bytes(v)?
-    ),
-    var!(
-        "PAGEABLE_TIER_BYTES",
-        [],
-        "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
-        |p, v| p.pageable_tier_bytes = parse_bytes(v)?
-    ),
-    var!(
-        "POOL_KEEP_BYTES",
-        [],
-        "a byte count such as 1048576, 64KiB, 16MiB or 2GiB",
-        |p, v| p.pool_keep_bytes = parse_bytes(v)?
-    ),
-    var!(
-        "DECLINE_ON_VMEM",
-        [],
-        "a boolean (1, 0, true, false, yes, no, on, off)",
-        |p, v| p.decline_on_vmem = parse_bool(v)?
-    ),
-    var!(
-        "DECLINE_ON_UNTRACKED",
-        ["DECLINE_ON_UNTRACKED_POOL"],
-        "a boolean (1, 0, true, false, yes, no, on, off)",
-        |p, v| p.decline_on_untracked = parse_bool(v)?
-    ),
-    var!(
-        "WARN_SECONDS",
-        [],
-        "a non-negative number of seconds",
-        |p, v| p.warn_seconds = parse_nonneg_f64(v)?
-    ),
-    var!("ASSUMED_GBPS", [], "a positive number of GB/s", |p, v| p
-        .assumed_gbps =
-        parse_pos_f64(v)?),
-    var!(
-        "DRAIN_TIMEOUT",
-        [],
-        "a positive duration such as 60, 60s, 500ms or 2m",
-        |p, v| p.drain_timeout = parse_duration(v)?
-    ),
-    var!(
-        "PASS_TIMEOUT",
-        [],
-        "a positive duration such as 60, 60s, 500ms or 2m",
-        |p, v| p.pass_timeout = parse_duration(v)?
-    ),
-    var!(
-        "POLL_SLICE",
-        [],
-        "a positive duration such as 60, 60s, 500ms or 2m",
-        |p, v| p.poll_slice = parse_duration(v)?
-    ),
-    var!(
-        "PROGRESS_INTERVAL",
-        [],
-        "a positive duration such as 60, 60s, 500ms or 2m",
-        |p, v| p.progress_interval = parse_duration(v)?
-    ),
-    var!(
-        "MAX_PASSES",
-        [],
-        "a whole number from 1 to 4294967295",
-        |p, v| p.max_passes = parse_u32_min1(v)?
-    ),
-    var!("SCOPE", [], "auto, all or arguments", |p, v| p.scope =
-        Scope::parse(v)?),
-    var!("RESTORE", [], "auto, full or dirty", |p, v| p.restore =
-        RestoreMode::parse(v)?),
-    var!(
-        "CHUNK_BYTES",
-        [],
-        "a power-of-two byte count from 4KiB to 1GiB",
-        |p, v| p.chunk_bytes = parse_chunk(v)?
-    ),
-    var!("CACHE_CONTROL", [], "flush or none", |p, v| p
-        .cache_control =
-        match v.to_ascii_lowercase().as_str() {
-            "flush" => CacheControl::Flush,
-            "none" => CacheControl::None,
-            _ => return None,
-        }),
-    var!(
-        "KERNEL_INCLUDE",
-        [],
-        "a comma-separated list of non-empty name patterns",
-        |p, v| p.filter.include = parse_patterns(v)?
-    ),
-    var!(
-        "KERNEL_EXCLUDE",
-        [],
-        "a comma-separated list of non-empty name patterns",
-        |p, v| p.filter.exclude = parse_patterns(v)?
-    ),
-    var!(
-        "DISPATCH_RANGE",
-        [],
-        "a dispatch-id range FIRST-LAST (LAST may be empty), FIRST <= LAST",
-        |p, v| p.filter.range = Some(DispatchRange::parse(v)?)
-    ),
-    var!("KERNEL_SKIP", [], "a whole number", |p, v| p.filter.skip =
-        v.parse().ok()?),
-    var!(
-        "KERNEL_COUNT",
-        [],
-        "a whole number of at least 1",
-        |p, v| p.filter.count = Some(parse_u64_min1(v)?)
-    ),
-    var!(
-        "LOG",
-        [],
-        "off, error, warn, info, debug or trace",
-        |p, v| p.log_level = parse_level(v)?
-    ),
-];
+const VARS: &[Var] =
+    &[
+        var!(
+            "MAX_SNAPSHOT_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
+            |p, v| p.max_snapshot_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "DEVICE_TIER_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
+            |p, v| p.device_tier_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "PINNED_TIER_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
+            |p, v| p.pinned_tier_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "PAGEABLE_TIER_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB (0 = automatic)",
+            |p, v| p.pageable_tier_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "POOL_KEEP_BYTES",
+            [],
+            "a byte count such as 1048576, 64KiB, 16MiB or 2GiB",
+            |p, v| p.pool_keep_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "DECLINE_ON_VMEM",
+            [],
+            "a boolean (1, 0, true, false, yes, no, on, off)",
+            |p, v| p.decline_on_vmem = parse_bool(v)?
+        ),
+        var!(
+            "DECLINE_ON_UNTRACKED",
+            ["DECLINE_ON_UNTRACKED_POOL"],
+            "a boolean (1, 0, true, false, yes, no, on, off)",
+            |p, v| p.decline_on_untracked = parse_bool(v)?
+        ),
+        var!(
+            "WARN_SECONDS",
+            [],
+            "a non-negative number of seconds",
+            |p, v| p.warn_seconds = parse_nonneg_f64(v)?
+        ),
+        var!("ASSUMED_GBPS", [], "a positive number of GB/s", |p, v| p
+            .assumed_gbps =
+            parse_pos_f64(v)?),
+        var!(
+            "DRAIN_TIMEOUT",
+            [],
+            "a positive duration such as 60, 60s, 500ms or 2m",
+            |p, v| p.drain_timeout = parse_duration(v)?
+        ),
+        var!(
+            "PASS_TIMEOUT",
+            [],
+            "a positive duration such as 60, 60s, 500ms or 2m",
+            |p, v| p.pass_timeout = parse_duration(v)?
+        ),
+        var!(
+            "POLL_SLICE",
+            [],
+            "a positive duration such as 60, 60s, 500ms or 2m",
+            |p, v| p.poll_slice = parse_duration(v)?
+        ),
+        var!(
+            "PROGRESS_INTERVAL",
+            [],
+            "a positive duration such as 60, 60s, 500ms or 2m",
+            |p, v| p.progress_interval = parse_duration(v)?
+        ),
+        var!(
+            "MAX_PASSES",
+            [],
+            "a whole number from 1 to 4294967295",
+            |p, v| p.max_passes = parse_u32_min1(v)?
+        ),
+        var!("SCOPE", [], "auto/all/arguments", |p, v| p.scope =
+            match v.to_ascii_lowercase().as_str() {
+                "auto" => Scope::Auto,
+                "all" => Scope::All,
+                "arguments" => Scope::Arguments,
+                _ => return None,
+            }),
+        var!("RESTORE", [], "auto/full/dirty", |p, v| p.restore =
+            match v.to_ascii_lowercase().as_str() {
+                "auto" => RestoreMode::Auto,
+                "full" => RestoreMode::Full,
+                "dirty" => RestoreMode::Dirty,
+                _ => return None,
+            }),
+        var!(
+            "CHUNK_BYTES",
+            [],
+            "a power-of-two byte count from 4KiB to 1GiB",
+            |p, v| p.chunk_bytes = parse_chunk(v)?
+        ),
+        var!("CACHE_CONTROL", [], "flush or none", |p, v| p
+            .cache_control =
+            match v.to_ascii_lowercase().as_str() {
+                "flush" => CacheControl::Flush,
+                "none" => CacheControl::None,
+                _ => return None,
+            }),
+        var!(
+            "KERNEL_INCLUDE",
+            [],
+            "a comma-separated list of non-empty name patterns",
+            |p, v| p.filter.include = parse_patterns(v)?
+        ),
+        var!(
+            "KERNEL_EXCLUDE",
+            [],
+            "a comma-separated list of non-empty name patterns",
+            |p, v| p.filter.exclude = parse_patterns(v)?
+        ),
+        var!(
+            "DISPATCH_RANGE",
+            [],
+            "a dispatch-id range FIRST-LAST (LAST may be empty), FIRST <= LAST",
+            |p, v| p.filter.range = Some(DispatchRange::parse(v)?)
+        ),
+        var!("KERNEL_SKIP", [], "a whole number", |p, v| p.filter.skip =
+            v.parse().ok()?),
+        var!(
+            "KERNEL_COUNT",
+            [],
+            "a whole number of at least 1",
+            |p, v| p.filter.count = Some(parse_u64_min1(v)?)
+        ),
+        var!(
+            "LOG",
+            [],
+            "off, error, warn, info, debug or trace",
+            |p, v| p.log_level = parse_level(v)?
+        ),
+    ];
 
 impl Policy {
     /// Names of every variable, with the `KREPLAY_` prefix.

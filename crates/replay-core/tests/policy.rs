@@ -422,7 +422,7 @@ fn malformed_value_is_reported_even_when_others_are_valid() {
     ])
     .unwrap_err();
     assert_names(&err, "KREPLAY_SCOPE", "everything");
-    assert!(err.to_string().contains("auto, all or arguments"), "{err}");
+    assert!(err.to_string().contains("auto/all/arguments"), "{err}");
 }
 
 /// Like `from_map`, over `base`, with raw (possibly non-UTF-8) values.
@@ -780,7 +780,7 @@ fn enums_and_log_levels_parse() {
     p.set_var("KREPLAY_RESTORE", "auto").unwrap();
     assert_eq!((p.scope, p.restore), (Scope::Auto, RestoreMode::Auto));
     let err = p.set_var("KREPLAY_RESTORE", "automatic").unwrap_err();
-    assert!(err.to_string().contains("auto, full or dirty"), "{err}");
+    assert!(err.to_string().contains("auto/full/dirty"), "{err}");
     assert_eq!(
         p.restore,
         RestoreMode::Auto,
