@@ -205,14 +205,20 @@ enum kreplay_reason {
 typedef uint32_t kreplay_scope_t;
 enum kreplay_scope {
     KREPLAY_SCOPE_ALL = 0,
-    KREPLAY_SCOPE_ARGUMENTS = 1
+    KREPLAY_SCOPE_ARGUMENTS = 1,
+    /** The policy default, resolved per dispatch (SPEC 7.2); an outcome names what ran, never
+     *  this (its JSON's scope_auto says that auto chose it). */
+    KREPLAY_SCOPE_AUTO = 2
 };
 
 /** kreplay_restore: how memory is put back between passes (SPEC 7.4). */
 typedef uint32_t kreplay_restore_t;
 enum kreplay_restore {
     KREPLAY_RESTORE_FULL = 0,
-    KREPLAY_RESTORE_DIRTY = 1
+    KREPLAY_RESTORE_DIRTY = 1,
+    /** The policy default, resolved per dispatch (SPEC 8); an outcome names what ran, never
+     *  this (its JSON's restore_auto says that auto chose it). */
+    KREPLAY_RESTORE_AUTO = 2
 };
 
 /** kreplay_override_support: whether a participant honours per-pass overrides (SPEC 5). */

@@ -128,7 +128,7 @@ pub enum CliError {
 pub fn usage() -> String {
     format!(
         "kernel-replay command line\n\n\
-         usage:\n  kreplay demo [--passes N] [--json] [--inject FAULT] [--scope all|arguments] [--restore full|dirty]\n  \
+         usage:\n  kreplay demo [--passes N] [--json] [--inject FAULT] [--scope auto|all|arguments] [--restore auto|full|dirty]\n  \
          kreplay bench --backend cuda [run] [--cases LIST] [--out FILE] [--big] [--alloc-gib LIST] [OPTIONS]\n  \
          kreplay bench --backend cuda check\n  \
          kreplay bench --backend cuda merge FILE... --out FILE\n  \
@@ -247,13 +247,14 @@ fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<Command, CliError>
             "--scope" => {
                 let v = value(&mut it, inline, "--scope")?;
                 a.scope = match v.as_str() {
+                    "auto" => Some(Scope::Auto),
                     "all" => Some(Scope::All),
                     "arguments" => Some(Scope::Arguments),
                     _ => {
                         return Err(CliError::BadValue {
                             option: "--scope",
                             value: v,
-                            expected: "all or arguments".into(),
+                            expected: "auto, all or arguments".into(),
                         })
                     }
                 };
@@ -261,13 +262,14 @@ fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<Command, CliError>
             "--restore" => {
                 let v = value(&mut it, inline, "--restore")?;
                 a.restore = match v.as_str() {
+                    "auto" => Some(RestoreMode::Auto),
                     "full" => Some(RestoreMode::Full),
                     "dirty" => Some(RestoreMode::Dirty),
                     _ => {
                         return Err(CliError::BadValue {
                             option: "--restore",
                             value: v,
-                            expected: "full or dirty".into(),
+                            expected: "auto, full or dirty".into(),
                         })
                     }
                 };

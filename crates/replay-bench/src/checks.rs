@@ -335,7 +335,8 @@ fn replay_rmw(b: &Bench, scope: Scope, restore: RestoreMode) -> Result<Value, St
         format!("final memory differs from one execution (first chunk {i:?})")
     })?;
     let want_captured = match scope {
-        Scope::All => all.iter().map(|x| x.len()).sum::<u64>(),
+        // The checks ask for `all` or `arguments`; `auto` would have resolved to one of them.
+        Scope::All | Scope::Auto => all.iter().map(|x| x.len()).sum::<u64>(),
         Scope::Arguments => a.len(),
     };
     ensure(rec.captured_bytes == want_captured, || {

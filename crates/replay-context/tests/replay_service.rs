@@ -44,6 +44,7 @@ fn dispatch() -> Dispatch {
         },
         kind: SubmissionKind::KernelDispatch,
         kernarg: Default::default(),
+        arg_layout: Default::default(),
         origin: Origin::SubmittingThread,
         handle: 0,
     }

@@ -40,6 +40,15 @@
 //! before the last pass changes that pass's inputs). The scope check misses one write outside
 //! the scope: nothing undoes it, and later passes (and the final memory) include it.
 
+//!
+//! **Speed on a host** (issue 15: at least 85% of a one-core read). The two 64×64→128 products
+//! per 16-byte word bound one core to roughly half of a read (the multiplier, not memory, is
+//! the limit: `BENCHMARKS.md`), and `replay-core` has no `unsafe` for SIMD intrinsics. So the
+//! host version is a blocked loop that the compiler schedules well on one core, and an input
+//! of 2 MiB or more is split across threads (`std::thread::scope`, up to the
+//! machine's parallelism): the sums are order-free, so the value is the same whichever thread
+//! sums which word.
+
 use crate::backend::{Digest128, DigestKey};
 
 /// Position salts of the two lanes.
@@ -130,7 +139,7 @@ impl DigestStream {
             "a digest piece of {} bytes that is not a multiple of 16 was not the last",
             self.len
         );
-        let (a, b) = sums(&self.k, self.len / 16, data);
+        let (a, b) = sums_parallel(&self.k, self.len / 16, data);
         self.a = self.a.wrapping_add(a);
         self.b = self.b.wrapping_add(b);
         self.len += data.len() as u64;
@@ -152,32 +161,102 @@ impl DigestStream {
     }
 }
 
-/// The lane sums of `data`, whose first word is word `first` of its range.
-fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
-    // Two independent accumulator pairs (even and odd words) keep the multipliers busy; the
-    // position salts advance by addition instead of a multiply per word.
-    let (mut a0, mut b0, mut a1, mut b1) = (0u128, 0u128, 0u128, 0u128);
-    let step = [C1, C2, C3, C4];
-    let mut salt = step.map(|c| first.wrapping_mul(c));
-    let le = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-    let mut pairs = data.chunks_exact(32);
-    for w in pairs.by_ref() {
-        let (lo, hi) = (le(&w[..8]), le(&w[8..16]));
-        a0 = a0.wrapping_add(lane(lo ^ k[0] ^ salt[0], hi ^ k[1] ^ salt[1]));
-        b0 = b0.wrapping_add(lane(lo ^ k[2] ^ salt[2], hi ^ k[3] ^ salt[3]));
-        for (s, c) in salt.iter_mut().zip(step) {
-            *s = s.wrapping_add(c);
+/// Inputs at least this long are split across threads ([`sums_parallel`]): HSA's 4 MiB
+/// staging slices and longer inputs. The memory layer's default 1 MiB chunks stay on one
+/// thread: measured on a loaded 2-core machine, a spawn per 1 MiB chunk cost about what the
+/// second thread saved.
+const PARALLEL_MIN_BYTES: usize = 2 << 20;
+/// Each thread takes at least this much, so a spawn (tens of microseconds) stays a small part
+/// of its share.
+const PER_THREAD_MIN_BYTES: usize = 1 << 20;
+/// At most this many threads per input.
+const MAX_THREADS: usize = 8;
+
+/// Threads for an input of `len` bytes: 1 below [`PARALLEL_MIN_BYTES`], else up to the
+/// machine's parallelism, each with at least [`PER_THREAD_MIN_BYTES`].
+fn threads_for(len: usize) -> usize {
+    if len < PARALLEL_MIN_BYTES {
+        return 1;
+    }
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+    });
+    cores.min(len / PER_THREAD_MIN_BYTES).max(1)
+}
+
+/// [`sums`] of a large input on several threads (`std::thread::scope`): the words are split
+/// into contiguous pieces, each summed from its own first word index, and the order-free sums
+/// added. The calling thread takes the first piece; a thread that cannot be started (or that
+/// failed) has its piece summed on the calling thread, so the value never depends on it.
+fn sums_parallel(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
+    let threads = threads_for(data.len());
+    if threads <= 1 {
+        return sums(k, first, data);
+    }
+    let per = (data.len() / 16).div_ceil(threads) * 16;
+    std::thread::scope(|scope| {
+        let mut pieces = data.chunks(per).enumerate();
+        let (_, head) = pieces.next().unwrap_or((0, &[]));
+        let rest: Vec<_> = pieces
+            .map(|(i, piece)| {
+                let at = first + (i * per / 16) as u64;
+                let handle = std::thread::Builder::new()
+                    .name("kreplay-digest".into())
+                    .spawn_scoped(scope, move || sums(k, at, piece))
+                    .ok();
+                (at, piece, handle)
+            })
+            .collect();
+        let (mut a, mut b) = sums(k, first, head);
+        for (at, piece, handle) in rest {
+            let (x, y) = handle
+                .and_then(|h| h.join().ok())
+                .unwrap_or_else(|| sums(k, at, piece));
+            a = a.wrapping_add(x);
+            b = b.wrapping_add(y);
         }
-        let (lo, hi) = (le(&w[16..24]), le(&w[24..]));
-        a1 = a1.wrapping_add(lane(lo ^ k[0] ^ salt[0], hi ^ k[1] ^ salt[1]));
-        b1 = b1.wrapping_add(lane(lo ^ k[2] ^ salt[2], hi ^ k[3] ^ salt[3]));
-        for (s, c) in salt.iter_mut().zip(step) {
+        (a, b)
+    })
+}
+
+/// Words per block of [`sums`]: each has its own accumulator pair, so the multiplies of a block
+/// are independent of each other.
+const BLOCK_WORDS: usize = 8;
+
+/// The lane sums of `data`, whose first word is word `first` of its range.
+///
+/// Fast on one core (issue 15): per block of [`BLOCK_WORDS`] words, each word's position
+/// salts are the block's base salts plus a fixed per-word offset (no serial chain of adds from
+/// word to word), and each word has its own accumulator pair, so the block's multiplies are
+/// independent. The value is the same sum as [`word`] over every word (the tests check both
+/// against each other).
+fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
+    const STEP: [u64; 4] = [C1, C2, C3, C4];
+    let mut off = [[0u64; 4]; BLOCK_WORDS];
+    for (j, o) in off.iter_mut().enumerate() {
+        *o = STEP.map(|c| (j as u64).wrapping_mul(c));
+    }
+    let per_block = STEP.map(|c| (BLOCK_WORDS as u64).wrapping_mul(c));
+    let mut salt = STEP.map(|c| first.wrapping_mul(c));
+    let mut acc_a = [0u128; BLOCK_WORDS];
+    let mut acc_b = [0u128; BLOCK_WORDS];
+    let blocks = data.chunks_exact(16 * BLOCK_WORDS);
+    let rest = blocks.remainder();
+    for blk in blocks {
+        for (j, (w, o)) in blk.chunks_exact(16).zip(&off).enumerate() {
+            let (lo, hi) = (le(&w[..8]), le(&w[8..]));
+            let m = |t: usize| salt[t].wrapping_add(o[t]) ^ k[t];
+            acc_a[j] = acc_a[j].wrapping_add(lane(lo ^ m(0), hi ^ m(1)));
+            acc_b[j] = acc_b[j].wrapping_add(lane(lo ^ m(2), hi ^ m(3)));
+        }
+        for (s, c) in salt.iter_mut().zip(per_block) {
             *s = s.wrapping_add(c);
         }
     }
-    let (mut a, mut b) = (a0.wrapping_add(a1), b0.wrapping_add(b1));
-    let rest = pairs.remainder();
-    let next = first + (data.len() / 32 * 2) as u64;
+    let mut a = acc_a.iter().fold(0u128, |x, y| x.wrapping_add(*y));
+    let mut b = acc_b.iter().fold(0u128, |x, y| x.wrapping_add(*y));
+    let next = first + ((data.len() - rest.len()) / 16) as u64;
     for (i, w) in (next..).zip(rest.chunks(16)) {
         let mut buf = [0u8; 16];
         buf[..w.len()].copy_from_slice(w);
@@ -186,6 +265,11 @@ fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
         b = b.wrapping_add(y);
     }
     (a, b)
+}
+
+#[inline(always)]
+fn le(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b.try_into().expect("8 bytes"))
 }
 
 #[inline(always)]
@@ -329,6 +413,69 @@ mod tests {
             finish(a, b, data.len() as u64),
             digest(key_from_seed(9), &data)
         );
+    }
+
+    /// The definition, one word at a time: what the GPU kernels compute too.
+    fn reference(key: DigestKey, data: &[u8]) -> Digest128 {
+        let k = lane_keys(key);
+        let (mut a, mut b) = (0u128, 0u128);
+        for (i, w) in data.chunks(16).enumerate() {
+            let mut buf = [0u8; 16];
+            buf[..w.len()].copy_from_slice(w);
+            let (x, y) = word(&k, i as u64, le(&buf[..8]), le(&buf[8..]));
+            a = a.wrapping_add(x);
+            b = b.wrapping_add(y);
+        }
+        finish(a, b, data.len() as u64)
+    }
+
+    #[test]
+    fn the_blocked_digest_equals_the_word_by_word_definition() {
+        let key = key_from_seed(77);
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let data: Vec<u8> = (0..40_000)
+            .map(|_| {
+                x = fmix(x.wrapping_add(C1));
+                x as u8
+            })
+            .collect();
+        // Every length around the block size, tails of every size, and long inputs.
+        let lens = (0..=3 * 16 * BLOCK_WORDS + 17).chain([4096, 4097, 12_345, 40_000]);
+        for len in lens {
+            for start in [0usize, 16, 48, 7] {
+                let d = &data[start..start + len.min(data.len() - start)];
+                assert_eq!(
+                    digest(key, d),
+                    reference(key, d),
+                    "len {} at {start}",
+                    d.len()
+                );
+            }
+        }
+        // A stream whose pieces start at odd word positions within a block.
+        let mut s = DigestStream::new(key);
+        for p in data[..10_000].chunks(16 * 3) {
+            s.update(p);
+        }
+        assert_eq!(s.finish(), reference(key, &data[..10_000]));
+    }
+
+    #[test]
+    fn large_inputs_split_across_threads_give_the_same_digest() {
+        let key = key_from_seed(5);
+        let data: Vec<u8> = (0..(3 << 20) + 21)
+            .map(|i: usize| (i * 131 / 7) as u8)
+            .collect();
+        assert!(threads_for(data.len()) >= 1);
+        for (first, len) in [(0u64, data.len()), (3, 1 << 20), (1 << 40, (2 << 20) + 5)] {
+            let d = &data[..len];
+            assert_eq!(
+                sums_parallel(&lane_keys(key), first, d),
+                sums(&lane_keys(key), first, d),
+                "first {first}, {len} bytes"
+            );
+        }
+        assert_eq!(digest(key, &data), reference(key, &data));
     }
 
     #[test]

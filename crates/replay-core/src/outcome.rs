@@ -3,6 +3,14 @@
 //! Every candidate dispatch produces one [`OutcomeRecord`]: logged as one
 //! `[kernel-replay] key=value ...` line through the `log` facade (target `kernel_replay`),
 //! handed to the tool in CONFIG EXIT, and serialisable as JSON.
+//!
+//! `scope` and `restore` name what ran, never `auto`, once the window planned a snapshot;
+//! `scope_auto` and `restore_auto` say that the policy's `auto` chose them (JSON
+//! `true`/`false`, `1`/`0` in the line). A dispatch that never got that far (not requested,
+//! declined by a CONFIG-time callback, tool work) carries the policy's values as they are,
+//! `auto` included, with both flags false. The summary
+//! counts the windows that ran passes by `scope+restore` (`ran`), and how many of them `auto`
+//! chose in part or in full (`ran_auto`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -144,10 +152,16 @@ pub struct OutcomeRecord {
     pub requested_passes: u64,
     /// Passes that ran.
     pub executed_passes: u32,
-    /// Scope used.
+    /// Scope that ran (what `auto` resolved to, when the policy said `auto`).
     pub scope: Scope,
-    /// Restore mode used.
+    /// Restore mode that ran (likewise).
     pub restore: RestoreMode,
+    /// The policy's scope was `auto`, which chose `scope`.
+    #[serde(default)]
+    pub scope_auto: bool,
+    /// The policy's restore mode was `auto`, which chose `restore`.
+    #[serde(default)]
+    pub restore_auto: bool,
     /// All tracked bytes of the agent.
     pub tracked_bytes: u64,
     /// Bytes captured.
@@ -191,6 +205,8 @@ impl OutcomeRecord {
             executed_passes: 0,
             scope: Scope::All,
             restore: RestoreMode::Full,
+            scope_auto: false,
+            restore_auto: false,
             tracked_bytes: 0,
             captured_bytes: 0,
             captured_regions: 0,
@@ -230,7 +246,8 @@ impl fmt::Display for OutcomeRecord {
         write!(
             f,
             "[kernel-replay] dispatch_id={} agent={} kernel={:?} outcome={} reason={} \
-             requested_passes={} executed_passes={} scope={} restore={} tracked_bytes={} \
+             requested_passes={} executed_passes={} scope={} scope_auto={} restore={} \
+             restore_auto={} tracked_bytes={} \
              captured_bytes={} captured_regions={} tier_bytes=device:{},pinned:{},pageable:{} \
              untracked_bytes={} untracked_regions={} snap_seconds={:.6} restore_seconds={:.6} \
              compared_bytes={} restored_bytes={} pass_gpu_seconds={} pass_restored_bytes={} \
@@ -243,7 +260,9 @@ impl fmt::Display for OutcomeRecord {
             self.requested_passes,
             self.executed_passes,
             self.scope.as_str(),
+            u8::from(self.scope_auto),
             self.restore.as_str(),
+            u8::from(self.restore_auto),
             self.tracked_bytes,
             self.captured_bytes,
             self.captured_regions,
@@ -289,6 +308,13 @@ pub struct RunSummary {
     pub peak_pooled_bytes: u64,
     /// Time spent in replay windows (snapshot, passes, restores).
     pub replay_seconds: f64,
+    /// Windows that ran passes (replayed or truncated), by what ran: `scope+restore`, such as
+    /// `arguments+dirty`.
+    #[serde(default)]
+    pub ran: BTreeMap<String, u64>,
+    /// Of those, the windows whose scope or restore mode `auto` chose.
+    #[serde(default)]
+    pub ran_auto: u64,
 }
 
 impl RunSummary {
@@ -310,6 +336,13 @@ impl RunSummary {
                 1,
             ),
             Outcome::NotRequested => bump(&mut self.not_requested, 1),
+        }
+        if matches!(r.outcome, Outcome::Replayed | Outcome::Truncated) {
+            let key = format!("{}+{}", r.scope.as_str(), r.restore.as_str());
+            bump(self.ran.entry(key).or_default(), 1);
+            if r.scope_auto || r.restore_auto {
+                bump(&mut self.ran_auto, 1);
+            }
         }
         bump(&mut self.passes, u64::from(r.executed_passes));
         bump(&mut self.captured_bytes, r.captured_bytes);
@@ -345,7 +378,7 @@ impl fmt::Display for RunSummary {
             f,
             "[kernel-replay] summary dispatches={} replayed={} declined={} ({}) truncated={} ({}) \
              not_requested={} passes={} captured_bytes={} compared_bytes={} restored_bytes={} \
-             peak_pooled_bytes={} replay_seconds={:.6}",
+             peak_pooled_bytes={} ran={} ran_auto={} replay_seconds={:.6}",
             self.dispatches,
             self.replayed,
             self.declined_total(),
@@ -358,6 +391,8 @@ impl fmt::Display for RunSummary {
             self.compared_bytes,
             self.restored_bytes,
             self.peak_pooled_bytes,
+            by(&self.ran),
+            self.ran_auto,
             self.replay_seconds,
         )
     }

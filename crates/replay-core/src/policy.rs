@@ -1,6 +1,25 @@
 //! Policy (SPEC §8): defaults, then `KREPLAY_*` environment variables (the upstream
 //! `ROCPROFILER_KERNEL_REPLAY_*` names are accepted as aliases), then the API.
 //!
+//! **`auto`** (the default of `scope` and `restore`) is resolved per dispatch by the window,
+//! from the agent's [`Capabilities`] and the dispatch's [`ArgLayout`] ([`resolve`]):
+//!
+//! | agent | argument layout | `scope=auto` | `restore=auto` |
+//! |---|---|---|---|
+//! | `DEVICE_DIGESTS` (CUDA with its digest kernels, the simulator) | known | `arguments` | `dirty` |
+//! | `DEVICE_DIGESTS` | unknown | `all` | `dirty` |
+//! | `AUTO_ARGUMENTS`, host digests (HSA) | known | `arguments` | `full` |
+//! | neither (CUDA without NVRTC) | any | `all` | `full` |
+//!
+//! SPEC §7.2 asks for device digests before `auto` picks `arguments`; issue 15 decides that HSA,
+//! whose digests are host ones, resolves to `arguments` + `full` anyway (restoring every tracked
+//! byte each pass costs more than digesting what lies outside the arguments), until its digests
+//! become cheap (device digests: then `DEVICE_DIGESTS`, and `dirty` follows). A backend opts in
+//! to that through [`Capabilities::AUTO_ARGUMENTS`]; no other backend sets it. A kernel
+//! remembered for writing outside its scope runs under `all` whatever `auto` would pick. The
+//! outcome record names what ran (`scope`, `restore`) and whether `auto` chose it
+//! (`scope_auto`, `restore_auto`).
+//!
 //! A malformed value is an error that names the variable; nothing falls back silently. A value
 //! that is not valid UTF-8 is malformed too (it is never taken for an unset variable).
 //! When both a `KREPLAY_` name and its alias are set, the `KREPLAY_` name wins and a warning
@@ -20,17 +39,23 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::Capabilities;
 use crate::filter::{DispatchRange, KernelFilter};
+use crate::types::ArgLayout;
 
 /// Which memory a snapshot covers (SPEC §7.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// Every tracked region of the agent plus module variables.
-    #[default]
     All,
     /// What the argument block points into, plus module variables.
     Arguments,
+    /// The default: resolved per dispatch by the window before it plans (see the
+    /// [module docs](self)); a record names what ran instead. The memory layer, handed it
+    /// directly, plans `all`.
+    #[default]
+    Auto,
 }
 
 impl Scope {
@@ -39,6 +64,17 @@ impl Scope {
         match self {
             Self::All => "all",
             Self::Arguments => "arguments",
+            Self::Auto => "auto",
+        }
+    }
+
+    /// Parses `auto`, `all` or `arguments` (any case).
+    pub fn parse(v: &str) -> Option<Self> {
+        match v.to_ascii_lowercase().as_str() {
+            "auto" => Some(Self::Auto),
+            "all" => Some(Self::All),
+            "arguments" => Some(Self::Arguments),
+            _ => None,
         }
     }
 }
@@ -48,10 +84,14 @@ impl Scope {
 #[serde(rename_all = "snake_case")]
 pub enum RestoreMode {
     /// Every captured byte.
-    #[default]
     Full,
     /// Only chunks whose digest changed.
     Dirty,
+    /// The default: `dirty` where digests run on the device, else `full` (see the
+    /// [module docs](self)); a record names what ran instead. The memory layer, handed it
+    /// directly, restores `full`.
+    #[default]
+    Auto,
 }
 
 impl RestoreMode {
@@ -60,7 +100,63 @@ impl RestoreMode {
         match self {
             Self::Full => "full",
             Self::Dirty => "dirty",
+            Self::Auto => "auto",
         }
+    }
+
+    /// Parses `auto`, `full` or `dirty` (any case).
+    pub fn parse(v: &str) -> Option<Self> {
+        match v.to_ascii_lowercase().as_str() {
+            "auto" => Some(Self::Auto),
+            "full" => Some(Self::Full),
+            "dirty" => Some(Self::Dirty),
+            _ => None,
+        }
+    }
+}
+
+/// What `auto` resolves to for one dispatch: the scope and restore mode that run, and whether
+/// `auto` chose each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Resolved {
+    /// Scope to plan (never [`Scope::Auto`]).
+    pub scope: Scope,
+    /// Restore mode to use (never [`RestoreMode::Auto`]).
+    pub restore: RestoreMode,
+    /// The policy's scope was `auto`.
+    pub scope_auto: bool,
+    /// The policy's restore mode was `auto`.
+    pub restore_auto: bool,
+}
+
+/// Resolves `auto` (the table in the [module docs](self)); explicit values pass unchanged.
+pub fn resolve(
+    scope: Scope,
+    restore: RestoreMode,
+    caps: Capabilities,
+    layout: ArgLayout,
+) -> Resolved {
+    let device = caps.contains(Capabilities::DEVICE_DIGESTS);
+    let scope_out = match scope {
+        Scope::Auto
+            if layout == ArgLayout::Known
+                && (device || caps.contains(Capabilities::AUTO_ARGUMENTS)) =>
+        {
+            Scope::Arguments
+        }
+        Scope::Auto => Scope::All,
+        s => s,
+    };
+    let restore_out = match restore {
+        RestoreMode::Auto if device => RestoreMode::Dirty,
+        RestoreMode::Auto => RestoreMode::Full,
+        r => r,
+    };
+    Resolved {
+        scope: scope_out,
+        restore: restore_out,
+        scope_auto: scope == Scope::Auto,
+        restore_auto: restore == RestoreMode::Auto,
     }
 }
 
@@ -148,9 +244,9 @@ pub struct Policy {
     pub progress_interval: Duration,
     /// Bound on the number of passes (SPEC §4).
     pub max_passes: u32,
-    /// Snapshot scope.
+    /// Snapshot scope (default `auto`).
     pub scope: Scope,
-    /// Restore mode.
+    /// Restore mode (default `auto`).
     pub restore: RestoreMode,
     /// Chunk size of `dirty` digests.
     pub chunk_bytes: u64,
@@ -179,8 +275,8 @@ impl Default for Policy {
             poll_slice: Duration::from_millis(10),
             progress_interval: Duration::from_secs(5),
             max_passes: 1024,
-            scope: Scope::All,
-            restore: RestoreMode::Full,
+            scope: Scope::Auto,
+            restore: RestoreMode::Auto,
             chunk_bytes: 1 << 20,
             cache_control: CacheControl::None,
             filter: KernelFilter::default(),
@@ -333,18 +429,16 @@ const VARS: &[Var] =
             "a whole number from 1 to 4294967295",
             |p, v| p.max_passes = parse_u32_min1(v)?
         ),
-        var!(
-            "SCOPE",
-            [],
-            "all or arguments",
-            |p, v| p.scope = match v.to_ascii_lowercase().as_str() {
+        var!("SCOPE", [], "auto/all/arguments", |p, v| p.scope =
+            match v.to_ascii_lowercase().as_str() {
+                "auto" => Scope::Auto,
                 "all" => Scope::All,
                 "arguments" => Scope::Arguments,
                 _ => return None,
-            }
-        ),
-        var!("RESTORE", [], "full or dirty", |p, v| p.restore =
+            }),
+        var!("RESTORE", [], "auto/full/dirty", |p, v| p.restore =
             match v.to_ascii_lowercase().as_str() {
+                "auto" => RestoreMode::Auto,
                 "full" => RestoreMode::Full,
                 "dirty" => RestoreMode::Dirty,
                 _ => return None,

@@ -160,6 +160,20 @@ impl Origin {
     }
 }
 
+/// Whether the backend knows where the argument block's words are (SPEC §7.2, §9.2): the
+/// block's size from the caller, the function's parameter info or the code object. Where it
+/// does not (a guessed size, the application's own parameter array), `scope=auto` resolves to
+/// `all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgLayout {
+    /// `kernarg` holds the whole argument block, hidden arguments included.
+    #[default]
+    Known,
+    /// `kernarg` may be partial or padded.
+    Unknown,
+}
+
 /// One submission as the backend hands it to the core.
 #[derive(Debug, Clone)]
 pub struct Dispatch {
@@ -171,6 +185,8 @@ pub struct Dispatch {
     pub kind: SubmissionKind,
     /// The captured argument block, hidden arguments included (read by scope `arguments`).
     pub kernarg: SmallVec<[u8; 256]>,
+    /// Whether `kernarg`'s layout is known (`scope=auto` picks `all` where it is not).
+    pub arg_layout: ArgLayout,
     /// Which thread delivered the submission.
     pub origin: Origin,
     /// Opaque to the core: the backend's own reference to the packet or launch.

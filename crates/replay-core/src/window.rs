@@ -37,7 +37,7 @@ use crate::error::{BackendError, BackendErrorKind};
 use crate::locks::{thread_in_callback, AgentGate, CallbackScope, WindowOpen};
 use crate::outcome::{Outcome, OutcomeRecord, Reason};
 use crate::plan::{PassPlan, Step};
-use crate::policy::{CacheControl, Policy, Scope};
+use crate::policy::{resolve, CacheControl, Policy, RestoreMode, Scope};
 use crate::service::{DispatchReport, KernelMemo, Registration, ReplayService};
 use crate::types::{Dispatch, DispatchId, Origin, SubmissionKind};
 use crate::wait::{bounded, Bounds, WaitError};
@@ -143,7 +143,7 @@ pub(crate) fn submit(
         memory,
         gate: &gate,
         owner: &owner,
-        policy: &policy,
+        policy: std::sync::Arc::clone(&policy),
         dispatch: &dispatch,
         seq: 0,
         record: OutcomeRecord::new(
@@ -153,10 +153,38 @@ pub(crate) fn submit(
         ),
         early: early.is_some(),
     };
+    // What the policy says until the window resolves `auto` (before planning).
     w.record.scope = policy.scope;
     w.record.restore = policy.restore;
     let rec = w.run(early)?;
     Ok(DispatchReport::done(Some(rec)))
+}
+
+/// `policy` with `auto` resolved for this agent and dispatch ([`crate::policy::resolve`]), so
+/// the memory layer only ever sees what runs; the record says what `auto` chose.
+fn resolve_auto(
+    policy: &std::sync::Arc<Policy>,
+    agent: &dyn Agent,
+    dispatch: &Dispatch,
+    record: &mut OutcomeRecord,
+) -> Option<std::sync::Arc<Policy>> {
+    if policy.scope != Scope::Auto && policy.restore != RestoreMode::Auto {
+        return None;
+    }
+    let r = resolve(
+        policy.scope,
+        policy.restore,
+        agent.capabilities(),
+        dispatch.arg_layout,
+    );
+    record.scope = r.scope;
+    record.restore = r.restore;
+    record.scope_auto = r.scope_auto;
+    record.restore_auto = r.restore_auto;
+    let mut p = Policy::clone(policy);
+    p.scope = r.scope;
+    p.restore = r.restore;
+    Some(std::sync::Arc::new(p))
 }
 
 /// Real time a window lets an ungated write finish per poll before its clock moves.
@@ -231,7 +259,8 @@ struct Window<'a> {
     memory: &'a dyn Snapshotter,
     gate: &'a AgentGate,
     owner: &'a Registration,
-    policy: &'a Policy,
+    /// The service's policy; from planning on, with `auto` resolved.
+    policy: std::sync::Arc<Policy>,
     dispatch: &'a Dispatch,
     /// The sequence `user_data` (SPEC §3).
     seq: UserData,
@@ -370,6 +399,11 @@ impl Window<'_> {
             return self.decline_locked(Reason::AgentDrainStuck, locked_at);
         }
 
+        // `auto` resolved for this agent and dispatch, before anything below reads the policy.
+        if let Some(p) = resolve_auto(&self.policy, self.agent, self.dispatch, &mut self.record) {
+            self.policy = p;
+        }
+
         // Remembered kernels.
         let memo = self.svc.kernel_memo(&self.dispatch.kernel);
         if memo == Some(KernelMemo::NoReplay) {
@@ -383,7 +417,7 @@ impl Window<'_> {
         self.record.scope = scope;
 
         // Step 5: admission.
-        let snap_plan = match self.memory.plan(self.dispatch, scope, self.policy) {
+        let snap_plan = match self.memory.plan(self.dispatch, scope, &self.policy) {
             Ok(p) => p,
             Err(e) => {
                 log::warn!(
@@ -447,7 +481,7 @@ impl Window<'_> {
         // Step 7: the snapshot.
         let mut snapshot = match self
             .memory
-            .capture(&snap_plan, self.policy, &self.wait_spec())
+            .capture(&snap_plan, &self.policy, &self.wait_spec())
         {
             Ok(s) => s,
             Err(e) => {

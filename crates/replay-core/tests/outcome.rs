@@ -105,6 +105,8 @@ fn full_record() -> OutcomeRecord {
         executed_passes: 4,
         scope: Scope::Arguments,
         restore: RestoreMode::Dirty,
+        scope_auto: true,
+        restore_auto: false,
         tracked_bytes: 1 << 30,
         captured_bytes: 12_288,
         captured_regions: 3,
@@ -162,6 +164,8 @@ fn json_has_every_spec_field() {
     assert_eq!(v["executed_passes"], 4);
     assert_eq!(v["scope"], "arguments");
     assert_eq!(v["restore"], "dirty");
+    assert_eq!(v["scope_auto"], true);
+    assert_eq!(v["restore_auto"], false);
     assert_eq!(v["tracked_bytes"], 1u64 << 30);
     assert_eq!(v["captured_bytes"], 12_288);
     assert_eq!(v["captured_regions"], 3);
@@ -224,6 +228,7 @@ fn new_record_is_empty() {
     assert_eq!(r.executed_passes, 0);
     assert_eq!(r.scope, Scope::All);
     assert_eq!(r.restore, RestoreMode::Full);
+    assert!(!r.scope_auto && !r.restore_auto);
     assert_eq!(r.tier_bytes, TierBytes::default());
     assert_eq!(r.captured_bytes + r.compared_bytes + r.restored_bytes, 0);
     assert!(r.pass_gpu_seconds.is_empty());
@@ -253,7 +258,9 @@ fn display_line_has_every_field_as_key_value() {
         ("requested_passes", "0"),
         ("executed_passes", "4"),
         ("scope", "arguments"),
+        ("scope_auto", "1"),
         ("restore", "dirty"),
+        ("restore_auto", "0"),
         ("tracked_bytes", "1073741824"),
         ("captured_bytes", "12288"),
         ("captured_regions", "3"),
@@ -498,7 +505,7 @@ fn summary_display_line() {
          declined=3 (footprint_budget:2,untracked_memory:1) \
          truncated=2 (callback_failed:1,pass_limit:1) not_requested=1 passes=1038 \
          captured_bytes=118 compared_bytes=236 restored_bytes=354 peak_pooled_bytes=4096 \
-         replay_seconds=2.000000"
+         ran=all+full:4 ran_auto=0 replay_seconds=2.000000"
     );
 }
 
@@ -522,4 +529,56 @@ fn summary_json_round_trips() {
     assert_eq!(v["truncated"]["pass_limit"], 1);
     let back: RunSummary = serde_json::from_str(&json).unwrap();
     assert_eq!(back, s);
+}
+
+#[test]
+fn summary_names_what_ran_and_what_auto_chose() {
+    let mut s = RunSummary::default();
+    let mut by_auto = record(Outcome::Replayed, Reason::None, 4, 1);
+    by_auto.scope = Scope::Arguments;
+    by_auto.restore = RestoreMode::Dirty;
+    by_auto.scope_auto = true;
+    by_auto.restore_auto = true;
+    let mut restore_only = record(Outcome::Truncated, Reason::WriteOutsideScope, 1, 1);
+    restore_only.restore_auto = true;
+    let explicit = record(Outcome::Replayed, Reason::None, 2, 1);
+    // Declined and unrequested dispatches ran no window's passes: not counted in `ran`.
+    let mut declined = record(Outcome::Declined, Reason::FootprintBudget, 1, 0);
+    declined.scope_auto = true;
+    for r in [&by_auto, &by_auto, &restore_only, &explicit, &declined] {
+        s.add(r, 0.0);
+    }
+    assert_eq!(
+        s.ran,
+        BTreeMap::from([
+            ("all+full".to_owned(), 2),
+            ("arguments+dirty".to_owned(), 2)
+        ])
+    );
+    assert_eq!(s.ran_auto, 3);
+    let line = s.to_string();
+    assert!(
+        line.contains(" ran=all+full:2,arguments+dirty:2 ran_auto=3 "),
+        "{line}"
+    );
+    let v: Value = serde_json::to_value(&s).unwrap();
+    assert_eq!(v["ran"]["arguments+dirty"], 2);
+    assert_eq!(v["ran_auto"], 3);
+    // Summaries written before these fields existed still parse.
+    let mut old = v.as_object().unwrap().clone();
+    old.remove("ran");
+    old.remove("ran_auto");
+    let back: RunSummary = serde_json::from_value(Value::Object(old)).unwrap();
+    assert!(back.ran.is_empty() && back.ran_auto == 0);
+}
+
+#[test]
+fn records_without_the_auto_flags_still_parse() {
+    let v: Value = serde_json::from_str(&full_record().to_json()).unwrap();
+    let mut old = v.as_object().unwrap().clone();
+    old.remove("scope_auto");
+    old.remove("restore_auto");
+    let back: OutcomeRecord = serde_json::from_value(Value::Object(old)).unwrap();
+    assert!(!back.scope_auto && !back.restore_auto);
+    assert_eq!(back.scope, Scope::Arguments);
 }

@@ -252,8 +252,9 @@ fn defaults_match_spec() {
     assert_eq!(p.poll_slice, Duration::from_millis(10));
     assert_eq!(p.progress_interval, Duration::from_secs(5));
     assert_eq!(p.max_passes, 1024);
-    assert_eq!(p.scope, Scope::All);
-    assert_eq!(p.restore, RestoreMode::Full);
+    // SPEC §7.2, §8: `auto` for both, resolved per dispatch by the window.
+    assert_eq!(p.scope, Scope::Auto);
+    assert_eq!(p.restore, RestoreMode::Auto);
     assert_eq!(p.chunk_bytes, MIB);
     assert_eq!(p.cache_control, CacheControl::None);
     assert_eq!(p.filter, KernelFilter::default());
@@ -421,7 +422,7 @@ fn malformed_value_is_reported_even_when_others_are_valid() {
     ])
     .unwrap_err();
     assert_names(&err, "KREPLAY_SCOPE", "everything");
-    assert!(err.to_string().contains("all or arguments"), "{err}");
+    assert!(err.to_string().contains("auto/all/arguments"), "{err}");
 }
 
 /// Like `from_map`, over `base`, with raw (possibly non-UTF-8) values.
@@ -723,16 +724,68 @@ fn enums_and_log_levels_parse() {
     }
     assert_eq!(LogLevel::Off.to_filter(), log::LevelFilter::Off);
     assert_eq!(LogLevel::Trace.to_filter(), log::LevelFilter::Trace);
-    for (text, want) in [("all", Scope::All), ("arguments", Scope::Arguments)] {
-        let p = from_map(&[("KREPLAY_SCOPE", text)]).unwrap();
-        assert_eq!(p.scope, want);
+    for (text, want) in [
+        ("all", Scope::All),
+        ("arguments", Scope::Arguments),
+        ("auto", Scope::Auto),
+    ] {
+        let base = Policy {
+            scope: if want == Scope::Auto {
+                Scope::All
+            } else {
+                Scope::Auto
+            },
+            ..Policy::default()
+        };
+        let p = Policy::lookup_over(base, |n| {
+            (n == "KREPLAY_SCOPE").then(|| text.to_ascii_uppercase().into())
+        })
+        .into_result()
+        .unwrap();
+        assert_eq!(p.scope, want, "{text} in any case");
         assert_eq!(want.as_str(), text);
+        assert_eq!(Scope::parse(text), Some(want));
+        assert_eq!(serde_json::to_value(want).unwrap(), text);
     }
-    for (text, want) in [("full", RestoreMode::Full), ("dirty", RestoreMode::Dirty)] {
-        let p = from_map(&[("KREPLAY_RESTORE", text)]).unwrap();
-        assert_eq!(p.restore, want);
+    for (text, want) in [
+        ("full", RestoreMode::Full),
+        ("dirty", RestoreMode::Dirty),
+        ("auto", RestoreMode::Auto),
+    ] {
+        let base = Policy {
+            restore: if want == RestoreMode::Auto {
+                RestoreMode::Full
+            } else {
+                RestoreMode::Auto
+            },
+            ..Policy::default()
+        };
+        let p = Policy::lookup_over(base, |n| {
+            (n == "KREPLAY_RESTORE").then(|| text.to_ascii_uppercase().into())
+        })
+        .into_result()
+        .unwrap();
+        assert_eq!(p.restore, want, "{text} in any case");
         assert_eq!(want.as_str(), text);
+        assert_eq!(RestoreMode::parse(text), Some(want));
+        assert_eq!(serde_json::to_value(want).unwrap(), text);
     }
+    // Through the API's by-name setter too, and back from `auto` to an explicit value.
+    let mut p = Policy {
+        scope: Scope::All,
+        restore: RestoreMode::Dirty,
+        ..Policy::default()
+    };
+    p.set_var("scope", "auto").unwrap();
+    p.set_var("KREPLAY_RESTORE", "auto").unwrap();
+    assert_eq!((p.scope, p.restore), (Scope::Auto, RestoreMode::Auto));
+    let err = p.set_var("KREPLAY_RESTORE", "automatic").unwrap_err();
+    assert!(err.to_string().contains("auto/full/dirty"), "{err}");
+    assert_eq!(
+        p.restore,
+        RestoreMode::Auto,
+        "a rejected value changes nothing"
+    );
     for (text, want) in [("flush", CacheControl::Flush), ("none", CacheControl::None)] {
         let p = from_map(&[("KREPLAY_CACHE_CONTROL", text)]).unwrap();
         assert_eq!(p.cache_control, want);
@@ -1059,4 +1112,47 @@ fn filter_range_combines_with_names_and_count() {
         .map(|(_, i)| *i)
         .collect();
     assert_eq!(admitted, [101, 102]);
+}
+
+#[test]
+fn auto_resolves_by_capability_and_argument_layout() {
+    use replay_core::policy::resolve;
+    use replay_core::{ArgLayout, Capabilities};
+    let device = Capabilities::DEVICE_DIGESTS | Capabilities::COPY_FENCE;
+    let hsa = Capabilities::AUTO_ARGUMENTS | Capabilities::COPY_FENCE;
+    let neither = Capabilities::COPY_FENCE;
+    for (caps, layout, scope, restore) in [
+        (
+            device,
+            ArgLayout::Known,
+            Scope::Arguments,
+            RestoreMode::Dirty,
+        ),
+        (device, ArgLayout::Unknown, Scope::All, RestoreMode::Dirty),
+        (hsa, ArgLayout::Known, Scope::Arguments, RestoreMode::Full),
+        (hsa, ArgLayout::Unknown, Scope::All, RestoreMode::Full),
+        (neither, ArgLayout::Known, Scope::All, RestoreMode::Full),
+        (neither, ArgLayout::Unknown, Scope::All, RestoreMode::Full),
+    ] {
+        let r = resolve(Scope::Auto, RestoreMode::Auto, caps, layout);
+        assert_eq!(
+            (r.scope, r.restore, r.scope_auto, r.restore_auto),
+            (scope, restore, true, true),
+            "{caps:?} {layout:?}"
+        );
+        // Explicit values pass unchanged, and are not marked as chosen by auto.
+        for s in [Scope::All, Scope::Arguments] {
+            for m in [RestoreMode::Full, RestoreMode::Dirty] {
+                let r = resolve(s, m, caps, layout);
+                assert_eq!(
+                    (r.scope, r.restore, r.scope_auto, r.restore_auto),
+                    (s, m, false, false)
+                );
+            }
+        }
+        // One auto, one explicit.
+        let r = resolve(Scope::All, RestoreMode::Auto, caps, layout);
+        assert_eq!((r.scope, r.restore), (Scope::All, restore));
+        assert!(!r.scope_auto && r.restore_auto);
+    }
 }

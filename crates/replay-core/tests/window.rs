@@ -72,6 +72,7 @@ fn dispatch(name: &str) -> Dispatch {
         kernel: KERNEL,
         kind: SubmissionKind::KernelDispatch,
         kernarg: Default::default(),
+        arg_layout: Default::default(),
         origin: Origin::SubmittingThread,
         handle: 99,
     }
@@ -155,6 +156,8 @@ struct AgentScript {
     /// `submit_ordinary` reaches the device, then fails (`AfterSubmit`).
     ordinary_after_submit: bool,
     flush: bool,
+    /// What `capabilities` answers (default: none).
+    caps: Option<Capabilities>,
 }
 
 fn drain_ticket(t: DrainTarget) -> u64 {
@@ -174,7 +177,8 @@ fn agent(h: &Harness) -> MockAgent {
 fn agent_with(h: &Harness, s: AgentScript) -> MockAgent {
     let mut a = MockAgent::new();
     a.expect_id().return_const(AGENT);
-    a.expect_capabilities().return_const(Capabilities::empty());
+    a.expect_capabilities()
+        .return_const(s.caps.unwrap_or(Capabilities::empty()));
     let (log, gate) = (h.log.clone(), h.svc.agent_gate(AGENT));
     a.expect_begin_drain().returning(move |t| {
         assert!(
@@ -1678,4 +1682,146 @@ fn stopping_inside_a_forwarded_candidates_window_keeps_its_gate_closed() {
     );
     assert!(!h.log().iter().any(|e| e == "ordinary"));
     assert_eq!(h.svc.open_windows(), 0);
+}
+
+#[test]
+fn auto_is_resolved_before_the_memory_layer_and_the_record_names_what_ran() {
+    // (capabilities, layout, policy scope, policy restore) -> what the memory layer is handed
+    // and the record names, and whether auto chose it.
+    let device = Capabilities::DEVICE_DIGESTS;
+    let hsa = Capabilities::AUTO_ARGUMENTS;
+    let cases = [
+        (
+            device,
+            ArgLayout::Known,
+            Scope::Auto,
+            RestoreMode::Auto,
+            Scope::Arguments,
+            RestoreMode::Dirty,
+        ),
+        (
+            device,
+            ArgLayout::Unknown,
+            Scope::Auto,
+            RestoreMode::Auto,
+            Scope::All,
+            RestoreMode::Dirty,
+        ),
+        (
+            hsa,
+            ArgLayout::Known,
+            Scope::Auto,
+            RestoreMode::Auto,
+            Scope::Arguments,
+            RestoreMode::Full,
+        ),
+        (
+            Capabilities::empty(),
+            ArgLayout::Known,
+            Scope::Auto,
+            RestoreMode::Auto,
+            Scope::All,
+            RestoreMode::Full,
+        ),
+        (
+            device,
+            ArgLayout::Known,
+            Scope::All,
+            RestoreMode::Full,
+            Scope::All,
+            RestoreMode::Full,
+        ),
+        (
+            Capabilities::empty(),
+            ArgLayout::Known,
+            Scope::Arguments,
+            RestoreMode::Dirty,
+            Scope::Arguments,
+            RestoreMode::Dirty,
+        ),
+    ];
+    for (caps, layout, scope, restore, want_scope, want_restore) in cases {
+        let case = format!("{caps:?} {layout:?} {scope:?}+{restore:?}");
+        let h = Harness::with_policy(
+            ToolScript {
+                passes: Some(2),
+                ..Default::default()
+            },
+            Policy {
+                scope,
+                restore,
+                ..policy()
+            },
+        );
+        let a = agent_with(
+            &h,
+            AgentScript {
+                caps: Some(caps),
+                ..Default::default()
+            },
+        );
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let mut m = MockMemory::new();
+        let s = seen.clone();
+        m.expect_plan().returning(move |_, scope, p| {
+            s.lock()
+                .push(format!("plan {} {}", scope.as_str(), p.scope.as_str()));
+            let mut plan = plan_of(4096);
+            plan.scope = scope;
+            Ok(plan)
+        });
+        let s = seen.clone();
+        let snapshot = Mutex::new(Some(snap(&h.log, 4096)));
+        m.expect_capture().returning(move |_, p, _| {
+            s.lock().push(format!(
+                "capture {} {}",
+                p.scope.as_str(),
+                p.restore.as_str()
+            ));
+            Ok(Box::new(snapshot.lock().take().expect("one capture")))
+        });
+        m.expect_pooled_peak_bytes().return_const(0u64);
+        let mut d = dispatch("k");
+        d.arg_layout = layout;
+        let rec = h.svc.submit(&a, &m, d).unwrap().record.unwrap();
+        assert_eq!(rec.outcome, Outcome::Replayed, "{case}");
+        assert_eq!(
+            *seen.lock(),
+            vec![
+                format!("plan {} {}", want_scope.as_str(), want_scope.as_str()),
+                format!("capture {} {}", want_scope.as_str(), want_restore.as_str()),
+            ],
+            "{case}: the memory layer never sees auto"
+        );
+        assert_eq!(
+            (rec.scope, rec.restore),
+            (want_scope, want_restore),
+            "{case}"
+        );
+        assert_eq!(
+            (rec.scope_auto, rec.restore_auto),
+            (scope == Scope::Auto, restore == RestoreMode::Auto),
+            "{case}"
+        );
+        let line = rec.to_string();
+        assert!(
+            line.contains(&format!(
+                " scope={} scope_auto={} restore={} restore_auto={} ",
+                want_scope.as_str(),
+                u8::from(scope == Scope::Auto),
+                want_restore.as_str(),
+                u8::from(restore == RestoreMode::Auto)
+            )),
+            "{case}: {line}"
+        );
+        let s = h.svc.summary();
+        let key = format!("{}+{}", want_scope.as_str(), want_restore.as_str());
+        assert_eq!(s.ran.get(&key), Some(&1), "{case}");
+        assert_eq!(s.ran_auto, u64::from(scope == Scope::Auto), "{case}");
+        // The service keeps the policy as given: `auto` is resolved per window.
+        assert_eq!(
+            (h.svc.policy().scope, h.svc.policy().restore),
+            (scope, restore)
+        );
+    }
 }

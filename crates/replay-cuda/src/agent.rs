@@ -233,6 +233,9 @@ impl Agent for CudaAgent {
         self.id
     }
 
+    /// `DEVICE_DIGESTS` once the digest kernels compiled: `auto` then resolves to
+    /// `arguments` + `dirty` (`all` for a launch whose argument layout is unknown); without
+    /// them, to `all` + `full` (`replay_core::policy`).
     fn capabilities(&self) -> Capabilities {
         let mut c = Capabilities::COPY_FENCE;
         if self.memory.device_digests() {

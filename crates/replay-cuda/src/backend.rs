@@ -215,6 +215,8 @@ impl CudaBackend {
             },
             kind: SubmissionKind::KernelDispatch,
             kernarg: args.kernarg(),
+            // The caller passes the block's size: its layout is known.
+            arg_layout: Default::default(),
             origin: Origin::SubmittingThread,
             handle,
         }

@@ -510,6 +510,7 @@ mod tests {
             },
             kind: SubmissionKind::KernelDispatch,
             kernarg: b.kernarg(),
+            arg_layout: Default::default(),
             origin: Origin::SubmittingThread,
             handle: 0,
         };

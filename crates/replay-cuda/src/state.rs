@@ -496,8 +496,9 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     }
     .fetch_add(1, Ordering::Relaxed);
     s.sources.lock().insert(l.f as u64, source);
-    if source == LayoutSource::Unknown && service.policy().scope != Scope::All {
-        // The scope would be computed from an empty block: run once instead.
+    if source == LayoutSource::Unknown && service.policy().scope == Scope::Arguments {
+        // The scope would be computed from an empty block: run once instead. Under `auto` the
+        // window resolves an unknown layout to `all` (`Dispatch::arg_layout` below).
         let _gate = service.enter_write(agent);
         return direct(reached);
     }
@@ -547,6 +548,11 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
         kernarg,
         origin: Origin::SubmittingThread,
         handle,
+        arg_layout: if source == LayoutSource::Unknown {
+            replay_core::ArgLayout::Unknown
+        } else {
+            replay_core::ArgLayout::Known
+        },
     };
     s.counters.submitted.fetch_add(1, Ordering::Relaxed);
     *reached = true;

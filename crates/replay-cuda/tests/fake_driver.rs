@@ -310,8 +310,8 @@ fn the_backend_over_a_fake_driver() {
             );
             // Module variables are in every scope: 8 + 128 + 8192 bytes (the constant is not).
             let expect_captured = 8328
-                + match scope {
-                    Scope::All => a.len() + other.len(),
+                + match rec.scope {
+                    Scope::All | Scope::Auto => a.len() + other.len(),
                     Scope::Arguments => a.len(),
                 };
             assert_eq!(rec.captured_bytes, expect_captured);

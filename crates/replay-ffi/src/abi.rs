@@ -232,8 +232,10 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     // Policy enumerations.
     value!(KREPLAY_SCOPE_ALL),
     value!(KREPLAY_SCOPE_ARGUMENTS),
+    value!(KREPLAY_SCOPE_AUTO),
     value!(KREPLAY_RESTORE_FULL),
     value!(KREPLAY_RESTORE_DIRTY),
+    value!(KREPLAY_RESTORE_AUTO),
     // Context control.
     value!(KREPLAY_OVERRIDES_HONOURED),
     value!(KREPLAY_OVERRIDES_UNSUPPORTED),

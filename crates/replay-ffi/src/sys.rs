@@ -148,6 +148,8 @@ pub type kreplay_scope_t = u32;
 pub const KREPLAY_SCOPE_ALL: kreplay_scope_t = 0;
 /// `arguments`.
 pub const KREPLAY_SCOPE_ARGUMENTS: kreplay_scope_t = 1;
+/// `auto` (the policy default; never what an outcome names).
+pub const KREPLAY_SCOPE_AUTO: kreplay_scope_t = 2;
 
 /// `kreplay_restore_t`.
 pub type kreplay_restore_t = u32;
@@ -155,6 +157,8 @@ pub type kreplay_restore_t = u32;
 pub const KREPLAY_RESTORE_FULL: kreplay_restore_t = 0;
 /// `dirty`.
 pub const KREPLAY_RESTORE_DIRTY: kreplay_restore_t = 1;
+/// `auto` (the policy default; never what an outcome names).
+pub const KREPLAY_RESTORE_AUTO: kreplay_restore_t = 2;
 
 /// `kreplay_override_support_t`.
 pub type kreplay_override_support_t = u32;

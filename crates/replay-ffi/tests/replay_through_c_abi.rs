@@ -448,6 +448,7 @@ fn dispatch(kernel: &str) -> Dispatch {
         },
         kind: SubmissionKind::KernelDispatch,
         kernarg: Default::default(),
+        arg_layout: Default::default(),
         origin: Origin::SubmittingThread,
         handle: 0,
     }

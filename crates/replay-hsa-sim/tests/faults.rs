@@ -90,6 +90,8 @@ fn policy() -> Policy {
     Policy {
         drain_timeout: BOUND,
         pass_timeout: BOUND,
+        // The fault cases capture every tracked region (`auto` would pick `arguments`).
+        scope: Scope::All,
         ..Policy::default()
     }
 }

@@ -166,8 +166,11 @@ impl replay_core::Agent for QueueAgent {
         self.st.agent.id
     }
 
+    /// Host digests (no `DEVICE_DIGESTS`), and `AUTO_ARGUMENTS`: by issue 15's decision,
+    /// `scope=auto` resolves to `arguments` here, with `restore=auto` resolving to `full`,
+    /// until digests run on the device (`replay_core::policy`).
     fn capabilities(&self) -> Capabilities {
-        Capabilities::COPY_FENCE | Capabilities::SYSTEM_SCOPE_FENCES
+        Capabilities::COPY_FENCE | Capabilities::SYSTEM_SCOPE_FENCES | Capabilities::AUTO_ARGUMENTS
     }
 
     fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError> {

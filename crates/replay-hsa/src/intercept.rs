@@ -484,6 +484,9 @@ fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> 
         },
         kind: SubmissionKind::KernelDispatch,
         kernarg,
+        // Known even without the symbol's size: the read then covers the rest of the kernarg
+        // allocation, a superset of the block's words.
+        arg_layout: replay_core::ArgLayout::Known,
         origin,
         handle: st.queue as u64,
     }

@@ -16,7 +16,7 @@
 //! by slice into one staging block from the CPU agent's fine-grained pool and digested there as
 //! a stream ([`replay_core::digest::DigestStream`]), so host memory stays bounded whatever the
 //! range's size, so HSA runs with
-//! `restore=full` (the policy default) until a device digest kernel exists. Backing memory
+//! `restore=full` (what `restore=auto` resolves to here) until a device digest kernel exists. Backing memory
 //! comes from the agent's coarse-grained device pool (device tier) and the CPU's fine-grained
 //! pool (pinned tier, made accessible to the GPU with `hsa_amd_agents_allow_access`) through
 //! the original `hsa_amd_memory_pool_allocate`, so it is never tracked; there is no pageable

@@ -24,6 +24,12 @@ pub(crate) fn plan(
     scope: Scope,
     policy: &Policy,
 ) -> Result<SnapshotPlan, BackendError> {
+    // The window resolves `auto` before planning; a caller that passes it plans `all`.
+    let scope = if scope == Scope::Auto {
+        Scope::All
+    } else {
+        scope
+    };
     let agent = sh.agent;
     if dispatch.info.agent != agent {
         return Err(BackendError::new(
@@ -75,7 +81,7 @@ pub(crate) fn plan(
         &mut untracked,
     );
     let mut regions: SmallVec<[RegionRef; 8]> = match scope {
-        Scope::All => {
+        Scope::All | Scope::Auto => {
             let mut v: SmallVec<[RegionRef; 8]> = all
                 .iter()
                 .filter(|r| classify(r.class) == Treatment::Captured)

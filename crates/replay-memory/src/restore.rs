@@ -108,7 +108,8 @@ fn restore_plan(
     };
     let mut out = Vec::with_capacity(live.len());
     match snap.mode {
-        RestoreMode::Full => out = full(live),
+        // `auto` is resolved by the window; handed here directly it restores everything.
+        RestoreMode::Full | RestoreMode::Auto => out = full(live),
         RestoreMode::Dirty => {
             let mut dops = Vec::new();
             let mut compared = 0;

@@ -172,6 +172,7 @@ fn instant_dispatch() -> Dispatch {
         },
         kind: SubmissionKind::KernelDispatch,
         kernarg: Default::default(),
+        arg_layout: Default::default(),
         origin: Origin::SubmittingThread,
         handle: 0,
     }

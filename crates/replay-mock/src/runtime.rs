@@ -658,6 +658,7 @@ impl SimRuntime {
             kernel,
             kind,
             kernarg: SmallVec::from_slice(args),
+            arg_layout: Default::default(),
             origin,
             handle,
         };

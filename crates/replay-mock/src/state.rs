@@ -81,6 +81,10 @@ pub struct AgentConfig {
     pub kernarg_pool_bytes: u64,
     /// Allocation alignment (a power of two).
     pub alignment: u64,
+    /// What the agent reports (`Agent::capabilities`); default [`crate::SIM_CAPABILITIES`].
+    /// Tests clear `DEVICE_DIGESTS` (and may set `AUTO_ARGUMENTS`) to model a host-digest
+    /// backend; only the `auto` policy reads these two.
+    pub capabilities: replay_core::Capabilities,
 }
 
 impl Default for AgentConfig {
@@ -95,6 +99,7 @@ impl Default for AgentConfig {
             pageable_gbps: 6.0,
             kernarg_pool_bytes: 64 << 10,
             alignment: 4096,
+            capabilities: crate::agent::SIM_CAPABILITIES,
         }
     }
 }

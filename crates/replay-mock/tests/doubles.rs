@@ -40,6 +40,7 @@ fn dispatch(kernel: u64) -> Dispatch {
         kernarg: Default::default(),
         origin: Origin::SubmittingThread,
         handle: 0,
+        arg_layout: Default::default(),
     }
 }
 

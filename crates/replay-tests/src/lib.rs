@@ -68,6 +68,9 @@ pub fn fast_policy() -> Policy {
         pass_timeout: Duration::from_millis(200),
         poll_slice: Duration::from_millis(10),
         progress_interval: Duration::from_secs(3600),
+        // The scenarios here were written for `all` + `full`; `auto` has its own tests.
+        scope: replay_core::Scope::All,
+        restore: replay_core::RestoreMode::Full,
         ..Policy::default()
     };
     p.validate().expect("the fast policy is valid");

@@ -313,6 +313,8 @@ fn untracked_vmem_declines_unless_the_policy_allows_it() {
                 "KREPLAY_DECLINE_ON_VMEM" => Some((!allow).to_string()),
                 "KREPLAY_DRAIN_TIMEOUT" | "KREPLAY_PASS_TIMEOUT" => Some("200ms".into()),
                 "KREPLAY_PROGRESS_INTERVAL" => Some("3600s".into()),
+                // Written for `all`, which captures every tracked region but the mapping.
+                "KREPLAY_SCOPE" => Some("all".into()),
                 _ => None,
             }
         }

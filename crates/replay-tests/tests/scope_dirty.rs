@@ -526,8 +526,8 @@ fn dirty_restores_only_the_touched_chunks_and_reports_compared_bytes() {
             5 * CHUNK + 8
         };
         assert_eq!(rec.captured_bytes, captured, "{rec}");
-        match restore {
-            RestoreMode::Dirty => {
+        match rec.restore {
+            RestoreMode::Dirty | RestoreMode::Auto => {
                 // Chunk 0 and chunk 2 of region 0, chunk 0 of region 2.
                 assert_eq!(
                     &rec.pass_restored_bytes[..],

@@ -276,6 +276,7 @@ mod tests {
             },
             kind: SubmissionKind::KernelDispatch,
             kernarg: Default::default(),
+            arg_layout: Default::default(),
             origin: Origin::SubmittingThread,
             handle: 0,
         };

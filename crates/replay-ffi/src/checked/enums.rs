@@ -112,6 +112,7 @@ pub(crate) fn scope_code(s: Scope) -> kreplay_scope_t {
     match s {
         Scope::All => KREPLAY_SCOPE_ALL,
         Scope::Arguments => KREPLAY_SCOPE_ARGUMENTS,
+        Scope::Auto => KREPLAY_SCOPE_AUTO,
     }
 }
 
@@ -120,6 +121,7 @@ pub(crate) fn restore_code(r: RestoreMode) -> kreplay_restore_t {
     match r {
         RestoreMode::Full => KREPLAY_RESTORE_FULL,
         RestoreMode::Dirty => KREPLAY_RESTORE_DIRTY,
+        RestoreMode::Auto => KREPLAY_RESTORE_AUTO,
     }
 }
 

@@ -29,6 +29,7 @@ pub fn dispatch(agent: AgentId, words: &[u64]) -> Dispatch {
         },
         kind: SubmissionKind::KernelDispatch,
         kernarg: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        arg_layout: Default::default(),
         origin: Origin::SubmittingThread,
         handle: 0,
     }
