@@ -10,6 +10,7 @@
 //! | [`CudaAllocator::alloc_host`] | `cuMemAllocHost` | pinned host: likewise |
 //! | [`CudaAllocator::register_host`] | `cuMemHostRegister` (mapped) | pinned (registered) host: likewise |
 //! | [`CudaAllocator::alloc_async`] | `cuMemAllocAsync` (the device's default pool) | stream-ordered pool memory: coarse device memory marked `VIRTUAL_MAPPING`, captured, from the allocation to the point its free is ordered ([`Tracker::record_async_alloc`] / [`Tracker::record_async_free`], before `cuMemFreeAsync`) |
+//! | [`CudaAllocator::alloc_from_pool_async`] | `cuMemAllocFromPoolAsync` (a pool of this device, e.g. [`CudaAllocator::default_pool`]) | likewise |
 //! | [`CudaAllocator::alloc_virtual`] | `cuMemCreate` + `cuMemAddressReserve` + `cuMemMap` + `cuMemSetAccess` | a mapping of coarse device memory, captured on this device once it has read-write access ([`Tracker::record_map`] after `cuMemMap`, [`Tracker::record_access`] after `cuMemSetAccess`; [`Tracker::record_unmap`] before `cuMemUnmap`, [`Tracker::record_release_reservation`] before `cuMemAddressFree`) |
 //!
 //! `decline_on_vmem` (policy) still declines a dispatch while either kind is live.
@@ -340,6 +341,43 @@ impl CudaAllocator {
             // SAFETY: `queue` is a live stream of this device; the allocation is owned by the
             // returned value and freed on the same stream.
             unsafe { result::malloc_async(queue.raw(), size) }.call("cuMemAllocAsync")
+        })?;
+        report_async_alloc(&self.inner.tracker, self.inner.agent, ptr, bytes);
+        let mut a = self.untracked(ptr, bytes, AllocKind::StreamOrdered);
+        a.queue = Some(Arc::clone(queue));
+        Ok(a)
+    }
+
+    /// The device's default memory pool (`cuDeviceGetDefaultMemPool`), the pool
+    /// [`CudaAllocator::alloc_async`] allocates from.
+    pub fn default_pool(&self) -> CudaResult<sys::CUmemoryPool> {
+        let dev = &self.inner.device;
+        dev.bind()?;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: out pointer to a live local; the device handle is the open device's.
+        unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, dev.raw()) }
+            .call("cuDeviceGetDefaultMemPool")?;
+        Ok(pool)
+    }
+
+    /// `cuMemAllocFromPoolAsync` on `queue` from `pool`, a device-memory pool of this device
+    /// (stream-ordered; reported and freed as [`CudaAllocator::alloc_async`]).
+    pub fn alloc_from_pool_async(
+        &self,
+        bytes: u64,
+        pool: sys::CUmemoryPool,
+        queue: &Arc<Queue>,
+    ) -> CudaResult<Allocation> {
+        self.inner.device.bind()?;
+        let size = size_of(bytes)?;
+        let ptr = self.with_retry(|| {
+            let mut p: sys::CUdeviceptr = 0;
+            // SAFETY: `queue` is a live stream of this device and `pool` the caller's pool (a
+            // stale handle is refused by the driver); out pointer to a live local. The
+            // allocation is owned by the returned value and freed on the same stream.
+            unsafe { sys::cuMemAllocFromPoolAsync(&mut p, size, pool, queue.raw()) }
+                .call("cuMemAllocFromPoolAsync")
+                .map(|()| p)
         })?;
         report_async_alloc(&self.inner.tracker, self.inner.agent, ptr, bytes);
         let mut a = self.untracked(ptr, bytes, AllocKind::StreamOrdered);

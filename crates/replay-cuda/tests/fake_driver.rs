@@ -967,7 +967,9 @@ fn a_kernel_writing_a_mapping_and_a_pool_allocation_replays() {
     let len = 64u64 << 10;
     let v = alloc.alloc_virtual(len).unwrap();
     let s = alloc.alloc_async(len, &q).unwrap();
-    for a in [&v, &s] {
+    let pool = alloc.default_pool().unwrap();
+    let f = alloc.alloc_from_pool_async(len, pool, &q).unwrap();
+    for a in [&v, &s, &f] {
         let r = tracker.lookup(agent, a.ptr()).unwrap();
         assert_eq!(
             r.class,
@@ -978,7 +980,7 @@ fn a_kernel_writing_a_mapping_and_a_pool_allocation_replays() {
     }
     for scope in [Scope::All, Scope::Arguments] {
         for restore in [RestoreMode::Full, RestoreMode::Dirty] {
-            for a in [&v, &s] {
+            for a in [&v, &s, &f] {
                 let input = pattern(len as usize, a.ptr() ^ scope as u64 ^ restore as u64);
                 mem.write_device(a.ptr(), &input, WAIT).unwrap();
                 cx.policy(scope, restore);
@@ -997,7 +999,7 @@ fn a_kernel_writing_a_mapping_and_a_pool_allocation_replays() {
         }
     }
     // decline_on_vmem keeps the old behaviour: declined, run once.
-    for a in [&v, &s] {
+    for a in [&v, &s, &f] {
         let input = pattern(len as usize, 3);
         mem.write_device(a.ptr(), &input, WAIT).unwrap();
         cx.service
@@ -1016,7 +1018,7 @@ fn a_kernel_writing_a_mapping_and_a_pool_allocation_replays() {
         rmw_host(&mut want, 6);
         assert_eq!(mem.read_device(a.ptr(), len, WAIT).unwrap(), want);
     }
-    drop((v, s));
+    drop((v, s, f));
     drop(q);
 }
 

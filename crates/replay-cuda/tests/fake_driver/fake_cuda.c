@@ -686,6 +686,25 @@ CUresult cuMemAllocAsync(CUdeviceptr* p, size_t size, void* s) {
     return dev_alloc(p, size, K_POOL);
 }
 
+/* One pretend pool per process: the default pool of device 0. */
+static int default_pool;
+
+CUresult cuDeviceGetDefaultMemPool(void** pool, int dev) {
+    if (pool == NULL || dev != 0) {
+        return E_INVALID_VALUE;
+    }
+    *pool = &default_pool;
+    return OK;
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t size, void* pool, void* s) {
+    (void)s;
+    if (pool != &default_pool) {
+        return E_INVALID_VALUE;
+    }
+    return dev_alloc(p, size, K_POOL);
+}
+
 CUresult cuMemFreeAsync(CUdeviceptr p, void* s) {
     (void)s;
     return do_free((void*)(uintptr_t)p);
