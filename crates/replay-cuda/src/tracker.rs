@@ -96,6 +96,15 @@ pub struct CudaAllocator {
     inner: Arc<Inner>,
 }
 
+/// A device-memory pool the driver gave ([`CudaAllocator::default_pool`]).
+#[derive(Debug)]
+pub struct MemPool(sys::CUmemoryPool);
+
+// SAFETY: a pool handle is an opaque driver handle, usable from any thread of the process.
+unsafe impl Send for MemPool {}
+// SAFETY: as above; the driver serialises its own use of the pool.
+unsafe impl Sync for MemPool {}
+
 /// What a virtual-memory allocation holds besides its address.
 #[derive(Debug)]
 struct VmmParts {
@@ -350,14 +359,14 @@ impl CudaAllocator {
 
     /// The device's default memory pool (`cuDeviceGetDefaultMemPool`), the pool
     /// [`CudaAllocator::alloc_async`] allocates from.
-    pub fn default_pool(&self) -> CudaResult<sys::CUmemoryPool> {
+    pub fn default_pool(&self) -> CudaResult<MemPool> {
         let dev = &self.inner.device;
         dev.bind()?;
         let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: out pointer to a live local; the device handle is the open device's.
         unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, dev.raw()) }
             .call("cuDeviceGetDefaultMemPool")?;
-        Ok(pool)
+        Ok(MemPool(pool))
     }
 
     /// `cuMemAllocFromPoolAsync` on `queue` from `pool`, a device-memory pool of this device
@@ -365,17 +374,18 @@ impl CudaAllocator {
     pub fn alloc_from_pool_async(
         &self,
         bytes: u64,
-        pool: sys::CUmemoryPool,
+        pool: &MemPool,
         queue: &Arc<Queue>,
     ) -> CudaResult<Allocation> {
         self.inner.device.bind()?;
         let size = size_of(bytes)?;
         let ptr = self.with_retry(|| {
             let mut p: sys::CUdeviceptr = 0;
-            // SAFETY: `queue` is a live stream of this device and `pool` the caller's pool (a
-            // stale handle is refused by the driver); out pointer to a live local. The
-            // allocation is owned by the returned value and freed on the same stream.
-            unsafe { sys::cuMemAllocFromPoolAsync(&mut p, size, pool, queue.raw()) }
+            // SAFETY: `queue` is a live stream of this device and `pool` a pool the driver
+            // gave (a device's default pool lives as long as its context); out pointer to a
+            // live local. The allocation is owned by the returned value and freed on the same
+            // stream.
+            unsafe { sys::cuMemAllocFromPoolAsync(&mut p, size, pool.0, queue.raw()) }
                 .call("cuMemAllocFromPoolAsync")
                 .map(|()| p)
         })?;

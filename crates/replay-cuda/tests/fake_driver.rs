@@ -968,7 +968,7 @@ fn a_kernel_writing_a_mapping_and_a_pool_allocation_replays() {
     let v = alloc.alloc_virtual(len).unwrap();
     let s = alloc.alloc_async(len, &q).unwrap();
     let pool = alloc.default_pool().unwrap();
-    let f = alloc.alloc_from_pool_async(len, pool, &q).unwrap();
+    let f = alloc.alloc_from_pool_async(len, &pool, &q).unwrap();
     for a in [&v, &s, &f] {
         let r = tracker.lookup(agent, a.ptr()).unwrap();
         assert_eq!(
