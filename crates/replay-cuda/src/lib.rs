@@ -179,7 +179,7 @@ pub use queue::{
     Stream,
 };
 pub use result::MIN_DRIVER_VERSION;
-pub use tracker::{AllocKind, Allocation, CudaAllocator};
+pub use tracker::{AllocKind, Allocation, CudaAllocator, MemPool};
 
 /// Whether CUDA can be used in this process: `Ok(number of devices)`, or why not (the driver
 /// library is missing, `cuInit` failed, no device, a driver older than CUDA 12.0). Loads and

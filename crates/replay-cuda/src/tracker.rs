@@ -9,8 +9,14 @@
 //! | [`CudaAllocator::alloc_pinned_host`] | `cuMemHostAlloc` (mapped) | pinned host: likewise |
 //! | [`CudaAllocator::alloc_host`] | `cuMemAllocHost` | pinned host: likewise |
 //! | [`CudaAllocator::register_host`] | `cuMemHostRegister` (mapped) | pinned (registered) host: likewise |
-//! | [`CudaAllocator::alloc_async`] | `cuMemAllocAsync` (the device's default pool) | stream-ordered pool memory: a virtual-memory mapping (counted, not captured; declines by default) |
-//! | [`CudaAllocator::alloc_virtual`] | `cuMemCreate` + `cuMemAddressReserve` + `cuMemMap` | virtual-memory mapping, likewise |
+//! | [`CudaAllocator::alloc_async`] | `cuMemAllocAsync` (the device's default pool) | stream-ordered pool memory: coarse device memory marked `VIRTUAL_MAPPING`, captured, from the allocation to the point its free is ordered ([`Tracker::record_async_alloc`] / [`Tracker::record_async_free`], before `cuMemFreeAsync`) |
+//! | [`CudaAllocator::alloc_from_pool_async`] | `cuMemAllocFromPoolAsync` (a pool of this device, e.g. [`CudaAllocator::default_pool`]) | likewise |
+//! | [`CudaAllocator::alloc_virtual`] | `cuMemCreate` + `cuMemAddressReserve` + `cuMemMap` + `cuMemSetAccess` | a mapping of coarse device memory, captured on this device once it has read-write access ([`Tracker::record_map`] after `cuMemMap`, [`Tracker::record_access`] after `cuMemSetAccess`; [`Tracker::record_unmap`] before `cuMemUnmap`, [`Tracker::record_release_reservation`] before `cuMemAddressFree`) |
+//!
+//! `decline_on_vmem` (policy) still declines a dispatch while either kind is live.
+//! The interception of unmodified applications reports the same calls through
+//! [`report_map`], [`report_access`], [`report_unmap`], [`report_address_free`],
+//! [`report_async_alloc`] and [`report_async_free`], in the order the table above gives.
 //!
 //! Host memory is recorded at the address kernels use for it (`cuMemHostGetDevicePointer`;
 //! with unified addressing, the host address), which is also what an argument word holds and
@@ -25,7 +31,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use replay_core::{AgentId, MemoryClass};
-use replay_memory::Tracker;
+use replay_memory::{MapAccess, MappedHandle, Tracker};
 
 use crate::device::{Device, SendPtr};
 use crate::error::{CudaError, CudaResult};
@@ -57,7 +63,11 @@ impl AllocKind {
             Self::Device => MemoryClass::DEVICE_COARSE,
             Self::Managed => MemoryClass::MANAGED,
             Self::PinnedHost | Self::RegisteredHost => MemoryClass::PINNED_HOST,
-            Self::StreamOrdered | Self::Virtual => MemoryClass::VIRTUAL_MAPPING,
+            // What the tracker's mapping and stream-ordered calls record for device memory
+            // this device reads and writes.
+            Self::StreamOrdered | Self::Virtual => {
+                MemoryClass::VIRTUAL_MAPPING.union(MemoryClass::DEVICE_COARSE)
+            }
         }
     }
 }
@@ -85,6 +95,15 @@ impl std::fmt::Debug for Inner {
 pub struct CudaAllocator {
     inner: Arc<Inner>,
 }
+
+/// A device-memory pool the driver gave ([`CudaAllocator::default_pool`]).
+#[derive(Debug)]
+pub struct MemPool(sys::CUmemoryPool);
+
+// SAFETY: a pool handle is an opaque driver handle, usable from any thread of the process.
+unsafe impl Send for MemPool {}
+// SAFETY: as above; the driver serialises its own use of the pool.
+unsafe impl Sync for MemPool {}
 
 /// What a virtual-memory allocation holds besides its address.
 #[derive(Debug)]
@@ -135,8 +154,20 @@ impl Allocation {
 impl Drop for Allocation {
     fn drop(&mut self) {
         let i = &self.inner;
-        // The free is recorded before the memory is released (SPEC §7.1).
-        i.tracker.record_free(i.agent, self.ptr);
+        // The free (the unmap, the ordered free) is recorded before the memory is released
+        // (SPEC §7.1).
+        match (self.kind, &self.vmm) {
+            (AllocKind::Virtual, Some(v)) => {
+                report_unmap(&i.tracker, self.ptr, v.size as u64);
+                report_address_free(&i.tracker, self.ptr, v.size as u64);
+            }
+            (AllocKind::StreamOrdered, _) => {
+                report_async_free(&i.tracker, i.agent, self.ptr);
+            }
+            _ => {
+                i.tracker.record_free(i.agent, self.ptr);
+            }
+        }
         if let Err(e) = i.device.bind() {
             log::warn!("[kernel-replay] freeing {:#x}: {e}", self.ptr);
             return;
@@ -227,6 +258,11 @@ impl CudaAllocator {
         self.inner
             .tracker
             .record_alloc(self.inner.agent, ptr, bytes, kind.class());
+        self.untracked(ptr, bytes, kind)
+    }
+
+    /// The value owning an allocation whose report the caller made.
+    fn untracked(&self, ptr: u64, bytes: u64, kind: AllocKind) -> Allocation {
         Allocation {
             inner: Arc::clone(&self.inner),
             ptr,
@@ -315,7 +351,46 @@ impl CudaAllocator {
             // returned value and freed on the same stream.
             unsafe { result::malloc_async(queue.raw(), size) }.call("cuMemAllocAsync")
         })?;
-        let mut a = self.track(ptr, bytes, AllocKind::StreamOrdered);
+        report_async_alloc(&self.inner.tracker, self.inner.agent, ptr, bytes);
+        let mut a = self.untracked(ptr, bytes, AllocKind::StreamOrdered);
+        a.queue = Some(Arc::clone(queue));
+        Ok(a)
+    }
+
+    /// The device's default memory pool (`cuDeviceGetDefaultMemPool`), the pool
+    /// [`CudaAllocator::alloc_async`] allocates from.
+    pub fn default_pool(&self) -> CudaResult<MemPool> {
+        let dev = &self.inner.device;
+        dev.bind()?;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: out pointer to a live local; the device handle is the open device's.
+        unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, dev.raw()) }
+            .call("cuDeviceGetDefaultMemPool")?;
+        Ok(MemPool(pool))
+    }
+
+    /// `cuMemAllocFromPoolAsync` on `queue` from `pool`, a device-memory pool of this device
+    /// (stream-ordered; reported and freed as [`CudaAllocator::alloc_async`]).
+    pub fn alloc_from_pool_async(
+        &self,
+        bytes: u64,
+        pool: &MemPool,
+        queue: &Arc<Queue>,
+    ) -> CudaResult<Allocation> {
+        self.inner.device.bind()?;
+        let size = size_of(bytes)?;
+        let ptr = self.with_retry(|| {
+            let mut p: sys::CUdeviceptr = 0;
+            // SAFETY: `queue` is a live stream of this device and `pool` a pool the driver
+            // gave (a device's default pool lives as long as its context); out pointer to a
+            // live local. The allocation is owned by the returned value and freed on the same
+            // stream.
+            unsafe { sys::cuMemAllocFromPoolAsync(&mut p, size, pool.0, queue.raw()) }
+                .call("cuMemAllocFromPoolAsync")
+                .map(|()| p)
+        })?;
+        report_async_alloc(&self.inner.tracker, self.inner.agent, ptr, bytes);
+        let mut a = self.untracked(ptr, bytes, AllocKind::StreamOrdered);
         a.queue = Some(Arc::clone(queue));
         Ok(a)
     }
@@ -370,15 +445,21 @@ impl CudaAllocator {
             location,
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
+        let (agent, tracker) = (self.inner.agent, &self.inner.tracker);
         // SAFETY: maps the whole handle at the start of the reserved range, then grants this
-        // device read-write access to exactly that range.
+        // device read-write access to exactly that range. Each report follows its call's
+        // success (SPEC §7.1: a mapping is live from map plus access).
         let mapped = unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) }
             .call("cuMemMap")
             .and_then(|()| {
+                report_map(tracker, ptr, size as u64, agent, MemoryClass::DEVICE_COARSE);
                 // SAFETY: as above.
                 unsafe { sys::cuMemSetAccess(ptr, size, &access, 1) }.call("cuMemSetAccess")
-            });
+            })
+            .map(|()| report_access(tracker, ptr, size as u64, agent, MapAccess::ReadWrite));
         if let Err(e) = mapped {
+            report_unmap(tracker, ptr, size as u64);
+            report_address_free(tracker, ptr, size as u64);
             // SAFETY: undo in reverse order what succeeded; unmapping an unmapped range only
             // fails, which is ignored.
             unsafe {
@@ -388,7 +469,7 @@ impl CudaAllocator {
             }
             return Err(e);
         }
-        let mut a = self.track(ptr, bytes, AllocKind::Virtual);
+        let mut a = self.untracked(ptr, bytes, AllocKind::Virtual);
         a.vmm = Some(VmmParts { handle, size });
         Ok(a)
     }
@@ -399,6 +480,47 @@ impl CudaAllocator {
             .tracker
             .mark_tool_owned(self.inner.agent, ptr, bytes);
     }
+}
+
+// ----- Reports of mappings and stream-ordered allocations (SPEC §7.1 row) -----------------
+//
+// One function per driver call, for the allocator above and for the interception of
+// unmodified applications; each says whether it goes before or after the driver's call.
+
+/// After a successful `cuMemMap` of a handle this process created (`cuMemCreate`) of device
+/// memory on `owner`, of `class` (`DEVICE_COARSE`): the mapping is known, without access yet.
+/// For a handle from `cuMemImportFromShareableHandle` or a multicast object, call
+/// [`Tracker::record_map`] with [`MappedHandle::Imported`] / [`MappedHandle::Multicast`].
+pub fn report_map(tracker: &Tracker, ptr: u64, size: u64, owner: AgentId, class: MemoryClass) {
+    tracker.record_map(ptr, size, MappedHandle::Local { owner, class });
+}
+
+/// `cuMemSetAccess`, once per device of its descriptor list: *before* the call when it lowers
+/// that device's access (read-only, none), *after* a successful call when it raises it.
+pub fn report_access(tracker: &Tracker, ptr: u64, size: u64, agent: AgentId, access: MapAccess) {
+    tracker.record_access(ptr, size, agent, access);
+}
+
+/// *Before* `cuMemUnmap`: no restore writes the range from now on.
+pub fn report_unmap(tracker: &Tracker, ptr: u64, size: u64) {
+    tracker.record_unmap(ptr, size);
+}
+
+/// *Before* `cuMemAddressFree`: whatever is still mapped in the range ends.
+pub fn report_address_free(tracker: &Tracker, ptr: u64, size: u64) {
+    tracker.record_release_reservation(ptr, size);
+}
+
+/// After a successful `cuMemAllocAsync` / `cuMemAllocFromPoolAsync` of device memory of
+/// `agent`: captured like device memory until its free is ordered.
+pub fn report_async_alloc(tracker: &Tracker, agent: AgentId, ptr: u64, size: u64) {
+    tracker.record_async_alloc(agent, ptr, size, MemoryClass::DEVICE_COARSE);
+}
+
+/// *Before* `cuMemFreeAsync`: the point the free is ordered, not the point the stream
+/// reaches it.
+pub fn report_async_free(tracker: &Tracker, agent: AgentId, ptr: u64) {
+    tracker.record_async_free(agent, ptr);
 }
 
 fn size_of(bytes: u64) -> CudaResult<usize> {
@@ -422,7 +544,12 @@ mod tests {
             assert_eq!(classify(k.class()), Treatment::CapturableUntracked, "{k:?}");
         }
         for k in [AllocKind::StreamOrdered, AllocKind::Virtual] {
-            assert_eq!(classify(k.class()), Treatment::VirtualMapping, "{k:?}");
+            assert_eq!(classify(k.class()), Treatment::Captured, "{k:?}");
+            assert_eq!(
+                replay_memory::classify_under(k.class(), true),
+                Treatment::VirtualMapping,
+                "{k:?} under decline_on_vmem"
+            );
         }
     }
 }

@@ -266,8 +266,14 @@ fn the_backend_over_a_fake_driver() {
             (&d, MemoryClass::DEVICE_COARSE),
             (&m, MemoryClass::MANAGED),
             (&p, MemoryClass::PINNED_HOST),
-            (&s, MemoryClass::VIRTUAL_MAPPING),
-            (&v, MemoryClass::VIRTUAL_MAPPING),
+            (
+                &s,
+                MemoryClass::VIRTUAL_MAPPING | MemoryClass::DEVICE_COARSE,
+            ),
+            (
+                &v,
+                MemoryClass::VIRTUAL_MAPPING | MemoryClass::DEVICE_COARSE,
+            ),
         ] {
             assert_eq!(tracker.lookup(agent, a.ptr()).unwrap().class, class);
         }
@@ -941,4 +947,133 @@ fn a_copy_started_during_a_window_waits_for_it() {
         copied,
         "the copy was not undone"
     );
+}
+
+/// Reads `len` bytes at `p` in the fake's memory (device memory is host memory there).
+fn raw(p: u64, len: usize) -> Vec<u8> {
+    // SAFETY: the fake's device arena is mapped for the whole process and never unmapped;
+    // a freed block reads as zeros there.
+    unsafe { std::slice::from_raw_parts(p as *const u8, len) }.to_vec()
+}
+
+#[test]
+fn a_kernel_writing_a_mapping_and_a_pool_allocation_replays() {
+    let Some((_serial, cx, tracker)) = setup() else {
+        return;
+    };
+    let module = cx.backend.modules().load(&image(), "fake.cubin").unwrap();
+    let rmw = module.function("kr_rmw").unwrap();
+    let alloc = cx.backend.allocator();
+    let agent = cx.backend.agent_id();
+    let mem = cx.backend.memory();
+    let q = cx.backend.create_queue(QueueKind::Compute).unwrap();
+    let len = 64u64 << 10;
+    let v = alloc.alloc_virtual(len).unwrap();
+    let s = alloc.alloc_async(len, &q).unwrap();
+    let pool = alloc.default_pool().unwrap();
+    let f = alloc.alloc_from_pool_async(len, &pool, &q).unwrap();
+    for a in [&v, &s, &f] {
+        let r = tracker.lookup(agent, a.ptr()).unwrap();
+        assert_eq!(
+            r.class,
+            MemoryClass::VIRTUAL_MAPPING | MemoryClass::DEVICE_COARSE,
+            "{:?}",
+            a.kind()
+        );
+    }
+    for scope in [Scope::All, Scope::Arguments] {
+        for restore in [RestoreMode::Full, RestoreMode::Dirty] {
+            for a in [&v, &s, &f] {
+                let input = pattern(len as usize, a.ptr() ^ scope as u64 ^ restore as u64);
+                mem.write_device(a.ptr(), &input, WAIT).unwrap();
+                cx.policy(scope, restore);
+                let rec = cx.launch(&rmw, &rmw_args(a.ptr(), len, 6), 4, vec![(a.ptr(), len)]);
+                assert_eq!(
+                    (rec.outcome, rec.executed_passes),
+                    (Outcome::Replayed, 4),
+                    "{:?} {scope:?}/{restore:?}: {rec}",
+                    a.kind()
+                );
+                cx.inputs_identical(4);
+                let mut want = input;
+                rmw_host(&mut want, 6);
+                assert_eq!(mem.read_device(a.ptr(), len, WAIT).unwrap(), want);
+            }
+        }
+    }
+    // decline_on_vmem keeps the old behaviour: declined, run once.
+    for a in [&v, &s, &f] {
+        let input = pattern(len as usize, 3);
+        mem.write_device(a.ptr(), &input, WAIT).unwrap();
+        cx.service
+            .set_policy(Policy {
+                decline_on_vmem: true,
+                ..Policy::default()
+            })
+            .unwrap();
+        let rec = cx.launch(&rmw, &rmw_args(a.ptr(), len, 6), 4, vec![]);
+        assert_eq!(
+            (rec.outcome, rec.reason),
+            (Outcome::Declined, Reason::UntrackedMemory),
+            "{rec}"
+        );
+        let mut want = input;
+        rmw_host(&mut want, 6);
+        assert_eq!(mem.read_device(a.ptr(), len, WAIT).unwrap(), want);
+    }
+    drop((v, s, f));
+    drop(q);
+}
+
+#[test]
+fn a_mapping_and_a_pool_allocation_freed_during_a_window_are_not_restored() {
+    let Some((_serial, cx, tracker)) = setup() else {
+        return;
+    };
+    let module = cx.backend.modules().load(&image(), "fake.cubin").unwrap();
+    let rmw = module.function("kr_rmw").unwrap();
+    let alloc = cx.backend.allocator();
+    let agent = cx.backend.agent_id();
+    let mem = cx.backend.memory();
+    let q = cx.backend.create_queue(QueueKind::Compute).unwrap();
+    let len = 256u64 << 10;
+    let a = alloc.alloc_device(len).unwrap();
+    let v = alloc.alloc_virtual(len).unwrap();
+    let s = alloc.alloc_async(len, &q).unwrap();
+    let input = pattern(len as usize, 17);
+    for p in [a.ptr(), v.ptr(), s.ptr()] {
+        mem.write_device(p, &input, WAIT).unwrap();
+    }
+    let (vp, sp) = (v.ptr(), s.ptr());
+    // Captured under `all` (the kernel writes only `a`); the tool frees both before pass 1:
+    // the unmap and the ordered free are recorded before the driver's calls, so the restores
+    // that follow skip them.
+    let freed = Arc::new(Mutex::new(Some((v, s))));
+    let f = Arc::clone(&freed);
+    *cx.tool.hook.lock() = Some(Box::new(move |pass| {
+        if pass == 1 {
+            drop(f.lock().take());
+        }
+    }));
+    cx.policy(Scope::All, RestoreMode::Full);
+    let rec = cx.launch(&rmw, &rmw_args(a.ptr(), len, 2), 3, vec![]);
+    *cx.tool.hook.lock() = None;
+    assert!(freed.lock().is_none(), "the tool freed them");
+    assert_eq!(
+        (rec.outcome, rec.executed_passes),
+        (Outcome::Replayed, 3),
+        "{rec}"
+    );
+    assert!(rec.captured_bytes >= 3 * len, "all three captured: {rec}");
+    let mut want = input.clone();
+    rmw_host(&mut want, 2);
+    assert_eq!(mem.read_device(a.ptr(), len, WAIT).unwrap(), want);
+    assert!(tracker.lookup(agent, vp).is_none() && tracker.lookup(agent, sp).is_none());
+    // The pool block's whole pages were released by the free and were never written again.
+    let page = (sp + 4095) & !4095;
+    assert!(
+        raw(page, 64 << 10).iter().all(|&b| b == 0),
+        "no restore wrote the freed pool block"
+    );
+    drop(q);
 }

@@ -34,7 +34,9 @@
 //!
 //! `OnLoad` validates the table, saves the original entries and installs wrappers on core
 //! `hsa_memory_allocate`/`free`, AMD `hsa_amd_memory_pool_allocate`/`free`, the virtual-memory
-//! `hsa_amd_vmem_map`/`unmap` (major 2), `hsa_amd_memory_lock` / `_lock_to_pool` / `_unlock`,
+//! entries of major 2 (`hsa_amd_vmem_map`, `_unmap`, `_set_access`, `_address_reserve`
+//! (`_align`), `_address_free`, `_handle_create` / `_release`, `_import_shareable_handle`:
+//! mappings with read-write access for an agent are captured on it, SPEC §7.1 row), `hsa_amd_memory_lock` / `_lock_to_pool` / `_unlock`,
 //! `hsa_amd_ipc_memory_attach` / `_detach`, and the async-copy entries
 //! (`hsa_amd_memory_async_copy`, `_rect`, and `_on_engine` in major 2); they feed a
 //! [`replay_memory::Tracker`] (the free is recorded before the memory is released; host memory

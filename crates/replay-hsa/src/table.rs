@@ -13,7 +13,9 @@
 //! `hsa_amd_memory_pool_get_info`, `hsa_amd_memory_pool_allocate`, `hsa_amd_memory_pool_free`,
 //! `hsa_amd_memory_async_copy`, `hsa_amd_pointer_info`. Optional (wrapped where the table has
 //! them): `hsa_amd_memory_async_copy_rect`, and in major 2 `hsa_amd_memory_async_copy_on_engine`,
-//! `hsa_amd_vmem_map`, `hsa_amd_vmem_unmap`; `hsa_amd_memory_lock` / `_lock_to_pool` /
+//! `hsa_amd_vmem_map`, `_unmap`, `_set_access`, `_address_reserve`, `_address_reserve_align`,
+//! `_address_free`, `_handle_create`, `_handle_release`, `_import_shareable_handle` (major 1
+//! has no virtual-memory entries); `hsa_amd_memory_lock` / `_lock_to_pool` /
 //! `_unlock` and `hsa_amd_ipc_memory_attach` / `_detach` (host and imported memory),
 //! `hsa_memory_copy` and `hsa_amd_memory_fill` (gated writes), and `hsa_iterate_agents` (read). The queue group ([`QueueSlots`]: core queue
 //! create/destroy and index entries, signal create/destroy/store/add/subtract/wait,
@@ -110,6 +112,15 @@ pub struct Entries {
     pub async_copy_on_engine: Option<Slot<sys::AsyncCopyOnEngineFn>>,
     pub vmem_map: Option<Slot<sys::VmemMapFn>>,
     pub vmem_unmap: Option<Slot<sys::VmemUnmapFn>>,
+    /// The rest of the virtual-memory group (major 2): wrapped with map and unmap (see
+    /// `tool.rs` for which are needed together).
+    pub vmem_reserve: Option<Slot<sys::VmemAddressReserveFn>>,
+    pub vmem_reserve_align: Option<Slot<sys::VmemAddressReserveAlignFn>>,
+    pub vmem_address_free: Option<Slot<sys::VmemAddressFreeFn>>,
+    pub vmem_handle_create: Option<Slot<sys::VmemHandleCreateFn>>,
+    pub vmem_handle_release: Option<Slot<sys::VmemHandleReleaseFn>>,
+    pub vmem_set_access: Option<Slot<sys::VmemSetAccessFn>>,
+    pub vmem_import: Option<Slot<sys::VmemImportShareableFn>>,
     /// Wrapped where present: an executable's kernels are forgotten before it is destroyed.
     pub executable_destroy: Option<Slot<sys::ExecutableDestroyFn>>,
     /// Host memory made GPU-accessible (`hsa_amd_memory_lock`, `_lock_to_pool`, `_unlock`):
@@ -405,6 +416,40 @@ pub unsafe fn bind(root: *mut c_void) -> Result<Bound, TableError> {
             vmem_unmap: amd.optional(
                 v2_only(offset_of!(v2::AmdExtTable, hsa_amd_vmem_unmap_fn)),
                 "hsa_amd_vmem_unmap",
+            ),
+            vmem_reserve: amd.optional(
+                v2_only(offset_of!(v2::AmdExtTable, hsa_amd_vmem_address_reserve_fn)),
+                "hsa_amd_vmem_address_reserve",
+            ),
+            vmem_reserve_align: amd.optional(
+                v2_only(offset_of!(
+                    v2::AmdExtTable,
+                    hsa_amd_vmem_address_reserve_align_fn
+                )),
+                "hsa_amd_vmem_address_reserve_align",
+            ),
+            vmem_address_free: amd.optional(
+                v2_only(offset_of!(v2::AmdExtTable, hsa_amd_vmem_address_free_fn)),
+                "hsa_amd_vmem_address_free",
+            ),
+            vmem_handle_create: amd.optional(
+                v2_only(offset_of!(v2::AmdExtTable, hsa_amd_vmem_handle_create_fn)),
+                "hsa_amd_vmem_handle_create",
+            ),
+            vmem_handle_release: amd.optional(
+                v2_only(offset_of!(v2::AmdExtTable, hsa_amd_vmem_handle_release_fn)),
+                "hsa_amd_vmem_handle_release",
+            ),
+            vmem_set_access: amd.optional(
+                v2_only(offset_of!(v2::AmdExtTable, hsa_amd_vmem_set_access_fn)),
+                "hsa_amd_vmem_set_access",
+            ),
+            vmem_import: amd.optional(
+                v2_only(offset_of!(
+                    v2::AmdExtTable,
+                    hsa_amd_vmem_import_shareable_handle_fn
+                )),
+                "hsa_amd_vmem_import_shareable_handle",
             ),
             executable_destroy: core.optional(
                 Some(offset!(core, CoreApiTable, hsa_executable_destroy_fn)),

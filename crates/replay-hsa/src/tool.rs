@@ -175,6 +175,29 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
         ),
         vmem_map: orig_opt!(e.vmem_map, wrap::vmem_map, vmem_map),
         vmem_unmap: orig_opt!(e.vmem_unmap, wrap::vmem_unmap, vmem_unmap),
+        vmem_reserve: orig_opt!(e.vmem_reserve, wrap::vmem_address_reserve, vmem_reserve),
+        vmem_reserve_align: orig_opt!(
+            e.vmem_reserve_align,
+            wrap::vmem_address_reserve_align,
+            vmem_reserve_align
+        ),
+        vmem_address_free: orig_opt!(
+            e.vmem_address_free,
+            wrap::vmem_address_free,
+            vmem_address_free
+        ),
+        vmem_handle_create: orig_opt!(
+            e.vmem_handle_create,
+            wrap::vmem_handle_create,
+            vmem_handle_create
+        ),
+        vmem_handle_release: orig_opt!(
+            e.vmem_handle_release,
+            wrap::vmem_handle_release,
+            vmem_handle_release
+        ),
+        vmem_set_access: orig_opt!(e.vmem_set_access, wrap::vmem_set_access, vmem_set_access),
+        vmem_import: orig_opt!(e.vmem_import, wrap::vmem_import, vmem_import),
         executable_destroy: orig_opt!(
             e.executable_destroy,
             kernels::executable_destroy,
@@ -281,11 +304,26 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
             },
         },
     };
-    // Map and unmap are wrapped together or not at all: a mapping recorded without its unmap
-    // (or the reverse) would leave the inventory wrong.
-    if originals.vmem_map.is_none() || originals.vmem_unmap.is_none() {
+    // Map, unmap, set-access and address-free are wrapped together or not at all: a mapping
+    // recorded without its unmap or the free of its reservation (or the reverse) would leave
+    // the inventory wrong, and one without its access would never be captured. Without them
+    // none of the group is wrapped, and a mapping an argument reaches is asked of the runtime
+    // (`VIRTUAL_MAPPING`: declined). Reserve, handle create / release and import are wrapped
+    // where present; a handle the wrappers never saw is taken for an imported one (declined).
+    if originals.vmem_map.is_none()
+        || originals.vmem_unmap.is_none()
+        || originals.vmem_set_access.is_none()
+        || originals.vmem_address_free.is_none()
+    {
         originals.vmem_map = None;
         originals.vmem_unmap = None;
+        originals.vmem_set_access = None;
+        originals.vmem_address_free = None;
+        originals.vmem_reserve = None;
+        originals.vmem_reserve_align = None;
+        originals.vmem_handle_create = None;
+        originals.vmem_handle_release = None;
+        originals.vmem_import = None;
     }
     // Lock and unlock are wrapped together (a lock recorded without its unlock would leave the
     // inventory wrong), as are IPC attach and detach.
@@ -324,10 +362,38 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
             s.set(wrap::async_copy_on_engine);
             wrapped.push(s.name);
         }
-        if let (Some(m), Some(u), Some(_)) = (&e.vmem_map, &e.vmem_unmap, originals.vmem_map) {
+        if let (Some(m), Some(u), Some(a), Some(f), Some(_)) = (
+            &e.vmem_map,
+            &e.vmem_unmap,
+            &e.vmem_set_access,
+            &e.vmem_address_free,
+            originals.vmem_map,
+        ) {
             m.set(wrap::vmem_map);
             u.set(wrap::vmem_unmap);
-            wrapped.extend([m.name, u.name]);
+            a.set(wrap::vmem_set_access);
+            f.set(wrap::vmem_address_free);
+            wrapped.extend([m.name, u.name, a.name, f.name]);
+            if let (Some(s), Some(_)) = (&e.vmem_reserve, originals.vmem_reserve) {
+                s.set(wrap::vmem_address_reserve);
+                wrapped.push(s.name);
+            }
+            if let (Some(s), Some(_)) = (&e.vmem_reserve_align, originals.vmem_reserve_align) {
+                s.set(wrap::vmem_address_reserve_align);
+                wrapped.push(s.name);
+            }
+            if let (Some(s), Some(_)) = (&e.vmem_handle_create, originals.vmem_handle_create) {
+                s.set(wrap::vmem_handle_create);
+                wrapped.push(s.name);
+            }
+            if let (Some(s), Some(_)) = (&e.vmem_handle_release, originals.vmem_handle_release) {
+                s.set(wrap::vmem_handle_release);
+                wrapped.push(s.name);
+            }
+            if let (Some(s), Some(_)) = (&e.vmem_import, originals.vmem_import) {
+                s.set(wrap::vmem_import);
+                wrapped.push(s.name);
+            }
         }
         if let (Some(l), Some(u), Some(_)) =
             (&e.memory_lock, &e.memory_unlock, originals.memory_lock)

@@ -84,6 +84,9 @@ struct alloc {
     u64 size;
     int device; /* counts against device memory */
     int kind;
+    /* K_VMM_RESERVE: bytes mapped from its start (cuMemMap / cuMemUnmap); a copy into the
+     * part not mapped is refused, as the device would fault. */
+    u64 mapped;
     struct alloc* next;
 };
 static struct alloc* allocs;
@@ -136,6 +139,7 @@ static CUresult do_alloc_kind(void** out, u64 size, int device, int kind) {
     a->size = size;
     a->device = device;
     a->kind = kind;
+    a->mapped = 0;
     a->next = allocs;
     allocs = a;
     if (device) {
@@ -682,6 +686,25 @@ CUresult cuMemAllocAsync(CUdeviceptr* p, size_t size, void* s) {
     return dev_alloc(p, size, K_POOL);
 }
 
+/* One pretend pool per process: the default pool of device 0. */
+static int default_pool;
+
+CUresult cuDeviceGetDefaultMemPool(void** pool, int dev) {
+    if (pool == NULL || dev != 0) {
+        return E_INVALID_VALUE;
+    }
+    *pool = &default_pool;
+    return OK;
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t size, void* pool, void* s) {
+    (void)s;
+    if (pool != &default_pool) {
+        return E_INVALID_VALUE;
+    }
+    return dev_alloc(p, size, K_POOL);
+}
+
 CUresult cuMemFreeAsync(CUdeviceptr p, void* s) {
     (void)s;
     return do_free((void*)(uintptr_t)p);
@@ -720,6 +743,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t size, unsigned flags) {
     a->size = size;
     a->device = 0;
     a->kind = K_REGISTERED;
+    a->mapped = 0;
     pthread_mutex_lock(&lock);
     a->next = allocs;
     allocs = a;
@@ -784,13 +808,29 @@ CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t align, CUdevice
     return r;
 }
 
+/* The reservation that starts at p, under the lock; NULL if none. */
+static struct alloc* reservation_at(u64 p) {
+    for (struct alloc* a = allocs; a; a = a->next) {
+        if ((u64)(uintptr_t)a->p == p && a->kind == K_VMM_RESERVE) {
+            return a;
+        }
+    }
+    return NULL;
+}
+
+/* Mappings start at their reservation's base (what the backend's allocator makes). */
 CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, u64 handle, u64 flags) {
-    (void)p;
-    (void)size;
     (void)off;
     (void)handle;
     (void)flags;
-    return OK;
+    pthread_mutex_lock(&lock);
+    struct alloc* a = reservation_at(p);
+    CUresult r = a && size <= a->size ? OK : E_INVALID_VALUE;
+    if (r == OK) {
+        a->mapped = size;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
 }
 
 CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const void* desc, size_t count) {
@@ -802,9 +842,34 @@ CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const void* desc, size_t cou
 }
 
 CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
-    (void)p;
     (void)size;
-    return OK;
+    pthread_mutex_lock(&lock);
+    struct alloc* a = reservation_at(p);
+    CUresult r = a && a->mapped ? OK : E_INVALID_VALUE;
+    if (r == OK) {
+        a->mapped = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* 0 when [p, p + n) reaches into the unmapped part of a reservation. */
+static int mapped_ok(u64 p, u64 n) {
+    int ok = 1;
+    pthread_mutex_lock(&lock);
+    for (struct alloc* a = allocs; a; a = a->next) {
+        u64 b = (u64)(uintptr_t)a->p;
+        if (a->kind == K_VMM_RESERVE && p < b + a->size && b < p + n) {
+            ok = p + n <= b + a->mapped;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (!ok) {
+        fprintf(stderr, "fake_cuda: copy of %llu bytes at 0x%llx into unmapped memory\n",
+                (unsigned long long)n, (unsigned long long)p);
+    }
+    return ok;
 }
 
 CUresult cuMemRelease(u64 handle) {
@@ -885,7 +950,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p)
 
 /* A copy on stream s: runs, or becomes a node of its capture. */
 static CUresult copy_on(u64 dst, u64 src, size_t n, void* s) {
-    if (!end_ok(src, n) || !end_ok(dst, n)) {
+    if (!end_ok(src, n) || !end_ok(dst, n) || !mapped_ok(src, n) || !mapped_ok(dst, n)) {
         return E_INVALID_VALUE;
     }
     struct stream* st = S(s);

@@ -77,6 +77,21 @@ pub struct hsa_amd_vmem_alloc_handle_t {
     pub handle: u64,
 }
 
+/// `hsa_access_permission_t`: none, read-only, write-only, read-write.
+pub type hsa_access_permission_t = u32;
+pub const HSA_ACCESS_PERMISSION_NONE: hsa_access_permission_t = 0;
+pub const HSA_ACCESS_PERMISSION_RO: hsa_access_permission_t = 1;
+pub const HSA_ACCESS_PERMISSION_WO: hsa_access_permission_t = 2;
+pub const HSA_ACCESS_PERMISSION_RW: hsa_access_permission_t = 3;
+
+/// `hsa_amd_memory_access_desc_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct hsa_amd_memory_access_desc_t {
+    pub permissions: hsa_access_permission_t,
+    pub agent_handle: hsa_agent_t,
+}
+
 /// `hsa_agent_info_t` (subset).
 pub type hsa_agent_info_t = u32;
 pub const HSA_AGENT_INFO_DEVICE: hsa_agent_info_t = 17;
@@ -328,6 +343,37 @@ pub type VmemMapFn = unsafe extern "C" fn(
     u64,
 ) -> hsa_status_t;
 pub type VmemUnmapFn = unsafe extern "C" fn(*mut c_void, usize) -> hsa_status_t;
+/// `hsa_amd_vmem_address_reserve(void** va, size_t size, uint64_t address, uint64_t flags)`.
+pub type VmemAddressReserveFn =
+    unsafe extern "C" fn(*mut *mut c_void, usize, u64, u64) -> hsa_status_t;
+/// `hsa_amd_vmem_address_reserve_align(void** va, size_t size, uint64_t address, uint64_t
+/// alignment, uint64_t flags)`.
+pub type VmemAddressReserveAlignFn =
+    unsafe extern "C" fn(*mut *mut c_void, usize, u64, u64, u64) -> hsa_status_t;
+/// `hsa_amd_vmem_address_free(void* va, size_t size)`.
+pub type VmemAddressFreeFn = unsafe extern "C" fn(*mut c_void, usize) -> hsa_status_t;
+/// `hsa_amd_vmem_handle_create(pool, size, hsa_amd_memory_type_t type, uint64_t flags,
+/// hsa_amd_vmem_alloc_handle_t* handle)`.
+pub type VmemHandleCreateFn = unsafe extern "C" fn(
+    hsa_amd_memory_pool_t,
+    usize,
+    u32,
+    u64,
+    *mut hsa_amd_vmem_alloc_handle_t,
+) -> hsa_status_t;
+/// `hsa_amd_vmem_handle_release(hsa_amd_vmem_alloc_handle_t)`.
+pub type VmemHandleReleaseFn = unsafe extern "C" fn(hsa_amd_vmem_alloc_handle_t) -> hsa_status_t;
+/// `hsa_amd_vmem_set_access(void* va, size_t size, const hsa_amd_memory_access_desc_t* desc,
+/// size_t desc_cnt)`.
+pub type VmemSetAccessFn = unsafe extern "C" fn(
+    *mut c_void,
+    usize,
+    *const hsa_amd_memory_access_desc_t,
+    usize,
+) -> hsa_status_t;
+/// `hsa_amd_vmem_import_shareable_handle(int dmabuf_fd, hsa_amd_vmem_alloc_handle_t* handle)`.
+pub type VmemImportShareableFn =
+    unsafe extern "C" fn(i32, *mut hsa_amd_vmem_alloc_handle_t) -> hsa_status_t;
 /// `hsa_amd_memory_lock(host_ptr, size, agents, num_agent, agent_ptr)`: `agents` NULL and
 /// `num_agent` 0 give every agent access.
 pub type MemoryLockFn = unsafe extern "C" fn(

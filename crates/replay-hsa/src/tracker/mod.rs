@@ -6,11 +6,23 @@
 //! |---|---|
 //! | core `hsa_memory_allocate` / AMD `hsa_amd_memory_pool_allocate` | an allocation, classified by [`classify`] from the region's or pool's segment and global flags, the allocate flags, and the pointer info (type, owner agent and its device type) |
 //! | core `hsa_memory_free` / AMD `hsa_amd_memory_pool_free` | the free, recorded **before** the original releases the memory |
-//! | AMD `hsa_amd_vmem_map` / `hsa_amd_vmem_unmap` (major 2) | a virtual-memory mapping of the owner agent / its removal, recorded before the unmap |
+//! | AMD `hsa_amd_vmem_handle_create` / `_import_shareable_handle` (major 2) | nothing; the handle's class (from its pool) or its being imported is remembered for its mappings |
+//! | AMD `hsa_amd_vmem_map` (major 2) | [`replay_memory::Tracker::record_map`] after it succeeded: the owner from the pointer info, a local handle with its pool's class, an imported handle (or one never seen made) as `Imported` |
+//! | AMD `hsa_amd_vmem_set_access` (major 2) | [`replay_memory::Tracker::record_access`] per GPU agent named: read-write after the call, anything else (read-only, write-only, none) before it |
+//! | AMD `hsa_amd_vmem_unmap` / `hsa_amd_vmem_address_free` (major 2) | the unmap / the release of the reservation (what is still mapped in it), recorded before the call |
+//! | AMD `hsa_amd_vmem_address_reserve` (`_align`), `_handle_release` (major 2) | nothing (the reservation's size is remembered for its free) |
 //! | AMD `hsa_amd_memory_lock` / `_lock_to_pool` / `_unlock` | a `PINNED_HOST` block at the agents' address, under the GPU agents given access (every GPU when none is named) / its removal, recorded first |
 //! | AMD `hsa_amd_ipc_memory_attach` / `_detach` | an `IPC_IMPORTED` block under the mapping agents / its removal, recorded first |
 //! | AMD `hsa_amd_memory_async_copy` (and `_on_engine`, `_rect`) | a copy in flight on the copy fence ([`fence`], [`copy_fence`]), submitted holding the reader side of every GPU agent it writes |
 //! | core `hsa_memory_copy`, AMD `hsa_amd_memory_fill` | nothing recorded; the call runs holding the reader side of every GPU agent it writes |
+//!
+//! **`hipMallocAsync`**: HIP's stream-ordered pools sub-allocate blocks that HIP itself took
+//! from `hsa_amd_memory_pool_allocate`, and `hipFreeAsync` gives a block back to HIP's pool,
+//! not to the runtime. Nothing at this layer tells such a block from any other pool
+//! allocation, so it is tracked as the ordinary allocation it is (coarse device memory,
+//! captured), from its allocate to its `hsa_amd_memory_pool_free`: the memory a stream-ordered
+//! free gives back stays allocated, so a restore into it never writes released memory.
+//! [`replay_memory::Tracker::record_async_alloc`] is not used here.
 //!
 //! **Host memory** (a CPU agent's pools, locked memory) is recorded under every GPU agent that
 //! may reach it, not under the CPU agent, so an argument of a GPU kernel that points into it is
@@ -60,7 +72,8 @@ pub enum Source {
     Region,
     /// AMD `hsa_amd_memory_pool_allocate` (pool segment and flags).
     Pool,
-    /// AMD `hsa_amd_vmem_map`.
+    /// A virtual-memory mapping (the wrappers report mappings through
+    /// [`replay_memory::Tracker::record_map`]; `classify` keeps this for facts that say so).
     VirtualMap,
 }
 
@@ -507,7 +520,259 @@ pub(crate) unsafe extern "C" fn pool_free(ptr: *mut c_void) -> hsa_status_t {
     unsafe { (o.pool_free)(ptr) }
 }
 
-/// Wrapper of AMD `hsa_amd_vmem_map` (major 2).
+// ----- virtual memory (major 2; SPEC §7.1 row) --------------------------------------------
+
+/// What a virtual-memory handle holds, as its wrapper saw it made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandleKind {
+    /// Made by `hsa_amd_vmem_handle_create` from a pool of this class (empty: a pool no
+    /// class describes, e.g. a CPU agent's, or unknown flags: never captured).
+    Local(MemoryClass),
+    /// Made by `hsa_amd_vmem_import_shareable_handle`: another process's memory.
+    Imported,
+}
+
+/// Handles by value. Kept past `hsa_amd_vmem_handle_release`: a retained handle
+/// (`hsa_amd_vmem_retain_alloc_handle`) is the same value, and a value the runtime gives out
+/// again comes back through create or import, which overwrite it.
+static VMEM_HANDLES: std::sync::LazyLock<
+    parking_lot::Mutex<std::collections::HashMap<u64, HandleKind>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// Reserved ranges (base -> size), so the free of one ends every mapping inside it even when
+/// the caller passes a size of 0.
+static RESERVATIONS: std::sync::LazyLock<parking_lot::Mutex<std::collections::BTreeMap<u64, u64>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The class of a handle made from `pool`: by the pool's segment and grain, for device memory.
+fn handle_class(o: &Originals, pool: sys::hsa_amd_memory_pool_t) -> MemoryClass {
+    let pool_info = |attr| {
+        // SAFETY: the original `hsa_amd_memory_pool_get_info`; both attributes asked are 4
+        // bytes.
+        info_u32(|out| unsafe { (o.pool_get_info)(pool, attr, out) })
+    };
+    if pool_info(sys::HSA_AMD_MEMORY_POOL_INFO_SEGMENT) != Some(sys::HSA_AMD_SEGMENT_GLOBAL) {
+        return MemoryClass::empty();
+    }
+    let flags = pool_info(sys::HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS).unwrap_or(0);
+    if flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED != 0 {
+        MemoryClass::DEVICE_COARSE
+    } else if flags
+        & (sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
+            | sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_EXTENDED_SCOPE_FINE_GRAINED)
+        != 0
+    {
+        MemoryClass::FINE_GRAINED
+    } else {
+        MemoryClass::empty()
+    }
+}
+
+/// Records a successful `hsa_amd_vmem_map` of `handle` at `[va, va + size)`: the owner comes
+/// from the pointer info of the new mapping; a handle that is not a GPU's own device memory
+/// (unknown to the wrappers, imported, a CPU agent's) is recorded as imported or classless,
+/// so an argument into it declines `untracked_memory`.
+fn record_map(o: &Originals, va: *mut c_void, size: usize, handle: u64) {
+    let Some(info) = pointer_info(o, va) else {
+        log::warn!("[kernel-replay] hsa: no pointer info for the mapping at {va:p} ({size} bytes); it is not tracked (an argument into it declines)");
+        return;
+    };
+    let owner = agent(o, info.agentOwner);
+    let kind = VMEM_HANDLES.lock().get(&handle).copied();
+    let mapped = match kind {
+        Some(HandleKind::Local(class)) if owner.device == Some(sys::HSA_DEVICE_TYPE_GPU) => {
+            replay_memory::MappedHandle::Local {
+                owner: owner.id,
+                class,
+            }
+        }
+        Some(HandleKind::Local(_)) => replay_memory::MappedHandle::Local {
+            owner: owner.id,
+            class: MemoryClass::empty(),
+        },
+        Some(HandleKind::Imported) | None => {
+            if kind.is_none() {
+                log::warn!("[kernel-replay] hsa: mapping {va:p}+{size} of a handle the wrappers never saw made; taken for an imported one (not captured)");
+            }
+            replay_memory::MappedHandle::Imported { owner: owner.id }
+        }
+    };
+    log::debug!("[kernel-replay] hsa: mapping {va:p}+{size} of handle {handle:#x}: {mapped:?}");
+    backend().tracker.record_map(va as u64, size as u64, mapped);
+}
+
+/// Wrapper of AMD `hsa_amd_vmem_address_reserve` (major 2): the range is remembered.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_vmem_address_reserve` (`va` valid for a write).
+pub(crate) unsafe extern "C" fn vmem_address_reserve(
+    va: *mut *mut c_void,
+    size: usize,
+    address: u64,
+    flags: u64,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(reserve) = o.vmem_reserve else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let st = unsafe { reserve(va, size, address, flags) };
+    if st == sys::HSA_STATUS_SUCCESS && !va.is_null() {
+        // SAFETY: the runtime wrote the range's base through `va` (success).
+        let base = unsafe { *va } as u64;
+        quietly("hsa_amd_vmem_address_reserve", || {
+            RESERVATIONS.lock().insert(base, size as u64);
+        });
+    }
+    st
+}
+
+/// Wrapper of AMD `hsa_amd_vmem_address_reserve_align` (major 2): as
+/// [`vmem_address_reserve`].
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_vmem_address_reserve_align` (`va` valid for a write).
+pub(crate) unsafe extern "C" fn vmem_address_reserve_align(
+    va: *mut *mut c_void,
+    size: usize,
+    address: u64,
+    alignment: u64,
+    flags: u64,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(reserve) = o.vmem_reserve_align else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let st = unsafe { reserve(va, size, address, alignment, flags) };
+    if st == sys::HSA_STATUS_SUCCESS && !va.is_null() {
+        // SAFETY: the runtime wrote the range's base through `va` (success).
+        let base = unsafe { *va } as u64;
+        quietly("hsa_amd_vmem_address_reserve_align", || {
+            RESERVATIONS.lock().insert(base, size as u64);
+        });
+    }
+    st
+}
+
+/// Wrapper of AMD `hsa_amd_vmem_address_free` (major 2): what is still mapped in the range
+/// is recorded unmapped first (the runtime unmaps it with the free).
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_vmem_address_free`.
+pub(crate) unsafe extern "C" fn vmem_address_free(va: *mut c_void, size: usize) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(free) = o.vmem_address_free else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    quietly("hsa_amd_vmem_address_free", || {
+        let reserved = RESERVATIONS.lock().remove(&(va as u64)).unwrap_or(0);
+        let size = (size as u64).max(reserved);
+        backend()
+            .tracker
+            .record_release_reservation(va as u64, size);
+    });
+    // SAFETY: the original entry with the caller's arguments.
+    unsafe { free(va, size) }
+}
+
+/// Wrapper of AMD `hsa_amd_vmem_handle_create` (major 2): the handle's class is remembered
+/// for its mappings.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_vmem_handle_create` (`handle` valid for a write).
+pub(crate) unsafe extern "C" fn vmem_handle_create(
+    pool: sys::hsa_amd_memory_pool_t,
+    size: usize,
+    type_: u32,
+    flags: u64,
+    handle: *mut sys::hsa_amd_vmem_alloc_handle_t,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(create) = o.vmem_handle_create else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let st = unsafe { create(pool, size, type_, flags, handle) };
+    if st == sys::HSA_STATUS_SUCCESS && !handle.is_null() {
+        // SAFETY: the runtime wrote the handle (success).
+        let h = unsafe { *handle }.handle;
+        quietly("hsa_amd_vmem_handle_create", || {
+            let class = handle_class(&o, pool);
+            VMEM_HANDLES.lock().insert(h, HandleKind::Local(class));
+        });
+    }
+    st
+}
+
+/// Wrapper of AMD `hsa_amd_vmem_handle_release` (major 2): nothing is recorded, the memory
+/// lives until its last mapping is unmapped (and unmaps are recorded).
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_vmem_handle_release`.
+pub(crate) unsafe extern "C" fn vmem_handle_release(
+    handle: sys::hsa_amd_vmem_alloc_handle_t,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(release) = o.vmem_handle_release else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the original entry with the caller's argument.
+    unsafe { release(handle) }
+}
+
+/// Wrapper of AMD `hsa_amd_vmem_import_shareable_handle` (major 2): the handle is remembered
+/// as imported (its mappings are never captured).
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_vmem_import_shareable_handle` (`handle` valid for a
+/// write).
+pub(crate) unsafe extern "C" fn vmem_import(
+    fd: i32,
+    handle: *mut sys::hsa_amd_vmem_alloc_handle_t,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(import) = o.vmem_import else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let st = unsafe { import(fd, handle) };
+    if st == sys::HSA_STATUS_SUCCESS && !handle.is_null() {
+        // SAFETY: the runtime wrote the handle (success).
+        let h = unsafe { *handle }.handle;
+        quietly("hsa_amd_vmem_import_shareable_handle", || {
+            VMEM_HANDLES.lock().insert(h, HandleKind::Imported);
+        });
+    }
+    st
+}
+
+/// Wrapper of AMD `hsa_amd_vmem_map` (major 2): the mapping is recorded after it succeeded,
+/// without access until `hsa_amd_vmem_set_access` gives some.
 ///
 /// # Safety
 ///
@@ -530,21 +795,15 @@ pub(crate) unsafe extern "C" fn vmem_map(
     let st = unsafe { map(va, size, in_offset, handle, flags) };
     if st == sys::HSA_STATUS_SUCCESS {
         quietly("hsa_amd_vmem_map", || {
-            let facts = AllocFacts {
-                source: Source::VirtualMap,
-                segment: Some(sys::HSA_AMD_SEGMENT_GLOBAL),
-                global_flags: None,
-                alloc_flags: 0,
-                pointer_type: None,
-                owner_device: None,
-            };
-            record_alloc(&o, va, size, facts);
+            record_map(&o, va, size, handle.handle)
         });
     }
     st
 }
 
-/// Wrapper of AMD `hsa_amd_vmem_unmap` (major 2): the removal is recorded first.
+/// Wrapper of AMD `hsa_amd_vmem_unmap` (major 2): the unmap is recorded first. A call the
+/// runtime refuses leaves the range unknown (an argument into it declines), never captured
+/// blindly.
 ///
 /// # Safety
 ///
@@ -557,9 +816,82 @@ pub(crate) unsafe extern "C" fn vmem_unmap(va: *mut c_void, size: usize) -> hsa_
     let Some(unmap) = o.vmem_unmap else {
         return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
-    quietly("hsa_amd_vmem_unmap", || record_free(va));
+    quietly("hsa_amd_vmem_unmap", || {
+        backend().tracker.record_unmap(va as u64, size as u64)
+    });
     // SAFETY: the original entry with the caller's arguments.
     unsafe { unmap(va, size) }
+}
+
+/// The tracker's access for an `hsa_access_permission_t`: write-only memory cannot be read
+/// back for a snapshot, so it counts as no access.
+fn map_access(permissions: u32) -> replay_memory::MapAccess {
+    match permissions {
+        sys::HSA_ACCESS_PERMISSION_RW => replay_memory::MapAccess::ReadWrite,
+        sys::HSA_ACCESS_PERMISSION_RO => replay_memory::MapAccess::Read,
+        _ => replay_memory::MapAccess::None,
+    }
+}
+
+/// Wrapper of AMD `hsa_amd_vmem_set_access` (major 2), one report per GPU agent of the
+/// descriptors: access that is not read-write (which nothing is restored under) is recorded
+/// *before* the runtime's call, so a lowering waits for a restore in flight and no later
+/// restore writes the range; read-write is recorded *after* the call succeeded. The previous
+/// access need not be known for that order.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_vmem_set_access` (`desc` holds `desc_cnt`
+/// descriptors).
+pub(crate) unsafe extern "C" fn vmem_set_access(
+    va: *mut c_void,
+    size: usize,
+    desc: *const sys::hsa_amd_memory_access_desc_t,
+    desc_cnt: usize,
+) -> hsa_status_t {
+    let o = match originals() {
+        Ok(o) => o,
+        Err(st) => return st,
+    };
+    let Some(set_access) = o.vmem_set_access else {
+        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
+    };
+    let mut raised: Vec<AgentId> = Vec::new();
+    quietly("hsa_amd_vmem_set_access", || {
+        let descs: &[sys::hsa_amd_memory_access_desc_t] = if desc.is_null() || desc_cnt == 0 {
+            &[]
+        } else {
+            // SAFETY: `desc` holds `desc_cnt` descriptors (the caller's contract).
+            unsafe { std::slice::from_raw_parts(desc, desc_cnt) }
+        };
+        for d in descs {
+            let a = agent(&o, d.agent_handle);
+            if a.device != Some(sys::HSA_DEVICE_TYPE_GPU) {
+                continue;
+            }
+            match map_access(d.permissions) {
+                replay_memory::MapAccess::ReadWrite => raised.push(a.id),
+                access => backend()
+                    .tracker
+                    .record_access(va as u64, size as u64, a.id, access),
+            }
+        }
+    });
+    // SAFETY: the original entry with the caller's arguments.
+    let st = unsafe { set_access(va, size, desc, desc_cnt) };
+    if st == sys::HSA_STATUS_SUCCESS && !raised.is_empty() {
+        quietly("hsa_amd_vmem_set_access", || {
+            for a in raised {
+                backend().tracker.record_access(
+                    va as u64,
+                    size as u64,
+                    a,
+                    replay_memory::MapAccess::ReadWrite,
+                );
+            }
+        });
+    }
+    st
 }
 
 /// Host addresses locked by `hsa_amd_memory_lock`, mapped to the address the agents use
