@@ -1050,14 +1050,15 @@ fn a_mapping_and_a_pool_allocation_freed_during_a_window_are_not_restored() {
     // that follow skip them.
     let freed = Arc::new(Mutex::new(Some((v, s))));
     let f = Arc::clone(&freed);
-    *cx.tool.hook.lock() = Some(Box::new(move |pass| {
-        if pass == 1 {
-            drop(f.lock().take());
-        }
-    }));
+    cx.tool
+        .add_hook(at(Operation::Pass, Phase::Enter, move |pass| {
+            if pass == 1 {
+                drop(f.lock().take());
+            }
+        }));
     cx.policy(Scope::All, RestoreMode::Full);
     let rec = cx.launch(&rmw, &rmw_args(a.ptr(), len, 2), 3, vec![]);
-    *cx.tool.hook.lock() = None;
+    cx.tool.set_hook(Some(cx.inputs.hook()));
     assert!(freed.lock().is_none(), "the tool freed them");
     assert_eq!(
         (rec.outcome, rec.executed_passes),
