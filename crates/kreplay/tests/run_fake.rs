@@ -171,7 +171,18 @@ fn run_under_verify_equals_a_plain_run_and_sees_every_entry() {
             .all(|r| r["captured_bytes"].as_u64().unwrap() > 98304),
         "{recs:?}"
     );
-    assert!(stderr.contains("kr_rmw"), "the per-kernel table: {stderr}");
+    // The driver names kr_rmw mangled; the records and the table name it demangled.
+    const RMW: &str = "kr_rmw(unsigned long*, unsigned long, unsigned long)";
+    assert!(recs.iter().any(|r| r["kernel"] == RMW), "{recs:?}");
+    assert!(
+        recs.iter()
+            .all(|r| !r["kernel"].as_str().unwrap().starts_with("_Z")),
+        "{recs:?}"
+    );
+    assert!(
+        stderr.contains("kr_rmw(unsigned long*"),
+        "the per-kernel table: {stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

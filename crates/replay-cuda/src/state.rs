@@ -28,8 +28,8 @@
 //!   mapping, not captured), each under the agent of the current context's device. Frees are
 //!   recorded before the driver releases. An allocation that fails for lack of memory releases
 //!   the memory layer's pooled backing and is retried once.
-//! - **Copies and memsets** (see [`crate::intercept`] for the list) run once under the
-//!   agent's write gate, counted.
+//! - **Copies and memsets** (1D, 2D, 3D, peer; see [`crate::intercept`] for the list) run
+//!   once under the agent's write gate, counted.
 //! - **Streams** a launch uses are registered with the backend, so drains see them; a
 //!   destroyed stream is forgotten before the driver destroys it.
 //!
@@ -41,7 +41,7 @@
 //! by the application, not through [`crate::ModuleRegistry`]), so a kernel that writes a
 //! `__device__` variable is not restored there; pinned or managed memory that a launch of
 //! unknown layout reaches (nothing shows the pointer). Kernel names are the driver's
-//! (`cuFuncGetName`), mangled.
+//! (`cuFuncGetName`), demangled ([`crate::module::demangle`]) for the filter and the output.
 
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void, CStr};
@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{
-    self, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
+    self, CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
 };
 use parking_lot::{Mutex, RwLock};
 use replay_core::{
@@ -304,7 +304,9 @@ fn func_name(f: CUfunction) -> Arc<str> {
     }
     if r == CUresult::CUDA_SUCCESS && !p.is_null() {
         // SAFETY: the driver returns a NUL-terminated name it owns.
-        Arc::from(unsafe { CStr::from_ptr(p) }.to_string_lossy().as_ref())
+        let raw = unsafe { CStr::from_ptr(p) }.to_string_lossy();
+        // Demangled for the filter and the output (the driver's name is mangled).
+        Arc::from(crate::module::demangle::demangle(&raw).as_str())
     } else {
         Arc::from(format!("<function {:#x}>", f as usize).as_str())
     }
@@ -1088,4 +1090,16 @@ gated! {
     gated_dtoh_sync(d: *mut c_void, src: CUdeviceptr, n: usize);
     gated_memset8_sync(d: CUdeviceptr, v: u8, n: usize);
     gated_memset32_sync(d: CUdeviceptr, v: c_uint, n: usize);
+    gated_param(p: *const c_void);
+    gated_param_async(p: *const c_void, s: CUstream);
+    gated_peer(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize);
+    gated_peer_async(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream);
+    gated_memset16(d: CUdeviceptr, v: u16, n: usize, s: CUstream);
+    gated_memset16_sync(d: CUdeviceptr, v: u16, n: usize);
+    gated_memset2d8(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream);
+    gated_memset2d16(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream);
+    gated_memset2d32(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
+    gated_memset2d8_sync(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize);
+    gated_memset2d16_sync(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize);
+    gated_memset2d32_sync(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
 }

@@ -2,8 +2,8 @@
 //! compiled as `libcuda.so.1` and loaded before anything looks for the driver): the wrappers
 //! of `replay_cuda::intercept` called as an application's calls would reach them.
 //!
-//! - a copy or memset issued on another thread while a window is open waits for the window
-//!   (the write gate), so no restore undoes it;
+//! - a copy or memset (1D, 2D) issued on another thread while a window is open waits for the
+//!   window (the write gate), so no restore undoes it;
 //! - a free of captured memory on another thread during a window is recorded first and the
 //!   window ends with memory equal to one execution;
 //! - inside the library (`Internal`) every wrapper forwards to the driver, no window.
@@ -216,8 +216,9 @@ fn wait_for(flag: &AtomicBool, budget: Duration) -> bool {
     flag.load(Ordering::SeqCst)
 }
 
-#[test]
-fn a_memset_on_another_thread_during_a_window_waits_for_it() {
+/// A write `issue(a)` on another thread while a window over `kr_rmw(a)` is open must wait
+/// for the window, and then fill every word with `0xABAB_ABAB_ABAB_ABAB`.
+fn a_write_on_another_thread_during_a_window_waits_for_it(issue: fn(u64) -> sys::CUresult) {
     let Some((_g, s)) = setup() else { return };
     let a = alloc_filled(1);
     let mut expect = read(a);
@@ -232,14 +233,10 @@ fn a_memset_on_another_thread_during_a_window_waits_for_it() {
             }
             let d = Arc::clone(&done);
             *worker.lock() = Some(std::thread::spawn(move || {
-                // SAFETY: a memset of the tracked buffer on the legacy stream.
-                let r = unsafe {
-                    intercept::memset_d32_async(a, 0xABAB_ABAB, N * 2, std::ptr::null_mut())
-                };
-                assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+                assert_eq!(issue(a), sys::CUresult::CUDA_SUCCESS);
                 d.store(true, Ordering::SeqCst);
             }));
-            // Ungated, the memset lands now, inside the window, and the restore before the
+            // Ungated, the write lands now, inside the window, and the restore before the
             // next pass undoes it; gated, it waits for the window to end.
             let _ = wait_for(&done, Duration::from_millis(500));
         }));
@@ -260,16 +257,32 @@ fn a_memset_on_another_thread_during_a_window_waits_for_it() {
         .join()
         .unwrap();
     *s.tool.hook.lock() = None;
-    // The memset ran after the window: every word is its value, whatever the kernel wrote.
+    // The write ran after the window: every word is its value, whatever the kernel wrote.
     let got = read(a);
     assert!(
         got.iter().all(|&w| w == 0xABAB_ABAB_ABAB_ABAB),
-        "the memset issued during the window was undone by a restore: {:x?}",
+        "the write issued during the window was undone by a restore: {:x?}",
         &got[..4]
     );
     assert_ne!(got, expect);
     // SAFETY: frees the wrapper's allocation.
     unsafe { intercept::mem_free(a) };
+}
+
+#[test]
+fn a_memset_on_another_thread_during_a_window_waits_for_it() {
+    a_write_on_another_thread_during_a_window_waits_for_it(|a| {
+        // SAFETY: a memset of the tracked buffer on the legacy stream.
+        unsafe { intercept::memset_d32_async(a, 0xABAB_ABAB, N * 2, std::ptr::null_mut()) }
+    });
+}
+
+#[test]
+fn a_2d_memset_on_another_thread_during_a_window_waits_for_it() {
+    a_write_on_another_thread_during_a_window_waits_for_it(|a| {
+        // SAFETY: 8 rows of 64 words, pitch 512 bytes: the whole tracked buffer.
+        unsafe { intercept::memset_2d32_async(a, 512, 0xABAB_ABAB, 128, 8, std::ptr::null_mut()) }
+    });
 }
 
 #[test]

@@ -15,6 +15,7 @@
 //! variables of every module loaded through it and still alive, at snapshot time. The
 //! backend's own modules (the digest kernels) are never registered.
 
+pub mod demangle;
 pub mod elf;
 
 use std::collections::BTreeMap;

@@ -4,12 +4,13 @@
  * library's own entries, as the real driver does), the _ptsz and Ex launch forms (attributes
  * accepted; a cooperative launch runs like any other), cuLaunchCooperativeKernel,
  * cuFuncGetName / cuKernelGetName / cuKernelGetParamInfo, cuCtxGetDevice, cuMemAllocPitch,
- * cuGraphLaunch_ptsz, and the injection call of a real driver: cuInit calls
+ * cuGraphLaunch_ptsz, cuMemsetD2D32Async, and the injection call of a real driver: cuInit calls
  * InitializeInjection() of the library named in CUDA_INJECTION64_PATH, once.
  *
  * A function fetched as "opaque_NAME" runs kernel NAME but the driver cannot describe its
  * parameters (cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED), as for PyTorch's
- * precompiled kernels on a real driver.
+ * precompiled kernels on a real driver. cuFuncGetName answers kr_rmw's name mangled, as a
+ * real driver answers a C++ kernel's.
  *
  * Build with -Wl,-Bsymbolic: the fake's entries call each other directly, as the real
  * driver's do, not through a library loaded in front of it.
@@ -79,8 +80,10 @@ CUresult cuKernelGetParamInfo(void* k, size_t index, size_t* offset, size_t* siz
     return E_NOT_SUPPORTED;
 }
 
+/* kr_rmw's name as a C++ compiler mangles it (the driver reports mangled names). */
 CUresult cuFuncGetName(const char** name, void* f) {
-    *name = ((struct function*)f)->name;
+    const char* n = ((struct function*)f)->name;
+    *name = strcmp(n, "kr_rmw") == 0 ? "_Z6kr_rmwPmmm" : n;
     return OK;
 }
 
@@ -132,6 +135,18 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w, size_t h, u
     (void)e;
     *pitch = (w + 255) / 256 * 256;
     return cuMemAlloc_v2(p, *pitch * h);
+}
+
+/* A 2D memset of 32-bit words, row by row, at once (every stream of the fake is synchronous). */
+CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned v, size_t w, size_t h,
+                            void* s) {
+    for (size_t row = 0; row < h; ++row) {
+        CUresult r = cuMemsetD32Async(dst + row * pitch, v, w, s);
+        if (r != OK) {
+            return r;
+        }
+    }
+    return OK;
 }
 
 struct proc {
