@@ -14,9 +14,10 @@
 //!   SPEC §6 runs inside the wrapper, where the library owns the call. Every pass submits the
 //!   application's own call again. The argument block for the scope comes from
 //!   `cuFuncGetParamInfo` (else `cuKernelGetParamInfo`), else from `extra`'s buffer; when
-//!   neither answers, the layout is *unknown*: the block stays empty, and the launch is a
-//!   candidate only while the policy's scope is `all` (with `arguments` it runs once, counted
-//!   `layout_unknown`). Launches into a capturing stream are `SubmissionKind::StreamCapture`
+//!   neither answers, the layout is *unknown*: the launch is a candidate only while the
+//!   policy's scope is `all` (with `arguments` it runs once, counted `layout_unknown`), and its
+//!   block names every tracked managed and pinned region, so all of them are captured (see
+//!   `capturable_words`) instead of only watched. Launches into a capturing stream are `SubmissionKind::StreamCapture`
 //!   (run once by the window's gate rule); cooperative launches (`cuLaunchCooperativeKernel`,
 //!   or the cooperative attribute) and graph launches run once under the agent's write gate,
 //!   counted by kind; communication kernels (names containing `nccl` or `nvshmem`) run once
@@ -39,8 +40,7 @@
 //!
 //! Not captured yet: module globals of the application's own images (its modules are loaded
 //! by the application, not through [`crate::ModuleRegistry`]), so a kernel that writes a
-//! `__device__` variable is not restored there; pinned or managed memory that a launch of
-//! unknown layout reaches (nothing shows the pointer). Kernel names are the driver's
+//! `__device__` variable is not restored there. Kernel names are the driver's
 //! (`cuFuncGetName`), demangled ([`crate::module::demangle`]) for the filter and the output.
 
 use std::collections::HashMap;
@@ -425,6 +425,25 @@ unsafe fn extra_block(extra: *mut *mut c_void) -> Option<Vec<u8>> {
     Some(unsafe { std::slice::from_raw_parts(buf, size) }.to_vec())
 }
 
+/// The block given to the memory engine for a launch of unknown layout: the base address of
+/// every tracked managed, pinned-host or fine-grained region of `agent`, one 8-byte word each.
+///
+/// Scope `all` captures every coarse device region whatever the block says, but captures
+/// capturable host-visible memory only where an argument word reaches it; with no words
+/// known, such memory would only be watched, and a kernel that writes it would truncate after
+/// one pass. Naming every region makes the engine capture them all, which is safe whichever of
+/// them the kernel really reaches: a word that is not an argument only enlarges the snapshot.
+/// The driver still receives the application's own `kernelParams`.
+fn capturable_words(tracker: &Tracker, agent: AgentId) -> smallvec::SmallVec<[u8; 256]> {
+    let mut k = smallvec::SmallVec::new();
+    for r in tracker.regions(agent) {
+        if replay_memory::classify(r.class) == replay_memory::Treatment::CapturableUntracked {
+            k.extend_from_slice(&r.base.to_le_bytes());
+        }
+    }
+    k
+}
+
 /// One intercepted launch, as the hooks give it.
 struct Intercepted {
     f: CUfunction,
@@ -489,7 +508,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
             let a = unsafe { ArgBlock::capture(layout, l.params as *const *const c_void) };
             (a.kernarg(), LayoutSource::Driver)
         }
-        _ => (smallvec::SmallVec::new(), LayoutSource::Unknown),
+        _ => (capturable_words(&s.tracker, agent), LayoutSource::Unknown),
     };
     match source {
         LayoutSource::Driver => &s.counters.layout_driver,
@@ -1065,6 +1084,7 @@ macro_rules! gated {
         ///
         /// # Safety
         /// The entry's contract.
+        #[allow(clippy::too_many_arguments)]
         pub(crate) unsafe fn $hook(
             real: unsafe extern "C" fn($($t),*) -> CUresult,
             reached: &mut bool,

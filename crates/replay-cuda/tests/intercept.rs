@@ -6,6 +6,8 @@
 //!   window (the write gate), so no restore undoes it;
 //! - a free of captured memory on another thread during a window is recorded first and the
 //!   window ends with memory equal to one execution;
+//! - a launch of unknown layout that writes pinned host memory is replayed with that memory
+//!   captured (not truncated after one pass) and ends equal to one execution;
 //! - inside the library (`Internal`) every wrapper forwards to the driver, no window.
 //!
 //! Skipped where no C compiler is found, or where a real driver is present.
@@ -341,4 +343,45 @@ fn inside_the_library_every_wrapper_forwards_without_a_window() {
     );
     // SAFETY: frees the wrapper's allocation.
     unsafe { intercept::mem_free(a) };
+}
+
+#[test]
+fn a_launch_of_unknown_layout_into_pinned_memory_is_replayed_with_it_captured() {
+    let Some((_g, s)) = setup() else { return };
+    let mut opaque: sys::CUfunction = std::ptr::null_mut();
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: the fake driver's module calls and the intercepted pinned allocation, with out
+    // pointers to live locals.
+    unsafe {
+        assert_eq!(
+            sys::cuModuleLoadData(&mut module, c"image".as_ptr().cast()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuModuleGetFunction(&mut opaque, module, c"opaque_kr_rmw".as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            intercept::mem_host_alloc(&mut host, N * 8, 0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    let p = host as u64;
+    let init: Vec<u64> = (0..N as u64).map(|i| i * 3 + 1).collect();
+    // SAFETY: `N` words of pinned host memory, just allocated.
+    unsafe { std::ptr::copy_nonoverlapping(init.as_ptr(), host.cast::<u64>(), N) };
+    let mut once = init.clone();
+    rmw_host(&mut once, 13);
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    assert_eq!(launch_rmw(opaque, p, 13), sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(read(p), once, "memory equals one execution");
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "three passes, the pinned buffer captured: {}",
+        s.tool.last.lock()
+    );
+    // SAFETY: frees the wrapper's allocation.
+    unsafe { intercept::mem_free_host(host) };
 }

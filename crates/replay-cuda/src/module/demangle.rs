@@ -62,8 +62,8 @@ pub fn demangle(name: &str) -> String {
     if out.is_null() {
         return name.to_owned();
     }
-    // SAFETY: on success the result is a NUL-terminated string the demangler allocated.
     let s = (status == 0).then(|| {
+        // SAFETY: on success the result is a NUL-terminated string the demangler allocated.
         unsafe { CStr::from_ptr(out) }
             .to_string_lossy()
             .into_owned()
