@@ -171,6 +171,13 @@ fn run_under_verify_equals_a_plain_run_and_sees_every_entry() {
             .all(|r| r["captured_bytes"].as_u64().unwrap() > 98304),
         "{recs:?}"
     );
+    // The fake driver has no CUPTI: the report says the cross-check did not run, and why.
+    let c = &v["cupti"];
+    assert_eq!(c["status"], "unavailable", "{c}");
+    assert!(
+        stderr.contains("cupti: no cross-check (unavailable"),
+        "{stderr}"
+    );
     // The driver names kr_rmw mangled; the records and the table name it demangled.
     const RMW: &str = "kr_rmw(unsigned long*, unsigned long, unsigned long)";
     assert!(recs.iter().any(|r| r["kernel"] == RMW), "{recs:?}");

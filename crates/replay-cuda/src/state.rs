@@ -476,6 +476,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     let Some(service) = service() else {
         return direct(reached);
     };
+    crate::intercept::cupti::subscribe();
     let Some(backend) = launch_backend(s) else {
         return direct(reached);
     };

@@ -36,6 +36,8 @@
 //! are not tracked), `cuMemcpyBatchAsync`, `cuMemCreate`/`cuMemMap` (PyTorch's expandable
 //! segments), module and library loads. See the crate docs.
 
+pub mod cupti;
+
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
