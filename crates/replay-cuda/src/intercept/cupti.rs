@@ -1,7 +1,8 @@
 //! The cross-check of the launch wrappers (SPEC §9.2 "Unmodified applications"): a launch
 //! the driver ran that did not pass through a wrapper is counted and reported, never silent.
 //!
-//! Where CUPTI is found at run time (`libcupti.so*` on the loader path, in
+//! Where CUPTI is found at run time (one the process already loaded, else `libcupti.so*` on
+//! the loader path, in
 //! `KREPLAY_CUDA_LIB_DIR`, or beside the CUDA installation: `lib64/` and
 //! `extras/CUPTI/lib64/`), the library subscribes CUPTI's driver-API callbacks for the launch
 //! entries only ([`LAUNCH_ENTRIES`]). The callback makes no driver call (CUPTI forbids them
@@ -206,7 +207,21 @@ fn try_subscribe() -> Result<(&'static str, String), (&'static str, String)> {
     }
     let mut tried = Vec::new();
     let mut found = None;
-    for path in candidates() {
+    // A CUPTI the process already loaded (PyTorch's, say) first: a second copy of another
+    // version beside it would not see the same driver callbacks.
+    for name in ["libcupti.so.13", "libcupti.so.12", "libcupti.so"] {
+        use libloading::os::unix::{Library, RTLD_NOW};
+        const RTLD_NOLOAD: std::ffi::c_int = 4;
+        // SAFETY: RTLD_NOLOAD only finds a library already loaded; nothing is initialised.
+        if let Ok(lib) = unsafe { Library::open(Some(name), RTLD_NOW | RTLD_NOLOAD) } {
+            found = Some((
+                libloading::Library::from(lib),
+                std::path::PathBuf::from(name),
+            ));
+            break;
+        }
+    }
+    for path in candidates().into_iter().filter(|_| found.is_none()) {
         // SAFETY: loading NVIDIA's CUPTI library runs its initialisers, as in any profiler.
         match unsafe { libloading::Library::new(&path) } {
             Ok(lib) => {
