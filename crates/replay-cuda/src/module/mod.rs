@@ -17,6 +17,7 @@
 
 pub mod demangle;
 pub mod elf;
+pub mod image;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
