@@ -8,6 +8,10 @@
 //!   window ends with memory equal to one execution;
 //! - a launch of unknown layout that writes pinned host memory is replayed with that memory
 //!   captured (not truncated after one pass) and ends equal to one execution;
+//! - a kernel whose layout the driver does not describe takes the `.nv.info` table of the
+//!   image the application loaded it from;
+//! - a kernel of an application image (a fat binary) that writes its module globals is
+//!   replayed with them restored, and they leave the registry when the module is unloaded;
 //! - inside the library (`Internal`) every wrapper forwards to the driver, no window.
 //!
 //! Skipped where no C compiler is found, or where a real driver is present.
@@ -384,4 +388,154 @@ fn a_launch_of_unknown_layout_into_pinned_memory_is_replayed_with_it_captured() 
     );
     // SAFETY: frees the wrapper's allocation.
     unsafe { intercept::mem_free_host(host) };
+}
+
+use replay_cuda::module::elf::testing::{info, Builder};
+use replay_cuda::module::image::testing::{fatbin, nv_info};
+
+/// Loads `image` through the intercepted `cuModuleLoadFatBinary` / `cuModuleLoadData` and
+/// fetches `name` through the intercepted `cuModuleGetFunction`.
+fn load_app_function(
+    image: &[u8],
+    fat: bool,
+    name: &std::ffi::CStr,
+) -> (sys::CUmodule, sys::CUfunction) {
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    let mut f: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: a complete image in a live buffer; out pointers to live locals.
+    unsafe {
+        let r = if fat {
+            intercept::module_load_fat_binary(&mut m, image.as_ptr().cast())
+        } else {
+            intercept::module_load_data(&mut m, image.as_ptr().cast())
+        };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            intercept::module_get_function(&mut f, m, name.as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    (m, f)
+}
+
+#[test]
+fn a_kernel_the_driver_cannot_describe_takes_its_images_parameter_table() {
+    let Some((_g, s)) = setup() else { return };
+    let mut b = Builder::new();
+    b.section(
+        ".nv.info.opaque_kr_rmw",
+        0x7000_0000,
+        nv_info(&[(0, 8), (8, 8), (16, 8)]),
+        0,
+    );
+    let (m, f) = load_app_function(&b.build(), false, c"opaque_kr_rmw");
+    let a = alloc_filled(21);
+    let mut once = read(a);
+    rmw_host(&mut once, 4);
+    let c = &state::state().counters;
+    let (img, unknown) = (
+        c.layout_image.load(Ordering::SeqCst),
+        c.layout_unknown.load(Ordering::SeqCst),
+    );
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    assert_eq!(launch_rmw(f, a, 4), sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(read(a), once, "memory equals one execution");
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "{}",
+        s.tool.last.lock()
+    );
+    assert_eq!(
+        c.layout_image.load(Ordering::SeqCst),
+        img + 1,
+        "{}",
+        state::state().counters_json()
+    );
+    assert_eq!(c.layout_unknown.load(Ordering::SeqCst), unknown);
+    // SAFETY: frees the wrapper's allocation; unloads the module.
+    unsafe {
+        intercept::mem_free(a);
+        intercept::module_unload(m);
+    }
+}
+
+#[test]
+fn a_kernel_writing_its_fat_binarys_globals_is_replayed_with_them_restored() {
+    let Some((_g, s)) = setup() else { return };
+    // globals.cu's .nv.global as the fake driver lays it out.
+    let mut b = Builder::new();
+    let g = b.section(".nv.global", 8, Vec::new(), 8328);
+    b.symbol("kr_counter", info(1, 1), g, 0, 8);
+    b.symbol("kr_hidden", info(0, 1), g, 8, 128);
+    b.symbol("kr_table", info(1, 1), g, 136, 8192);
+    let fat = fatbin(&[(1, 90, b"// ptx\0"), (2, 90, &b.build())]);
+    let (m, f) = load_app_function(&fat, true, c"kr_globals");
+    let mut counter: sys::CUdeviceptr = 0;
+    let mut bytes = 0usize;
+    // SAFETY: the fake's global lookup with out pointers to live locals.
+    unsafe {
+        assert_eq!(
+            sys::cuModuleGetGlobal_v2(&mut counter, &mut bytes, m, c"kr_counter".as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    // SAFETY: the fake's globals are host memory at the device address.
+    let count = || unsafe { *(counter as *const u64) };
+    let start = count();
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    let mut k: u64 = 7;
+    let mut args: [*mut std::ffi::c_void; 1] = [(&mut k as *mut u64).cast()];
+    // SAFETY: kr_globals' one 8-byte parameter, a live argument array, the legacy stream.
+    let r = unsafe {
+        intercept::launch_kernel(
+            f,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "{}",
+        s.tool.last.lock()
+    );
+    assert_eq!(
+        count(),
+        start + 1,
+        "the global was restored between passes: one execution"
+    );
+    let backend = state::state().backend(0).unwrap();
+    use replay_memory::ModuleVariables;
+    let vars = backend
+        .modules()
+        .enumerate(replay_core::AgentId(0))
+        .unwrap();
+    assert!(
+        vars.iter().any(|v| v.name == "kr_table" && v.size == 8192),
+        "{vars:?}"
+    );
+    assert!(
+        vars.iter().any(|v| v.name == "kr_hidden"),
+        "resolved through its section: {vars:?}"
+    );
+    // SAFETY: unloads the module the test loaded.
+    unsafe { intercept::module_unload(m) };
+    let vars = backend
+        .modules()
+        .enumerate(replay_core::AgentId(0))
+        .unwrap();
+    assert!(
+        vars.iter().all(|v| v.name != "kr_counter"),
+        "unloaded: {vars:?}"
+    );
 }

@@ -16,7 +16,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use replay_cuda::intercept as ic;
 use replay_cuda::sys::{
-    CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
+    CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary, CUmodule,
+    CUresult, CUstream,
 };
 
 fn source() {
@@ -131,6 +132,17 @@ exports! {
     cuMemcpyDtoH_v2 => memcpy_dtoh(d: *mut c_void, src: CUdeviceptr, n: usize);
     cuMemsetD8_v2 => memset_d8(d: CUdeviceptr, v: u8, n: usize);
     cuMemsetD32_v2 => memset_d32(d: CUdeviceptr, v: c_uint, n: usize);
+    cuModuleLoad => module_load(m: *mut CUmodule, fname: *const c_char);
+    cuModuleLoadData => module_load_data(m: *mut CUmodule, image: *const c_void);
+    cuModuleLoadDataEx => module_load_data_ex(m: *mut CUmodule, image: *const c_void, n: c_uint, opts: *mut c_void, vals: *mut *mut c_void);
+    cuModuleLoadFatBinary => module_load_fat_binary(m: *mut CUmodule, fat: *const c_void);
+    cuModuleUnload => module_unload(m: CUmodule);
+    cuModuleGetFunction => module_get_function(f: *mut CUfunction, m: CUmodule, name: *const c_char);
+    cuLibraryLoadData => library_load_data(l: *mut CUlibrary, code: *const c_void, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint);
+    cuLibraryLoadFromFile => library_load_from_file(l: *mut CUlibrary, fname: *const c_char, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint);
+    cuLibraryUnload => library_unload(l: CUlibrary);
+    cuLibraryGetKernel => library_get_kernel(k: *mut CUkernel, l: CUlibrary, name: *const c_char);
+    cuKernelGetFunction => kernel_get_function(f: *mut CUfunction, k: CUkernel);
     cuMemcpy_ptds => memcpy_sync_ptds(d: CUdeviceptr, src: CUdeviceptr, n: usize);
     cuMemcpyHtoD_v2_ptds => memcpy_htod_ptds(d: CUdeviceptr, src: *const c_void, n: usize);
     cuMemcpyDtoD_v2_ptds => memcpy_dtod_ptds(d: CUdeviceptr, src: CUdeviceptr, n: usize);

@@ -78,8 +78,13 @@ pub unsafe fn copy_image(p: *const u8) -> Result<Vec<u8>, ImageNote> {
         // SAFETY: the caller's contract: the image's headers describe readable memory.
         unsafe { std::slice::from_raw_parts(p.add(at as usize), len as usize) }.to_vec()
     };
-    let head = read(0, 16);
-    let magic = u32_at(&head, 0).unwrap_or(0);
+    // Four bytes first: a PTX image may be shorter than any header.
+    let magic = u32_at(&read(0, 4), 0).unwrap_or(0);
+    let head = if magic == FATBIN_MAGIC || magic == FATBIN_WRAPPER_MAGIC || magic == 0x464c_457f {
+        read(0, 16)
+    } else {
+        return Err(ImageNote::Ptx);
+    };
     if magic == FATBIN_WRAPPER_MAGIC {
         // { int magic; int version; const unsigned long long* data; void* filename }
         // SAFETY: the wrapper is 24 bytes; `data` points to the fat binary.

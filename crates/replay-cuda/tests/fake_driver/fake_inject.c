@@ -4,7 +4,7 @@
  * library's own entries, as the real driver does), the _ptsz and Ex launch forms (attributes
  * accepted; a cooperative launch runs like any other), cuLaunchCooperativeKernel,
  * cuFuncGetName / cuKernelGetName / cuKernelGetParamInfo, cuCtxGetDevice, cuMemAllocPitch,
- * cuGraphLaunch_ptsz, cuMemsetD2D32Async, and the injection call of a real driver: cuInit calls
+ * cuGraphLaunch_ptsz, cuMemsetD2D32Async, cuModuleLoadFatBinary, and the injection call of a real driver: cuInit calls
  * InitializeInjection() of the library named in CUDA_INJECTION64_PATH, once.
  *
  * A function fetched as "opaque_NAME" runs kernel NAME but the driver cannot describe its
@@ -135,6 +135,10 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w, size_t h, u
     (void)e;
     *pitch = (w + 255) / 256 * 256;
     return cuMemAlloc_v2(p, *pitch * h);
+}
+
+CUresult cuModuleLoadFatBinary(void** m, const void* fat) {
+    return cuModuleLoadData(m, fat);
 }
 
 /* A 2D memset of 32-bit words, row by row, at once (every stream of the fake is synchronous). */

@@ -13,7 +13,8 @@
 //!   [`ReplayService::submit`] with the backend's agent and memory layer, so the window of
 //!   SPEC §6 runs inside the wrapper, where the library owns the call. Every pass submits the
 //!   application's own call again. The argument block for the scope comes from
-//!   `cuFuncGetParamInfo` (else `cuKernelGetParamInfo`), else from `extra`'s buffer; when
+//!   `cuFuncGetParamInfo` (else `cuKernelGetParamInfo`), else the `.nv.info` table of the
+//!   kernel's image, else from `extra`'s buffer; when
 //!   neither answers, the layout is *unknown*: the launch is a candidate only while the
 //!   policy's scope is `all` (with `arguments` it runs once, counted `layout_unknown`), and its
 //!   block names every tracked managed and pinned region, so all of them are captured (see
@@ -38,9 +39,11 @@
 //! be opened, runs untouched, counted. When no backend can be opened at all, one line says why
 //! and the program runs untouched.
 //!
-//! Not captured yet: module globals of the application's own images (its modules are loaded
-//! by the application, not through [`crate::ModuleRegistry`]), so a kernel that writes a
-//! `__device__` variable is not restored there. Kernel names are the driver's
+//! - **Code images** (`cuModuleLoad*`, `cuLibraryLoad*`, see [`images`]): their `.nv.info`
+//!   parameter tables are the second source of layouts (after the driver, before `extra`),
+//!   their globals go to the backend's [`crate::ModuleRegistry`] for the memory engine.
+//!
+//! Kernel names are the driver's
 //! (`cuFuncGetName`), demangled ([`crate::module::demangle`]) for the filter and the output.
 
 use std::collections::HashMap;
@@ -58,6 +61,14 @@ use replay_core::{
 };
 use replay_memory::Tracker;
 use serde::Serialize;
+
+mod images;
+
+pub(crate) use images::{
+    hook_kernel_get_function, hook_library_get_kernel, hook_library_load_data,
+    hook_library_load_file, hook_library_unload, hook_module_get_function, hook_module_load,
+    hook_module_load_data, hook_module_load_data_ex, hook_module_unload,
+};
 
 use crate::agent::CapturedLaunch;
 use crate::launch::{ArgBlock, LaunchConfig, ParamSlot};
@@ -116,8 +127,24 @@ pub struct Counters {
     pub layout_driver: AtomicU64,
     /// Launches whose block came from `extra`.
     pub layout_extra: AtomicU64,
+    /// Launches whose layout came from their image's `.nv.info` table.
+    pub layout_image: AtomicU64,
     /// Launches of unknown layout (scope `all`, the application's own `kernelParams`).
     pub layout_unknown: AtomicU64,
+    /// Images the application loaded (`cuModuleLoad*`, `cuLibraryLoad*`).
+    pub images_loaded: AtomicU64,
+    /// Images whose cubin was read (parameter tables, globals).
+    pub images_read: AtomicU64,
+    /// PTX images (no table to read).
+    pub images_ptx: AtomicU64,
+    /// Fat binaries whose cubin for the device is compressed (not read).
+    pub images_compressed: AtomicU64,
+    /// Images not readable, or without a cubin for the device.
+    pub images_unreadable: AtomicU64,
+    /// Images whose writable globals were all resolved and registered.
+    pub image_globals_resolved: AtomicU64,
+    /// Images with a writable global that could not be resolved (replays decline while loaded).
+    pub image_globals_failed: AtomicU64,
     /// Launches the window did not submit and the wrapper submitted once itself.
     pub fallback_launch: AtomicU64,
     /// Allocations recorded, by entry.
@@ -145,8 +172,10 @@ pub struct Counters {
 pub struct FuncInfo {
     /// The driver's name (`cuFuncGetName`), or a placeholder.
     pub name: Arc<str>,
-    /// The layout, when the driver described it (`None`: unknown).
+    /// The layout, when the driver or the image described it (`None`: unknown).
     pub layout: Option<Vec<ParamSlot>>,
+    /// Whether `layout` came from the image's `.nv.info` table.
+    pub from_image: bool,
 }
 
 /// Where a launch's argument block came from (said in the tool's record).
@@ -157,6 +186,8 @@ pub enum LayoutSource {
     Driver,
     /// `extra`'s `CU_LAUNCH_PARAM_BUFFER_POINTER`.
     Extra,
+    /// The `.nv.info` parameter table of the kernel's image.
+    Image,
     /// Not known: scope `all`, the application's `kernelParams`.
     Unknown,
 }
@@ -172,6 +203,7 @@ pub struct InjectState {
     sources: Mutex<HashMap<u64, LayoutSource>>,
     /// The counts.
     pub counters: Counters,
+    images: images::Images,
     service: RwLock<Option<Arc<ReplayService>>>,
     source: OnceLock<fn() -> Arc<ReplayService>>,
     told_unavailable: AtomicBool,
@@ -195,6 +227,7 @@ pub fn state() -> &'static InjectState {
         funcs: RwLock::new(HashMap::new()),
         sources: Mutex::new(HashMap::new()),
         counters: Counters::default(),
+        images: images::Images::default(),
         service: RwLock::new(None),
         source: OnceLock::new(),
         told_unavailable: AtomicBool::new(false),
@@ -267,9 +300,17 @@ impl InjectState {
         if let Some(i) = self.funcs.read().get(&(f as usize)) {
             return Arc::clone(i);
         }
+        let (layout, from_image) = match param_layout(f) {
+            Some(l) => (Some(l), false),
+            None => match images::image_layout(f) {
+                Some(l) => (Some(l), true),
+                None => (None, false),
+            },
+        };
         let info = Arc::new(FuncInfo {
             name: func_name(f),
-            layout: param_layout(f),
+            layout,
+            from_image,
         });
         self.funcs.write().insert(f as usize, Arc::clone(&info));
         info
@@ -493,6 +534,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
         return direct(reached);
     }
     s.register_stream(&backend, l.stream);
+    images::resolve_globals(agent, l.f);
     let capture = capture_status(l.stream)
         .map(|c| c.is_live())
         .unwrap_or(false);
@@ -507,13 +549,19 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
             // SAFETY: the driver described `layout` for this function; `kernelParams` has one
             // pointer per parameter, each to at least its size (cuLaunchKernel's contract).
             let a = unsafe { ArgBlock::capture(layout, l.params as *const *const c_void) };
-            (a.kernarg(), LayoutSource::Driver)
+            let src = if info.from_image {
+                LayoutSource::Image
+            } else {
+                LayoutSource::Driver
+            };
+            (a.kernarg(), src)
         }
         _ => (capturable_words(&s.tracker, agent), LayoutSource::Unknown),
     };
     match source {
         LayoutSource::Driver => &s.counters.layout_driver,
         LayoutSource::Extra => &s.counters.layout_extra,
+        LayoutSource::Image => &s.counters.layout_image,
         LayoutSource::Unknown => &s.counters.layout_unknown,
     }
     .fetch_add(1, Ordering::Relaxed);
