@@ -6,7 +6,7 @@
 //! After a load succeeds the image is copied out ([`crate::module::image::copy_image`], or the
 //! file read), the device's cubin chosen, and its `.nv.info` parameter tables and globals kept.
 //! A launch whose layout the driver does not describe takes the table of its kernel's name
-//! ([`image_layout`]). Globals are resolved to addresses at the first launch on the image's
+//! (`image_layout`). Globals are resolved to addresses at the first launch on the image's
 //! device once a backend is open (`cuModuleGetGlobal`; for a library, `cuLibraryGetGlobal`
 //! once one of its kernels is launched, so resolving never forces a lazily loaded library
 //! into the context), and given to the backend's [`crate::ModuleRegistry`], which the memory

@@ -62,7 +62,7 @@ use replay_core::{
 use replay_memory::Tracker;
 use serde::Serialize;
 
-mod images;
+pub mod images;
 
 pub(crate) use images::{
     hook_kernel_get_function, hook_library_get_kernel, hook_library_load_data,
