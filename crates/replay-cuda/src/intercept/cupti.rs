@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::Internal;
+use super::internal::Internal;
 
 /// Environment variable: `0` turns the CUPTI cross-check off.
 pub const CUPTI_ENV: &str = "KREPLAY_CUDA_CUPTI";

@@ -41,8 +41,10 @@
 //! segments). See the crate docs.
 
 pub mod cupti;
+mod internal;
 
-use std::cell::Cell;
+pub use internal::Internal;
+
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
@@ -53,34 +55,6 @@ use cudarc::driver::sys::{
 
 /// `CUDA_ERROR_NOT_FOUND`: what a wrapper answers when the real driver lacks the entry.
 const NOT_FOUND: CUresult = CUresult::CUDA_ERROR_NOT_FOUND;
-
-thread_local! {
-    static INTERNAL: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Marks the calling thread as inside the library until dropped: wrappers and `dlsym` then
-/// forward to the real driver at once.
-#[derive(Debug)]
-pub struct Internal(());
-
-impl Internal {
-    /// Enters (nests).
-    pub fn enter() -> Self {
-        INTERNAL.with(|c| c.set(c.get() + 1));
-        Self(())
-    }
-
-    /// Whether the calling thread is inside the library.
-    pub fn active() -> bool {
-        INTERNAL.try_with(|c| c.get() > 0).unwrap_or(true)
-    }
-}
-
-impl Drop for Internal {
-    fn drop(&mut self) {
-        let _ = INTERNAL.try_with(|c| c.set(c.get().saturating_sub(1)));
-    }
-}
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 

@@ -22,17 +22,38 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_uint, c_void, CStr, CString};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{self, CUfunction, CUresult};
 use parking_lot::Mutex;
 use replay_core::AgentId;
+use replay_memory::Tracker;
+use serde::Serialize;
 
-use super::{current_device, state};
 use crate::launch::ParamSlot;
 use crate::module::elf::GlobalSymbol;
 use crate::module::image::{self, ImageNote};
+use crate::module::ModuleRegistry;
+
+/// Counts of the images the application loaded.
+#[derive(Debug, Default, Serialize)]
+pub struct ImageCounters {
+    /// Images the application loaded (`cuModuleLoad*`, `cuLibraryLoad*`).
+    pub images_loaded: AtomicU64,
+    /// Images whose cubin was read (parameter tables, globals).
+    pub images_read: AtomicU64,
+    /// PTX images (no table to read).
+    pub images_ptx: AtomicU64,
+    /// Fat binaries whose cubin for the device is compressed (not read).
+    pub images_compressed: AtomicU64,
+    /// Images not readable, or without a cubin for the device.
+    pub images_unreadable: AtomicU64,
+    /// Images whose writable globals were all resolved and registered.
+    pub image_globals_resolved: AtomicU64,
+    /// Images with a writable global that could not be resolved (replays decline while loaded).
+    pub image_globals_failed: AtomicU64,
+}
 
 /// Module or library handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,27 +62,45 @@ enum Handle {
     Library(usize),
 }
 
+/// Where an image's globals were registered: the agent, its registry and tracker.
+type Registered = (AgentId, Arc<ModuleRegistry>, Arc<Tracker>);
+
 /// What one loaded image gave.
 #[derive(Debug)]
 struct Image {
     layouts: HashMap<String, Vec<ParamSlot>>,
     /// Globals not resolved yet (taken when resolved).
     pending: Mutex<Option<Vec<GlobalSymbol>>>,
-    /// The agent whose registry holds its globals, once resolved.
-    registered: Mutex<Option<AgentId>>,
+    /// Where its globals went, once resolved.
+    registered: Mutex<Option<Registered>>,
 }
 
 /// The images, and which image and name each function or kernel handle belongs to.
 #[derive(Debug, Default)]
-pub(crate) struct Images {
+struct Images {
     images: Mutex<HashMap<Handle, Arc<Image>>>,
     funcs: Mutex<HashMap<usize, (Handle, Arc<str>)>>,
     kernels: Mutex<HashMap<usize, (Handle, Arc<str>)>>,
+    counters: ImageCounters,
+}
+
+fn images() -> &'static Images {
+    static I: OnceLock<Images> = OnceLock::new();
+    I.get_or_init(Images::default)
+}
+
+/// The image counts as JSON.
+pub fn counters_json() -> serde_json::Value {
+    serde_json::to_value(&images().counters).unwrap_or_default()
 }
 
 /// The compute capability of the current context's device as `sm` (e.g. 90).
 fn current_sm() -> Option<u32> {
-    let d = current_device()?;
+    let mut d: sys::CUdevice = 0;
+    // SAFETY: out pointer to a live local.
+    if unsafe { sys::cuCtxGetDevice(&mut d) } != CUresult::CUDA_SUCCESS {
+        return None;
+    }
     let (mut major, mut minor) = (0i32, 0i32);
     // SAFETY: out pointers to live locals, a device ordinal the driver gave.
     unsafe {
@@ -78,7 +117,7 @@ fn current_sm() -> Option<u32> {
 
 /// Records a loaded image; `bytes` is what the application gave (or the file's contents).
 fn record(handle: Handle, bytes: Result<Vec<u8>, ImageNote>) {
-    let s = state();
+    let s = images();
     s.counters.images_loaded.fetch_add(1, Ordering::Relaxed);
     let sm = current_sm().unwrap_or(u32::MAX);
     let info = bytes.and_then(|b| {
@@ -107,12 +146,12 @@ fn record(handle: Handle, bytes: Result<Vec<u8>, ImageNote>) {
         pending: Mutex::new(writable.then_some(info.globals)),
         registered: Mutex::new(None),
     });
-    s.images.images.lock().insert(handle, img);
+    s.images.lock().insert(handle, img);
 }
 
 /// The parameter table of function `f`'s kernel in its image, when one was read.
 pub(crate) fn image_layout(f: CUfunction) -> Option<Vec<ParamSlot>> {
-    let imgs = &state().images;
+    let imgs = images();
     let (h, name) = imgs
         .funcs
         .lock()
@@ -123,23 +162,23 @@ pub(crate) fn image_layout(f: CUfunction) -> Option<Vec<ParamSlot>> {
     img.layouts.get(&*name).cloned()
 }
 
-/// Resolves the globals of every loaded module, and of the library `f` belongs to, into the
-/// registry of `agent`'s backend (a launch on `agent` is about to run).
-pub(crate) fn resolve_globals(agent: AgentId, f: CUfunction) {
-    let s = state();
-    let Some(backend) = s.backend_of(agent) else {
-        return;
-    };
+/// Resolves the globals of every loaded module, and of the library `f` belongs to, into
+/// `registry` (the backend of `agent`, where a launch is about to run).
+pub(crate) fn resolve_globals(
+    agent: AgentId,
+    f: CUfunction,
+    registry: &Arc<ModuleRegistry>,
+    tracker: &Arc<Tracker>,
+) {
+    let s = images();
     let own = s
-        .images
         .funcs
         .lock()
         .get(&(f as usize))
         .cloned()
-        .or_else(|| s.images.kernels.lock().get(&(f as usize)).cloned())
+        .or_else(|| s.kernels.lock().get(&(f as usize)).cloned())
         .map(|(h, _)| h);
     let todo: Vec<(Handle, Arc<Image>)> = s
-        .images
         .images
         .lock()
         .iter()
@@ -169,11 +208,7 @@ pub(crate) fn resolve_globals(agent: AgentId, f: CUfunction) {
             };
             (r == CUresult::CUDA_SUCCESS).then_some((p, n as u64))
         };
-        let key = match h {
-            Handle::Module(x) | Handle::Library(x) => x,
-        };
-        let ok = backend.modules().add_foreign(key, syms, lookup);
-        if ok {
+        if registry.add_foreign(key(h), syms, lookup) {
             s.counters
                 .image_globals_resolved
                 .fetch_add(1, Ordering::Relaxed);
@@ -182,30 +217,30 @@ pub(crate) fn resolve_globals(agent: AgentId, f: CUfunction) {
                 .image_globals_failed
                 .fetch_add(1, Ordering::Relaxed);
         }
-        *img.registered.lock() = Some(agent);
+        *img.registered.lock() = Some((agent, Arc::clone(registry), Arc::clone(tracker)));
+    }
+}
+
+fn key(h: Handle) -> usize {
+    match h {
+        Handle::Module(x) | Handle::Library(x) => x,
     }
 }
 
 /// Forgets an image before the driver unloads it: its globals leave the registry inside the
 /// tracker's `release_with`, so the unload waits for a restore writing them.
 fn forget(handle: Handle) {
-    let s = state();
-    let img = s.images.images.lock().remove(&handle);
-    s.images.funcs.lock().retain(|_, (h, _)| *h != handle);
-    s.images.kernels.lock().retain(|_, (h, _)| *h != handle);
+    let s = images();
+    let img = s.images.lock().remove(&handle);
+    s.funcs.lock().retain(|_, (h, _)| *h != handle);
+    s.kernels.lock().retain(|_, (h, _)| *h != handle);
     let Some(img) = img else { return };
-    let Some(agent) = *img.registered.lock() else {
+    let Some((agent, registry, tracker)) = img.registered.lock().take() else {
         return;
     };
-    let Some(backend) = s.backend_of(agent) else {
-        return;
-    };
-    let key = match handle {
-        Handle::Module(x) | Handle::Library(x) => x,
-    };
-    let ranges = backend.modules().foreign_ranges(key);
-    s.tracker.release_with(agent, &ranges, || {
-        backend.modules().remove_foreign(key);
+    let ranges = registry.foreign_ranges(key(handle));
+    tracker.release_with(agent, &ranges, || {
+        registry.remove_foreign(key(handle));
     });
 }
 
@@ -413,7 +448,7 @@ pub(crate) unsafe fn hook_module_get_function(
         // SAFETY: the driver wrote the handle.
         let f = unsafe { *f } as usize;
         let e = (Handle::Module(m as usize), name_of(name));
-        state().images.funcs.lock().insert(f, e);
+        images().funcs.lock().insert(f, e);
     }
     r
 }
@@ -436,7 +471,7 @@ pub(crate) unsafe fn hook_library_get_kernel(
         // SAFETY: the driver wrote the handle.
         let k = unsafe { *k } as usize;
         let e = (Handle::Library(l as usize), name_of(name));
-        state().images.kernels.lock().insert(k, e);
+        images().kernels.lock().insert(k, e);
     }
     r
 }
@@ -455,7 +490,7 @@ pub(crate) unsafe fn hook_kernel_get_function(
     // SAFETY: forwarded as given.
     let r = unsafe { real(f, k) };
     if r == CUresult::CUDA_SUCCESS && !f.is_null() {
-        let imgs = &state().images;
+        let imgs = images();
         if let Some(e) = imgs.kernels.lock().get(&(k as usize)).cloned() {
             // SAFETY: the driver wrote the handle.
             imgs.funcs.lock().insert(unsafe { *f } as usize, e);

@@ -131,20 +131,6 @@ pub struct Counters {
     pub layout_image: AtomicU64,
     /// Launches of unknown layout (scope `all`, the application's own `kernelParams`).
     pub layout_unknown: AtomicU64,
-    /// Images the application loaded (`cuModuleLoad*`, `cuLibraryLoad*`).
-    pub images_loaded: AtomicU64,
-    /// Images whose cubin was read (parameter tables, globals).
-    pub images_read: AtomicU64,
-    /// PTX images (no table to read).
-    pub images_ptx: AtomicU64,
-    /// Fat binaries whose cubin for the device is compressed (not read).
-    pub images_compressed: AtomicU64,
-    /// Images not readable, or without a cubin for the device.
-    pub images_unreadable: AtomicU64,
-    /// Images whose writable globals were all resolved and registered.
-    pub image_globals_resolved: AtomicU64,
-    /// Images with a writable global that could not be resolved (replays decline while loaded).
-    pub image_globals_failed: AtomicU64,
     /// Launches the window did not submit and the wrapper submitted once itself.
     pub fallback_launch: AtomicU64,
     /// Allocations recorded, by entry.
@@ -203,9 +189,9 @@ pub struct InjectState {
     sources: Mutex<HashMap<u64, LayoutSource>>,
     /// The counts.
     pub counters: Counters,
-    images: images::Images,
     service: RwLock<Option<Arc<ReplayService>>>,
     source: OnceLock<fn() -> Arc<ReplayService>>,
+    on_first: OnceLock<fn(&Arc<ReplayService>)>,
     told_unavailable: AtomicBool,
 }
 
@@ -227,9 +213,9 @@ pub fn state() -> &'static InjectState {
         funcs: RwLock::new(HashMap::new()),
         sources: Mutex::new(HashMap::new()),
         counters: Counters::default(),
-        images: images::Images::default(),
         service: RwLock::new(None),
         source: OnceLock::new(),
+        on_first: OnceLock::new(),
         told_unavailable: AtomicBool::new(false),
     })
 }
@@ -245,8 +231,8 @@ pub fn set_service_source(f: fn() -> Arc<ReplayService>) {
     let _ = state().source.set(f);
 }
 
-/// The service: the one set, else the one from the source (set then), attaching the tool the
-/// environment names the first time.
+/// The service: the one set, else the one from the source (set then), running what
+/// [`set_on_first_service`] named the first time.
 pub fn service() -> Option<Arc<ReplayService>> {
     let s = state();
     if let Some(svc) = s.service.read().clone() {
@@ -262,8 +248,17 @@ pub fn service() -> Option<Arc<ReplayService>> {
             return w.clone();
         }
     }
-    crate::tool::attach_from_env(&svc);
+    if let Some(f) = s.on_first.get() {
+        f(&svc);
+    }
     Some(svc)
+}
+
+/// Names what runs once on the service when it is first created (the shared object attaches
+/// the tool the environment names: [`crate::tool::attach_from_env`]); the first call wins.
+/// Cheap: called by every exported entry.
+pub fn set_on_first_service(f: fn(&Arc<ReplayService>)) {
+    let _ = state().on_first.set(f);
 }
 
 impl InjectState {
@@ -293,7 +288,13 @@ impl InjectState {
 
     /// The counts as JSON.
     pub fn counters_json(&self) -> serde_json::Value {
-        serde_json::to_value(&self.counters).unwrap_or_default()
+        let mut v = serde_json::to_value(&self.counters).unwrap_or_default();
+        if let (Some(o), serde_json::Value::Object(i)) =
+            (v.as_object_mut(), images::counters_json())
+        {
+            o.extend(i);
+        }
+        v
     }
 
     fn func_info(&self, f: CUfunction) -> Arc<FuncInfo> {
@@ -534,7 +535,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
         return direct(reached);
     }
     s.register_stream(&backend, l.stream);
-    images::resolve_globals(agent, l.f);
+    images::resolve_globals(agent, l.f, backend.modules(), &s.tracker);
     let capture = capture_status(l.stream)
         .map(|c| c.is_live())
         .unwrap_or(false);
