@@ -4,7 +4,9 @@
  * library's own entries, as the real driver does), the _ptsz and Ex launch forms (attributes
  * accepted; a cooperative launch runs like any other), cuLaunchCooperativeKernel,
  * cuFuncGetName / cuKernelGetName / cuKernelGetParamInfo, cuCtxGetDevice, cuMemAllocPitch,
- * cuGraphLaunch_ptsz, cuMemsetD2D32Async, cuModuleLoadFatBinary, and the injection call of a real driver: cuInit calls
+ * cuGraphLaunch_ptsz, cuMemsetD2D32Async, cuModuleLoadFatBinary, the library entries
+ * (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction, cuLibraryGetGlobal,
+ * cuLibraryUnload: a library is a module), and the injection call of a real driver: cuInit calls
  * InitializeInjection() of the library named in CUDA_INJECTION64_PATH, once.
  *
  * A function fetched as "opaque_NAME" runs kernel NAME but the driver cannot describe its
@@ -139,6 +141,30 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w, size_t h, u
 
 CUresult cuModuleLoadFatBinary(void** m, const void* fat) {
     return cuModuleLoadData(m, fat);
+}
+
+/* Libraries are modules here: a kernel is the module's function, its function itself. */
+CUresult cuLibraryLoadData(void** lib, const void* code, void* jo, void** jv, unsigned nj,
+                           void* lo, void** lv, unsigned nl) {
+    (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
+    return cuModuleLoadData(lib, code);
+}
+
+CUresult cuLibraryGetKernel(void** k, void* lib, const char* name) {
+    return cuModuleGetFunction(k, lib, name);
+}
+
+CUresult cuKernelGetFunction(void** f, void* k) {
+    *f = k;
+    return OK;
+}
+
+CUresult cuLibraryGetGlobal(CUdeviceptr* p, size_t* bytes, void* lib, const char* name) {
+    return cuModuleGetGlobal_v2(p, bytes, lib, name);
+}
+
+CUresult cuLibraryUnload(void* lib) {
+    return cuModuleUnload(lib);
 }
 
 /* A 2D memset of 32-bit words, row by row, at once (every stream of the fake is synchronous). */
