@@ -1,5 +1,5 @@
 //! The application's own code images (SPEC §9.2 "Unmodified applications": code): what
-//! `cuModuleLoad*` and `cuLibraryLoad*` were given, read for kernel names, module globals and
+//! `cuModuleLoad*` and `cuLibraryLoad*` were given, read in place for kernel names, module globals and
 //! the parameter tables of `.nv.info` (the second source of argument layouts after
 //! `cuFuncGetParamInfo`).
 //!
@@ -64,22 +64,23 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Copies the image at `p` out of the application's memory: a cubin, a fat binary or a
-/// fat-binary wrapper, by its own header's sizes.
+/// The image at `p` in the application's memory, in place (nothing is copied: fat binaries
+/// of the math libraries are large): a cubin, a fat binary or a fat-binary wrapper, by its own
+/// header's sizes.
 ///
 /// # Safety
 /// `p` is the image the driver just loaded successfully from (so its headers are valid and
-/// the sizes they give are readable).
-pub unsafe fn copy_image(p: *const u8) -> Result<Vec<u8>, ImageNote> {
+/// the sizes they give are readable), and it stays unchanged and alive for `'a`.
+pub unsafe fn image_at<'a>(p: *const u8) -> Result<&'a [u8], ImageNote> {
     if p.is_null() {
         return Err(ImageNote::Unreadable("null image".into()));
     }
-    let read = |at: u64, len: u64| -> Vec<u8> {
+    let read = |at: u64, len: u64| -> &'a [u8] {
         // SAFETY: the caller's contract: the image's headers describe readable memory.
-        unsafe { std::slice::from_raw_parts(p.add(at as usize), len as usize) }.to_vec()
+        unsafe { std::slice::from_raw_parts(p.add(at as usize), len as usize) }
     };
     // Four bytes first: a PTX image may be shorter than any header.
-    let magic = u32_at(&read(0, 4), 0).unwrap_or(0);
+    let magic = u32_at(read(0, 4), 0).unwrap_or(0);
     let head = if magic == FATBIN_MAGIC || magic == FATBIN_WRAPPER_MAGIC || magic == 0x464c_457f {
         read(0, 16)
     } else {
@@ -90,11 +91,11 @@ pub unsafe fn copy_image(p: *const u8) -> Result<Vec<u8>, ImageNote> {
         // SAFETY: the wrapper is 24 bytes; `data` points to the fat binary.
         let data = unsafe { *(p.add(8) as *const *const u8) };
         // SAFETY: as the caller's contract, for the wrapped fat binary.
-        return unsafe { copy_image(data) };
+        return unsafe { image_at(data) };
     }
     if magic == FATBIN_MAGIC {
-        let hsize = u64::from(u16_at(&head, 6).unwrap_or(16));
-        let rest = u64_at(&head, 8).unwrap_or(0);
+        let hsize = u64::from(u16_at(head, 6).unwrap_or(16));
+        let rest = u64_at(head, 8).unwrap_or(0);
         let total = hsize.saturating_add(rest);
         if total > MAX_IMAGE {
             return Err(ImageNote::Unreadable(format!(
@@ -105,12 +106,12 @@ pub unsafe fn copy_image(p: *const u8) -> Result<Vec<u8>, ImageNote> {
     }
     if head[..4] == *ELF_MAGIC {
         let h = read(0, 64);
-        let field = |at| u64_at(&h, at).unwrap_or(0);
+        let field = |at| u64_at(h, at).unwrap_or(0);
         let (phoff, shoff) = (field(0x20), field(0x28));
         let phsz =
-            u64::from(u16_at(&h, 0x36).unwrap_or(0)) * u64::from(u16_at(&h, 0x38).unwrap_or(0));
-        let shentsize = u64::from(u16_at(&h, 0x3a).unwrap_or(0));
-        let shnum = u64::from(u16_at(&h, 0x3c).unwrap_or(0));
+            u64::from(u16_at(h, 0x36).unwrap_or(0)) * u64::from(u16_at(h, 0x38).unwrap_or(0));
+        let shentsize = u64::from(u16_at(h, 0x3a).unwrap_or(0));
+        let shnum = u64::from(u16_at(h, 0x3c).unwrap_or(0));
         let mut end = 64u64.max(phoff + phsz).max(shoff + shentsize * shnum);
         if end > MAX_IMAGE || shentsize < 64 && shnum > 0 {
             return Err(ImageNote::Unreadable("ELF header out of range".into()));
@@ -118,12 +119,12 @@ pub unsafe fn copy_image(p: *const u8) -> Result<Vec<u8>, ImageNote> {
         let table = read(shoff, shentsize * shnum);
         for i in 0..shnum as usize {
             let s = i * shentsize as usize;
-            let kind = u32_at(&table, s + 4).unwrap_or(0);
+            let kind = u32_at(table, s + 4).unwrap_or(0);
             if kind == 8 {
                 continue; // NOBITS: no bytes in the file
             }
-            let off = u64_at(&table, s + 0x18).unwrap_or(0);
-            let size = u64_at(&table, s + 0x20).unwrap_or(0);
+            let off = u64_at(table, s + 0x18).unwrap_or(0);
+            let size = u64_at(table, s + 0x20).unwrap_or(0);
             end = end.max(off.saturating_add(size));
         }
         if end > MAX_IMAGE {
@@ -375,22 +376,22 @@ mod tests {
     }
 
     #[test]
-    fn images_are_copied_by_their_own_sizes() {
+    fn images_are_read_by_their_own_sizes() {
         let c = cubin("k", &[(0, 8)]);
         let f = fatbin(&[(2, 90, &c)]);
         let mut padded = f.clone();
         padded.extend_from_slice(&[0xee; 64]); // what follows in memory is not copied
                                                // SAFETY: the images are complete in these buffers.
         unsafe {
-            assert_eq!(copy_image(padded.as_ptr()).unwrap(), f);
+            assert_eq!(image_at(padded.as_ptr()).unwrap(), &f[..]);
             let mut pc = c.clone();
             pc.extend_from_slice(&[0xee; 64]);
-            assert_eq!(copy_image(pc.as_ptr()).unwrap(), c);
+            assert_eq!(image_at(pc.as_ptr()).unwrap(), &c[..]);
             #[repr(C)]
             struct Wrapper(u32, u32, *const u8, *const u8);
             let w = Wrapper(FATBIN_WRAPPER_MAGIC, 1, f.as_ptr(), std::ptr::null());
-            assert_eq!(copy_image((&w as *const Wrapper).cast()).unwrap(), f);
-            assert_eq!(copy_image(c"// ptx".as_ptr().cast()), Err(ImageNote::Ptx));
+            assert_eq!(image_at((&w as *const Wrapper).cast()).unwrap(), &f[..]);
+            assert_eq!(image_at(c"// ptx".as_ptr().cast()), Err(ImageNote::Ptx));
         }
     }
 }

@@ -3,8 +3,8 @@
 //! `cuModuleGetFunction` / `cuLibraryGetKernel` / `cuKernelGetFunction`, which map a launch's
 //! function to its image.
 //!
-//! After a load succeeds the image is copied out ([`crate::module::image::copy_image`], or the
-//! file read), the device's cubin chosen, and its `.nv.info` parameter tables and globals kept.
+//! After a load succeeds the image is read in place ([`crate::module::image::image_at`], or
+//! the file read), the device's cubin chosen, and its `.nv.info` parameter tables and globals kept.
 //! A launch whose layout the driver does not describe takes the table of its kernel's name
 //! (`image_layout`). Globals are resolved to addresses at the first launch on the image's
 //! device once a backend is open (`cuModuleGetGlobal`; for a library, `cuLibraryGetGlobal`
@@ -116,12 +116,12 @@ fn current_sm() -> Option<u32> {
 }
 
 /// Records a loaded image; `bytes` is what the application gave (or the file's contents).
-fn record(handle: Handle, bytes: Result<Vec<u8>, ImageNote>) {
+fn record(handle: Handle, bytes: Result<&[u8], ImageNote>) {
     let s = images();
     s.counters.images_loaded.fetch_add(1, Ordering::Relaxed);
     let sm = current_sm().unwrap_or(u32::MAX);
     let info = bytes.and_then(|b| {
-        let c = image::cubin_for(&b, sm)?;
+        let c = image::cubin_for(b, sm)?;
         image::read_cubin(c)
     });
     let info = match info {
@@ -255,10 +255,11 @@ fn read_file(name: *const c_char) -> Result<Vec<u8>, ImageNote> {
     std::fs::read(&path).map_err(|e| ImageNote::Unreadable(format!("{path}: {e}")))
 }
 
-/// The image at `p` (the driver accepted it).
-fn copy(p: *const c_void) -> Result<Vec<u8>, ImageNote> {
-    // SAFETY: the driver just loaded an image from `p`, so its headers are valid.
-    unsafe { image::copy_image(p.cast()) }
+/// The image at `p` (the driver accepted it), for the hook's duration.
+fn copy<'a>(p: *const c_void) -> Result<&'a [u8], ImageNote> {
+    // SAFETY: the driver just loaded an image from `p`, so its headers are valid; the
+    // application's image stays alive during the load call, which the hook is inside.
+    unsafe { image::image_at(p.cast()) }
 }
 
 /// Hook of `cuModuleLoad`.
@@ -276,7 +277,10 @@ pub(crate) unsafe fn hook_module_load(
     let r = unsafe { real(m, fname) };
     if r == CUresult::CUDA_SUCCESS && !m.is_null() {
         // SAFETY: the driver wrote the handle.
-        record(Handle::Module(unsafe { *m } as usize), read_file(fname));
+        record(
+            Handle::Module(unsafe { *m } as usize),
+            read_file(fname).as_deref().map_err(Clone::clone),
+        );
     }
     r
 }
@@ -390,7 +394,10 @@ pub(crate) unsafe fn hook_library_load_file(
     let r = unsafe { real(l, fname, jo, jv, nj, lo, lv, nl) };
     if r == CUresult::CUDA_SUCCESS && !l.is_null() {
         // SAFETY: the driver wrote the handle.
-        record(Handle::Library(unsafe { *l } as usize), read_file(fname));
+        record(
+            Handle::Library(unsafe { *l } as usize),
+            read_file(fname).as_deref().map_err(Clone::clone),
+        );
     }
     r
 }
