@@ -307,7 +307,34 @@ pub fn table(v: &serde_json::Value) -> String {
         serde_json::to_string(sm).unwrap_or_default(),
         serde_json::to_string(&v["interception"]).unwrap_or_default()
     ));
+    s.push_str(&cupti_line(&v["cupti"]));
     s
+}
+
+/// What the CUPTI cross-check found: launches that did not pass through a wrapper, or why
+/// it did not run.
+fn cupti_line(c: &serde_json::Value) -> String {
+    match c["status"].as_str() {
+        Some("subscribed") => {
+            let outside = c["outside"].as_u64().unwrap_or(0);
+            if outside == 0 {
+                format!(
+                    "cupti: every launch the driver ran passed through a wrapper ({} launch calls seen)\n",
+                    c["inside"]
+                )
+            } else {
+                format!(
+                    "cupti: {outside} launches did NOT pass through a wrapper (not replayed, not gated): {}\n",
+                    serde_json::to_string(&c["outside_by_entry"]).unwrap_or_default()
+                )
+            }
+        }
+        Some(status) => format!(
+            "cupti: no cross-check ({status}: {}); launches that bypass the wrappers are not counted\n",
+            c["detail"].as_str().unwrap_or("")
+        ),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -316,6 +343,27 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn the_table_reports_the_cupti_cross_check() {
+        let v = |c: serde_json::Value| table(&serde_json::json!({ "cupti": c }));
+        let t = v(
+            serde_json::json!({"status": "subscribed", "inside": 9, "outside": 2,
+            "outside_by_entry": {"cuLaunchGrid": 2}}),
+        );
+        assert!(t.contains("cupti: 2 launches did NOT pass"), "{t}");
+        assert!(t.contains("cuLaunchGrid"), "{t}");
+        let t = v(serde_json::json!({"status": "subscribed", "inside": 9, "outside": 0}));
+        assert!(
+            t.contains("every launch the driver ran passed through a wrapper"),
+            "{t}"
+        );
+        let t = v(serde_json::json!({"status": "unavailable", "detail": "no libcupti found"}));
+        assert!(
+            t.contains("cupti: no cross-check (unavailable: no libcupti found)"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -93,6 +93,21 @@ fn kreplay(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("run kreplay")
 }
 
+/// Whether a CUPTI library is installed where the library looks for one.
+fn cupti_installed() -> bool {
+    let Ok(dirs) = std::fs::read_dir("/usr/local") else {
+        return false;
+    };
+    dirs.filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("cuda"))
+        .flat_map(|e| [e.path().join("lib64"), e.path().join("extras/CUPTI/lib64")])
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .filter_map(Result::ok)
+        .any(|f| f.file_name().to_string_lossy().starts_with("libcupti.so"))
+        || std::env::var_os("KREPLAY_CUDA_LIB_DIR").is_some()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -171,7 +186,29 @@ fn run_under_verify_equals_a_plain_run_and_sees_every_entry() {
             .all(|r| r["captured_bytes"].as_u64().unwrap() > 98304),
         "{recs:?}"
     );
-    assert!(stderr.contains("kr_rmw"), "the per-kernel table: {stderr}");
+    // The fake driver's world has no CUPTI: the report says the cross-check did not run, and
+    // why (on a machine with a CUDA toolkit, whatever it found is said).
+    let c = &v["cupti"];
+    if !cupti_installed() {
+        assert_eq!(c["status"], "unavailable", "{c}");
+        assert!(
+            stderr.contains("cupti: no cross-check (unavailable"),
+            "{stderr}"
+        );
+    }
+    assert!(stderr.contains("\ncupti: "), "{stderr}");
+    // The driver names kr_rmw mangled; the records and the table name it demangled.
+    const RMW: &str = "kr_rmw(unsigned long*, unsigned long, unsigned long)";
+    assert!(recs.iter().any(|r| r["kernel"] == RMW), "{recs:?}");
+    assert!(
+        recs.iter()
+            .all(|r| !r["kernel"].as_str().unwrap().starts_with("_Z")),
+        "{recs:?}"
+    );
+    assert!(
+        stderr.contains("kr_rmw(unsigned long*"),
+        "the per-kernel table: {stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -123,9 +123,9 @@
 //! under replay, and register the streams it uses so the drains see their work.
 //!
 //! Under interception of an unmodified application ([`intercept`]) the application's own
-//! launches, graph launches, 1D copies and memsets pass through the wrappers and so through
-//! the gate (2D/3D and peer copies do not yet), and the streams its launches use are
-//! registered.
+//! launches, graph launches, copies and memsets (1D, 2D, 3D, peer) pass through the wrappers
+//! and so through the gate (array copies and `cuMemcpyBatchAsync` do not yet), and the streams
+//! its launches use are registered.
 //!
 //! ## What a tool sees of a replayed launch's timing
 //!
@@ -142,11 +142,12 @@
 //! Cooperative launches are not submitted through [`CudaBackend::launch`]. Interception of an
 //! unmodified application ([`intercept`], [`state`], [`tool`]; `kreplay run`) covers the launch
 //! entries, the allocation and free entries (except `cuMemCreate`/`cuMemMap`), streams,
-//! graph launches and the 1D copies and memsets (gated); not yet: 2D/3D and peer copies,
-//! module and library loads (so module globals of the application's own images are not
-//! captured, and names are the driver's, mangled), `.nv.info` parameter tables, and CUPTI's
-//! count of launches that did not pass through a wrapper. See [`state`] for what each of
-//! those means for a run.
+//! graph launches, copies and memsets (gated), module and library loads (`.nv.info` parameter
+//! tables, module globals of cubins and uncompressed fat-binary entries; names demangled), and
+//! CUPTI's count of launches that did not pass through a wrapper where libcupti is found. Not
+//! yet: array copies, `cuMemcpyBatchAsync`, compressed fat-binary entries and PTX images (no
+//! table, no globals), a library's globals before one of its kernels runs. See [`state`] for
+//! what each of those means for a run.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

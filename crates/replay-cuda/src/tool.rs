@@ -20,8 +20,8 @@
 //!   equal the first pass's; otherwise the record lists the regions that differed.
 //! - `timing`: the GPU time of each pass (from the outcome record): min, median, max.
 //!
-//! At exit the records, the per-kernel table, the service's summary and the interception's
-//! counts are written as JSON to `KREPLAY_CUDA_OUT` (when set). No driver call runs at exit.
+//! At exit the records, the per-kernel table, the service's summary, the interception's
+//! counts and the CUPTI cross-check ([`crate::intercept::cupti`]) are written as JSON to `KREPLAY_CUDA_OUT` (when set). No driver call runs at exit.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
@@ -412,6 +412,7 @@ pub fn report_json() -> serde_json::Value {
         "tool": builtin().map(|t| t.kind),
         "passes": builtin().map(|t| t.passes),
         "interception": state().counters_json(),
+        "cupti": crate::intercept::cupti::report(),
         "summary": summary,
         "kernels": kernels,
         "records": records,

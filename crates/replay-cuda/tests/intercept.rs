@@ -2,10 +2,16 @@
 //! compiled as `libcuda.so.1` and loaded before anything looks for the driver): the wrappers
 //! of `replay_cuda::intercept` called as an application's calls would reach them.
 //!
-//! - a copy or memset issued on another thread while a window is open waits for the window
-//!   (the write gate), so no restore undoes it;
+//! - a copy or memset (1D, 2D) issued on another thread while a window is open waits for the
+//!   window (the write gate), so no restore undoes it;
 //! - a free of captured memory on another thread during a window is recorded first and the
 //!   window ends with memory equal to one execution;
+//! - a launch of unknown layout that writes pinned host memory is replayed with that memory
+//!   captured (not truncated after one pass) and ends equal to one execution;
+//! - a kernel whose layout the driver does not describe takes the `.nv.info` table of the
+//!   image the application loaded it from;
+//! - a kernel of an application image (a fat binary) that writes its module globals is
+//!   replayed with them restored, and they leave the registry when the module is unloaded;
 //! - inside the library (`Internal`) every wrapper forwards to the driver, no window.
 //!
 //! Skipped where no C compiler is found, or where a real driver is present.
@@ -216,8 +222,9 @@ fn wait_for(flag: &AtomicBool, budget: Duration) -> bool {
     flag.load(Ordering::SeqCst)
 }
 
-#[test]
-fn a_memset_on_another_thread_during_a_window_waits_for_it() {
+/// A write `issue(a)` on another thread while a window over `kr_rmw(a)` is open must wait
+/// for the window, and then fill every word with `0xABAB_ABAB_ABAB_ABAB`.
+fn a_write_on_another_thread_during_a_window_waits_for_it(issue: fn(u64) -> sys::CUresult) {
     let Some((_g, s)) = setup() else { return };
     let a = alloc_filled(1);
     let mut expect = read(a);
@@ -232,14 +239,10 @@ fn a_memset_on_another_thread_during_a_window_waits_for_it() {
             }
             let d = Arc::clone(&done);
             *worker.lock() = Some(std::thread::spawn(move || {
-                // SAFETY: a memset of the tracked buffer on the legacy stream.
-                let r = unsafe {
-                    intercept::memset_d32_async(a, 0xABAB_ABAB, N * 2, std::ptr::null_mut())
-                };
-                assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+                assert_eq!(issue(a), sys::CUresult::CUDA_SUCCESS);
                 d.store(true, Ordering::SeqCst);
             }));
-            // Ungated, the memset lands now, inside the window, and the restore before the
+            // Ungated, the write lands now, inside the window, and the restore before the
             // next pass undoes it; gated, it waits for the window to end.
             let _ = wait_for(&done, Duration::from_millis(500));
         }));
@@ -260,16 +263,32 @@ fn a_memset_on_another_thread_during_a_window_waits_for_it() {
         .join()
         .unwrap();
     *s.tool.hook.lock() = None;
-    // The memset ran after the window: every word is its value, whatever the kernel wrote.
+    // The write ran after the window: every word is its value, whatever the kernel wrote.
     let got = read(a);
     assert!(
         got.iter().all(|&w| w == 0xABAB_ABAB_ABAB_ABAB),
-        "the memset issued during the window was undone by a restore: {:x?}",
+        "the write issued during the window was undone by a restore: {:x?}",
         &got[..4]
     );
     assert_ne!(got, expect);
     // SAFETY: frees the wrapper's allocation.
     unsafe { intercept::mem_free(a) };
+}
+
+#[test]
+fn a_memset_on_another_thread_during_a_window_waits_for_it() {
+    a_write_on_another_thread_during_a_window_waits_for_it(|a| {
+        // SAFETY: a memset of the tracked buffer on the legacy stream.
+        unsafe { intercept::memset_d32_async(a, 0xABAB_ABAB, N * 2, std::ptr::null_mut()) }
+    });
+}
+
+#[test]
+fn a_2d_memset_on_another_thread_during_a_window_waits_for_it() {
+    a_write_on_another_thread_during_a_window_waits_for_it(|a| {
+        // SAFETY: 8 rows of 64 words, pitch 512 bytes: the whole tracked buffer.
+        unsafe { intercept::memset_2d32_async(a, 512, 0xABAB_ABAB, 128, 8, std::ptr::null_mut()) }
+    });
 }
 
 #[test]
@@ -328,4 +347,308 @@ fn inside_the_library_every_wrapper_forwards_without_a_window() {
     );
     // SAFETY: frees the wrapper's allocation.
     unsafe { intercept::mem_free(a) };
+}
+
+#[test]
+fn a_launch_of_unknown_layout_into_pinned_memory_is_replayed_with_it_captured() {
+    let Some((_g, s)) = setup() else { return };
+    let mut opaque: sys::CUfunction = std::ptr::null_mut();
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: the fake driver's module calls and the intercepted pinned allocation, with out
+    // pointers to live locals.
+    unsafe {
+        assert_eq!(
+            sys::cuModuleLoadData(&mut module, c"image".as_ptr().cast()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuModuleGetFunction(&mut opaque, module, c"opaque_kr_rmw".as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            intercept::mem_host_alloc(&mut host, N * 8, 0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    let p = host as u64;
+    let init: Vec<u64> = (0..N as u64).map(|i| i * 3 + 1).collect();
+    // SAFETY: `N` words of pinned host memory, just allocated.
+    unsafe { std::ptr::copy_nonoverlapping(init.as_ptr(), host.cast::<u64>(), N) };
+    let mut once = init.clone();
+    rmw_host(&mut once, 13);
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    assert_eq!(launch_rmw(opaque, p, 13), sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(read(p), once, "memory equals one execution");
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "three passes, the pinned buffer captured: {}",
+        s.tool.last.lock()
+    );
+    // SAFETY: frees the wrapper's allocation.
+    unsafe { intercept::mem_free_host(host) };
+}
+
+use replay_cuda::module::elf::testing::{info, Builder};
+use replay_cuda::module::image::testing::{fatbin, nv_info};
+
+/// Loads `image` through the intercepted `cuModuleLoadFatBinary` / `cuModuleLoadData` and
+/// fetches `name` through the intercepted `cuModuleGetFunction`.
+fn load_app_function(
+    image: &[u8],
+    fat: bool,
+    name: &std::ffi::CStr,
+) -> (sys::CUmodule, sys::CUfunction) {
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    let mut f: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: a complete image in a live buffer; out pointers to live locals.
+    unsafe {
+        let r = if fat {
+            intercept::module_load_fat_binary(&mut m, image.as_ptr().cast())
+        } else {
+            intercept::module_load_data(&mut m, image.as_ptr().cast())
+        };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            intercept::module_get_function(&mut f, m, name.as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    (m, f)
+}
+
+#[test]
+fn a_kernel_the_driver_cannot_describe_takes_its_images_parameter_table() {
+    let Some((_g, s)) = setup() else { return };
+    let mut b = Builder::new();
+    b.section(
+        ".nv.info.opaque_kr_rmw",
+        0x7000_0000,
+        nv_info(&[(0, 8), (8, 8), (16, 8)]),
+        0,
+    );
+    let (m, f) = load_app_function(&b.build(), false, c"opaque_kr_rmw");
+    let a = alloc_filled(21);
+    let mut once = read(a);
+    rmw_host(&mut once, 4);
+    let c = &state::state().counters;
+    let (img, unknown) = (
+        c.layout_image.load(Ordering::SeqCst),
+        c.layout_unknown.load(Ordering::SeqCst),
+    );
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    assert_eq!(launch_rmw(f, a, 4), sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(read(a), once, "memory equals one execution");
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "{}",
+        s.tool.last.lock()
+    );
+    assert_eq!(
+        c.layout_image.load(Ordering::SeqCst),
+        img + 1,
+        "{}",
+        state::state().counters_json()
+    );
+    assert_eq!(c.layout_unknown.load(Ordering::SeqCst), unknown);
+    // SAFETY: frees the wrapper's allocation; unloads the module.
+    unsafe {
+        intercept::mem_free(a);
+        intercept::module_unload(m);
+    }
+}
+
+/// globals.cu's `.nv.global` as the fake driver lays it out, in a fat binary beside PTX.
+fn globals_fatbin() -> Vec<u8> {
+    let mut b = Builder::new();
+    let g = b.section(".nv.global", 8, Vec::new(), 8328);
+    b.symbol("kr_counter", info(1, 1), g, 0, 8);
+    b.symbol("kr_hidden", info(0, 1), g, 8, 128);
+    b.symbol("kr_table", info(1, 1), g, 136, 8192);
+    fatbin(&[(1, 90, b"// ptx\0"), (2, 90, &b.build())])
+}
+
+/// `kr_globals(7)` through the intercepted `cuLaunchKernel`.
+fn launch_globals(f: sys::CUfunction) -> sys::CUresult {
+    let mut k: u64 = 7;
+    let mut args: [*mut std::ffi::c_void; 1] = [(&mut k as *mut u64).cast()];
+    // SAFETY: kr_globals' one 8-byte parameter, a live argument array, the legacy stream.
+    unsafe {
+        intercept::launch_kernel(
+            f,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+/// The fake driver's `kr_counter` (host memory at its device address).
+fn counter() -> u64 {
+    let (mut p, mut n, mut m): (sys::CUdeviceptr, usize, sys::CUmodule) =
+        (0, 0, std::ptr::null_mut());
+    // SAFETY: the fake's module and global lookups with out pointers to live locals; its
+    // globals are host memory at the device address.
+    unsafe {
+        let _inside = Internal::enter();
+        assert_eq!(
+            sys::cuModuleLoadData(&mut m, c"image".as_ptr().cast()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuModuleGetGlobal_v2(&mut p, &mut n, m, c"kr_counter".as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        *(p as *const u64)
+    }
+}
+
+fn registered(name: &str) -> bool {
+    use replay_memory::ModuleVariables;
+    let backend = state::state().backend(0).unwrap();
+    let vars = backend
+        .modules()
+        .enumerate(replay_core::AgentId(0))
+        .unwrap();
+    vars.iter().any(|v| v.name == name)
+}
+
+#[test]
+fn a_library_kernel_writing_its_globals_is_replayed_with_them_restored() {
+    let Some((_g, s)) = setup() else { return };
+    let fat = globals_fatbin();
+    let (mut lib, mut k, mut f): (sys::CUlibrary, sys::CUkernel, sys::CUfunction) = (
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    // SAFETY: a complete image in a live buffer; out pointers to live locals.
+    unsafe {
+        let n = std::ptr::null_mut();
+        assert_eq!(
+            intercept::library_load_data(
+                &mut lib,
+                fat.as_ptr().cast(),
+                n,
+                n.cast(),
+                0,
+                n,
+                n.cast(),
+                0
+            ),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            intercept::library_get_kernel(&mut k, lib, c"kr_globals".as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            intercept::kernel_get_function(&mut f, k),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    assert!(
+        !registered("kr_counter"),
+        "a library's globals wait for one of its kernels"
+    );
+    let start = counter();
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    assert_eq!(launch_globals(f), sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "{}",
+        s.tool.last.lock()
+    );
+    assert_eq!(
+        counter(),
+        start + 1,
+        "the global was restored between passes: one execution"
+    );
+    assert!(registered("kr_table"));
+    // SAFETY: unloads the library the test loaded.
+    unsafe { intercept::library_unload(lib) };
+    assert!(!registered("kr_counter"), "unloaded");
+}
+
+#[test]
+fn a_kernel_writing_its_fat_binarys_globals_is_replayed_with_them_restored() {
+    let Some((_g, s)) = setup() else { return };
+    let (m, f) = load_app_function(&globals_fatbin(), true, c"kr_globals");
+    let mut counter: sys::CUdeviceptr = 0;
+    let mut bytes = 0usize;
+    // SAFETY: the fake's global lookup with out pointers to live locals.
+    unsafe {
+        assert_eq!(
+            sys::cuModuleGetGlobal_v2(&mut counter, &mut bytes, m, c"kr_counter".as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    // SAFETY: the fake's globals are host memory at the device address.
+    let count = || unsafe { *(counter as *const u64) };
+    let start = count();
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    let mut k: u64 = 7;
+    let mut args: [*mut std::ffi::c_void; 1] = [(&mut k as *mut u64).cast()];
+    // SAFETY: kr_globals' one 8-byte parameter, a live argument array, the legacy stream.
+    let r = unsafe {
+        intercept::launch_kernel(
+            f,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "{}",
+        s.tool.last.lock()
+    );
+    assert_eq!(
+        count(),
+        start + 1,
+        "the global was restored between passes: one execution"
+    );
+    let backend = state::state().backend(0).unwrap();
+    use replay_memory::ModuleVariables;
+    let vars = backend
+        .modules()
+        .enumerate(replay_core::AgentId(0))
+        .unwrap();
+    assert!(
+        vars.iter().any(|v| v.name == "kr_table" && v.size == 8192),
+        "{vars:?}"
+    );
+    assert!(
+        vars.iter().any(|v| v.name == "kr_hidden"),
+        "resolved through its section: {vars:?}"
+    );
+    // SAFETY: unloads the module the test loaded.
+    unsafe { intercept::module_unload(m) };
+    let vars = backend
+        .modules()
+        .enumerate(replay_core::AgentId(0))
+        .unwrap();
+    assert!(
+        vars.iter().all(|v| v.name != "kr_counter"),
+        "unloaded: {vars:?}"
+    );
 }

@@ -15,10 +15,14 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use replay_cuda::intercept as ic;
-use replay_cuda::sys::{CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream};
+use replay_cuda::sys::{
+    CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary, CUmodule,
+    CUresult, CUstream,
+};
 
 fn source() {
     replay_cuda::state::set_service_source(crate::service);
+    replay_cuda::state::set_on_first_service(replay_cuda::tool::attach_from_env);
 }
 
 /// The driver's tool-injection entry: turns interception on; 1 on success.
@@ -129,4 +133,55 @@ exports! {
     cuMemcpyDtoH_v2 => memcpy_dtoh(d: *mut c_void, src: CUdeviceptr, n: usize);
     cuMemsetD8_v2 => memset_d8(d: CUdeviceptr, v: u8, n: usize);
     cuMemsetD32_v2 => memset_d32(d: CUdeviceptr, v: c_uint, n: usize);
+    cuModuleLoad => module_load(m: *mut CUmodule, fname: *const c_char);
+    cuModuleLoadData => module_load_data(m: *mut CUmodule, image: *const c_void);
+    cuModuleLoadDataEx => module_load_data_ex(m: *mut CUmodule, image: *const c_void, n: c_uint, opts: *mut c_void, vals: *mut *mut c_void);
+    cuModuleLoadFatBinary => module_load_fat_binary(m: *mut CUmodule, fat: *const c_void);
+    cuModuleUnload => module_unload(m: CUmodule);
+    cuModuleGetFunction => module_get_function(f: *mut CUfunction, m: CUmodule, name: *const c_char);
+    cuLibraryLoadData => library_load_data(l: *mut CUlibrary, code: *const c_void, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint);
+    cuLibraryLoadFromFile => library_load_from_file(l: *mut CUlibrary, fname: *const c_char, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint);
+    cuLibraryUnload => library_unload(l: CUlibrary);
+    cuLibraryGetKernel => library_get_kernel(k: *mut CUkernel, l: CUlibrary, name: *const c_char);
+    cuKernelGetFunction => kernel_get_function(f: *mut CUfunction, k: CUkernel);
+    cuMemcpy_ptds => memcpy_sync_ptds(d: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyHtoD_v2_ptds => memcpy_htod_ptds(d: CUdeviceptr, src: *const c_void, n: usize);
+    cuMemcpyDtoD_v2_ptds => memcpy_dtod_ptds(d: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyDtoH_v2_ptds => memcpy_dtoh_ptds(d: *mut c_void, src: CUdeviceptr, n: usize);
+    cuMemsetD8_v2_ptds => memset_d8_ptds(d: CUdeviceptr, v: u8, n: usize);
+    cuMemsetD32_v2_ptds => memset_d32_ptds(d: CUdeviceptr, v: c_uint, n: usize);
+    cuMemcpy2D_v2 => memcpy_2d(p: *const c_void);
+    cuMemcpy2D_v2_ptds => memcpy_2d_ptds(p: *const c_void);
+    cuMemcpy2DUnaligned_v2 => memcpy_2d_unaligned(p: *const c_void);
+    cuMemcpy2DUnaligned_v2_ptds => memcpy_2d_unaligned_ptds(p: *const c_void);
+    cuMemcpy2DAsync_v2 => memcpy_2d_async(p: *const c_void, s: CUstream);
+    cuMemcpy2DAsync_v2_ptsz => memcpy_2d_async_ptsz(p: *const c_void, s: CUstream);
+    cuMemcpy3D_v2 => memcpy_3d(p: *const c_void);
+    cuMemcpy3D_v2_ptds => memcpy_3d_ptds(p: *const c_void);
+    cuMemcpy3DAsync_v2 => memcpy_3d_async(p: *const c_void, s: CUstream);
+    cuMemcpy3DAsync_v2_ptsz => memcpy_3d_async_ptsz(p: *const c_void, s: CUstream);
+    cuMemcpy3DPeer => memcpy_3d_peer(p: *const c_void);
+    cuMemcpy3DPeer_ptds => memcpy_3d_peer_ptds(p: *const c_void);
+    cuMemcpy3DPeerAsync => memcpy_3d_peer_async(p: *const c_void, s: CUstream);
+    cuMemcpy3DPeerAsync_ptsz => memcpy_3d_peer_async_ptsz(p: *const c_void, s: CUstream);
+    cuMemcpyPeer => memcpy_peer(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize);
+    cuMemcpyPeer_ptds => memcpy_peer_ptds(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize);
+    cuMemcpyPeerAsync => memcpy_peer_async(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream);
+    cuMemcpyPeerAsync_ptsz => memcpy_peer_async_ptsz(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream);
+    cuMemsetD16_v2 => memset_d16(d: CUdeviceptr, v: u16, n: usize);
+    cuMemsetD16_v2_ptds => memset_d16_ptds(d: CUdeviceptr, v: u16, n: usize);
+    cuMemsetD16Async => memset_d16_async(d: CUdeviceptr, v: u16, n: usize, s: CUstream);
+    cuMemsetD16Async_ptsz => memset_d16_async_ptsz(d: CUdeviceptr, v: u16, n: usize, s: CUstream);
+    cuMemsetD2D8_v2 => memset_2d8(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize);
+    cuMemsetD2D8_v2_ptds => memset_2d8_ptds(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize);
+    cuMemsetD2D16_v2 => memset_2d16(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize);
+    cuMemsetD2D16_v2_ptds => memset_2d16_ptds(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize);
+    cuMemsetD2D32_v2 => memset_2d32(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
+    cuMemsetD2D32_v2_ptds => memset_2d32_ptds(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
+    cuMemsetD2D8Async => memset_2d8_async(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D8Async_ptsz => memset_2d8_async_ptsz(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D16Async => memset_2d16_async(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D16Async_ptsz => memset_2d16_async_ptsz(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D32Async => memset_2d32_async(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D32Async_ptsz => memset_2d32_async_ptsz(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
 }

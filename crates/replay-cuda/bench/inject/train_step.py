@@ -3,7 +3,9 @@
 usage: python train_step.py cnn|transformer|compiled|gemm [steps]
 
 Prints the final loss (or the GEMM's output digest) as an exact hexadecimal float, so a
-plain run and a run under replay can be compared bit for bit.
+plain run and a run under replay can be compared bit for bit; on stderr, one `memory` line:
+the process's peak resident host memory and the device memory in use at the end (a run under
+replay minus a plain run is what the library took).
 """
 import os
 import sys
@@ -64,6 +66,16 @@ def gemm():
     print(f"gemm sum {c.double().sum().item().hex()} c[7,9] {c[7, 9].item().hex()}")
 
 
+def report_memory():
+    rss = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                rss = int(line.split()[1])
+    free, total = torch.cuda.mem_get_info()
+    print(f"memory peak_rss_kib {rss} device_used_mib {(total - free) >> 20}", file=sys.stderr)
+
+
 if __name__ == "__main__":
     kind = sys.argv[1]
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -71,3 +83,4 @@ if __name__ == "__main__":
         gemm()
     else:
         train(kind, steps)
+    report_memory()

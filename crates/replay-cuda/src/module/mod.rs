@@ -15,7 +15,9 @@
 //! variables of every module loaded through it and still alive, at snapshot time. The
 //! backend's own modules (the digest kernels) are never registered.
 
+pub mod demangle;
 pub mod elf;
+pub mod image;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -350,13 +352,20 @@ fn resolve_variables(
     module: sys::CUmodule,
     syms: Vec<elf::GlobalSymbol>,
 ) -> Result<Vec<ModuleVariable>, String> {
-    let lookup = |name: &str| -> Option<(u64, u64)> {
+    resolve_variables_with(syms, |name: &str| -> Option<(u64, u64)> {
         let c = CString::new(name).ok()?;
         // SAFETY: `module` was just loaded by the caller and is alive.
         unsafe { result::module::get_global(module, c) }
             .ok()
             .map(|(p, s)| (p, s as u64))
-    };
+    })
+}
+
+/// [`resolve_variables`] with any lookup of a global's address and size by name.
+fn resolve_variables_with(
+    syms: Vec<elf::GlobalSymbol>,
+    lookup: impl Fn(&str) -> Option<(u64, u64)>,
+) -> Result<Vec<ModuleVariable>, String> {
     // Section bases learned from symbols the driver resolved by name.
     let mut bases: BTreeMap<usize, u64> = BTreeMap::new();
     let mut resolved: Vec<Option<(u64, u64)>> = Vec::with_capacity(syms.len());
@@ -474,12 +483,22 @@ impl CudaFunction {
     }
 }
 
-/// The modules of one agent, and their variables for the memory layer.
+/// The modules of one agent, and their variables for the memory layer: the library's own
+/// modules, and the application's images the interception read (by the application's handle,
+/// with a load number of their own).
 #[derive(Debug)]
 pub struct ModuleRegistry {
     agent: AgentId,
     device: Arc<Device>,
     modules: Mutex<BTreeMap<u64, Weak<CudaModule>>>,
+    foreign: Mutex<BTreeMap<usize, Foreign>>,
+}
+
+/// An application image's variables.
+#[derive(Debug)]
+struct Foreign {
+    load_id: u64,
+    variables: Result<Vec<ModuleVariable>, String>,
 }
 
 impl ModuleRegistry {
@@ -489,7 +508,49 @@ impl ModuleRegistry {
             agent,
             device,
             modules: Mutex::new(BTreeMap::new()),
+            foreign: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Registers the globals of an application image (`handle`: its module or library
+    /// handle), resolved through `lookup` (`cuModuleGetGlobal` or `cuLibraryGetGlobal`).
+    /// Returns whether every writable one was resolved; if not, the enumeration fails (and
+    /// replays on this agent decline) until the image is removed.
+    pub fn add_foreign(
+        &self,
+        handle: usize,
+        syms: Vec<elf::GlobalSymbol>,
+        lookup: impl Fn(&str) -> Option<(u64, u64)>,
+    ) -> bool {
+        let variables = resolve_variables_with(syms, lookup)
+            .map_err(|why| format!("application image {handle:#x}: {why}"));
+        let ok = variables.is_ok();
+        if let Err(why) = &variables {
+            log::warn!(
+                "[kernel-replay] {why}; replays on agent {} decline while it is loaded",
+                self.agent
+            );
+        }
+        let load_id = NEXT_LOAD.fetch_add(1, Ordering::Relaxed);
+        self.foreign
+            .lock()
+            .insert(handle, Foreign { load_id, variables });
+        ok
+    }
+
+    /// The address ranges of an application image's variables (what an unload releases).
+    pub fn foreign_ranges(&self, handle: usize) -> Vec<(u64, u64)> {
+        self.foreign
+            .lock()
+            .get(&handle)
+            .and_then(|f| f.variables.as_ref().ok())
+            .map(|v| v.iter().map(|v| (v.base, v.size)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Removes an application image (call inside the tracker's `release_with`).
+    pub fn remove_foreign(&self, handle: usize) -> bool {
+        self.foreign.lock().remove(&handle).is_some()
     }
 
     /// Loads an image and registers it: its variables take part in every snapshot while it is
@@ -552,6 +613,27 @@ impl ModuleVariables for ModuleRegistry {
                 Err(why) => return Err(why.clone()),
             }
         }
+        for f in self.foreign.lock().values() {
+            match &f.variables {
+                Ok(v) => out.extend(v.iter().cloned()),
+                Err(why) => return Err(why.clone()),
+            }
+        }
         Ok(out)
+    }
+
+    /// An application image's variables answer with their image's load number, so a restore
+    /// after its unload skips them; every other address keeps the default rule.
+    fn load_generation(&self, agent: AgentId, addr: u64) -> Option<u64> {
+        if agent == self.agent {
+            for f in self.foreign.lock().values() {
+                if let Ok(v) = &f.variables {
+                    if v.iter().any(|v| addr >= v.base && addr - v.base < v.size) {
+                        return Some(f.load_id);
+                    }
+                }
+            }
+        }
+        Some(0)
     }
 }

@@ -4,12 +4,15 @@
  * library's own entries, as the real driver does), the _ptsz and Ex launch forms (attributes
  * accepted; a cooperative launch runs like any other), cuLaunchCooperativeKernel,
  * cuFuncGetName / cuKernelGetName / cuKernelGetParamInfo, cuCtxGetDevice, cuMemAllocPitch,
- * cuGraphLaunch_ptsz, and the injection call of a real driver: cuInit calls
+ * cuGraphLaunch_ptsz, cuMemsetD2D32Async, cuModuleLoadFatBinary, the library entries
+ * (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction, cuLibraryGetGlobal,
+ * cuLibraryUnload: a library is a module), and the injection call of a real driver: cuInit calls
  * InitializeInjection() of the library named in CUDA_INJECTION64_PATH, once.
  *
  * A function fetched as "opaque_NAME" runs kernel NAME but the driver cannot describe its
  * parameters (cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED), as for PyTorch's
- * precompiled kernels on a real driver.
+ * precompiled kernels on a real driver. cuFuncGetName answers kr_rmw's name mangled, as a
+ * real driver answers a C++ kernel's.
  *
  * Build with -Wl,-Bsymbolic: the fake's entries call each other directly, as the real
  * driver's do, not through a library loaded in front of it.
@@ -79,8 +82,10 @@ CUresult cuKernelGetParamInfo(void* k, size_t index, size_t* offset, size_t* siz
     return E_NOT_SUPPORTED;
 }
 
+/* kr_rmw's name as a C++ compiler mangles it (the driver reports mangled names). */
 CUresult cuFuncGetName(const char** name, void* f) {
-    *name = ((struct function*)f)->name;
+    const char* n = ((struct function*)f)->name;
+    *name = strcmp(n, "kr_rmw") == 0 ? "_Z6kr_rmwPmmm" : n;
     return OK;
 }
 
@@ -132,6 +137,46 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w, size_t h, u
     (void)e;
     *pitch = (w + 255) / 256 * 256;
     return cuMemAlloc_v2(p, *pitch * h);
+}
+
+CUresult cuModuleLoadFatBinary(void** m, const void* fat) {
+    return cuModuleLoadData(m, fat);
+}
+
+/* Libraries are modules here: a kernel is the module's function, its function itself. */
+CUresult cuLibraryLoadData(void** lib, const void* code, void* jo, void** jv, unsigned nj,
+                           void* lo, void** lv, unsigned nl) {
+    (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
+    return cuModuleLoadData(lib, code);
+}
+
+CUresult cuLibraryGetKernel(void** k, void* lib, const char* name) {
+    return cuModuleGetFunction(k, lib, name);
+}
+
+CUresult cuKernelGetFunction(void** f, void* k) {
+    *f = k;
+    return OK;
+}
+
+CUresult cuLibraryGetGlobal(CUdeviceptr* p, size_t* bytes, void* lib, const char* name) {
+    return cuModuleGetGlobal_v2(p, bytes, lib, name);
+}
+
+CUresult cuLibraryUnload(void* lib) {
+    return cuModuleUnload(lib);
+}
+
+/* A 2D memset of 32-bit words, row by row, at once (every stream of the fake is synchronous). */
+CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned v, size_t w, size_t h,
+                            void* s) {
+    for (size_t row = 0; row < h; ++row) {
+        CUresult r = cuMemsetD32Async(dst + row * pitch, v, w, s);
+        if (r != OK) {
+            return r;
+        }
+    }
+    return OK;
 }
 
 struct proc {

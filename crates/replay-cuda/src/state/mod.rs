@@ -13,10 +13,12 @@
 //!   [`ReplayService::submit`] with the backend's agent and memory layer, so the window of
 //!   SPEC §6 runs inside the wrapper, where the library owns the call. Every pass submits the
 //!   application's own call again. The argument block for the scope comes from
-//!   `cuFuncGetParamInfo` (else `cuKernelGetParamInfo`), else from `extra`'s buffer; when
-//!   neither answers, the layout is *unknown*: the block stays empty, and the launch is a
-//!   candidate only while the policy's scope is `all` (with `arguments` it runs once, counted
-//!   `layout_unknown`). Launches into a capturing stream are `SubmissionKind::StreamCapture`
+//!   `cuFuncGetParamInfo` (else `cuKernelGetParamInfo`), else the `.nv.info` table of the
+//!   kernel's image, else from `extra`'s buffer; when
+//!   neither answers, the layout is *unknown*: the launch is a candidate only while the
+//!   policy's scope is `all` (with `arguments` it runs once, counted `layout_unknown`), and its
+//!   block names every tracked managed and pinned region, so all of them are captured (see
+//!   `capturable_words`) instead of only watched. Launches into a capturing stream are `SubmissionKind::StreamCapture`
 //!   (run once by the window's gate rule); cooperative launches (`cuLaunchCooperativeKernel`,
 //!   or the cooperative attribute) and graph launches run once under the agent's write gate,
 //!   counted by kind; communication kernels (names containing `nccl` or `nvshmem`) run once
@@ -28,8 +30,8 @@
 //!   mapping, not captured), each under the agent of the current context's device. Frees are
 //!   recorded before the driver releases. An allocation that fails for lack of memory releases
 //!   the memory layer's pooled backing and is retried once.
-//! - **Copies and memsets** (see [`crate::intercept`] for the list) run once under the
-//!   agent's write gate, counted.
+//! - **Copies and memsets** (1D, 2D, 3D, peer; see [`crate::intercept`] for the list) run
+//!   once under the agent's write gate, counted.
 //! - **Streams** a launch uses are registered with the backend, so drains see them; a
 //!   destroyed stream is forgotten before the driver destroys it.
 //!
@@ -37,11 +39,12 @@
 //! be opened, runs untouched, counted. When no backend can be opened at all, one line says why
 //! and the program runs untouched.
 //!
-//! Not captured yet: module globals of the application's own images (its modules are loaded
-//! by the application, not through [`crate::ModuleRegistry`]), so a kernel that writes a
-//! `__device__` variable is not restored there; pinned or managed memory that a launch of
-//! unknown layout reaches (nothing shows the pointer). Kernel names are the driver's
-//! (`cuFuncGetName`), mangled.
+//! - **Code images** (`cuModuleLoad*`, `cuLibraryLoad*`, see [`images`]): their `.nv.info`
+//!   parameter tables are the second source of layouts (after the driver, before `extra`),
+//!   their globals go to the backend's [`crate::ModuleRegistry`] for the memory engine.
+//!
+//! Kernel names are the driver's
+//! (`cuFuncGetName`), demangled ([`crate::module::demangle`]) for the filter and the output.
 
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void, CStr};
@@ -49,7 +52,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{
-    self, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
+    self, CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
 };
 use parking_lot::{Mutex, RwLock};
 use replay_core::{
@@ -58,6 +61,14 @@ use replay_core::{
 };
 use replay_memory::Tracker;
 use serde::Serialize;
+
+pub mod images;
+
+pub(crate) use images::{
+    hook_kernel_get_function, hook_library_get_kernel, hook_library_load_data,
+    hook_library_load_file, hook_library_unload, hook_module_get_function, hook_module_load,
+    hook_module_load_data, hook_module_load_data_ex, hook_module_unload,
+};
 
 use crate::agent::CapturedLaunch;
 use crate::launch::{ArgBlock, LaunchConfig, ParamSlot};
@@ -116,6 +127,8 @@ pub struct Counters {
     pub layout_driver: AtomicU64,
     /// Launches whose block came from `extra`.
     pub layout_extra: AtomicU64,
+    /// Launches whose layout came from their image's `.nv.info` table.
+    pub layout_image: AtomicU64,
     /// Launches of unknown layout (scope `all`, the application's own `kernelParams`).
     pub layout_unknown: AtomicU64,
     /// Launches the window did not submit and the wrapper submitted once itself.
@@ -145,8 +158,10 @@ pub struct Counters {
 pub struct FuncInfo {
     /// The driver's name (`cuFuncGetName`), or a placeholder.
     pub name: Arc<str>,
-    /// The layout, when the driver described it (`None`: unknown).
+    /// The layout, when the driver or the image described it (`None`: unknown).
     pub layout: Option<Vec<ParamSlot>>,
+    /// Whether `layout` came from the image's `.nv.info` table.
+    pub from_image: bool,
 }
 
 /// Where a launch's argument block came from (said in the tool's record).
@@ -157,6 +172,8 @@ pub enum LayoutSource {
     Driver,
     /// `extra`'s `CU_LAUNCH_PARAM_BUFFER_POINTER`.
     Extra,
+    /// The `.nv.info` parameter table of the kernel's image.
+    Image,
     /// Not known: scope `all`, the application's `kernelParams`.
     Unknown,
 }
@@ -174,6 +191,7 @@ pub struct InjectState {
     pub counters: Counters,
     service: RwLock<Option<Arc<ReplayService>>>,
     source: OnceLock<fn() -> Arc<ReplayService>>,
+    on_first: OnceLock<fn(&Arc<ReplayService>)>,
     told_unavailable: AtomicBool,
 }
 
@@ -197,6 +215,7 @@ pub fn state() -> &'static InjectState {
         counters: Counters::default(),
         service: RwLock::new(None),
         source: OnceLock::new(),
+        on_first: OnceLock::new(),
         told_unavailable: AtomicBool::new(false),
     })
 }
@@ -212,8 +231,8 @@ pub fn set_service_source(f: fn() -> Arc<ReplayService>) {
     let _ = state().source.set(f);
 }
 
-/// The service: the one set, else the one from the source (set then), attaching the tool the
-/// environment names the first time.
+/// The service: the one set, else the one from the source (set then), running what
+/// [`set_on_first_service`] named the first time.
 pub fn service() -> Option<Arc<ReplayService>> {
     let s = state();
     if let Some(svc) = s.service.read().clone() {
@@ -229,8 +248,17 @@ pub fn service() -> Option<Arc<ReplayService>> {
             return w.clone();
         }
     }
-    crate::tool::attach_from_env(&svc);
+    if let Some(f) = s.on_first.get() {
+        f(&svc);
+    }
     Some(svc)
+}
+
+/// Names what runs once on the service when it is first created (the shared object attaches
+/// the tool the environment names: [`crate::tool::attach_from_env`]); the first call wins.
+/// Cheap: called by every exported entry.
+pub fn set_on_first_service(f: fn(&Arc<ReplayService>)) {
+    let _ = state().on_first.set(f);
 }
 
 impl InjectState {
@@ -260,16 +288,30 @@ impl InjectState {
 
     /// The counts as JSON.
     pub fn counters_json(&self) -> serde_json::Value {
-        serde_json::to_value(&self.counters).unwrap_or_default()
+        let mut v = serde_json::to_value(&self.counters).unwrap_or_default();
+        if let (Some(o), serde_json::Value::Object(i)) =
+            (v.as_object_mut(), images::counters_json())
+        {
+            o.extend(i);
+        }
+        v
     }
 
     fn func_info(&self, f: CUfunction) -> Arc<FuncInfo> {
         if let Some(i) = self.funcs.read().get(&(f as usize)) {
             return Arc::clone(i);
         }
+        let (layout, from_image) = match param_layout(f) {
+            Some(l) => (Some(l), false),
+            None => match images::image_layout(f) {
+                Some(l) => (Some(l), true),
+                None => (None, false),
+            },
+        };
         let info = Arc::new(FuncInfo {
             name: func_name(f),
-            layout: param_layout(f),
+            layout,
+            from_image,
         });
         self.funcs.write().insert(f as usize, Arc::clone(&info));
         info
@@ -304,7 +346,9 @@ fn func_name(f: CUfunction) -> Arc<str> {
     }
     if r == CUresult::CUDA_SUCCESS && !p.is_null() {
         // SAFETY: the driver returns a NUL-terminated name it owns.
-        Arc::from(unsafe { CStr::from_ptr(p) }.to_string_lossy().as_ref())
+        let raw = unsafe { CStr::from_ptr(p) }.to_string_lossy();
+        // Demangled for the filter and the output (the driver's name is mangled).
+        Arc::from(crate::module::demangle::demangle(&raw).as_str())
     } else {
         Arc::from(format!("<function {:#x}>", f as usize).as_str())
     }
@@ -423,6 +467,25 @@ unsafe fn extra_block(extra: *mut *mut c_void) -> Option<Vec<u8>> {
     Some(unsafe { std::slice::from_raw_parts(buf, size) }.to_vec())
 }
 
+/// The block given to the memory engine for a launch of unknown layout: the base address of
+/// every tracked managed, pinned-host or fine-grained region of `agent`, one 8-byte word each.
+///
+/// Scope `all` captures every coarse device region whatever the block says, but captures
+/// capturable host-visible memory only where an argument word reaches it; with no words
+/// known, such memory would only be watched, and a kernel that writes it would truncate after
+/// one pass. Naming every region makes the engine capture them all, which is safe whichever of
+/// them the kernel really reaches: a word that is not an argument only enlarges the snapshot.
+/// The driver still receives the application's own `kernelParams`.
+fn capturable_words(tracker: &Tracker, agent: AgentId) -> smallvec::SmallVec<[u8; 256]> {
+    let mut k = smallvec::SmallVec::new();
+    for r in tracker.regions(agent) {
+        if replay_memory::classify(r.class) == replay_memory::Treatment::CapturableUntracked {
+            k.extend_from_slice(&r.base.to_le_bytes());
+        }
+    }
+    k
+}
+
 /// One intercepted launch, as the hooks give it.
 struct Intercepted {
     f: CUfunction,
@@ -455,6 +518,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     let Some(service) = service() else {
         return direct(reached);
     };
+    crate::intercept::cupti::subscribe();
     let Some(backend) = launch_backend(s) else {
         return direct(reached);
     };
@@ -471,6 +535,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
         return direct(reached);
     }
     s.register_stream(&backend, l.stream);
+    images::resolve_globals(agent, l.f, backend.modules(), &s.tracker);
     let capture = capture_status(l.stream)
         .map(|c| c.is_live())
         .unwrap_or(false);
@@ -485,13 +550,19 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
             // SAFETY: the driver described `layout` for this function; `kernelParams` has one
             // pointer per parameter, each to at least its size (cuLaunchKernel's contract).
             let a = unsafe { ArgBlock::capture(layout, l.params as *const *const c_void) };
-            (a.kernarg(), LayoutSource::Driver)
+            let src = if info.from_image {
+                LayoutSource::Image
+            } else {
+                LayoutSource::Driver
+            };
+            (a.kernarg(), src)
         }
-        _ => (smallvec::SmallVec::new(), LayoutSource::Unknown),
+        _ => (capturable_words(&s.tracker, agent), LayoutSource::Unknown),
     };
     match source {
         LayoutSource::Driver => &s.counters.layout_driver,
         LayoutSource::Extra => &s.counters.layout_extra,
+        LayoutSource::Image => &s.counters.layout_image,
         LayoutSource::Unknown => &s.counters.layout_unknown,
     }
     .fetch_add(1, Ordering::Relaxed);
@@ -1069,6 +1140,7 @@ macro_rules! gated {
         ///
         /// # Safety
         /// The entry's contract.
+        #[allow(clippy::too_many_arguments)]
         pub(crate) unsafe fn $hook(
             real: unsafe extern "C" fn($($t),*) -> CUresult,
             reached: &mut bool,
@@ -1094,4 +1166,16 @@ gated! {
     gated_dtoh_sync(d: *mut c_void, src: CUdeviceptr, n: usize);
     gated_memset8_sync(d: CUdeviceptr, v: u8, n: usize);
     gated_memset32_sync(d: CUdeviceptr, v: c_uint, n: usize);
+    gated_param(p: *const c_void);
+    gated_param_async(p: *const c_void, s: CUstream);
+    gated_peer(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize);
+    gated_peer_async(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream);
+    gated_memset16(d: CUdeviceptr, v: u16, n: usize, s: CUstream);
+    gated_memset16_sync(d: CUdeviceptr, v: u16, n: usize);
+    gated_memset2d8(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream);
+    gated_memset2d16(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream);
+    gated_memset2d32(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
+    gated_memset2d8_sync(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize);
+    gated_memset2d16_sync(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize);
+    gated_memset2d32_sync(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
 }

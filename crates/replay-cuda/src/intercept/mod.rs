@@ -26,52 +26,35 @@
 //! No panic leaves a wrapper: each body runs under `catch_unwind` and, should it panic before
 //! the call reached the driver, the call is forwarded once.
 //!
-//! Copies and memsets (`cuMemcpy`, `cuMemcpy{HtoD,DtoH,DtoD}` and their `Async` forms,
-//! `cuMemsetD8`/`D32` and theirs, `_ptsz` included) run once under the agent's write gate
-//! (SPEC §6 step 4): one issued on another thread while a window is open waits for it, so no
-//! restore undoes it and no read sees a pass half done. Not wrapped yet (they run once,
-//! untouched, and a restore would undo what one of them writes during a window on another
-//! thread): 2D/3D and peer copies, `cuMemset*2D*` and `D16`, `cuMemCreate`/`cuMemMap`
-//! (PyTorch's expandable segments), module and library loads. See the crate docs.
+//! Copies and memsets run once under the agent's write gate (SPEC §6 step 4): one issued on
+//! another thread while a window is open waits for it, so no restore undoes it and no read
+//! sees a pass half done. Wrapped: `cuMemcpy`, `cuMemcpy{HtoD,DtoH,DtoD}`, `cuMemcpy2D`,
+//! `cuMemcpy2DUnaligned`, `cuMemcpy3D`, `cuMemcpy3DPeer`, `cuMemcpyPeer`, `cuMemsetD8/16/32`,
+//! `cuMemsetD2D8/16/32`, each with its `Async` form and the per-thread (`_ptds`, `_ptsz`)
+//! forms. Code loads and unloads (`cuModuleLoad`, `cuModuleLoadData`, `cuModuleLoadDataEx`,
+//! `cuModuleLoadFatBinary`, `cuLibraryLoadData`, `cuLibraryLoadFromFile`, `cuModuleUnload`,
+//! `cuLibraryUnload`) and the lookups that map a function to its image
+//! (`cuModuleGetFunction`, `cuLibraryGetKernel`, `cuKernelGetFunction`) are wrapped too (see
+//! `crate::state`'s `images`). Not wrapped yet (they run once, untouched, and a restore would undo what one of them
+//! writes during a window on another thread): array copies (`cuMemcpyAtoD` and friends: arrays
+//! are not tracked), `cuMemcpyBatchAsync`, `cuMemCreate`/`cuMemMap` (PyTorch's expandable
+//! segments). See the crate docs.
 
-use std::cell::Cell;
+pub mod cupti;
+mod internal;
+
+pub use internal::Internal;
+
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
 use cudarc::driver::sys::{
-    self, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
+    self, CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary,
+    CUmodule, CUresult, CUstream,
 };
 
 /// `CUDA_ERROR_NOT_FOUND`: what a wrapper answers when the real driver lacks the entry.
 const NOT_FOUND: CUresult = CUresult::CUDA_ERROR_NOT_FOUND;
-
-thread_local! {
-    static INTERNAL: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Marks the calling thread as inside the library until dropped: wrappers and `dlsym` then
-/// forward to the real driver at once.
-#[derive(Debug)]
-pub struct Internal(());
-
-impl Internal {
-    /// Enters (nests).
-    pub fn enter() -> Self {
-        INTERNAL.with(|c| c.set(c.get() + 1));
-        Self(())
-    }
-
-    /// Whether the calling thread is inside the library.
-    pub fn active() -> bool {
-        INTERNAL.try_with(|c| c.get() > 0).unwrap_or(true)
-    }
-}
-
-impl Drop for Internal {
-    fn drop(&mut self) {
-        let _ = INTERNAL.try_with(|c| c.set(c.get().saturating_sub(1)));
-    }
-}
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
@@ -209,6 +192,17 @@ macro_rules! entries {
 use crate::state as st;
 
 entries! {
+    cuModuleLoad => module_load, real_module_load: fn(m: *mut CUmodule, fname: *const c_char), st::hook_module_load;
+    cuModuleLoadData => module_load_data, real_module_load_data: fn(m: *mut CUmodule, image: *const c_void), st::hook_module_load_data;
+    cuModuleLoadDataEx => module_load_data_ex, real_module_load_data_ex: fn(m: *mut CUmodule, image: *const c_void, n: c_uint, opts: *mut c_void, vals: *mut *mut c_void), st::hook_module_load_data_ex;
+    cuModuleLoadFatBinary => module_load_fat_binary, real_module_load_fat_binary: fn(m: *mut CUmodule, fat: *const c_void), st::hook_module_load_data;
+    cuModuleUnload => module_unload, real_module_unload: fn(m: CUmodule), st::hook_module_unload;
+    cuModuleGetFunction => module_get_function, real_module_get_function: fn(f: *mut CUfunction, m: CUmodule, name: *const c_char), st::hook_module_get_function;
+    cuLibraryLoadData => library_load_data, real_library_load_data: fn(l: *mut CUlibrary, code: *const c_void, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), st::hook_library_load_data;
+    cuLibraryLoadFromFile => library_load_from_file, real_library_load_from_file: fn(l: *mut CUlibrary, fname: *const c_char, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), st::hook_library_load_file;
+    cuLibraryUnload => library_unload, real_library_unload: fn(l: CUlibrary), st::hook_library_unload;
+    cuLibraryGetKernel => library_get_kernel, real_library_get_kernel: fn(k: *mut CUkernel, l: CUlibrary, name: *const c_char), st::hook_library_get_kernel;
+    cuKernelGetFunction => kernel_get_function, real_kernel_get_function: fn(f: *mut CUfunction, k: CUkernel), st::hook_kernel_get_function;
     cuLaunchKernel => launch_kernel, real_launch_kernel: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel::<false>;
     cuLaunchKernel_ptsz => launch_kernel_ptsz, real_launch_kernel_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel::<true>;
     cuLaunchKernelEx => launch_kernel_ex, real_launch_kernel_ex: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel_ex::<false>;
@@ -249,6 +243,46 @@ entries! {
     cuMemcpyDtoH_v2 => memcpy_dtoh, real_memcpy_dtoh: fn(d: *mut c_void, src: CUdeviceptr, n: usize), st::gated_dtoh_sync;
     cuMemsetD8_v2 => memset_d8, real_memset_d8: fn(d: CUdeviceptr, v: u8, n: usize), st::gated_memset8_sync;
     cuMemsetD32_v2 => memset_d32, real_memset_d32: fn(d: CUdeviceptr, v: c_uint, n: usize), st::gated_memset32_sync;
+    cuMemcpy_ptds => memcpy_sync_ptds, real_memcpy_sync_ptds: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
+    cuMemcpyHtoD_v2_ptds => memcpy_htod_ptds, real_memcpy_htod_ptds: fn(d: CUdeviceptr, src: *const c_void, n: usize), st::gated_htod_sync;
+    cuMemcpyDtoD_v2_ptds => memcpy_dtod_ptds, real_memcpy_dtod_ptds: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
+    cuMemcpyDtoH_v2_ptds => memcpy_dtoh_ptds, real_memcpy_dtoh_ptds: fn(d: *mut c_void, src: CUdeviceptr, n: usize), st::gated_dtoh_sync;
+    cuMemsetD8_v2_ptds => memset_d8_ptds, real_memset_d8_ptds: fn(d: CUdeviceptr, v: u8, n: usize), st::gated_memset8_sync;
+    cuMemsetD32_v2_ptds => memset_d32_ptds, real_memset_d32_ptds: fn(d: CUdeviceptr, v: c_uint, n: usize), st::gated_memset32_sync;
+    cuMemcpy2D_v2 => memcpy_2d, real_memcpy_2d: fn(p: *const c_void), st::gated_param;
+    cuMemcpy2D_v2_ptds => memcpy_2d_ptds, real_memcpy_2d_ptds: fn(p: *const c_void), st::gated_param;
+    cuMemcpy2DUnaligned_v2 => memcpy_2d_unaligned, real_memcpy_2d_unaligned: fn(p: *const c_void), st::gated_param;
+    cuMemcpy2DUnaligned_v2_ptds => memcpy_2d_unaligned_ptds, real_memcpy_2d_unaligned_ptds: fn(p: *const c_void), st::gated_param;
+    cuMemcpy2DAsync_v2 => memcpy_2d_async, real_memcpy_2d_async: fn(p: *const c_void, s: CUstream), st::gated_param_async;
+    cuMemcpy2DAsync_v2_ptsz => memcpy_2d_async_ptsz, real_memcpy_2d_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_param_async;
+    cuMemcpy3D_v2 => memcpy_3d, real_memcpy_3d: fn(p: *const c_void), st::gated_param;
+    cuMemcpy3D_v2_ptds => memcpy_3d_ptds, real_memcpy_3d_ptds: fn(p: *const c_void), st::gated_param;
+    cuMemcpy3DAsync_v2 => memcpy_3d_async, real_memcpy_3d_async: fn(p: *const c_void, s: CUstream), st::gated_param_async;
+    cuMemcpy3DAsync_v2_ptsz => memcpy_3d_async_ptsz, real_memcpy_3d_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_param_async;
+    cuMemcpy3DPeer => memcpy_3d_peer, real_memcpy_3d_peer: fn(p: *const c_void), st::gated_param;
+    cuMemcpy3DPeer_ptds => memcpy_3d_peer_ptds, real_memcpy_3d_peer_ptds: fn(p: *const c_void), st::gated_param;
+    cuMemcpy3DPeerAsync => memcpy_3d_peer_async, real_memcpy_3d_peer_async: fn(p: *const c_void, s: CUstream), st::gated_param_async;
+    cuMemcpy3DPeerAsync_ptsz => memcpy_3d_peer_async_ptsz, real_memcpy_3d_peer_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_param_async;
+    cuMemcpyPeer => memcpy_peer, real_memcpy_peer: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize), st::gated_peer;
+    cuMemcpyPeer_ptds => memcpy_peer_ptds, real_memcpy_peer_ptds: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize), st::gated_peer;
+    cuMemcpyPeerAsync => memcpy_peer_async, real_memcpy_peer_async: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream), st::gated_peer_async;
+    cuMemcpyPeerAsync_ptsz => memcpy_peer_async_ptsz, real_memcpy_peer_async_ptsz: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream), st::gated_peer_async;
+    cuMemsetD16_v2 => memset_d16, real_memset_d16: fn(d: CUdeviceptr, v: u16, n: usize), st::gated_memset16_sync;
+    cuMemsetD16_v2_ptds => memset_d16_ptds, real_memset_d16_ptds: fn(d: CUdeviceptr, v: u16, n: usize), st::gated_memset16_sync;
+    cuMemsetD16Async => memset_d16_async, real_memset_d16_async: fn(d: CUdeviceptr, v: u16, n: usize, s: CUstream), st::gated_memset16;
+    cuMemsetD16Async_ptsz => memset_d16_async_ptsz, real_memset_d16_async_ptsz: fn(d: CUdeviceptr, v: u16, n: usize, s: CUstream), st::gated_memset16;
+    cuMemsetD2D8_v2 => memset_2d8, real_memset_2d8: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize), st::gated_memset2d8_sync;
+    cuMemsetD2D8_v2_ptds => memset_2d8_ptds, real_memset_2d8_ptds: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize), st::gated_memset2d8_sync;
+    cuMemsetD2D16_v2 => memset_2d16, real_memset_2d16: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize), st::gated_memset2d16_sync;
+    cuMemsetD2D16_v2_ptds => memset_2d16_ptds, real_memset_2d16_ptds: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize), st::gated_memset2d16_sync;
+    cuMemsetD2D32_v2 => memset_2d32, real_memset_2d32: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize), st::gated_memset2d32_sync;
+    cuMemsetD2D32_v2_ptds => memset_2d32_ptds, real_memset_2d32_ptds: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize), st::gated_memset2d32_sync;
+    cuMemsetD2D8Async => memset_2d8_async, real_memset_2d8_async: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream), st::gated_memset2d8;
+    cuMemsetD2D8Async_ptsz => memset_2d8_async_ptsz, real_memset_2d8_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream), st::gated_memset2d8;
+    cuMemsetD2D16Async => memset_2d16_async, real_memset_2d16_async: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream), st::gated_memset2d16;
+    cuMemsetD2D16Async_ptsz => memset_2d16_async_ptsz, real_memset_2d16_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream), st::gated_memset2d16;
+    cuMemsetD2D32Async => memset_2d32_async, real_memset_2d32_async: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), st::gated_memset2d32;
+    cuMemsetD2D32Async_ptsz => memset_2d32_async_ptsz, real_memset_2d32_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), st::gated_memset2d32;
 }
 
 /// The wrapper of the entry named `name`, when it is wrapped and the real driver has it.
@@ -271,40 +305,21 @@ fn substitute(symbol: &CStr, found: *mut c_void, flags: u64) -> *mut c_void {
         return *w as *mut c_void;
     }
     const PER_THREAD: u64 = 1 << 1; // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                    // The runtime asks by base name; the driver's exported forms add `_v2` (the current
+                                    // ABI) and, for the per-thread default stream, `_ptsz` (stream-ordered entries) or
+                                    // `_ptds` (synchronous ones).
     let base = symbol.to_bytes();
-    let candidates: &[&[u8]] = match base {
-        b"cuLaunchKernel" if flags & PER_THREAD != 0 => &[b"cuLaunchKernel_ptsz"],
-        b"cuLaunchKernelEx" if flags & PER_THREAD != 0 => &[b"cuLaunchKernelEx_ptsz"],
-        b"cuLaunchKernel" | b"cuLaunchKernelEx" => &[base],
-        b"cuMemAlloc" => &[b"cuMemAlloc_v2"],
-        b"cuMemAllocPitch" => &[b"cuMemAllocPitch_v2"],
-        b"cuMemAllocHost" => &[b"cuMemAllocHost_v2"],
-        b"cuMemFree" => &[b"cuMemFree_v2"],
-        b"cuMemHostRegister" => &[b"cuMemHostRegister_v2"],
-        b"cuStreamDestroy" => &[b"cuStreamDestroy_v2"],
-        b"cuMemcpyAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyAsync_ptsz"],
-        b"cuMemcpyAsync" => &[base],
-        b"cuMemcpyHtoDAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyHtoDAsync_v2_ptsz"],
-        b"cuMemcpyHtoDAsync" => &[b"cuMemcpyHtoDAsync_v2"],
-        b"cuMemcpyDtoHAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyDtoHAsync_v2_ptsz"],
-        b"cuMemcpyDtoHAsync" => &[b"cuMemcpyDtoHAsync_v2"],
-        b"cuMemcpyDtoDAsync" if flags & PER_THREAD != 0 => &[b"cuMemcpyDtoDAsync_v2_ptsz"],
-        b"cuMemcpyDtoDAsync" => &[b"cuMemcpyDtoDAsync_v2"],
-        b"cuMemsetD8Async" if flags & PER_THREAD != 0 => &[b"cuMemsetD8Async_ptsz"],
-        b"cuMemsetD32Async" if flags & PER_THREAD != 0 => &[b"cuMemsetD32Async_ptsz"],
-        b"cuMemsetD8Async" | b"cuMemsetD32Async" => &[base],
-        b"cuMemcpyHtoD" => &[b"cuMemcpyHtoD_v2"],
-        b"cuMemcpyDtoH" => &[b"cuMemcpyDtoH_v2"],
-        b"cuMemcpyDtoD" => &[b"cuMemcpyDtoD_v2"],
-        b"cuMemsetD8" => &[b"cuMemsetD8_v2"],
-        b"cuMemsetD32" => &[b"cuMemsetD32_v2"],
-        _ => &[],
+    let suffixes: &[&[u8]] = if flags & PER_THREAD != 0 {
+        &[b"_v2_ptsz", b"_ptsz", b"_v2_ptds", b"_ptds", b"_v2", b""]
+    } else {
+        &[b"_v2", b""]
     };
+    let candidates = suffixes.iter().map(|sfx| [base, sfx].concat());
     // A name match is trusted only when the driver's answer is not some other wrapped
     // entry's real address (it was not, above) and it agrees with the real entry of that
     // name, or the driver answers with an internal address for it.
     for c in candidates {
-        if let Some((_, w, real)) = t.iter().find(|(n, _, _)| n.to_bytes() == *c) {
+        if let Some((_, w, real)) = t.iter().find(|(n, _, _)| n.to_bytes() == c.as_slice()) {
             if *real != 0 {
                 return *w as *mut c_void;
             }
