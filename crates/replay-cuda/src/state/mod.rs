@@ -1043,8 +1043,10 @@ pub(crate) unsafe fn hook_mem_host_register(
     r
 }
 
-/// Hook of `cuMemAllocAsync` (both forms): a stream-ordered allocation, recorded as a virtual
-/// mapping (counted, not captured, SPEC §7.1).
+/// Hook of `cuMemAllocAsync` (both forms): a stream-ordered allocation of device memory,
+/// recorded as such (`VIRTUAL_MAPPING | DEVICE_COARSE`, as `tracker::report_async_alloc`
+/// does): captured like device memory unless `decline_on_vmem` (SPEC §7.1); its free is
+/// recorded where it is ordered (`hook_mem_free_async`).
 ///
 /// # Safety
 /// The entry's contract.
@@ -1064,7 +1066,7 @@ pub(crate) unsafe fn hook_mem_alloc_async(
         record(
             base,
             n as u64,
-            MemoryClass::VIRTUAL_MAPPING,
+            MemoryClass::VIRTUAL_MAPPING | MemoryClass::DEVICE_COARSE,
             &state().counters.alloc_async,
         );
     }
