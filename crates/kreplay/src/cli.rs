@@ -9,7 +9,7 @@
 //! command line), so the fields the environment can also set are `None` unless given.
 //!
 //! `bench` and `run` hand their arguments on: `bench`'s to the CUDA bench as given (only
-//! `--backend` is ours), `run`'s to [`crate::run`] exactly as they came.
+//! `--backend` is ours), `run`'s to [`crate::run::main`] exactly as they came.
 
 use std::ffi::OsString;
 
