@@ -1,10 +1,21 @@
-//! Command-line parsing: small, dependency-free, and every bad input is an error that names the
-//! option and what it accepts. Arguments arrive as `OsString`s: one that is not valid UTF-8 is
-//! such an error too (never a panic).
+//! Command-line parsing (SPEC §8, the command line's part of the policy) on clap's derive API,
+//! with few of its features (no colours, no suggestions, no terminal probing). Every bad input
+//! is an error of our own ([`CliError`]) that names the option and what it accepts; clap's
+//! errors are mapped onto it, so the messages and the exit status stay ours. Arguments arrive
+//! as `OsString`s: one that is not valid UTF-8 is such an error too, naming its position
+//! (never a panic).
 //!
 //! Options of `demo` override the environment (SPEC §8: defaults, then environment, then the
 //! command line), so the fields the environment can also set are `None` unless given.
+//!
+//! `bench` and `run` hand their arguments on: `bench`'s to the CUDA bench as given (only
+//! `--backend` is ours), `run`'s to [`crate::run::main`] exactly as they came.
 
+use std::ffi::OsString;
+
+use clap::builder::PossibleValuesParser;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use replay_core::{RestoreMode, Scope};
 
 /// Faults the demo can inject (SPEC §6, §8).
@@ -31,24 +42,118 @@ pub enum Command {
     /// `kreplay bench --backend cuda [ARGS...]`: the arguments after `--backend cuda` go to the
     /// backend's bench as they are.
     Bench(BenchArgs),
-    /// `kreplay help`, `--help`, or `kreplay demo --help`.
-    Help,
-    /// `kreplay --version`.
-    Version,
+    /// `kreplay run ARGS...`: the arguments after `run`, exactly as given, for
+    /// [`crate::run::main`].
+    Run(Vec<String>),
+    /// `--help` (or `-h`, or `kreplay help [COMMAND]`) on any command: the text to print.
+    Help(String),
+    /// `kreplay --version`: the text to print.
+    Version(String),
+}
+
+/// One line per command, with the forms of `bench`.
+const USAGE: &str = "kreplay demo [--passes N] [--json] [--inject FAULT] [--scope auto|all|arguments] [--restore auto|full|dirty]
+  kreplay bench --backend cuda [run] [--cases LIST] [--out FILE] [--big] [--alloc-gib LIST] [OPTIONS]
+  kreplay bench --backend cuda check
+  kreplay bench --backend cuda merge FILE... --out FILE
+  kreplay bench --backend cuda app --alloc-gib N --kernel-mib M [--buffers 4]
+  kreplay run [OPTIONS] -- APP ARGS...
+  kreplay help [COMMAND] | --help | COMMAND --help
+  kreplay --version";
+
+/// Help laid out as before clap: a lower-case `usage:` heading, then the options.
+const TEMPLATE: &str = "{about-with-newline}\nusage:\n  {usage}\n\n{all-args}{after-help}";
+
+const TOP_AFTER: &str = "\
+demo runs a small workload on the simulated GPU under replay and checks every dispatch
+against the same workload run once without replay.
+
+bench --backend cuda checks and measures the CUDA backend on a real NVIDIA GPU (CUDA is
+loaded at run time); `kreplay bench --backend cuda --help` lists its cases and options,
+BENCHMARKS.md has the runs. `check` runs the correctness checks only, `merge` combines the
+JSON results of several runs, `app` is the child process the ncu case profiles. The
+simulator's benches are `cargo bench -p replay-mock`.
+
+run runs an unmodified CUDA application under replay; `kreplay run --help` shows its options.";
+
+const DEMO_AFTER: &str = "\
+Policy comes from the demo's defaults (scope all, restore full, 250 ms drain and pass
+timeouts, 10 ms poll slice, 100 ms progress interval, on the simulator's virtual
+time), then KREPLAY_* environment variables (see the README), then --scope and
+--restore. `auto` asks for the policy's own default (SPEC §7.2, §8).";
+
+const BENCH_AFTER: &str = "\
+ARGS go to the backend's bench unchanged: `kreplay bench --backend cuda --help` lists its
+cases and options (run, the default, check, merge, app). --backend may also come after
+them. The simulator's benches are `cargo bench -p replay-mock`.";
+
+const RUN_AFTER: &str = "\
+The options are `kreplay run`'s own: --tool verify|timing, --passes N, --kernel-include P,
+--kernel-exclude P, --dispatch-range R, --out FILE.json|FILE.csv, --library PATH. The
+program and its arguments follow `--`.";
+
+/// The `run` usage line, without its `usage: ` prefix: `run.rs` keeps it.
+fn run_usage() -> &'static str {
+    crate::run::USAGE
+        .strip_prefix("usage: ")
+        .unwrap_or(crate::run::USAGE)
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kreplay",
+    version,
+    about = "kernel-replay command line",
+    override_usage = USAGE,
+    help_template = TEMPLATE,
+    after_help = TOP_AFTER,
+    subcommand_required = true,
+    arg_required_else_help = false
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Sub,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Runs a small workload on the simulated GPU under replay and checks every dispatch
+    /// against a plain run.
+    #[command(help_template = TEMPLATE, after_help = DEMO_AFTER, args_override_self = true)]
+    Demo(DemoArgs),
+    /// Checks and measures a backend on real hardware (CUDA).
+    #[command(
+        help_template = TEMPLATE,
+        after_help = BENCH_AFTER,
+        override_usage = "kreplay bench --backend cuda [ARGS]...",
+        // `--help` after `--backend cuda` is the bench's own; before it, this command's (see
+        // `bench`).
+        disable_help_flag = true,
+        args_override_self = true
+    )]
+    Bench(BenchCli),
+    /// Runs an unmodified CUDA application under replay.
+    #[command(help_template = TEMPLATE, after_help = RUN_AFTER, override_usage = run_usage())]
+    Run(RunCli),
 }
 
 /// Options of `kreplay demo`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Args)]
 pub struct DemoArgs {
-    /// Passes per replayed dispatch.
+    /// Passes per replayed dispatch (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = passes)]
     pub passes: u64,
     /// One JSON document instead of tables.
+    #[arg(long)]
     pub json: bool,
     /// A fault to inject.
+    #[arg(long, value_name = "FAULT", value_parser = PossibleValuesParser::new(FAULTS))]
     pub inject: Option<String>,
     /// Snapshot scope, when given (else the environment's, else the demo's default).
+    #[arg(long, value_name = "auto|all|arguments", value_parser = scope)]
     pub scope: Option<Scope>,
     /// Restore mode, when given (else the environment's, else the demo's default).
+    #[arg(long, value_name = "auto|full|dirty", value_parser = restore)]
     pub restore: Option<RestoreMode>,
 }
 
@@ -64,12 +169,54 @@ impl Default for DemoArgs {
     }
 }
 
+fn passes(v: &str) -> Result<u64, String> {
+    v.parse::<u64>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| "a whole number of at least 1".into())
+}
+
+// The scope and restore values are the policy's own (`Scope::parse`, `RestoreMode::parse`), so
+// they stay in one place.
+fn scope(v: &str) -> Result<Scope, String> {
+    Scope::parse(v).ok_or_else(|| "auto, all or arguments".into())
+}
+
+fn restore(v: &str) -> Result<RestoreMode, String> {
+    RestoreMode::parse(v).ok_or_else(|| "auto, full or dirty".into())
+}
+
 /// Backends `kreplay bench` accepts.
 pub const BENCH_BACKENDS: &[&str] = &["cuda"];
 
 /// What `--backend` accepts, for error messages.
 const BENCH_BACKENDS_EXPECTED: &str =
     "cuda (the simulator's benches are `cargo bench -p replay-mock`)";
+
+fn backend(v: &str) -> Result<String, String> {
+    if BENCH_BACKENDS.contains(&v) {
+        Ok(v.to_owned())
+    } else {
+        Err(BENCH_BACKENDS_EXPECTED.into())
+    }
+}
+
+#[derive(Debug, Args)]
+struct BenchCli {
+    /// The backend: cuda.
+    #[arg(long, value_name = "BACKEND", value_parser = backend)]
+    backend: Option<String>,
+    /// The bench's own arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct RunCli {
+    /// `kreplay run`'s options, `--`, the program and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<String>,
+}
 
 /// Options of `kreplay bench`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,22 +235,22 @@ pub enum CliError {
     #[error("no command given; try `kreplay demo` or `kreplay help`")]
     NoCommand,
     /// An unknown command.
-    #[error("unknown command {0:?}; commands: demo, bench, help")]
+    #[error("unknown command {0:?}; commands: demo, bench, run, help")]
     UnknownCommand(String),
     /// `kreplay bench` without `--backend`.
     #[error("`kreplay bench` needs --backend BACKEND; accepted: {BENCH_BACKENDS_EXPECTED}")]
     MissingBackend,
     /// An unknown option.
-    #[error("unknown option {option:?} for `kreplay {command}`")]
+    #[error("unknown option {option:?} for `{command}`")]
     UnknownOption {
-        /// The command.
-        command: &'static str,
+        /// The command (`kreplay demo`).
+        command: String,
         /// The option.
         option: String,
     },
     /// An option without its value.
     #[error("{0} needs a value")]
-    MissingValue(&'static str),
+    MissingValue(String),
     /// An argument that is not valid UTF-8.
     #[error("argument {position} ({lossy:?}) is not valid UTF-8")]
     NotUtf8 {
@@ -116,42 +263,29 @@ pub enum CliError {
     #[error("{option} {value:?} is not valid: expected {expected}")]
     BadValue {
         /// The option.
-        option: &'static str,
+        option: String,
         /// The value.
         value: String,
         /// What is accepted.
         expected: String,
     },
+    /// Any other misuse, in clap's words (a flag given a value, for example).
+    #[error("{0}")]
+    Other(String),
 }
 
-/// The usage text.
-pub fn usage() -> String {
-    format!(
-        "kernel-replay command line\n\n\
-         usage:\n  kreplay demo [--passes N] [--json] [--inject FAULT] [--scope auto|all|arguments] [--restore auto|full|dirty]\n  \
-         kreplay bench --backend cuda [run] [--cases LIST] [--out FILE] [--big] [--alloc-gib LIST] [OPTIONS]\n  \
-         kreplay bench --backend cuda check\n  \
-         kreplay bench --backend cuda merge FILE... --out FILE\n  \
-         kreplay bench --backend cuda app --alloc-gib N --kernel-mib M [--buffers 4]\n  \
-         kreplay help | --help | demo --help\n  kreplay --version\n\n\
-         demo runs a small workload on the simulated GPU under replay and checks every dispatch\n\
-         against the same workload run once without replay.\n\n\
-         bench --backend cuda checks and measures the CUDA backend on a real NVIDIA GPU (CUDA is\n\
-         loaded at run time); `kreplay bench --backend cuda --help` lists its cases and options,\n\
-         BENCHMARKS.md has the runs. `check` runs the correctness checks only, `merge` combines the\n\
-         JSON results of several runs, `app` is the child process the ncu case profiles. The\n\
-         simulator's benches are `cargo bench -p replay-mock`.\n\n\
-         FAULT is one of: {}\n\n\
-         Policy comes from the demo's defaults (scope all, restore full, 250 ms drain and pass\n\
-         timeouts, 10 ms poll slice, 100 ms progress interval, on the simulator's virtual\n\
-         time), then KREPLAY_* environment variables (see the README), then --scope and\n\
-         --restore.",
-        FAULTS.join(", ")
-    )
+/// A rejected command line: the error, and the usage of the command it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{error}")]
+pub struct UsageError {
+    /// What was wrong.
+    pub error: CliError,
+    /// `usage:` and the usage of the command concerned, and where its help is.
+    pub usage: String,
 }
 
 /// Parses the process's arguments (without the program name), refusing one that is not UTF-8.
-pub fn parse_os<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> Result<Command, CliError> {
+pub fn parse_os<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, UsageError> {
     let args = args
         .into_iter()
         .enumerate()
@@ -161,128 +295,179 @@ pub fn parse_os<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> Result<C
                 lossy: raw.to_string_lossy().into_owned(),
             })
         })
-        .collect::<Result<Vec<String>, CliError>>()?;
+        .collect::<Result<Vec<String>, CliError>>()
+        .map_err(|error| UsageError {
+            error,
+            usage: usage_of(None),
+        })?;
     parse(args)
 }
 
 /// Parses `args` (without the program name).
-pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, CliError> {
-    let mut it = args.into_iter();
-    let cmd = it.next().ok_or(CliError::NoCommand)?;
-    match cmd.as_str() {
-        "demo" => parse_demo(it),
-        "bench" => parse_bench(it).map(Command::Bench),
-        "help" | "--help" | "-h" => Ok(Command::Help),
-        "--version" | "-V" => Ok(Command::Version),
-        _ => Err(CliError::UnknownCommand(cmd)),
+pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, UsageError> {
+    let args: Vec<String> = args.into_iter().collect();
+    let argv = std::iter::once("kreplay".to_owned()).chain(args.iter().cloned());
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(c) => c,
+        Err(e) => return from_clap(&e, args.first().map(String::as_str)),
+    };
+    match cli.command {
+        Sub::Demo(a) => Ok(Command::Demo(a)),
+        Sub::Bench(b) => bench(b),
+        // clap would drop a leading `--`, which `run` reads as the start of the program: its
+        // arguments are taken from the command line itself (the first one is `run`, the only
+        // way to reach this command).
+        Sub::Run(_) => Ok(Command::Run(args[1..].to_vec())),
     }
 }
 
-fn value(
-    it: &mut impl Iterator<Item = String>,
-    inline: Option<String>,
-    opt: &'static str,
-) -> Result<String, CliError> {
-    inline
-        .or_else(|| it.next())
-        .ok_or(CliError::MissingValue(opt))
-}
-
-/// `kreplay bench`: takes `--backend B` (or `--backend=B`) out, wherever it is; the rest is the
-/// backend's, checked by its bench.
-fn parse_bench(mut it: impl Iterator<Item = String>) -> Result<BenchArgs, CliError> {
-    let mut backend = None;
-    let mut args = Vec::new();
+/// `kreplay bench`: `--backend B` may also come among the bench's arguments (it is taken out
+/// wherever it is); `--help` before any `--backend` is this command's help.
+fn bench(b: BenchCli) -> Result<Command, UsageError> {
+    let mut backend = b.backend;
+    let mut args = Vec::with_capacity(b.args.len());
+    let mut it = b.args.into_iter();
     while let Some(arg) = it.next() {
-        if arg == "--backend" {
-            backend = Some(value(&mut it, None, "--backend")?);
-        } else if let Some(v) = arg.strip_prefix("--backend=") {
-            backend = Some(v.to_owned());
+        let value = if arg == "--backend" {
+            Some(
+                it.next()
+                    .ok_or_else(|| bench_error(CliError::MissingValue("--backend".into())))?,
+            )
         } else {
-            args.push(arg);
+            arg.strip_prefix("--backend=").map(str::to_owned)
+        };
+        match value {
+            Some(v) => {
+                backend = Some(self::backend(&v).map_err(|expected| {
+                    bench_error(CliError::BadValue {
+                        option: "--backend".into(),
+                        value: v,
+                        expected,
+                    })
+                })?);
+            }
+            None => args.push(arg),
         }
     }
-    let backend = backend.ok_or(CliError::MissingBackend)?;
-    if !BENCH_BACKENDS.contains(&backend.as_str()) {
-        return Err(CliError::BadValue {
-            option: "--backend",
-            value: backend,
-            expected: BENCH_BACKENDS_EXPECTED.into(),
-        });
+    match backend {
+        Some(backend) => Ok(Command::Bench(BenchArgs { backend, args })),
+        None if args.first().is_some_and(|a| a == "--help" || a == "-h") => {
+            Ok(Command::Help(help_of(Some("bench"))))
+        }
+        None => Err(bench_error(CliError::MissingBackend)),
     }
-    Ok(BenchArgs { backend, args })
 }
 
-fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<Command, CliError> {
-    let mut a = DemoArgs::default();
-    while let Some(arg) = it.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
-            _ => (arg.clone(), None),
-        };
-        match name.as_str() {
-            "--passes" => {
-                let v = value(&mut it, inline, "--passes")?;
-                a.passes = v.parse::<u64>().ok().filter(|n| *n >= 1).ok_or_else(|| {
-                    CliError::BadValue {
-                        option: "--passes",
-                        value: v.clone(),
-                        expected: "a whole number of at least 1".into(),
-                    }
-                })?;
-            }
-            "--json" if inline.is_none() => a.json = true,
-            "--help" | "-h" if inline.is_none() => return Ok(Command::Help),
-            "--inject" => {
-                let v = value(&mut it, inline, "--inject")?;
-                if !FAULTS.contains(&v.as_str()) {
-                    return Err(CliError::BadValue {
-                        option: "--inject",
-                        value: v,
-                        expected: format!("one of {}", FAULTS.join(", ")),
-                    });
+fn bench_error(error: CliError) -> UsageError {
+    UsageError {
+        error,
+        usage: usage_of(Some("bench")),
+    }
+}
+
+/// The command definition, built (so a subcommand's usage names `kreplay` too).
+fn built() -> clap::Command {
+    let mut cmd = Cli::command();
+    cmd.build();
+    cmd
+}
+
+/// The help of `kreplay` or one of its commands.
+fn help_of(command: Option<&str>) -> String {
+    let mut cmd = built();
+    match command.and_then(|c| cmd.find_subcommand_mut(c)) {
+        Some(sub) => sub.render_help().to_string(),
+        None => cmd.render_help().to_string(),
+    }
+}
+
+/// `usage:` and the usage of `kreplay` or one of its commands, and how to get its help.
+fn usage_of(command: Option<&str>) -> String {
+    let mut cmd = built();
+    let (usage, help) = match command.and_then(|c| cmd.find_subcommand_mut(c)) {
+        Some(sub) => {
+            let name = sub.get_name().to_owned();
+            (
+                sub.render_usage().to_string(),
+                format!("kreplay {name} --help"),
+            )
+        }
+        None => (cmd.render_usage().to_string(), "kreplay --help".to_owned()),
+    };
+    let usage = usage.trim_end();
+    let usage = usage.strip_prefix("Usage: ").unwrap_or(usage);
+    format!("usage:\n  {usage}\n\nmore: `{help}`")
+}
+
+fn context_str(e: &clap::Error, kind: ContextKind) -> Option<String> {
+    match e.get(kind)? {
+        ContextValue::String(s) => Some(s.clone()),
+        ContextValue::Strings(v) => Some(v.join(", ")),
+        ContextValue::StyledStr(s) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+/// The option a clap error is about: `--passes <N>` names `--passes`.
+fn option_of(e: &clap::Error) -> String {
+    context_str(e, ContextKind::InvalidArg)
+        .and_then(|a| a.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "an option".into())
+}
+
+/// Maps a clap error onto ours; help and version requests become commands.
+fn from_clap(e: &clap::Error, first: Option<&str>) -> Result<Command, UsageError> {
+    // The command concerned: every error below the top level is about the subcommand the
+    // first argument names (the top level takes no option with a value).
+    let command = first.filter(|c| ["demo", "bench", "run"].contains(c));
+    let error = match e.kind() {
+        ErrorKind::DisplayHelp => return Ok(Command::Help(e.render().to_string())),
+        ErrorKind::DisplayVersion => return Ok(Command::Version(e.render().to_string())),
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            CliError::NoCommand
+        }
+        ErrorKind::InvalidSubcommand => CliError::UnknownCommand(
+            context_str(e, ContextKind::InvalidSubcommand)
+                .or_else(|| first.map(str::to_owned))
+                .unwrap_or_default(),
+        ),
+        ErrorKind::UnknownArgument => CliError::UnknownOption {
+            command: command.map_or_else(|| "kreplay".into(), |c| format!("kreplay {c}")),
+            option: context_str(e, ContextKind::InvalidArg).unwrap_or_default(),
+        },
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
+            let value = context_str(e, ContextKind::InvalidValue).unwrap_or_default();
+            if value.is_empty() && e.kind() == ErrorKind::InvalidValue {
+                CliError::MissingValue(option_of(e))
+            } else {
+                let expected = match context_str(e, ContextKind::ValidValue) {
+                    Some(list) => format!("one of {list}"),
+                    None => std::error::Error::source(e)
+                        .map(ToString::to_string)
+                        .unwrap_or_else(|| "another value".into()),
+                };
+                CliError::BadValue {
+                    option: option_of(e),
+                    value,
+                    expected,
                 }
-                a.inject = Some(v);
-            }
-            "--scope" => {
-                let v = value(&mut it, inline, "--scope")?;
-                a.scope = match v.as_str() {
-                    "auto" => Some(Scope::Auto),
-                    "all" => Some(Scope::All),
-                    "arguments" => Some(Scope::Arguments),
-                    _ => {
-                        return Err(CliError::BadValue {
-                            option: "--scope",
-                            value: v,
-                            expected: "auto, all or arguments".into(),
-                        })
-                    }
-                };
-            }
-            "--restore" => {
-                let v = value(&mut it, inline, "--restore")?;
-                a.restore = match v.as_str() {
-                    "auto" => Some(RestoreMode::Auto),
-                    "full" => Some(RestoreMode::Full),
-                    "dirty" => Some(RestoreMode::Dirty),
-                    _ => {
-                        return Err(CliError::BadValue {
-                            option: "--restore",
-                            value: v,
-                            expected: "auto, full or dirty".into(),
-                        })
-                    }
-                };
-            }
-            _ => {
-                return Err(CliError::UnknownOption {
-                    command: "demo",
-                    option: arg,
-                })
             }
         }
-    }
-    Ok(Command::Demo(a))
+        _ => {
+            let text = e.render().to_string();
+            let first_line = text.lines().next().unwrap_or_default();
+            CliError::Other(
+                first_line
+                    .strip_prefix("error: ")
+                    .unwrap_or(first_line)
+                    .to_owned(),
+            )
+        }
+    };
+    Err(UsageError {
+        error,
+        usage: usage_of(command),
+    })
 }
 
 #[cfg(test)]
@@ -290,7 +475,19 @@ mod tests {
     use super::*;
 
     fn p(v: &[&str]) -> Result<Command, CliError> {
-        parse(v.iter().map(|s| s.to_string()))
+        parse(v.iter().map(|s| s.to_string())).map_err(|e| e.error)
+    }
+
+    fn help(v: &[&str]) -> String {
+        match p(v) {
+            Ok(Command::Help(h)) => h,
+            other => panic!("{v:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
     }
 
     #[test]
@@ -315,18 +512,36 @@ mod tests {
             (a.scope, a.restore),
             (Some(Scope::Arguments), Some(RestoreMode::Dirty))
         );
-        assert_eq!(p(&["demo", "--help"]), Ok(Command::Help));
-        assert_eq!(p(&["demo", "--passes", "2", "-h"]), Ok(Command::Help));
+        assert!(help(&["demo", "--help"]).contains("usage:"));
+        assert!(help(&["demo", "--passes", "2", "-h"]).contains("--passes"));
+        // A repeated option: the last one counts, as before.
+        let Ok(Command::Demo(a)) = p(&["demo", "--passes", "2", "--passes", "3"]) else {
+            panic!("parse failed")
+        };
+        assert_eq!(a.passes, 3);
+    }
+
+    #[test]
+    fn auto_is_accepted_for_scope_and_restore() {
+        let Ok(Command::Demo(a)) = p(&["demo", "--scope", "auto", "--restore=auto"]) else {
+            panic!("parse failed")
+        };
+        assert_eq!(
+            (a.scope, a.restore),
+            (Some(Scope::Auto), Some(RestoreMode::Auto))
+        );
+        let e = p(&["demo", "--restore", "some"]).unwrap_err();
+        assert!(e.to_string().contains("auto, full or dirty"), "{e}");
     }
 
     #[test]
     fn an_argument_that_is_not_utf8_is_an_error_naming_its_position() {
         use std::os::unix::ffi::OsStringExt;
         let args = vec![
-            std::ffi::OsString::from("demo"),
-            std::ffi::OsString::from_vec(b"--scope=\xffall".to_vec()),
+            OsString::from("demo"),
+            OsString::from_vec(b"--scope=\xffall".to_vec()),
         ];
-        let e = parse_os(args).unwrap_err();
+        let e = parse_os(args).unwrap_err().error;
         assert!(matches!(e, CliError::NotUtf8 { position: 2, .. }), "{e:?}");
         assert!(e.to_string().contains("argument 2"), "{e}");
         assert!(e.to_string().contains("UTF-8"), "{e}");
@@ -358,31 +573,90 @@ mod tests {
             ]),
             Ok(Command::Bench(b(&["merge", "a.json", "--out", "all.json"])))
         );
+        // The bench's own `--help` and `--` pass through.
+        assert_eq!(
+            p(&["bench", "--backend", "cuda", "--help"]),
+            Ok(Command::Bench(b(&["--help"])))
+        );
+        assert_eq!(
+            p(&["bench", "--backend", "cuda", "check", "--", "-x"]),
+            Ok(Command::Bench(b(&["check", "--", "-x"])))
+        );
+        assert!(help(&["bench", "--help"]).contains("usage:"));
         assert_eq!(p(&["bench"]), Err(CliError::MissingBackend));
         assert_eq!(p(&["bench", "check"]), Err(CliError::MissingBackend));
         assert_eq!(
             p(&["bench", "--backend"]),
-            Err(CliError::MissingValue("--backend"))
+            Err(CliError::MissingValue("--backend".into()))
         );
-        let e = p(&["bench", "--backend", "mock"]).unwrap_err();
-        assert!(e.to_string().contains("\"mock\""), "{e}");
-        assert!(e.to_string().contains("expected cuda"), "{e}");
-        assert!(e.to_string().contains("cargo bench -p replay-mock"), "{e}");
+        assert_eq!(
+            p(&["bench", "check", "--backend"]),
+            Err(CliError::MissingValue("--backend".into()))
+        );
+        for args in [
+            &["bench", "--backend", "mock"][..],
+            &["bench", "run", "--backend=mock"],
+        ] {
+            let e = p(args).unwrap_err();
+            assert!(e.to_string().contains("\"mock\""), "{e}");
+            assert!(e.to_string().contains("expected cuda"), "{e}");
+            assert!(e.to_string().contains("cargo bench -p replay-mock"), "{e}");
+        }
+    }
+
+    #[test]
+    fn run_arguments_pass_through_exactly() {
+        let args = ["--tool", "timing", "--", "./app", "--help", "-x"];
+        let mut v = vec!["run"];
+        v.extend(args);
+        assert_eq!(
+            p(&v),
+            Ok(Command::Run(args.iter().map(|s| s.to_string()).collect()))
+        );
+        // A leading `--` stays: run.rs reads it as the start of the program.
+        assert_eq!(
+            p(&["run", "--", "./app"]),
+            Ok(Command::Run(vec!["--".into(), "./app".into()]))
+        );
+        assert_eq!(p(&["run"]), Ok(Command::Run(vec![])));
+        let h = help(&["run", "--help"]);
+        assert!(h.contains("usage:") && h.contains("-- APP ARGS..."), "{h}");
     }
 
     #[test]
     fn errors_name_the_option() {
         assert_eq!(p(&[]), Err(CliError::NoCommand));
-        assert!(matches!(p(&["frob"]), Err(CliError::UnknownCommand(_))));
+        assert!(matches!(p(&["frob"]), Err(CliError::UnknownCommand(c)) if c == "frob"));
         let e = p(&["demo", "--passes", "0"]).unwrap_err();
         assert!(e.to_string().contains("--passes \"0\""), "{e}");
         let e = p(&["demo", "--passes"]).unwrap_err();
-        assert_eq!(e, CliError::MissingValue("--passes"));
+        assert_eq!(e, CliError::MissingValue("--passes".into()));
         let e = p(&["demo", "--inject", "meteor"]).unwrap_err();
         assert!(e.to_string().contains("restore-fail"), "{e}");
         let e = p(&["demo", "--scope", "some"]).unwrap_err();
         assert!(e.to_string().contains("all or arguments"));
         let e = p(&["demo", "--fast"]).unwrap_err();
-        assert!(e.to_string().contains("--fast"));
+        assert_eq!(
+            e,
+            CliError::UnknownOption {
+                command: "kreplay demo".into(),
+                option: "--fast".into()
+            }
+        );
+        let e = p(&["demo", "--json=yes"]).unwrap_err();
+        assert!(e.to_string().contains("--json"), "{e}");
+    }
+
+    #[test]
+    fn usage_names_the_command_concerned() {
+        let e = parse(["demo".to_owned(), "--fast".to_owned()]).unwrap_err();
+        assert!(e.usage.starts_with("usage:\n  kreplay demo"), "{}", e.usage);
+        assert!(e.usage.contains("kreplay demo --help"), "{}", e.usage);
+        let e = parse(["bench".to_owned()]).unwrap_err();
+        assert!(e
+            .usage
+            .starts_with("usage:\n  kreplay bench --backend cuda"));
+        let e = parse(Vec::new()).unwrap_err();
+        assert!(e.usage.contains("kreplay run"), "{}", e.usage);
     }
 }

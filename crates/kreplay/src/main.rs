@@ -3,7 +3,8 @@
 //! The command line of kernel-replay (SPEC §2, top layer): `kreplay demo` runs a workload on the
 //! simulated GPU under replay and checks it against a plain run; `kreplay bench --backend cuda`
 //! runs the CUDA backend's checks and measurements on a real GPU ([`replay_bench`]);
-//! running applications under replay attaches here as backends land.
+//! `kreplay run` runs an unmodified CUDA application under replay. The command line is parsed
+//! in [`cli`] (clap's derive API); `--help` works on every command.
 //!
 //! Bad input never panics: an argument or a `KREPLAY_*` value that is not UTF-8 is an error
 //! naming it (exit 2, like every usage error), and a message that cannot be written (stderr or
@@ -67,57 +68,40 @@ fn main() -> ExitCode {
 }
 
 fn run() -> ExitCode {
-    let mut args = std::env::args_os().skip(1).peekable();
-    if args.peek().is_some_and(|a| a == "run") {
-        // `kreplay run` passes the application's arguments on as given; they must still be
-        // UTF-8 here (they travel through the environment of the child as strings).
-        let mut rest = Vec::new();
-        for (i, a) in args.skip(1).enumerate() {
-            match a.into_string() {
-                Ok(s) => rest.push(s),
-                Err(a) => {
-                    say(format_args!(
-                        "kreplay: argument {} of `kreplay run` is not valid UTF-8: {a:?}",
-                        i + 2
-                    ));
-                    return ExitCode::from(EXIT_USAGE);
-                }
-            }
-        }
-        replay_core::log_sink::install(LogLevel::Warn);
-        return ExitCode::from(run::main(&rest));
-    }
-    let cmd = match cli::parse_os(args) {
+    let cmd = match cli::parse_os(std::env::args_os().skip(1)) {
         Ok(c) => c,
         Err(e) => {
-            say(format_args!("kreplay: {e}\n\n{}", cli::usage()));
+            say(format_args!("kreplay: {e}\n\n{}", e.usage));
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    // The default sink: warnings unless KREPLAY_LOG says otherwise (outcome lines are printed
-    // by the demo itself).
-    let level = match log_level() {
-        Ok(l) => l,
-        Err(e) => {
-            say(format_args!("kreplay: {e}"));
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    replay_core::log_sink::install(level);
+    if !matches!(cmd, cli::Command::Run(_)) {
+        // The default sink: warnings unless KREPLAY_LOG says otherwise (outcome lines are
+        // printed by the demo itself).
+        let level = match log_level() {
+            Ok(l) => l,
+            Err(e) => {
+                say(format_args!("kreplay: {e}"));
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+        replay_core::log_sink::install(level);
+    }
     match cmd {
-        cli::Command::Help => {
-            if print_out(&cli::usage()) {
+        // Help and version are rendered to text and printed here, never by clap's
+        // `Error::print`/`exit`: a stdout that cannot take them is exit 1, not a panic.
+        cli::Command::Help(text) | cli::Command::Version(text) => {
+            if print_out(text.trim_end()) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(EXIT_FAILED)
             }
         }
-        cli::Command::Version => {
-            if print_out(&format!("kreplay {}", env!("CARGO_PKG_VERSION"))) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(EXIT_FAILED)
-            }
+        cli::Command::Run(rest) => {
+            // Warnings for `kreplay run`'s own messages; the application's level is its
+            // KREPLAY_LOG (run.rs sets it for the child).
+            replay_core::log_sink::install(LogLevel::Warn);
+            ExitCode::from(run::main(&rest))
         }
         cli::Command::Bench(b) => {
             // Only "cuda" gets past the parser. The ncu case re-invokes this executable as
