@@ -19,6 +19,7 @@ use crate::error::BackendError;
 use crate::outcome::TierBytes;
 use crate::policy::{Policy, Scope};
 use crate::types::{AgentId, Dispatch, QueueId};
+pub use crate::types::{Capabilities, Tier};
 
 /// Monotonic time as the backend sees it. The simulator runs it on virtual time, so tests check
 /// deadlines without sleeping.
@@ -92,28 +93,6 @@ pub struct PassCompletion {
     pub gpu_seconds: f64,
 }
 
-bitflags! {
-    /// What an agent can do beyond the required operations.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-    pub struct Capabilities: u32 {
-        /// `flush_caches` does something (policy `cache_control=flush`).
-        const CACHE_FLUSH = 1 << 0;
-        /// Digests run on the device (or, on the simulator, where its device memory lives),
-        /// at memory speed: `scope=auto` may pick `arguments` and `restore=auto` picks `dirty`
-        /// (SPEC §7.2, §8; [`crate::policy`]).
-        const DEVICE_DIGESTS = 1 << 1;
-        /// The backend sees asynchronous copies and can fence them.
-        const COPY_FENCE = 1 << 2;
-        /// Passes carry system-scope acquire and release fences.
-        const SYSTEM_SCOPE_FENCES = 1 << 3;
-        /// `scope=auto` resolves to `arguments` (for a dispatch whose argument layout is known)
-        /// although digests are host ones: HSA, by issue 15's decision (see
-        /// [`crate::policy`]); `restore=auto` still resolves to `full` without
-        /// `DEVICE_DIGESTS`.
-        const AUTO_ARGUMENTS = 1 << 4;
-    }
-}
-
 /// One GPU agent as the replay window drives it (SPEC §6).
 ///
 /// Contract for implementors:
@@ -150,31 +129,6 @@ pub trait Agent: Send + Sync {
     fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError>;
     /// Fires the application's completion once, after every pass submitted so far.
     fn signal_completion(&self, dispatch: &Dispatch) -> Result<(), BackendError>;
-}
-
-/// Where a snapshot copy lives (SPEC §7.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tier {
-    /// A backing copy on the same agent.
-    Device,
-    /// Page-locked host memory.
-    PinnedHost,
-    /// Ordinary host memory, the last resort.
-    PageableHost,
-}
-
-impl Tier {
-    /// All tiers in the order they are tried.
-    pub const ALL: [Tier; 3] = [Tier::Device, Tier::PinnedHost, Tier::PageableHost];
-    /// Name used in logs.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Device => "device",
-            Self::PinnedHost => "pinned",
-            Self::PageableHost => "pageable",
-        }
-    }
 }
 
 /// A backing allocation made by [`DeviceMemory::alloc_backing`].
@@ -384,17 +338,6 @@ pub struct WaitSpec<'a> {
     pub slice: Duration,
     /// Interval of the progress warning during a long wait.
     pub progress: Duration,
-}
-
-impl WaitSpec<'_> {
-    /// The bounds of a [`crate::wait::bounded`] wait under this spec.
-    pub fn bounds(&self) -> crate::wait::Bounds {
-        crate::wait::Bounds {
-            timeout: self.timeout,
-            slice: self.slice,
-            progress: self.progress,
-        }
-    }
 }
 
 /// What a capture did.

@@ -18,8 +18,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use crate::backend::Tier;
 use crate::policy::{RestoreMode, Scope};
+use crate::types::Tier;
 use crate::types::{AgentId, DispatchId};
 
 /// How a candidate dispatch ended.

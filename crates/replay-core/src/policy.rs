@@ -39,9 +39,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Capabilities;
 use crate::filter::{DispatchRange, KernelFilter};
 use crate::types::ArgLayout;
+use crate::types::Capabilities;
 
 /// Which memory a snapshot covers (SPEC §7.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

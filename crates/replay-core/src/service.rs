@@ -11,14 +11,14 @@ use std::sync::{Arc, OnceLock};
 use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{Agent, Clock, Snapshotter, SystemClock};
+use crate::backend::{Clock, SystemClock};
 use crate::contract::{ContextControl, NoContextControl, ReplayTool, Subscription};
-use crate::error::{BackendError, ServiceError};
+use crate::error::ServiceError;
 use crate::filter::FilterState;
 use crate::locks::{AgentGate, Gates, Unlocked, WriteGate};
 use crate::outcome::{OutcomeRecord, RunSummary};
 use crate::policy::Policy;
-use crate::types::{ContextId, Dispatch, KernelKey};
+use crate::types::{ContextId, KernelKey};
 
 static GLOBAL: OnceLock<Arc<ReplayService>> = OnceLock::new();
 
@@ -334,19 +334,6 @@ impl ReplayService {
     /// The context control in use.
     pub fn contexts(&self) -> &Arc<dyn ContextControl> {
         &self.contexts
-    }
-
-    /// Runs one submission: ordinary, tool work, or a replay window (SPEC §6).
-    ///
-    /// Returns an error only when the backend failed to run the dispatch at all (its ordinary
-    /// submission was refused); every replay fault ends in a declined or truncated record.
-    pub fn submit(
-        &self,
-        agent: &dyn Agent,
-        memory: &dyn Snapshotter,
-        dispatch: Dispatch,
-    ) -> Result<DispatchReport, BackendError> {
-        crate::window::submit(self, agent, memory, dispatch)
     }
 
     pub(crate) fn emit(&self, record: &OutcomeRecord, window_seconds: f64, pooled_peak: u64) {

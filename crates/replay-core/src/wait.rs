@@ -70,3 +70,14 @@ pub fn bounded<T>(
         }
     }
 }
+
+impl crate::backend::WaitSpec<'_> {
+    /// The bounds of a [`crate::wait::bounded`] wait under this spec.
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            timeout: self.timeout,
+            slice: self.slice,
+            progress: self.progress,
+        }
+    }
+}

@@ -42,6 +42,21 @@ use crate::service::{DispatchReport, KernelMemo, Registration, ReplayService};
 use crate::types::{Dispatch, DispatchId, Origin, SubmissionKind};
 use crate::wait::{bounded, Bounds, WaitError};
 
+impl ReplayService {
+    /// Runs one submission: ordinary, tool work, or a replay window (SPEC §6).
+    ///
+    /// Returns an error only when the backend failed to run the dispatch at all (its ordinary
+    /// submission was refused); every replay fault ends in a declined or truncated record.
+    pub fn submit(
+        &self,
+        agent: &dyn Agent,
+        memory: &dyn Snapshotter,
+        dispatch: Dispatch,
+    ) -> Result<DispatchReport, BackendError> {
+        submit(self, agent, memory, dispatch)
+    }
+}
+
 pub(crate) fn submit(
     svc: &ReplayService,
     agent: &dyn Agent,

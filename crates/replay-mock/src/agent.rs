@@ -29,18 +29,7 @@ use crate::kernel::Role;
 use crate::queue::{Hold, KernelWork, Lane, Work};
 use crate::state::{AgentShared, GpuShared, Payload, TicketEntry, TicketKind};
 
-/// What a simulated agent reports by default ([`crate::AgentConfig::capabilities`]).
-///
-/// `DEVICE_DIGESTS`: the simulator's digests are device ones. Its copy-engine thread computes
-/// them over the simulated device memory where it lives, asynchronously behind a fence, with
-/// no staging copy to the host: the shape of CUDA's digest kernels, not of HSA's host digests
-/// (which first copy the bytes over the host link). So `scope=auto` resolves to `arguments`
-/// and `restore=auto` to `dirty` on the simulator, as on CUDA; an agent configured without it
-/// models a host-digest backend.
-pub const SIM_CAPABILITIES: Capabilities = Capabilities::CACHE_FLUSH
-    .union(Capabilities::DEVICE_DIGESTS)
-    .union(Capabilities::COPY_FENCE)
-    .union(Capabilities::SYSTEM_SCOPE_FENCES);
+pub use crate::state::SIM_CAPABILITIES;
 
 /// One simulated agent as the replay window drives it.
 pub struct SimAgent {

@@ -59,6 +59,19 @@ impl Default for SimConfig {
     }
 }
 
+/// What a simulated agent reports by default ([`crate::AgentConfig::capabilities`]).
+///
+/// `DEVICE_DIGESTS`: the simulator's digests are device ones. Its copy-engine thread computes
+/// them over the simulated device memory where it lives, asynchronously behind a fence, with
+/// no staging copy to the host: the shape of CUDA's digest kernels, not of HSA's host digests
+/// (which first copy the bytes over the host link). So `scope=auto` resolves to `arguments`
+/// and `restore=auto` to `dirty` on the simulator, as on CUDA; an agent configured without it
+/// models a host-digest backend.
+pub const SIM_CAPABILITIES: replay_core::Capabilities = replay_core::Capabilities::CACHE_FLUSH
+    .union(replay_core::Capabilities::DEVICE_DIGESTS)
+    .union(replay_core::Capabilities::COPY_FENCE)
+    .union(replay_core::Capabilities::SYSTEM_SCOPE_FENCES);
+
 /// One simulated agent's shape.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -81,7 +94,7 @@ pub struct AgentConfig {
     pub kernarg_pool_bytes: u64,
     /// Allocation alignment (a power of two).
     pub alignment: u64,
-    /// What the agent reports (`Agent::capabilities`); default [`crate::SIM_CAPABILITIES`].
+    /// What the agent reports (`Agent::capabilities`); default [`SIM_CAPABILITIES`].
     /// Tests clear `DEVICE_DIGESTS` (and may set `AUTO_ARGUMENTS`) to model a host-digest
     /// backend; only the `auto` policy reads these two.
     pub capabilities: replay_core::Capabilities,
@@ -99,7 +112,7 @@ impl Default for AgentConfig {
             pageable_gbps: 6.0,
             kernarg_pool_bytes: 64 << 10,
             alignment: 4096,
-            capabilities: crate::agent::SIM_CAPABILITIES,
+            capabilities: SIM_CAPABILITIES,
         }
     }
 }

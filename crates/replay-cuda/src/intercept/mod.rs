@@ -445,3 +445,33 @@ pub unsafe fn dlsym_answer(handle: *mut c_void, name: *const c_char) -> *mut c_v
 
 /// `sys` re-exported for the hooks' signatures.
 pub use sys::CUlaunchAttributeID;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_the_wrappers_cover_is_cross_checked() {
+        for name in [
+            "cuLaunchKernel",
+            "cuLaunchKernel_ptsz",
+            "cuLaunchKernelEx",
+            "cuLaunchKernelEx_ptsz",
+            "cuLaunchCooperativeKernel",
+            "cuLaunchCooperativeKernel_ptsz",
+            "cuGraphLaunch",
+            "cuGraphLaunch_ptsz",
+        ] {
+            assert!(
+                cupti::LAUNCH_ENTRIES.iter().any(|(_, n)| *n == name),
+                "{name} is not cross-checked"
+            );
+            assert!(
+                table()
+                    .iter()
+                    .any(|(n, _, _)| n.to_bytes() == name.as_bytes()),
+                "{name} has no wrapper"
+            );
+        }
+    }
+}
