@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::common::{progress, Row, GIB, MIB};
 
-/// Where `ncu` is: `--ncu PATH`, else PATH, `$CUDA_HOME/bin`, `/usr/local/cuda/bin`,
-/// `/usr/local/cuda-*/bin`.
+/// Where `ncu` is: `--ncu PATH`, else PATH, then the CUDA installations' `bin`
+/// (`replay_cuda::module::cuda_install_dirs`).
 pub fn find_ncu(explicit: Option<&str>) -> Option<PathBuf> {
     if let Some(p) = explicit {
         return Some(PathBuf::from(p));
@@ -20,25 +20,7 @@ pub fn find_ncu(explicit: Option<&str>) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
-    if let Ok(h) = std::env::var("CUDA_HOME") {
-        dirs.push(PathBuf::from(h).join("bin"));
-    }
-    dirs.push(PathBuf::from("/usr/local/cuda/bin"));
-    if let Ok(rd) = std::fs::read_dir("/usr/local") {
-        let mut more: Vec<PathBuf> = rd
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("cuda-"))
-            })
-            .map(|p| p.join("bin"))
-            .collect();
-        more.sort();
-        more.reverse();
-        dirs.extend(more);
-    }
+    dirs.extend(replay_cuda::module::cuda_install_dirs("bin"));
     dirs.into_iter()
         .map(|d| d.join("ncu"))
         .find(|p| p.is_file())

@@ -37,21 +37,18 @@ use crate::sys;
 
 static NVRTC: OnceLock<Result<(), NvrtcUnavailable>> = OnceLock::new();
 
-/// Directories searched for libnvrtc by absolute path when the loader path does not find it:
-/// `KREPLAY_CUDA_LIB_DIR` (colon-separated), `$CUDA_HOME/lib64`, `$CUDA_PATH/lib64`,
-/// `/usr/local/cuda/lib64`, and every `/usr/local/cuda-*/lib64`.
-pub fn nvrtc_search_dirs() -> Vec<std::path::PathBuf> {
+/// `sub` (`lib64`, `bin`) of every CUDA installation this machine may have, in the order a
+/// lookup should try them: `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`, then every
+/// `/usr/local/cuda-*`, newest version first.
+pub fn cuda_install_dirs(sub: &str) -> Vec<std::path::PathBuf> {
     use std::path::PathBuf;
     let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Ok(v) = std::env::var("KREPLAY_CUDA_LIB_DIR") {
-        dirs.extend(v.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
-    }
     for var in ["CUDA_HOME", "CUDA_PATH"] {
         if let Ok(v) = std::env::var(var) {
-            dirs.push(PathBuf::from(v).join("lib64"));
+            dirs.push(PathBuf::from(v).join(sub));
         }
     }
-    dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+    dirs.push(PathBuf::from("/usr/local/cuda").join(sub));
     if let Ok(rd) = std::fs::read_dir("/usr/local") {
         let mut more: Vec<PathBuf> = rd
             .filter_map(Result::ok)
@@ -61,12 +58,25 @@ pub fn nvrtc_search_dirs() -> Vec<std::path::PathBuf> {
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.starts_with("cuda-"))
             })
-            .map(|p| p.join("lib64"))
+            .map(|p| p.join(sub))
             .collect();
         more.sort();
         more.reverse(); // newest version first
         dirs.extend(more);
     }
+    dirs
+}
+
+/// Directories searched for libnvrtc by absolute path when the loader path does not find it:
+/// `KREPLAY_CUDA_LIB_DIR` (colon-separated), then the installations' `lib64`
+/// ([`cuda_install_dirs`]).
+pub fn nvrtc_search_dirs() -> Vec<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Ok(v) = std::env::var("KREPLAY_CUDA_LIB_DIR") {
+        dirs.extend(v.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
+    }
+    dirs.extend(cuda_install_dirs("lib64"));
     dirs
 }
 
