@@ -246,6 +246,19 @@ unsafe extern "C" fn fake_vmem_unmap(va: *mut c_void, _: usize) -> u32 {
     0
 }
 
+unsafe extern "C" fn fake_vmem_set_access(
+    _: *mut c_void,
+    _: usize,
+    _: *const sys::hsa_amd_memory_access_desc_t,
+    _: usize,
+) -> u32 {
+    0
+}
+
+unsafe extern "C" fn fake_vmem_address_free(_: *mut c_void, _: usize) -> u32 {
+    0
+}
+
 // ----- Synthetic tables ----------------------------------------------------------------------
 
 fn version<T>(major: u32) -> ApiTableVersion {
@@ -289,6 +302,9 @@ fn current_tables() -> Current {
     fill_amd!(amd);
     amd.hsa_amd_vmem_map_fn = Some(fake_vmem_map);
     amd.hsa_amd_vmem_unmap_fn = Some(fake_vmem_unmap);
+    // Map, unmap, set-access and address-free are wrapped together or not at all.
+    amd.hsa_amd_vmem_set_access_fn = Some(fake_vmem_set_access);
+    amd.hsa_amd_vmem_address_free_fn = Some(fake_vmem_address_free);
     let mut t = Current {
         root: Box::new(v2::HsaApiTable {
             version: ApiTableVersion {
