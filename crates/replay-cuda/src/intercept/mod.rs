@@ -35,10 +35,14 @@
 //! `cuModuleLoadFatBinary`, `cuLibraryLoadData`, `cuLibraryLoadFromFile`, `cuModuleUnload`,
 //! `cuLibraryUnload`) and the lookups that map a function to its image
 //! (`cuModuleGetFunction`, `cuLibraryGetKernel`, `cuKernelGetFunction`) are wrapped too (see
-//! `crate::state`'s `images`). Not wrapped yet (they run once, untouched, and a restore would undo what one of them
-//! writes during a window on another thread): array copies (`cuMemcpyAtoD` and friends: arrays
-//! are not tracked), `cuMemcpyBatchAsync`, `cuMemCreate`/`cuMemMap` (PyTorch's expandable
-//! segments). See the crate docs.
+//! `crate::state`'s `images`). Virtual-memory entries (`cuMemCreate`,
+//! `cuMemImportFromShareableHandle`, `cuMulticastCreate`, `cuMulticastBindMem`,
+//! `cuMulticastBindAddr`, `cuMemRelease`, `cuMemAddressReserve`, `cuMemAddressFree`,
+//! `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`) and `cuMemAllocFromPoolAsync` (both forms) feed
+//! the tracker (see `crate::state`). Not wrapped yet (they run once, untouched, and a restore
+//! would undo what one of them writes during a window on another thread): array copies
+//! (`cuMemcpyAtoD` and friends: arrays are not tracked), `cuMemcpyBatchAsync`. See the crate
+//! docs.
 
 pub mod cupti;
 mod internal;

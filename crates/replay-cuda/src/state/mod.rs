@@ -26,10 +26,24 @@
 //! - **Allocations** of every driver allocation entry are recorded with their class
 //!   (SPEC §7.1): `cuMemAlloc`, `cuMemAllocPitch` (device), `cuMemAllocManaged` (managed),
 //!   `cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister` (pinned host, at the host address
-//!   kernels use under unified addressing), `cuMemAllocAsync` (stream-ordered: a virtual
-//!   mapping, not captured), each under the agent of the current context's device. Frees are
-//!   recorded before the driver releases. An allocation that fails for lack of memory releases
-//!   the memory layer's pooled backing and is retried once.
+//!   kernels use under unified addressing), `cuMemAllocAsync` and `cuMemAllocFromPoolAsync`
+//!   (stream-ordered: captured like device memory until `cuMemFreeAsync` orders the free;
+//!   a pool located on the host or imported is not told apart yet), each under the agent of
+//!   the current context's device. Frees are recorded before the driver releases. An
+//!   allocation that fails for lack of memory releases the memory layer's pooled backing and
+//!   is retried once.
+//! - **Virtual-memory mappings** (PyTorch's expandable segments; SPEC §7.1 mapping row):
+//!   `cuMemCreate` remembers the handle's location (a device: its coarse memory; the host:
+//!   pinned host memory), `cuMemImportFromShareableHandle` marks it imported,
+//!   `cuMulticastCreate` / `cuMulticastBindMem` multicast (`cuMulticastBindAddr` turns the
+//!   bound range into a multicast mapping); `cuMemMap` reports the mapping after it
+//!   succeeded, `cuMemSetAccess` each device's access (lowered before, read-write after),
+//!   `cuMemUnmap` and `cuMemAddressFree` are reported before the driver's call
+//!   (`crate::tracker`'s report functions). A mapping of a handle the wrappers never saw
+//!   (made before the interception, or by `cuMemRetainAllocationHandle`) is not reported, so
+//!   an argument into it declines `untracked_memory`. Not wrapped: `cuMemMapArrayAsync`
+//!   (sparse arrays), pool creation and import (`cuMemPoolCreate`,
+//!   `cuMemPoolImportPointer`).
 //! - **Copies and memsets** (1D, 2D, 3D, peer; see [`crate::intercept`] for the list) run
 //!   once under the agent's write gate, counted.
 //! - **Streams** a launch uses are registered with the backend, so drains see them; a
