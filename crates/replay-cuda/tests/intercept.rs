@@ -17,7 +17,8 @@
 //!   `cuMemSetAccess`, PyTorch's expandable segments) reached through `dlsym`, as an
 //!   application reaches them: a kernel writing one replays with memory equal to one
 //!   execution; one unmapped on another thread during the window is never written after; a
-//!   mapping of a handle imported from a shareable handle declines `untracked_memory`; a
+//!   mapping of a handle imported from a shareable handle, or one whose access for the
+//!   device is withdrawn (`cuMemSetAccess`), declines `untracked_memory`; a
 //!   `cuMemAllocFromPoolAsync` allocation is captured until `cuMemFreeAsync` orders its free.
 //!
 //! Skipped where no C compiler is found, or where a real driver is present.
@@ -936,4 +937,43 @@ fn a_pool_allocation_is_captured_until_its_free_is_ordered() {
     let r = unsafe { free(a, std::ptr::null_mut()) };
     assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
     assert!(tracker.lookup_any(a).is_none(), "the ordered free ended it");
+}
+
+#[test]
+fn a_mapping_whose_access_is_withdrawn_declines_untracked_memory() {
+    let Some((_g, s)) = setup() else { return };
+    let h = vm_handle(false);
+    let a = vm_map(h, 41);
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    assert_eq!(launch_rmw(s.func, a, 43), sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "replayed while device 0 may read and write it: {}",
+        s.tool.last.lock()
+    );
+    let set_access: AccessFn = app_entry(c"cuMemSetAccess");
+    let none = sys::CUmemAccessDesc {
+        location: device0(),
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE,
+    };
+    // SAFETY: the mapping made above and one access descriptor.
+    let r = unsafe { set_access(a, VM_BYTES, &none, 1) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    let mut once = read(a);
+    rmw_host(&mut once, 47);
+    assert_eq!(launch_rmw(s.func, a, 47), sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "no snapshot covers memory this device cannot read"
+    );
+    assert_eq!(
+        s.tool.last_record.lock().as_ref().map(|r| r.reason),
+        Some(replay_core::Reason::UntrackedMemory),
+        "{}",
+        s.tool.last.lock()
+    );
+    assert_eq!(read(a), once, "declined: the launch ran once");
+    vm_free(a, h, false);
 }
