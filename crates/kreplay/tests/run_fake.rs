@@ -260,3 +260,50 @@ fn a_program_without_a_usable_driver_runs_untouched_with_one_line() {
     assert!(stderr.contains("no replay report"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_expandable_segment_and_a_pool_allocation_are_replayed_equal_to_a_plain_run() {
+    let Some(dir) = build("vmem") else { return };
+    let env = [("KR_APP_VMEM", "1")];
+    let reference = plain(&dir, &env);
+    let expected = text(&reference.stdout);
+    assert!(
+        expected.contains("segment ") && expected.contains("pooled "),
+        "{expected}"
+    );
+    let out = dir.join("report.json");
+    let run = kreplay(
+        &dir,
+        &[
+            "--tool",
+            "verify",
+            "--passes",
+            "3",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &env,
+    );
+    let stderr = text(&run.stderr);
+    assert_eq!(text(&run.stdout), expected, "{stderr}");
+    assert_eq!(run.status.code(), Some(7), "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("report written")).unwrap();
+    // The 9 dispatches of the plain program, then the segment's and the pool allocation's.
+    let recs = v["records"].as_array().expect("records");
+    assert_eq!(recs.len(), 11, "{recs:?}");
+    for r in recs {
+        assert_eq!(r["outcome"], "replayed", "{r}");
+        assert_eq!(r["executed_passes"], 3, "{r}");
+        assert_eq!(r["inputs_identical"], true, "{r}");
+        assert_eq!(r["outputs_identical"], true, "{r}");
+    }
+    let i = &v["interception"];
+    assert_eq!(i["vmem_maps"], 1, "{i}");
+    assert_eq!(i["vmem_unknown_handle"], 0, "{i}");
+    // cuMemUnmap and cuMemAddressFree.
+    assert_eq!(i["vmem_unmaps"], 2, "{i}");
+    assert_eq!(i["alloc_async"], 1, "{i}");
+    assert_eq!(i["frees"], 7, "{i}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -141,7 +141,8 @@
 //!
 //! Cooperative launches are not submitted through [`CudaBackend::launch`]. Interception of an
 //! unmodified application ([`intercept`], [`state`], [`tool`]; `kreplay run`) covers the launch
-//! entries, the allocation and free entries (except `cuMemCreate`/`cuMemMap`), streams,
+//! entries, the allocation and free entries (virtual-memory mappings and pool allocations
+//! included; `cuMemMapArrayAsync` not), streams,
 //! graph launches, copies and memsets (gated), module and library loads (`.nv.info` parameter
 //! tables, module globals of cubins and uncompressed fat-binary entries; names demangled), and
 //! CUPTI's count of launches that did not pass through a wrapper where libcupti is found. Not

@@ -16,8 +16,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use replay_cuda::intercept as ic;
 use replay_cuda::sys::{
-    CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary, CUmodule,
-    CUresult, CUstream,
+    CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary,
+    CUmemoryPool, CUmodule, CUresult, CUstream,
 };
 
 fn source() {
@@ -114,6 +114,19 @@ exports! {
     cuMemHostUnregister => mem_host_unregister(p: *mut c_void);
     cuMemFreeAsync => mem_free_async(p: CUdeviceptr, s: CUstream);
     cuMemFreeAsync_ptsz => mem_free_async_ptsz(p: CUdeviceptr, s: CUstream);
+    cuMemAllocFromPoolAsync => mem_alloc_from_pool_async(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream);
+    cuMemAllocFromPoolAsync_ptsz => mem_alloc_from_pool_async_ptsz(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream);
+    cuMemCreate => mem_create(h: *mut u64, n: usize, prop: *const c_void, fl: u64);
+    cuMemImportFromShareableHandle => mem_import_from_shareable_handle(h: *mut u64, os: *mut c_void, ty: c_uint);
+    cuMulticastCreate => multicast_create(h: *mut u64, prop: *const c_void);
+    cuMulticastBindMem => multicast_bind_mem(mc: u64, mo: usize, mem: u64, off: usize, n: usize, fl: u64);
+    cuMulticastBindAddr => multicast_bind_addr(mc: u64, mo: usize, p: CUdeviceptr, n: usize, fl: u64);
+    cuMemRelease => mem_release(h: u64);
+    cuMemAddressReserve => mem_address_reserve(p: *mut CUdeviceptr, n: usize, align: usize, addr: CUdeviceptr, fl: u64);
+    cuMemAddressFree => mem_address_free(p: CUdeviceptr, n: usize);
+    cuMemMap => mem_map(p: CUdeviceptr, n: usize, off: usize, h: u64, fl: u64);
+    cuMemUnmap => mem_unmap(p: CUdeviceptr, n: usize);
+    cuMemSetAccess => mem_set_access(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize);
     cuStreamDestroy_v2 => stream_destroy(s: CUstream);
     cuMemcpyAsync => memcpy_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
     cuMemcpyAsync_ptsz => memcpy_async_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);

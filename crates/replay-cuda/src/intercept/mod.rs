@@ -35,10 +35,14 @@
 //! `cuModuleLoadFatBinary`, `cuLibraryLoadData`, `cuLibraryLoadFromFile`, `cuModuleUnload`,
 //! `cuLibraryUnload`) and the lookups that map a function to its image
 //! (`cuModuleGetFunction`, `cuLibraryGetKernel`, `cuKernelGetFunction`) are wrapped too (see
-//! `crate::state`'s `images`). Not wrapped yet (they run once, untouched, and a restore would undo what one of them
-//! writes during a window on another thread): array copies (`cuMemcpyAtoD` and friends: arrays
-//! are not tracked), `cuMemcpyBatchAsync`, `cuMemCreate`/`cuMemMap` (PyTorch's expandable
-//! segments). See the crate docs.
+//! `crate::state`'s `images`). Virtual-memory entries (`cuMemCreate`,
+//! `cuMemImportFromShareableHandle`, `cuMulticastCreate`, `cuMulticastBindMem`,
+//! `cuMulticastBindAddr`, `cuMemRelease`, `cuMemAddressReserve`, `cuMemAddressFree`,
+//! `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`) and `cuMemAllocFromPoolAsync` (both forms) feed
+//! the tracker (see `crate::state`). Not wrapped yet (they run once, untouched, and a restore
+//! would undo what one of them writes during a window on another thread): array copies
+//! (`cuMemcpyAtoD` and friends: arrays are not tracked), `cuMemcpyBatchAsync`. See the crate
+//! docs.
 
 pub mod cupti;
 mod internal;
@@ -50,7 +54,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys::{
     self, CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary,
-    CUmodule, CUresult, CUstream,
+    CUmemoryPool, CUmodule, CUresult, CUstream,
 };
 
 /// `CUDA_ERROR_NOT_FOUND`: what a wrapper answers when the real driver lacks the entry.
@@ -224,6 +228,19 @@ entries! {
     cuMemHostUnregister => mem_host_unregister, real_mem_host_unregister: fn(p: *mut c_void), st::hook_mem_free_host;
     cuMemFreeAsync => mem_free_async, real_mem_free_async: fn(p: CUdeviceptr, s: CUstream), st::hook_mem_free_async;
     cuMemFreeAsync_ptsz => mem_free_async_ptsz, real_mem_free_async_ptsz: fn(p: CUdeviceptr, s: CUstream), st::hook_mem_free_async;
+    cuMemAllocFromPoolAsync => mem_alloc_from_pool_async, real_mem_alloc_from_pool_async: fn(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream), st::hook_mem_alloc_from_pool_async;
+    cuMemAllocFromPoolAsync_ptsz => mem_alloc_from_pool_async_ptsz, real_mem_alloc_from_pool_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream), st::hook_mem_alloc_from_pool_async;
+    cuMemCreate => mem_create, real_mem_create: fn(h: *mut u64, n: usize, prop: *const c_void, fl: u64), st::hook_mem_create;
+    cuMemImportFromShareableHandle => mem_import_from_shareable_handle, real_mem_import_from_shareable_handle: fn(h: *mut u64, os: *mut c_void, ty: c_uint), st::hook_mem_import;
+    cuMulticastCreate => multicast_create, real_multicast_create: fn(h: *mut u64, prop: *const c_void), st::hook_multicast_create;
+    cuMulticastBindMem => multicast_bind_mem, real_multicast_bind_mem: fn(mc: u64, mo: usize, mem: u64, off: usize, n: usize, fl: u64), st::hook_multicast_bind_mem;
+    cuMulticastBindAddr => multicast_bind_addr, real_multicast_bind_addr: fn(mc: u64, mo: usize, p: CUdeviceptr, n: usize, fl: u64), st::hook_multicast_bind_addr;
+    cuMemRelease => mem_release, real_mem_release: fn(h: u64), st::hook_mem_release;
+    cuMemAddressReserve => mem_address_reserve, real_mem_address_reserve: fn(p: *mut CUdeviceptr, n: usize, align: usize, addr: CUdeviceptr, fl: u64), st::hook_mem_address_reserve;
+    cuMemAddressFree => mem_address_free, real_mem_address_free: fn(p: CUdeviceptr, n: usize), st::hook_mem_address_free;
+    cuMemMap => mem_map, real_mem_map: fn(p: CUdeviceptr, n: usize, off: usize, h: u64, fl: u64), st::hook_mem_map;
+    cuMemUnmap => mem_unmap, real_mem_unmap: fn(p: CUdeviceptr, n: usize), st::hook_mem_unmap;
+    cuMemSetAccess => mem_set_access, real_mem_set_access: fn(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize), st::hook_mem_set_access;
     cuStreamDestroy_v2 => stream_destroy, real_stream_destroy: fn(s: CUstream), st::hook_stream_destroy;
     cuMemcpyAsync => memcpy_async, real_memcpy_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
     cuMemcpyAsync_ptsz => memcpy_async_ptsz, real_memcpy_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;

@@ -853,6 +853,9 @@ CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
     return r;
 }
 
+/* Copies refused because they reached unmapped memory (fake_cuda_unmapped_copies). */
+static int unmapped_copies;
+
 /* 0 when [p, p + n) reaches into the unmapped part of a reservation. */
 static int mapped_ok(u64 p, u64 n) {
     int ok = 1;
@@ -864,12 +867,35 @@ static int mapped_ok(u64 p, u64 n) {
             break;
         }
     }
+    if (!ok) {
+        ++unmapped_copies;
+    }
     pthread_mutex_unlock(&lock);
     if (!ok) {
         fprintf(stderr, "fake_cuda: copy of %llu bytes at 0x%llx into unmapped memory\n",
                 (unsigned long long)n, (unsigned long long)p);
     }
     return ok;
+}
+
+/* How many copies reached unmapped memory so far (a restore after an unmap would). */
+int fake_cuda_unmapped_copies(void) {
+    pthread_mutex_lock(&lock);
+    int n = unmapped_copies;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* Another process's memory: a handle like cuMemCreate's, whatever the OS handle. */
+CUresult cuMemImportFromShareableHandle(u64* handle, void* os_handle, int type) {
+    (void)os_handle;
+    (void)type;
+    void* q;
+    CUresult r = do_alloc_kind(&q, 1, 0, K_VMM_HANDLE);
+    if (r == OK) {
+        *handle = (u64)(uintptr_t)q;
+    }
+    return r;
 }
 
 CUresult cuMemRelease(u64 handle) {

@@ -5,7 +5,10 @@
  * call, cuGetProcAddress, dlsym of the driver), a kernel whose layout the driver cannot
  * describe, a launch into a capturing stream and its graph, a cooperative launch, and frees;
  * then prints a digest of every buffer and exits with status 7. Under `kreplay run` its output
- * and status must equal a plain run's.
+ * and status must equal a plain run's. With KR_APP_VMEM set it also does what PyTorch's
+ * expandable segments and its cudaMallocAsync backend do (cuMemCreate, cuMemAddressReserve,
+ * cuMemMap, cuMemSetAccess; cuMemAllocFromPoolAsync, cuMemFreeAsync) and launches kr_rmw
+ * on each.
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -59,6 +62,27 @@ CUresult cuLaunchKernel_ptsz(void*, unsigned, unsigned, unsigned, unsigned, unsi
                              unsigned, void*, void**, void**);
 CUresult cuLaunchKernelEx(const launch_config*, void*, void**, void**);
 CUresult cuGetProcAddress_v2(const char*, void**, int, unsigned long long, int*);
+typedef struct {
+    int type, handle_types;
+    int location_type, location_id;
+    void* win32;
+    unsigned char compression, rdma;
+    unsigned short usage;
+    unsigned char reserved[4];
+} alloc_prop;
+typedef struct {
+    int location_type, location_id, flags;
+} access_desc;
+CUresult cuMemCreate(unsigned long long*, size_t, const alloc_prop*, unsigned long long);
+CUresult cuMemAddressReserve(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long);
+CUresult cuMemSetAccess(CUdeviceptr, size_t, const access_desc*, size_t);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemAddressFree(CUdeviceptr, size_t);
+CUresult cuMemRelease(unsigned long long);
+CUresult cuDeviceGetDefaultMemPool(void**, int);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr*, size_t, void*, void*);
+CUresult cuMemFreeAsync(CUdeviceptr, void*);
 
 typedef CUresult (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, void*, void**, void**);
@@ -86,6 +110,42 @@ static CUresult rmw(launch_fn f, void* fn, CUdeviceptr p, unsigned long long k, 
     unsigned long long n = N;
     void* args[] = {&p, &n, &k};
     return f(fn, 1, 1, 1, 64, 1, 1, 0, s, args, NULL);
+}
+
+/* An expandable segment (a 2 MiB chunk mapped read-write for device 0) and a pool
+ * allocation, each written by kr_rmw; prints their digests. */
+static int vmem_part(void* f_rmw, const unsigned long long* init) {
+    size_t bytes = N * 8, chunk = 2 << 20;
+    alloc_prop prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;          /* CU_MEM_ALLOCATION_TYPE_PINNED */
+    prop.location_type = 1; /* CU_MEM_LOCATION_TYPE_DEVICE */
+    access_desc acc = {1, 0, 3}; /* device 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE */
+    unsigned long long h;
+    CUdeviceptr seg, pooled;
+    void* pool;
+    CHECK(cuMemCreate(&h, chunk, &prop, 0));
+    CHECK(cuMemAddressReserve(&seg, chunk, 0, 0, 0));
+    CHECK(cuMemMap(seg, chunk, 0, h, 0));
+    CHECK(cuMemSetAccess(seg, chunk, &acc, 1));
+    CHECK(cuMemcpyHtoDAsync_v2(seg, init, bytes, NULL));
+    CHECK(rmw(cuLaunchKernel, f_rmw, seg, 10, NULL));
+    CHECK(cuDeviceGetDefaultMemPool(&pool, 0));
+    CHECK(cuMemAllocFromPoolAsync(&pooled, bytes, pool, NULL));
+    CHECK(cuMemcpyHtoDAsync_v2(pooled, init, bytes, NULL));
+    CHECK(rmw(cuLaunchKernel, f_rmw, pooled, 11, NULL));
+    CHECK(cuCtxSynchronize());
+    unsigned long long* out = malloc(bytes);
+    CHECK(cuMemcpyDtoHAsync_v2(out, seg, bytes, NULL));
+    printf("segment %016llx\n", fnv(out, bytes));
+    CHECK(cuMemcpyDtoHAsync_v2(out, pooled, bytes, NULL));
+    printf("pooled %016llx\n", fnv(out, bytes));
+    free(out);
+    CHECK(cuMemFreeAsync(pooled, NULL));
+    CHECK(cuMemUnmap(seg, chunk));
+    CHECK(cuMemAddressFree(seg, chunk));
+    CHECK(cuMemRelease(h));
+    return 0;
 }
 
 int main(void) {
@@ -187,6 +247,9 @@ int main(void) {
         CHECK(cuLaunchKernelEx(&c, f_rmw, args, NULL));
     }
     CHECK(cuCtxSynchronize());
+    if (getenv("KR_APP_VMEM") && vmem_part(f_rmw, h) != 0) {
+        return 1;
+    }
 
     unsigned long long* out = malloc(bytes);
     CHECK(cuMemcpyDtoHAsync_v2(out, a, bytes, NULL));
