@@ -132,10 +132,26 @@ pub fn main(args: &[String]) -> u8 {
     let a = match parse(args) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("kreplay run: {e}\n{USAGE}");
+            crate::say(format_args!("kreplay run: {e}\n{USAGE}"));
             return 2;
         }
     };
+    // A library named explicitly must exist: preloading a missing one would only make the
+    // dynamic loader print a warning into the application's stderr.
+    let explicit = a
+        .library
+        .clone()
+        .map(|l| ("--library", l))
+        .or_else(|| std::env::var_os("KREPLAY_LIBRARY").map(|l| ("KREPLAY_LIBRARY", l.into())));
+    if let Some((what, l)) = explicit {
+        if !l.is_file() {
+            crate::say(format_args!(
+                "kreplay run: {what} {}: no such file\n{USAGE}",
+                l.display()
+            ));
+            return 2;
+        }
+    }
     let mut cmd = Command::new(&a.app[0]);
     cmd.args(&a.app[1..]);
     let report = std::env::temp_dir().join(format!("kreplay-run-{}.json", std::process::id()));
@@ -166,14 +182,17 @@ pub fn main(args: &[String]) -> u8 {
                 }
             }
         }
-        None => eprintln!(
+        None => crate::say(format_args!(
             "kreplay run: {LIB_NAME} not found (give --library or KREPLAY_LIBRARY); running the program untouched"
-        ),
+        )),
     }
     let status = match cmd.status() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("kreplay run: cannot start {:?}: {e}", a.app[0]);
+            crate::say(format_args!(
+                "kreplay run: cannot start {:?}: {e}",
+                a.app[0]
+            ));
             return 127;
         }
     };
@@ -183,19 +202,19 @@ pub fn main(args: &[String]) -> u8 {
             let _ = std::fs::remove_file(&report);
             match serde_json::from_str::<serde_json::Value>(&text) {
                 Ok(v) => {
-                    eprint!("{}", table(&v));
+                    crate::say(format_args!("{}", (table(&v)).trim_end()));
                     if let Some(out) = &a.out {
                         if let Err(e) = write_out(out, &v) {
-                            eprintln!("kreplay run: cannot write {}: {e}", out.display());
+                            crate::say(format_args!("kreplay run: cannot write {}: {e}", out.display()));
                         }
                     }
                 }
-                Err(e) => eprintln!("kreplay run: the library's report is not JSON: {e}"),
+                Err(e) => crate::say(format_args!("kreplay run: the library's report is not JSON: {e}")),
             }
         }
-        Err(_) => eprintln!(
+        Err(_) => crate::say(format_args!(
             "kreplay run: no replay report: the program made no CUDA launch through the driver (none, or no usable driver); it ran untouched"
-        ),
+        )),
     }
     code
 }

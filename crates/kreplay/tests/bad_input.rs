@@ -238,3 +238,50 @@ fn demo_help_prints_the_usage() {
         assert!(String::from_utf8_lossy(&o.stdout).contains("usage:"));
     }
 }
+
+#[test]
+fn kreplay_run_with_an_unwritable_stderr_still_ends_with_the_applications_status() {
+    for (what, make) in [
+        ("closed pipe", closed_pipe as fn() -> Stdio),
+        ("full device", dev_full),
+    ] {
+        // The program makes no CUDA launch: `kreplay run` says so on stderr, which cannot take
+        // it, and still ends with the program's exit status.
+        let o = output(
+            kreplay()
+                .args(["run", "--", "sh", "-c", "exit 7"])
+                .stderr(make()),
+        );
+        assert_eq!(o.status.code(), Some(7), "{what}");
+    }
+}
+
+#[test]
+fn kreplay_run_with_a_library_that_does_not_exist_is_a_usage_error_naming_it() {
+    let o = output(kreplay().args([
+        "run",
+        "--library",
+        "/nonexistent/libkernel_replay.so",
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ]));
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--library /nonexistent/libkernel_replay.so: no such file"),
+        "{e}"
+    );
+    let o = output(
+        kreplay()
+            .args(["run", "--", "sh", "-c", "exit 7"])
+            .env("KREPLAY_LIBRARY", "/nonexistent/lib.so"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("KREPLAY_LIBRARY /nonexistent/lib.so"),
+        "{}",
+        stderr(&o)
+    );
+}
