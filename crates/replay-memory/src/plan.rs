@@ -262,6 +262,11 @@ fn argument_reach(
             // A module variable: covered (or skipped as constant) by the enumeration.
             continue;
         }
+        if !may_be_address(word) {
+            // A scalar sharing the block (a count, a size, packed floats): not asked of the
+            // runtime, which would cost a driver call per word and dispatch.
+            continue;
+        }
         let info = match sh.device.query_pointer(word) {
             Ok(None) => continue,
             Ok(Some(info)) => info,
@@ -322,6 +327,14 @@ fn argument_reach(
     out
 }
 
+/// Whether `word` could be an address a kernel reaches. User-space virtual addresses on the
+/// 64-bit systems the backends run on lie above the first page (never mapped) and below 2^57
+/// (the largest user half, with 5-level paging); device memory under unified addressing lives
+/// in that range too. Small counts, negative integers and packed floats fall outside.
+fn may_be_address(word: u64) -> bool {
+    (1u64 << 12..1u64 << 57).contains(&word)
+}
+
 /// Parts of [base, base+size) not covered by `covered` (sorted, non-overlapping intervals).
 fn uncovered(base: u64, size: u64, covered: &[(u64, u64)]) -> SmallVec<[(u64, u64); 2]> {
     let mut out = SmallVec::new();
@@ -346,4 +359,30 @@ fn uncovered(base: u64, size: u64, covered: &[(u64, u64)]) -> SmallVec<[(u64, u6
         out.push((at, end - at));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_words_in_the_user_address_range_are_asked_of_the_runtime() {
+        for scalar in [
+            1u64,
+            4095,
+            0x3f80_0000_3f80_0000,
+            u64::MAX,
+            (-2i64) as u64,
+            1 << 57,
+        ] {
+            assert!(!super::may_be_address(scalar), "{scalar:#x}");
+        }
+        for addr in [
+            1u64 << 12,
+            0x9000,
+            0x7f12_3456_7000,
+            0x1000_0000_0000,
+            (1 << 57) - 1,
+        ] {
+            assert!(super::may_be_address(addr), "{addr:#x}");
+        }
+    }
 }
