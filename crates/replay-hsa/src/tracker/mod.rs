@@ -139,20 +139,24 @@ pub fn classify(f: &AllocFacts) -> MemoryClass {
                 MemoryClass::PINNED_HOST
             }
         }
-        Some(sys::HSA_DEVICE_TYPE_GPU) => {
-            if flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED != 0 {
-                MemoryClass::DEVICE_COARSE
-            } else if flags
-                & (sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
-                    | sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_EXTENDED_SCOPE_FINE_GRAINED)
-                != 0
-            {
-                MemoryClass::FINE_GRAINED
-            } else {
-                MemoryClass::empty()
-            }
-        }
+        Some(sys::HSA_DEVICE_TYPE_GPU) => grain(flags),
         _ => MemoryClass::empty(),
+    }
+}
+
+/// The grain a region's or pool's global flags give: coarse-grained → `DEVICE_COARSE`,
+/// fine-grained (or extended-scope fine-grained) → `FINE_GRAINED`, else the empty class.
+fn grain(flags: u32) -> MemoryClass {
+    if flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED != 0 {
+        MemoryClass::DEVICE_COARSE
+    } else if flags
+        & (sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
+            | sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_EXTENDED_SCOPE_FINE_GRAINED)
+        != 0
+    {
+        MemoryClass::FINE_GRAINED
+    } else {
+        MemoryClass::empty()
     }
 }
 
@@ -180,17 +184,7 @@ pub fn pointer_class(
 ) -> Option<replay_core::PointerInfo> {
     use MemoryClass as M;
     let flags = info.global_flags;
-    let grain = if flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED != 0 {
-        M::DEVICE_COARSE
-    } else if flags
-        & (sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
-            | sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_EXTENDED_SCOPE_FINE_GRAINED)
-        != 0
-    {
-        M::FINE_GRAINED
-    } else {
-        M::empty()
-    };
+    let grain = grain(flags);
     let kernarg = flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT != 0;
     let gpu_owner = owner.filter(|a| a.device == Some(sys::HSA_DEVICE_TYPE_GPU));
     let class = match info.type_ {
@@ -258,6 +252,13 @@ fn agent(o: &Originals, handle: sys::hsa_agent_t) -> AgentInfo {
 fn info_u32(query: impl FnOnce(*mut c_void) -> hsa_status_t) -> Option<u32> {
     let mut v: u32 = 0;
     (query((&mut v as *mut u32).cast()) == sys::HSA_STATUS_SUCCESS).then_some(v)
+}
+
+/// A 4-byte attribute of `pool` (its segment, its global flags) through the original
+/// `hsa_amd_memory_pool_get_info`.
+fn pool_u32(o: &Originals, pool: sys::hsa_amd_memory_pool_t, attr: u32) -> Option<u32> {
+    // SAFETY: the original `hsa_amd_memory_pool_get_info`; the attributes asked are 4 bytes.
+    info_u32(|out| unsafe { (o.pool_get_info)(pool, attr, out) })
 }
 
 /// Records a new allocation `[ptr, ptr+size)` with the facts gathered so far; the owner and
@@ -381,6 +382,16 @@ fn originals() -> Result<std::sync::Arc<Originals>, hsa_status_t> {
         .ok_or(sys::HSA_STATUS_ERROR_NOT_INITIALIZED)
 }
 
+/// The saved originals and the optional entry `pick` takes from them, or the status a wrapper
+/// answers when either is missing (never after a successful `OnLoad` that found the entry).
+fn original_entry<F>(
+    pick: impl FnOnce(&Originals) -> Option<F>,
+) -> Result<(std::sync::Arc<Originals>, F), hsa_status_t> {
+    let o = originals()?;
+    let f = pick(&o).ok_or(sys::HSA_STATUS_ERROR_NOT_INITIALIZED)?;
+    Ok((o, f))
+}
+
 /// Runs an application allocation; when the runtime answers out-of-resources while the memory
 /// layer holds pooled backing memory, that memory is released (SPEC §7.3: the application's
 /// memory comes first) and the allocation runs once more.
@@ -486,11 +497,7 @@ pub(crate) unsafe extern "C" fn pool_allocate(
         Ok(o) => o,
         Err(st) => return st,
     };
-    let pool_info = |attr| {
-        // SAFETY: the original `hsa_amd_memory_pool_get_info`; both attributes asked are 4
-        // bytes.
-        info_u32(|out| unsafe { (o.pool_get_info)(pool, attr, out) })
-    };
+    let pool_info = |attr| pool_u32(&o, pool, attr);
     // SAFETY: the original entry with the caller's arguments.
     let alloc = || unsafe { (o.pool_allocate)(pool, size, flags, ptr) };
     let facts = || AllocFacts {
@@ -546,26 +553,11 @@ static RESERVATIONS: std::sync::LazyLock<parking_lot::Mutex<std::collections::BT
 
 /// The class of a handle made from `pool`: by the pool's segment and grain, for device memory.
 fn handle_class(o: &Originals, pool: sys::hsa_amd_memory_pool_t) -> MemoryClass {
-    let pool_info = |attr| {
-        // SAFETY: the original `hsa_amd_memory_pool_get_info`; both attributes asked are 4
-        // bytes.
-        info_u32(|out| unsafe { (o.pool_get_info)(pool, attr, out) })
-    };
-    if pool_info(sys::HSA_AMD_MEMORY_POOL_INFO_SEGMENT) != Some(sys::HSA_AMD_SEGMENT_GLOBAL) {
+    if pool_u32(o, pool, sys::HSA_AMD_MEMORY_POOL_INFO_SEGMENT) != Some(sys::HSA_AMD_SEGMENT_GLOBAL)
+    {
         return MemoryClass::empty();
     }
-    let flags = pool_info(sys::HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS).unwrap_or(0);
-    if flags & sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED != 0 {
-        MemoryClass::DEVICE_COARSE
-    } else if flags
-        & (sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
-            | sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_EXTENDED_SCOPE_FINE_GRAINED)
-        != 0
-    {
-        MemoryClass::FINE_GRAINED
-    } else {
-        MemoryClass::empty()
-    }
+    grain(pool_u32(o, pool, sys::HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS).unwrap_or(0))
 }
 
 /// Records a successful `hsa_amd_vmem_map` of `handle` at `[va, va + size)`: the owner comes
@@ -601,6 +593,21 @@ fn record_map(o: &Originals, va: *mut c_void, size: usize, handle: u64) {
     backend().tracker.record_map(va as u64, size as u64, mapped);
 }
 
+/// Remembers the range a reserve answering `st` wrote the base of through `va`.
+///
+/// # Safety
+///
+/// 1. `va` is NULL or, when `st` is success, valid for reading the base the runtime wrote.
+unsafe fn remember_reservation(what: &str, st: hsa_status_t, va: *mut *mut c_void, size: usize) {
+    if st == sys::HSA_STATUS_SUCCESS && !va.is_null() {
+        // SAFETY: the runtime wrote the range's base through `va` (success; item 1).
+        let base = unsafe { *va } as u64;
+        quietly(what, || {
+            RESERVATIONS.lock().insert(base, size as u64);
+        });
+    }
+}
+
 /// Wrapper of AMD `hsa_amd_vmem_address_reserve` (major 2): the range is remembered.
 ///
 /// # Safety
@@ -612,22 +619,14 @@ pub(crate) unsafe extern "C" fn vmem_address_reserve(
     address: u64,
     flags: u64,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (_o, reserve) = match original_entry(|o| o.vmem_reserve) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(reserve) = o.vmem_reserve else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe { reserve(va, size, address, flags) };
-    if st == sys::HSA_STATUS_SUCCESS && !va.is_null() {
-        // SAFETY: the runtime wrote the range's base through `va` (success).
-        let base = unsafe { *va } as u64;
-        quietly("hsa_amd_vmem_address_reserve", || {
-            RESERVATIONS.lock().insert(base, size as u64);
-        });
-    }
+    // SAFETY: `va` is valid for a write, then a read (the caller's contract).
+    unsafe { remember_reservation("hsa_amd_vmem_address_reserve", st, va, size) };
     st
 }
 
@@ -644,22 +643,14 @@ pub(crate) unsafe extern "C" fn vmem_address_reserve_align(
     alignment: u64,
     flags: u64,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (_o, reserve) = match original_entry(|o| o.vmem_reserve_align) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(reserve) = o.vmem_reserve_align else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe { reserve(va, size, address, alignment, flags) };
-    if st == sys::HSA_STATUS_SUCCESS && !va.is_null() {
-        // SAFETY: the runtime wrote the range's base through `va` (success).
-        let base = unsafe { *va } as u64;
-        quietly("hsa_amd_vmem_address_reserve_align", || {
-            RESERVATIONS.lock().insert(base, size as u64);
-        });
-    }
+    // SAFETY: `va` is valid for a write, then a read (the caller's contract).
+    unsafe { remember_reservation("hsa_amd_vmem_address_reserve_align", st, va, size) };
     st
 }
 
@@ -670,12 +661,9 @@ pub(crate) unsafe extern "C" fn vmem_address_reserve_align(
 ///
 /// The runtime's contract for `hsa_amd_vmem_address_free`.
 pub(crate) unsafe extern "C" fn vmem_address_free(va: *mut c_void, size: usize) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (_o, free) = match original_entry(|o| o.vmem_address_free) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(free) = o.vmem_address_free else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     quietly("hsa_amd_vmem_address_free", || {
         let reserved = RESERVATIONS.lock().remove(&(va as u64)).unwrap_or(0);
@@ -686,6 +674,29 @@ pub(crate) unsafe extern "C" fn vmem_address_free(va: *mut c_void, size: usize) 
     });
     // SAFETY: the original entry with the caller's arguments.
     unsafe { free(va, size) }
+}
+
+/// Remembers what a handle made by a call answering `st` holds (`kind`, worked out under
+/// [`quietly`] before the map is locked).
+///
+/// # Safety
+///
+/// 1. `handle` is NULL or, when `st` is success, valid for reading the handle the runtime
+///    wrote.
+unsafe fn remember_handle(
+    what: &str,
+    st: hsa_status_t,
+    handle: *mut sys::hsa_amd_vmem_alloc_handle_t,
+    kind: impl FnOnce() -> HandleKind,
+) {
+    if st == sys::HSA_STATUS_SUCCESS && !handle.is_null() {
+        // SAFETY: the runtime wrote the handle (success; item 1).
+        let h = unsafe { *handle }.handle;
+        quietly(what, || {
+            let kind = kind();
+            VMEM_HANDLES.lock().insert(h, kind);
+        });
+    }
 }
 
 /// Wrapper of AMD `hsa_amd_vmem_handle_create` (major 2): the handle's class is remembered
@@ -701,23 +712,15 @@ pub(crate) unsafe extern "C" fn vmem_handle_create(
     flags: u64,
     handle: *mut sys::hsa_amd_vmem_alloc_handle_t,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, create) = match original_entry(|o| o.vmem_handle_create) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(create) = o.vmem_handle_create else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe { create(pool, size, type_, flags, handle) };
-    if st == sys::HSA_STATUS_SUCCESS && !handle.is_null() {
-        // SAFETY: the runtime wrote the handle (success).
-        let h = unsafe { *handle }.handle;
-        quietly("hsa_amd_vmem_handle_create", || {
-            let class = handle_class(&o, pool);
-            VMEM_HANDLES.lock().insert(h, HandleKind::Local(class));
-        });
-    }
+    let kind = || HandleKind::Local(handle_class(&o, pool));
+    // SAFETY: `handle` is valid for a write, then a read (the caller's contract).
+    unsafe { remember_handle("hsa_amd_vmem_handle_create", st, handle, kind) };
     st
 }
 
@@ -730,12 +733,9 @@ pub(crate) unsafe extern "C" fn vmem_handle_create(
 pub(crate) unsafe extern "C" fn vmem_handle_release(
     handle: sys::hsa_amd_vmem_alloc_handle_t,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (_o, release) = match original_entry(|o| o.vmem_handle_release) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(release) = o.vmem_handle_release else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the original entry with the caller's argument.
     unsafe { release(handle) }
@@ -752,22 +752,15 @@ pub(crate) unsafe extern "C" fn vmem_import(
     fd: i32,
     handle: *mut sys::hsa_amd_vmem_alloc_handle_t,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (_o, import) = match original_entry(|o| o.vmem_import) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(import) = o.vmem_import else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe { import(fd, handle) };
-    if st == sys::HSA_STATUS_SUCCESS && !handle.is_null() {
-        // SAFETY: the runtime wrote the handle (success).
-        let h = unsafe { *handle }.handle;
-        quietly("hsa_amd_vmem_import_shareable_handle", || {
-            VMEM_HANDLES.lock().insert(h, HandleKind::Imported);
-        });
-    }
+    let kind = || HandleKind::Imported;
+    // SAFETY: `handle` is valid for a write, then a read (the caller's contract).
+    unsafe { remember_handle("hsa_amd_vmem_import_shareable_handle", st, handle, kind) };
     st
 }
 
@@ -784,12 +777,9 @@ pub(crate) unsafe extern "C" fn vmem_map(
     handle: sys::hsa_amd_vmem_alloc_handle_t,
     flags: u64,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, map) = match original_entry(|o| o.vmem_map) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(map) = o.vmem_map else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe { map(va, size, in_offset, handle, flags) };
@@ -809,12 +799,9 @@ pub(crate) unsafe extern "C" fn vmem_map(
 ///
 /// The runtime's contract for `hsa_amd_vmem_unmap`.
 pub(crate) unsafe extern "C" fn vmem_unmap(va: *mut c_void, size: usize) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (_o, unmap) = match original_entry(|o| o.vmem_unmap) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(unmap) = o.vmem_unmap else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     quietly("hsa_amd_vmem_unmap", || {
         backend().tracker.record_unmap(va as u64, size as u64)
@@ -849,12 +836,9 @@ pub(crate) unsafe extern "C" fn vmem_set_access(
     desc: *const sys::hsa_amd_memory_access_desc_t,
     desc_cnt: usize,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, set_access) = match original_entry(|o| o.vmem_set_access) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(set_access) = o.vmem_set_access else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     let mut raised: Vec<AgentId> = Vec::new();
     quietly("hsa_amd_vmem_set_access", || {
@@ -941,6 +925,29 @@ fn record_lock(
     record_under(&under, None, at, size as u64, MemoryClass::PINNED_HOST);
 }
 
+/// Records the block a lock answering `st` locked ([`record_lock`]), under [`quietly`].
+///
+/// # Safety
+///
+/// 1. `agents.0` is NULL or holds `agents.1` agents.
+unsafe fn record_locked(
+    o: &Originals,
+    what: &str,
+    st: hsa_status_t,
+    host_ptr: *mut c_void,
+    size: usize,
+    agents: (*mut sys::hsa_agent_t, i32),
+    agent_ptr: *mut *mut c_void,
+) {
+    if st == sys::HSA_STATUS_SUCCESS {
+        quietly(what, || {
+            // SAFETY: `agents` holds its count of agents (item 1).
+            let listed = unsafe { agent_list(agents.0, i64::from(agents.1)) };
+            record_lock(o, host_ptr, size, listed, agent_ptr);
+        });
+    }
+}
+
 /// Wrapper of AMD `hsa_amd_memory_lock`: the locked block is recorded as pinned host memory.
 ///
 /// # Safety
@@ -953,22 +960,24 @@ pub(crate) unsafe extern "C" fn memory_lock(
     num_agent: i32,
     agent_ptr: *mut *mut c_void,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, lock) = match original_entry(|o| o.memory_lock) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(lock) = o.memory_lock else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe { lock(host_ptr, size, agents, num_agent, agent_ptr) };
-    if st == sys::HSA_STATUS_SUCCESS {
-        quietly("hsa_amd_memory_lock", || {
-            // SAFETY: `agents` holds `num_agent` agents (the caller's contract).
-            let listed = unsafe { agent_list(agents, i64::from(num_agent)) };
-            record_lock(&o, host_ptr, size, listed, agent_ptr);
-        });
-    }
+    // SAFETY: `agents` holds `num_agent` agents (the caller's contract).
+    unsafe {
+        record_locked(
+            &o,
+            "hsa_amd_memory_lock",
+            st,
+            host_ptr,
+            size,
+            (agents, num_agent),
+            agent_ptr,
+        )
+    };
     st
 }
 
@@ -986,22 +995,24 @@ pub(crate) unsafe extern "C" fn memory_lock_to_pool(
     flags: u32,
     agent_ptr: *mut *mut c_void,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, lock) = match original_entry(|o| o.memory_lock_to_pool) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(lock) = o.memory_lock_to_pool else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe { lock(host_ptr, size, agents, num_agent, pool, flags, agent_ptr) };
-    if st == sys::HSA_STATUS_SUCCESS {
-        quietly("hsa_amd_memory_lock_to_pool", || {
-            // SAFETY: `agents` holds `num_agent` agents (the caller's contract).
-            let listed = unsafe { agent_list(agents, i64::from(num_agent)) };
-            record_lock(&o, host_ptr, size, listed, agent_ptr);
-        });
-    }
+    // SAFETY: `agents` holds `num_agent` agents (the caller's contract).
+    unsafe {
+        record_locked(
+            &o,
+            "hsa_amd_memory_lock_to_pool",
+            st,
+            host_ptr,
+            size,
+            (agents, num_agent),
+            agent_ptr,
+        )
+    };
     st
 }
 
@@ -1011,12 +1022,9 @@ pub(crate) unsafe extern "C" fn memory_lock_to_pool(
 ///
 /// The runtime's contract for `hsa_amd_memory_unlock`.
 pub(crate) unsafe extern "C" fn memory_unlock(host_ptr: *mut c_void) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (_o, unlock) = match original_entry(|o| o.memory_unlock) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(unlock) = o.memory_unlock else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     quietly("hsa_amd_memory_unlock", || {
         // Only a block the lock recorded (a pool block locked again is ended by its free);
@@ -1045,12 +1053,9 @@ pub(crate) unsafe extern "C" fn ipc_attach(
     mapping_agents: *const sys::hsa_agent_t,
     mapped_ptr: *mut *mut c_void,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, attach) = match original_entry(|o| o.ipc_attach) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(attach) = o.ipc_attach else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the original entry with the caller's arguments.
     let st = unsafe { attach(handle, len, num_agents, mapping_agents, mapped_ptr) };
@@ -1074,12 +1079,9 @@ pub(crate) unsafe extern "C" fn ipc_attach(
 ///
 /// The runtime's contract for `hsa_amd_ipc_memory_detach`.
 pub(crate) unsafe extern "C" fn ipc_detach(mapped_ptr: *mut c_void) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (_o, detach) = match original_entry(|o| o.ipc_detach) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(detach) = o.ipc_detach else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     quietly("hsa_amd_ipc_memory_detach", || record_free(mapped_ptr));
     // SAFETY: the original entry with the caller's argument.
@@ -1165,12 +1167,9 @@ pub(crate) unsafe extern "C" fn memory_copy(
     src: *const c_void,
     size: usize,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, copy) = match original_entry(|o| o.memory_copy) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(copy) = o.memory_copy else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     let _gates = gate_write(&o, "hsa_memory_copy", Some(dst as u64), &[]);
     // SAFETY: the original entry with the caller's arguments.
@@ -1187,12 +1186,9 @@ pub(crate) unsafe extern "C" fn memory_fill(
     value: u32,
     count: usize,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, fill) = match original_entry(|o| o.memory_fill) {
+        Ok(v) => v,
         Err(st) => return st,
-    };
-    let Some(fill) = o.memory_fill else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
     };
     let _gates = gate_write(&o, "hsa_amd_memory_fill", Some(ptr as u64), &[]);
     // SAFETY: the original entry with the caller's arguments.
@@ -1231,6 +1227,23 @@ fn fence_cancel(st: hsa_status_t, ticket: Option<u64>) {
     }
 }
 
+/// Submits an async copy through `submit`: gated on the agents it writes ([`gate_write`] on
+/// `dst` and `agents[0]`), which are held across the submission, and recorded on the fence
+/// with `agents` first, so the fence sees the copy until it ends; forgotten if refused.
+fn submit_copy(
+    o: &Originals,
+    dst: Option<u64>,
+    agents: &[sys::hsa_agent_t],
+    signal: sys::hsa_signal_t,
+    submit: impl FnOnce() -> hsa_status_t,
+) -> hsa_status_t {
+    let (written, _gates) = gate_write(o, "an async copy", dst, &agents[..1]);
+    let ticket = fence_record(o, agents, &written, signal);
+    let st = submit();
+    fence_cancel(st, ticket);
+    st
+}
+
 /// Wrapper of AMD `hsa_amd_memory_async_copy`: the copy is recorded on the copy fence.
 ///
 /// # Safety
@@ -1251,11 +1264,9 @@ pub(crate) unsafe extern "C" fn async_copy(
         Ok(o) => o,
         Err(st) => return st,
     };
-    // The gates are held across the submission; the fence then sees the copy until it ends.
-    let (written, _gates) = gate_write(&o, "an async copy", Some(dst as u64), &[dst_agent]);
-    let ticket = fence_record(&o, &[dst_agent, src_agent], &written, completion_signal);
+    let agents = [dst_agent, src_agent];
     // SAFETY: the original entry with the caller's arguments.
-    let st = unsafe {
+    let submit = || unsafe {
         (o.async_copy)(
             dst,
             dst_agent,
@@ -1267,8 +1278,7 @@ pub(crate) unsafe extern "C" fn async_copy(
             completion_signal,
         )
     };
-    fence_cancel(st, ticket);
-    st
+    submit_copy(&o, Some(dst as u64), &agents, completion_signal, submit)
 }
 
 /// Wrapper of AMD `hsa_amd_memory_async_copy_on_engine` (major 2).
@@ -1289,17 +1299,13 @@ pub(crate) unsafe extern "C" fn async_copy_on_engine(
     engine_id: u32,
     force_copy_on_sdma: bool,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, copy) = match original_entry(|o| o.async_copy_on_engine) {
+        Ok(v) => v,
         Err(st) => return st,
     };
-    let Some(copy) = o.async_copy_on_engine else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
-    };
-    let (written, _gates) = gate_write(&o, "an async copy", Some(dst as u64), &[dst_agent]);
-    let ticket = fence_record(&o, &[dst_agent, src_agent], &written, completion_signal);
+    let agents = [dst_agent, src_agent];
     // SAFETY: the original entry with the caller's arguments.
-    let st = unsafe {
+    let submit = || unsafe {
         copy(
             dst,
             dst_agent,
@@ -1313,8 +1319,7 @@ pub(crate) unsafe extern "C" fn async_copy_on_engine(
             force_copy_on_sdma,
         )
     };
-    fence_cancel(st, ticket);
-    st
+    submit_copy(&o, Some(dst as u64), &agents, completion_signal, submit)
 }
 
 /// Wrapper of AMD `hsa_amd_memory_async_copy_rect`.
@@ -1335,18 +1340,13 @@ pub(crate) unsafe extern "C" fn async_copy_rect(
     dep_signals: *const sys::hsa_signal_t,
     completion_signal: sys::hsa_signal_t,
 ) -> hsa_status_t {
-    let o = match originals() {
-        Ok(o) => o,
+    let (o, copy) = match original_entry(|o| o.async_copy_rect) {
+        Ok(v) => v,
         Err(st) => return st,
     };
-    let Some(copy) = o.async_copy_rect else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
-    };
     // The destination sits in an opaque pitched pointer: every GPU agent is gated.
-    let (written, _gates) = gate_write(&o, "an async copy", None, &[copy_agent]);
-    let ticket = fence_record(&o, &[copy_agent], &written, completion_signal);
     // SAFETY: the original entry with the caller's arguments.
-    let st = unsafe {
+    let submit = || unsafe {
         copy(
             dst,
             dst_offset,
@@ -1360,8 +1360,7 @@ pub(crate) unsafe extern "C" fn async_copy_rect(
             completion_signal,
         )
     };
-    fence_cancel(st, ticket);
-    st
+    submit_copy(&o, None, &[copy_agent], completion_signal, submit)
 }
 
 #[cfg(test)]
