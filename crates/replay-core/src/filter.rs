@@ -4,6 +4,13 @@
 //! Patterns: a pattern with `*` or `?` is a glob over the whole kernel name; a pattern without
 //! wildcards matches when it occurs anywhere in the name. Exclusion wins over inclusion; an
 //! empty include list admits every name.
+//!
+//! Communication kernels (SPEC §9.2: NCCL, RCCL, NVSHMEM, ROCSHMEM, kernels that wait on other
+//! processes) would spin in every pass after the first, on peers that do not repeat their side:
+//! the filter's `communication` list names them (matched ignoring case, default
+//! [`DEFAULT_COMMUNICATION`]), and a dispatch it names is never a candidate: it runs once, under
+//! the agent's gate, counted apart ([`crate::ReplayService::communication_runs`]). An empty
+//! list replays them like any kernel (a pass that then does not complete in time truncates).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,8 +50,18 @@ impl DispatchRange {
     }
 }
 
+/// The communication libraries whose kernels are excluded by default (name substrings).
+pub const DEFAULT_COMMUNICATION: [&str; 4] = ["nccl", "rccl", "nvshmem", "rocshmem"];
+
+fn default_communication() -> Vec<String> {
+    DEFAULT_COMMUNICATION
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
 /// Which dispatches are candidates.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelFilter {
     /// Name patterns to admit (empty = all).
     pub include: Vec<String>,
@@ -56,6 +73,23 @@ pub struct KernelFilter {
     pub skip: u64,
     /// Most candidates to admit.
     pub count: Option<u64>,
+    /// Name patterns of communication kernels, matched ignoring case: never candidates, run
+    /// once (empty = none excluded).
+    #[serde(default = "default_communication")]
+    pub communication: Vec<String>,
+}
+
+impl Default for KernelFilter {
+    fn default() -> Self {
+        Self {
+            include: Vec::new(),
+            exclude: Vec::new(),
+            range: None,
+            skip: 0,
+            count: None,
+            communication: default_communication(),
+        }
+    }
 }
 
 /// Running counts for `skip` and `count`, kept by the service.
@@ -75,6 +109,17 @@ impl KernelFilter {
             return false;
         }
         self.include.is_empty() || self.include.iter().any(|p| pattern_matches(p, name))
+    }
+
+    /// Whether `name` is a communication kernel's (the `communication` list, ignoring case).
+    pub fn is_communication(&self, name: &str) -> bool {
+        if self.communication.is_empty() {
+            return false;
+        }
+        let name = name.to_ascii_lowercase();
+        self.communication
+            .iter()
+            .any(|p| pattern_matches(&p.to_ascii_lowercase(), &name))
     }
 
     /// Whether the dispatch is a candidate; counts it against `skip` and `count`.
@@ -162,6 +207,41 @@ mod tests {
         assert!(!f.matches(&info("gemm_slow", 12)));
         assert!(!f.matches(&info("gemm_fast", 21)));
         assert!(!f.matches(&info("conv", 15)));
+    }
+
+    #[test]
+    fn communication_kernels_are_named_by_the_list_ignoring_case() {
+        let f = KernelFilter::default();
+        for n in [
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "_Z21ncclKernel_SendRecv_PvS_",
+            "nvshmemi_barrier_all_kernel",
+            "rocshmem_wg_barrier",
+            "RCCL_AllGather",
+        ] {
+            assert!(f.is_communication(n), "{n}");
+        }
+        assert!(!f.is_communication("gemm_f32"));
+        let none = KernelFilter {
+            communication: Vec::new(),
+            ..Default::default()
+        };
+        assert!(!none.is_communication("ncclDevKernel_AllReduce"));
+        let own = KernelFilter {
+            communication: vec!["*_AllReduce_*".into()],
+            ..Default::default()
+        };
+        assert!(
+            own.is_communication("my_allreduce_ring"),
+            "glob ignores case"
+        );
+        assert!(!own.is_communication("ncclDevKernel_Broadcast"));
+        // A filter written before the list existed reads back with the default list.
+        let old: KernelFilter = serde_json::from_str(
+            r#"{"include":[],"exclude":[],"range":null,"skip":0,"count":null}"#,
+        )
+        .unwrap();
+        assert_eq!(old.communication, KernelFilter::default().communication);
     }
 
     #[test]

@@ -469,6 +469,16 @@ const VARS: &[Var] =
             |p, v| p.filter.exclude = parse_patterns(v)?
         ),
         var!(
+            "COMMUNICATION_KERNELS",
+            [],
+            "none, or a comma-separated list of non-empty name patterns",
+            |p, v| p.filter.communication = if v.trim().eq_ignore_ascii_case("none") {
+                Vec::new()
+            } else {
+                parse_patterns(v)?
+            }
+        ),
+        var!(
             "DISPATCH_RANGE",
             [],
             "a dispatch-id range FIRST-LAST (LAST may be empty), FIRST <= LAST",

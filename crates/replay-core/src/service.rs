@@ -99,6 +99,8 @@ pub struct ReplayService {
     pub(crate) warned_zero: AtomicBool,
     /// Windows holding a writer lock now ([`crate::locks::WindowOpen`]).
     pub(crate) windows_open: AtomicU32,
+    /// Dispatches the filter named communication kernels, run once.
+    pub(crate) communication_runs: AtomicU64,
 }
 
 impl std::fmt::Debug for ReplayService {
@@ -129,6 +131,7 @@ impl ReplayService {
             warned_kinds: AtomicU32::new(0),
             warned_zero: AtomicBool::new(false),
             windows_open: AtomicU32::new(0),
+            communication_runs: AtomicU64::new(0),
         }
     }
 
@@ -324,6 +327,12 @@ impl ReplayService {
     /// does not open a gate a window holds).
     pub fn open_windows(&self) -> u32 {
         self.windows_open.load(Ordering::Acquire)
+    }
+
+    /// Dispatches of communication kernels (the filter's `communication` list) that ran once,
+    /// unreplayed, since the service was made.
+    pub fn communication_runs(&self) -> u64 {
+        self.communication_runs.load(Ordering::Relaxed)
     }
 
     /// The clock the service measures on.

@@ -143,7 +143,13 @@ pub(crate) fn submit(
     };
     // The dispatch id is reserved before CONFIG (and before the filter's range check).
     dispatch.info.dispatch_id = reserve(svc);
-    if !policy.filter.admit(&dispatch.info, &svc.filter_state) {
+    // A communication kernel would spin in every later pass on peers that do not repeat
+    // theirs (SPEC §9.2): it is no candidate, whatever the tool asks.
+    let communication = policy.filter.is_communication(&dispatch.info.kernel_name);
+    if communication {
+        svc.communication_runs.fetch_add(1, Ordering::Relaxed);
+    }
+    if communication || !policy.filter.admit(&dispatch.info, &svc.filter_state) {
         return match early {
             Some(_held) => agent
                 .submit_ordinary(&dispatch)

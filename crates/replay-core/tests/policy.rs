@@ -158,6 +158,12 @@ const CASES: &[Case] = &[
         bad: &[",slow", " , "],
     },
     Case {
+        suffix: "COMMUNICATION_KERNELS",
+        valid: "nccl, mpi_*",
+        expect: |p| p.filter.communication = vec!["nccl".into(), "mpi_*".into()],
+        bad: &["nccl,", ","],
+    },
+    Case {
         suffix: "DISPATCH_RANGE",
         valid: "10-20",
         expect: |p| {

@@ -605,16 +605,17 @@ pub unsafe extern "C" fn kreplay_filter_set(
             first: f.range_first,
             last: (f.range_last != 0).then_some(f.range_last),
         });
-        let kernel_filter = KernelFilter {
+        let _serial = lib.policy_lock.lock();
+        let mut policy = (*lib.service.policy()).clone();
+        // The struct has no communication list: the policy's (environment or default) stays.
+        policy.filter = KernelFilter {
             include,
             exclude,
             range,
             skip: f.skip,
             count: (f.count != 0).then_some(f.count),
+            communication: std::mem::take(&mut policy.filter.communication),
         };
-        let _serial = lib.policy_lock.lock();
-        let mut policy = (*lib.service.policy()).clone();
-        policy.filter = kernel_filter;
         lib.service.set_policy(policy)?;
         lib.env_fixed([
             "KERNEL_INCLUDE",

@@ -21,7 +21,7 @@
 //!   `capturable_words`) instead of only watched. Launches into a capturing stream are `SubmissionKind::StreamCapture`
 //!   (run once by the window's gate rule); cooperative launches (`cuLaunchCooperativeKernel`,
 //!   or the cooperative attribute) and graph launches run once under the agent's write gate,
-//!   counted by kind; communication kernels (names containing `nccl` or `nvshmem`) run once
+//!   counted by kind; communication kernels (the policy's `filter.communication` list, `KREPLAY_COMMUNICATION_KERNELS`) run once
 //!   under the gate, counted.
 //! - **Allocations** of every driver allocation entry are recorded with their class
 //!   (SPEC §7.1): `cuMemAlloc`, `cuMemAllocPitch` (device), `cuMemAllocManaged` (managed),
@@ -455,11 +455,6 @@ fn launch_backend(s: &InjectState) -> Option<Arc<CudaBackend>> {
     }
 }
 
-fn is_communication(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    n.contains("nccl") || n.contains("nvshmem")
-}
-
 /// The block from `extra` (`CU_LAUNCH_PARAM_BUFFER_POINTER` / `_SIZE`), if it has one.
 ///
 /// # Safety
@@ -550,7 +545,9 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     };
     let agent = backend.agent_id();
     let info = s.func_info(l.f);
-    if l.cooperative || is_communication(&info.name) {
+    // Communication kernels by the policy's list (SPEC §9.2), checked here as well as in the
+    // window so they never reach it: run once, under the gate, counted.
+    if l.cooperative || service.policy().filter.is_communication(&info.name) {
         let c = if l.cooperative {
             &s.counters.cooperative
         } else {
