@@ -13,7 +13,8 @@
 //!   `replay_pass` (`rocpd`);
 //! - [`write_counters`]: one of the files by the path's extension, written to a temporary file
 //!   beside it and renamed into place, so a failed write never leaves a partial file under
-//!   the asked name.
+//!   the asked name; [`counters_output`] is `kreplay run`'s whole output step on top of it
+//!   (`write`).
 //!
 //! Every writer first checks the report ([`CounterReport::check`]): a sample of a dispatch
 //! the report does not list, or two values for one `(dispatch, pass, metric)`, is an error,
@@ -40,4 +41,4 @@ pub use rocpd::{
     SCHEMA_VERSION as ROCPD_SCHEMA_VERSION,
 };
 pub use table::table;
-pub use write::{write_counters, Format};
+pub use write::{counters_output, write_counters, Format, RunOutput};

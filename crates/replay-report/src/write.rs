@@ -60,3 +60,29 @@ pub fn write_counters(path: &Path, report: &CounterReport) -> Result<Format, Rep
     }
     result.map_err(io).map(|()| format)
 }
+
+/// What `kreplay run` makes of the injected library's JSON report when a counter tool ran.
+#[derive(Debug)]
+pub struct RunOutput {
+    /// The terminal table ([`crate::table()`]).
+    pub table: String,
+    /// The `--out` file's fate: `None` when none was asked.
+    pub written: Option<Result<Format, ReportError>>,
+}
+
+/// `kreplay run`'s output step: when `tool_report` has a `counters` member, its table and, if
+/// `out` names a file, the file written by [`write_counters`]. `None` when no counter tool ran
+/// (the caller keeps its own output); an error when the member does not parse.
+pub fn counters_output(
+    tool_report: &serde_json::Value,
+    out: Option<&Path>,
+) -> Option<Result<RunOutput, ReportError>> {
+    let report = match crate::json::from_tool_report(tool_report)? {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e)),
+    };
+    Some(Ok(RunOutput {
+        table: crate::table::table(&report),
+        written: out.map(|p| write_counters(p, &report)),
+    }))
+}

@@ -54,3 +54,29 @@ fn the_counters_member_of_a_tool_report_is_found() {
     let e = from_tool_report(&bad).unwrap().unwrap_err();
     assert!(e.to_string().contains("counter report JSON"), "{e}");
 }
+
+#[test]
+fn the_run_output_step_prints_the_table_and_writes_the_file() {
+    let r = common::repeated_counter();
+    let tool = serde_json::json!({ "records": [], "counters": r });
+    let d = std::env::temp_dir().join(format!("replay-report-{}-run", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let out = d.join("c.csv");
+    let o = replay_report::counters_output(&tool, Some(&out))
+        .unwrap()
+        .unwrap();
+    assert_eq!(o.table, replay_report::table(&r));
+    assert_eq!(o.written.unwrap().unwrap(), replay_report::Format::Csv);
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        replay_report::csv(&r)
+    );
+    let o = replay_report::counters_output(&tool, Some(&d.join("c.xlsx")))
+        .unwrap()
+        .unwrap();
+    assert!(o.written.unwrap().is_err());
+    assert!(o.table.contains("sm__warps_launched.sum"));
+    assert!(replay_report::counters_output(&serde_json::json!({}), None).is_none());
+    let _ = std::fs::remove_dir_all(&d);
+}
