@@ -22,6 +22,8 @@
 //! metric, every writer keeps each pass's value apart; where one value per dispatch is
 //! needed (the table), it is the one of the pass that collects the metric.
 
+#![forbid(unsafe_code)]
+
 mod csv;
 mod error;
 mod json;
