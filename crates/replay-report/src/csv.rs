@@ -38,10 +38,13 @@ pub fn csv(report: &CounterReport) -> String {
     let index = report.index();
     let mut names = report.metric_names();
     names.sort_unstable();
+    let units: Vec<&str> = names
+        .iter()
+        .map(|n| ncu_unit(report.metric(n).map_or("", |m| m.unit.as_str())))
+        .collect();
     let mut out = String::from(HEADER);
     for d in &report.dispatches {
-        for name in &names {
-            let unit = ncu_unit(report.metric(name).map_or("", |m| m.unit.as_str()));
+        for (name, unit) in names.iter().zip(&units) {
             match index.by_pass(d.dispatch_id, name) {
                 Some(passes) if !passes.is_empty() => {
                     for (pass, s) in passes {

@@ -35,11 +35,5 @@ pub fn from_tool_report(v: &serde_json::Value) -> Option<Result<CounterReport, R
     if c.is_null() {
         return None;
     }
-    Some(CounterReport::deserialize_value(c))
-}
-
-impl CounterReport {
-    fn deserialize_value(v: &serde_json::Value) -> Result<Self, ReportError> {
-        Ok(serde::Deserialize::deserialize(v)?)
-    }
+    Some(<CounterReport as serde::Deserialize>::deserialize(c).map_err(ReportError::from))
 }

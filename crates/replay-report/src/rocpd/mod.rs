@@ -17,8 +17,10 @@
 //!   for the agent's modules (the report does not name modules);
 //! - one `rocpd_info_agent` per device ordinal (`type` `GPU`, `name` the chip, `product_name`
 //!   the device), one `rocpd_info_queue` and one `rocpd_info_stream` (same id) per stream,
-//!   one node, one process and one thread row (the launching thread is not recorded: the
-//!   thread row is the process's main thread), and the strings they name.
+//!   one node (the report knows the host name only: it is also the `machine_id`), one process
+//!   and one thread row (the launching thread is not recorded: the thread row is the
+//!   process's main thread), and the strings they name (the category `KERNEL_DISPATCH` of
+//!   the events, each kernel's display name as its dispatches' region name).
 //!
 //! rocpd's sizes are in work-items: `grid_size_*` is CUDA's grid times its block (the grid in
 //! blocks is in the row's `extdata` as `grid_blocks`), `workgroup_size_*` the block.
@@ -189,17 +191,11 @@ fn fill(conn: &mut Connection, r: &CounterReport) -> rusqlite::Result<()> {
     hh.add(host.as_bytes());
     tx.execute(
         &format!(
-            "INSERT INTO {} (id, guid, hash, machine_id, system_name, hostname) \
-             VALUES (1, ?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO {} (id, guid, hash, machine_id, hostname) \
+             VALUES (1, ?1, ?2, ?3, ?4)",
             t("rocpd_info_node")
         ),
-        params![
-            guid,
-            hh.0 as u64 as i64,
-            host,
-            std::env::consts::OS,
-            r.host_name
-        ],
+        params![guid, hh.0 as u64 as i64, host, r.host_name],
     )?;
     let starts = r
         .dispatches
