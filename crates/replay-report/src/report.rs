@@ -212,3 +212,37 @@ impl<'a> Index<'a> {
             .copied()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{CounterReport, CounterSample, MetricInfo};
+
+    fn s(pass: u32, value: f64) -> CounterSample {
+        CounterSample {
+            dispatch_id: 1,
+            pass,
+            metric: "m".into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn the_value_is_the_collecting_passes_else_the_lowest_passes() {
+        let mut r = CounterReport {
+            metrics: vec![MetricInfo {
+                name: "m".into(),
+                unit: String::new(),
+                description: String::new(),
+                pass: 1,
+            }],
+            samples: vec![s(2, 20.0), s(1, 10.0), s(0, 5.0)],
+            ..CounterReport::default()
+        };
+        assert_eq!(r.value(1, "m").map(|s| s.value), Some(10.0));
+        assert_eq!(r.index().value(1, "m").map(|s| s.value), Some(10.0));
+        r.samples.retain(|x| x.pass != 1);
+        assert_eq!(r.value(1, "m").map(|s| s.value), Some(5.0));
+        assert_eq!(r.index().value(1, "m").map(|s| s.value), Some(5.0));
+        assert!(r.value(2, "m").is_none() && r.index().value(1, "other").is_none());
+    }
+}

@@ -66,9 +66,49 @@ fn the_tables_views_and_upstream_columns_exist() {
         );
         assert!(kinds.contains(&("view".into(), t.into())), "view {t}");
     }
-    for v in ["kernels", "pmc_info", "pmc_events", "counters_collection"] {
+    for v in [
+        "kernels",
+        "pmc_info",
+        "pmc_events",
+        "counters_collection",
+        "kernel_symbols",
+        "code_objects",
+        "processes",
+        "threads",
+        "regions",
+    ] {
         assert!(kinds.contains(&("view".into(), v.into())), "view {v}");
+        // Each view runs.
+        c.prepare(&format!("SELECT * FROM {v}"))
+            .unwrap()
+            .query([])
+            .unwrap()
+            .next()
+            .unwrap();
     }
+    let short: Vec<String> = c
+        .prepare("SELECT truncated_kernel_name FROM kernel_symbols ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        short,
+        [
+            "at::vectorized_elementwise_kernel<4, at::FillFunctor<float>, std::array<char *, 1>>",
+            "implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, 0, 0, 1>"
+        ]
+    );
+    let (host, command): (String, String) = c
+        .query_row("SELECT hostname, command FROM processes", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(
+        (host.as_str(), command.as_str()),
+        ("127.0.0.1", "python3.12")
+    );
     let kd = columns(&c, "rocpd_kernel_dispatch");
     for col in [
         "id",

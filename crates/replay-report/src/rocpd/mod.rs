@@ -13,7 +13,8 @@
 //!   metric name, `units`, `description`, `block` = the name's unit prefix before `__`,
 //!   `value_type` `ABS`, the collecting pass in `extdata`);
 //! - one `rocpd_info_kernel_symbol` per kernel and agent (`kernel_name` as launched,
-//!   `display_name` demangled), each under one `rocpd_info_code_object` per agent that stands
+//!   `display_name` demangled, `extdata` with the demangled, formatted and truncated names the
+//!   `kernel_symbols` view reads), each under one `rocpd_info_code_object` per agent that stands
 //!   for the agent's modules (the report does not name modules);
 //! - one `rocpd_info_agent` per device ordinal (`type` `GPU`, `name` the chip, `product_name`
 //!   the device), one `rocpd_info_queue` and one `rocpd_info_stream` (same id) per stream,
@@ -326,8 +327,12 @@ fn fill(conn: &mut Connection, r: &CounterReport) -> rusqlite::Result<()> {
                     agent,
                     d.kernel,
                     shown,
-                    json!({"demangled_kernel_name": shown, "formatted_kernel_name": shown})
-                        .to_string()
+                    json!({
+                        "demangled_kernel_name": shown,
+                        "formatted_kernel_name": shown,
+                        "truncated_kernel_name": truncated(shown),
+                    })
+                    .to_string()
                 ],
             )?;
             kernels.insert((d.device, d.kernel.as_str()), id);
@@ -442,10 +447,60 @@ fn fill(conn: &mut Connection, r: &CounterReport) -> rusqlite::Result<()> {
     tx.commit()
 }
 
+/// A demangled name without its parameter list and return type, as rocprofv3 truncates
+/// (`void k<int>(float*)` -> `k<int>`).
+fn truncated(name: &str) -> &str {
+    // The parameter list is the last top-level `(...)`; template arguments may hold parens.
+    let mut depth = 0i32;
+    let mut end = name.len();
+    for (i, c) in name.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = i;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let head = &name[..end];
+    // The return type ends at the last space outside template brackets.
+    let mut angle = 0i32;
+    let mut start = 0;
+    for (i, c) in head.char_indices() {
+        match c {
+            '<' => angle += 1,
+            '>' => angle -= 1,
+            ' ' if angle == 0 => start = i + 1,
+            _ => {}
+        }
+    }
+    &head[start..]
+}
+
 fn display(d: &CounterDispatch) -> &str {
     if d.kernel_demangled.is_empty() {
         &d.kernel
     } else {
         &d.kernel_demangled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncated;
+
+    #[test]
+    fn truncated_names_drop_return_type_and_parameters() {
+        assert_eq!(truncated("saxpy"), "saxpy");
+        assert_eq!(truncated("saxpy(float, float*)"), "saxpy");
+        assert_eq!(
+            truncated("void at::vectorized_elementwise_kernel<4, at::FillFunctor<float>, std::array<char *, 1>>(int, T2, T3)"),
+            "at::vectorized_elementwise_kernel<4, at::FillFunctor<float>, std::array<char *, 1>>"
+        );
+        assert_eq!(truncated("void k<(int)3>(float)"), "k<(int)3>");
     }
 }

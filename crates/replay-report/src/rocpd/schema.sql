@@ -274,6 +274,66 @@ CREATE VIEW `rocpd_pmc_event` AS SELECT * FROM `rocpd_pmc_event{{uuid}}`;
 CREATE VIEW `rocpd_region` AS SELECT * FROM `rocpd_region{{uuid}}`;
 CREATE VIEW `rocpd_kernel_dispatch` AS SELECT * FROM `rocpd_kernel_dispatch{{uuid}}`;
 
+-- Code objects, kernel symbols, processes, threads and CPU regions (the last empty here: a
+-- counter collection records none), as rocpd's readers query them.
+CREATE VIEW `code_objects` AS
+SELECT
+    CO.id, CO.guid, CO.nid, P.pid, A.absolute_index AS agent_abs_index, CO.uri,
+    CO.load_base, CO.load_size, CO.load_delta, CO.storage_type AS storage_type_str,
+    JSON_EXTRACT(CO.extdata, '$.size') AS code_object_size,
+    JSON_EXTRACT(CO.extdata, '$.storage_type') AS storage_type,
+    JSON_EXTRACT(CO.extdata, '$.memory_base') AS memory_base,
+    JSON_EXTRACT(CO.extdata, '$.memory_size') AS memory_size
+FROM `rocpd_info_code_object` CO
+    JOIN `rocpd_info_agent` A ON CO.agent_id = A.id AND CO.guid = A.guid
+    JOIN `rocpd_info_process` P ON CO.pid = P.id AND CO.guid = P.guid;
+
+CREATE VIEW `kernel_symbols` AS
+SELECT
+    KS.id, KS.guid, KS.nid, P.pid, KS.code_object_id, KS.kernel_name, KS.display_name,
+    KS.kernel_object, KS.kernarg_segment_size, KS.kernarg_segment_alignment,
+    KS.group_segment_size, KS.private_segment_size, KS.sgpr_count, KS.arch_vgpr_count,
+    KS.accum_vgpr_count,
+    JSON_EXTRACT(KS.extdata, '$.size') AS kernel_symbol_size,
+    JSON_EXTRACT(KS.extdata, '$.kernel_id') AS kernel_id,
+    JSON_EXTRACT(KS.extdata, '$.kernel_code_entry_byte_offset') AS kernel_code_entry_byte_offset,
+    JSON_EXTRACT(KS.extdata, '$.formatted_kernel_name') AS formatted_kernel_name,
+    JSON_EXTRACT(KS.extdata, '$.demangled_kernel_name') AS demangled_kernel_name,
+    JSON_EXTRACT(KS.extdata, '$.truncated_kernel_name') AS truncated_kernel_name,
+    JSON_EXTRACT(KS.extdata, '$.kernel_address.handle') AS kernel_address
+FROM `rocpd_info_kernel_symbol` KS
+    JOIN `rocpd_info_process` P ON KS.pid = P.id AND KS.guid = P.guid;
+
+CREATE VIEW `processes` AS
+SELECT
+    N.id AS nid, N.machine_id, N.system_name, N.hostname, N.release AS system_release,
+    N.version AS system_version, P.guid, P.ppid, P.pid, P.init, P.start, P.end, P.fini,
+    P.command
+FROM `rocpd_info_process` P
+    JOIN `rocpd_info_node` N ON N.id = P.nid AND N.guid = P.guid;
+
+CREATE VIEW `threads` AS
+SELECT
+    N.id AS nid, N.machine_id, N.system_name, N.hostname, N.release AS system_release,
+    N.version AS system_version, P.guid, P.ppid, P.pid, T.tid, T.start, T.end, T.name
+FROM `rocpd_info_thread` T
+    JOIN `rocpd_info_process` P ON P.id = T.pid AND P.guid = T.guid
+    JOIN `rocpd_info_node` N ON N.id = T.nid AND N.guid = T.guid;
+
+CREATE VIEW `regions` AS
+SELECT
+    R.id, R.guid,
+    (SELECT RS.string FROM `rocpd_string` RS
+      WHERE RS.id = E.category_id AND RS.guid = E.guid) AS category,
+    S.string AS name, R.nid, P.pid, T.tid, R.start, R.end, (R.end - R.start) AS duration,
+    R.event_id, E.stack_id, E.parent_stack_id, E.correlation_id AS corr_id, E.extdata,
+    E.call_stack, E.line_info
+FROM `rocpd_region` R
+    JOIN `rocpd_event` E ON E.id = R.event_id AND E.guid = R.guid
+    JOIN `rocpd_string` S ON S.id = R.name_id AND S.guid = R.guid
+    JOIN `rocpd_info_process` P ON P.id = R.pid AND P.guid = R.guid
+    JOIN `rocpd_info_thread` T ON T.id = R.tid AND T.guid = R.guid;
+
 -- Kernel executions (one row per pass of a replayed dispatch).
 CREATE VIEW `kernels` AS
 SELECT
