@@ -1,14 +1,15 @@
 //! CSV in the column layout of `ncu --csv --page details` (SPEC §12), so scripts that read
 //! Nsight Compute's CSV read ours: one row per launch, metric and pass.
 //!
-//! Checked against a real `ncu --csv --print-units base --metrics ...` file of Nsight Compute
-//! 2025.3 on the H200 (the test fixture `tests/fixtures/ncu_layout.csv` holds rows of it): the
-//! columns are its fifteen, in its order, every field quoted (`"` doubled inside), `\n` line
-//! ends, values printed as it prints them ([`crate::number`]: `4,096`, `n/a`), block and grid
-//! as `(x, y, z)`, the section `Command line profiler metrics` (what `--metrics` reports
-//! under), a launch's metrics sorted by name as it sorts them, units in its spelling (`ns`,
-//! `byte`, `register/thread`, empty for counts; the long time units a collector may pass,
-//! `nsecond` and the like, are shortened to its), then one column of ours, `Replay Pass`, last so that scripts reading the columns by
+//! Checked against a real `ncu --csv --metrics ...` file of Nsight Compute 2025.3 on the
+//! H200 (rows of it are the test fixture `tests/fixtures/ncu_2025.3_h200_head.csv`; our
+//! rendering of the same launches is `ours_ncu_layout.csv`): the columns are its fifteen, in
+//! its order, every field quoted (`"` doubled inside), `\n` line ends, values printed as it
+//! prints them ([`crate::number`]: `4,096`, `n/a`), block and grid as `(x, y, z)`, the section
+//! `Command line profiler metrics` (what `--metrics` reports under), a launch's metrics sorted
+//! by name as it sorts them, units in its spelling (`ns`, `byte`, `register/thread`, empty for
+//! counts; the long time units a collector may pass, `nsecond` and the like, are shortened to
+//! its). Then one column of ours, `Replay Pass`, last so that scripts reading the columns by
 //! name or by position up to `Metric Value` are unaffected. It is there because the values
 //! are per pass: each value is the one the named replay pass collected, and a metric that
 //! several passes collected has one row per pass (never a sum). A metric asked for but absent
@@ -16,10 +17,10 @@
 //! metric, with an empty pass.
 //!
 //! Where our values differ in kind from Nsight Compute's: `ID` is kernel-replay's dispatch id
-//! (unique and increasing in the process, as ncu's result ids are, but not necessarily
-//! contiguous: only replayed dispatches are listed); `Context` and `Stream` are the values the
-//! collector recorded (driver handles), where ncu prints its own small ids; units are the
-//! metric's base unit (as `ncu --print-units base`), never scaled.
+//! (unique in the process, as ncu's result ids are, but not necessarily contiguous from 0:
+//! only replayed dispatches are listed); `Context` and `Stream` are the values the
+//! collector recorded (driver handles), where ncu prints its own small ids; values are in
+//! the metric's base unit, never scaled to `Kbyte` or `us` (the reference file's are unscaled too).
 
 use crate::number::ncu_value;
 use crate::report::{CounterDispatch, CounterReport};
