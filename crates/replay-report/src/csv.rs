@@ -20,7 +20,8 @@
 //! (unique in the process, as ncu's result ids are, but not necessarily contiguous from 0:
 //! only replayed dispatches are listed); `Context` and `Stream` are the values the
 //! collector recorded (driver handles), where ncu prints its own small ids; values are in
-//! the metric's base unit, never scaled to `Kbyte` or `us` (the reference file's are unscaled too).
+//! the metric's base unit, never scaled to `Kbyte` or `us` (the reference file's are
+//! unscaled too).
 
 use crate::number::ncu_value;
 use crate::report::{CounterDispatch, CounterReport};
