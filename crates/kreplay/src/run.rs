@@ -12,7 +12,10 @@
 //! options become the policy's `KREPLAY_KERNEL_*` variables. The tool itself runs inside the
 //! application's process (`replay_cuda::tool`); at its exit it writes one record per dispatch
 //! (each with its passes) as JSON, which this command prints as a per-kernel table and
-//! copies to `--out` (as JSON, or one CSV row per dispatch and pass).
+//! copies to `--out` (as JSON, or one CSV row per dispatch and pass). When the report holds
+//! counters (member `counters`), the counters' table follows and `--out` gets them instead,
+//! in the format its extension names (`.csv`, `.json`, `.db`: `replay_report::write_counters`;
+//! an unknown extension is refused before the program starts).
 //!
 //! The exit status is the application's (128 + the signal for one killed by a signal). A
 //! program without a usable driver gets one clear line (from the library) and runs untouched;
@@ -152,6 +155,10 @@ pub fn main(args: &[String]) -> u8 {
             return 2;
         }
     }
+    if let Err(e) = check_out(&a) {
+        crate::say(format_args!("kreplay run: {e}\n{USAGE}"));
+        return 2;
+    }
     let mut cmd = Command::new(&a.app[0]);
     cmd.args(&a.app[1..]);
     let report = std::env::temp_dir().join(format!("kreplay-run-{}.json", std::process::id()));
@@ -203,9 +210,20 @@ pub fn main(args: &[String]) -> u8 {
             match serde_json::from_str::<serde_json::Value>(&text) {
                 Ok(v) => {
                     crate::say(format_args!("{}", (table(&v)).trim_end()));
-                    if let Some(out) = &a.out {
-                        if let Err(e) = write_out(out, &v) {
-                            crate::say(format_args!("kreplay run: cannot write {}: {e}", out.display()));
+                    match replay_report::counters_output(&v, a.out.as_deref()) {
+                        Some(Ok(o)) => {
+                            crate::say(format_args!("{}", o.table.trim_end()));
+                            if let Some(Err(e)) = o.written {
+                                crate::say(format_args!("kreplay run: {e}"));
+                            }
+                        }
+                        Some(Err(e)) => crate::say(format_args!("kreplay run: {e}")),
+                        None => {
+                            if let Some(out) = &a.out {
+                                if let Err(e) = write_out(out, &v) {
+                                    crate::say(format_args!("kreplay run: cannot write {}: {e}", out.display()));
+                                }
+                            }
                         }
                     }
                 }
@@ -217,6 +235,15 @@ pub fn main(args: &[String]) -> u8 {
         )),
     }
     code
+}
+
+/// The counter tool's `--out` must name a format the counters can be written in; checked
+/// before the program runs, not after.
+fn check_out(a: &RunArgs) -> Result<(), replay_report::ReportError> {
+    match &a.out {
+        Some(out) if a.tool == "counters" => replay_report::Format::of(out).map(drop),
+        _ => Ok(()),
+    }
 }
 
 fn exit_code(status: &std::process::ExitStatus) -> u8 {
@@ -383,6 +410,22 @@ mod tests {
             t.contains("cupti: no cross-check (unavailable: no libcupti found)"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn the_counter_tools_out_needs_a_known_extension() {
+        let mut a = parse(&s(&["--out", "c.xlsx", "--", "app"])).unwrap();
+        assert!(check_out(&a).is_ok(), "other tools keep their own --out");
+        a.tool = "counters".into();
+        let e = check_out(&a).unwrap_err().to_string();
+        assert!(
+            e.contains("c.xlsx") && e.contains(".csv, .json, .db"),
+            "{e}"
+        );
+        for ok in ["c.csv", "c.json", "c.db"] {
+            a.out = Some(PathBuf::from(ok));
+            assert!(check_out(&a).is_ok(), "{ok}");
+        }
     }
 
     #[test]

@@ -113,6 +113,7 @@ fn no_file_of_any_crate_uses_a_file_that_uses_it() {
         "replay-cuda",
         "replay-hsa",
         "replay-ffi",
+        "replay-report",
     ] {
         assert!(names.contains(&want), "scanned {names:?}");
     }

@@ -1,0 +1,161 @@
+//! CSV in the column layout of `ncu --csv --page details` (SPEC §12), so scripts that read
+//! Nsight Compute's CSV read ours: one row per launch, metric and pass.
+//!
+//! Checked against a real `ncu --csv --metrics ...` file of Nsight Compute 2025.3 on the
+//! H200 (rows of it are the test fixture `tests/fixtures/ncu_2025.3_h200_head.csv`; our
+//! rendering of the same launches is `ours_ncu_layout.csv`): the columns are its fifteen, in
+//! its order, every field quoted (`"` doubled inside), `\n` line ends, values printed as it
+//! prints them ([`crate::number`]: `4,096`, `n/a`), block and grid as `(x, y, z)`, the section
+//! `Command line profiler metrics` (what `--metrics` reports under), a launch's metrics sorted
+//! by name as it sorts them, units in its spelling (`ns`, `byte`, `register/thread`, empty for
+//! counts; the long time units a collector may pass, `nsecond` and the like, are shortened to
+//! its). Then one column of ours, `Replay Pass`, last so that scripts reading the columns by
+//! name or by position up to `Metric Value` are unaffected. It is there because the values
+//! are per pass: each value is the one the named replay pass collected, and a metric that
+//! several passes collected has one row per pass (never a sum). A metric asked for but absent
+//! on a dispatch gets one row whose value is `n/a`, as Nsight Compute writes an unavailable
+//! metric, with an empty pass.
+//!
+//! Where our values differ in kind from Nsight Compute's: `ID` is kernel-replay's dispatch id
+//! (unique in the process, as ncu's result ids are, but not necessarily contiguous from 0:
+//! only replayed dispatches are listed); `Context` and `Stream` are the values the
+//! collector recorded (driver handles), where ncu prints its own small ids; values are in
+//! the metric's base unit, never scaled to `Kbyte` or `us` (the reference file's are
+//! unscaled too).
+
+use crate::number::ncu_value;
+use crate::report::{CounterDispatch, CounterReport};
+
+/// The header row, with its line end.
+pub const HEADER: &str = "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\
+\"Context\",\"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\
+\"Metric Name\",\"Metric Unit\",\"Metric Value\",\"Replay Pass\"\n";
+
+/// The section Nsight Compute files `--metrics` values under.
+pub const SECTION: &str = "Command line profiler metrics";
+
+/// The whole CSV text. Call [`CounterReport::check`] first (the file writers do): samples of
+/// unlisted dispatches are not written.
+pub fn csv(report: &CounterReport) -> String {
+    let index = report.index();
+    let mut names = report.metric_names();
+    names.sort_unstable();
+    let units: Vec<&str> = names
+        .iter()
+        .map(|n| ncu_unit(report.metric(n).map_or("", |m| m.unit.as_str())))
+        .collect();
+    let mut out = String::from(HEADER);
+    for d in &report.dispatches {
+        for (name, unit) in names.iter().zip(&units) {
+            match index.by_pass(d.dispatch_id, name) {
+                Some(passes) if !passes.is_empty() => {
+                    for (pass, s) in passes {
+                        row(
+                            &mut out,
+                            report,
+                            d,
+                            name,
+                            unit,
+                            &ncu_value(s.value),
+                            &pass.to_string(),
+                        );
+                    }
+                }
+                _ => row(&mut out, report, d, name, unit, "n/a", ""),
+            }
+        }
+    }
+    out
+}
+
+fn row(
+    out: &mut String,
+    r: &CounterReport,
+    d: &CounterDispatch,
+    metric: &str,
+    unit: &str,
+    value: &str,
+    pass: &str,
+) {
+    let kernel = if d.kernel_demangled.is_empty() {
+        &d.kernel
+    } else {
+        &d.kernel_demangled
+    };
+    let fields: [&str; 16] = [
+        &d.dispatch_id.to_string(),
+        &r.process_id.to_string(),
+        &r.process_name,
+        &r.host_name,
+        kernel,
+        &d.context.to_string(),
+        &d.stream.to_string(),
+        &dims(d.block),
+        &dims(d.grid),
+        &d.device.to_string(),
+        &r.compute_capability,
+        SECTION,
+        metric,
+        unit,
+        value,
+        pass,
+    ];
+    for (i, f) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        quote(out, f);
+    }
+    out.push('\n');
+}
+
+/// A unit in Nsight Compute's spelling: the long time units of the metrics API shortened as
+/// `ncu` prints them; anything else as given.
+pub fn ncu_unit(unit: &str) -> &str {
+    match unit {
+        "nsecond" => "ns",
+        "usecond" => "us",
+        "msecond" => "ms",
+        u => u,
+    }
+}
+
+/// `(x, y, z)`, as Nsight Compute writes block and grid sizes.
+fn dims(v: [u32; 3]) -> String {
+    format!("({}, {}, {})", v[0], v[1], v[2])
+}
+
+/// `f` as one quoted CSV field (RFC 4180: `"` doubled; commas and line ends stay inside the
+/// quotes).
+fn quote(out: &mut String, f: &str) {
+    out.push('"');
+    for c in f.chars() {
+        if c == '"' {
+            out.push('"');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
+
+/// One CSV record split into its fields (the inverse of the quoting above), for tests and for
+/// tools that read our files back without a CSV library.
+pub fn parse_record(line: &str) -> Vec<String> {
+    let mut fields = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    fields.push(cur);
+    fields
+}

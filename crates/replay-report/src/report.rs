@@ -1,0 +1,248 @@
+//! The counter report's types (SPEC §12): what the counter tool collected, every value keyed by
+//! `(dispatch_id, pass)`. The writers read these and never combine values of different passes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ReportError;
+
+/// One metric's value for one pass of one replayed dispatch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CounterSample {
+    /// The replay service's dispatch id (unique in the process).
+    pub dispatch_id: u64,
+    /// The replay pass (0-based) whose profiler pass produced the value.
+    pub pass: u32,
+    /// Nsight Compute's metric name, e.g. `dram__bytes_read.sum`.
+    pub metric: String,
+    /// The value as the profiler evaluated it.
+    pub value: f64,
+}
+
+/// What the report knows about one replayed dispatch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CounterDispatch {
+    /// The replay service's dispatch id.
+    pub dispatch_id: u64,
+    /// Kernel name as the program named it (mangled where it is mangled).
+    pub kernel: String,
+    /// Demangled name (equal to `kernel` for C names).
+    pub kernel_demangled: String,
+    /// Device ordinal.
+    pub device: u32,
+    /// Driver context handle.
+    pub context: u64,
+    /// Stream handle the application launched on.
+    pub stream: u64,
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
+    /// Passes the dispatch was executed (replay passes).
+    pub passes: u32,
+    /// Bytes kernel-replay snapshotted for this dispatch.
+    pub snapshot_bytes: u64,
+    /// GPU start of the first pass, nanoseconds (0 when unknown).
+    pub start_ns: u64,
+    /// GPU end of the last pass, nanoseconds (0 when unknown).
+    pub end_ns: u64,
+    /// GPU `[start, end]` of each pass in nanoseconds, indexed by pass; empty when the collector
+    /// does not record them (the rocpd writer then gives every pass the dispatch's
+    /// `start_ns`/`end_ns`). Added after the first version of the type, hence the default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pass_ns: Vec<[u64; 2]>,
+}
+
+/// A metric's description.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricInfo {
+    /// Nsight Compute's metric name.
+    pub name: String,
+    /// Unit as Nsight Compute prints it (`byte`, `cycle`, `inst`, `nsecond`, ...; empty when none).
+    pub unit: String,
+    /// One line of description ("" when unknown).
+    pub description: String,
+    /// The profiler pass (0-based) that collects it.
+    pub pass: u32,
+}
+
+/// The whole output of one counter collection.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CounterReport {
+    /// Process id of the profiled application.
+    pub process_id: u32,
+    /// Process name (executable base name).
+    pub process_name: String,
+    /// Host name.
+    pub host_name: String,
+    /// Device name (e.g. `NVIDIA H200`).
+    pub device_name: String,
+    /// Compute capability, e.g. `9.0`.
+    pub compute_capability: String,
+    /// Chip name (e.g. `GH100`).
+    pub chip: String,
+    /// Profiler passes the metric list needs.
+    pub passes: u32,
+    /// The metrics, in the order asked.
+    pub metrics: Vec<MetricInfo>,
+    /// Replayed dispatches, in dispatch order.
+    pub dispatches: Vec<CounterDispatch>,
+    /// Every value, keyed by `(dispatch_id, pass)`.
+    pub samples: Vec<CounterSample>,
+}
+
+/// The samples of one dispatch and metric, by pass (a pass appears once).
+pub(crate) type ByPass<'a> = BTreeMap<u32, &'a CounterSample>;
+
+impl CounterReport {
+    /// The metric's description, if the report lists it.
+    pub fn metric(&self, name: &str) -> Option<&MetricInfo> {
+        self.metrics.iter().find(|m| m.name == name)
+    }
+
+    /// The dispatch with this id, if the report lists it.
+    pub fn dispatch(&self, dispatch_id: u64) -> Option<&CounterDispatch> {
+        self.dispatches
+            .iter()
+            .find(|d| d.dispatch_id == dispatch_id)
+    }
+
+    /// The value that stands for `metric` on one dispatch: the sample of the pass that collects
+    /// the metric (`MetricInfo::pass`); where that pass has none (a metric the report does not
+    /// describe, or a collector that put it elsewhere), the sample of the lowest pass that has
+    /// one. Never a combination of passes.
+    pub fn value(&self, dispatch_id: u64, metric: &str) -> Option<&CounterSample> {
+        let mine = || {
+            self.samples
+                .iter()
+                .filter(move |s| s.dispatch_id == dispatch_id && s.metric == metric)
+        };
+        let want = self.metric(metric).map(|m| m.pass);
+        want.and_then(|p| mine().find(|s| s.pass == p))
+            .or_else(|| mine().min_by_key(|s| s.pass))
+    }
+
+    /// Checks what every writer relies on: dispatch ids are unique, every sample names a
+    /// listed dispatch, and no `(dispatch_id, pass, metric)` has two values (a writer could only
+    /// pick one or add them, and both would misreport).
+    pub fn check(&self) -> Result<(), ReportError> {
+        let mut ids = BTreeMap::new();
+        for d in &self.dispatches {
+            if ids.insert(d.dispatch_id, ()).is_some() {
+                return Err(ReportError::Inconsistent(format!(
+                    "dispatch {} is listed twice",
+                    d.dispatch_id
+                )));
+            }
+        }
+        let mut seen: BTreeMap<(u64, u32, &str), ()> = BTreeMap::new();
+        for s in &self.samples {
+            if !ids.contains_key(&s.dispatch_id) {
+                return Err(ReportError::Inconsistent(format!(
+                    "a sample of {} names dispatch {}, which the report does not list",
+                    s.metric, s.dispatch_id
+                )));
+            }
+            if seen
+                .insert((s.dispatch_id, s.pass, &s.metric), ())
+                .is_some()
+            {
+                return Err(ReportError::Inconsistent(format!(
+                    "dispatch {} pass {} has two values of {}",
+                    s.dispatch_id, s.pass, s.metric
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The metric names in the order they are written: the described ones as asked, then any
+    /// that only samples name, in the order first seen.
+    pub fn metric_names(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self.metrics.iter().map(|m| m.name.as_str()).collect();
+        for s in &self.samples {
+            if !out.contains(&s.metric.as_str()) {
+                out.push(&s.metric);
+            }
+        }
+        out
+    }
+
+    /// The samples indexed by dispatch and metric, built once by the writers (the look-ups
+    /// above scan the samples, which is fine for one question, not for a whole report).
+    pub(crate) fn index(&self) -> Index<'_> {
+        let mut by: BTreeMap<u64, BTreeMap<&str, ByPass<'_>>> = BTreeMap::new();
+        for s in &self.samples {
+            by.entry(s.dispatch_id)
+                .or_default()
+                .entry(s.metric.as_str())
+                .or_default()
+                .insert(s.pass, s);
+        }
+        let pass_of = self
+            .metrics
+            .iter()
+            .map(|m| (m.name.as_str(), m.pass))
+            .collect();
+        Index { by, pass_of }
+    }
+}
+
+/// [`CounterReport::index`]: samples by `(dispatch_id, metric)`, then by pass.
+#[derive(Debug)]
+pub(crate) struct Index<'a> {
+    by: BTreeMap<u64, BTreeMap<&'a str, ByPass<'a>>>,
+    pass_of: BTreeMap<&'a str, u32>,
+}
+
+impl<'a> Index<'a> {
+    /// One dispatch's samples of one metric, by pass.
+    pub(crate) fn by_pass(&self, dispatch_id: u64, metric: &str) -> Option<&ByPass<'a>> {
+        self.by.get(&dispatch_id)?.get(metric)
+    }
+
+    /// As [`CounterReport::value`].
+    pub(crate) fn value(&self, dispatch_id: u64, metric: &str) -> Option<&'a CounterSample> {
+        let all = self.by_pass(dispatch_id, metric)?;
+        self.pass_of
+            .get(metric)
+            .and_then(|p| all.get(p))
+            .or_else(|| all.values().next())
+            .copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CounterReport, CounterSample, MetricInfo};
+
+    fn s(pass: u32, value: f64) -> CounterSample {
+        CounterSample {
+            dispatch_id: 1,
+            pass,
+            metric: "m".into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn the_value_is_the_collecting_passes_else_the_lowest_passes() {
+        let mut r = CounterReport {
+            metrics: vec![MetricInfo {
+                name: "m".into(),
+                unit: String::new(),
+                description: String::new(),
+                pass: 1,
+            }],
+            samples: vec![s(2, 20.0), s(1, 10.0), s(0, 5.0)],
+            ..CounterReport::default()
+        };
+        assert_eq!(r.value(1, "m").map(|s| s.value), Some(10.0));
+        assert_eq!(r.index().value(1, "m").map(|s| s.value), Some(10.0));
+        r.samples.retain(|x| x.pass != 1);
+        assert_eq!(r.value(1, "m").map(|s| s.value), Some(5.0));
+        assert_eq!(r.index().value(1, "m").map(|s| s.value), Some(5.0));
+        assert!(r.value(2, "m").is_none() && r.index().value(1, "other").is_none());
+    }
+}

@@ -1,0 +1,88 @@
+//! Writing a report to a file chosen by its extension (SPEC §12): what `kreplay run --tool
+//! counters --out FILE` calls.
+
+use std::path::Path;
+
+use crate::csv::csv;
+use crate::error::ReportError;
+use crate::json::to_json;
+use crate::report::CounterReport;
+use crate::rocpd::{temp_beside, write_rocpd};
+
+/// The output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `.csv`: Nsight Compute's CSV layout with `Replay Pass`.
+    Csv,
+    /// `.json`: the report as JSON.
+    Json,
+    /// `.db`, `.sqlite`, `.sqlite3`: rocpd SQLite.
+    Rocpd,
+}
+
+impl Format {
+    /// The format `path`'s extension names (case-insensitive).
+    pub fn of(path: &Path) -> Result<Format, ReportError> {
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        match ext.as_str() {
+            "csv" => Ok(Format::Csv),
+            "json" => Ok(Format::Json),
+            "db" | "sqlite" | "sqlite3" => Ok(Format::Rocpd),
+            _ => Err(ReportError::UnknownFormat {
+                path: path.to_path_buf(),
+                ext,
+            }),
+        }
+    }
+}
+
+/// Writes `report` to `path` in the format its extension names, replacing any file there;
+/// returns the format. The unknown extension is refused before anything is written.
+pub fn write_counters(path: &Path, report: &CounterReport) -> Result<Format, ReportError> {
+    let format = Format::of(path)?;
+    report.check()?;
+    let text = match format {
+        Format::Rocpd => return write_rocpd(path, report).map(|()| format),
+        Format::Csv => csv(report),
+        Format::Json => to_json(report)?,
+    };
+    let tmp = temp_beside(path);
+    let io = |source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let result = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io).map(|()| format)
+}
+
+/// What `kreplay run` makes of the injected library's JSON report when a counter tool ran.
+#[derive(Debug)]
+pub struct RunOutput {
+    /// The terminal table ([`crate::table()`]).
+    pub table: String,
+    /// The `--out` file's fate: `None` when none was asked.
+    pub written: Option<Result<Format, ReportError>>,
+}
+
+/// `kreplay run`'s output step: when `tool_report` has a `counters` member, its table and, if
+/// `out` names a file, the file written by [`write_counters`]. `None` when no counter tool ran
+/// (the caller keeps its own output); an error when the member does not parse.
+pub fn counters_output(
+    tool_report: &serde_json::Value,
+    out: Option<&Path>,
+) -> Option<Result<RunOutput, ReportError>> {
+    let report = match crate::json::from_tool_report(tool_report)? {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e)),
+    };
+    Some(Ok(RunOutput {
+        table: crate::table::table(&report),
+        written: out.map(|p| write_counters(p, &report)),
+    }))
+}
