@@ -18,6 +18,7 @@
 pub mod demangle;
 pub mod elf;
 pub mod image;
+pub mod ptx;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
