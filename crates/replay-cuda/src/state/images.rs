@@ -494,12 +494,12 @@ fn forget(handle: Handle) {
 }
 
 fn file_name(name: *const c_char) -> Option<String> {
-    // SAFETY: the entry's contract: null or a NUL-terminated path.
-    (!name.is_null()).then(|| {
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
-    })
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: the entry's contract: a NUL-terminated path.
+    let path = unsafe { CStr::from_ptr(name) };
+    Some(path.to_string_lossy().into_owned())
 }
 
 fn read_file(name: *const c_char) -> Result<Vec<u8>, ImageNote> {
