@@ -370,11 +370,8 @@ fn the_switch_replays_a_kernel_of_an_image_whose_globals_are_unknown() {
     assert_eq!(tool.replayed.load(Ordering::SeqCst), replayed + 1);
     assert_eq!(count("allowed_globals_unknown"), allowed + 1);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { *(p as *const u64) },
-        16,
-        "one execution of p = 3p + 1"
-    );
+    let v = unsafe { *(p as *const u64) };
+    assert_eq!(v, 16, "one execution of p = 3p + 1");
     // SAFETY: frees the wrapper's allocation.
     unsafe { intercept::mem_free(p) };
     unload(m);
