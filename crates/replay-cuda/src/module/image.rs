@@ -11,7 +11,7 @@
 //!   (magic `0x466243B1`, version 1) that points to one. Its entries are not documented by
 //!   NVIDIA; the layout read here is the one `cuobjdump` reads (public reverse-engineered
 //!   readers agree on it): kind (u16, 1 = PTX, 2 = cubin) at 0, header size (u32) at 4,
-//!   stored payload size (u64, padded to 8) at 8, compressed size (u32) at 16, SM
+//!   stored payload size (u32, padded to 8) at 8, compressed size (u32) at 16, SM
 //!   architecture (u32) at 28, flags (u64) at 40 and the uncompressed size (u64) at 56. Flag
 //!   `0x2000` marks an LZ4 block (older CUDA), `0x8000` a ZSTD frame (CUDA 12.8+
 //!   `--compress-mode`): the payload is decompressed ([`decompress`]) into exactly the
@@ -228,16 +228,18 @@ fn entries(image: &[u8]) -> Result<Vec<Entry<'_>>, ImageNote> {
     let end = end as usize;
     let mut at = hsize;
     let mut out = Vec::new();
-    while at < end {
-        if end - at < ENTRY_HEADER {
-            return bad(format!("fat-binary entry header at {at} truncated"));
-        }
+    // A tail too short for a header, or zeros where a header would be, is padding.
+    while end - at >= ENTRY_HEADER {
         let field = |o| u64_at(image, at + o).unwrap_or(0);
-        let (kind, eh, size) = (
+        let (kind, eh) = (
             u16_at(image, at).unwrap_or(0),
             u32_at(image, at + 4).unwrap_or(0) as usize,
-            field(8),
         );
+        if kind == 0 && eh == 0 {
+            break;
+        }
+        // The stored size is the u32 at 8 (the u32 at 12 is not part of it).
+        let size = u64::from(u32_at(image, at + 8).unwrap_or(0));
         if eh < ENTRY_HEADER || eh > end - at {
             return bad(format!("fat-binary entry header of {eh} bytes at {at}"));
         }
@@ -670,6 +672,16 @@ mod tests {
             })
         );
         assert_eq!(cubin_of(&c90, 90).unwrap(), c90);
+        // Zero padding after the last entry (inside the header's size) is not an entry.
+        let mut padded = f.clone();
+        padded.extend_from_slice(&[0; 72]);
+        let rest = (padded.len() - 16) as u64;
+        padded[8..16].copy_from_slice(&rest.to_le_bytes());
+        assert_eq!(cubin_of(&padded, 90).unwrap(), c90);
+        // An entry whose payload runs past the fat binary.
+        let mut long = f.clone();
+        long[16 + 8..16 + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(code_for(&long, 90), Err(ImageNote::Unreadable(_))));
         // Only PTX for the device: the driver JIT-compiles it.
         let p = testing::ptx("k", &[("kr_g", 16)]);
         let only_ptx = fatbin(&[(1, 80, &p)]);
