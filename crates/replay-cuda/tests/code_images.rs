@@ -424,6 +424,23 @@ fn a_function_the_hooks_did_not_see_is_mapped_through_its_module_or_declines() {
     assert_declined(&rec);
     assert_eq!(globals_now().0, c0 + 1, "ran once");
     assert_eq!(count("declined_image_unknown"), declined + 1);
+
+    // The same module's function fetched through the hook (as of a module that
+    // `cuLibraryGetModule` gave): the hook saw the function, not its image.
+    let mut f3: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: the intercepted entry with an out pointer to a live local.
+    unsafe {
+        assert_eq!(
+            intercept::module_get_function(&mut f3, m2, c"kr_globals".as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    let (c0, _) = globals_now();
+    launch_globals(f3);
+    let rec = tool.last.lock().clone().unwrap();
+    assert_declined(&rec);
+    assert_eq!(globals_now().0, c0 + 1, "ran once");
+    assert_eq!(count("declined_image_unknown"), declined + 2);
     // SAFETY: the driver's own unload of the module loaded above.
     unsafe { sys::cuModuleUnload(m2) };
 }

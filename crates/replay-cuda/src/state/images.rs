@@ -265,24 +265,39 @@ fn raw_name(f: CUfunction) -> Option<Arc<str>> {
     (r == CUresult::CUDA_SUCCESS && !p.is_null()).then(|| name_of(p))
 }
 
+/// The recorded image `h` stands for: itself, or the library whose per-context module it is.
+fn canonical(h: Handle) -> Option<Handle> {
+    let s = images();
+    if s.images.lock().contains_key(&h) {
+        return Some(h);
+    }
+    match h {
+        Handle::Module(m) => s.aliases.lock().get(&m).copied(),
+        Handle::Library(_) => None,
+    }
+}
+
 /// The image and name of function (or kernel) `f`: what the hooks saw, else what the driver
-/// says it belongs to (then remembered).
+/// says it belongs to (then remembered); `None` when no image the hooks recorded holds it (a
+/// module loaded outside them, or one `cuLibraryGetModule` gave and nothing tied to its
+/// library).
 fn image_of(f: CUfunction) -> Option<(Handle, Arc<str>)> {
     let s = images();
-    if let Some(e) = s.funcs.lock().get(&(f as usize)).cloned() {
-        return Some(e);
+    let seen = s.funcs.lock().get(&(f as usize)).cloned();
+    let seen = seen.or_else(|| s.kernels.lock().get(&(f as usize)).cloned());
+    if let Some((h, name)) = &seen {
+        if let Some(c) = canonical(*h) {
+            return Some((c, Arc::clone(name)));
+        }
     }
-    if let Some(e) = s.kernels.lock().get(&(f as usize)).cloned() {
-        return Some(e);
-    }
-    let known = |h: Handle| s.images.lock().contains_key(&h).then_some(h);
     let handle = module_of(f)
-        .and_then(|m| {
-            let alias = s.aliases.lock().get(&m).copied();
-            alias.or_else(|| known(Handle::Module(m)))
-        })
-        .or_else(|| library_of(f as sys::CUkernel).and_then(|l| known(Handle::Library(l))))?;
-    let e = (handle, raw_name(f)?);
+        .and_then(|m| canonical(Handle::Module(m)))
+        .or_else(|| library_of(f as sys::CUkernel).and_then(|l| canonical(Handle::Library(l))))?;
+    let name = match seen {
+        Some((_, n)) => n,
+        None => raw_name(f)?,
+    };
+    let e = (handle, name);
     s.funcs.lock().insert(f as usize, e.clone());
     Some(e)
 }
