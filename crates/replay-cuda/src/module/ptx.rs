@@ -189,12 +189,21 @@ fn declaration(
         match *t {
             Tok::Word(".align") => k += 2,
             Tok::Word(".attribute") => {
-                // `.attribute ( .managed )`
-                while toks.get(k).map(|t| t.1) != Some(Tok::Punct(b')')) {
-                    if k >= toks.len() {
-                        return Err(err("unterminated .attribute"));
-                    }
+                // `.attribute(.managed)`, `.attribute(.unified(a, b))`
+                let mut depth = 0i32;
+                loop {
                     k += 1;
+                    match toks.get(k).map(|t| t.1) {
+                        None => return Err(err("unterminated .attribute")),
+                        Some(Tok::Punct(b'(')) => depth += 1,
+                        Some(Tok::Punct(b')')) => {
+                            depth -= 1;
+                            if depth <= 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
                 }
                 k += 1;
             }
@@ -256,8 +265,9 @@ fn declaration(
             }
         }
         if open_dim {
-            // The initializer's leaf elements are the whole array.
-            count = count.max(init_elems);
+            // The initializer's leaf elements (a vector's components each) are the whole
+            // array.
+            count = count.max(init_elems.div_ceil(vector));
         }
         let size = elem.checked_mul(count).ok_or(err("variable too large"))?;
         let index = PTX_SECTION_BASE - out.len();
@@ -310,6 +320,8 @@ mod tests {
 .global .align 1 .b8 $str[6] = {104, 101, 108, 108, 111, 0};
 .global .align 4 .u32 kr_init[] = {1, 2, 3};
 .visible .global .attribute(.managed) .align 8 .u64 kr_managed, kr_two[3];
+.global .attribute(.unified(0x1234, 0x5678)) .align 4 .u32 kr_unified;
+.global .align 8 .v2 .u32 kr_pairs[] = {{1, 2}, {3, 4}, {5, 6}};
 .global .texref kr_tex;
 .shared .align 4 .b8 kr_smem[64];
 /* .global .u32 commented_out; */
@@ -343,6 +355,8 @@ mod tests {
                 ("kr_init", 12),
                 ("kr_managed", 8),
                 ("kr_two", 24),
+                ("kr_unified", 4),
+                ("kr_pairs", 24),
             ],
             ".extern, .const, .shared, texture handles, comments and instructions left out"
         );
