@@ -301,29 +301,45 @@ pub fn decompress(how: Compression, input: &[u8], size: u64) -> Result<Vec<u8>, 
             "uncompressed size {size} out of range"
         )));
     }
-    let mut out = Vec::new();
-    out.try_reserve_exact(size as usize).map_err(|e| {
-        ImageNote::Decompression(format!("{size} bytes for a decompressed entry: {e}"))
-    })?;
-    out.resize(size as usize, 0);
     // The decoders are not expected to panic on any input; if one does, the image is
     // unreadable rather than the application's load call unwinding.
-    let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match how {
+    let decoded = std::panic::catch_unwind(|| match how {
         Compression::Lz4 => {
-            lz4_flex::block::decompress_into(input, &mut out).map_err(|e| e.to_string())
+            // An LZ4 block expands at most about 255-fold: a larger claim is refused before
+            // the output is allocated.
+            let bound = (input.len() as u64).saturating_mul(255).saturating_add(64);
+            if size > bound {
+                return Err(format!("{} bytes cannot hold {size}", input.len()));
+            }
+            let mut out = Vec::new();
+            out.try_reserve_exact(size as usize)
+                .map_err(|e| format!("{size} bytes for the output: {e}"))?;
+            out.resize(size as usize, 0);
+            let n = lz4_flex::block::decompress_into(input, &mut out).map_err(|e| e.to_string())?;
+            out.truncate(n);
+            Ok(out)
         }
-        Compression::Zstd => ruzstd::decoding::FrameDecoder::new()
-            .decode_all(input, &mut out)
-            .map_err(|e| e.to_string()),
-    }))
+        Compression::Zstd => {
+            // Streamed into a growing buffer: memory follows what the frame really holds, up
+            // to one byte past the claim (which then fails the size check).
+            use std::io::Read;
+            let dec = ruzstd::decoding::StreamingDecoder::new(input).map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            dec.take(size + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| e.to_string())?;
+            Ok(out)
+        }
+    })
     .unwrap_or_else(|_| Err("decoder panicked".into()))
     .map_err(|e| ImageNote::Decompression(format!("{how:?} decompression failed: {e}")))?;
+    let written = decoded.len();
     if written as u64 != size {
         return Err(ImageNote::Decompression(format!(
             "{how:?} entry decompressed to {written} bytes, its header says {size}"
         )));
     }
-    Ok(out)
+    Ok(decoded)
 }
 
 /// The format of an image's code for the device.
@@ -733,6 +749,10 @@ mod tests {
             ));
             assert!(unreadable(
                 &|g| g[E + 56..E + 64].copy_from_slice(&(MAX_IMAGE + 1).to_le_bytes())
+            ));
+            // A claim the payload cannot hold is refused before the output is allocated.
+            assert!(unreadable(
+                &|g| g[E + 56..E + 64].copy_from_slice(&MAX_IMAGE.to_le_bytes())
             ));
             assert!(unreadable(
                 &|g| g[E + 16..E + 20].copy_from_slice(&u32::MAX.to_le_bytes())
