@@ -86,7 +86,8 @@ pub struct ImageCounters {
     pub declined_globals_unknown: AtomicU64,
     /// Dispatches declined because their function maps to no image loaded through the hooks.
     pub declined_image_unknown: AtomicU64,
-    /// Dispatches of either kind replayed because `KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS` says so.
+    /// Dispatches of either kind let past this check because
+    /// `KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS` says so.
     pub allowed_globals_unknown: AtomicU64,
 }
 
