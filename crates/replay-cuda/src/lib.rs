@@ -144,11 +144,14 @@
 //! entries, the allocation and free entries (virtual-memory mappings and pool allocations
 //! included; `cuMemMapArrayAsync` not), streams,
 //! graph launches, copies and memsets (gated), module and library loads (`.nv.info` parameter
-//! tables, module globals of cubins and uncompressed fat-binary entries; names demangled), and
-//! CUPTI's count of launches that did not pass through a wrapper where libcupti is found. Not
-//! yet: array copies, `cuMemcpyBatchAsync`, compressed fat-binary entries and PTX images (no
-//! table, no globals), a library's globals before one of its kernels runs. See [`state`] for
-//! what each of those means for a run.
+//! tables and module globals of cubins and of fat-binary entries, LZ4- and ZSTD-compressed
+//! ones decompressed; the `.global` variables of PTX images; names demangled; a kernel of an
+//! image whose globals stay unknown declines `untracked_memory` unless
+//! `KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS=1`), and CUPTI's count of launches that did not pass
+//! through a wrapper where libcupti is found. Not yet: array copies, `cuMemcpyBatchAsync`,
+//! parameter tables of PTX images (they have none: the driver or `extra` describes their
+//! launches), fat-binary wrappers of version 2, a library's globals before one of its kernels
+//! runs. See [`state`] for what each of those means for a run.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

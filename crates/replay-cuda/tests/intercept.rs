@@ -113,6 +113,12 @@ impl ReplayTool for Tool {
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The application's image of `kr_rmw` and friends, loaded through the intercepted
+/// `cuModuleLoadData`: PTX without module globals (the fake driver compiles nothing), so its
+/// kernels' globals are known to be none.
+const APP_PTX: &std::ffi::CStr =
+    c".version 8.4\n.target sm_90\n.address_size 64\n.visible .entry kr_rmw()\n{\n\tret;\n}\n";
+
 struct Setup {
     tool: Arc<Tool>,
     func: sys::CUfunction,
@@ -155,7 +161,7 @@ fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Setup)> {
     // SAFETY: the fake driver's module and function calls with out pointers to live locals.
     unsafe {
         assert_eq!(
-            sys::cuModuleLoadData(&mut module, c"image".as_ptr().cast()),
+            intercept::module_load_data(&mut module, APP_PTX.as_ptr().cast()),
             sys::CUresult::CUDA_SUCCESS
         );
         assert_eq!(
@@ -368,7 +374,7 @@ fn a_launch_of_unknown_layout_into_pinned_memory_is_replayed_with_it_captured() 
     // pointers to live locals.
     unsafe {
         assert_eq!(
-            sys::cuModuleLoadData(&mut module, c"image".as_ptr().cast()),
+            intercept::module_load_data(&mut module, APP_PTX.as_ptr().cast()),
             sys::CUresult::CUDA_SUCCESS
         );
         assert_eq!(

@@ -39,14 +39,14 @@ def report(name):
 
 
 progs = [p for p in ["gemm", "cnn", "transformer", "compiled"] if ("plain_" + p) in times]
-print("| program | output = plain (v3/t3/t38) | seen | replayed (N=3) | not replayed, by reason | inputs/outputs differ | cupti: outside wrappers | layout driver/image/extra/unknown | images loaded/read/compressed/ptx/unreadable, globals resolved/failed |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| program | output = plain (v3/t3/t38) | seen | replayed (N=3) | not replayed, by reason | inputs/outputs differ | cupti: outside wrappers | layout driver/image/extra/unknown | images loaded/read/decompressed/compressed/ptx/unreadable, globals resolved/failed | declined: globals unknown/image unknown, allowed |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for p in progs:
     ref = last("plain_" + p)
     same = "/".join("yes" if last(f"{k}_{p}") == ref and ref else "NO" for k in ["verify3", "timing3", "timing38"])
     v = report("verify3_" + p)
     if not v:
-        print(f"| {p} | {same} | - | - | - | - | - | - | - |")
+        print(f"| {p} | {same} | - | - | - | - | - | - | - | - |")
         continue
     s, i, c = v["summary"], v["interception"], v.get("cupti", {})
     recs = v["records"]
@@ -63,7 +63,7 @@ for p in progs:
     cup = c.get("status", "?")
     if cup == "subscribed":
         cup = f'{c.get("outside")} of {c.get("inside", 0) + c.get("outside", 0)} {json.dumps(c.get("outside_by_entry", {}))}'
-    print(f'| {p} | {same} | {i["launches_seen"]} | {s.get("replayed")} | {json.dumps(notr) if notr else "none"} | {din}/{dout} | {cup} | {i["layout_driver"]}/{i.get("layout_image", 0)}/{i["layout_extra"]}/{i["layout_unknown"]} | {"/".join(str(i.get(k, 0)) for k in ["images_loaded", "images_read", "images_compressed", "images_ptx", "images_unreadable"])}, {i.get("image_globals_resolved", 0)}/{i.get("image_globals_failed", 0)} |')
+    print(f'| {p} | {same} | {i["launches_seen"]} | {s.get("replayed")} | {json.dumps(notr) if notr else "none"} | {din}/{dout} | {cup} | {i["layout_driver"]}/{i.get("layout_image", 0)}/{i["layout_extra"]}/{i["layout_unknown"]} | {"/".join(str(i.get(k, 0)) for k in ["images_loaded", "images_read", "images_decompressed", "images_compressed", "images_ptx", "images_unreadable"])}, {i.get("image_globals_resolved", 0)}/{i.get("image_globals_failed", 0)} | {i.get("declined_globals_unknown", 0)}/{i.get("declined_image_unknown", 0)}, {i.get("allowed_globals_unknown", 0)} |')
 
 print()
 print("| program | wall plain | verify N=3 | timing N=3 | timing N=38 | added per pass N=3 | added per pass N=38 | captured per dispatch | peak pooled device | host peak RSS: plain / N=38 (+delta) | device in use at end: plain / N=38 (+delta) |")

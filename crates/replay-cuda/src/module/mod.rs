@@ -8,8 +8,11 @@
 //! variable, say) gets its address from a resolved symbol of the same section (section base
 //! plus symbol offset). A writable symbol that can be resolved neither way makes the module's
 //! enumeration incomplete, and a snapshot then declines `untracked_memory` rather than miss
-//! it. A PTX or fatbinary image has no ELF symbol table: its enumeration is incomplete too
-//! (load cubins, which is what NVRTC's `nvrtcGetCUBIN` returns for a real architecture).
+//! it. A PTX or fatbinary image loaded here has no ELF symbol table: its enumeration is
+//! incomplete too (load cubins, which is what NVRTC's `nvrtcGetCUBIN` returns for a real
+//! architecture). The application's images under interception are read further: a fat
+//! binary's entry for the device, decompressed where compressed ([`image`]), and a PTX
+//! text's `.global` variables ([`ptx`]).
 //!
 //! The [`ModuleRegistry`] of an agent is its [`replay_memory::ModuleVariables`]: it lists the
 //! variables of every module loaded through it and still alive, at snapshot time. The
@@ -18,6 +21,7 @@
 pub mod demangle;
 pub mod elf;
 pub mod image;
+pub mod ptx;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;

@@ -4,7 +4,9 @@
 //! function to its image.
 //!
 //! After a load succeeds the image is read in place ([`crate::module::image::image_at`], or
-//! the file read), the device's cubin chosen, and its `.nv.info` parameter tables and globals kept.
+//! the file read), the device's code chosen (a cubin, else PTX; a compressed fat-binary entry
+//! decompressed, [`crate::module::image`]), and its `.nv.info` parameter tables and globals
+//! kept (a PTX image's globals from its text, [`crate::module::ptx`]; it has no table).
 //! A launch whose layout the driver does not describe takes the table of its kernel's name
 //! (`image_layout`). Globals are resolved to addresses at the first launch on the image's
 //! device once a backend is open (`cuModuleGetGlobal`; for a library, `cuLibraryGetGlobal`
@@ -16,43 +18,77 @@
 //! globals inside [`replay_memory::Tracker::release_with`], so it waits for a restore in
 //! flight, before the driver unloads.
 //!
-//! Not read: PTX images (JIT-compiled: no table; their launches fall back to `extra` or an
-//! unknown layout, and their globals are not enumerated), compressed fat-binary entries
-//! (counted `images_compressed`), and a library's globals before any of its kernels runs.
+//! **Globals unknown.** An image whose code could not be read (not a known format, a
+//! compression not read, an inconsistent compressed entry, PTX that does not parse, no code for
+//! the device) has globals nobody knows, so its kernels are not replayed blind: their
+//! dispatches decline `untracked_memory` ("globals of IMAGE unknown"), counted
+//! `declined_globals_unknown`. So does a launch whose function cannot be mapped to an image
+//! loaded through the hooks (a function or kernel obtained by an entry the hooks do not see,
+//! such as `cuModuleEnumerateFunctions`, `cuLibraryEnumerateKernels` or `cuLibraryGetModule`
+//! and `cuModuleGetFunction`, or from a module loaded before the interception), counted
+//! `declined_image_unknown`; before declining, the driver is asked which module
+//! (`cuFuncGetModule`, also remembered for each library function `cuKernelGetFunction` gives)
+//! or library (`cuKernelGetLibrary`, CUDA 12.5+, where the driver has it) the function belongs
+//! to. `KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS=1` (default `0`; a malformed value is reported on
+//! stderr and keeps the default) replays them anyway, counted `allowed_globals_unknown`, for a
+//! user who knows those kernels write no module global. Not covered either way: another
+//! image's kernel writing such an image's globals through a pointer stored in device memory
+//! (memory nobody tracks, SPEC §7.2); a pointer to them passed as an argument is asked of the
+//! driver and declines.
+//!
+//! Not read: fat-binary wrappers of version 2 (prelinked lists), and a library's globals
+//! before any of its kernels runs (they are resolved then).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_uint, c_void, CStr, CString};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{self, CUfunction, CUresult};
 use parking_lot::Mutex;
-use replay_core::AgentId;
+use replay_core::{
+    AgentId, BackendError, Dispatch, Policy, Scope, Snapshot, SnapshotError, SnapshotPlan,
+    Snapshotter, WaitSpec,
+};
 use replay_memory::Tracker;
 use serde::Serialize;
 
 use crate::launch::ParamSlot;
 use crate::module::elf::GlobalSymbol;
-use crate::module::image::{self, ImageNote};
+use crate::module::image::{self, CodeFormat, ImageNote};
 use crate::module::ModuleRegistry;
 
-/// Counts of the images the application loaded.
+/// Environment variable: `1` replays kernels of images whose globals are unknown (default `0`).
+pub const ALLOW_UNKNOWN_GLOBALS_ENV: &str = "KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS";
+
+/// Counts of the images the application loaded, and of the launches their state decided.
 #[derive(Debug, Default, Serialize)]
 pub struct ImageCounters {
     /// Images the application loaded (`cuModuleLoad*`, `cuLibraryLoad*`).
     pub images_loaded: AtomicU64,
-    /// Images whose cubin was read (parameter tables, globals).
+    /// Images whose code for the device was read (a cubin's tables and symbols, or a PTX
+    /// text's globals): their globals are known.
     pub images_read: AtomicU64,
-    /// PTX images (no table to read).
+    /// Of those read, images whose code came from a compressed fat-binary entry.
+    pub images_decompressed: AtomicU64,
+    /// Images whose code for the device is PTX (read or not).
     pub images_ptx: AtomicU64,
-    /// Fat binaries whose cubin for the device is compressed (not read).
+    /// Fat binaries whose code for the device is compressed (decompressed or not).
     pub images_compressed: AtomicU64,
-    /// Images not readable, or without a cubin for the device.
+    /// Images whose code could not be read: their globals are unknown and their kernels
+    /// decline.
     pub images_unreadable: AtomicU64,
     /// Images whose writable globals were all resolved and registered.
     pub image_globals_resolved: AtomicU64,
     /// Images with a writable global that could not be resolved (replays decline while loaded).
     pub image_globals_failed: AtomicU64,
+    /// Dispatches declined because their image's globals are unknown.
+    pub declined_globals_unknown: AtomicU64,
+    /// Dispatches declined because their function maps to no image loaded through the hooks.
+    pub declined_image_unknown: AtomicU64,
+    /// Dispatches of either kind let past this check because
+    /// `KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS` says so.
+    pub allowed_globals_unknown: AtomicU64,
 }
 
 /// Module or library handle.
@@ -68,6 +104,10 @@ type Registered = (AgentId, Arc<ModuleRegistry>, Arc<Tracker>);
 /// What one loaded image gave.
 #[derive(Debug)]
 struct Image {
+    /// How the logs name it (its file, or its handle).
+    name: String,
+    /// Why its globals are unknown, when they are.
+    unknown: Option<String>,
     layouts: HashMap<String, Vec<ParamSlot>>,
     /// Globals not resolved yet (taken when resolved).
     pending: Mutex<Option<Vec<GlobalSymbol>>>,
@@ -81,6 +121,9 @@ struct Images {
     images: Mutex<HashMap<Handle, Arc<Image>>>,
     funcs: Mutex<HashMap<usize, (Handle, Arc<str>)>>,
     kernels: Mutex<HashMap<usize, (Handle, Arc<str>)>>,
+    /// The per-context module of a library, by module handle (from `cuFuncGetModule` of the
+    /// functions `cuKernelGetFunction` gave).
+    aliases: Mutex<HashMap<usize, Handle>>,
     counters: ImageCounters,
 }
 
@@ -116,32 +159,46 @@ fn current_sm() -> Option<u32> {
 }
 
 /// Records a loaded image; `bytes` is what the application gave (or the file's contents).
-fn record(handle: Handle, bytes: Result<&[u8], ImageNote>) {
+fn record(handle: Handle, file: Option<String>, bytes: Result<&[u8], ImageNote>) {
     let s = images();
-    s.counters.images_loaded.fetch_add(1, Ordering::Relaxed);
-    let sm = current_sm().unwrap_or(u32::MAX);
-    let info = bytes.and_then(|b| {
-        let c = image::cubin_for(b, sm)?;
-        image::read_cubin(c)
+    let c = &s.counters;
+    c.images_loaded.fetch_add(1, Ordering::Relaxed);
+    let name = file.unwrap_or_else(|| match handle {
+        Handle::Module(m) => format!("module {m:#x}"),
+        Handle::Library(l) => format!("library {l:#x}"),
     });
-    let info = match info {
+    let sm = current_sm().unwrap_or(u32::MAX);
+    let (info, unknown) = match bytes.and_then(|b| image::read_image(b, sm)) {
         Ok(i) => {
-            s.counters.images_read.fetch_add(1, Ordering::Relaxed);
-            i
+            c.images_read.fetch_add(1, Ordering::Relaxed);
+            if i.compression.is_some() {
+                c.images_compressed.fetch_add(1, Ordering::Relaxed);
+                c.images_decompressed.fetch_add(1, Ordering::Relaxed);
+            }
+            if i.format == CodeFormat::Ptx {
+                c.images_ptx.fetch_add(1, Ordering::Relaxed);
+            }
+            (i.code, None)
         }
         Err(note) => {
+            c.images_unreadable.fetch_add(1, Ordering::Relaxed);
             match note {
-                ImageNote::Ptx => &s.counters.images_ptx,
-                ImageNote::Compressed(_) => &s.counters.images_compressed,
-                ImageNote::NoCubin(_) | ImageNote::Unreadable(_) => &s.counters.images_unreadable,
-            }
-            .fetch_add(1, Ordering::Relaxed);
-            log::debug!("[kernel-replay] image {handle:?}: {note}");
-            Default::default()
+                ImageNote::Ptx(_) => c.images_ptx.fetch_add(1, Ordering::Relaxed),
+                ImageNote::Compressed { .. } | ImageNote::Decompression(_) => {
+                    c.images_compressed.fetch_add(1, Ordering::Relaxed)
+                }
+                ImageNote::NoCubin(_) | ImageNote::Unreadable(_) => 0,
+            };
+            log::info!(
+                "[kernel-replay] {name}: {note}; its globals are unknown, so its kernels decline"
+            );
+            (Default::default(), Some(note.to_string()))
         }
     };
     let writable = info.globals.iter().any(|g| !g.read_only && g.size > 0);
     let img = Arc::new(Image {
+        name,
+        unknown,
         layouts: info.layouts,
         pending: Mutex::new(writable.then_some(info.globals)),
         registered: Mutex::new(None),
@@ -149,17 +206,230 @@ fn record(handle: Handle, bytes: Result<&[u8], ImageNote>) {
     s.images.lock().insert(handle, img);
 }
 
+/// A driver entry that older drivers may lack, looked up in the loaded driver itself (so never
+/// one of the interception's own exported wrappers); `None` where it is absent.
+fn optional_entry(name: &'static CStr) -> Option<usize> {
+    use libloading::os::unix::{Library, RTLD_NOW};
+    static DRIVER: OnceLock<Option<Library>> = OnceLock::new();
+    static ENTRIES: Mutex<Vec<(&'static CStr, Option<usize>)>> = Mutex::new(Vec::new());
+    if let Some(&(_, p)) = ENTRIES.lock().iter().find(|(n, _)| *n == name) {
+        return p;
+    }
+    // SAFETY: the driver is already loaded (the application's calls reached the hooks), so
+    // this opens it again by its soname, running no initialiser.
+    let lib = DRIVER.get_or_init(|| unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW) }.ok());
+    // SAFETY: only the address is taken; it is called through its declared type below.
+    let p = lib.as_ref().and_then(|l| unsafe {
+        l.get::<*const c_void>(name.to_bytes())
+            .ok()
+            .map(|sym| *sym as usize)
+            .filter(|&p| p != 0)
+    });
+    ENTRIES.lock().push((name, p));
+    p
+}
+
+/// `cuFuncGetModule(f)`, where the driver answers.
+fn module_of(f: CUfunction) -> Option<usize> {
+    type F = unsafe extern "C" fn(*mut sys::CUmodule, CUfunction) -> CUresult;
+    let p = optional_entry(c"cuFuncGetModule")?;
+    // SAFETY: the driver's entry of this name has this type (cuda.h).
+    let call: F = unsafe { std::mem::transmute::<usize, F>(p) };
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: the application's function handle; an out pointer to a live local.
+    let r = unsafe { call(&mut m, f) };
+    (r == CUresult::CUDA_SUCCESS && !m.is_null()).then_some(m as usize)
+}
+
+/// `cuKernelGetLibrary(k)` (CUDA 12.5+), where the driver has it and `k` is a kernel.
+fn library_of(k: sys::CUkernel) -> Option<usize> {
+    type F = unsafe extern "C" fn(*mut sys::CUlibrary, sys::CUkernel) -> CUresult;
+    let p = optional_entry(c"cuKernelGetLibrary")?;
+    // SAFETY: the driver's entry of this name has this type (cuda.h).
+    let call: F = unsafe { std::mem::transmute::<usize, F>(p) };
+    let mut l: sys::CUlibrary = std::ptr::null_mut();
+    // SAFETY: a handle of the application's (the driver rejects one that is not a kernel);
+    // an out pointer to a live local.
+    let r = unsafe { call(&mut l, k) };
+    (r == CUresult::CUDA_SUCCESS && !l.is_null()).then_some(l as usize)
+}
+
+/// The driver's (mangled) name of `f`, what the image's tables are keyed by.
+fn raw_name(f: CUfunction) -> Option<Arc<str>> {
+    let mut p: *const c_char = std::ptr::null();
+    // SAFETY: the application's handle; an out pointer to a live local.
+    let mut r = unsafe { sys::cuFuncGetName(&mut p, f) };
+    if r != CUresult::CUDA_SUCCESS || p.is_null() {
+        // SAFETY: as above; a CUkernel may stand where a CUfunction is expected.
+        r = unsafe { sys::cuKernelGetName(&mut p, f as sys::CUkernel) };
+    }
+    (r == CUresult::CUDA_SUCCESS && !p.is_null()).then(|| name_of(p))
+}
+
+/// The recorded image `h` stands for: itself, or the library whose per-context module it is.
+fn canonical(h: Handle) -> Option<Handle> {
+    let s = images();
+    if s.images.lock().contains_key(&h) {
+        return Some(h);
+    }
+    match h {
+        Handle::Module(m) => s.aliases.lock().get(&m).copied(),
+        Handle::Library(_) => None,
+    }
+}
+
+/// The image and name of function (or kernel) `f`: what the hooks saw, else what the driver
+/// says it belongs to (then remembered); `None` when no image the hooks recorded holds it (a
+/// module loaded outside them, or one `cuLibraryGetModule` gave and nothing tied to its
+/// library).
+fn image_of(f: CUfunction) -> Option<(Handle, Arc<str>)> {
+    let s = images();
+    let seen = s.funcs.lock().get(&(f as usize)).cloned();
+    let seen = seen.or_else(|| s.kernels.lock().get(&(f as usize)).cloned());
+    if let Some((h, name)) = &seen {
+        if let Some(c) = canonical(*h) {
+            return Some((c, Arc::clone(name)));
+        }
+    }
+    let handle = module_of(f)
+        .and_then(|m| canonical(Handle::Module(m)))
+        .or_else(|| library_of(f as sys::CUkernel).and_then(|l| canonical(Handle::Library(l))))?;
+    let name = match seen {
+        Some((_, n)) => n,
+        None => raw_name(f)?,
+    };
+    let e = (handle, name);
+    s.funcs.lock().insert(f as usize, e.clone());
+    Some(e)
+}
+
 /// The parameter table of function `f`'s kernel in its image, when one was read.
 pub(crate) fn image_layout(f: CUfunction) -> Option<Vec<ParamSlot>> {
-    let imgs = images();
-    let (h, name) = imgs
-        .funcs
-        .lock()
-        .get(&(f as usize))
-        .cloned()
-        .or_else(|| imgs.kernels.lock().get(&(f as usize)).cloned())?;
-    let img = imgs.images.lock().get(&h).cloned()?;
+    let (h, name) = image_of(f)?;
+    let img = images().images.lock().get(&h).cloned()?;
     img.layouts.get(&*name).cloned()
+}
+
+/// Why a kernel is not to be replayed blind (the module docs' "Globals unknown").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unknown {
+    /// Its image was read, but not its globals.
+    Globals(String),
+    /// Its function maps to no image the hooks saw loaded.
+    Image(String),
+}
+
+/// Whether launches of `f` (named `kernel`) meet unknown globals, and why.
+pub(crate) fn unknown_globals(f: CUfunction, kernel: &str) -> Option<Unknown> {
+    let Some((h, _)) = image_of(f) else {
+        return Some(Unknown::Image(format!(
+            "the image of kernel {kernel} is unknown (its function was obtained outside the \
+             hooks of the code-loading entries), so its module globals are unknown"
+        )));
+    };
+    let img = images().images.lock().get(&h).cloned()?;
+    let why = img.unknown.as_ref()?;
+    Some(Unknown::Globals(format!(
+        "globals of {} unknown ({why}): kernel {kernel} is not replayed blind",
+        img.name
+    )))
+}
+
+static ALLOW: AtomicU8 = AtomicU8::new(0);
+
+/// What `KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS` says: `Ok(allow)` or why the value is malformed.
+pub fn parse_allow(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
+    let Some(v) = value else { return Ok(false) };
+    match v.to_str().map(str::trim) {
+        Some("" | "0" | "false" | "no" | "off") => Ok(false),
+        Some("1" | "true" | "yes" | "on") => Ok(true),
+        _ => Err(format!(
+            "{ALLOW_UNKNOWN_GLOBALS_ENV}={v:?} is not 0/1/true/false/yes/no/on/off"
+        )),
+    }
+}
+
+/// Whether kernels of images whose globals are unknown replay anyway (the environment, read
+/// once, or [`set_allow_unknown_globals`]).
+pub fn allow_unknown_globals() -> bool {
+    match ALLOW.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let allow = match parse_allow(std::env::var_os(ALLOW_UNKNOWN_GLOBALS_ENV).as_deref()) {
+                Ok(a) => a,
+                Err(why) => {
+                    eprintln!(
+                        "[kernel-replay] {why}; kernels of images whose globals are unknown decline"
+                    );
+                    false
+                }
+            };
+            ALLOW.store(if allow { 2 } else { 1 }, Ordering::Relaxed);
+            allow
+        }
+    }
+}
+
+/// Sets what [`allow_unknown_globals`] answers (an embedding tool; tests).
+pub fn set_allow_unknown_globals(allow: bool) {
+    ALLOW.store(if allow { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// The memory engine of a launch whose kernel may meet unknown globals: its plan names them
+/// uncapturable (so the window declines `untracked_memory` with the reason), unless the user
+/// allows it.
+pub(crate) struct GlobalsGate<'a> {
+    inner: &'a dyn Snapshotter,
+    unknown: Option<Unknown>,
+}
+
+impl<'a> GlobalsGate<'a> {
+    /// `inner` planning for a launch with `unknown` globals (from [`unknown_globals`]).
+    pub(crate) fn new(inner: &'a dyn Snapshotter, unknown: Option<Unknown>) -> Self {
+        Self { inner, unknown }
+    }
+}
+
+impl Snapshotter for GlobalsGate<'_> {
+    fn plan(
+        &self,
+        dispatch: &Dispatch,
+        scope: Scope,
+        policy: &Policy,
+    ) -> Result<SnapshotPlan, BackendError> {
+        let mut plan = self.inner.plan(dispatch, scope, policy)?;
+        let Some(u) = &self.unknown else {
+            return Ok(plan);
+        };
+        let c = &images().counters;
+        if allow_unknown_globals() {
+            c.allowed_globals_unknown.fetch_add(1, Ordering::Relaxed);
+        } else if plan.uncapturable.is_none() {
+            let (counter, why) = match u {
+                Unknown::Globals(w) => (&c.declined_globals_unknown, w),
+                Unknown::Image(w) => (&c.declined_image_unknown, w),
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            plan.uncapturable = Some(format!(
+                "{why} (set {ALLOW_UNKNOWN_GLOBALS_ENV}=1 to replay it anyway)"
+            ));
+        }
+        Ok(plan)
+    }
+
+    fn capture(
+        &self,
+        plan: &SnapshotPlan,
+        policy: &Policy,
+        wait: &WaitSpec<'_>,
+    ) -> Result<Box<dyn Snapshot>, SnapshotError> {
+        self.inner.capture(plan, policy, wait)
+    }
+
+    fn pooled_peak_bytes(&self) -> u64 {
+        self.inner.pooled_peak_bytes()
+    }
 }
 
 /// Resolves the globals of every loaded module, and of the library `f` belongs to, into
@@ -171,13 +441,7 @@ pub(crate) fn resolve_globals(
     tracker: &Arc<Tracker>,
 ) {
     let s = images();
-    let own = s
-        .funcs
-        .lock()
-        .get(&(f as usize))
-        .cloned()
-        .or_else(|| s.kernels.lock().get(&(f as usize)).cloned())
-        .map(|(h, _)| h);
+    let own = image_of(f).map(|(h, _)| h);
     let todo: Vec<(Handle, Arc<Image>)> = s
         .images
         .lock()
@@ -234,6 +498,7 @@ fn forget(handle: Handle) {
     let img = s.images.lock().remove(&handle);
     s.funcs.lock().retain(|_, (h, _)| *h != handle);
     s.kernels.lock().retain(|_, (h, _)| *h != handle);
+    s.aliases.lock().retain(|_, h| *h != handle);
     let Some(img) = img else { return };
     let Some((agent, registry, tracker)) = img.registered.lock().take() else {
         return;
@@ -242,6 +507,15 @@ fn forget(handle: Handle) {
     tracker.release_with(agent, &ranges, || {
         registry.remove_foreign(key(handle));
     });
+}
+
+fn file_name(name: *const c_char) -> Option<String> {
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: the entry's contract: a NUL-terminated path.
+    let path = unsafe { CStr::from_ptr(name) };
+    Some(path.to_string_lossy().into_owned())
 }
 
 fn read_file(name: *const c_char) -> Result<Vec<u8>, ImageNote> {
@@ -279,6 +553,7 @@ pub(crate) unsafe fn hook_module_load(
         // SAFETY: the driver wrote the handle.
         record(
             Handle::Module(unsafe { *m } as usize),
+            file_name(fname),
             read_file(fname).as_deref().map_err(Clone::clone),
         );
     }
@@ -300,7 +575,7 @@ pub(crate) unsafe fn hook_module_load_data(
     let r = unsafe { real(m, image) };
     if r == CUresult::CUDA_SUCCESS && !m.is_null() {
         // SAFETY: the driver wrote the handle.
-        record(Handle::Module(unsafe { *m } as usize), copy(image));
+        record(Handle::Module(unsafe { *m } as usize), None, copy(image));
     }
     r
 }
@@ -329,7 +604,7 @@ pub(crate) unsafe fn hook_module_load_data_ex(
     let r = unsafe { real(m, image, n, opts, vals) };
     if r == CUresult::CUDA_SUCCESS && !m.is_null() {
         // SAFETY: the driver wrote the handle.
-        record(Handle::Module(unsafe { *m } as usize), copy(image));
+        record(Handle::Module(unsafe { *m } as usize), None, copy(image));
     }
     r
 }
@@ -367,7 +642,7 @@ pub(crate) unsafe fn hook_library_load_data(
     let r = unsafe { real(l, code, jo, jv, nj, lo, lv, nl) };
     if r == CUresult::CUDA_SUCCESS && !l.is_null() {
         // SAFETY: the driver wrote the handle.
-        record(Handle::Library(unsafe { *l } as usize), copy(code));
+        record(Handle::Library(unsafe { *l } as usize), None, copy(code));
     }
     r
 }
@@ -396,6 +671,7 @@ pub(crate) unsafe fn hook_library_load_file(
         // SAFETY: the driver wrote the handle.
         record(
             Handle::Library(unsafe { *l } as usize),
+            file_name(fname),
             read_file(fname).as_deref().map_err(Clone::clone),
         );
     }
@@ -498,9 +774,22 @@ pub(crate) unsafe fn hook_kernel_get_function(
     let r = unsafe { real(f, k) };
     if r == CUresult::CUDA_SUCCESS && !f.is_null() {
         let imgs = images();
-        if let Some(e) = imgs.kernels.lock().get(&(k as usize)).cloned() {
-            // SAFETY: the driver wrote the handle.
-            imgs.funcs.lock().insert(unsafe { *f } as usize, e);
+        // SAFETY: the driver wrote the handle.
+        let func = unsafe { *f };
+        let known = imgs.kernels.lock().get(&(k as usize)).cloned();
+        // A kernel the hooks did not see fetched (`cuLibraryEnumerateKernels`): its library,
+        // where the driver says it.
+        let e = known.or_else(|| {
+            let l = Handle::Library(library_of(k)?);
+            imgs.images.lock().contains_key(&l).then_some(())?;
+            Some((l, raw_name(func)?))
+        });
+        if let Some(e) = e {
+            // The library's module in this context: other functions of it map to the library.
+            if let Some(m) = module_of(func) {
+                imgs.aliases.lock().insert(m, e.0);
+            }
+            imgs.funcs.lock().insert(func as usize, e);
         }
     }
     r

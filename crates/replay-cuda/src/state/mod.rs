@@ -559,6 +559,8 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     }
     s.register_stream(&backend, l.stream);
     images::resolve_globals(agent, l.f, backend.modules(), &s.tracker);
+    // An image whose globals are unknown declines in the window's admission (`images`).
+    let unknown = images::unknown_globals(l.f, &info.name);
     let capture = capture_status(l.stream)
         .map(|c| c.is_live())
         .unwrap_or(false);
@@ -650,7 +652,8 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     };
     s.counters.submitted.fetch_add(1, Ordering::Relaxed);
     *reached = true;
-    let r = service.submit(&**backend.agent(), &**backend.engine(), dispatch);
+    let memory = images::GlobalsGate::new(&**backend.engine(), unknown);
+    let r = service.submit(&**backend.agent(), &memory, dispatch);
     backend.agent().unregister_launch(handle);
     backend.memory().release_deferred(false);
     let rl = captured.relaunch.as_ref().expect("set above");

@@ -6,8 +6,10 @@
  * cuFuncGetName / cuKernelGetName / cuKernelGetParamInfo, cuCtxGetDevice, cuMemAllocPitch,
  * cuGraphLaunch_ptsz, cuMemsetD2D32Async, cuModuleLoadFatBinary, the library entries
  * (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction, cuLibraryGetGlobal,
- * cuLibraryUnload: a library is a module), and the injection call of a real driver: cuInit calls
- * InitializeInjection() of the library named in CUDA_INJECTION64_PATH, once.
+ * cuLibraryUnload: a library is a module), cuFuncGetModule (the module each function was
+ * fetched from), and the injection call of a real driver: cuInit calls InitializeInjection()
+ * of the library named in CUDA_INJECTION64_PATH, once. cuKernelGetLibrary is absent, as in
+ * drivers before CUDA 12.5.
  *
  * A function fetched as "opaque_NAME" runs kernel NAME but the driver cannot describe its
  * parameters (cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED), as for PyTorch's
@@ -58,12 +60,40 @@ CUresult cuInit(unsigned flags) {
     return r;
 }
 
+/* Which module each function came from (cuFuncGetModule), the most recent 4096. */
+#define N_OWNERS 4096
+static void* owner_fn[N_OWNERS];
+static void* owner_mod[N_OWNERS];
+static unsigned n_owners;
+static pthread_mutex_t owners_lock = PTHREAD_MUTEX_INITIALIZER;
+
 CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
     int op = strncmp(name, "opaque_", 7) == 0;
     CUresult r = fake_base_cuModuleGetFunction(f, m, op ? name + 7 : name);
     if (r == OK && op && n_opaque < 64) {
         opaque[n_opaque++] = *f;
     }
+    if (r == OK) {
+        pthread_mutex_lock(&owners_lock);
+        owner_fn[n_owners % N_OWNERS] = *f;
+        owner_mod[n_owners % N_OWNERS] = m;
+        n_owners++;
+        pthread_mutex_unlock(&owners_lock);
+    }
+    return r;
+}
+
+CUresult cuFuncGetModule(void** m, void* f) {
+    CUresult r = E_INVALID_HANDLE;
+    pthread_mutex_lock(&owners_lock);
+    for (unsigned i = 0; i < N_OWNERS && i < n_owners; ++i) {
+        if (owner_fn[i] == f) {
+            *m = owner_mod[i];
+            r = OK;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&owners_lock);
     return r;
 }
 
