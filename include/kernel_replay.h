@@ -208,7 +208,10 @@ enum kreplay_scope {
     KREPLAY_SCOPE_ARGUMENTS = 1,
     /** The policy default, resolved per dispatch (SPEC 7.2); an outcome names what ran, never
      *  this (its JSON's scope_auto says that auto chose it). */
-    KREPLAY_SCOPE_AUTO = 2
+    KREPLAY_SCOPE_AUTO = 2,
+    /** Predicted chunks inside the regions the arguments reach (issue 18); what `auto`
+     *  resolves to where it would pick `arguments`. */
+    KREPLAY_SCOPE_PREDICTED = 3
 };
 
 /** kreplay_restore: how memory is put back between passes (SPEC 7.4). */

@@ -233,6 +233,7 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     value!(KREPLAY_SCOPE_ALL),
     value!(KREPLAY_SCOPE_ARGUMENTS),
     value!(KREPLAY_SCOPE_AUTO),
+    value!(KREPLAY_SCOPE_PREDICTED),
     value!(KREPLAY_RESTORE_FULL),
     value!(KREPLAY_RESTORE_DIRTY),
     value!(KREPLAY_RESTORE_AUTO),

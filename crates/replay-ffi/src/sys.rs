@@ -150,6 +150,8 @@ pub const KREPLAY_SCOPE_ALL: kreplay_scope_t = 0;
 pub const KREPLAY_SCOPE_ARGUMENTS: kreplay_scope_t = 1;
 /// `auto` (the policy default; never what an outcome names).
 pub const KREPLAY_SCOPE_AUTO: kreplay_scope_t = 2;
+/// `predicted` (chunks inside the regions the arguments reach).
+pub const KREPLAY_SCOPE_PREDICTED: kreplay_scope_t = 3;
 
 /// `kreplay_restore_t`.
 pub type kreplay_restore_t = u32;

@@ -154,6 +154,7 @@ pub mod engine;
 pub mod modules;
 mod plan;
 mod pool;
+mod predict;
 mod restore;
 mod shared;
 mod snapshot;

@@ -113,6 +113,7 @@ pub(crate) fn scope_code(s: Scope) -> kreplay_scope_t {
         Scope::All => KREPLAY_SCOPE_ALL,
         Scope::Arguments => KREPLAY_SCOPE_ARGUMENTS,
         Scope::Auto => KREPLAY_SCOPE_AUTO,
+        Scope::Predicted => KREPLAY_SCOPE_PREDICTED,
     }
 }
 
