@@ -470,6 +470,69 @@ mod tests {
     }
 
     #[test]
+    fn at_most_max_kernels_are_kept_least_recently_used_first_out() {
+        let r = region();
+        let p = Predictor::default();
+        let written = [Changed {
+            start: r.base,
+            end: r.base + C,
+            alloc_base: r.base,
+            generation: 7,
+        }];
+        for sym in 0..(MAX_KERNELS as u64 + 50) {
+            let pending = Pending {
+                ticket: 1,
+                kernel: key(sym),
+                predicted: vec![(r, SmallVec::new())],
+                spans: Vec::new(),
+            };
+            p.observe(&pending, &written, &[]);
+            // Kernel 0 stays in use, so it is never the one evicted.
+            assert!(p.lookup(&key(0)).is_some(), "after {sym}");
+        }
+        assert_eq!(p.kernels(), MAX_KERNELS);
+        assert!(p.lookup(&key(1)).is_none(), "the least recently used went");
+    }
+
+    #[test]
+    fn unloads_forget_their_kernels_only() {
+        let r = region();
+        let p = Predictor::default();
+        let t = Tracker::new();
+        let written = [Changed {
+            start: r.base,
+            end: r.base + C,
+            alloc_base: r.base,
+            generation: 7,
+        }];
+        for code in [1, 2] {
+            let pending = Pending {
+                ticket: 1,
+                kernel: KernelKey {
+                    agent: AgentId(0),
+                    code_object: code,
+                    symbol: 9,
+                },
+                predicted: vec![(r, SmallVec::new())],
+                spans: Vec::new(),
+            };
+            p.observe(&pending, &written, &[]);
+        }
+        t.record_unload(AgentId(1), 2);
+        p.forget_unloaded(&t, AgentId(0));
+        assert_eq!(p.kernels(), 2, "another agent's unload");
+        t.record_unload(AgentId(0), 2);
+        p.forget_unloaded(&t, AgentId(0));
+        assert_eq!(p.kernels(), 1);
+        // Fallen behind the tracker's log: everything goes.
+        for _ in 0..300 {
+            t.record_unload(AgentId(0), 99);
+        }
+        p.forget_unloaded(&t, AgentId(0));
+        assert_eq!(p.kernels(), 0);
+    }
+
+    #[test]
     fn ranges_stay_bounded() {
         let mut v: SmallVec<[Learned; 4]> = (0..100)
             .map(|i| Learned {
