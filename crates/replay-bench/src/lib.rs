@@ -166,6 +166,7 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
                 o.scopes = list(&take(&mut i)?, |s| match s {
                     "all" => Some(Scope::All),
                     "arguments" => Some(Scope::Arguments),
+                    "predicted" => Some(Scope::Predicted),
                     _ => None,
                 })?
             }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use replay_core::{
-    KernelKey, MemoryClass, Outcome, OutcomeRecord, PredictFallback, PredictSource, PredictWhen, Reason,
-    RestoreMode, Scope,
+    KernelKey, MemoryClass, Outcome, OutcomeRecord, PredictFallback, PredictSource, PredictWhen,
+    Reason, RestoreMode, Scope,
 };
 use replay_memory::engine::{FIRST_WINDOW_CHUNKS, MAX_RANGES};
 use replay_mock::{KernArgs, Kernel, KernelCtx, KernelError, ModuleSpec, SimRuntime};
@@ -163,7 +163,8 @@ fn shape() -> impl Strategy<Value = Shape> {
 
 /// Pointer positions that keep every range of `shape()` inside the pool.
 fn position() -> impl Strategy<Value = u64> {
-    (16u64..=(512 - 90)).prop_flat_map(|c| (Just(c), 0u64..1024).prop_map(|(c, b)| c * CHUNK + b * 4))
+    (16u64..=(512 - 90))
+        .prop_flat_map(|c| (Just(c), 0u64..1024).prop_map(|(c, b)| c * CHUNK + b * 4))
 }
 
 proptest! {
@@ -395,8 +396,18 @@ fn auto_resolves_to_predicted_on_the_simulator() {
     done.wait().unwrap();
     let rec = done.record().unwrap();
     assert_outcome(&rec, Outcome::Replayed, Reason::None);
-    assert_eq!((rec.scope, rec.scope_auto), (Scope::Predicted, true), "{rec}");
-    assert!(rec.predicted_bytes > 0 && rec.predicted_bytes < POOL / 4, "{rec}");
-    assert!(rec.to_string().contains(" predict_source=first_rule "), "{rec}");
+    assert_eq!(
+        (rec.scope, rec.scope_auto),
+        (Scope::Predicted, true),
+        "{rec}"
+    );
+    assert!(
+        rec.predicted_bytes > 0 && rec.predicted_bytes < POOL / 4,
+        "{rec}"
+    );
+    assert!(
+        rec.to_string().contains(" predict_source=first_rule "),
+        "{rec}"
+    );
     finish(&rt);
 }
