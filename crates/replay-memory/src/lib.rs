@@ -137,16 +137,18 @@
 //!   byte ranges relative to the argument pointer at or below them (or to an allocation),
 //!   learned from the first check of each dispatch (which digests the predicted chunks too),
 //!   bounded at [`engine::MAX_KERNELS`] kernels (least recently used evicted) ×
-//!   [`engine::MAX_RANGES`] ranges, about 0.5 MiB per agent, and forgotten when the code
-//!   object is unloaded ([`Tracker::record_unload`]). A kernel seen for the first time gets
-//!   the first rule (from each pointer to the next pointer into the same region, at most
-//!   [`engine::FIRST_WINDOW_CHUNKS`] chunks); one that missed [`engine::MAX_MISSES`] times
-//!   gets `arguments` (`all` when it wrote where no argument points). With the policy's
-//!   `predict=spill` (the default) regions are predicted only when the regions the arguments
-//!   reach would not fit the device tier whole, else the plan is `arguments`; the record says
-//!   which (`predict_source`, `predict_fallback`). Captured parts of an allocation are regions
-//!   of their own with the allocation's generation: their liveness is that the allocation
-//!   holding them has that generation and still contains them.
+//!   [`engine::MAX_RANGES`] ranges (40 bytes each; under 1 MiB per agent), and forgotten
+//!   when the code object is unloaded ([`Tracker::record_unload`]). A kernel seen for the
+//!   first time gets the first rule (from each pointer to the next pointer into the same
+//!   region, at most [`engine::FIRST_WINDOW_CHUNKS`] chunks); one that missed
+//!   [`engine::MAX_MISSES`] times gets `arguments` (`all` when it wrote where no argument
+//!   points). With the policy's `predict=spill` (the default) regions are predicted only
+//!   when the regions the arguments reach would not fit the device tier whole, else the plan
+//!   is `arguments`; the record says which (`predict_source`, `predict_fallback`). Captured
+//!   parts of an allocation are regions of their own with the allocation's generation: their
+//!   liveness is that the allocation holding them has that generation and still contains
+//!   them. A chunk rewritten with the bytes it held is not seen as written (nothing needs
+//!   restoring there), so a kernel that sometimes writes identical values may miss later.
 //! - **Module variables.** Read-only ones and the one-byte `__hip_cuid_*` markers are skipped;
 //!   a variable (or the part of one) already covered by a captured region or an earlier
 //!   variable is not captured twice; large ones go through the tiers like any region. An

@@ -27,7 +27,8 @@
 //!   argument points) until its code object is unloaded.
 //! - **Bounds.** At most [`MAX_KERNELS`] kernels per engine (least recently used evicted) ×
 //!   [`MAX_RANGES`] ranges each (the closest ranges of one anchor merged, else the smallest
-//!   dropped): about 0.5 MiB per agent at most. Forgetting is only ever a cost (a first rule,
+//!   dropped): under 1 MiB per agent (a range is 40 bytes, a kernel with its key and full
+//!   ranges under 1 KiB). Forgetting is only ever a cost (a first rule,
 //!   or a miss), never a fault: a prediction decides what is copied, the scope check decides
 //!   what is safe.
 //! - **Forgetting.** Unloads reach the engine through [`Tracker::record_unload`]; before each
@@ -530,6 +531,15 @@ mod tests {
         }
         p.forget_unloaded(&t, AgentId(0));
         assert_eq!(p.kernels(), 0);
+    }
+
+    #[test]
+    fn a_kernel_costs_under_a_kibibyte() {
+        assert!(std::mem::size_of::<Learned>() <= 40);
+        let per_kernel = std::mem::size_of::<KernelKey>()
+            + std::mem::size_of::<KernelPrediction>()
+            + MAX_RANGES * std::mem::size_of::<Learned>();
+        assert!(per_kernel < 1024, "{per_kernel} bytes");
     }
 
     #[test]
