@@ -208,7 +208,28 @@ enum kreplay_scope {
     KREPLAY_SCOPE_ARGUMENTS = 1,
     /** The policy default, resolved per dispatch (SPEC 7.2); an outcome names what ran, never
      *  this (its JSON's scope_auto says that auto chose it). */
-    KREPLAY_SCOPE_AUTO = 2
+    KREPLAY_SCOPE_AUTO = 2,
+    /** Predicted chunks inside the regions the arguments reach (issue 18); what `auto`
+     *  resolves to where it would pick `arguments`. */
+    KREPLAY_SCOPE_PREDICTED = 3
+};
+
+/** kreplay_predict_source: how scope `predicted` chose its chunks (issue 18). */
+typedef uint32_t kreplay_predict_source_t;
+enum kreplay_predict_source {
+    KREPLAY_PREDICT_SOURCE_NONE = 0,
+    KREPLAY_PREDICT_SOURCE_FIRST_RULE = 1,
+    KREPLAY_PREDICT_SOURCE_LEARNED = 2
+};
+
+/** kreplay_predict_fallback: why scope `predicted` planned a region scope (issue 18). */
+typedef uint32_t kreplay_predict_fallback_t;
+enum kreplay_predict_fallback {
+    KREPLAY_PREDICT_FALLBACK_NONE = 0,
+    KREPLAY_PREDICT_FALLBACK_FITS_DEVICE = 1,
+    KREPLAY_PREDICT_FALLBACK_SMALL_REGIONS = 2,
+    KREPLAY_PREDICT_FALLBACK_REPEATED_MISSES = 3,
+    KREPLAY_PREDICT_FALLBACK_UNKNOWN_LAYOUT = 4
 };
 
 /** kreplay_restore: how memory is put back between passes (SPEC 7.4). */
@@ -340,6 +361,17 @@ typedef struct kreplay_outcome_t {
      *  scope check (0 before the first): pass_compared_bytes_count values. */
     const uint64_t* pass_compared_bytes;
     uint64_t pass_compared_bytes_count;
+    /* Scope `predicted` (issue 18); present when `size` reaches them. */
+    /** Bytes captured because the prediction named them. */
+    uint64_t predicted_bytes;
+    /** Digest chunks found written outside the prediction (the dispatch then truncated). */
+    uint32_t prediction_misses;
+    /** A kreplay_predict_source value: how the predicted chunks were chosen. */
+    kreplay_predict_source_t predict_source;
+    /** A kreplay_predict_fallback value: why scope `predicted` planned a region scope. */
+    kreplay_predict_fallback_t predict_fallback;
+    /** Zero; keeps the struct free of tail padding. */
+    uint32_t reserved0;
 } kreplay_outcome_t;
 
 /** Aggregate over the run (SPEC 8). Filled by kreplay_summary_get(). */
@@ -1186,12 +1218,12 @@ kreplay_status_t kreplay_abi_layout(const char* name, uint64_t* value);
 #if defined(__cplusplus) && __cplusplus >= 201103L
 static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t layout");
 static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
-static_assert(sizeof(kreplay_outcome_t) == 200, "kreplay_outcome_t layout");
+static_assert(sizeof(kreplay_outcome_t) == 224, "kreplay_outcome_t layout");
 static_assert(sizeof(kreplay_sim_counter_sample_t) == 48, "kreplay_sim_counter_sample_t layout");
 #elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t layout");
 _Static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
-_Static_assert(sizeof(kreplay_outcome_t) == 200, "kreplay_outcome_t layout");
+_Static_assert(sizeof(kreplay_outcome_t) == 224, "kreplay_outcome_t layout");
 _Static_assert(sizeof(kreplay_sim_counter_sample_t) == 48, "kreplay_sim_counter_sample_t layout");
 #endif
 #endif

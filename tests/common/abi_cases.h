@@ -117,6 +117,11 @@ static const kr_fact kr_facts[] = {
     KR_OFF(kreplay_outcome_t, pass_restored_bytes_count),
     KR_OFF(kreplay_outcome_t, pass_compared_bytes),
     KR_OFF(kreplay_outcome_t, pass_compared_bytes_count),
+    KR_OFF(kreplay_outcome_t, predicted_bytes),
+    KR_OFF(kreplay_outcome_t, prediction_misses),
+    KR_OFF(kreplay_outcome_t, predict_source),
+    KR_OFF(kreplay_outcome_t, predict_fallback),
+    KR_OFF(kreplay_outcome_t, reserved0),
     KR_SIZE(kreplay_summary_t),
     KR_ALIGN(kreplay_summary_t),
     KR_OFF(kreplay_summary_t, size),
@@ -211,6 +216,15 @@ static const kr_fact kr_facts[] = {
     KR_VAL(KREPLAY_SCOPE_ALL),
     KR_VAL(KREPLAY_SCOPE_ARGUMENTS),
     KR_VAL(KREPLAY_SCOPE_AUTO),
+    KR_VAL(KREPLAY_SCOPE_PREDICTED),
+    KR_VAL(KREPLAY_PREDICT_SOURCE_NONE),
+    KR_VAL(KREPLAY_PREDICT_SOURCE_FIRST_RULE),
+    KR_VAL(KREPLAY_PREDICT_SOURCE_LEARNED),
+    KR_VAL(KREPLAY_PREDICT_FALLBACK_NONE),
+    KR_VAL(KREPLAY_PREDICT_FALLBACK_FITS_DEVICE),
+    KR_VAL(KREPLAY_PREDICT_FALLBACK_SMALL_REGIONS),
+    KR_VAL(KREPLAY_PREDICT_FALLBACK_REPEATED_MISSES),
+    KR_VAL(KREPLAY_PREDICT_FALLBACK_UNKNOWN_LAYOUT),
     KR_VAL(KREPLAY_RESTORE_FULL),
     KR_VAL(KREPLAY_RESTORE_DIRTY),
     KR_VAL(KREPLAY_RESTORE_AUTO),
@@ -370,7 +384,7 @@ static void kr_check_layout(void) {
              sizeof(kreplay_replay_payload_t));
     KR_CHECK(offsetof(kreplay_dispatch_info_t, group_segment_size) + sizeof(uint32_t) ==
              sizeof(kreplay_dispatch_info_t));
-    KR_CHECK(offsetof(kreplay_outcome_t, pass_compared_bytes_count) + sizeof(uint64_t) ==
+    KR_CHECK(offsetof(kreplay_outcome_t, reserved0) + sizeof(uint32_t) ==
              sizeof(kreplay_outcome_t));
 
     {

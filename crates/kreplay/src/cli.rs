@@ -52,7 +52,7 @@ pub enum Command {
 }
 
 /// One line per command, with the forms of `bench`.
-const USAGE: &str = "kreplay demo [--passes N] [--json] [--inject FAULT] [--scope auto|all|arguments] [--restore auto|full|dirty]
+const USAGE: &str = "kreplay demo [--passes N] [--json] [--inject FAULT] [--scope auto|all|arguments|predicted] [--restore auto|full|dirty]
   kreplay bench --backend cuda [run] [--cases LIST] [--out FILE] [--big] [--alloc-gib LIST] [OPTIONS]
   kreplay bench --backend cuda check
   kreplay bench --backend cuda merge FILE... --out FILE
@@ -150,7 +150,7 @@ pub struct DemoArgs {
     #[arg(long, value_name = "FAULT", value_parser = PossibleValuesParser::new(FAULTS))]
     pub inject: Option<String>,
     /// Snapshot scope, when given (else the environment's, else the demo's default).
-    #[arg(long, value_name = "auto|all|arguments", value_parser = scope)]
+    #[arg(long, value_name = "auto|all|arguments|predicted", value_parser = scope)]
     pub scope: Option<Scope>,
     /// Restore mode, when given (else the environment's, else the demo's default).
     #[arg(long, value_name = "auto|full|dirty", value_parser = restore)]
@@ -179,7 +179,7 @@ fn passes(v: &str) -> Result<u64, String> {
 // The scope and restore values are the policy's own (`Scope::parse`, `RestoreMode::parse`), so
 // they stay in one place.
 fn scope(v: &str) -> Result<Scope, String> {
-    Scope::parse(v).ok_or_else(|| "auto, all or arguments".into())
+    Scope::parse(v).ok_or_else(|| "auto, all, arguments or predicted".into())
 }
 
 fn restore(v: &str) -> Result<RestoreMode, String> {
@@ -634,7 +634,7 @@ mod tests {
         let e = p(&["demo", "--inject", "meteor"]).unwrap_err();
         assert!(e.to_string().contains("restore-fail"), "{e}");
         let e = p(&["demo", "--scope", "some"]).unwrap_err();
-        assert!(e.to_string().contains("all or arguments"));
+        assert!(e.to_string().contains("all, arguments or predicted"));
         let e = p(&["demo", "--fast"]).unwrap_err();
         assert_eq!(
             e,

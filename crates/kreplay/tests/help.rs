@@ -125,7 +125,7 @@ fn auto_is_accepted_for_the_demos_scope_and_restore() {
     assert_eq!(o.status.code(), Some(2));
     let e = text(&o.stderr);
     assert!(
-        e.contains("--scope \"everything\"") && e.contains("auto, all or arguments"),
+        e.contains("--scope \"everything\"") && e.contains("auto, all, arguments or predicted"),
         "{e}"
     );
 }

@@ -335,9 +335,10 @@ fn replay_rmw(b: &Bench, scope: Scope, restore: RestoreMode) -> Result<Value, St
         format!("final memory differs from one execution (first chunk {i:?})")
     })?;
     let want_captured = match scope {
-        // The checks ask for `all` or `arguments`; `auto` would have resolved to one of them.
+        // The checks ask for `all` or `arguments`; `auto` would have resolved to one of them
+        // (`predicted` plans `arguments` where the regions fit the device tier, as here).
         Scope::All | Scope::Auto => all.iter().map(|x| x.len()).sum::<u64>(),
-        Scope::Arguments => a.len(),
+        Scope::Arguments | Scope::Predicted => a.len(),
     };
     ensure(rec.captured_bytes == want_captured, || {
         format!(

@@ -24,7 +24,9 @@
 //! where PROG is `kreplay bench --backend cuda` or `cuda_bench`.
 //!
 //! Cases (`--cases`, comma-separated, default `correctness,ceilings,overhead,tiers,dirty,pass38,ncu`):
-//! `correctness` (PASS/FAIL checks), `ceilings`, `overhead`, `tiers`, `dirty`, `pass38`, `ncu`.
+//! `correctness` (PASS/FAIL checks), `ceilings`, `overhead`, `tiers`, `dirty`, `pass38`, `ncu`,
+//! and `pooled` (not in the default: one `--alloc-gib` allocation with sub-buffers, scope
+//! `predicted`, `--pooled-dispatches 20`, then ncu on the same program; issue 18).
 //! `pass38` and `ncu` use `--alloc-gib` (default 1,40; `--big` adds 100,120). Progress goes to
 //! stderr; results to the JSON file after every case (so a killed run keeps what it measured);
 //! a table goes to stdout at the end. Exit status 1 when a check failed, 2 on a bad command
@@ -39,6 +41,7 @@ mod checks;
 mod common;
 mod ncu;
 mod perf;
+mod pooled;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -74,6 +77,7 @@ struct Opts {
     ncu_timeout: u64,
     device: i32,
     log_level: LogLevel,
+    pooled_dispatches: u64,
 }
 
 impl Default for Opts {
@@ -109,6 +113,7 @@ impl Default for Opts {
             ncu_timeout: 300,
             device: 0,
             log_level: LogLevel::Warn,
+            pooled_dispatches: 20,
         }
     }
 }
@@ -161,6 +166,7 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
                 o.scopes = list(&take(&mut i)?, |s| match s {
                     "all" => Some(Scope::All),
                     "arguments" => Some(Scope::Arguments),
+                    "predicted" => Some(Scope::Predicted),
                     _ => None,
                 })?
             }
@@ -190,6 +196,7 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
             "--ncu" => o.ncu = Some(take(&mut i)?),
             "--ncu-timeout" => o.ncu_timeout = num(args, &mut i)?,
             "--device" => o.device = num(args, &mut i)?,
+            "--pooled-dispatches" => o.pooled_dispatches = num(args, &mut i)?,
             "--log-level" => {
                 let v = take(&mut i)?;
                 o.log_level = LogLevel::parse(&v).ok_or_else(|| format!("--log-level {v}"))?
@@ -216,6 +223,7 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
             "dirty",
             "pass38",
             "ncu",
+            "pooled",
         ]
         .contains(&c.as_str())
         {
@@ -515,6 +523,32 @@ fn run(o: &Opts, args: &[String], me: &SelfInvocation) -> i32 {
         let r = perf::pass38(&bench, &mut rows, &p);
         step("pass38", &mut rows, r);
     }
+    if has("pooled") {
+        progress("== pooled");
+        for &gib in &o.alloc_gib {
+            let p = pooled::Pooled {
+                alloc_gib: gib,
+                kernel_mib: o.kernel_mib.first().copied().unwrap_or(16),
+                dispatches: o.pooled_dispatches.max(1),
+                passes: o.passes,
+            };
+            let r = pooled::pooled(&bench, &mut rows, &p);
+            step("pooled", &mut rows, r);
+            // Nsight Compute on the same program: one allocation, the kernel over its start.
+            ncu::run(
+                &mut rows,
+                o.ncu.as_deref(),
+                &[gib],
+                &[p.kernel_mib],
+                false,
+                1,
+                &out_dir,
+                Duration::from_secs(o.ncu_timeout),
+                me,
+            );
+            step("pooled ncu", &mut rows, Ok(()));
+        }
+    }
     if has("ncu") {
         progress("== ncu");
         // Free what this process pools before ncu's processes need the device.
@@ -626,6 +660,7 @@ fn print_table(rows: &[Row]) {
                 d["tier_bytes"]["pinned"].as_f64().unwrap_or(0.0) / GIB as f64,
                 d["tier_bytes"]["pageable"].as_f64().unwrap_or(0.0) / GIB as f64,
             ),
+            ("pooled", None) => println!("{}", pooled::table_line(&r.name, d)),
             ("ncu", None) => println!(
                 "{:<20} app {:>7.2} s  under ncu {:>8.2} s (exit {})  ncu cost {:>8.2} s  passes {}  {}",
                 r.name,
@@ -697,6 +732,11 @@ mod tests {
         assert_eq!(
             (m.as_str(), rest),
             ("merge", vec!["a.json".to_string(), "b.json".to_string()])
+        );
+        let (_, o, _) = parse(&args("run --cases pooled --alloc-gib 100")).unwrap();
+        assert_eq!(
+            (o.cases, o.alloc_gib, o.pooled_dispatches),
+            (vec!["pooled".to_string()], vec![100], 20)
         );
         assert!(parse(&args("--cases bogus")).is_err());
         assert!(parse(&args("--passes")).is_err());

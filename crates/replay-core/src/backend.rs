@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use crate::error::BackendError;
-use crate::outcome::TierBytes;
+use crate::outcome::{PredictFallback, PredictSource, TierBytes};
 use crate::policy::{Policy, Scope};
 use crate::types::{AgentId, Dispatch, QueueId};
 pub use crate::types::{Capabilities, Tier};
@@ -325,6 +325,14 @@ pub struct SnapshotPlan {
     pub uncapturable: Option<String>,
     /// What the tiers can hold within their budgets now.
     pub capacity_bytes: u64,
+    /// Scope `predicted`: of `captured_bytes`, the bytes the prediction names.
+    pub predicted_bytes: u64,
+    /// Scope `predicted`: how the chunks were chosen.
+    pub predict_source: PredictSource,
+    /// Scope `predicted`: why it planned a region scope instead.
+    pub predict_fallback: PredictFallback,
+    /// Opaque to the window: the memory layer's handle on what it planned, for its capture.
+    pub ticket: u64,
 }
 
 /// How long a wait inside the memory layer may take, on the backend's clock.
@@ -428,4 +436,9 @@ pub trait Snapshot: Send {
     /// Restores the captured memory before the next pass. Frees and unloads of captured
     /// memory on other threads wait until it returns (`replay-memory`'s tracker holds).
     fn restore(&mut self, wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError>;
+    /// Scope `predicted`: digest chunks the scope checks so far found written outside the
+    /// prediction (0 for the other scopes).
+    fn prediction_misses(&self) -> u32 {
+        0
+    }
 }

@@ -64,8 +64,10 @@ pub use contract::{
 };
 pub use error::{BackendError, BackendErrorAt, BackendErrorKind, ContextError, ServiceError};
 pub use locks::WriteGate;
-pub use outcome::{Outcome, OutcomeRecord, Reason, RunSummary, TierBytes};
+pub use outcome::{
+    Outcome, OutcomeRecord, PredictFallback, PredictSource, Reason, RunSummary, TierBytes,
+};
 pub use plan::PassPlan;
-pub use policy::{CacheControl, Policy, PolicyError, RestoreMode, Scope};
+pub use policy::{CacheControl, Policy, PolicyError, PredictWhen, RestoreMode, Scope};
 pub use service::{DispatchReport, KernelMemo, ReplayService};
 pub use types::*;

@@ -11,6 +11,18 @@
 //! `auto` included, with both flags false. The summary
 //! counts the windows that ran passes by `scope+restore` (`ran`), and how many of them `auto`
 //! chose in part or in full (`ran_auto`).
+//!
+//! Scope `predicted` (issue 18) adds four fields, in JSON and at the end of the line:
+//! `predicted_bytes` (bytes captured because the prediction named them, inside the large
+//! regions it predicts; the rest of `captured_bytes` is whole small regions and module
+//! variables), `prediction_misses` (digest chunks the scope check found written outside the
+//! prediction: non-zero means the dispatch truncated `write_outside_scope` and the kernel's
+//! prediction grew by those chunks), `predict_source` (how the chunks were chosen: `none`,
+//! `first_rule`, `learned`) and `predict_fallback` (why scope `predicted` planned a region
+//! scope instead: `none`, `fits_device`, `small_regions`, `repeated_misses`,
+//! `unknown_layout`). The summary counts the windows that ran `predicted` (`predicted`),
+//! their predicted bytes, the windows with a miss (`prediction_misses`) and the fallbacks by
+//! reason (`predict_fallback`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -109,6 +121,71 @@ impl Reason {
     }
 }
 
+/// How scope `predicted` chose the chunks it captured (issue 18).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum PredictSource {
+    /// No prediction: the scope was not `predicted`, or it planned a region scope.
+    #[default]
+    None,
+    /// The kernel was seen for the first time (or forgotten): a window of chunks at each
+    /// argument pointer into a large region.
+    FirstRule,
+    /// From the chunks the kernel's earlier dispatches wrote, relative to its argument
+    /// pointers.
+    Learned,
+}
+
+impl PredictSource {
+    /// Name in logs and JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::FirstRule => "first_rule",
+            Self::Learned => "learned",
+        }
+    }
+}
+
+/// Why scope `predicted` planned a region scope (`arguments` or `all`) for a dispatch
+/// instead of predicted chunks (issue 18).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum PredictFallback {
+    /// It did not fall back (or the scope was not `predicted`).
+    #[default]
+    None,
+    /// Policy `predict=spill`: the regions the arguments reach fit the device tier whole, so
+    /// it planned `arguments`.
+    FitsDevice,
+    /// No region the arguments reach is large enough to predict (128 digest chunks): it
+    /// planned `arguments`.
+    SmallRegions,
+    /// The kernel wrote outside its prediction too often: it plans `arguments` from now on
+    /// (`all` when it wrote where no argument points), until its code object is unloaded.
+    RepeatedMisses,
+    /// The argument block's layout is unknown, so there are no pointers to predict from:
+    /// it planned `all`.
+    UnknownLayout,
+}
+
+impl PredictFallback {
+    /// Name in logs and JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::FitsDevice => "fits_device",
+            Self::SmallRegions => "small_regions",
+            Self::RepeatedMisses => "repeated_misses",
+            Self::UnknownLayout => "unknown_layout",
+        }
+    }
+}
+
 /// Bytes per snapshot tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct TierBytes {
@@ -190,6 +267,19 @@ pub struct OutcomeRecord {
     pub pass_compared_bytes: SmallVec<[u64; 8]>,
     /// 1 for tool work launched from inside a callback.
     pub reentrancy: u8,
+    /// Scope `predicted`: bytes captured because the prediction named them (issue 18).
+    #[serde(default)]
+    pub predicted_bytes: u64,
+    /// Scope `predicted`: chunks found written outside the prediction (the dispatch then
+    /// truncated `write_outside_scope`).
+    #[serde(default)]
+    pub prediction_misses: u32,
+    /// How the predicted chunks were chosen.
+    #[serde(default)]
+    pub predict_source: PredictSource,
+    /// Why scope `predicted` planned a region scope instead.
+    #[serde(default)]
+    pub predict_fallback: PredictFallback,
 }
 
 impl OutcomeRecord {
@@ -221,6 +311,10 @@ impl OutcomeRecord {
             pass_restored_bytes: SmallVec::new(),
             pass_compared_bytes: SmallVec::new(),
             reentrancy: 0,
+            predicted_bytes: 0,
+            prediction_misses: 0,
+            predict_source: PredictSource::None,
+            predict_fallback: PredictFallback::None,
         }
     }
 
@@ -251,7 +345,8 @@ impl fmt::Display for OutcomeRecord {
              captured_bytes={} captured_regions={} tier_bytes=device:{},pinned:{},pageable:{} \
              untracked_bytes={} untracked_regions={} snap_seconds={:.6} restore_seconds={:.6} \
              compared_bytes={} restored_bytes={} pass_gpu_seconds={} pass_restored_bytes={} \
-             pass_compared_bytes={} reentrancy={}",
+             pass_compared_bytes={} reentrancy={} predicted_bytes={} prediction_misses={} \
+             predict_source={} predict_fallback={}",
             self.dispatch_id,
             self.agent,
             self.kernel,
@@ -279,6 +374,10 @@ impl fmt::Display for OutcomeRecord {
             join(&self.pass_restored_bytes),
             join(&self.pass_compared_bytes),
             self.reentrancy,
+            self.predicted_bytes,
+            self.prediction_misses,
+            self.predict_source.as_str(),
+            self.predict_fallback.as_str(),
         )
     }
 }
@@ -315,6 +414,18 @@ pub struct RunSummary {
     /// Of those, the windows whose scope or restore mode `auto` chose.
     #[serde(default)]
     pub ran_auto: u64,
+    /// Windows that ran passes under scope `predicted`.
+    #[serde(default)]
+    pub predicted: u64,
+    /// Bytes they captured because the prediction named them.
+    #[serde(default)]
+    pub predicted_bytes: u64,
+    /// Windows that found a write outside their prediction (and truncated).
+    #[serde(default)]
+    pub prediction_misses: u64,
+    /// Dispatches whose scope `predicted` planned a region scope, by reason.
+    #[serde(default)]
+    pub predict_fallback: BTreeMap<String, u64>,
 }
 
 impl RunSummary {
@@ -343,6 +454,21 @@ impl RunSummary {
             if r.scope_auto || r.restore_auto {
                 bump(&mut self.ran_auto, 1);
             }
+            if r.scope == Scope::Predicted {
+                bump(&mut self.predicted, 1);
+                bump(&mut self.predicted_bytes, r.predicted_bytes);
+                if r.prediction_misses > 0 {
+                    bump(&mut self.prediction_misses, 1);
+                }
+            }
+        }
+        if r.predict_fallback != PredictFallback::None {
+            bump(
+                self.predict_fallback
+                    .entry(r.predict_fallback.as_str().into())
+                    .or_default(),
+                1,
+            );
         }
         bump(&mut self.passes, u64::from(r.executed_passes));
         bump(&mut self.captured_bytes, r.captured_bytes);
@@ -378,7 +504,8 @@ impl fmt::Display for RunSummary {
             f,
             "[kernel-replay] summary dispatches={} replayed={} declined={} ({}) truncated={} ({}) \
              not_requested={} passes={} captured_bytes={} compared_bytes={} restored_bytes={} \
-             peak_pooled_bytes={} ran={} ran_auto={} replay_seconds={:.6}",
+             peak_pooled_bytes={} ran={} ran_auto={} predicted={} predicted_bytes={} \
+             prediction_misses={} predict_fallback={} replay_seconds={:.6}",
             self.dispatches,
             self.replayed,
             self.declined_total(),
@@ -393,6 +520,10 @@ impl fmt::Display for RunSummary {
             self.peak_pooled_bytes,
             by(&self.ran),
             self.ran_auto,
+            self.predicted,
+            self.predicted_bytes,
+            self.prediction_misses,
+            by(&self.predict_fallback),
             self.replay_seconds,
         )
     }

@@ -6,10 +6,27 @@
 //!
 //! | agent | argument layout | `scope=auto` | `restore=auto` |
 //! |---|---|---|---|
-//! | `DEVICE_DIGESTS` (CUDA with its digest kernels, the simulator) | known | `arguments` | `dirty` |
+//! | `DEVICE_DIGESTS` (CUDA with its digest kernels, the simulator) | known | `predicted` | `dirty` |
 //! | `DEVICE_DIGESTS` | unknown | `all` | `dirty` |
-//! | `AUTO_ARGUMENTS`, host digests (HSA) | known | `arguments` | `full` |
+//! | `AUTO_ARGUMENTS`, host digests (HSA) | known | `predicted` | `full` |
 //! | neither (CUDA without NVRTC) | any | `all` | `full` |
+//!
+//! `predicted` (issue 18) is `arguments` unless the regions the arguments reach would not fit
+//! the device tier whole ([`PredictWhen::Spill`], the default): a pooled allocation of tens
+//! of GiB. Only then does it capture predicted chunks and watch the rest of the pool by
+//! digest, so where `arguments` fits nothing changes (the record says `arguments`, with
+//! `predict_fallback=fits_device`), and where it does not, the snapshot costs what the
+//! kernel writes instead of spilling the pool to host memory or declining
+//! `footprint_budget`. On HSA the scope check's host digests read the rest of the pool every
+//! pass, which costs about what restoring it from a host tier costs, without the pool-sized
+//! host backing; where the pool fits the device tier, `arguments` stays (a device-tier copy
+//! is far cheaper than a host digest). Measured on the simulated HSA runtime
+//! (`cargo bench -p replay-hsa-sim --bench predicted`: a 256 MiB pool, 1 MiB written, 8
+//! passes, `restore=full`): `predicted` costs 0.38 times what `arguments` costs per pass
+//! (122 against 321 ms: a host digest of the rest of the pool against a restore of all of
+//! it), and captures 3 MiB instead of 256. The simulator's copies run at host speed in every
+//! tier, so that ratio stands for the host tiers only; it is why `auto` is `predicted` on HSA
+//! too, with `spill` deciding per dispatch.
 //!
 //! SPEC §7.2 asks for device digests before `auto` picks `arguments`; issue 15 decides that HSA,
 //! whose digests are host ones, resolves to `arguments` + `full` anyway (restoring every tracked
@@ -51,6 +68,15 @@ pub enum Scope {
     All,
     /// What the argument block points into, plus module variables.
     Arguments,
+    /// Chunks inside the regions the arguments reach (issue 18): a predicted set of chunks
+    /// of each large region (learned per kernel from what its earlier dispatches wrote,
+    /// relative to the argument pointers; a first-seen kernel gets a window of chunks at
+    /// each pointer), the small regions whole, plus module variables; every other byte the
+    /// kernel could reach is watched by the scope check's digests. A write outside the
+    /// prediction truncates (`write_outside_scope`, memory equal to one execution) and grows
+    /// the kernel's prediction. Where no region is large enough to predict, it plans
+    /// `arguments`, and the record says `arguments`.
+    Predicted,
     /// The default: resolved per dispatch by the window before it plans (see the
     /// [module docs](self)); a record names what ran instead. The memory layer, handed it
     /// directly, plans `all`.
@@ -64,16 +90,18 @@ impl Scope {
         match self {
             Self::All => "all",
             Self::Arguments => "arguments",
+            Self::Predicted => "predicted",
             Self::Auto => "auto",
         }
     }
 
-    /// Parses `auto`, `all` or `arguments` (any case).
+    /// Parses `auto`, `all`, `arguments` or `predicted` (any case).
     pub fn parse(v: &str) -> Option<Self> {
         match v.to_ascii_lowercase().as_str() {
             "auto" => Some(Self::Auto),
             "all" => Some(Self::All),
             "arguments" => Some(Self::Arguments),
+            "predicted" => Some(Self::Predicted),
             _ => None,
         }
     }
@@ -115,6 +143,41 @@ impl RestoreMode {
     }
 }
 
+/// Which large regions scope `predicted` predicts chunks of (issue 18); the others it
+/// captures whole, as `arguments` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PredictWhen {
+    /// The default: only when capturing the regions the arguments reach whole would not fit
+    /// the device tier (the snapshot would spill to host memory, 20-50 times slower to copy,
+    /// or not fit at all: the pooled-allocator case). A snapshot that fits the device tier
+    /// costs about what the prediction's scope check costs (one read of the region per
+    /// pass), so predicting there would only add the risk of a miss.
+    #[default]
+    Spill,
+    /// Every region of at least 128 digest chunks the arguments reach.
+    Always,
+}
+
+impl PredictWhen {
+    /// Name used in logs and variables.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Spill => "spill",
+            Self::Always => "always",
+        }
+    }
+
+    /// Parses `spill` or `always` (any case).
+    pub fn parse(v: &str) -> Option<Self> {
+        match v.to_ascii_lowercase().as_str() {
+            "spill" => Some(Self::Spill),
+            "always" => Some(Self::Always),
+            _ => None,
+        }
+    }
+}
+
 /// What `auto` resolves to for one dispatch: the scope and restore mode that run, and whether
 /// `auto` chose each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -142,7 +205,7 @@ pub fn resolve(
             if layout == ArgLayout::Known
                 && (device || caps.contains(Capabilities::AUTO_ARGUMENTS)) =>
         {
-            Scope::Arguments
+            Scope::Predicted
         }
         Scope::Auto => Scope::All,
         s => s,
@@ -248,8 +311,11 @@ pub struct Policy {
     pub scope: Scope,
     /// Restore mode (default `auto`).
     pub restore: RestoreMode,
-    /// Chunk size of `dirty` digests.
+    /// Chunk size of `dirty` digests, of the scope check and of scope `predicted`.
     pub chunk_bytes: u64,
+    /// Which regions scope `predicted` predicts chunks of (default `spill`).
+    #[serde(default)]
+    pub predict: PredictWhen,
     /// Cache handling before each pass.
     pub cache_control: CacheControl,
     /// Which dispatches are candidates.
@@ -278,6 +344,7 @@ impl Default for Policy {
             scope: Scope::Auto,
             restore: RestoreMode::Auto,
             chunk_bytes: 1 << 20,
+            predict: PredictWhen::Spill,
             cache_control: CacheControl::None,
             filter: KernelFilter::default(),
             log_level: LogLevel::Info,
@@ -429,13 +496,9 @@ const VARS: &[Var] =
             "a whole number from 1 to 4294967295",
             |p, v| p.max_passes = parse_u32_min1(v)?
         ),
-        var!("SCOPE", [], "auto/all/arguments", |p, v| p.scope =
-            match v.to_ascii_lowercase().as_str() {
-                "auto" => Scope::Auto,
-                "all" => Scope::All,
-                "arguments" => Scope::Arguments,
-                _ => return None,
-            }),
+        var!("SCOPE", [], "auto/all/arguments/predicted", |p, v| p
+            .scope =
+            Scope::parse(v)?),
         var!("RESTORE", [], "auto/full/dirty", |p, v| p.restore =
             match v.to_ascii_lowercase().as_str() {
                 "auto" => RestoreMode::Auto,
@@ -449,6 +512,8 @@ const VARS: &[Var] =
             "a power-of-two byte count from 4KiB to 1GiB",
             |p, v| p.chunk_bytes = parse_chunk(v)?
         ),
+        var!("PREDICT", [], "spill or always", |p, v| p.predict =
+            PredictWhen::parse(v)?),
         var!("CACHE_CONTROL", [], "flush or none", |p, v| p
             .cache_control =
             match v.to_ascii_lowercase().as_str() {

@@ -449,6 +449,9 @@ impl Window<'_> {
             }
         };
         self.record.scope = snap_plan.scope;
+        self.record.predicted_bytes = snap_plan.predicted_bytes;
+        self.record.predict_source = snap_plan.predict_source;
+        self.record.predict_fallback = snap_plan.predict_fallback;
         self.record.tracked_bytes = snap_plan.tracked_bytes;
         self.record.untracked_bytes = snap_plan.untracked.bytes + snap_plan.untracked.vmem_bytes;
         self.record.untracked_regions =
@@ -724,6 +727,17 @@ impl Window<'_> {
             // Scope check (SPEC §7.2).
             match snapshot.check_scope(&self.wait_spec()) {
                 Ok(ScopeCheck::Clean) => {}
+                Ok(ScopeCheck::Changed { base }) if self.record.scope == Scope::Predicted => {
+                    // The memory layer grew the kernel's prediction by what changed.
+                    self.record.prediction_misses = snapshot.prediction_misses();
+                    log::info!(
+                        "[kernel-replay] dispatch {}: kernel {:?} wrote {} chunks outside its predicted scope (first in region {base:#x}); its prediction grows",
+                        self.record.dispatch_id,
+                        self.info().kernel_name,
+                        self.record.prediction_misses
+                    );
+                    return LoopEnd::Truncated(Reason::WriteOutsideScope);
+                }
                 Ok(ScopeCheck::Changed { base }) => {
                     log::warn!(
                         "[kernel-replay] dispatch {}: kernel {:?} wrote region {base:#x} outside its scope; later dispatches use scope all",

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use replay_core::policy::{CacheControl, LogLevel};
 use replay_core::{
-    AgentId, DispatchId, Outcome, OutcomeRecord, Reason, RestoreMode, RunSummary, Scope, Tier,
-    TierBytes,
+    AgentId, DispatchId, Outcome, OutcomeRecord, PredictFallback, PredictSource, Reason,
+    RestoreMode, RunSummary, Scope, Tier, TierBytes,
 };
 use serde_json::Value;
 use smallvec::smallvec;
@@ -125,6 +125,10 @@ fn full_record() -> OutcomeRecord {
         pass_restored_bytes: smallvec![0, 4096, 0, 4096],
         pass_compared_bytes: smallvec![0, 12_288, 12_288, 12_288],
         reentrancy: 1,
+        predicted_bytes: 8192,
+        prediction_misses: 2,
+        predict_source: PredictSource::Learned,
+        predict_fallback: PredictFallback::None,
     }
 }
 
@@ -275,6 +279,10 @@ fn display_line_has_every_field_as_key_value() {
         ("pass_restored_bytes", "0,4096,0,4096"),
         ("pass_compared_bytes", "0,12288,12288,12288"),
         ("reentrancy", "1"),
+        ("predicted_bytes", "8192"),
+        ("prediction_misses", "2"),
+        ("predict_source", "learned"),
+        ("predict_fallback", "none"),
     ] {
         assert_eq!(kv.get(k).map(String::as_str), Some(v), "{k} in {line}");
     }
@@ -505,7 +513,8 @@ fn summary_display_line() {
          declined=3 (footprint_budget:2,untracked_memory:1) \
          truncated=2 (callback_failed:1,pass_limit:1) not_requested=1 passes=1038 \
          captured_bytes=118 compared_bytes=236 restored_bytes=354 peak_pooled_bytes=4096 \
-         ran=all+full:4 ran_auto=0 replay_seconds=2.000000"
+         ran=all+full:4 ran_auto=0 predicted=0 predicted_bytes=0 prediction_misses=0 \
+         predict_fallback=- replay_seconds=2.000000"
     );
 }
 

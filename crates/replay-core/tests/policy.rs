@@ -140,6 +140,12 @@ const CASES: &[Case] = &[
         bad: &["3000", "2KiB", "2GiB", "12KiB", "0"],
     },
     Case {
+        suffix: "PREDICT",
+        valid: "always",
+        expect: |p| p.predict = replay_core::PredictWhen::Always,
+        bad: &["sometimes", "1"],
+    },
+    Case {
         suffix: "CACHE_CONTROL",
         valid: "flush",
         expect: |p| p.cache_control = CacheControl::Flush,
@@ -1131,11 +1137,11 @@ fn auto_resolves_by_capability_and_argument_layout() {
         (
             device,
             ArgLayout::Known,
-            Scope::Arguments,
+            Scope::Predicted,
             RestoreMode::Dirty,
         ),
         (device, ArgLayout::Unknown, Scope::All, RestoreMode::Dirty),
-        (hsa, ArgLayout::Known, Scope::Arguments, RestoreMode::Full),
+        (hsa, ArgLayout::Known, Scope::Predicted, RestoreMode::Full),
         (hsa, ArgLayout::Unknown, Scope::All, RestoreMode::Full),
         (neither, ArgLayout::Known, Scope::All, RestoreMode::Full),
         (neither, ArgLayout::Unknown, Scope::All, RestoreMode::Full),

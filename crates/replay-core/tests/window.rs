@@ -1696,7 +1696,7 @@ fn auto_is_resolved_before_the_memory_layer_and_the_record_names_what_ran() {
             ArgLayout::Known,
             Scope::Auto,
             RestoreMode::Auto,
-            Scope::Arguments,
+            Scope::Predicted,
             RestoreMode::Dirty,
         ),
         (
@@ -1712,7 +1712,7 @@ fn auto_is_resolved_before_the_memory_layer_and_the_record_names_what_ran() {
             ArgLayout::Known,
             Scope::Auto,
             RestoreMode::Auto,
-            Scope::Arguments,
+            Scope::Predicted,
             RestoreMode::Full,
         ),
         (

@@ -131,6 +131,11 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     offset!(kreplay_outcome_t, pass_restored_bytes_count),
     offset!(kreplay_outcome_t, pass_compared_bytes),
     offset!(kreplay_outcome_t, pass_compared_bytes_count),
+    offset!(kreplay_outcome_t, predicted_bytes),
+    offset!(kreplay_outcome_t, prediction_misses),
+    offset!(kreplay_outcome_t, predict_source),
+    offset!(kreplay_outcome_t, predict_fallback),
+    offset!(kreplay_outcome_t, reserved0),
     // kreplay_summary_t
     size!(kreplay_summary_t),
     align!(kreplay_summary_t),
@@ -233,6 +238,15 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     value!(KREPLAY_SCOPE_ALL),
     value!(KREPLAY_SCOPE_ARGUMENTS),
     value!(KREPLAY_SCOPE_AUTO),
+    value!(KREPLAY_SCOPE_PREDICTED),
+    value!(KREPLAY_PREDICT_SOURCE_NONE),
+    value!(KREPLAY_PREDICT_SOURCE_FIRST_RULE),
+    value!(KREPLAY_PREDICT_SOURCE_LEARNED),
+    value!(KREPLAY_PREDICT_FALLBACK_NONE),
+    value!(KREPLAY_PREDICT_FALLBACK_FITS_DEVICE),
+    value!(KREPLAY_PREDICT_FALLBACK_SMALL_REGIONS),
+    value!(KREPLAY_PREDICT_FALLBACK_REPEATED_MISSES),
+    value!(KREPLAY_PREDICT_FALLBACK_UNKNOWN_LAYOUT),
     value!(KREPLAY_RESTORE_FULL),
     value!(KREPLAY_RESTORE_DIRTY),
     value!(KREPLAY_RESTORE_AUTO),
@@ -380,7 +394,7 @@ mod tests {
                 Some(56)
             );
             assert_eq!(lookup("sizeof(kreplay_dispatch_info_t)"), Some(80));
-            assert_eq!(lookup("sizeof(kreplay_outcome_t)"), Some(200));
+            assert_eq!(lookup("sizeof(kreplay_outcome_t)"), Some(224));
             assert_eq!(lookup("sizeof(kreplay_summary_t)"), Some(608));
             assert_eq!(lookup("sizeof(kreplay_kernel_filter_t)"), Some(72));
             assert_eq!(lookup("sizeof(kreplay_sim_fault_t)"), Some(32));
@@ -405,7 +419,7 @@ mod tests {
             size_of::<kreplay_dispatch_info_t>()
         );
         assert_eq!(
-            offset_of!(kreplay_outcome_t, pass_compared_bytes_count) + size_of::<u64>(),
+            offset_of!(kreplay_outcome_t, reserved0) + size_of::<u32>(),
             size_of::<kreplay_outcome_t>()
         );
     }

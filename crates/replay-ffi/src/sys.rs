@@ -150,6 +150,30 @@ pub const KREPLAY_SCOPE_ALL: kreplay_scope_t = 0;
 pub const KREPLAY_SCOPE_ARGUMENTS: kreplay_scope_t = 1;
 /// `auto` (the policy default; never what an outcome names).
 pub const KREPLAY_SCOPE_AUTO: kreplay_scope_t = 2;
+/// `predicted` (chunks inside the regions the arguments reach).
+pub const KREPLAY_SCOPE_PREDICTED: kreplay_scope_t = 3;
+
+/// `kreplay_predict_source_t`.
+pub type kreplay_predict_source_t = u32;
+/// `none`.
+pub const KREPLAY_PREDICT_SOURCE_NONE: kreplay_predict_source_t = 0;
+/// `first_rule`.
+pub const KREPLAY_PREDICT_SOURCE_FIRST_RULE: kreplay_predict_source_t = 1;
+/// `learned`.
+pub const KREPLAY_PREDICT_SOURCE_LEARNED: kreplay_predict_source_t = 2;
+
+/// `kreplay_predict_fallback_t`.
+pub type kreplay_predict_fallback_t = u32;
+/// `none`.
+pub const KREPLAY_PREDICT_FALLBACK_NONE: kreplay_predict_fallback_t = 0;
+/// `fits_device`.
+pub const KREPLAY_PREDICT_FALLBACK_FITS_DEVICE: kreplay_predict_fallback_t = 1;
+/// `small_regions`.
+pub const KREPLAY_PREDICT_FALLBACK_SMALL_REGIONS: kreplay_predict_fallback_t = 2;
+/// `repeated_misses`.
+pub const KREPLAY_PREDICT_FALLBACK_REPEATED_MISSES: kreplay_predict_fallback_t = 3;
+/// `unknown_layout`.
+pub const KREPLAY_PREDICT_FALLBACK_UNKNOWN_LAYOUT: kreplay_predict_fallback_t = 4;
 
 /// `kreplay_restore_t`.
 pub type kreplay_restore_t = u32;
@@ -305,6 +329,16 @@ pub struct kreplay_outcome_t {
     pub pass_compared_bytes: *const u64,
     /// Their count.
     pub pass_compared_bytes_count: u64,
+    /// Bytes captured because scope `predicted`'s prediction named them.
+    pub predicted_bytes: u64,
+    /// Chunks found written outside the prediction.
+    pub prediction_misses: u32,
+    /// A `KREPLAY_PREDICT_SOURCE_*` value.
+    pub predict_source: kreplay_predict_source_t,
+    /// A `KREPLAY_PREDICT_FALLBACK_*` value.
+    pub predict_fallback: kreplay_predict_fallback_t,
+    /// Zero (no tail padding).
+    pub reserved0: u32,
 }
 
 /// `kreplay_summary_t`.

@@ -2,11 +2,13 @@
 //! regions, places them over the device, pinned-host and pageable-host tiers in address order
 //! (a region split where a tier's budget runs out, a tier that cannot allocate handing its
 //! share on), copies them to pooled backing memory in one fenced batch, and digests what
-//! `dirty` compares and what the scope check watches.
+//! `dirty` compares, what scope `predicted` learns from, and what the scope check watches
+//! (every tracked byte outside the captured parts, issue 18).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use replay_core::policy::{Policy, RestoreMode};
+use replay_core::policy::{Policy, RestoreMode, Scope};
 use replay_core::wait::WaitError;
 use replay_core::{
     CaptureStats, CopyOp, DigestOp, MemLoc, RegionRef, SnapshotError, SnapshotPlan, Tier, WaitSpec,
@@ -16,14 +18,16 @@ use smallvec::SmallVec;
 use crate::batch::chunk_ops;
 use crate::classify::{classify, Treatment};
 use crate::pool::Block;
+use crate::predict::{uncovered, Predictor};
 use crate::shared::{Shared, MODULE_GENERATION};
-use crate::snapshot::{CapturedRegion, EngineSnapshot, Piece, Watched};
+use crate::snapshot::{CapturedRegion, EngineSnapshot, Piece, Prediction, Watched};
 use crate::tiers::tier_caps;
 
 /// Captures `plan` for the window; `host_available` overrides `/proc/meminfo` for the tier
-/// budgets.
+/// budgets; `predictor` holds what a plan under scope `predicted` predicted.
 pub(crate) fn capture(
     sh: &Arc<Shared>,
+    predictor: &Arc<Predictor>,
     host_available: Option<u64>,
     plan: &SnapshotPlan,
     policy: &Policy,
@@ -36,26 +40,53 @@ pub(crate) fn capture(
     // scope, every tracked region of a captured or capturable class that is not captured,
     // so a write through a pointer stored in device memory into fine-grained, managed or
     // pinned memory is seen like one into coarse memory.
-    let mut watched: Vec<Watched> = sh
-        .tracker
-        .regions(sh.agent)
-        .into_iter()
-        .filter(|r| {
-            r.size > 0
-                && matches!(
-                    classify(r.class),
-                    Treatment::Captured | Treatment::CapturableUntracked
-                )
-                && !plan
-                    .regions
-                    .iter()
-                    .any(|l| l.base == r.base && l.generation == r.generation)
-        })
-        .map(|region| Watched {
-            region,
-            digests: Vec::new(),
-        })
-        .collect();
+    // Under scope `predicted` the plan captures parts of an allocation: the rest of it is
+    // watched, on the allocation's chunk grid (the parts start and end on it).
+    let pending = if plan.scope == Scope::Predicted {
+        predictor.take(plan.ticket)
+    } else {
+        None
+    };
+    let mut parts: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+    for l in &plan.regions {
+        parts
+            .entry(l.generation)
+            .or_default()
+            .push((l.base, l.base.saturating_add(l.size)));
+    }
+    let mut watched: Vec<Watched> = Vec::new();
+    for r in sh.tracker.regions(sh.agent) {
+        if r.size == 0
+            || !matches!(
+                classify(r.class),
+                Treatment::Captured | Treatment::CapturableUntracked
+            )
+        {
+            continue;
+        }
+        match parts.get_mut(&r.generation) {
+            None => watched.push(Watched {
+                region: r,
+                alloc_base: r.base,
+                digests: Vec::new(),
+            }),
+            Some(p) => {
+                p.sort_unstable();
+                for (base, size) in uncovered(r.base, r.size, p) {
+                    watched.push(Watched {
+                        region: RegionRef {
+                            base,
+                            size,
+                            generation: r.generation,
+                            class: r.class,
+                        },
+                        alloc_base: r.base,
+                        digests: Vec::new(),
+                    });
+                }
+            }
+        }
+    }
 
     // Frees and unloads of this memory wait until the copies and digests below are done;
     // taken before the liveness re-check so that its answer stays true meanwhile.
@@ -183,11 +214,13 @@ pub(crate) fn capture(
             c.left -= len;
             off += len;
         }
+        let predicted = pending.as_ref().is_some_and(|p| p.spans.contains(r));
         regions.push(CapturedRegion {
             region: *r,
             load: None,
             pieces,
             digests: Vec::new(),
+            predicted,
         });
     }
     for (c, load) in regions.iter_mut().zip(&loads) {
@@ -208,15 +241,15 @@ pub(crate) fn capture(
         return Err(fail(message));
     }
 
-    // Digests before the first pass: of the captured chunks for `dirty`, and of every
-    // tracked region outside an `arguments` scope for the scope check.
+    // Digests before the first pass: of the captured chunks for `dirty` (and of the
+    // predicted ones, which the first check learns from), and of every tracked byte outside
+    // the snapshot for the scope check.
     let chunk = policy.chunk_bytes.max(1);
+    let dirty = policy.restore == RestoreMode::Dirty;
     let mut dops: Vec<DigestOp> = Vec::new();
     let mut counts: Vec<usize> = Vec::new();
-    if policy.restore == RestoreMode::Dirty {
-        for c in &regions {
-            counts.push(chunk_ops(c.region.base, c.region.size, chunk, &mut dops));
-        }
+    for c in regions.iter().filter(|c| dirty || c.predicted) {
+        counts.push(chunk_ops(c.region.base, c.region.size, chunk, &mut dops));
     }
     for w in &watched {
         counts.push(chunk_ops(w.region.base, w.region.size, chunk, &mut dops));
@@ -227,10 +260,8 @@ pub(crate) fn capture(
         Ok(digests) => {
             let mut it = digests.into_iter();
             let mut n = counts.into_iter();
-            if policy.restore == RestoreMode::Dirty {
-                for c in &mut regions {
-                    c.digests = it.by_ref().take(n.next().unwrap_or(0)).collect();
-                }
+            for c in regions.iter_mut().filter(|c| dirty || c.predicted) {
+                c.digests = it.by_ref().take(n.next().unwrap_or(0)).collect();
             }
             for w in &mut watched {
                 w.digests = it.by_ref().take(n.next().unwrap_or(0)).collect();
@@ -256,6 +287,12 @@ pub(crate) fn capture(
         chunk,
         keep: policy.pool_keep_bytes,
         poisoned: false,
+        prediction: pending.map(|pending| Prediction {
+            predictor: Arc::clone(predictor),
+            pending,
+            learned: false,
+            misses: 0,
+        }),
     })
 }
 

@@ -1,24 +1,42 @@
-//! The scope check after every pass (SPEC §7.2): under a hold against frees and unloads, digests
-//! the watched regions outside the snapshot that are still live and compares them with their
-//! digests before the first pass; the first that changed names where the kernel wrote outside
-//! its scope.
+//! The scope check after every pass (SPEC §7.2, issue 18): under a hold against frees and
+//! unloads, digests the watched regions outside the snapshot that are still live and compares
+//! them with their digests before the first pass; the first that changed names where the
+//! kernel wrote outside its scope. Under scope `predicted` the first check also digests the
+//! predicted chunks, and every chunk found changed (inside the prediction: what the kernel
+//! wrote; outside: a miss) goes to the kernel's prediction.
 
 use replay_core::wait::WaitError;
 use replay_core::{BackendError, BackendErrorKind, ScopeCheck, WaitSpec};
 
 use crate::batch::chunk_ops;
+use crate::predict::Changed;
 use crate::snapshot::{EngineSnapshot, Watched};
 
 /// Whether a watched region of `snap` changed since capture.
 pub(crate) fn check_scope(
-    snap: &EngineSnapshot,
+    snap: &mut EngineSnapshot,
     wait: &WaitSpec<'_>,
 ) -> Result<ScopeCheck, BackendError> {
-    if snap.watched.is_empty() {
+    // The predicted chunks are digested once, after the first pass: enough to learn what the
+    // kernel writes (later passes run on the same inputs).
+    let learn = snap.prediction.as_ref().is_some_and(|p| !p.learned);
+    if snap.watched.is_empty() && !learn {
         return Ok(ScopeCheck::Clean);
     }
     let sh = &*snap.shared;
-    let _hold = sh.hold(snap.watched.iter().map(|w| &w.region));
+    let learning: Vec<usize> = if learn {
+        (0..snap.regions.len())
+            .filter(|&i| snap.regions[i].predicted)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let _hold = sh.hold(
+        snap.watched
+            .iter()
+            .map(|w| &w.region)
+            .chain(learning.iter().map(|&i| &snap.regions[i].region)),
+    );
     let mut dops = Vec::new();
     let mut checked: Vec<&Watched> = Vec::new();
     for w in &snap.watched {
@@ -26,6 +44,14 @@ pub(crate) fn check_scope(
         if sh.is_live(&w.region, None) {
             chunk_ops(w.region.base, w.region.size, snap.chunk, &mut dops);
             checked.push(w);
+        }
+    }
+    let mut learned = Vec::new();
+    for &i in &learning {
+        let c = &snap.regions[i];
+        if sh.is_live(&c.region, None) {
+            chunk_ops(c.region.base, c.region.size, snap.chunk, &mut dops);
+            learned.push(i);
         }
     }
     let now = sh.digest_batch(&dops, wait).map_err(|e| match e {
@@ -38,16 +64,61 @@ pub(crate) fn check_scope(
         ),
     })?;
     let mut now = now.into_iter();
+    let mut first: Option<u64> = None;
+    let mut missed: Vec<Changed> = Vec::new();
     for w in checked {
-        let mut changed = false;
-        for before in &w.digests {
-            changed |= now.next() != Some(*before);
-        }
-        if changed {
-            return Ok(ScopeCheck::Changed {
-                base: w.region.base,
-            });
+        for (k, before) in w.digests.iter().enumerate() {
+            if now.next() != Some(*before) {
+                first.get_or_insert(w.region.base);
+                let start = w.region.base + k as u64 * snap.chunk;
+                missed.push(Changed {
+                    start,
+                    end: (start + snap.chunk).min(w.region.base + w.region.size),
+                    alloc_base: w.alloc_base,
+                    generation: w.region.generation,
+                });
+            }
         }
     }
-    Ok(ScopeCheck::Clean)
+    let mut written: Vec<Changed> = Vec::new();
+    for i in learned {
+        let c = &snap.regions[i];
+        let alloc_base = snap
+            .prediction
+            .as_ref()
+            .and_then(|p| {
+                p.pending
+                    .predicted
+                    .iter()
+                    .find(|(r, _)| {
+                        r.generation == c.region.generation
+                            && r.base <= c.region.base
+                            && c.region.base < r.base + r.size
+                    })
+                    .map(|(r, _)| r.base)
+            })
+            .unwrap_or(c.region.base);
+        for (k, before) in c.digests.iter().enumerate() {
+            if now.next() != Some(*before) {
+                let start = c.region.base + k as u64 * snap.chunk;
+                written.push(Changed {
+                    start,
+                    end: (start + snap.chunk).min(c.region.base + c.region.size),
+                    alloc_base,
+                    generation: c.region.generation,
+                });
+            }
+        }
+    }
+    if let Some(p) = snap.prediction.as_mut() {
+        if learn || !missed.is_empty() {
+            p.predictor.observe(&p.pending, &written, &missed);
+        }
+        p.learned = true;
+        p.misses += missed.len() as u32;
+    }
+    Ok(match first {
+        Some(base) => ScopeCheck::Changed { base },
+        None => ScopeCheck::Clean,
+    })
 }

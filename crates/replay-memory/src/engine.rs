@@ -1,6 +1,7 @@
 //! The snapshot engine (SPEC §7.2–§7.4): [`MemoryEngine`], one per agent, implements
 //! [`Snapshotter`] by gluing the steps of the crate's other files together (planning, capture,
-//! the scope check, restore, the pool), and its snapshot implements [`Snapshot`].
+//! the scope check, restore, the pool, and the per-kernel predictions of scope `predicted`),
+//! and its snapshot implements [`Snapshot`].
 //!
 //! The window holds the agent's writer lock while it plans, captures, restores and drops a
 //! snapshot, so at most one snapshot of an agent is alive at a time.
@@ -9,22 +10,28 @@ use std::sync::Arc;
 
 use replay_core::policy::{Policy, Scope};
 use replay_core::{
-    AgentId, BackendError, CaptureStats, DeviceMemory, DigestKey, Dispatch, RestoreError,
-    RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan, Snapshotter, Tier, WaitSpec,
+    AgentId, BackendError, CaptureStats, DeviceMemory, DigestKey, Dispatch, KernelKey,
+    RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan, Snapshotter,
+    Tier, WaitSpec,
 };
 
 use crate::modules::ModuleVariables;
 use crate::pool::BackingPool;
+use crate::predict::Predictor;
 use crate::shared::Shared;
 use crate::snapshot::EngineSnapshot;
 use crate::tracker::Tracker;
 use crate::{capture, check, plan, restore};
 
+pub use crate::predict::{
+    FIRST_WINDOW_CHUNKS, MAX_KERNELS, MAX_MISSES, MAX_RANGES, MIN_REGION_CHUNKS,
+};
 pub use crate::tiers::{DEVICE_HEADROOM_BYTES, DEVICE_HEADROOM_DIVISOR};
 
 /// The memory layer of one agent: implements [`Snapshotter`] over [`DeviceMemory`].
 pub struct MemoryEngine {
     shared: Arc<Shared>,
+    predictor: Arc<Predictor>,
     host_available: Option<u64>,
 }
 
@@ -55,6 +62,7 @@ impl MemoryEngine {
                 modules,
                 key: replay_core::digest::random_key(),
             }),
+            predictor: Arc::default(),
             host_available: None,
         }
     }
@@ -100,6 +108,22 @@ impl MemoryEngine {
     pub fn quarantined_bytes(&self) -> u64 {
         self.shared.pool.quarantined()
     }
+
+    /// Kernels scope `predicted` keeps a prediction for (at most [`MAX_KERNELS`]). Code
+    /// objects unloaded since the last plan ([`Tracker::record_unload`]) are forgotten first.
+    pub fn predicted_kernels(&self) -> usize {
+        self.predictor
+            .forget_unloaded(&self.shared.tracker, self.shared.agent);
+        self.predictor.kernels()
+    }
+
+    /// The number of ranges in `kernel`'s prediction (at most [`MAX_RANGES`]); `None` when
+    /// none is kept.
+    pub fn prediction_ranges(&self, kernel: &KernelKey) -> Option<usize> {
+        self.predictor
+            .forget_unloaded(&self.shared.tracker, self.shared.agent);
+        self.predictor.ranges(kernel)
+    }
 }
 
 impl Snapshotter for MemoryEngine {
@@ -109,7 +133,14 @@ impl Snapshotter for MemoryEngine {
         scope: Scope,
         policy: &Policy,
     ) -> Result<SnapshotPlan, BackendError> {
-        plan::plan(&self.shared, self.host_available, dispatch, scope, policy)
+        plan::plan(
+            &self.shared,
+            &self.predictor,
+            self.host_available,
+            dispatch,
+            scope,
+            policy,
+        )
     }
 
     fn capture(
@@ -118,7 +149,14 @@ impl Snapshotter for MemoryEngine {
         policy: &Policy,
         wait: &WaitSpec<'_>,
     ) -> Result<Box<dyn Snapshot>, SnapshotError> {
-        let snap = capture::capture(&self.shared, self.host_available, plan, policy, wait)?;
+        let snap = capture::capture(
+            &self.shared,
+            &self.predictor,
+            self.host_available,
+            plan,
+            policy,
+            wait,
+        )?;
         Ok(Box::new(snap))
     }
 
@@ -138,5 +176,9 @@ impl Snapshot for EngineSnapshot {
 
     fn restore(&mut self, wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError> {
         restore::restore(self, wait)
+    }
+
+    fn prediction_misses(&self) -> u32 {
+        self.prediction.as_ref().map_or(0, |p| p.misses)
     }
 }

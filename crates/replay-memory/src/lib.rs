@@ -13,14 +13,17 @@
 //! - [`modules`] (§7.1): module-scope variables, enumerated per agent at snapshot time.
 //! - [`engine`] (§7.2–§7.4): [`MemoryEngine`], the [`replay_core::Snapshotter`] of one agent,
 //!   gluing the steps below, each in a private file of its own:
-//!   - `plan` (§7.1, §7.2): scopes `all` and `arguments`, what the argument words reach (and
-//!     the runtime's answer for words the tracker never saw), module variables, the untracked
-//!     summary;
+//!   - `plan` (§7.1, §7.2): scopes `all`, `arguments` and `predicted`, what the argument words
+//!     reach (and the runtime's answer for words the tracker never saw), module variables,
+//!     the untracked summary;
 //!   - `capture` (§7.2, §7.3): placement across the tiers and the capture copies and digests;
-//!   - `check` (§7.2): the after-pass check of memory outside the snapshot;
+//!   - `check` (§7.2): the after-pass check of memory outside the snapshot, and what scope
+//!     `predicted` learns from it;
 //!   - `restore` (§7.4): restore `full` and `dirty`, the dirty fallback, the per-region retry;
 //!   - `tiers` (§7.3): the budgets of the device, pinned-host and pageable-host tiers;
 //!   - `snapshot` (§7.2–§7.4): a live snapshot's captured regions, watched regions and blocks;
+//!   - `predict` (§7.2, issue 18): the per-kernel predictions of scope `predicted`: the first
+//!     rule, learning, the bounds, forgetting on unload;
 //!   - `shared` (§7.1): the state an engine and its snapshot share, the liveness check and the
 //!     hold;
 //!   - `pool` (§7.3): pooled backing memory, trim, release and quarantine;
@@ -121,6 +124,31 @@
 //!   pass (`check_scope`), so a write through a pointer stored in device memory into them
 //!   truncates `write_outside_scope` instead of applying once per pass. Under `all` only
 //!   capturable regions no argument reached are watched; every coarse region is captured.
+//! - **Scope `predicted`** (issue 18). A scope finer than a region, for pooled allocations (a
+//!   framework's one large pool, in which `arguments` would capture the whole pool per
+//!   dispatch). Under it the plan replaces each region of at least
+//!   [`engine::MIN_REGION_CHUNKS`] digest chunks that the arguments reach by the chunks the
+//!   kernel is predicted to write there (and adds the chunks its record names in regions no
+//!   argument reaches); everything else of those regions is watched by the scope check's
+//!   chunk digests like any memory outside the scope, so a write outside the prediction
+//!   truncates `write_outside_scope` with memory equal to one execution, and the chunks that
+//!   changed (the check's digests name them) grow the kernel's prediction instead of forcing
+//!   scope `all` on it. Predictions are per kernel ([`replay_core::KernelKey`]), stored as
+//!   byte ranges relative to the argument pointer at or below them (or to an allocation),
+//!   learned from the first check of each dispatch (which digests the predicted chunks too),
+//!   bounded at [`engine::MAX_KERNELS`] kernels (least recently used evicted) ×
+//!   [`engine::MAX_RANGES`] ranges (40 bytes each; under 1 MiB per agent), and forgotten
+//!   when the code object is unloaded ([`Tracker::record_unload`]). A kernel seen for the
+//!   first time gets the first rule (from each pointer to the next pointer into the same
+//!   region, at most [`engine::FIRST_WINDOW_CHUNKS`] chunks); one that missed
+//!   [`engine::MAX_MISSES`] times gets `arguments` (`all` when it wrote where no argument
+//!   points). With the policy's `predict=spill` (the default) regions are predicted only
+//!   when the regions the arguments reach would not fit the device tier whole, else the plan
+//!   is `arguments`; the record says which (`predict_source`, `predict_fallback`). Captured
+//!   parts of an allocation are regions of their own with the allocation's generation: their
+//!   liveness is that the allocation holding them has that generation and still contains
+//!   them. A chunk rewritten with the bytes it held is not seen as written (nothing needs
+//!   restoring there), so a kernel that sometimes writes identical values may miss later.
 //! - **Module variables.** Read-only ones and the one-byte `__hip_cuid_*` markers are skipped;
 //!   a variable (or the part of one) already covered by a captured region or an earlier
 //!   variable is not captured twice; large ones go through the tiers like any region. An
@@ -133,7 +161,7 @@
 //!
 //! ## What no scope can see
 //!
-//! Neither `all` nor `arguments` covers memory nobody tracks: host memory reached through
+//! No scope (`all`, `arguments`, `predicted`) covers memory nobody tracks: host memory reached through
 //! pointers stored on the device, device-side heaps (`malloc` in kernels), textures and surfaces
 //! reached through handles, and allocations the backend's wrappers did not see that no argument
 //! points into (an argument into one is asked of the runtime, above). Writes by
@@ -154,6 +182,7 @@ pub mod engine;
 pub mod modules;
 mod plan;
 mod pool;
+mod predict;
 mod restore;
 mod shared;
 mod snapshot;

@@ -1,35 +1,59 @@
-//! Scope planning (SPEC §7.1, §7.2): which regions a snapshot of one dispatch holds under scope
-//! `all` or `arguments`: the allocations the argument words reach (tracked, or described by the
-//! runtime when the tracker never saw them), module variables not already covered, the
-//! untracked summary, whether anything reached is uncapturable, and the tiers' capacity.
+//! Scope planning (SPEC §7.1, §7.2, issue 18): which regions a snapshot of one dispatch holds
+//! under scope `all`, `arguments` or `predicted`: the allocations the argument words reach
+//! (tracked, or described by the runtime when the tracker never saw them), under `predicted`
+//! the predicted chunks of the large ones instead of the whole, module variables not already
+//! covered, the untracked summary, whether anything reached is uncapturable, and the tiers'
+//! capacity.
 
-use replay_core::policy::{Policy, Scope};
+use replay_core::policy::{Policy, PredictWhen, Scope};
 use replay_core::{
-    BackendError, BackendErrorKind, Dispatch, MemoryClass, RegionRef, SnapshotPlan,
-    UntrackedSummary,
+    ArgLayout, BackendError, BackendErrorKind, Dispatch, MemoryClass, PredictFallback,
+    PredictSource, RegionRef, SnapshotPlan, UntrackedSummary,
 };
 use smallvec::SmallVec;
 
 use crate::classify::{classify_under, Treatment};
 use crate::modules::is_bookkeeping;
+use crate::predict::{self, Pending, Pointer, Predictor, MAX_MISSES, MIN_REGION_CHUNKS};
 use crate::shared::{Shared, MODULE_GENERATION, RUNTIME_GENERATION};
 use crate::tiers::tier_caps;
 
 /// The plan of a snapshot of `dispatch` under `scope` (`Snapshotter::plan`); `host_available`
-/// overrides `/proc/meminfo` for the tier budgets.
+/// overrides `/proc/meminfo` for the tier budgets; `predictor` holds the kernels' predictions
+/// for scope `predicted`.
 pub(crate) fn plan(
     sh: &Shared,
+    predictor: &Predictor,
     host_available: Option<u64>,
     dispatch: &Dispatch,
     scope: Scope,
     policy: &Policy,
 ) -> Result<SnapshotPlan, BackendError> {
     // The window resolves `auto` before planning; a caller that passes it plans `all`.
-    let scope = if scope == Scope::Auto {
+    let mut scope = if scope == Scope::Auto {
         Scope::All
     } else {
         scope
     };
+    // Scope `predicted` needs argument pointers, and a kernel that keeps writing outside its
+    // prediction gets a region scope.
+    let mut fallback = PredictFallback::None;
+    let mut record = None;
+    if scope == Scope::Predicted {
+        predictor.forget_unloaded(&sh.tracker, sh.agent);
+        record = predictor.lookup(&dispatch.kernel);
+        if dispatch.arg_layout == ArgLayout::Unknown {
+            scope = Scope::All;
+            fallback = PredictFallback::UnknownLayout;
+        } else if let Some(r) = record.as_ref().filter(|r| r.misses >= MAX_MISSES) {
+            scope = if r.missed_outside {
+                Scope::All
+            } else {
+                Scope::Arguments
+            };
+            fallback = PredictFallback::RepeatedMisses;
+        }
+    }
     let agent = sh.agent;
     if dispatch.info.agent != agent {
         return Err(BackendError::new(
@@ -94,14 +118,44 @@ pub(crate) fn plan(
             );
             v
         }
-        Scope::Arguments => reach,
+        Scope::Arguments | Scope::Predicted => reach,
     };
     regions.retain(|r| r.size > 0);
+    let caps = tier_caps(sh, host_available, policy);
+    let mut pending = None;
+    if scope == Scope::Predicted {
+        match predicted(
+            dispatch,
+            &all,
+            &mut regions,
+            record.as_ref(),
+            caps[0],
+            policy,
+        ) {
+            Ok(p) => {
+                plan.predicted_bytes = p.spans.iter().map(|r| r.size).sum();
+                plan.predict_source = if record.is_some() {
+                    PredictSource::Learned
+                } else {
+                    PredictSource::FirstRule
+                };
+                pending = Some(p);
+            }
+            Err(why) => {
+                scope = Scope::Arguments;
+                fallback = why;
+            }
+        }
+    }
+    plan.scope = scope;
+    plan.predict_fallback = fallback;
 
     for r in &all {
         match classify(r.class) {
             Treatment::Captured => plan.tracked_bytes += r.size,
-            Treatment::CapturableUntracked if !regions.iter().any(|o| o.base == r.base) => {
+            Treatment::CapturableUntracked
+                if !regions.iter().any(|o| o.generation == r.generation) =>
+            {
                 untracked.bytes += r.size;
                 untracked.regions += 1;
             }
@@ -133,7 +187,7 @@ pub(crate) fn plan(
             continue;
         }
         covered.sort_unstable();
-        let parts = uncovered(v.base, v.size, &covered);
+        let parts = predict::uncovered(v.base, v.size, &covered);
         for (base, size) in parts {
             covered.push((base, base + size));
             regions.push(RegionRef {
@@ -147,8 +201,101 @@ pub(crate) fn plan(
     regions.sort_by_key(|r| r.base);
     plan.captured_bytes = regions.iter().map(|r| r.size).sum();
     plan.regions = regions;
-    plan.capacity_bytes = tier_caps(sh, host_available, policy).iter().sum();
+    plan.capacity_bytes = caps.iter().sum();
+    if let Some(p) = pending {
+        plan.ticket = predictor.stash(p);
+    }
     Ok(plan)
+}
+
+/// Scope `predicted` over `regions` (what the arguments reach, whole): replaces each large
+/// region by its predicted chunks, and adds the chunks the kernel's record names in regions
+/// no argument reaches; the plan's [`Pending`] on success, else why it plans `arguments`.
+/// `all` is the agent's tracked regions, `device_cap` the device tier's budget.
+fn predicted(
+    dispatch: &Dispatch,
+    all: &[RegionRef],
+    regions: &mut SmallVec<[RegionRef; 8]>,
+    record: Option<&predict::KernelPrediction>,
+    device_cap: u64,
+    policy: &Policy,
+) -> Result<Pending, PredictFallback> {
+    let chunk = policy.chunk_bytes.max(1);
+    let large = |r: &RegionRef| {
+        classify_under(r.class, policy.decline_on_vmem) == Treatment::Captured
+            && r.generation != MODULE_GENERATION
+            && r.generation != RUNTIME_GENERATION
+            && r.size >= MIN_REGION_CHUNKS.saturating_mul(chunk)
+    };
+    if !regions.iter().any(large) {
+        return Err(PredictFallback::SmallRegions);
+    }
+    let whole: u64 = regions.iter().map(|r| r.size).sum();
+    if policy.predict == PredictWhen::Spill && whole <= device_cap {
+        return Err(PredictFallback::FitsDevice);
+    }
+    let words: SmallVec<[u64; 32]> = dispatch.argument_words().collect();
+    let mut out: SmallVec<[RegionRef; 8]> = SmallVec::new();
+    let mut pending = Pending {
+        ticket: 0,
+        kernel: dispatch.kernel,
+        predicted: Vec::new(),
+        spans: Vec::new(),
+    };
+    let push_spans = |r: &RegionRef,
+                      ptrs: SmallVec<[Pointer; 2]>,
+                      out: &mut SmallVec<[RegionRef; 8]>,
+                      pending: &mut Pending| {
+        for (s, e) in predict::spans(r, &ptrs, record, chunk) {
+            let span = RegionRef {
+                base: s,
+                size: e - s,
+                generation: r.generation,
+                class: r.class,
+            };
+            out.push(span);
+            pending.spans.push(span);
+        }
+        pending.predicted.push((*r, ptrs));
+    };
+    for r in regions.iter() {
+        if !large(r) {
+            out.push(*r);
+            continue;
+        }
+        let end = r.base.saturating_add(r.size);
+        let mut ptrs: SmallVec<[Pointer; 2]> = words
+            .iter()
+            .enumerate()
+            .filter(|&(_, &w)| r.base <= w && w < end)
+            .map(|(i, &w)| Pointer {
+                arg: i as u16,
+                addr: w,
+            })
+            .collect();
+        ptrs.sort_by_key(|p| p.addr);
+        push_spans(r, ptrs, &mut out, &mut pending);
+    }
+    // Regions no argument reaches that the kernel wrote before (through stored pointers).
+    if let Some(rec) = record {
+        for r in all {
+            let named = rec.ranges.iter().any(|l| {
+                l.anchor
+                    == predict::Anchor::Region {
+                        base: r.base,
+                        generation: r.generation,
+                    }
+            });
+            if named
+                && classify_under(r.class, policy.decline_on_vmem) == Treatment::Captured
+                && !regions.iter().any(|o| o.generation == r.generation)
+            {
+                push_spans(r, SmallVec::new(), &mut out, &mut pending);
+            }
+        }
+    }
+    *regions = out;
+    Ok(pending)
 }
 
 /// What the kernel's arguments reach (SPEC §7.1, §7.2): every allocation an 8-byte-aligned
@@ -333,32 +480,6 @@ fn argument_reach(
 /// in that range too. Small counts, negative integers and packed floats fall outside.
 fn may_be_address(word: u64) -> bool {
     (1u64 << 12..1u64 << 57).contains(&word)
-}
-
-/// Parts of [base, base+size) not covered by `covered` (sorted, non-overlapping intervals).
-fn uncovered(base: u64, size: u64, covered: &[(u64, u64)]) -> SmallVec<[(u64, u64); 2]> {
-    let mut out = SmallVec::new();
-    let end = base.saturating_add(size);
-    let mut at = base;
-    for &(s, e) in covered {
-        if e <= at {
-            continue;
-        }
-        if s >= end {
-            break;
-        }
-        if s > at {
-            out.push((at, s - at));
-        }
-        at = at.max(e);
-        if at >= end {
-            break;
-        }
-    }
-    if at < end {
-        out.push((at, end - at));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -35,7 +35,9 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Whether `r` is still the memory it was when planned or captured; `load` is the load
-    /// generation of a module variable's code object at capture. Call under a hold
+    /// generation of a module variable's code object at capture. A tracked `r` may be a part
+    /// of its allocation (scope `predicted` captures chunks): it is live while the allocation
+    /// holding its base has its generation and still contains it. Call under a hold
     /// ([`Tracker::hold`]) so that the answer stays true until the copies are done.
     pub(crate) fn is_live(&self, r: &RegionRef, load: Option<u64>) -> bool {
         match r.generation {
@@ -47,7 +49,13 @@ impl Shared {
                 self.device.query_pointer(r.base),
                 Ok(Some(i)) if i.base == r.base && i.size == r.size && i.class == r.class
             ),
-            _ => self.tracker.is_live(self.agent, r),
+            _ => {
+                self.tracker.is_live(self.agent, r)
+                    || self.tracker.lookup(self.agent, r.base).is_some_and(|a| {
+                        a.generation == r.generation
+                            && r.base.saturating_add(r.size) <= a.base.saturating_add(a.size)
+                    })
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! A live snapshot's contents (SPEC §7.2–§7.4): each captured region and where its bytes lie in
 //! the backing blocks, the regions the scope check watches with their digests before the first
-//! pass, and the blocks it holds, which go back to the pool (or to quarantine, when a restore
-//! copy was abandoned) when it is dropped.
+//! pass, under scope `predicted` what the plan predicted and what the checks found (issue 18),
+//! and the blocks it holds, which go back to the pool (or to quarantine, when a restore copy
+//! was abandoned) when it is dropped.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use replay_core::{BackingId, CaptureStats, CopyOp, Digest128, MemLoc, RegionRef}
 use smallvec::SmallVec;
 
 use crate::pool::Block;
+use crate::predict::{Pending, Predictor};
 use crate::shared::Shared;
 
 /// One contiguous part of a captured region in one backing block.
@@ -29,8 +31,11 @@ pub(crate) struct CapturedRegion {
     /// A module variable's code-object load generation at capture.
     pub(crate) load: Option<u64>,
     pub(crate) pieces: SmallVec<[Piece; 2]>,
-    /// Chunk digests at capture (restore `dirty` only).
+    /// Chunk digests at capture (restore `dirty`, and the predicted chunks of scope
+    /// `predicted`, whose first check learns from them).
     pub(crate) digests: Vec<Digest128>,
+    /// Chunks scope `predicted` chose (a part of its allocation).
+    pub(crate) predicted: bool,
 }
 
 impl CapturedRegion {
@@ -55,11 +60,24 @@ impl CapturedRegion {
     }
 }
 
-/// A tracked region outside the snapshot, with its digests before the first pass.
+/// A tracked region outside the snapshot (or the part of one outside the predicted chunks),
+/// with its digests before the first pass.
 #[derive(Debug, Clone)]
 pub(crate) struct Watched {
     pub(crate) region: RegionRef,
+    /// Base of the allocation `region` is part of.
+    pub(crate) alloc_base: u64,
     pub(crate) digests: Vec<Digest128>,
+}
+
+/// Scope `predicted`: what the plan predicted, and what the checks found.
+pub(crate) struct Prediction {
+    pub(crate) predictor: Arc<Predictor>,
+    pub(crate) pending: Pending,
+    /// The first check learned what the kernel wrote.
+    pub(crate) learned: bool,
+    /// Watched chunks found changed so far.
+    pub(crate) misses: u32,
 }
 
 /// A snapshot alive for one window.
@@ -74,6 +92,8 @@ pub(crate) struct EngineSnapshot {
     pub(crate) keep: u64,
     /// A restore copy was abandoned: the blocks may still be read by the device.
     pub(crate) poisoned: bool,
+    /// Scope `predicted` only.
+    pub(crate) prediction: Option<Prediction>,
 }
 
 impl Drop for EngineSnapshot {

@@ -271,7 +271,21 @@ pub struct Tracker {
     /// Virtual-memory mappings by base (process-wide addresses); non-overlapping. Lock order:
     /// `holds`, then `mappings`, then `agents`.
     mappings: Mutex<BTreeMap<u64, Mapping>>,
+    /// Code objects unloaded, most recent last: what the engines' predictions forget.
+    unloads: Mutex<UnloadLog>,
 }
+
+/// The most recent unloads, numbered; an engine that fell further behind forgets everything.
+#[derive(Debug, Default)]
+struct UnloadLog {
+    /// Unloads recorded so far.
+    seq: u64,
+    /// The last [`UNLOAD_LOG`] of them: (number, agent, code object).
+    recent: std::collections::VecDeque<(u64, AgentId, u64)>,
+}
+
+/// Unloads kept for engines that have not looked yet.
+const UNLOAD_LOG: usize = 256;
 
 impl Default for Tracker {
     fn default() -> Self {
@@ -281,6 +295,7 @@ impl Default for Tracker {
             released: Condvar::new(),
             wait_cap: Mutex::new(DEFAULT_RELEASE_WAIT_CAP),
             mappings: Mutex::default(),
+            unloads: Mutex::default(),
         }
     }
 }
@@ -322,6 +337,37 @@ impl Tracker {
         h.next += 1;
         h.active.push((id, agent, ranges));
         MemoryHold { tracker: self, id }
+    }
+
+    /// Records that `code_object` was unloaded from `agent` (or destroyed): the engines'
+    /// per-kernel predictions for its kernels (scope `predicted`) are forgotten before their
+    /// next plan. Backends call it where they tell the service to forget the code object.
+    pub fn record_unload(&self, agent: AgentId, code_object: u64) {
+        let mut log = self.unloads.lock();
+        log.seq += 1;
+        let n = log.seq;
+        log.recent.push_back((n, agent, code_object));
+        if log.recent.len() > UNLOAD_LOG {
+            log.recent.pop_front();
+        }
+    }
+
+    /// Unloads recorded after the first `seen`: the new count and those unloads, or `None`
+    /// in place of the list when some of them are no longer kept (forget everything).
+    pub fn unloads_since(&self, seen: u64) -> (u64, Option<Vec<(AgentId, u64)>>) {
+        let log = self.unloads.lock();
+        if log.seq == seen {
+            return (seen, Some(Vec::new()));
+        }
+        let complete = log.recent.front().is_some_and(|&(n, _, _)| n <= seen + 1);
+        let list = complete.then(|| {
+            log.recent
+                .iter()
+                .filter(|&&(n, _, _)| n > seen)
+                .map(|&(_, a, c)| (a, c))
+                .collect()
+        });
+        (log.seq, list)
     }
 
     /// Frees and unloads waiting for a hold now (tests, diagnostics).

@@ -560,6 +560,9 @@ impl SimRuntime {
     pub fn unload_module(&self, module: &Module) -> Result<(), SimError> {
         self.shared()
             .unload_module(module.agent, module.code_object)?;
+        self.inner
+            .tracker
+            .record_unload(module.agent, module.code_object);
         if let Some(s) = self.service() {
             s.forget_code_object(module.agent, module.code_object);
         }

@@ -3,7 +3,10 @@
 //! of each core enumeration.
 
 use replay_context::OverrideSupport;
-use replay_core::{Operation, Outcome, Phase, Reason, RestoreMode, Scope, Subscription};
+use replay_core::{
+    Operation, Outcome, Phase, PredictFallback, PredictSource, Reason, RestoreMode, Scope,
+    Subscription,
+};
 
 use super::error::Error;
 use crate::sys::*;
@@ -113,6 +116,27 @@ pub(crate) fn scope_code(s: Scope) -> kreplay_scope_t {
         Scope::All => KREPLAY_SCOPE_ALL,
         Scope::Arguments => KREPLAY_SCOPE_ARGUMENTS,
         Scope::Auto => KREPLAY_SCOPE_AUTO,
+        Scope::Predicted => KREPLAY_SCOPE_PREDICTED,
+    }
+}
+
+/// The C value of a scope `predicted` source.
+pub(crate) fn predict_source_code(s: PredictSource) -> kreplay_predict_source_t {
+    match s {
+        PredictSource::None => KREPLAY_PREDICT_SOURCE_NONE,
+        PredictSource::FirstRule => KREPLAY_PREDICT_SOURCE_FIRST_RULE,
+        PredictSource::Learned => KREPLAY_PREDICT_SOURCE_LEARNED,
+    }
+}
+
+/// The C value of a scope `predicted` fallback.
+pub(crate) fn predict_fallback_code(f: PredictFallback) -> kreplay_predict_fallback_t {
+    match f {
+        PredictFallback::None => KREPLAY_PREDICT_FALLBACK_NONE,
+        PredictFallback::FitsDevice => KREPLAY_PREDICT_FALLBACK_FITS_DEVICE,
+        PredictFallback::SmallRegions => KREPLAY_PREDICT_FALLBACK_SMALL_REGIONS,
+        PredictFallback::RepeatedMisses => KREPLAY_PREDICT_FALLBACK_REPEATED_MISSES,
+        PredictFallback::UnknownLayout => KREPLAY_PREDICT_FALLBACK_UNKNOWN_LAYOUT,
     }
 }
 

@@ -7,7 +7,10 @@ use std::mem::size_of;
 
 use replay_core::{DispatchInfo, OutcomeRecord, RunSummary};
 
-use super::enums::{outcome_code, reason_code, reason_code_by_name, restore_code, scope_code};
+use super::enums::{
+    outcome_code, predict_fallback_code, predict_source_code, reason_code, reason_code_by_name,
+    restore_code, scope_code,
+};
 use super::pointer::{lossy_cstring, ZeroValid};
 use crate::sys::*;
 
@@ -113,6 +116,11 @@ impl COutcome {
             pass_restored_bytes_count: restored.len() as u64,
             pass_compared_bytes: compared.as_ptr(),
             pass_compared_bytes_count: compared.len() as u64,
+            predicted_bytes: r.predicted_bytes,
+            prediction_misses: r.prediction_misses,
+            predict_source: predict_source_code(r.predict_source),
+            predict_fallback: predict_fallback_code(r.predict_fallback),
+            reserved0: 0,
         };
         Self {
             c,

@@ -184,6 +184,9 @@ pub(crate) unsafe extern "C" fn executable_destroy(executable: u64) -> hsa_statu
                 svc.forget_code_object(a.id, executable);
             }
         }
+        for a in backend().agents.all() {
+            backend().tracker.record_unload(a.id, executable);
+        }
     }));
     if forgot.is_err() {
         log::error!(
