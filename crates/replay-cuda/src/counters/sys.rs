@@ -435,7 +435,7 @@ mod tests {
         );
         // The header's sizes without tail padding: Stop ends in one byte.
         assert_eq!(RangeStop::default().structSize, 8 * 5 + 1);
-        assert_eq!(RangeSetConfig::default().structSize, 8 * 10 + 2);
+        assert_eq!(RangeSetConfig::default().structSize, 8 * 11 + 2);
     }
 
     #[test]
