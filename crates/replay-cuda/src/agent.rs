@@ -259,12 +259,20 @@ impl CudaAgent {
 
     fn make_flusher(&self) -> Result<Flusher, CudaError> {
         let info = self.device.info();
-        let cubin =
-            crate::module::compile_cubin(FLUSH_SOURCE, "kr_flush.cu", info.compute_capability, &[])?;
+        let cubin = crate::module::compile_cubin(
+            FLUSH_SOURCE,
+            "kr_flush.cu",
+            info.compute_capability,
+            &[],
+        )?;
         let m = crate::module::ModuleRegistry::new(self.id, Arc::clone(&self.device))
             .load_private(&cubin, "kr_flush")?;
         let func = m.function("kr_flush_l2")?.raw();
-        let l2 = if info.l2_bytes > 0 { info.l2_bytes } else { 64 << 20 };
+        let l2 = if info.l2_bytes > 0 {
+            info.l2_bytes
+        } else {
+            64 << 20
+        };
         let bytes = (3 * l2).next_multiple_of(1 << 20);
         // SAFETY: a plain device allocation in the bound context (bound by the caller); it is
         // the backend's own, never tracked or captured, and kept for the agent's life.
@@ -471,7 +479,8 @@ impl Agent for CudaAgent {
     }
 
     fn flush_caches(&self) -> Result<(), BackendError> {
-        self.flush().map_err(|e| e.to_backend(self.id, "flush caches"))
+        self.flush()
+            .map_err(|e| e.to_backend(self.id, "flush caches"))
     }
 
     fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError> {

@@ -195,7 +195,11 @@ impl Profiler for Fake {
             )));
         }
         // The value of the session's first pass (where a multi-pass metric starts).
-        Ok(config.metrics.iter().map(|m| value(m, s.launches[0])).collect())
+        Ok(config
+            .metrics
+            .iter()
+            .map(|m| value(m, s.launches[0]))
+            .collect())
     }
     fn registers(&self, kernel_id: u64) -> Option<u32> {
         Some(kernel_id as u32 * 10)
@@ -278,7 +282,11 @@ fn rig(metrics: &[&str], min_passes: u32) -> Rig {
 impl Rig {
     fn run(&self, kernel: u64) -> replay_core::OutcomeRecord {
         self.svc
-            .submit(&self.agent, &InstantSnapshotter::default(), dispatch(kernel))
+            .submit(
+                &self.agent,
+                &InstantSnapshotter::default(),
+                dispatch(kernel),
+            )
             .unwrap()
             .record
             .expect("a candidate has a record")
@@ -307,7 +315,11 @@ fn metrics_the_chip_cannot_collect_are_one_error_naming_each_and_nothing_is_plan
     let bad: Vec<&str> = bad.iter().map(|(m, _)| m.as_str()).collect();
     assert_eq!(
         bad,
-        ["dram__bytes_raed.sum", "launch__nonsense", "sm__nothing.avg"]
+        [
+            "dram__bytes_raed.sum",
+            "launch__nonsense",
+            "sm__nothing.avg"
+        ]
     );
     let msg = e.to_string();
     assert!(
@@ -367,10 +379,7 @@ fn metrics_are_packed_first_fit_into_one_pass_groups_and_a_ratio_keeps_its_count
             (
                 1,
                 1,
-                vec![
-                    "lts__t_sector_hit_rate.pct",
-                    "l1tex__t_sector_hit_rate.pct"
-                ]
+                vec!["lts__t_sector_hit_rate.pct", "l1tex__t_sector_hit_rate.pct"]
             ),
             (2, 2, vec!["big__two_pass.sum"]),
             (4, 1, vec!["gpu__time_duration.sum"]),
@@ -448,7 +457,11 @@ fn the_window_asks_for_the_plans_passes_and_each_value_comes_from_the_pass_it_is
         process_name: "app".into(),
         ..ReportHeader::default()
     });
-    assert!(r.collector.errors().is_empty(), "{:?}", r.collector.errors());
+    assert!(
+        r.collector.errors().is_empty(),
+        "{:?}",
+        r.collector.errors()
+    );
     let d = rec.dispatch_id.0;
     let s = |metric: &str, pass: u32, value: f64| CounterSample {
         dispatch_id: d,
@@ -462,9 +475,21 @@ fn the_window_asks_for_the_plans_passes_and_each_value_comes_from_the_pass_it_is
         vec![
             s("launch__grid_size", 0, 80.0),
             s("launch__registers_per_thread", 0, 30.0),
-            s("smsp__inst_executed.sum", 0, v("smsp__inst_executed.sum", 0)),
-            s("lts__t_sector_hit_rate.pct", 0, v("lts__t_sector_hit_rate.pct", 0)),
-            s("l1tex__t_sector_hit_rate.pct", 1, v("l1tex__t_sector_hit_rate.pct", 1)),
+            s(
+                "smsp__inst_executed.sum",
+                0,
+                v("smsp__inst_executed.sum", 0)
+            ),
+            s(
+                "lts__t_sector_hit_rate.pct",
+                0,
+                v("lts__t_sector_hit_rate.pct", 0)
+            ),
+            s(
+                "l1tex__t_sector_hit_rate.pct",
+                1,
+                v("l1tex__t_sector_hit_rate.pct", 1)
+            ),
             s("dram__bytes_read.sum", 0, v("dram__bytes_read.sum", 0)),
             s("big__two_pass.sum", 2, v("big__two_pass.sum", 2)),
         ]
@@ -506,7 +531,11 @@ fn passes_beyond_the_plan_run_without_the_profiler_and_one_pass_plans_still_repl
 #[test]
 fn a_profiler_failure_ends_that_dispatchs_collection_only_and_says_what_is_missing() {
     let r = rig(
-        &["smsp__inst_executed.sum", "l1tex__t_sector_hit_rate.pct", "lts__t_sector_hit_rate.pct"],
+        &[
+            "smsp__inst_executed.sum",
+            "l1tex__t_sector_hit_rate.pct",
+            "lts__t_sector_hit_rate.pct",
+        ],
         1,
     );
     // Groups: [inst, l1 ratio] (3 counters), then [lts ratio] (3 + 2 > 4).
@@ -514,7 +543,11 @@ fn a_profiler_failure_ends_that_dispatchs_collection_only_and_says_what_is_missi
     // The second start (pass 1 of the first dispatch) fails.
     *r.fake.fail_start_at.lock() = Some(1);
     let first = r.run(1);
-    assert_eq!(first.outcome, Outcome::Replayed, "the replay itself goes on");
+    assert_eq!(
+        first.outcome,
+        Outcome::Replayed,
+        "the replay itself goes on"
+    );
     let second = r.run(1);
     assert_eq!(second.outcome, Outcome::Replayed);
     let rep = r.collector.report(&ReportHeader::default());
@@ -536,7 +569,10 @@ fn a_profiler_failure_ends_that_dispatchs_collection_only_and_says_what_is_missi
     let errors = r.collector.errors();
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors.iter().all(|(d, _)| *d == first.dispatch_id.0));
-    assert!(errors[0].1.contains("cuptiRangeProfilerStart"), "{errors:?}");
+    assert!(
+        errors[0].1.contains("cuptiRangeProfilerStart"),
+        "{errors:?}"
+    );
     assert!(
         errors[1].1.contains("not collected") && errors[1].1.contains("lts__t_sector_hit_rate.pct"),
         "{errors:?}"

@@ -201,7 +201,11 @@ impl CounterCollector {
 
     /// CONFIG EXIT: the dispatch's record, its launch metrics, and what is missing.
     pub fn finish(&self, info: &DispatchInfo, outcome: Option<&OutcomeRecord>) {
-        let mut p = self.pending.lock().remove(&info.dispatch_id).unwrap_or_default();
+        let mut p = self
+            .pending
+            .lock()
+            .remove(&info.dispatch_id)
+            .unwrap_or_default();
         if p.started {
             // A pass that never reached its EXIT (the window truncated): end the session.
             if let Some(ctx) = p.ctx {
@@ -242,7 +246,7 @@ impl CounterCollector {
                 ),
             ));
         }
-        let div = |a: u32, b: u32| if b == 0 { a } else { a / b };
+        let div = |a: u32, b: u32| a.checked_div(b).unwrap_or(a);
         let grid = [
             div(info.grid.x, info.workgroup.x),
             div(info.grid.y, info.workgroup.y),

@@ -51,7 +51,10 @@ static GLOBAL: OnceLock<Result<CuptiProfiler, CounterError>> = OnceLock::new();
 
 fn cstrings(v: &[String]) -> Result<Vec<CString>, CounterError> {
     v.iter()
-        .map(|s| CString::new(s.as_str()).map_err(|_| CounterError::Session(format!("metric name {s:?} holds a NUL byte"))))
+        .map(|s| {
+            CString::new(s.as_str())
+                .map_err(|_| CounterError::Session(format!("metric name {s:?} holds a NUL byte")))
+        })
         .collect()
 }
 
@@ -111,7 +114,8 @@ impl CuptiProfiler {
 
     fn host_object(&self, chip: &str) -> Result<*mut c_void, CounterError> {
         self.init()?;
-        let chip_c = CString::new(chip).map_err(|_| CounterError::Session("chip name holds a NUL byte".into()))?;
+        let chip_c = CString::new(chip)
+            .map_err(|_| CounterError::Session("chip name holds a NUL byte".into()))?;
         let mut p = sys::HostInitialize {
             profilerType: sys::PROFILER_TYPE_RANGE,
             pChipName: chip_c.as_ptr(),
@@ -135,7 +139,12 @@ impl CuptiProfiler {
         let _ = unsafe { (self.lib.host_deinitialize)(&mut p) };
     }
 
-    fn compile_on(&self, host: *mut c_void, chip: &str, metrics: &[String]) -> Result<Config, CounterError> {
+    fn compile_on(
+        &self,
+        host: *mut c_void,
+        chip: &str,
+        metrics: &[String],
+    ) -> Result<Config, CounterError> {
         let names = cstrings(metrics)?;
         let mut ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
         let mut add = sys::HostConfigAddMetrics {
@@ -149,7 +158,10 @@ impl CuptiProfiler {
         if r == sys::CUPTI_ERROR_INVALID_METRIC_NAME {
             return Err(CounterError::Metrics {
                 chip: chip.to_string(),
-                bad: metrics.iter().map(|m| (m.clone(), self.lib.describe(r))).collect(),
+                bad: metrics
+                    .iter()
+                    .map(|m| (m.clone(), self.lib.describe(r)))
+                    .collect(),
             });
         }
         self.check("cuptiProfilerHostConfigAddMetrics", r)?;
@@ -192,9 +204,9 @@ impl CuptiProfiler {
         f: impl FnOnce(&mut Target) -> Result<T, CounterError>,
     ) -> Result<T, CounterError> {
         let mut targets = self.targets.lock();
-        let t = targets
-            .get_mut(&ctx)
-            .ok_or_else(|| CounterError::Session(format!("no range profiler on context {ctx:#x}")))?;
+        let t = targets.get_mut(&ctx).ok_or_else(|| {
+            CounterError::Session(format!("no range profiler on context {ctx:#x}"))
+        })?;
         f(t)
     }
 
@@ -294,7 +306,8 @@ impl Profiler for CuptiProfiler {
                 }
             }
         };
-        let name = CString::new(metric).map_err(|_| CounterError::Session("NUL in metric name".into()))?;
+        let name =
+            CString::new(metric).map_err(|_| CounterError::Session("NUL in metric name".into()))?;
         let mut p = sys::HostGetMetricProperties {
             pHostObject: host,
             pMetricName: name.as_ptr(),
@@ -321,17 +334,13 @@ impl Profiler for CuptiProfiler {
     fn begin(&self, ctx: u64, config: &Config) -> Result<(), CounterError> {
         self.init()?;
         let mut targets = self.targets.lock();
-        if !targets.contains_key(&ctx) {
-            let object = self.enable(ctx)?;
-            targets.insert(
-                ctx,
-                Target {
-                    object,
-                    counter_data: Vec::new(),
-                },
-            );
-        }
-        let t = targets.get_mut(&ctx).expect("inserted above");
+        let t = match targets.entry(ctx) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(Target {
+                object: self.enable(ctx)?,
+                counter_data: Vec::new(),
+            }),
+        };
         match self.set_config(t, config) {
             Ok(()) => Ok(()),
             Err(first) => {

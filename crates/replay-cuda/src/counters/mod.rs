@@ -153,8 +153,16 @@ pub trait Profiler: Send + Sync + fmt::Debug {
 pub const LAUNCH_METRICS: &[(&str, &str, &str)] = &[
     ("launch__grid_size", "", "Number of blocks in the grid"),
     ("launch__block_size", "", "Number of threads per block"),
-    ("launch__thread_count", "thread", "Total number of threads across all blocks"),
-    ("launch__registers_per_thread", "register/thread", "Number of registers allocated per thread"),
+    (
+        "launch__thread_count",
+        "thread",
+        "Total number of threads across all blocks",
+    ),
+    (
+        "launch__registers_per_thread",
+        "register/thread",
+        "Number of registers allocated per thread",
+    ),
 ];
 
 /// The built-in metric sets (`kreplay run --set NAME`).
@@ -189,7 +197,10 @@ pub const METRIC_SETS: &[(&str, &[&str])] = &[
 
 /// The metrics of the built-in set `name`.
 pub fn metric_set(name: &str) -> Option<&'static [&'static str]> {
-    METRIC_SETS.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+    METRIC_SETS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, m)| *m)
 }
 
 /// Splits a comma-separated list: names trimmed, empty ones dropped, repeats removed (the
@@ -246,7 +257,10 @@ impl MetricPlan {
                 continue;
             }
             if n.starts_with("launch__") {
-                bad.push((n.clone(), "not a launch metric this tool computes".to_string()));
+                bad.push((
+                    n.clone(),
+                    "not a launch metric this tool computes".to_string(),
+                ));
                 continue;
             }
             match p.compile(chip, std::slice::from_ref(n)) {

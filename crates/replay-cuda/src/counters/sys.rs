@@ -255,7 +255,9 @@ pub fn search_dirs() -> Vec<PathBuf> {
 pub fn find_in(dirs: &[PathBuf], library: &str) -> Option<PathBuf> {
     let prefix = format!("{library}.so");
     for d in dirs {
-        let Ok(rd) = std::fs::read_dir(d) else { continue };
+        let Ok(rd) = std::fs::read_dir(d) else {
+            continue;
+        };
         let mut names: Vec<PathBuf> = rd
             .filter_map(Result::ok)
             .map(|e| e.path())
@@ -279,10 +281,16 @@ pub fn find_in(dirs: &[PathBuf], library: &str) -> Option<PathBuf> {
 pub fn locate(dirs: &[PathBuf]) -> Result<[PathBuf; 3], LibraryMissing> {
     let tried = |lib: &'static str, dirs: &[PathBuf]| LibraryMissing {
         library: lib,
-        tried: dirs.iter().map(|d| format!("{}/{lib}.so*", d.display())).collect(),
+        tried: dirs
+            .iter()
+            .map(|d| format!("{}/{lib}.so*", d.display()))
+            .collect(),
     };
     let cupti = find_in(dirs, "libcupti").ok_or_else(|| tried("libcupti", dirs))?;
-    let own = cupti.parent().map(|p| vec![p.to_path_buf()]).unwrap_or_default();
+    let own = cupti
+        .parent()
+        .map(|p| vec![p.to_path_buf()])
+        .unwrap_or_default();
     let mut found = vec![cupti];
     for lib in ["libnvperf_host", "libnvperf_target"] {
         let p = find_in(&own, lib)
@@ -378,7 +386,9 @@ impl Cupti {
         let r = unsafe { (self.get_result_string)(code, &mut p) };
         if r == 0 && !p.is_null() {
             // SAFETY: as above.
-            unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
         } else {
             format!("CUPTI error {code}")
         }
@@ -394,7 +404,11 @@ mod tests {
     macro_rules! same {
         ($ours:ty, $theirs:ty, $last:ident) => {
             assert_eq!(size_of::<$ours>(), size_of::<$theirs>(), stringify!($ours));
-            assert_eq!(align_of::<$ours>(), align_of::<$theirs>(), stringify!($ours));
+            assert_eq!(
+                align_of::<$ours>(),
+                align_of::<$theirs>(),
+                stringify!($ours)
+            );
             assert_eq!(
                 struct_size!($ours, $last),
                 struct_size!($theirs, $last),
@@ -405,25 +419,101 @@ mod tests {
 
     #[test]
     fn the_parameter_structs_match_cudarcs_bindings_of_the_headers() {
-        same!(ProfilerInitialize, c::CUpti_Profiler_Initialize_Params, pPriv);
-        same!(DeviceGetChipName, c::CUpti_Device_GetChipName_Params, pChipName);
-        same!(HostInitialize, c::CUpti_Profiler_Host_Initialize_Params, pHostObject);
-        same!(HostDeinitialize, c::CUpti_Profiler_Host_Deinitialize_Params, pHostObject);
-        same!(HostGetMetricProperties, c::CUpti_Profiler_Host_GetMetricProperties_Params, metricType);
-        same!(HostEvaluateToGpuValues, c::CUpti_Profiler_Host_EvaluateToGpuValues_Params, pMetricValues);
-        same!(HostConfigAddMetrics, c::CUpti_Profiler_Host_ConfigAddMetrics_Params, numMetrics);
-        same!(HostGetConfigImageSize, c::CUpti_Profiler_Host_GetConfigImageSize_Params, configImageSize);
-        same!(HostGetConfigImage, c::CUpti_Profiler_Host_GetConfigImage_Params, pConfigImage);
-        same!(HostGetNumOfPasses, c::CUpti_Profiler_Host_GetNumOfPasses_Params, numOfPasses);
-        same!(RangeSetConfig, c::CUpti_RangeProfiler_SetConfig_Params, targetNestingLevel);
-        same!(RangeEnable, c::CUpti_RangeProfiler_Enable_Params, pRangeProfilerObject);
-        same!(RangeObject, c::CUpti_RangeProfiler_Disable_Params, pRangeProfilerObject);
-        same!(RangeObject, c::CUpti_RangeProfiler_Start_Params, pRangeProfilerObject);
-        same!(RangeStop, c::CUpti_RangeProfiler_Stop_Params, isAllPassSubmitted);
-        same!(RangeDecode, c::CUpti_RangeProfiler_DecodeData_Params, numOfRangeDropped);
-        same!(RangeCounterDataSize, c::CUpti_RangeProfiler_GetCounterDataSize_Params, counterDataSize);
-        same!(RangeCounterDataInit, c::CUpti_RangeProfiler_CounterDataImage_Initialize_Params, pCounterData);
-        same!(RangeCounterDataInfo, c::CUpti_RangeProfiler_GetCounterDataInfo_Params, numTotalRanges);
+        same!(
+            ProfilerInitialize,
+            c::CUpti_Profiler_Initialize_Params,
+            pPriv
+        );
+        same!(
+            DeviceGetChipName,
+            c::CUpti_Device_GetChipName_Params,
+            pChipName
+        );
+        same!(
+            HostInitialize,
+            c::CUpti_Profiler_Host_Initialize_Params,
+            pHostObject
+        );
+        same!(
+            HostDeinitialize,
+            c::CUpti_Profiler_Host_Deinitialize_Params,
+            pHostObject
+        );
+        same!(
+            HostGetMetricProperties,
+            c::CUpti_Profiler_Host_GetMetricProperties_Params,
+            metricType
+        );
+        same!(
+            HostEvaluateToGpuValues,
+            c::CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+            pMetricValues
+        );
+        same!(
+            HostConfigAddMetrics,
+            c::CUpti_Profiler_Host_ConfigAddMetrics_Params,
+            numMetrics
+        );
+        same!(
+            HostGetConfigImageSize,
+            c::CUpti_Profiler_Host_GetConfigImageSize_Params,
+            configImageSize
+        );
+        same!(
+            HostGetConfigImage,
+            c::CUpti_Profiler_Host_GetConfigImage_Params,
+            pConfigImage
+        );
+        same!(
+            HostGetNumOfPasses,
+            c::CUpti_Profiler_Host_GetNumOfPasses_Params,
+            numOfPasses
+        );
+        same!(
+            RangeSetConfig,
+            c::CUpti_RangeProfiler_SetConfig_Params,
+            targetNestingLevel
+        );
+        same!(
+            RangeEnable,
+            c::CUpti_RangeProfiler_Enable_Params,
+            pRangeProfilerObject
+        );
+        same!(
+            RangeObject,
+            c::CUpti_RangeProfiler_Disable_Params,
+            pRangeProfilerObject
+        );
+        same!(
+            RangeObject,
+            c::CUpti_RangeProfiler_Start_Params,
+            pRangeProfilerObject
+        );
+        same!(
+            RangeStop,
+            c::CUpti_RangeProfiler_Stop_Params,
+            isAllPassSubmitted
+        );
+        same!(
+            RangeDecode,
+            c::CUpti_RangeProfiler_DecodeData_Params,
+            numOfRangeDropped
+        );
+        same!(
+            RangeCounterDataSize,
+            c::CUpti_RangeProfiler_GetCounterDataSize_Params,
+            counterDataSize
+        );
+        same!(
+            RangeCounterDataInit,
+            c::CUpti_RangeProfiler_CounterDataImage_Initialize_Params,
+            pCounterData
+        );
+        same!(
+            RangeCounterDataInfo,
+            c::CUpti_RangeProfiler_GetCounterDataInfo_Params,
+            numTotalRanges
+        );
         // Field order where it matters most: the set-up of the session.
         assert_eq!(
             std::mem::offset_of!(RangeSetConfig, passIndex),
@@ -449,13 +539,19 @@ mod tests {
         assert_eq!(e.library, "libcupti");
         let msg = e.to_string();
         assert!(msg.contains("libcupti.so not found"), "{msg}");
-        assert!(msg.contains(&format!("{}/libcupti.so*", a.display())), "{msg}");
+        assert!(
+            msg.contains(&format!("{}/libcupti.so*", a.display())),
+            "{msg}"
+        );
         assert!(msg.contains("KREPLAY_CUDA_LIB_DIR"), "{msg}");
         std::fs::write(b.join("libcupti.so.2025.3.1"), b"").unwrap();
         std::fs::write(b.join("libnvperf_host.so"), b"").unwrap();
         let e = locate(&dirs).unwrap_err();
         assert_eq!(e.library, "libnvperf_target");
-        assert!(e.to_string().contains("libnvperf_target.so not found"), "{e}");
+        assert!(
+            e.to_string().contains("libnvperf_target.so not found"),
+            "{e}"
+        );
         // The nvperf library beside libcupti is found; one in another folder too.
         std::fs::write(a.join("libnvperf_target.so"), b"").unwrap();
         let [c, h, t] = locate(&dirs).unwrap();
