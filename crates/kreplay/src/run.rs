@@ -12,7 +12,7 @@
 //! program starts (this command loads the driver and CUPTI's host library to learn the chip
 //! and the pass count): a metric that cannot be collected is a usage error naming it (exit
 //! status 2) and the program does not start. The passes asked are the plan's, or `--passes`
-//! if more; `KREPLAY_CACHE_CONTROL=flush` is set unless the environment sets it (caches
+//! if given and more (the tool asks for two at least: one pass is no replay); `KREPLAY_CACHE_CONTROL=flush` is set unless the environment sets it (caches
 //! invalidated before each pass, as Nsight Compute does). The JSON report's `counters`
 //! member is the `replay_report::CounterReport`.
 //!
@@ -39,6 +39,8 @@ pub struct RunArgs {
     pub tool: String,
     /// Passes per dispatch.
     pub passes: u64,
+    /// Whether `--passes` was given (the counters tool otherwise asks for its plan's).
+    pub passes_given: bool,
     /// `--metrics` (counters), split.
     pub metrics: Vec<String>,
     /// `--set` (counters).
@@ -67,6 +69,7 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
     let mut a = RunArgs {
         tool: "verify".into(),
         passes: 3,
+        passes_given: false,
         metrics: Vec::new(),
         set: None,
         include: None,
@@ -107,6 +110,7 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
                 a.passes = v.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
                     format!("--passes {v:?}: expected a whole number of at least 1")
                 })?;
+                a.passes_given = true;
             }
             "--metrics" => {
                 let v = val()?;
@@ -208,7 +212,8 @@ fn plan_counters(a: &RunArgs) -> Result<u64, u8> {
                 plan.single_config_passes,
                 groups.join("; ")
             ));
-            Ok(a.passes.max(u64::from(plan.passes)))
+            let given = if a.passes_given { a.passes } else { 1 };
+            Ok(given.max(u64::from(plan.passes)))
         }
         Err(e @ (CounterError::Metrics { .. } | CounterError::Empty)) => {
             crate::say(format_args!("kreplay run: {e}\n{USAGE}"));

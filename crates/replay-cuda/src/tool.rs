@@ -373,6 +373,16 @@ fn counters_from_env(passes: u64) -> Result<Arc<CounterCollector>, String> {
         names.len(),
         plan.passes
     );
+    // The range profiler on the application's context now, before the kernels it will
+    // launch are loaded (lazy loading loads them at their first launch).
+    match profiler.current_context() {
+        Ok(ctx) => {
+            if let Err(e) = profiler.prepare(ctx) {
+                log::warn!("[kernel-replay] counters: enabling the range profiler early: {e}");
+            }
+        }
+        Err(e) => log::debug!("[kernel-replay] counters: {e}"),
+    }
     let min = u32::try_from(passes).unwrap_or(u32::MAX);
     Ok(Arc::new(CounterCollector::new(
         Arc::new(plan),

@@ -41,8 +41,11 @@ fn counters_of(metric: &str) -> Option<Vec<&'static str>> {
         "lts__t_sector_hit_rate.pct" => vec!["lts_hit", "lts_lookup"],
         "l1tex__t_sector_hit_rate.pct" => vec!["l1_hit", "l1_lookup"],
         "l1tex__t_sectors.sum" => vec!["l1"],
-        // A metric that alone needs two passes.
+        // A metric that alone needs two passes, and one that shares most of its counters.
         "big__two_pass.sum" => vec!["b1", "b2", "b3", "b4", "b5"],
+        "big__shares.sum" => vec!["b1", "b2", "b3", "b4", "b5", "b6"],
+        // A metric the profiler evaluates to no value.
+        "nan__metric.sum" => vec!["nan"],
         _ => return None,
     })
 }
@@ -68,6 +71,8 @@ struct Fake {
     /// Fail `start` of this dispatch's pass (by the number of starts so far).
     fail_start_at: Mutex<Option<u32>>,
     starts: AtomicU32,
+    /// Sessions complete after one pass, whatever the host API counted.
+    finish_early: std::sync::atomic::AtomicBool,
 }
 
 impl Fake {
@@ -177,6 +182,9 @@ impl Profiler for Fake {
         s.started = false;
         s.stops += 1;
         self.calls.lock().push("stop".into());
+        if self.finish_early.load(Ordering::SeqCst) {
+            s.passes = 1;
+        }
         Ok(s.stops >= s.passes)
     }
     fn decode(&self, _: u64, config: &Config) -> Result<Vec<f64>, CounterError> {
@@ -198,7 +206,13 @@ impl Profiler for Fake {
         Ok(config
             .metrics
             .iter()
-            .map(|m| value(m, s.launches[0]))
+            .map(|m| {
+                if m.starts_with("nan__") {
+                    f64::NAN
+                } else {
+                    value(m, s.launches[0])
+                }
+            })
             .collect())
     }
     fn registers(&self, kernel_id: u64) -> Option<u32> {
@@ -474,7 +488,8 @@ fn the_window_asks_for_the_plans_passes_and_each_value_comes_from_the_pass_it_is
         rep.samples,
         vec![
             s("launch__grid_size", 0, 80.0),
-            s("launch__registers_per_thread", 0, 30.0),
+            // 30 registers, allocated in units of 8 (as Nsight Compute reports them).
+            s("launch__registers_per_thread", 0, 32.0),
             s(
                 "smsp__inst_executed.sum",
                 0,
@@ -603,4 +618,98 @@ fn metric_lists_and_the_basic_set() {
     let fake = Fake::default();
     let plan = MetricPlan::compile(&fake, CHIP, &names(basic)).unwrap();
     assert_eq!(plan.passes, 2);
+}
+
+#[test]
+fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_run_without_it() {
+    let r = rig(&["big__two_pass.sum", "dram__bytes_read.sum"], 1);
+    // Groups: [big] over passes 0-1 (the host API's count), [dram] at pass 2.
+    assert_eq!(r.collector.plan().passes, 3);
+    r.fake.finish_early.store(true, Ordering::SeqCst);
+    let rec = r.run(1);
+    assert_eq!(rec.executed_passes, 3);
+    assert!(
+        r.collector.errors().is_empty(),
+        "{:?}",
+        r.collector.errors()
+    );
+    assert_eq!(
+        *r.fake.calls.lock(),
+        [
+            "begin 0xc0 big__two_pass.sum",
+            "start",
+            "stop",
+            "decode",
+            "begin 0xc0 dram__bytes_read.sum",
+            "start",
+            "stop",
+            "decode",
+        ]
+    );
+    let rep = r.collector.report(&ReportHeader::default());
+    let got: Vec<(&str, u32, f64)> = rep
+        .samples
+        .iter()
+        .map(|s| (s.metric.as_str(), s.pass, s.value))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("big__two_pass.sum", 0, value("big__two_pass.sum", 0)),
+            ("dram__bytes_read.sum", 2, value("dram__bytes_read.sum", 2)),
+        ]
+    );
+}
+
+#[test]
+fn a_value_the_profiler_cannot_evaluate_is_an_error_not_a_sample() {
+    let r = rig(&["nan__metric.sum", "dram__bytes_read.sum"], 1);
+    let rec = r.run(1);
+    let rep = r.collector.report(&ReportHeader::default());
+    assert!(rep.samples.iter().all(|s| s.value.is_finite()));
+    assert_eq!(rep.samples.len(), 1, "{:?}", rep.samples);
+    assert_eq!(rep.samples[0].metric, "dram__bytes_read.sum");
+    let errors = r.collector.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, rec.dispatch_id.0);
+    assert!(
+        errors[0]
+            .1
+            .contains("nan__metric.sum: the profiler evaluated no value"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn multi_pass_metrics_share_an_image_where_it_costs_no_pass_and_one_pass_metrics_never_join_them() {
+    let fake = Fake::default();
+    let plan = MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&[
+            "big__two_pass.sum",
+            "dram__bytes_read.sum",
+            "big__shares.sum",
+        ]),
+    )
+    .unwrap();
+    let groups: Vec<(u32, u32, Vec<&str>)> = plan
+        .groups
+        .iter()
+        .map(|g| {
+            (
+                g.first_pass,
+                g.config.passes,
+                g.config.metrics.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        vec![
+            (0, 2, vec!["big__two_pass.sum", "big__shares.sum"]),
+            (2, 1, vec!["dram__bytes_read.sum"]),
+        ]
+    );
+    assert_eq!(plan.passes, 3);
 }

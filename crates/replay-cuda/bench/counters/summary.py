@@ -93,8 +93,8 @@ def compare(name, out):
     n = min(len(rows), len(nk))
     print(f"ncu: {len(nk)} kernels; compared: {n}")
     metrics = [m["name"] for m in c.get("metrics", [])]
-    print("\n| metric | class | kernels | equal | within 2% | within 10% | max rel diff | example ours / ncu |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| metric | class | kernels | equal | within 2% | within 10% | max rel diff | max abs diff | worst ours / ncu |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for m in metrics:
         pairs = []
         for i in range(n):
@@ -103,14 +103,14 @@ def compare(name, out):
             if a is not None and b is not None:
                 pairs.append((a, b))
         if not pairs:
-            print(f"| {m} | {klass(m)} | 0 | | | | | |")
+            print(f"| {m} | {klass(m)} | 0 | | | | | | |")
             continue
         eq = sum(1 for a, b in pairs if a == b)
         w2 = sum(1 for a, b in pairs if rel(a, b) <= 0.02)
         w10 = sum(1 for a, b in pairs if rel(a, b) <= 0.10)
         worst = max(pairs, key=lambda p: rel(*p))
         print(
-            f"| {m} | {klass(m)} | {len(pairs)} | {eq} | {w2} | {w10} | {rel(*worst):.3%} | {worst[0]:g} / {worst[1]:g} |"
+            f"| {m} | {klass(m)} | {len(pairs)} | {eq} | {w2} | {w10} | {rel(*worst):.3%} | {max(abs(a - b) for a, b in pairs):g} | {worst[0]:g} / {worst[1]:g} |"
         )
     names_differ = sum(
         1 for i in range(n) if rows[i][0]["kernel_demangled"].split("(")[0].split("<")[0].split("::")[-1][:20]

@@ -21,6 +21,8 @@ struct Pending {
     samples: Vec<CounterSample>,
     groups_done: Vec<usize>,
     failed: Option<String>,
+    /// Metrics without a value (the profiler evaluated NaN).
+    notes: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -109,7 +111,9 @@ impl CounterCollector {
         };
         let mut all = self.pending.lock();
         let p = all.entry(info.dispatch_id).or_default();
-        if p.failed.is_some() {
+        if p.failed.is_some() || p.groups_done.contains(&g) {
+            // The profiler finished this group in fewer passes than the host API counted:
+            // its remaining passes run without it.
             return;
         }
         let r = (|| -> Result<(), CounterError> {
@@ -159,13 +163,10 @@ impl CounterCollector {
             let all_submitted = self.profiler.stop(ctx)?;
             match (last, all_submitted) {
                 (false, false) => return Ok(()),
-                (false, true) => {
-                    return Err(CounterError::Session(format!(
-                        "the profiler finished the configuration after {} of its {} passes",
-                        sub + 1,
-                        group.config.passes
-                    )))
-                }
+                // `cuptiProfilerHostGetNumOfPasses` can count more passes than the range
+                // profiler takes (seen on an H200: 2 for `lts__t_sector_hit_rate.pct`, whose
+                // session was complete after one): decode now.
+                (false, true) => {}
                 (true, false) => {
                     return Err(CounterError::Session(format!(
                         "the profiler wants more than the {} passes the host API planned",
@@ -184,6 +185,13 @@ impl CounterCollector {
             }
             p.in_group = None;
             for (m, v) in group.config.metrics.iter().zip(values) {
+                if !v.is_finite() {
+                    p.notes.push(format!(
+                        "{m}: the profiler evaluated no value ({v}) for pass {}",
+                        group.first_pass
+                    ));
+                    continue;
+                }
                 p.samples.push(CounterSample {
                     dispatch_id: info.dispatch_id.0,
                     pass: group.first_pass,
@@ -230,6 +238,9 @@ impl CounterCollector {
         if let Some(e) = p.failed.take() {
             c.errors.push((id, e));
         }
+        for n in p.notes.drain(..) {
+            c.errors.push((id, n));
+        }
         let missing: Vec<String> = (0..self.plan.groups.len())
             .filter(|g| !p.groups_done.contains(g))
             .flat_map(|g| self.plan.groups[g].config.metrics.clone())
@@ -260,9 +271,10 @@ impl CounterCollector {
                 "launch__grid_size" => Some(blocks as f64),
                 "launch__block_size" => Some(threads as f64),
                 "launch__thread_count" => Some((blocks * threads) as f64),
-                "launch__registers_per_thread" => {
-                    self.profiler.registers(info.kernel_id.0).map(f64::from)
-                }
+                "launch__registers_per_thread" => self
+                    .profiler
+                    .registers(info.kernel_id.0)
+                    .map(|r| f64::from(r.next_multiple_of(8))),
                 _ => None,
             };
             match v {

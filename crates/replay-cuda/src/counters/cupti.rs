@@ -434,17 +434,36 @@ impl Profiler for CuptiProfiler {
     }
 
     fn registers(&self, kernel_id: u64) -> Option<u32> {
+        use crate::sys::{CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS as REGS, CUresult};
         let mut n: std::ffi::c_int = 0;
-        // SAFETY: `kernel_id` is the launch's CUfunction (the backends' kernel ids); out
-        // pointer to a live local.
-        let r = unsafe {
-            crate::sys::cuFuncGetAttribute(
-                &mut n,
-                crate::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS,
-                kernel_id as crate::sys::CUfunction,
-            )
-        };
-        (r == crate::sys::CUresult::CUDA_SUCCESS).then_some(n.max(0) as u32)
+        // SAFETY: `kernel_id` is the launch's function handle (the backends' kernel ids);
+        // out pointer to a live local.
+        let r = unsafe { crate::sys::cuFuncGetAttribute(&mut n, REGS, kernel_id as _) };
+        if r == CUresult::CUDA_SUCCESS {
+            return Some(n.max(0) as u32);
+        }
+        // The runtime launches library kernels by their `CUkernel` handle (CUDA 12+), which
+        // `cuFuncGetAttribute` does not take: ask for the current context's device.
+        let mut dev: crate::sys::CUdevice = 0;
+        // SAFETY: out pointer to a live local.
+        if unsafe { crate::sys::cuCtxGetDevice(&mut dev) } != CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        // SAFETY: as above; a handle that is not a kernel is an error, not a fault.
+        let r = unsafe { crate::sys::cuKernelGetAttribute(&mut n, REGS, kernel_id as _, dev) };
+        (r == CUresult::CUDA_SUCCESS).then_some(n.max(0) as u32)
+    }
+
+    fn prepare(&self, ctx: u64) -> Result<(), CounterError> {
+        self.init()?;
+        let mut targets = self.targets.lock();
+        if let std::collections::hash_map::Entry::Vacant(v) = targets.entry(ctx) {
+            v.insert(Target {
+                object: self.enable(ctx)?,
+                counter_data: Vec::new(),
+            });
+        }
+        Ok(())
     }
 }
 

@@ -144,12 +144,19 @@ pub trait Profiler: Send + Sync + fmt::Debug {
     fn stop(&self, ctx: u64) -> Result<bool, CounterError>;
     /// Decodes the session and evaluates `config`'s metrics for its last range.
     fn decode(&self, ctx: u64, config: &Config) -> Result<Vec<f64>, CounterError>;
-    /// Registers per thread of the kernel `kernel_id` (a `CUfunction`), where known.
+    /// Registers per thread of the kernel `kernel_id` (a `CUfunction` or `CUkernel`), where
+    /// known.
     fn registers(&self, kernel_id: u64) -> Option<u32>;
+    /// Enables the range profiler on `ctx` ahead of the first session (where the profiler
+    /// instruments code as it loads, code loaded later is covered). Optional.
+    fn prepare(&self, _ctx: u64) -> Result<(), CounterError> {
+        Ok(())
+    }
 }
 
 /// The `launch__*` metrics taken from the launch, not from counters: `(name, unit,
-/// description)`.
+/// description)`. `launch__registers_per_thread` is what the driver says of the function,
+/// rounded up to the allocation unit of 8 registers per thread, as Nsight Compute reports it.
 pub const LAUNCH_METRICS: &[(&str, &str, &str)] = &[
     ("launch__grid_size", "", "Number of blocks in the grid"),
     ("launch__block_size", "", "Number of threads per block"),
@@ -287,22 +294,20 @@ impl MetricPlan {
             p.release(c);
             n
         };
-        // First fit, in the order asked, into one-pass images.
+        // First fit, in the order asked: a metric that alone needs one pass goes into one-pass
+        // images only (its counters stay in one pass); one that alone needs several goes into
+        // a multi-pass image where that costs no pass beyond the larger of the two.
         let mut groups: Vec<Config> = Vec::new();
         for (name, alone) in counters {
-            if alone.passes > 1 {
-                groups.push(alone);
-                continue;
-            }
             let mut placed = None;
             for (i, g) in groups.iter().enumerate() {
-                if g.passes != 1 {
+                if (g.passes == 1) != (alone.passes == 1) {
                     continue;
                 }
                 let mut m = g.metrics.clone();
                 m.push(name.clone());
                 let c = p.compile(chip, &m)?;
-                if c.passes == 1 {
+                if c.passes <= g.passes.max(alone.passes) {
                     placed = Some((i, c));
                     break;
                 }
@@ -424,5 +429,8 @@ impl<T: Profiler + ?Sized> Profiler for &'static T {
     }
     fn registers(&self, kernel_id: u64) -> Option<u32> {
         (**self).registers(kernel_id)
+    }
+    fn prepare(&self, ctx: u64) -> Result<(), CounterError> {
+        (**self).prepare(ctx)
     }
 }
