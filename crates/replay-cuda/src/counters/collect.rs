@@ -271,10 +271,9 @@ impl CounterCollector {
                 "launch__grid_size" => Some(blocks as f64),
                 "launch__block_size" => Some(threads as f64),
                 "launch__thread_count" => Some((blocks * threads) as f64),
-                "launch__registers_per_thread" => self
-                    .profiler
-                    .registers(info.kernel_id.0)
-                    .map(|r| f64::from(r.next_multiple_of(8))),
+                "launch__registers_per_thread" => {
+                    self.profiler.registers(info.kernel_id.0).map(f64::from)
+                }
                 _ => None,
             };
             match v {

@@ -155,8 +155,9 @@ pub trait Profiler: Send + Sync + fmt::Debug {
 }
 
 /// The `launch__*` metrics taken from the launch, not from counters: `(name, unit,
-/// description)`. `launch__registers_per_thread` is what the driver says of the function,
-/// rounded up to the allocation unit of 8 registers per thread, as Nsight Compute reports it.
+/// description)`. `launch__registers_per_thread` is what the driver says of the function
+/// (`CU_FUNC_ATTRIBUTE_NUM_REGS`); Nsight Compute reports the kernel it profiles, which its
+/// own instrumentation can make larger (on an H200: 16 for the bench's kernel of 14).
 pub const LAUNCH_METRICS: &[(&str, &str, &str)] = &[
     ("launch__grid_size", "", "Number of blocks in the grid"),
     ("launch__block_size", "", "Number of threads per block"),
