@@ -44,12 +44,28 @@
 //! CUPTI forbids driver calls inside its callbacks; this runs in the window, inside the
 //! library's own launch wrapper, never in a CUPTI callback.
 //!
+//! ## What the H200 showed (`BENCHMARKS.md`, issue 16)
+//!
+//! Launch and instruction counts equal Nsight Compute's; memory traffic of a 16 MiB kernel
+//! within 0.04% (L2 sectors of all kinds within 3.2%); time within 10% on 19 of 21 kernels.
+//! Known gaps, each reported per dispatch in [`CounterCollector::errors`], never as a value:
+//!
+//! - SASS-instruction metrics (`*__sass_*`) compile on the host but evaluate to NaN: the range
+//!   profiler does not instrument code for them here (CUPTI's SASS-metrics API would).
+//! - Metrics that alone need several passes (`sm__throughput.*`,
+//!   `lts__t_sector_hit_rate.pct`): the range profiler reports every pass submitted after the
+//!   first and the values are NaN. The collector decodes when the profiler says the session
+//!   is complete, whatever the host API counted.
+//! - Tiny kernels read less from L2 and DRAM than under Nsight Compute: the backend's flush
+//!   evicts L2 by reading a scratch buffer, where Nsight Compute invalidates caches through the
+//!   driver.
+//!
 //! ## Not covered
 //!
 //! One device's chip per plan (the first device's in `kreplay run`); metrics of a dispatch that
 //! was declined or truncated before a group ran are missing (the errors say which); no PM
-//! sampling, no SASS patching metrics beyond what the range profiler collects; clocks are left
-//! as they are (Nsight Compute locks them to base by default, so time metrics differ).
+//! sampling; clocks are left as they are (Nsight Compute locks them to base by default, so
+//! compare with `--clock-control none`). The C ABI does not expose the collection yet.
 
 pub mod sys;
 

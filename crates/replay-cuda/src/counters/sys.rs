@@ -5,7 +5,7 @@
 //! The structs are copied from those headers field for field (their layouts are checked
 //! against cudarc's generated bindings in the tests below). Each `structSize` is the
 //! headers' `CUPTI_PROFILER_STRUCT_SIZE(type, lastfield)`: the offset of the last field plus
-//! its size, without tail padding ([`struct_size!`]).
+//! its size, without tail padding (`struct_size!`).
 //!
 //! cudarc's own CUPTI loader panics when the library is missing; this one returns
 //! [`LibraryMissing`], naming the library and every place it looked.
