@@ -65,7 +65,8 @@
 //! One device's chip per plan (the first device's in `kreplay run`); metrics of a dispatch that
 //! was declined or truncated before a group ran are missing (the errors say which); no PM
 //! sampling; clocks are left as they are (Nsight Compute locks them to base by default, so
-//! compare with `--clock-control none`). The C ABI does not expose the collection yet.
+//! compare with `--clock-control none`). The C ABI exposes the collection as
+//! `kreplay_cuda_counters_*` (`replay-ffi`, feature `cuda`).
 
 pub mod sys;
 
