@@ -88,7 +88,8 @@ cases and options (run, the default, check, merge, app). --backend may also come
 them. The simulator's benches are `cargo bench -p replay-mock`.";
 
 const RUN_AFTER: &str = "\
-The options are `kreplay run`'s own: --tool verify|timing, --passes N, --kernel-include P,
+The options are `kreplay run`'s own: --tool verify|timing|counters, --passes N, --metrics LIST
+and --set NAME (counters: Nsight Compute metric names; set basic or memory), --kernel-include P,
 --kernel-exclude P, --dispatch-range R, --out FILE.json|FILE.csv, --library PATH. The
 program and its arguments follow `--`.";
 

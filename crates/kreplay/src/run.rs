@@ -1,9 +1,20 @@
 //! `kreplay run`: an unmodified CUDA application under replay (SPEC §9.2, §12).
 //!
 //! ```text
-//! kreplay run [--tool verify|timing] [--passes N] [--kernel-include P] [--kernel-exclude P]
-//!             [--dispatch-range R] [--out FILE.json|FILE.csv] [--library PATH] -- APP ARGS...
+//! kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] [--set NAME]
+//!             [--kernel-include P] [--kernel-exclude P] [--dispatch-range R]
+//!             [--out FILE.json|FILE.csv] [--library PATH] -- APP ARGS...
 //! ```
+//!
+//! `--tool counters` collects hardware metrics (Nsight Compute's names: `--metrics` a comma
+//! list, `--set` a built-in set, both together their union) with CUPTI's range profiler
+//! (`replay_cuda::counters`). The list is compiled for the first device's chip before the
+//! program starts (this command loads the driver and CUPTI's host library to learn the chip
+//! and the pass count): a metric that cannot be collected is a usage error naming it (exit
+//! status 2) and the program does not start. The passes asked are the plan's, or `--passes`
+//! if given and more (the tool asks for two at least: one pass is no replay); `KREPLAY_CACHE_CONTROL=flush` is set unless the environment sets it (caches
+//! invalidated before each pass, as Nsight Compute does). The JSON report's `counters`
+//! member is the `replay_report::CounterReport`.
 //!
 //! Sets up the injection and runs the program: `LD_PRELOAD` and `CUDA_INJECTION64_PATH` name
 //! `libkernel_replay.so` (built with its `cuda` feature; `--library`, else `KREPLAY_LIBRARY`,
@@ -27,10 +38,16 @@ use std::process::Command;
 /// Options of `kreplay run`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunArgs {
-    /// `verify` or `timing`.
+    /// `verify`, `timing` or `counters`.
     pub tool: String,
     /// Passes per dispatch.
     pub passes: u64,
+    /// Whether `--passes` was given (the counters tool otherwise asks for its plan's).
+    pub passes_given: bool,
+    /// `--metrics` (counters), split.
+    pub metrics: Vec<String>,
+    /// `--set` (counters).
+    pub set: Option<String>,
     /// `--kernel-include`.
     pub include: Option<String>,
     /// `--kernel-exclude`.
@@ -46,14 +63,18 @@ pub struct RunArgs {
 }
 
 /// Usage of `kreplay run`.
-pub const USAGE: &str = "usage: kreplay run [--tool verify|timing] [--passes N] [--kernel-include P] \
-[--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv] [--library PATH] -- APP ARGS...";
+pub const USAGE: &str = "usage: kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] \
+[--set NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv] \
+[--library PATH] -- APP ARGS...";
 
 /// Parses the arguments after `run`.
 pub fn parse(args: &[String]) -> Result<RunArgs, String> {
     let mut a = RunArgs {
         tool: "verify".into(),
         passes: 3,
+        passes_given: false,
+        metrics: Vec::new(),
+        set: None,
         include: None,
         exclude: None,
         range: None,
@@ -80,8 +101,11 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
         match key {
             "--tool" => {
                 a.tool = val()?;
-                if a.tool != "verify" && a.tool != "timing" {
-                    return Err(format!("--tool {:?}: expected verify or timing", a.tool));
+                if !["verify", "timing", "counters"].contains(&a.tool.as_str()) {
+                    return Err(format!(
+                        "--tool {:?}: expected verify, timing or counters",
+                        a.tool
+                    ));
                 }
             }
             "--passes" => {
@@ -89,6 +113,26 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
                 a.passes = v.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
                     format!("--passes {v:?}: expected a whole number of at least 1")
                 })?;
+                a.passes_given = true;
+            }
+            "--metrics" => {
+                let v = val()?;
+                let m = replay_cuda::counters::parse_metric_list(&v);
+                if m.is_empty() {
+                    return Err(format!("--metrics {v:?}: no metric names"));
+                }
+                a.metrics.extend(m);
+            }
+            "--set" => {
+                let v = val()?;
+                if replay_cuda::counters::metric_set(&v).is_none() {
+                    let sets: Vec<&str> = replay_cuda::counters::METRIC_SETS
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect();
+                    return Err(format!("--set {v:?}: expected one of {}", sets.join(", ")));
+                }
+                a.set = Some(v);
             }
             "--kernel-include" => a.include = Some(val()?),
             "--kernel-exclude" => a.exclude = Some(val()?),
@@ -107,7 +151,84 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
     if a.app.is_empty() {
         return Err("no program given (after --)".into());
     }
+    if a.tool == "counters" {
+        if a.metrics.is_empty() && a.set.is_none() {
+            return Err("--tool counters needs --metrics LIST or --set NAME".into());
+        }
+    } else if !a.metrics.is_empty() || a.set.is_some() {
+        return Err(format!(
+            "--metrics and --set are for --tool counters, not {}",
+            a.tool
+        ));
+    }
     Ok(a)
+}
+
+impl RunArgs {
+    /// The counters tool's metrics: `--set`'s, then `--metrics`', without repeats.
+    pub fn metric_list(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .set
+            .as_deref()
+            .and_then(replay_cuda::counters::metric_set)
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        for m in &self.metrics {
+            if !all.contains(m) {
+                all.push(m.clone());
+            }
+        }
+        all
+    }
+}
+
+/// Compiles the counters tool's list before the program starts: the passes to ask for, or
+/// the exit status (2: a metric cannot be collected; 1: no CUPTI or no driver).
+fn plan_counters(a: &RunArgs) -> Result<u64, u8> {
+    use replay_cuda::counters::{plan_for_device, CounterError};
+    let names = a.metric_list();
+    match plan_for_device(0, &names) {
+        Ok(plan) => {
+            let groups: Vec<String> = plan
+                .groups
+                .iter()
+                .map(|g| {
+                    format!(
+                        "pass {}{}: {}",
+                        g.first_pass,
+                        if g.config.passes > 1 {
+                            format!("-{}", g.first_pass + g.config.passes - 1)
+                        } else {
+                            String::new()
+                        },
+                        g.config.metrics.join(",")
+                    )
+                })
+                .collect();
+            crate::say(format_args!(
+                "kreplay run: counters: {} metrics on {} in {} passes (the host API's single configuration: {}); {}",
+                names.len(),
+                plan.chip,
+                plan.passes,
+                plan.single_config_passes,
+                groups.join("; ")
+            ));
+            let given = if a.passes_given { a.passes } else { 1 };
+            Ok(given.max(u64::from(plan.passes)))
+        }
+        Err(e @ (CounterError::Metrics { .. } | CounterError::Empty)) => {
+            crate::say(format_args!("kreplay run: {e}\n{USAGE}"));
+            Err(2)
+        }
+        Err(e) => {
+            crate::say(format_args!(
+                "kreplay run: counters cannot be collected here: {e}; the program was not started"
+            ));
+            Err(1)
+        }
+    }
 }
 
 const LIB_NAME: &str = "libkernel_replay.so";
@@ -159,6 +280,14 @@ pub fn main(args: &[String]) -> u8 {
         crate::say(format_args!("kreplay run: {e}\n{USAGE}"));
         return 2;
     }
+    let passes = if a.tool == "counters" {
+        match plan_counters(&a) {
+            Ok(n) => n,
+            Err(code) => return code,
+        }
+    } else {
+        a.passes
+    };
     let mut cmd = Command::new(&a.app[0]);
     cmd.args(&a.app[1..]);
     let report = std::env::temp_dir().join(format!("kreplay-run-{}.json", std::process::id()));
@@ -172,8 +301,16 @@ pub fn main(args: &[String]) -> u8 {
             cmd.env("LD_PRELOAD", preload)
                 .env("CUDA_INJECTION64_PATH", &lib)
                 .env("KREPLAY_CUDA_BUILTIN", &a.tool)
-                .env("KREPLAY_CUDA_PASSES", a.passes.to_string())
+                .env("KREPLAY_CUDA_PASSES", passes.to_string())
                 .env("KREPLAY_CUDA_OUT", &report);
+            if a.tool == "counters" {
+                cmd.env("KREPLAY_CUDA_METRICS", a.metric_list().join(","));
+                if std::env::var_os("KREPLAY_CACHE_CONTROL").is_none()
+                    && std::env::var_os("ROCPROFILER_KERNEL_REPLAY_CACHE_CONTROL").is_none()
+                {
+                    cmd.env("KREPLAY_CACHE_CONTROL", "flush");
+                }
+            }
             if std::env::var_os("KREPLAY_LOG").is_none() {
                 // One outcome line per dispatch is too much for a real program: the table
                 // at the end and `--out` have them.
@@ -429,6 +566,53 @@ mod tests {
     }
 
     #[test]
+    fn parses_the_counters_options() {
+        let a = parse(&s(&[
+            "--tool",
+            "counters",
+            "--set",
+            "basic",
+            "--metrics",
+            "dram__bytes_read.sum, l1tex__t_sectors.sum",
+            "--",
+            "app",
+        ]))
+        .unwrap();
+        let m = a.metric_list();
+        assert_eq!(m[0], "launch__grid_size");
+        assert_eq!(m.iter().filter(|x| *x == "dram__bytes_read.sum").count(), 1);
+        assert_eq!(m.last().unwrap(), "l1tex__t_sectors.sum");
+        let e = parse(&s(&["--tool", "counters", "--", "app"])).unwrap_err();
+        assert!(e.contains("needs --metrics LIST or --set NAME"), "{e}");
+        let e = parse(&s(&["--tool", "counters", "--set", "all", "--", "app"])).unwrap_err();
+        assert!(e.contains("expected one of basic"), "{e}");
+        let e = parse(&s(&["--metrics", "a.sum", "--", "app"])).unwrap_err();
+        assert!(e.contains("for --tool counters, not verify"), "{e}");
+        assert!(parse(&s(&["--tool", "counters", "--metrics", " , ", "--", "app"])).is_err());
+    }
+
+    #[test]
+    fn a_counter_list_that_cannot_be_compiled_never_starts_the_program() {
+        let dir = std::env::temp_dir().join(format!("kreplay-counters-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let marker = dir.join("started");
+        let code = main(&s(&[
+            "--tool",
+            "counters",
+            "--metrics",
+            "no__such_metric.sum",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}", marker.display()),
+        ]));
+        // Here (no GPU) CUPTI or the driver is missing: 1; with them the metric is unknown: 2.
+        assert!(code == 1 || code == 2, "{code}");
+        assert!(!marker.exists(), "the program must not start");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn parses_options_and_program() {
         let a = parse(&s(&[
             "--tool",
@@ -445,7 +629,7 @@ mod tests {
         assert_eq!(a.passes, 5);
         assert_eq!(a.out, Some(PathBuf::from("r.csv")));
         assert_eq!(a.app, s(&["app", "-x"]));
-        assert!(parse(&s(&["--tool", "counters", "--", "app"])).is_err());
+        assert!(parse(&s(&["--tool", "nonsense", "--", "app"])).is_err());
         assert!(parse(&s(&["--passes", "0", "--", "app"])).is_err());
         assert!(parse(&s(&["--tool", "verify"])).is_err());
     }

@@ -31,8 +31,14 @@ fn help_on_every_command_prints_its_usage_and_exits_0() {
         ),
         (&["bench", "-h"], "kreplay bench --backend cuda [ARGS]..."),
         (&["help", "bench"], "kreplay bench --backend cuda [ARGS]..."),
-        (&["run", "--help"], "kreplay run [--tool verify|timing]"),
-        (&["run", "-h"], "kreplay run [--tool verify|timing]"),
+        (
+            &["run", "--help"],
+            "kreplay run [--tool verify|timing|counters]",
+        ),
+        (
+            &["run", "-h"],
+            "kreplay run [--tool verify|timing|counters]",
+        ),
         (&["help", "run"], "-- APP ARGS..."),
     ] {
         let o = kreplay(args);

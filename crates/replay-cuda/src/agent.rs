@@ -22,9 +22,18 @@
 //! - **Abandon.** An abandoned drain or pass drops its events; the driver destroys an event
 //!   that has not completed when it completes, so nothing the device still references is
 //!   freed early.
-//! - **Caches.** NVIDIA GPUs keep copy engines coherent with L2, so restores need no flush; the
-//!   backend has no cache-flush operation and does not claim `CACHE_FLUSH`
-//!   (`cache_control=flush` logs a warning per pass and runs the pass).
+//! - **Caches.** NVIDIA GPUs keep copy engines coherent with L2, so restores need no flush
+//!   for correctness. For measurements (`cache_control=flush`, as Nsight Compute flushes
+//!   before each pass by default) `flush_caches` evicts L2 before each pass: a kernel of the
+//!   backend's own (NVRTC, [`FLUSH_SOURCE`]) reads a scratch buffer of three times the L2's
+//!   size through L2 only (`ld.global.cg`), on the memory layer's first stream, and the call
+//!   waits for it (bounded). Dirty lines (the previous pass's writes, the restore's copies)
+//!   are written back during the flush, not during the pass, and the pass finds none of its
+//!   data in L2. The L1 caches are not shared across kernels and need nothing. The scratch
+//!   (untracked, never captured) is allocated at the first flush and kept. The agent claims
+//!   `CACHE_FLUSH`; where NVRTC or the scratch is unavailable the flush fails and the window
+//!   logs it and runs the pass. The flush kernel is a kernel: a range profiler in auto range
+//!   sees it as a range of its own, before the pass's (see [`crate::counters`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +54,35 @@ use crate::memory::CudaMemory;
 use crate::module::CudaModule;
 use crate::queue::{CompletionEvent, QueueKind, QueueRegistry};
 use crate::sys;
+
+/// The L2 flush kernel (CUDA C, compiled with NVRTC at the first flush): every thread reads
+/// its words through L2 only and writes nothing unless the xor of everything it read is a
+/// constant no data has (so the reads cannot be optimised away).
+pub const FLUSH_SOURCE: &str = r#"
+extern "C" __global__ void kr_flush_l2(const unsigned long long* p, unsigned long long n,
+                                       unsigned long long* sink) {
+    unsigned long long acc = 0;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        acc ^= __ldcg(p + i);
+    }
+    if (acc == 0x6b72666c757368ull) { sink[0] = acc; }
+}
+"#;
+
+const FLUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// What the flush needs: the kernel and the scratch it reads.
+struct Flusher {
+    _module: Arc<CudaModule>,
+    func: sys::CUfunction,
+    scratch: sys::CUdeviceptr,
+    words: u64,
+    blocks: u32,
+}
+
+// SAFETY: driver handles and a device address, used only in driver calls.
+unsafe impl Send for Flusher {}
 
 /// A launch as the backend captured it: everything needed to submit it again.
 #[derive(Debug)]
@@ -81,6 +119,7 @@ pub struct CudaAgent {
     launches: Mutex<HashMap<u64, Arc<CapturedLaunch>>>,
     tickets: Mutex<HashMap<u64, TicketState>>,
     next: AtomicU64,
+    flusher: Mutex<Option<Result<Flusher, String>>>,
 }
 
 impl std::fmt::Debug for CudaAgent {
@@ -129,6 +168,7 @@ impl CudaAgent {
             launches: Mutex::new(HashMap::new()),
             tickets: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
+            flusher: Mutex::new(None),
         }
     }
 
@@ -217,6 +257,81 @@ impl CudaAgent {
         }
     }
 
+    fn make_flusher(&self) -> Result<Flusher, CudaError> {
+        let info = self.device.info();
+        let cubin = crate::module::compile_cubin(
+            FLUSH_SOURCE,
+            "kr_flush.cu",
+            info.compute_capability,
+            &[],
+        )?;
+        let m = crate::module::ModuleRegistry::new(self.id, Arc::clone(&self.device))
+            .load_private(&cubin, "kr_flush")?;
+        let func = m.function("kr_flush_l2")?.raw();
+        let l2 = if info.l2_bytes > 0 {
+            info.l2_bytes
+        } else {
+            64 << 20
+        };
+        let bytes = (3 * l2).next_multiple_of(1 << 20);
+        // SAFETY: a plain device allocation in the bound context (bound by the caller); it is
+        // the backend's own, never tracked or captured, and kept for the agent's life.
+        let scratch = unsafe { crate::result::malloc_sync(bytes as usize) }
+            .map_err(|e| CudaError::driver("cuMemAlloc", e))?;
+        Ok(Flusher {
+            _module: m,
+            func,
+            scratch,
+            words: bytes / 8,
+            blocks: (info.multiprocessors.max(1) as u32) * 4,
+        })
+    }
+
+    fn flush(&self) -> Result<(), CudaError> {
+        self.device.bind()?;
+        let mut f = self.flusher.lock();
+        if f.is_none() {
+            *f = Some(self.make_flusher().map_err(|e| e.to_string()));
+        }
+        let fl = match f.as_ref().expect("set above") {
+            Ok(fl) => fl,
+            Err(why) => {
+                return Err(CudaError::InvalidArgument(format!(
+                    "the cache flush is unavailable: {why}"
+                )))
+            }
+        };
+        let stream = self.memory.internal_streams()[0];
+        let args = crate::launch::ArgBlock::new()
+            .arg(crate::launch::DevicePtr(fl.scratch))
+            .arg(fl.words)
+            .arg(crate::launch::DevicePtr(fl.scratch));
+        // SAFETY: `kr_flush_l2(const u64*, u64, u64*)` reads `words` words of the scratch the
+        // flusher owns and writes at most its first word; the module stays loaded in the
+        // flusher; the context is current (bound above).
+        unsafe {
+            launch_raw(
+                fl.func,
+                &LaunchConfig::linear(fl.blocks, 256),
+                stream,
+                args.params(),
+                args.bytes(),
+            )?;
+        }
+        drop(f);
+        let done = self.device.event(false)?;
+        done.record(stream)?;
+        let r = wait_events(&[&done], FLUSH_WAIT)?;
+        self.device.recycle_event(done);
+        if r {
+            Ok(())
+        } else {
+            Err(CudaError::InvalidArgument(format!(
+                "the cache flush did not complete within {FLUSH_WAIT:?}"
+            )))
+        }
+    }
+
     /// Live tickets (tests and diagnostics).
     pub fn pending_tickets(&self) -> usize {
         self.tickets.lock().len()
@@ -237,7 +352,7 @@ impl Agent for CudaAgent {
     /// `arguments` + `dirty` (`all` for a launch whose argument layout is unknown); without
     /// them, to `all` + `full` (`replay_core::policy`).
     fn capabilities(&self) -> Capabilities {
-        let mut c = Capabilities::COPY_FENCE;
+        let mut c = Capabilities::COPY_FENCE | Capabilities::CACHE_FLUSH;
         if self.memory.device_digests() {
             c |= Capabilities::DEVICE_DIGESTS;
         }
@@ -364,10 +479,8 @@ impl Agent for CudaAgent {
     }
 
     fn flush_caches(&self) -> Result<(), BackendError> {
-        Err(BackendError::on(self.id, "flush caches").error(
-            BackendErrorKind::Unsupported,
-            "the CUDA backend has no cache flush; copies are coherent with L2",
-        ))
+        self.flush()
+            .map_err(|e| e.to_backend(self.id, "flush caches"))
     }
 
     fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError> {

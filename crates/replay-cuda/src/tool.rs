@@ -9,8 +9,8 @@
 //! - `KREPLAY_CUDA_TOOL=/path/libtool.so`: a C/C++ tool library linking `libkernel_replay`,
 //!   whose `int kreplay_tool_init(uint64_t driver_version)` configures replay through the C
 //!   ABI (as on HSA);
-//! - `KREPLAY_CUDA_BUILTIN=verify|timing`: one of the built-in tools below, which `kreplay
-//!   run` selects. They use only the public API: a [`ReplayTool`] configured on the service,
+//! - `KREPLAY_CUDA_BUILTIN=verify|timing|counters`: one of the built-in tools below, which
+//!   `kreplay run` selects. They use only the public API: a [`ReplayTool`] configured on the service,
 //!   the outcome record, and [`crate::CudaMemory::digest_blocking`].
 //!
 //! Built-in tools (`KREPLAY_CUDA_PASSES`, default 3, is the pass count they ask for):
@@ -19,6 +19,14 @@
 //!   every pass's inputs equal the first pass's, and `deterministic` when every pass's outputs
 //!   equal the first pass's; otherwise the record lists the regions that differed.
 //! - `timing`: the GPU time of each pass (from the outcome record): min, median, max.
+//! - `counters`: hardware metrics of every replayed dispatch ([`crate::counters`]), the
+//!   Nsight Compute names in `KREPLAY_CUDA_METRICS` (comma-separated), compiled for the first
+//!   device's chip when the tool attaches (a list that cannot be collected attaches no tool
+//!   and says which metrics); it asks for the plan's passes, or `KREPLAY_CUDA_PASSES` if more.
+//!   Values are measured as the policy leaves the caches: `kreplay run` sets
+//!   `KREPLAY_CACHE_CONTROL=flush` (Nsight Compute's default) unless it is set. The report's
+//!   `counters` member is a serialized `replay_report::CounterReport`; `counter_plan` says
+//!   which metrics share which pass, `counter_errors` what could not be collected.
 //!
 //! At exit the records, the per-kernel table, the service's summary, the interception's
 //! counts and the CUPTI cross-check ([`crate::intercept::cupti`]) are written as JSON to `KREPLAY_CUDA_OUT` (when set). No driver call runs at exit.
@@ -34,10 +42,13 @@ use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserDat
 use replay_core::{ContextId, Digest128, DispatchId, MemoryClass, ReplayService, Subscription};
 use serde::Serialize;
 
+use crate::counters::{self, CounterCollector, CuptiProfiler, MetricPlan, Profiler, ReportHeader};
 use crate::state::{state, LayoutSource, BUILTIN_ENV, TOOL_ENV};
 
 /// Environment variable: the pass count the built-in tools ask for.
 pub const PASSES_ENV: &str = "KREPLAY_CUDA_PASSES";
+/// Environment variable: the `counters` tool's metrics (comma-separated).
+pub const METRICS_ENV: &str = "KREPLAY_CUDA_METRICS";
 /// Environment variable: where the built-in tools' JSON report goes.
 pub const OUT_ENV: &str = "KREPLAY_CUDA_OUT";
 
@@ -53,6 +64,8 @@ pub enum BuiltinKind {
     Verify,
     /// GPU time per pass.
     Timing,
+    /// Hardware counters per pass (CUPTI's range profiler).
+    Counters,
 }
 
 impl BuiltinKind {
@@ -61,6 +74,7 @@ impl BuiltinKind {
         match s {
             "verify" => Some(Self::Verify),
             "timing" => Some(Self::Timing),
+            "counters" => Some(Self::Counters),
             _ => None,
         }
     }
@@ -115,6 +129,7 @@ pub struct BuiltinTool {
     passes: u64,
     verify: Mutex<HashMap<DispatchId, VerifyState>>,
     records: Mutex<Vec<DispatchRecord>>,
+    counters: Option<Arc<CounterCollector>>,
 }
 
 impl BuiltinTool {
@@ -125,7 +140,20 @@ impl BuiltinTool {
             passes,
             verify: Mutex::new(HashMap::new()),
             records: Mutex::new(Vec::new()),
+            counters: None,
         }
+    }
+
+    /// The `counters` tool over `collector`, asking for its pass count.
+    pub fn counters(collector: Arc<CounterCollector>) -> Self {
+        let mut t = Self::new(BuiltinKind::Counters, u64::from(collector.pass_count()));
+        t.counters = Some(collector);
+        t
+    }
+
+    /// The counter collection of the `counters` tool.
+    pub fn collector(&self) -> Option<&Arc<CounterCollector>> {
+        self.counters.as_ref()
     }
 
     /// The records so far.
@@ -215,7 +243,20 @@ impl ReplayTool for BuiltinTool {
             (Operation::Pass, Phase::Exit) if self.kind == BuiltinKind::Verify => {
                 self.pass_digest(p, true);
             }
+            (Operation::Pass, Phase::Enter) => {
+                if let Some(c) = &self.counters {
+                    c.pass_enter(p.dispatch_info, p.current_pass);
+                }
+            }
+            (Operation::Pass, Phase::Exit) => {
+                if let Some(c) = &self.counters {
+                    c.pass_exit(p.dispatch_info, p.current_pass);
+                }
+            }
             (Operation::Config, Phase::Exit) => {
+                if let Some(c) = &self.counters {
+                    c.finish(p.dispatch_info, p.outcome);
+                }
                 let Some(o) = p.outcome else { return };
                 let v = self.verify.lock().remove(&o.dispatch_id);
                 let (inputs, outputs, differing, digested) = match v {
@@ -249,7 +290,6 @@ impl ReplayTool for BuiltinTool {
                     digested_bytes: digested,
                 });
             }
-            _ => {}
         }
     }
 }
@@ -280,7 +320,7 @@ pub fn attach_from_env(service: &Arc<ReplayService>) {
     } else if let Ok(name) = std::env::var(BUILTIN_ENV) {
         let Some(kind) = BuiltinKind::parse(&name) else {
             eprintln!(
-                "[kernel-replay] {BUILTIN_ENV}={name:?} is not verify or timing; no tool attached"
+                "[kernel-replay] {BUILTIN_ENV}={name:?} is not verify, timing or counters; no tool attached"
             );
             return;
         };
@@ -294,7 +334,17 @@ pub fn attach_from_env(service: &Arc<ReplayService>) {
             },
             Err(_) => 3,
         };
-        let tool = Arc::new(BuiltinTool::new(kind, passes));
+        let tool = if kind == BuiltinKind::Counters {
+            match counters_from_env(passes) {
+                Ok(c) => Arc::new(BuiltinTool::counters(c)),
+                Err(e) => {
+                    eprintln!("[kernel-replay] counters: {e}; no tool attached");
+                    return;
+                }
+            }
+        } else {
+            Arc::new(BuiltinTool::new(kind, passes))
+        };
         let _ = BUILTIN.set(Arc::clone(&tool));
         if let Err(e) = service.configure(
             BUILTIN_CONTEXT,
@@ -309,6 +359,36 @@ pub fn attach_from_env(service: &Arc<ReplayService>) {
         }
     }
     register_exit_report();
+}
+
+/// The `counters` tool's collection: `KREPLAY_CUDA_METRICS` compiled for device 0.
+fn counters_from_env(passes: u64) -> Result<Arc<CounterCollector>, String> {
+    let list = std::env::var(METRICS_ENV).map_err(|_| format!("{METRICS_ENV} is not set"))?;
+    let names = counters::parse_metric_list(&list);
+    let profiler = CuptiProfiler::global().map_err(|e| e.to_string())?;
+    let chip = profiler.chip(0).map_err(|e| e.to_string())?;
+    let plan = MetricPlan::compile(profiler, &chip, &names).map_err(|e| e.to_string())?;
+    log::info!(
+        "[kernel-replay] counters: {} metrics for {chip} in {} passes",
+        names.len(),
+        plan.passes
+    );
+    // The range profiler on the application's context now, before the kernels it will
+    // launch are loaded (lazy loading loads them at their first launch).
+    match profiler.current_context() {
+        Ok(ctx) => {
+            if let Err(e) = profiler.prepare(ctx) {
+                log::warn!("[kernel-replay] counters: enabling the range profiler early: {e}");
+            }
+        }
+        Err(e) => log::debug!("[kernel-replay] counters: {e}"),
+    }
+    let min = u32::try_from(passes).unwrap_or(u32::MAX);
+    Ok(Arc::new(CounterCollector::new(
+        Arc::new(plan),
+        Arc::new(profiler),
+        min,
+    )))
 }
 
 fn attach_library(path: &std::ffi::OsStr) {
@@ -408,7 +488,16 @@ pub fn report_json() -> serde_json::Value {
     let summary = crate::state::service()
         .map(|s| serde_json::to_value(s.summary()).unwrap_or_default())
         .unwrap_or_default();
-    serde_json::json!({
+    let collector = builtin().and_then(|t| t.collector());
+    let counters = collector.map(|c| {
+        let header = report_header();
+        serde_json::json!({
+            "counters": c.report(&header),
+            "counter_plan": c.plan().summary(),
+            "counter_errors": c.errors().into_iter().map(|(d, e)| serde_json::json!({"dispatch_id": d, "error": e})).collect::<Vec<_>>(),
+        })
+    });
+    let mut v = serde_json::json!({
         "tool": builtin().map(|t| t.kind),
         "passes": builtin().map(|t| t.passes),
         "interception": state().counters_json(),
@@ -416,5 +505,33 @@ pub fn report_json() -> serde_json::Value {
         "summary": summary,
         "kernels": kernels,
         "records": records,
-    })
+    });
+    if let (Some(serde_json::Value::Object(c)), Some(o)) = (counters, v.as_object_mut()) {
+        o.extend(c);
+    }
+    v
+}
+
+/// Process, host and device of the counter report (no driver call: the device's info was
+/// read when its backend opened).
+fn report_header() -> ReportHeader {
+    let exe = std::env::current_exe().ok();
+    let info = state()
+        .backend_of(replay_core::AgentId(0))
+        .map(|b| b.device().info().clone());
+    ReportHeader {
+        process_id: std::process::id(),
+        process_name: exe
+            .as_ref()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        host_name: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
+        device_name: info.as_ref().map(|i| i.name.clone()).unwrap_or_default(),
+        compute_capability: info
+            .map(|i| format!("{}.{}", i.compute_capability.0, i.compute_capability.1))
+            .unwrap_or_default(),
+    }
 }

@@ -107,7 +107,9 @@
 //! is an HSA tool and the default library should not claim to be one): the `hsa` module's `OnLoad`,
 //! `OnUnload` and `kreplay_hsa_state_json` (declared in `include/kernel_replay_hsa.h`), over
 //! `replay-hsa` (re-exported as `replay_hsa`), so `HSA_TOOLS_LIB` can name this library.
-//! `cuda` (the driver's injection entry point) is empty so far. Because every entry point is
+//! `cuda`: the driver's injection entry point and wrapped driver entries (`cuda`), and the
+//! counter collection for tools with their own front end (`counters`, declared in
+//! `include/kernel_replay_cuda.h`). Because every entry point is
 //! `#[no_mangle]` in this crate, it is exported by `libkernel_replay.so` and by any shared
 //! object that links this crate.
 //!
@@ -134,6 +136,8 @@
 
 pub mod abi;
 mod checked;
+#[cfg(feature = "cuda")]
+pub mod counters;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod entry;

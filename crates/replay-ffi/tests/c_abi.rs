@@ -357,6 +357,12 @@ fn header_functions() -> BTreeSet<String> {
             &std::fs::read_to_string(repo_root().join("include/kernel_replay_hsa.h")).unwrap(),
         );
     }
+    // The counter collection only with the `cuda` feature.
+    if cfg!(feature = "cuda") {
+        header.push_str(
+            &std::fs::read_to_string(repo_root().join("include/kernel_replay_cuda.h")).unwrap(),
+        );
+    }
     let mut names = BTreeSet::new();
     for line in header.lines() {
         let line = line.trim_start();

@@ -51,8 +51,11 @@ pub(crate) enum Error {
     #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     OutOfMemory(String),
     /// Nothing of that name or id exists.
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "sim", feature = "cuda")), allow(dead_code))]
     NotFound(String),
+    /// What the call needs is missing here (CUPTI, the driver).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    Unavailable(String),
 }
 
 impl Error {
@@ -79,6 +82,7 @@ impl Error {
             Self::Device(_) => KREPLAY_STATUS_DEVICE_ERROR,
             Self::OutOfMemory(_) => KREPLAY_STATUS_OUT_OF_MEMORY,
             Self::NotFound(_) => KREPLAY_STATUS_NOT_FOUND,
+            Self::Unavailable(_) => KREPLAY_STATUS_UNSUPPORTED,
         }
     }
 }
@@ -122,7 +126,9 @@ impl fmt::Display for Error {
             Self::AlreadyExists(msg) => f.write_str(msg),
             Self::ShutDown => f.write_str("kreplay_shutdown() was called; the library is shut down"),
             Self::Internal(msg) => write!(f, "internal error: {msg}"),
-            Self::Device(msg) | Self::OutOfMemory(msg) | Self::NotFound(msg) => f.write_str(msg),
+            Self::Device(msg) | Self::OutOfMemory(msg) | Self::NotFound(msg) | Self::Unavailable(msg) => {
+                f.write_str(msg)
+            }
         }
     }
 }

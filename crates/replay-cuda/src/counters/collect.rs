@@ -1,0 +1,351 @@
+//! The collection per replayed dispatch: profiler passes inside replay passes, values decoded
+//! into [`CounterSample`]s keyed by `(dispatch_id, pass)`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
+use replay_core::{DispatchId, DispatchInfo, Outcome, OutcomeRecord};
+use replay_report::{CounterDispatch, CounterReport, CounterSample};
+
+use super::{CounterError, MetricPlan, Profiler};
+
+#[derive(Debug, Default)]
+struct Pending {
+    ctx: Option<u64>,
+    /// The profiler is started (between a pass's ENTER and EXIT).
+    started: bool,
+    /// A group's configuration is set and its passes are under way.
+    in_group: Option<usize>,
+    samples: Vec<CounterSample>,
+    groups_done: Vec<usize>,
+    failed: Option<String>,
+    /// Metrics without a value (the profiler evaluated NaN).
+    notes: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct Collected {
+    dispatches: Vec<CounterDispatch>,
+    samples: Vec<CounterSample>,
+    errors: Vec<(u64, String)>,
+}
+
+/// What the report says of the process and device (the collector knows only dispatches).
+#[derive(Debug, Clone, Default)]
+pub struct ReportHeader {
+    /// Process id.
+    pub process_id: u32,
+    /// Executable base name.
+    pub process_name: String,
+    /// Host name.
+    pub host_name: String,
+    /// Device name.
+    pub device_name: String,
+    /// Compute capability, `9.0`.
+    pub compute_capability: String,
+}
+
+/// Collects a [`MetricPlan`]'s metrics for every replayed dispatch. Attach it as the
+/// service's tool, or call [`Self::pass_enter`], [`Self::pass_exit`] and [`Self::finish`]
+/// from a tool's own callbacks and ask for [`Self::pass_count`] passes.
+pub struct CounterCollector {
+    plan: Arc<MetricPlan>,
+    profiler: Arc<dyn Profiler>,
+    min_passes: u32,
+    pending: Mutex<HashMap<DispatchId, Pending>>,
+    collected: Mutex<Collected>,
+}
+
+impl std::fmt::Debug for CounterCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CounterCollector")
+            .field("plan", &self.plan)
+            .field("min_passes", &self.min_passes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CounterCollector {
+    /// A collector of `plan` over `profiler`, asking for at least `min_passes` passes.
+    pub fn new(plan: Arc<MetricPlan>, profiler: Arc<dyn Profiler>, min_passes: u32) -> Self {
+        Self {
+            plan,
+            profiler,
+            min_passes,
+            pending: Mutex::new(HashMap::new()),
+            collected: Mutex::new(Collected::default()),
+        }
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &Arc<MetricPlan> {
+        &self.plan
+    }
+
+    /// The passes to ask for: the plan's, or `min_passes` if more, and at least 2 (one pass
+    /// is no replay, and so no PASS callbacks).
+    pub fn pass_count(&self) -> u32 {
+        self.plan.passes.max(self.min_passes).max(2)
+    }
+
+    fn fail(&self, p: &mut Pending, id: DispatchId, e: CounterError) {
+        if p.started {
+            if let Some(ctx) = p.ctx {
+                let _ = self.profiler.stop(ctx);
+            }
+            p.started = false;
+        }
+        p.in_group = None;
+        let msg = e.to_string();
+        log::warn!("[kernel-replay] counters: dispatch {}: {msg}", id.0);
+        p.failed = Some(msg);
+    }
+
+    /// PASS ENTER of `pass`: sets the group's configuration on its first pass, then starts
+    /// the profiler. Passes beyond the plan run without it.
+    pub fn pass_enter(&self, info: &DispatchInfo, pass: u32) {
+        let Some((g, sub)) = self.plan.group_at(pass) else {
+            return;
+        };
+        let mut all = self.pending.lock();
+        let p = all.entry(info.dispatch_id).or_default();
+        if p.failed.is_some() || p.groups_done.contains(&g) {
+            // The profiler finished this group in fewer passes than the host API counted:
+            // its remaining passes run without it.
+            return;
+        }
+        let r = (|| -> Result<(), CounterError> {
+            let ctx = match p.ctx {
+                Some(c) => c,
+                None => {
+                    let c = self.profiler.current_context()?;
+                    p.ctx = Some(c);
+                    c
+                }
+            };
+            if sub == 0 {
+                self.profiler.begin(ctx, &self.plan.groups[g].config)?;
+                p.in_group = Some(g);
+            } else if p.in_group != Some(g) {
+                return Err(CounterError::Session(format!(
+                    "pass {pass} continues a configuration that was not set"
+                )));
+            }
+            self.profiler.start(ctx)?;
+            p.started = true;
+            Ok(())
+        })();
+        if let Err(e) = r {
+            self.fail(p, info.dispatch_id, e);
+        }
+    }
+
+    /// PASS EXIT of `pass`: stops the profiler; after a group's last pass decodes its values
+    /// into samples keyed by `(dispatch_id, the group's first pass)`.
+    pub fn pass_exit(&self, info: &DispatchInfo, pass: u32) {
+        let Some((g, sub)) = self.plan.group_at(pass) else {
+            return;
+        };
+        let mut all = self.pending.lock();
+        let Some(p) = all.get_mut(&info.dispatch_id) else {
+            return;
+        };
+        if p.failed.is_some() || !p.started {
+            return;
+        }
+        let group = &self.plan.groups[g];
+        let last = sub + 1 == group.config.passes.max(1);
+        let r = (|| -> Result<(), CounterError> {
+            let ctx = p.ctx.expect("set when started");
+            p.started = false;
+            let all_submitted = self.profiler.stop(ctx)?;
+            match (last, all_submitted) {
+                (false, false) => return Ok(()),
+                // `cuptiProfilerHostGetNumOfPasses` can count more passes than the range
+                // profiler takes (seen on an H200: 2 for `lts__t_sector_hit_rate.pct`, whose
+                // session was complete after one): decode now.
+                (false, true) => {}
+                (true, false) => {
+                    return Err(CounterError::Session(format!(
+                        "the profiler wants more than the {} passes the host API planned",
+                        group.config.passes
+                    )))
+                }
+                (true, true) => {}
+            }
+            let values = self.profiler.decode(ctx, &group.config)?;
+            if values.len() != group.config.metrics.len() {
+                return Err(CounterError::Session(format!(
+                    "{} values for {} metrics",
+                    values.len(),
+                    group.config.metrics.len()
+                )));
+            }
+            p.in_group = None;
+            for (m, v) in group.config.metrics.iter().zip(values) {
+                if !v.is_finite() {
+                    p.notes.push(format!(
+                        "{m}: the profiler evaluated no value ({v}) for pass {}",
+                        group.first_pass
+                    ));
+                    continue;
+                }
+                p.samples.push(CounterSample {
+                    dispatch_id: info.dispatch_id.0,
+                    pass: group.first_pass,
+                    metric: m.clone(),
+                    value: v,
+                });
+            }
+            p.groups_done.push(g);
+            Ok(())
+        })();
+        if let Err(e) = r {
+            self.fail(p, info.dispatch_id, e);
+        }
+    }
+
+    /// CONFIG EXIT: the dispatch's record, its launch metrics, and what is missing.
+    pub fn finish(&self, info: &DispatchInfo, outcome: Option<&OutcomeRecord>) {
+        let mut p = self
+            .pending
+            .lock()
+            .remove(&info.dispatch_id)
+            .unwrap_or_default();
+        if p.started {
+            // A pass that never reached its EXIT (the window truncated): end the session.
+            if let Some(ctx) = p.ctx {
+                let _ = self.profiler.stop(ctx);
+            }
+        }
+        let id = info.dispatch_id.0;
+        let mut c = self.collected.lock();
+        let Some(o) = outcome else { return };
+        if o.outcome == Outcome::NotRequested || o.executed_passes == 0 {
+            c.errors.push((
+                id,
+                format!(
+                    "{} not replayed ({} {}): no counters",
+                    o.kernel,
+                    o.outcome.as_str(),
+                    o.reason.as_str()
+                ),
+            ));
+            return;
+        }
+        if let Some(e) = p.failed.take() {
+            c.errors.push((id, e));
+        }
+        for n in p.notes.drain(..) {
+            c.errors.push((id, n));
+        }
+        let missing: Vec<String> = (0..self.plan.groups.len())
+            .filter(|g| !p.groups_done.contains(g))
+            .flat_map(|g| self.plan.groups[g].config.metrics.clone())
+            .collect();
+        if !missing.is_empty() {
+            c.errors.push((
+                id,
+                format!(
+                    "not collected after {} passes ({} {}): {}",
+                    o.executed_passes,
+                    o.outcome.as_str(),
+                    o.reason.as_str(),
+                    missing.join(",")
+                ),
+            ));
+        }
+        let div = |a: u32, b: u32| a.checked_div(b).unwrap_or(a);
+        let grid = [
+            div(info.grid.x, info.workgroup.x),
+            div(info.grid.y, info.workgroup.y),
+            div(info.grid.z, info.workgroup.z),
+        ];
+        let block = [info.workgroup.x, info.workgroup.y, info.workgroup.z];
+        for m in &self.plan.launch {
+            let blocks = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
+            let threads = u64::from(block[0]) * u64::from(block[1]) * u64::from(block[2]);
+            let v = match m.as_str() {
+                "launch__grid_size" => Some(blocks as f64),
+                "launch__block_size" => Some(threads as f64),
+                "launch__thread_count" => Some((blocks * threads) as f64),
+                "launch__registers_per_thread" => {
+                    self.profiler.registers(info.kernel_id.0).map(f64::from)
+                }
+                _ => None,
+            };
+            match v {
+                Some(value) => p.samples.push(CounterSample {
+                    dispatch_id: id,
+                    pass: 0,
+                    metric: m.clone(),
+                    value,
+                }),
+                None => c.errors.push((id, format!("{m}: unknown for this launch"))),
+            }
+        }
+        // Samples in the order of the plan's metrics, then by pass.
+        let order = |s: &CounterSample| {
+            self.plan
+                .metrics
+                .iter()
+                .position(|m| m.name == s.metric)
+                .unwrap_or(usize::MAX)
+        };
+        p.samples.sort_by_key(|s| (order(s), s.pass));
+        c.dispatches.push(CounterDispatch {
+            dispatch_id: id,
+            kernel: info.kernel_name.to_string(),
+            kernel_demangled: crate::module::demangle::demangle(&info.kernel_name),
+            device: info.agent.0 as u32,
+            context: p.ctx.unwrap_or(0),
+            stream: info.queue.0,
+            grid,
+            block,
+            passes: o.executed_passes,
+            snapshot_bytes: o.captured_bytes,
+            start_ns: 0,
+            end_ns: 0,
+            pass_ns: Vec::new(),
+        });
+        c.samples.append(&mut p.samples);
+    }
+
+    /// Problems so far: `(dispatch_id, what)`.
+    pub fn errors(&self) -> Vec<(u64, String)> {
+        self.collected.lock().errors.clone()
+    }
+
+    /// The report so far.
+    pub fn report(&self, h: &ReportHeader) -> CounterReport {
+        let c = self.collected.lock();
+        CounterReport {
+            process_id: h.process_id,
+            process_name: h.process_name.clone(),
+            host_name: h.host_name.clone(),
+            device_name: h.device_name.clone(),
+            compute_capability: h.compute_capability.clone(),
+            chip: self.plan.chip.clone(),
+            passes: self.plan.passes,
+            metrics: self.plan.metrics.clone(),
+            dispatches: c.dispatches.clone(),
+            samples: c.samples.clone(),
+        }
+    }
+}
+
+impl ReplayTool for CounterCollector {
+    fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
+        match (op, phase) {
+            (Operation::Config, Phase::Enter) => {
+                let n = u64::from(self.pass_count());
+                p.replay_pass_count = Some(Arc::new(move |_, _| n));
+            }
+            (Operation::Pass, Phase::Enter) => self.pass_enter(p.dispatch_info, p.current_pass),
+            (Operation::Pass, Phase::Exit) => self.pass_exit(p.dispatch_info, p.current_pass),
+            (Operation::Config, Phase::Exit) => self.finish(p.dispatch_info, p.outcome),
+        }
+    }
+}

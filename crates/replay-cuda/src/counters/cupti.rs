@@ -1,0 +1,470 @@
+//! The checked layer: [`CuptiProfiler`], the [`Profiler`] over the real libcupti.
+//!
+//! Host objects: every compiled configuration keeps its own (`cuptiProfilerHostInitialize`
+//! with the chip name, then `ConfigAddMetrics`), because evaluating values takes the host
+//! object the image was made with; configurations the plan drops are deinitialised. Target:
+//! one range-profiler object per context (`cuptiRangeProfilerEnable`, once), one counter-data
+//! image per context, initialised afresh for every session (one group of one dispatch).
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+use super::sys::{self, struct_size, Cupti};
+use super::{Config, CounterError, Profiler};
+
+/// Ranges a session's counter data holds: the dispatch's, the cache flush's, and room for a
+/// kernel the backend might launch in between.
+const MAX_RANGES: usize = 4;
+
+struct Target {
+    object: *mut c_void,
+    counter_data: Vec<u8>,
+}
+
+/// The real CUPTI, loaded once per process.
+pub struct CuptiProfiler {
+    lib: Cupti,
+    initialized: OnceLock<Result<(), CounterError>>,
+    targets: Mutex<HashMap<u64, Target>>,
+    /// A host object per chip for metric properties.
+    describers: Mutex<HashMap<String, u64>>,
+}
+
+// SAFETY: the raw pointers are CUPTI objects used only under `targets`' lock or, for host
+// objects, by CUPTI calls that take them as plain handles.
+unsafe impl Send for CuptiProfiler {}
+// SAFETY: as above.
+unsafe impl Sync for CuptiProfiler {}
+
+impl std::fmt::Debug for CuptiProfiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CuptiProfiler")
+            .field("path", &self.lib.path)
+            .finish_non_exhaustive()
+    }
+}
+
+static GLOBAL: OnceLock<Result<CuptiProfiler, CounterError>> = OnceLock::new();
+
+fn cstrings(v: &[String]) -> Result<Vec<CString>, CounterError> {
+    v.iter()
+        .map(|s| {
+            CString::new(s.as_str())
+                .map_err(|_| CounterError::Session(format!("metric name {s:?} holds a NUL byte")))
+        })
+        .collect()
+}
+
+fn text(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: CUPTI returns NUL-terminated strings it owns.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+impl CuptiProfiler {
+    /// The process's CUPTI, loaded on first call; the error (a missing library, named) is the
+    /// same on every call.
+    pub fn global() -> Result<&'static Self, CounterError> {
+        GLOBAL
+            .get_or_init(|| {
+                Cupti::load().map(|lib| Self {
+                    lib,
+                    initialized: OnceLock::new(),
+                    targets: Mutex::new(HashMap::new()),
+                    describers: Mutex::new(HashMap::new()),
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Where libcupti came from.
+    pub fn path(&self) -> &std::path::Path {
+        &self.lib.path
+    }
+
+    fn check(&self, call: &'static str, r: sys::CuptiResult) -> Result<(), CounterError> {
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(CounterError::Call {
+                call,
+                code: r,
+                why: self.lib.describe(r),
+            })
+        }
+    }
+
+    fn init(&self) -> Result<(), CounterError> {
+        self.initialized
+            .get_or_init(|| {
+                crate::is_available().map_err(|e| CounterError::Session(e.to_string()))?;
+                let mut p = sys::ProfilerInitialize::default();
+                // SAFETY: a valid, sized parameter struct.
+                let r = unsafe { (self.lib.profiler_initialize)(&mut p) };
+                self.check("cuptiProfilerInitialize", r)
+            })
+            .clone()
+    }
+
+    fn host_object(&self, chip: &str) -> Result<*mut c_void, CounterError> {
+        self.init()?;
+        let chip_c = CString::new(chip)
+            .map_err(|_| CounterError::Session("chip name holds a NUL byte".into()))?;
+        let mut p = sys::HostInitialize {
+            profilerType: sys::PROFILER_TYPE_RANGE,
+            pChipName: chip_c.as_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: a valid parameter struct whose chip name outlives the call.
+        let r = unsafe { (self.lib.host_initialize)(&mut p) };
+        self.check("cuptiProfilerHostInitialize", r)?;
+        Ok(p.pHostObject)
+    }
+
+    fn host_release(&self, host: *mut c_void) {
+        if host.is_null() {
+            return;
+        }
+        let mut p = sys::HostDeinitialize {
+            pHostObject: host,
+            ..Default::default()
+        };
+        // SAFETY: a host object CUPTI created and nothing uses any more.
+        let _ = unsafe { (self.lib.host_deinitialize)(&mut p) };
+    }
+
+    fn compile_on(
+        &self,
+        host: *mut c_void,
+        chip: &str,
+        metrics: &[String],
+    ) -> Result<Config, CounterError> {
+        let names = cstrings(metrics)?;
+        let mut ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
+        let mut add = sys::HostConfigAddMetrics {
+            pHostObject: host,
+            ppMetricNames: ptrs.as_mut_ptr(),
+            numMetrics: ptrs.len(),
+            ..Default::default()
+        };
+        // SAFETY: the names outlive the call; the host object is live.
+        let r = unsafe { (self.lib.host_add_metrics)(&mut add) };
+        if r == sys::CUPTI_ERROR_INVALID_METRIC_NAME {
+            return Err(CounterError::Metrics {
+                chip: chip.to_string(),
+                bad: metrics
+                    .iter()
+                    .map(|m| (m.clone(), self.lib.describe(r)))
+                    .collect(),
+            });
+        }
+        self.check("cuptiProfilerHostConfigAddMetrics", r)?;
+        let mut size = sys::HostGetConfigImageSize {
+            pHostObject: host,
+            ..Default::default()
+        };
+        // SAFETY: as above.
+        let r = unsafe { (self.lib.host_config_image_size)(&mut size) };
+        self.check("cuptiProfilerHostGetConfigImageSize", r)?;
+        let mut image = vec![0u8; size.configImageSize];
+        let mut get = sys::HostGetConfigImage {
+            pHostObject: host,
+            configImageSize: image.len(),
+            pConfigImage: image.as_mut_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: the buffer has the size CUPTI asked for.
+        let r = unsafe { (self.lib.host_config_image)(&mut get) };
+        self.check("cuptiProfilerHostGetConfigImage", r)?;
+        let mut passes = sys::HostGetNumOfPasses {
+            configImageSize: image.len(),
+            pConfigImage: image.as_mut_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: the image CUPTI just wrote.
+        let r = unsafe { (self.lib.host_num_passes)(&mut passes) };
+        self.check("cuptiProfilerHostGetNumOfPasses", r)?;
+        Ok(Config {
+            metrics: metrics.to_vec(),
+            image,
+            passes: passes.numOfPasses as u32,
+            handle: host as u64,
+        })
+    }
+
+    fn with_target<T>(
+        &self,
+        ctx: u64,
+        f: impl FnOnce(&mut Target) -> Result<T, CounterError>,
+    ) -> Result<T, CounterError> {
+        let mut targets = self.targets.lock();
+        let t = targets.get_mut(&ctx).ok_or_else(|| {
+            CounterError::Session(format!("no range profiler on context {ctx:#x}"))
+        })?;
+        f(t)
+    }
+
+    fn enable(&self, ctx: u64) -> Result<*mut c_void, CounterError> {
+        let mut p = sys::RangeEnable {
+            ctx: ctx as *mut c_void,
+            ..Default::default()
+        };
+        // SAFETY: a live context (the one current on the window's thread).
+        let r = unsafe { (self.lib.range_enable)(&mut p) };
+        self.check("cuptiRangeProfilerEnable", r)?;
+        Ok(p.pRangeProfilerObject)
+    }
+
+    fn set_config(&self, t: &mut Target, config: &Config) -> Result<(), CounterError> {
+        let names = cstrings(&config.metrics)?;
+        let mut ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
+        let mut size = sys::RangeCounterDataSize {
+            pRangeProfilerObject: t.object,
+            pMetricNames: ptrs.as_mut_ptr(),
+            numMetrics: ptrs.len(),
+            maxNumOfRanges: MAX_RANGES,
+            maxNumRangeTreeNodes: MAX_RANGES as u32,
+            ..Default::default()
+        };
+        // SAFETY: the names outlive the call; the object is live.
+        let r = unsafe { (self.lib.range_counter_data_size)(&mut size) };
+        self.check("cuptiRangeProfilerGetCounterDataSize", r)?;
+        t.counter_data.clear();
+        t.counter_data.resize(size.counterDataSize, 0);
+        let mut init = sys::RangeCounterDataInit {
+            pRangeProfilerObject: t.object,
+            counterDataSize: t.counter_data.len(),
+            pCounterData: t.counter_data.as_mut_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: the buffer has the size CUPTI asked for.
+        let r = unsafe { (self.lib.range_counter_data_init)(&mut init) };
+        self.check("cuptiRangeProfilerCounterDataImageInitialize", r)?;
+        let mut set = sys::RangeSetConfig {
+            pRangeProfilerObject: t.object,
+            configSize: config.image.len(),
+            pConfig: config.image.as_ptr(),
+            counterDataImageSize: t.counter_data.len(),
+            pCounterDataImage: t.counter_data.as_mut_ptr(),
+            range: sys::AUTO_RANGE,
+            replayMode: sys::USER_REPLAY,
+            maxRangesPerPass: MAX_RANGES,
+            numNestingLevels: 1,
+            minNestingLevel: 1,
+            passIndex: 0,
+            targetNestingLevel: 1,
+            ..Default::default()
+        };
+        // SAFETY: the image lives in the plan for the whole process and the counter data in
+        // the target until the next session; the object is live.
+        let r = unsafe { (self.lib.range_set_config)(&mut set) };
+        self.check("cuptiRangeProfilerSetConfig", r)
+    }
+}
+
+impl Profiler for CuptiProfiler {
+    fn chip(&self, ordinal: u32) -> Result<String, CounterError> {
+        self.init()?;
+        let mut p = sys::DeviceGetChipName {
+            deviceIndex: ordinal as usize,
+            ..Default::default()
+        };
+        // SAFETY: a valid parameter struct.
+        let r = unsafe { (self.lib.device_get_chip_name)(&mut p) };
+        self.check("cuptiDeviceGetChipName", r)?;
+        Ok(text(p.pChipName))
+    }
+
+    fn compile(&self, chip: &str, metrics: &[String]) -> Result<Config, CounterError> {
+        let host = self.host_object(chip)?;
+        let r = self.compile_on(host, chip, metrics);
+        if r.is_err() {
+            self.host_release(host);
+        }
+        r
+    }
+
+    fn release(&self, config: Config) {
+        self.host_release(config.handle as *mut c_void);
+    }
+
+    fn describe(&self, chip: &str, metric: &str) -> Result<(String, String), CounterError> {
+        let host = {
+            let mut d = self.describers.lock();
+            match d.get(chip) {
+                Some(h) => *h as *mut c_void,
+                None => {
+                    let h = self.host_object(chip)?;
+                    d.insert(chip.to_string(), h as u64);
+                    h
+                }
+            }
+        };
+        let name =
+            CString::new(metric).map_err(|_| CounterError::Session("NUL in metric name".into()))?;
+        let mut p = sys::HostGetMetricProperties {
+            pHostObject: host,
+            pMetricName: name.as_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: the name outlives the call; the host object lives for the process.
+        let r = unsafe { (self.lib.host_get_metric_properties)(&mut p) };
+        self.check("cuptiProfilerHostGetMetricProperties", r)?;
+        Ok((text(p.pDimUnit), text(p.pDescription)))
+    }
+
+    fn current_context(&self) -> Result<u64, CounterError> {
+        let mut c: crate::sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: out pointer to a live local.
+        let r = unsafe { crate::sys::cuCtxGetCurrent(&mut c) };
+        if r != crate::sys::CUresult::CUDA_SUCCESS || c.is_null() {
+            return Err(CounterError::Session(format!(
+                "no current context on the window's thread ({r:?})"
+            )));
+        }
+        Ok(c as u64)
+    }
+
+    fn begin(&self, ctx: u64, config: &Config) -> Result<(), CounterError> {
+        self.init()?;
+        let mut targets = self.targets.lock();
+        let t = match targets.entry(ctx) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(Target {
+                object: self.enable(ctx)?,
+                counter_data: Vec::new(),
+            }),
+        };
+        match self.set_config(t, config) {
+            Ok(()) => Ok(()),
+            Err(first) => {
+                // A profiler object that refuses a second configuration: start it afresh.
+                log::debug!("[kernel-replay] counters: {first}; re-enabling the range profiler");
+                let mut p = sys::RangeObject {
+                    pRangeProfilerObject: t.object,
+                    ..Default::default()
+                };
+                // SAFETY: the object CUPTI created for this context.
+                let _ = unsafe { (self.lib.range_disable)(&mut p) };
+                t.object = self.enable(ctx)?;
+                self.set_config(t, config)
+            }
+        }
+    }
+
+    fn start(&self, ctx: u64) -> Result<(), CounterError> {
+        self.with_target(ctx, |t| {
+            let mut p = sys::RangeObject {
+                pRangeProfilerObject: t.object,
+                ..Default::default()
+            };
+            // SAFETY: a live object with a configuration set.
+            let r = unsafe { (self.lib.range_start)(&mut p) };
+            self.check("cuptiRangeProfilerStart", r)
+        })
+    }
+
+    fn stop(&self, ctx: u64) -> Result<bool, CounterError> {
+        self.with_target(ctx, |t| {
+            let mut p = sys::RangeStop {
+                pRangeProfilerObject: t.object,
+                ..Default::default()
+            };
+            // SAFETY: a live, started object.
+            let r = unsafe { (self.lib.range_stop)(&mut p) };
+            self.check("cuptiRangeProfilerStop", r)?;
+            Ok(p.isAllPassSubmitted != 0)
+        })
+    }
+
+    fn decode(&self, ctx: u64, config: &Config) -> Result<Vec<f64>, CounterError> {
+        self.with_target(ctx, |t| {
+            let mut d = sys::RangeDecode {
+                pRangeProfilerObject: t.object,
+                ..Default::default()
+            };
+            // SAFETY: a live object whose session's passes were all submitted.
+            let r = unsafe { (self.lib.range_decode)(&mut d) };
+            self.check("cuptiRangeProfilerDecodeData", r)?;
+            if d.numOfRangeDropped > 0 {
+                log::warn!(
+                    "[kernel-replay] counters: {} ranges dropped in a session",
+                    d.numOfRangeDropped
+                );
+            }
+            let mut info = sys::RangeCounterDataInfo {
+                pCounterDataImage: t.counter_data.as_ptr(),
+                counterDataImageSize: t.counter_data.len(),
+                ..Default::default()
+            };
+            // SAFETY: the counter data the session wrote.
+            let r = unsafe { (self.lib.range_counter_data_info)(&mut info) };
+            self.check("cuptiRangeProfilerGetCounterDataInfo", r)?;
+            if info.numTotalRanges == 0 {
+                return Err(CounterError::Session(
+                    "the session recorded no range (no kernel ran while the profiler was started)"
+                        .into(),
+                ));
+            }
+            let names = cstrings(&config.metrics)?;
+            let mut ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
+            let mut values = vec![0f64; ptrs.len()];
+            let mut e = sys::HostEvaluateToGpuValues {
+                pHostObject: config.handle as *mut c_void,
+                pCounterDataImage: t.counter_data.as_ptr(),
+                counterDataImageSize: t.counter_data.len(),
+                rangeIndex: info.numTotalRanges - 1,
+                ppMetricNames: ptrs.as_mut_ptr(),
+                numMetrics: ptrs.len(),
+                pMetricValues: values.as_mut_ptr(),
+                ..Default::default()
+            };
+            // SAFETY: names and values outlive the call and have `numMetrics` entries; the
+            // host object is the one the image was compiled with.
+            let r = unsafe { (self.lib.host_evaluate)(&mut e) };
+            self.check("cuptiProfilerHostEvaluateToGpuValues", r)?;
+            Ok(values)
+        })
+    }
+
+    fn registers(&self, kernel_id: u64) -> Option<u32> {
+        use crate::sys::{CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS as REGS, CUresult};
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY: `kernel_id` is the launch's function handle (the backends' kernel ids);
+        // out pointer to a live local.
+        let r = unsafe { crate::sys::cuFuncGetAttribute(&mut n, REGS, kernel_id as _) };
+        if r == CUresult::CUDA_SUCCESS {
+            return Some(n.max(0) as u32);
+        }
+        // The runtime launches library kernels by their `CUkernel` handle (CUDA 12+), which
+        // `cuFuncGetAttribute` does not take: ask for the current context's device.
+        let mut dev: crate::sys::CUdevice = 0;
+        // SAFETY: out pointer to a live local.
+        if unsafe { crate::sys::cuCtxGetDevice(&mut dev) } != CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        // SAFETY: as above; a handle that is not a kernel is an error, not a fault.
+        let r = unsafe { crate::sys::cuKernelGetAttribute(&mut n, REGS, kernel_id as _, dev) };
+        (r == CUresult::CUDA_SUCCESS).then_some(n.max(0) as u32)
+    }
+
+    fn prepare(&self, ctx: u64) -> Result<(), CounterError> {
+        self.init()?;
+        let mut targets = self.targets.lock();
+        if let std::collections::hash_map::Entry::Vacant(v) = targets.entry(ctx) {
+            v.insert(Target {
+                object: self.enable(ctx)?,
+                counter_data: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+}
+
+const _: () = assert!(struct_size!(sys::RangeStop, isAllPassSubmitted) == 41);
