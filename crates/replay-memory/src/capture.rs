@@ -13,7 +13,7 @@ use replay_core::{
 };
 use smallvec::SmallVec;
 
-use crate::batch::chunk_ops;
+use crate::batch::{chunk_ops, watch_ops};
 use crate::classify::{classify, Treatment};
 use crate::pool::Block;
 use crate::shared::{Shared, MODULE_GENERATION};
@@ -219,7 +219,7 @@ pub(crate) fn capture(
         }
     }
     for w in &watched {
-        counts.push(chunk_ops(w.region.base, w.region.size, chunk, &mut dops));
+        counts.push(watch_ops(w.region.base, w.region.size, &mut dops));
     }
     let digested = sh.digest_batch(&dops, wait);
     drop(hold);
@@ -256,6 +256,8 @@ pub(crate) fn capture(
         chunk,
         keep: policy.pool_keep_bytes,
         poisoned: false,
+        restore_may_follow: true,
+        prefetched: None,
     })
 }
 

@@ -74,6 +74,12 @@ pub(crate) struct EngineSnapshot {
     pub(crate) keep: u64,
     /// A restore copy was abandoned: the blocks may still be read by the device.
     pub(crate) poisoned: bool,
+    /// Whether a restore may follow the next scope check (the window's hint; `true` unless
+    /// told otherwise): `dirty`'s digests are then taken in the check's batch.
+    pub(crate) restore_may_follow: bool,
+    /// `dirty`'s chunk digests taken with the last scope check, per captured region index
+    /// (regions live then), for the restore that follows it.
+    pub(crate) prefetched: Option<Vec<(usize, Vec<Digest128>)>>,
 }
 
 impl Drop for EngineSnapshot {
