@@ -25,8 +25,9 @@
 //!
 //! Cases (`--cases`, comma-separated, default `correctness,ceilings,overhead,tiers,dirty,pass38,ncu`):
 //! `correctness` (PASS/FAIL checks), `ceilings`, `overhead`, `tiers`, `dirty`, `pass38`, `ncu`,
-//! and `defaults` (the 38-pass replay under the default policy, first dispatch included, each
-//! footprint followed by Nsight Compute on the same dispatch unless `--ncu off`).
+//! `defaults` (the 38-pass replay under the default policy, first dispatch included, each
+//! footprint followed by Nsight Compute on the same dispatch unless `--ncu off`), and
+//! `pinning` (`--pinned-gib` of pinned backing pinned both ways the backend can).
 //! `pass38`, `ncu` and `defaults` use `--alloc-gib` (default 1,40; `--big` adds 100,120).
 //! `pass38` runs every scope × restore at every footprint unless `--skip-all-full-from-gib`
 //! says otherwise. Progress goes to
@@ -221,6 +222,7 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
             "pass38",
             "ncu",
             "defaults",
+            "pinning",
         ]
         .contains(&c.as_str())
         {
@@ -520,6 +522,11 @@ fn run(o: &Opts, args: &[String], me: &SelfInvocation) -> i32 {
         let r = perf::pass38(&bench, &mut rows, &p);
         step("pass38", &mut rows, r);
     }
+    if has("pinning") {
+        progress("== pinning");
+        let r = perf::pinning(&bench, &mut rows, o.pinned_gib);
+        step("pinning", &mut rows, r);
+    }
     if has("defaults") {
         progress("== defaults");
         let d = perf::Defaults {
@@ -670,6 +677,18 @@ fn print_table(rows: &[Row]) {
                 f(d, "per_pass_ms"),
                 f(d, "compared_bytes") / GIB as f64,
             ),
+            ("pinning", None) => {
+                if let Some(m) = d.as_object() {
+                    for (k, v) in m {
+                        println!(
+                            "pinning {:<8} {k:<22} {:>8.2} s  {:>6.2} GB/s",
+                            r.name,
+                            f(v, "seconds"),
+                            f(v, "gbps")
+                        );
+                    }
+                }
+            }
             ("ncu", None) => println!(
                 "{:<20} app {:>7.2} s  under ncu {:>8.2} s (exit {})  ncu cost {:>8.2} s  passes {}  {}",
                 r.name,

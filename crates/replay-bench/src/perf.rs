@@ -640,6 +640,46 @@ pub fn pass38(b: &Bench, rows: &mut Vec<Row>, o: &Pass38) -> Result<(), String> 
     Ok(())
 }
 
+/// Pool warm-up of the pinned tier (issue 15): `gib` GiB of pinned backing allocated through
+/// one `cuMemHostAlloc` and by registration after a parallel first touch (the default), each
+/// timed alone (allocation to a usable block), then freed.
+pub fn pinning(b: &Bench, rows: &mut Vec<Row>, gib: u64) -> Result<(), String> {
+    use replay_core::DeviceMemory;
+    let mem = b.backend.memory();
+    let bytes = gib.max(1) * GIB;
+    let mut v = serde_json::Map::new();
+    for (name, threads) in [("cu_mem_host_alloc", 0usize), ("registered_8_threads", 8)] {
+        mem.set_pin_threads(threads);
+        let t = Instant::now();
+        let r = mem.alloc_backing(Tier::PinnedHost, bytes);
+        let s = t.elapsed().as_secs_f64();
+        match r {
+            Ok(id) => {
+                mem.free_backing(id);
+                mem.release_deferred(true);
+                progress(&format!(
+                    "pinning {gib} GiB, {name}: {s:.2} s = {:.2} GB/s",
+                    gbs(bytes, s)
+                ));
+                v.insert(
+                    name.into(),
+                    json!({ "bytes": bytes, "seconds": s, "gbps": gbs(bytes, s) }),
+                );
+            }
+            Err(e) => {
+                v.insert(name.into(), json!({ "error": e.to_string() }));
+            }
+        }
+    }
+    mem.set_pin_threads(replay_cuda::memory::TierConfig::default().pin_threads);
+    rows.push(Row::measure(
+        "pinning",
+        format!("{gib}gib"),
+        Value::Object(v),
+    ));
+    Ok(())
+}
+
 /// Options of the `defaults` case.
 #[derive(Debug, Clone)]
 pub struct Defaults {
