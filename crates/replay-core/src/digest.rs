@@ -3,8 +3,8 @@
 //! and the results are *summed*, so words can be processed in any order and in parallel (one
 //! block per chunk on a device, one pass over the bytes on a host) and still give exactly this
 //! value. Host-digest backends and the simulator compute exactly this; device implementations
-//! must produce the same value for the same bytes and key (the CUDA backend compares digests
-//! of device memory with digests of pageable backing computed on the host).
+//! must produce the same value for the same bytes and key (the CUDA backend digests pageable
+//! backing on the host and everything else on the device, in one batch).
 //!
 //! Word `i` of a chunk, as two little-endian 64-bit halves `(lo, hi)`, contributes one 128-bit
 //! product of key- and position-salted halves:

@@ -1,8 +1,8 @@
 //! Device code of the backend: the chunk digest of SPEC §7.4 as CUDA C, compiled at run time
 //! with NVRTC (no `nvcc` anywhere).
 //!
-//! It reproduces [`replay_core::digest::digest`] bit for bit (the backend compares device
-//! digests with host digests of pageable backing). That reference is a *sum*: word `i`
+//! It reproduces [`replay_core::digest::digest`] bit for bit (a batch mixes both: pageable
+//! backing is digested on the host, the rest here). That reference is a *sum*: word `i`
 //! (16 bytes, halves `lo`/`hi`) adds `(lo ^ k0 ^ i·C1) × (hi ^ k1 ^ i·C2)` to a 128-bit sum `A`
 //! (mod 2^128), with the key words from [`replay_core::digest::lane_keys`]; a short tail is
 //! zero-padded; `finish(A, len)` (three Feistel rounds keyed by `k2`, `k3` and the length)
