@@ -46,7 +46,7 @@
 //! (`BENCHMARKS.md`); `replay-core` has no `unsafe` for SIMD intrinsics, and baseline x86-64
 //! has no vector 64-bit multiply. The host loop is blocked: eight words per block, each with
 //! its own accumulator and its salts a fixed offset from the block's, so the block's
-//! multiplies are independent; an input of 2 MiB or more is also split across threads
+//! multiplies are independent; an input of 16 MiB or more is also split across threads
 //! (`std::thread::scope`, up to the machine's parallelism): the sums are order-free, so the
 //! value is the same whichever thread sums which word.
 
@@ -153,14 +153,15 @@ impl DigestStream {
     }
 }
 
-/// Inputs at least this long are split across threads ([`sums_parallel`]): HSA's 4 MiB
-/// staging slices and longer inputs. The memory layer's default 1 MiB chunks stay on one
-/// thread: measured on a loaded 2-core machine, a spawn per 1 MiB chunk cost about what the
-/// second thread saved.
-const PARALLEL_MIN_BYTES: usize = 2 << 20;
+/// Inputs at least this long are split across threads ([`sums_parallel`]). Shorter ones (the
+/// memory layer's default 1 MiB chunks, HSA's 4 MiB staging slices) stay on one thread: on a
+/// busy 2-core machine the scope's join waits until every helper was scheduled at least
+/// once, which cost a 4 MiB slice more than the second core saved (28–33% of a read threaded,
+/// against 73–80% on one thread, same run); one core alone digests at about 80% of its read.
+const PARALLEL_MIN_BYTES: usize = 16 << 20;
 /// Each thread takes at least this much, so a spawn (tens of microseconds) stays a small part
 /// of its share.
-const PER_THREAD_MIN_BYTES: usize = 1 << 20;
+const PER_THREAD_MIN_BYTES: usize = 4 << 20;
 /// At most this many threads per input.
 const MAX_THREADS: usize = 8;
 
@@ -177,35 +178,52 @@ fn threads_for(len: usize) -> usize {
     cores.min(len / PER_THREAD_MIN_BYTES).max(1)
 }
 
-/// [`sums`] of a large input on several threads (`std::thread::scope`): the words are split
-/// into contiguous pieces, each summed from its own first word index, and the order-free sums
-/// added. The calling thread takes the first piece; a thread that cannot be started (or that
-/// failed) has its piece summed on the calling thread, so the value never depends on it.
+/// Pieces the threads of [`sums_parallel`] take one at a time (a multiple of 16 bytes).
+const PIECE_BYTES: usize = 256 << 10;
+
+/// [`sums`] of a large input on several threads (`std::thread::scope`): the calling thread
+/// and its helpers take pieces of [`PIECE_BYTES`] from a shared counter until none is left,
+/// each summed from its own first word index, and the order-free sums are added. On a busy
+/// machine a helper that is not scheduled takes few pieces and the calling thread the rest,
+/// so it waits for at most the one piece a helper holds, not for half the input. A helper
+/// that cannot be started does nothing; one that failed has its work redone on the calling
+/// thread, so the value never depends on them.
 fn sums_parallel(k: &[u64; 4], first: u64, data: &[u8]) -> u128 {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = threads_for(data.len());
     if threads <= 1 {
         return sums(k, first, data);
     }
-    let per = (data.len() / 16).div_ceil(threads) * 16;
+    let pieces = data.len().div_ceil(PIECE_BYTES);
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut a = 0u128;
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= pieces {
+                return a;
+            }
+            let start = i * PIECE_BYTES;
+            let piece = &data[start..(start + PIECE_BYTES).min(data.len())];
+            a = a.wrapping_add(sums(k, first + (start / 16) as u64, piece));
+        }
+    };
     std::thread::scope(|scope| {
-        let mut pieces = data.chunks(per).enumerate();
-        let (_, head) = pieces.next().unwrap_or((0, &[]));
-        let rest: Vec<_> = pieces
-            .map(|(i, piece)| {
-                let at = first + (i * per / 16) as u64;
-                let handle = std::thread::Builder::new()
+        let helpers: Vec<_> = (1..threads)
+            .filter_map(|_| {
+                std::thread::Builder::new()
                     .name("kreplay-digest".into())
-                    .spawn_scoped(scope, move || sums(k, at, piece))
-                    .ok();
-                (at, piece, handle)
+                    .spawn_scoped(scope, work)
+                    .ok()
             })
             .collect();
-        let mut a = sums(k, first, head);
-        for (at, piece, handle) in rest {
-            let x = handle
-                .and_then(|h| h.join().ok())
-                .unwrap_or_else(|| sums(k, at, piece));
-            a = a.wrapping_add(x);
+        let mut a = work();
+        for h in helpers {
+            match h.join() {
+                Ok(x) => a = a.wrapping_add(x),
+                // Its pieces are lost: sum everything here instead.
+                Err(_) => return sums(k, first, data),
+            }
         }
         a
     })
@@ -473,11 +491,16 @@ mod tests {
     #[test]
     fn large_inputs_split_across_threads_give_the_same_digest() {
         let key = key_from_seed(5);
-        let data: Vec<u8> = (0..(3 << 20) + 21)
+        let data: Vec<u8> = (0..PARALLEL_MIN_BYTES + (3 << 20) + 21)
             .map(|i: usize| (i * 131 / 7) as u8)
             .collect();
         assert!(threads_for(data.len()) >= 1);
-        for (first, len) in [(0u64, data.len()), (3, 1 << 20), (1 << 40, (2 << 20) + 5)] {
+        for (first, len) in [
+            (0u64, data.len()),
+            (3, 1 << 20),
+            (1 << 40, PARALLEL_MIN_BYTES + 5),
+            (7, PARALLEL_MIN_BYTES + PIECE_BYTES - 16),
+        ] {
             let d = &data[..len];
             assert_eq!(
                 sums_parallel(&lane_keys(key), first, d),
