@@ -14,7 +14,7 @@
 //!            [--scopes all,arguments] [--restores full,dirty] [--passes 38] [--layout equal|small]
 //!            [--buffers 4] [--tier-gib 16] [--pinned-gib 4] [--pageable-gib 1] [--dirty-gib 4]
 //!            [--read-gib 4] [--overhead-passes 1000]
-//!            [--skip-all-full-from-gib 64] [--ncu PATH] [--ncu-timeout 300] [--device 0]
+//!            [--skip-all-full-from-gib N] [--ncu PATH|off] [--ncu-timeout 300] [--device 0]
 //!            [--log-level warn]
 //! PROG check
 //! PROG app --alloc-gib N --kernel-mib M [--buffers 4] [--layout equal|small] [--device 0]
@@ -25,9 +25,14 @@
 //!
 //! Cases (`--cases`, comma-separated, default `correctness,ceilings,overhead,tiers,dirty,pass38,ncu`):
 //! `correctness` (PASS/FAIL checks), `ceilings`, `overhead`, `tiers`, `dirty`, `pass38`, `ncu`,
-//! and `pooled` (not in the default: one `--alloc-gib` allocation with sub-buffers, scope
-//! `predicted`, `--pooled-dispatches 20`, then ncu on the same program; issue 18).
-//! `pass38` and `ncu` use `--alloc-gib` (default 1,40; `--big` adds 100,120). Progress goes to
+//! `defaults` (the 38-pass replay under the default policy, first dispatch included, each
+//! footprint followed by Nsight Compute on the same dispatch unless `--ncu off`),
+//! `pinning` (`--pinned-gib` of pinned backing pinned both ways the backend can), and `pooled`
+//! (not in the default: one `--alloc-gib` allocation with sub-buffers, scope `predicted`,
+//! `--pooled-dispatches 20`, then ncu on the same program; issue 18).
+//! `pass38`, `ncu`, `defaults` and `pooled` use `--alloc-gib` (default 1,40; `--big` adds
+//! 100,120). `pass38` runs every scope × restore at every footprint unless
+//! `--skip-all-full-from-gib` says otherwise. Progress goes to
 //! stderr; results to the JSON file after every case (so a killed run keeps what it measured);
 //! a table goes to stdout at the end. Exit status 1 when a check failed, 2 on a bad command
 //! line or when CUDA is not available.
@@ -108,7 +113,7 @@ impl Default for Opts {
             dirty_gib: 4,
             read_gib: 4,
             overhead_passes: 1000,
-            skip_all_full_from_gib: 64,
+            skip_all_full_from_gib: u64::MAX,
             ncu: None,
             ncu_timeout: 300,
             device: 0,
@@ -224,6 +229,8 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
             "pass38",
             "ncu",
             "pooled",
+            "defaults",
+            "pinning",
         ]
         .contains(&c.as_str())
         {
@@ -549,6 +556,38 @@ fn run(o: &Opts, args: &[String], me: &SelfInvocation) -> i32 {
             step("pooled ncu", &mut rows, Ok(()));
         }
     }
+    if has("pinning") {
+        progress("== pinning");
+        let r = perf::pinning(&bench, &mut rows, o.pinned_gib);
+        step("pinning", &mut rows, r);
+    }
+    if has("defaults") {
+        progress("== defaults");
+        let d = perf::Defaults {
+            alloc_gib: o.alloc_gib.clone(),
+            kernel_mib: o.kernel_mib.clone(),
+            passes: o.passes,
+            small_first: o.small_first,
+            buffers: o.buffers,
+        };
+        let with_ncu = o.ncu.as_deref() != Some("off");
+        let r = perf::defaults(&bench, &mut rows, &d, |rows, gib, kmib| {
+            if with_ncu {
+                ncu::run(
+                    rows,
+                    o.ncu.as_deref(),
+                    &[gib],
+                    &[kmib],
+                    o.small_first,
+                    o.buffers,
+                    &out_dir,
+                    Duration::from_secs(o.ncu_timeout),
+                    me,
+                );
+            }
+        });
+        step("defaults", &mut rows, r);
+    }
     if has("ncu") {
         progress("== ncu");
         // Free what this process pools before ncu's processes need the device.
@@ -661,6 +700,30 @@ fn print_table(rows: &[Row]) {
                 d["tier_bytes"]["pageable"].as_f64().unwrap_or(0.0) / GIB as f64,
             ),
             ("pooled", None) => println!("{}", pooled::table_line(&r.name, d)),
+            ("defaults", None) => println!(
+                "{:<18} {:<9} {}+{:<6} first dispatch {:>8.3} s (snap {:>7.3} s)  steady {:>8.3} s  per pass {:>8.3} ms  compared {:>8.1} GiB",
+                r.name,
+                d["outcome"].as_str().unwrap_or("?"),
+                d["scope"].as_str().unwrap_or("?"),
+                d["restore"].as_str().unwrap_or("?"),
+                f(d, "first_dispatch_s"),
+                d["first"]["snap_s"].as_f64().unwrap_or(f64::NAN),
+                f(d, "steady_s"),
+                f(d, "per_pass_ms"),
+                f(d, "compared_bytes") / GIB as f64,
+            ),
+            ("pinning", None) => {
+                if let Some(m) = d.as_object() {
+                    for (k, v) in m {
+                        println!(
+                            "pinning {:<8} {k:<22} {:>8.2} s  {:>6.2} GB/s",
+                            r.name,
+                            f(v, "seconds"),
+                            f(v, "gbps")
+                        );
+                    }
+                }
+            }
             ("ncu", None) => println!(
                 "{:<20} app {:>7.2} s  under ncu {:>8.2} s (exit {})  ncu cost {:>8.2} s  passes {}  {}",
                 r.name,
@@ -739,6 +802,10 @@ mod tests {
             (vec!["pooled".to_string()], vec![100], 20)
         );
         assert!(parse(&args("--cases bogus")).is_err());
+        let (_, o, _) = parse(&args("--cases defaults --alloc-gib 100 --kernel-mib 16")).unwrap();
+        assert_eq!(o.cases, vec!["defaults"]);
+        // Issue 15: scope all with full restore runs at every footprint unless told otherwise.
+        assert_eq!(o.skip_all_full_from_gib, u64::MAX);
         assert!(parse(&args("--passes")).is_err());
         assert!(parse(&args("--wat")).is_err());
     }

@@ -433,6 +433,12 @@ pub trait Snapshot: Send {
     fn stats(&self) -> CaptureStats;
     /// Checks the tracked memory outside the snapshot after a pass (SPEC §7.2).
     fn check_scope(&mut self, wait: &WaitSpec<'_>) -> Result<ScopeCheck, BackendError>;
+    /// Told before each scope check whether a restore may follow it (`false` after the last
+    /// pass), so work only a restore needs (`dirty`'s digests, taken with the check's) is
+    /// skipped when none will. The default ignores it.
+    fn restore_may_follow(&mut self, may: bool) {
+        let _ = may;
+    }
     /// Restores the captured memory before the next pass. Frees and unloads of captured
     /// memory on other threads wait until it returns (`replay-memory`'s tracker holds).
     fn restore(&mut self, wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError>;

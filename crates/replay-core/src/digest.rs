@@ -3,19 +3,19 @@
 //! and the results are *summed*, so words can be processed in any order and in parallel (one
 //! block per chunk on a device, one pass over the bytes on a host) and still give exactly this
 //! value. Host-digest backends and the simulator compute exactly this; device implementations
-//! must produce the same value for the same bytes and key.
+//! must produce the same value for the same bytes and key (the CUDA backend digests pageable
+//! backing on the host and everything else on the device, in one batch).
 //!
-//! Word `i` of a chunk, as two little-endian 64-bit halves `(lo, hi)`, contributes two
-//! 128-bit products of key- and position-salted halves, one per lane, each lane with its own
-//! two key words:
+//! Word `i` of a chunk, as two little-endian 64-bit halves `(lo, hi)`, contributes one 128-bit
+//! product of key- and position-salted halves:
 //!
 //! ```text
 //! A += (lo ^ k0 ^ i·C1) × (hi ^ k1 ^ i·C2)      (mod 2^128)
-//! B += (lo ^ k2 ^ i·C3) × (hi ^ k3 ^ i·C4)      (mod 2^128)
 //! ```
 //!
-//! A tail shorter than 16 bytes is zero-padded; the length enters the final mix, which folds
-//! `A`, `B` and the length through a 64-bit finaliser into 128 bits. Swapping two words, or two
+//! A tail shorter than 16 bytes is zero-padded; the length enters the final mix, three Feistel
+//! rounds keyed by `k2`, `k3` and the length that turn `A` into the 128-bit digest (a bijection
+//! of `A` for a given length and key, so it adds no collisions). Swapping two words, or two
 //! bytes of one word, changes the salts their bytes meet, so the digest is position-dependent.
 //!
 //! **Keys.** The four key words are independent: [`random_key`] reads them from the operating
@@ -25,40 +25,37 @@
 //! tests, not for the bound below.
 //!
 //! **Collision probability, per comparison** (one chunk compared with its digest before the
-//! pass). Each lane is an NH-style multiply-accumulate of key-masked 64-bit halves; for NH's
-//! additive masking two different chunks of equal length give the same 128-bit lane sum with
-//! probability at most 2^-64 over a random key, and the XOR masking used here (cheaper on a
-//! GPU) is expected to behave alike, though that is not proven. The two lanes have
-//! independent keys, so both collide with probability about 2^-128; the finaliser's fold of
-//! the two 128-bit sums into 128 bits adds about 2^-128. So about 2^-127 per comparison under
-//! a random key, and a run that compares `n` chunks misses a change with probability about
-//! `n`·2^-127. Under [`key_from_seed`] an adversary who knows the seed can do far better.
+//! pass). The sum is an NH-style multiply-accumulate of key-masked 64-bit halves; for NH's
+//! additive masking two different chunks of equal length give the same 128-bit sum with
+//! probability at most 2^-64 over a random key, and the XOR masking with position salts used
+//! here (cheaper on a GPU) is expected to behave alike, though that is not proven. The final
+//! rounds are a bijection, so about 2^-64 per comparison under a random key, and a run that
+//! compares `n` changed chunks misses one with probability about `n`·2^-64 (10^6 changed
+//! chunks: about 5·10^-14). Under [`key_from_seed`] an adversary who knows the seed can do far
+//! better. (Until issue 15 a second, independently keyed lane gave about 2^-127; it doubled
+//! the multiplies, and one host core then digested at a third of its read speed.)
 //!
 //! **What a collision costs.** `dirty` restore skips one changed chunk: the next pass starts
 //! with that chunk as the previous pass left it, and when that pass is the last one, the
 //! application's final memory differs from one execution (digests do decide it: a chunk missed
 //! before the last pass changes that pass's inputs). The scope check misses one write outside
 //! the scope: nothing undoes it, and later passes (and the final memory) include it.
-
 //!
-//! **Speed on a host** (issue 15: at least 85% of a one-core read). The two 64×64→128 products
-//! per 16-byte word bound one core to roughly half of a read (the multiplier, not memory, is
-//! the limit: `BENCHMARKS.md`), and `replay-core` has no `unsafe` for SIMD intrinsics. So the
-//! host version is a blocked loop that the compiler schedules well on one core, and an input
-//! of 2 MiB or more is split across threads (`std::thread::scope`, up to the
-//! machine's parallelism): the sums are order-free, so the value is the same whichever thread
-//! sums which word.
+//! **Speed on a host** (issue 15: at least 85% of a one-core read). One 64×64→128 product per
+//! 16-byte word is what one core's multiplier sustains at about the speed it reads
+//! (`BENCHMARKS.md`); `replay-core` has no `unsafe` for SIMD intrinsics, and baseline x86-64
+//! has no vector 64-bit multiply. The host loop is blocked: eight words per block, each with
+//! its own accumulator and its salts a fixed offset from the block's, so the block's
+//! multiplies are independent; an input of 16 MiB or more is also split across threads
+//! (`std::thread::scope`, up to the machine's parallelism): the sums are order-free, so the
+//! value is the same whichever thread sums which word.
 
 use crate::backend::{Digest128, DigestKey};
 
-/// Position salts of the two lanes.
+/// Position salt of the low half.
 pub const C1: u64 = 0x9E37_79B9_7F4A_7C15;
-/// See [`C1`].
+/// Position salt of the high half.
 pub const C2: u64 = 0xC2B2_AE3D_27D4_EB4F;
-/// See [`C1`].
-pub const C3: u64 = 0x1656_67B1_9E37_79F9;
-/// See [`C1`].
-pub const C4: u64 = 0x85EB_CA77_C2B2_AE63;
 const M1: u64 = 0xFF51_AFD7_ED55_8CCD;
 const M2: u64 = 0xC4CE_B9FE_1A85_EC53;
 
@@ -73,29 +70,27 @@ pub fn fmix(mut x: u64) -> u64 {
     x
 }
 
-/// The four key words of the two lanes (`k0, k1` for lane A, `k2, k3` for lane B): the key's
+/// The four key words (`k0, k1` mask the halves, `k2, k3` key the final rounds): the key's
 /// words as they are, since they are drawn independently.
 #[inline]
 pub fn lane_keys(key: DigestKey) -> [u64; 4] {
     key.0
 }
 
-/// One word's contribution to the two lane sums.
+/// One word's contribution to the sum.
 #[inline(always)]
-fn word(k: &[u64; 4], i: u64, lo: u64, hi: u64) -> (u128, u128) {
-    let a = u128::from(lo ^ k[0] ^ i.wrapping_mul(C1)) * u128::from(hi ^ k[1] ^ i.wrapping_mul(C2));
-    let b = u128::from(lo ^ k[2] ^ i.wrapping_mul(C3)) * u128::from(hi ^ k[3] ^ i.wrapping_mul(C4));
-    (a, b)
+fn word(k: &[u64; 4], i: u64, lo: u64, hi: u64) -> u128 {
+    u128::from(lo ^ k[0] ^ i.wrapping_mul(C1)) * u128::from(hi ^ k[1] ^ i.wrapping_mul(C2))
 }
 
-/// Folds the lane sums and the length into the digest.
+/// Turns the sum and the length into the digest: three Feistel rounds over its two halves,
+/// keyed by `k2`, `k3` and the length (a bijection of `a` for a given length and key).
 #[inline]
-pub fn finish(a: u128, b: u128, len: u64) -> Digest128 {
-    let (a_lo, a_hi) = (a as u64, (a >> 64) as u64);
-    let (b_lo, b_hi) = (b as u64, (b >> 64) as u64);
-    let x = fmix(a_lo ^ fmix(a_hi ^ len));
-    let y = fmix(b_lo ^ fmix(b_hi ^ x ^ len.rotate_left(32)));
-    let x = fmix(x ^ y.rotate_left(23));
+pub fn finish(k: &[u64; 4], a: u128, len: u64) -> Digest128 {
+    let (mut x, mut y) = (a as u64, (a >> 64) as u64);
+    y ^= fmix(x ^ k[2] ^ len);
+    x ^= fmix(y ^ k[3]);
+    y ^= fmix(x ^ len.rotate_left(32));
     Digest128((u128::from(x) << 64) | u128::from(y))
 }
 
@@ -113,7 +108,6 @@ pub fn digest(key: DigestKey, data: &[u8]) -> Digest128 {
 pub struct DigestStream {
     k: [u64; 4],
     a: u128,
-    b: u128,
     len: u64,
 }
 
@@ -123,7 +117,6 @@ impl DigestStream {
         Self {
             k: lane_keys(key),
             a: 0,
-            b: 0,
             len: 0,
         }
     }
@@ -139,9 +132,8 @@ impl DigestStream {
             "a digest piece of {} bytes that is not a multiple of 16 was not the last",
             self.len
         );
-        let (a, b) = sums_parallel(&self.k, self.len / 16, data);
+        let a = sums_parallel(&self.k, self.len / 16, data);
         self.a = self.a.wrapping_add(a);
-        self.b = self.b.wrapping_add(b);
         self.len += data.len() as u64;
     }
 
@@ -157,18 +149,19 @@ impl DigestStream {
 
     /// The digest of everything fed.
     pub fn finish(self) -> Digest128 {
-        finish(self.a, self.b, self.len)
+        finish(&self.k, self.a, self.len)
     }
 }
 
-/// Inputs at least this long are split across threads ([`sums_parallel`]): HSA's 4 MiB
-/// staging slices and longer inputs. The memory layer's default 1 MiB chunks stay on one
-/// thread: measured on a loaded 2-core machine, a spawn per 1 MiB chunk cost about what the
-/// second thread saved.
-const PARALLEL_MIN_BYTES: usize = 2 << 20;
+/// Inputs at least this long are split across threads ([`sums_parallel`]). Shorter ones (the
+/// memory layer's default 1 MiB chunks, HSA's 4 MiB staging slices) stay on one thread: on a
+/// busy 2-core machine the scope's join waits until every helper was scheduled at least
+/// once, which cost a 4 MiB slice more than the second core saved (28–33% of a read threaded,
+/// against 73–80% on one thread, same run); one core alone digests at about 80% of its read.
+const PARALLEL_MIN_BYTES: usize = 16 << 20;
 /// Each thread takes at least this much, so a spawn (tens of microseconds) stays a small part
 /// of its share.
-const PER_THREAD_MIN_BYTES: usize = 1 << 20;
+const PER_THREAD_MIN_BYTES: usize = 4 << 20;
 /// At most this many threads per input.
 const MAX_THREADS: usize = 8;
 
@@ -185,96 +178,112 @@ fn threads_for(len: usize) -> usize {
     cores.min(len / PER_THREAD_MIN_BYTES).max(1)
 }
 
-/// [`sums`] of a large input on several threads (`std::thread::scope`): the words are split
-/// into contiguous pieces, each summed from its own first word index, and the order-free sums
-/// added. The calling thread takes the first piece; a thread that cannot be started (or that
-/// failed) has its piece summed on the calling thread, so the value never depends on it.
-fn sums_parallel(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
+/// Pieces the threads of [`sums_parallel`] take one at a time (a multiple of 16 bytes).
+const PIECE_BYTES: usize = 256 << 10;
+
+/// [`sums`] of a large input on several threads (`std::thread::scope`): the calling thread
+/// and its helpers take pieces of [`PIECE_BYTES`] from a shared counter until none is left,
+/// each summed from its own first word index, and the order-free sums are added. On a busy
+/// machine a helper that is not scheduled takes few pieces and the calling thread the rest,
+/// so it waits for at most the one piece a helper holds, not for half the input. A helper
+/// that cannot be started does nothing; one that failed has its work redone on the calling
+/// thread, so the value never depends on them.
+fn sums_parallel(k: &[u64; 4], first: u64, data: &[u8]) -> u128 {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = threads_for(data.len());
     if threads <= 1 {
         return sums(k, first, data);
     }
-    let per = (data.len() / 16).div_ceil(threads) * 16;
+    let pieces = data.len().div_ceil(PIECE_BYTES);
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut a = 0u128;
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= pieces {
+                return a;
+            }
+            let start = i * PIECE_BYTES;
+            let piece = &data[start..(start + PIECE_BYTES).min(data.len())];
+            a = a.wrapping_add(sums(k, first + (start / 16) as u64, piece));
+        }
+    };
     std::thread::scope(|scope| {
-        let mut pieces = data.chunks(per).enumerate();
-        let (_, head) = pieces.next().unwrap_or((0, &[]));
-        let rest: Vec<_> = pieces
-            .map(|(i, piece)| {
-                let at = first + (i * per / 16) as u64;
-                let handle = std::thread::Builder::new()
+        let helpers: Vec<_> = (1..threads)
+            .filter_map(|_| {
+                std::thread::Builder::new()
                     .name("kreplay-digest".into())
-                    .spawn_scoped(scope, move || sums(k, at, piece))
-                    .ok();
-                (at, piece, handle)
+                    .spawn_scoped(scope, work)
+                    .ok()
             })
             .collect();
-        let (mut a, mut b) = sums(k, first, head);
-        for (at, piece, handle) in rest {
-            let (x, y) = handle
-                .and_then(|h| h.join().ok())
-                .unwrap_or_else(|| sums(k, at, piece));
-            a = a.wrapping_add(x);
-            b = b.wrapping_add(y);
+        let mut a = work();
+        for h in helpers {
+            match h.join() {
+                Ok(x) => a = a.wrapping_add(x),
+                // Its pieces are lost: sum everything here instead.
+                Err(_) => return sums(k, first, data),
+            }
         }
-        (a, b)
+        a
     })
 }
 
-/// Words per block of [`sums`]: each has its own accumulator pair, so the multiplies of a block
+/// Words per block of [`blocks`]: each has its own accumulator, so the multiplies of a block
 /// are independent of each other.
 const BLOCK_WORDS: usize = 8;
 
-/// The lane sums of `data`, whose first word is word `first` of its range.
-///
-/// Fast on one core (issue 15): per block of [`BLOCK_WORDS`] words, each word's position
-/// salts are the block's base salts plus a fixed per-word offset (no serial chain of adds from
-/// word to word), and each word has its own accumulator pair, so the block's multiplies are
-/// independent. The value is the same sum as [`word`] over every word (the tests check both
-/// against each other).
-fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> (u128, u128) {
-    const STEP: [u64; 4] = [C1, C2, C3, C4];
-    let mut off = [[0u64; 4]; BLOCK_WORDS];
-    for (j, o) in off.iter_mut().enumerate() {
-        *o = STEP.map(|c| (j as u64).wrapping_mul(c));
-    }
-    let per_block = STEP.map(|c| (BLOCK_WORDS as u64).wrapping_mul(c));
-    let mut salt = STEP.map(|c| first.wrapping_mul(c));
-    let mut acc_a = [0u128; BLOCK_WORDS];
-    let mut acc_b = [0u128; BLOCK_WORDS];
-    let blocks = data.chunks_exact(16 * BLOCK_WORDS);
-    let rest = blocks.remainder();
-    for blk in blocks {
-        for (j, (w, o)) in blk.chunks_exact(16).zip(&off).enumerate() {
-            let (lo, hi) = (le(&w[..8]), le(&w[8..]));
-            let m = |t: usize| salt[t].wrapping_add(o[t]) ^ k[t];
-            acc_a[j] = acc_a[j].wrapping_add(lane(lo ^ m(0), hi ^ m(1)));
-            acc_b[j] = acc_b[j].wrapping_add(lane(lo ^ m(2), hi ^ m(3)));
-        }
-        for (s, c) in salt.iter_mut().zip(per_block) {
-            *s = s.wrapping_add(c);
-        }
-    }
-    let mut a = acc_a.iter().fold(0u128, |x, y| x.wrapping_add(*y));
-    let mut b = acc_b.iter().fold(0u128, |x, y| x.wrapping_add(*y));
-    let next = first + ((data.len() - rest.len()) / 16) as u64;
+/// The sum of `data`, whose first word is word `first` of its range: whole blocks in
+/// [`blocks`], then the tail word by word.
+fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> u128 {
+    let whole = data.len() / (16 * BLOCK_WORDS) * (16 * BLOCK_WORDS);
+    let (body, rest) = data.split_at(whole);
+    let mut a = blocks(k, first, body);
+    let next = first + (whole / 16) as u64;
     for (i, w) in (next..).zip(rest.chunks(16)) {
         let mut buf = [0u8; 16];
         buf[..w.len()].copy_from_slice(w);
-        let (x, y) = word(k, i, le(&buf[..8]), le(&buf[8..]));
-        a = a.wrapping_add(x);
-        b = b.wrapping_add(y);
+        a = a.wrapping_add(word(k, i, le(&buf[..8]), le(&buf[8..])));
     }
-    (a, b)
+    a
+}
+
+/// The sum of `data` (whole blocks of [`BLOCK_WORDS`] words), whose first word is word
+/// `first` of its range.
+///
+/// Fast on one core (issue 15): per block, each word's position salts are the block's base
+/// salts plus a fixed per-word offset (no serial chain of adds from word to word), and each
+/// word has its own accumulator, so the block's multiplies are independent. Kept apart from
+/// the tail loop, which made the compiler schedule this one worse (15 against 20 GB/s on the
+/// development machine). The value is the same sum as [`word`] over every word (the tests
+/// check both against each other).
+#[inline(never)]
+fn blocks(k: &[u64; 4], first: u64, data: &[u8]) -> u128 {
+    let mut off = [[0u64; 2]; BLOCK_WORDS];
+    for (j, o) in off.iter_mut().enumerate() {
+        *o = [(j as u64).wrapping_mul(C1), (j as u64).wrapping_mul(C2)];
+    }
+    let per_block = [
+        (BLOCK_WORDS as u64).wrapping_mul(C1),
+        (BLOCK_WORDS as u64).wrapping_mul(C2),
+    ];
+    let mut salt = [first.wrapping_mul(C1), first.wrapping_mul(C2)];
+    let mut acc = [0u128; BLOCK_WORDS];
+    for blk in data.chunks_exact(16 * BLOCK_WORDS) {
+        for ((w, o), acc) in blk.chunks_exact(16).zip(&off).zip(&mut acc) {
+            let lo = le(&w[..8]) ^ k[0] ^ salt[0].wrapping_add(o[0]);
+            let hi = le(&w[8..]) ^ k[1] ^ salt[1].wrapping_add(o[1]);
+            *acc = acc.wrapping_add(u128::from(lo) * u128::from(hi));
+        }
+        salt[0] = salt[0].wrapping_add(per_block[0]);
+        salt[1] = salt[1].wrapping_add(per_block[1]);
+    }
+    acc.iter().fold(0u128, |x, y| x.wrapping_add(*y))
 }
 
 #[inline(always)]
 fn le(b: &[u8]) -> u64 {
     u64::from_le_bytes(b.try_into().expect("8 bytes"))
-}
-
-#[inline(always)]
-fn lane(x: u64, y: u64) -> u128 {
-    u128::from(x) * u128::from(y)
 }
 
 /// SplitMix64's increment and output mix: consecutive outputs of distinct states.
@@ -359,41 +368,31 @@ mod tests {
     }
 
     #[test]
-    fn the_two_lanes_are_keyed_independently() {
-        // Issue 11: lane B's key words were computed from lane A's (`fmix(k0 ^ C3)`), so the
-        // two lanes shared one 128-bit key and the second lane added no collision resistance.
+    fn every_key_word_matters() {
         for seed in [0u64, 1, 42, u64::MAX] {
-            let k = lane_keys(key_from_seed(seed));
-            assert_ne!(
-                k[2],
-                fmix(k[0] ^ C3),
-                "seed {seed}: lane B derived from lane A"
-            );
-            assert_ne!(
-                k[3],
-                fmix(k[1] ^ C4),
-                "seed {seed}: lane B derived from lane A"
-            );
-            let mut words = k.to_vec();
+            let mut words = lane_keys(key_from_seed(seed)).to_vec();
             words.sort_unstable();
             words.dedup();
             assert_eq!(words.len(), 4, "seed {seed}: four distinct key words");
         }
-        // Changing only lane B's words changes the digest: lane B is keyed on its own.
+        // k0, k1 mask the halves; k2, k3 key the final rounds: changing any one changes it.
         let data = [0x5au8; 64];
-        let a = DigestKey([1, 2, 3, 4]);
-        let b = DigestKey([1, 2, 3, 5]);
-        assert_ne!(digest(a, &data), digest(b, &data));
+        let base = DigestKey([1, 2, 3, 4]);
+        for w in 0..4 {
+            let mut other = base;
+            other.0[w] ^= 1 << 17;
+            assert_ne!(digest(base, &data), digest(other, &data), "key word {w}");
+        }
         // Keys from the OS source differ from run to run (here: from call to call).
         assert_ne!(random_key(), random_key());
     }
 
     #[test]
     fn words_may_be_summed_in_any_order() {
-        // What a parallel implementation relies on: the lane sums are order-free.
+        // What a parallel implementation relies on: the sum is order-free.
         let k = lane_keys(key_from_seed(9));
         let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
-        let mut parts: Vec<(u128, u128)> = data
+        let mut parts: Vec<u128> = data
             .chunks_exact(16)
             .enumerate()
             .map(|(i, w)| {
@@ -406,11 +405,9 @@ mod tests {
             })
             .collect();
         parts.reverse();
-        let (a, b) = parts.iter().fold((0u128, 0u128), |(a, b), (x, y)| {
-            (a.wrapping_add(*x), b.wrapping_add(*y))
-        });
+        let a = parts.iter().fold(0u128, |a, x| a.wrapping_add(*x));
         assert_eq!(
-            finish(a, b, data.len() as u64),
+            finish(&k, a, data.len() as u64),
             digest(key_from_seed(9), &data)
         );
     }
@@ -418,15 +415,46 @@ mod tests {
     /// The definition, one word at a time: what the GPU kernels compute too.
     fn reference(key: DigestKey, data: &[u8]) -> Digest128 {
         let k = lane_keys(key);
-        let (mut a, mut b) = (0u128, 0u128);
+        let mut a = 0u128;
         for (i, w) in data.chunks(16).enumerate() {
             let mut buf = [0u8; 16];
             buf[..w.len()].copy_from_slice(w);
-            let (x, y) = word(&k, i as u64, le(&buf[..8]), le(&buf[8..]));
-            a = a.wrapping_add(x);
-            b = b.wrapping_add(y);
+            a = a.wrapping_add(word(&k, i as u64, le(&buf[..8]), le(&buf[8..])));
         }
-        finish(a, b, data.len() as u64)
+        finish(&k, a, data.len() as u64)
+    }
+
+    #[test]
+    fn the_digest_is_one_salted_product_per_word_and_keyed_feistel_rounds() {
+        // Issue 15: the digest is written out here from its formula (not through `word` or
+        // `finish`), with a known answer, so any implementation that computes something
+        // else (the former second product per word, which halved a host core's speed) fails.
+        let k = [
+            0x0123_4567_89ab_cdefu64,
+            0xfedc_ba98_7654_3210,
+            0x0f1e_2d3c_4b5a_6978,
+            0x8796_a5b4_c3d2_e1f0,
+        ];
+        let data: Vec<u8> = (0..40u8).map(|b| b.wrapping_mul(37)).collect();
+        let mut a = 0u128;
+        for (i, w) in data.chunks(16).enumerate() {
+            let mut buf = [0u8; 16];
+            buf[..w.len()].copy_from_slice(w);
+            let i = i as u64;
+            let lo = u64::from_le_bytes(buf[..8].try_into().unwrap()) ^ k[0] ^ i.wrapping_mul(C1);
+            let hi = u64::from_le_bytes(buf[8..].try_into().unwrap()) ^ k[1] ^ i.wrapping_mul(C2);
+            a = a.wrapping_add(u128::from(lo) * u128::from(hi));
+        }
+        let len = data.len() as u64;
+        let (mut x, mut y) = (a as u64, (a >> 64) as u64);
+        y ^= fmix(x ^ k[2] ^ len);
+        x ^= fmix(y ^ k[3]);
+        y ^= fmix(x ^ len.rotate_left(32));
+        let want = Digest128((u128::from(x) << 64) | u128::from(y));
+        assert_eq!(digest(DigestKey(k), &data), want);
+        // The final rounds are a bijection: distinct sums give distinct digests.
+        assert_ne!(finish(&k, 1, 16), finish(&k, 2, 16));
+        assert_ne!(finish(&k, 1 << 64, 16), finish(&k, 1, 16));
     }
 
     #[test]
@@ -463,11 +491,16 @@ mod tests {
     #[test]
     fn large_inputs_split_across_threads_give_the_same_digest() {
         let key = key_from_seed(5);
-        let data: Vec<u8> = (0..(3 << 20) + 21)
+        let data: Vec<u8> = (0..PARALLEL_MIN_BYTES + (3 << 20) + 21)
             .map(|i: usize| (i * 131 / 7) as u8)
             .collect();
         assert!(threads_for(data.len()) >= 1);
-        for (first, len) in [(0u64, data.len()), (3, 1 << 20), (1 << 40, (2 << 20) + 5)] {
+        for (first, len) in [
+            (0u64, data.len()),
+            (3, 1 << 20),
+            (1 << 40, PARALLEL_MIN_BYTES + 5),
+            (7, PARALLEL_MIN_BYTES + PIECE_BYTES - 16),
+        ] {
             let d = &data[..len];
             assert_eq!(
                 sums_parallel(&lane_keys(key), first, d),

@@ -724,7 +724,9 @@ impl Window<'_> {
                 return LoopEnd::Truncated(Reason::CallbackFailed);
             }
 
-            // Scope check (SPEC §7.2).
+            // Scope check (SPEC §7.2); the memory layer takes what a restore would compare in
+            // the same batch unless no restore can follow (the last pass).
+            snapshot.restore_may_follow(plan.after_pass(pass, Some(true)) == Step::Next);
             match snapshot.check_scope(&self.wait_spec()) {
                 Ok(ScopeCheck::Clean) => {}
                 Ok(ScopeCheck::Changed { base }) if self.record.scope == Scope::Predicted => {

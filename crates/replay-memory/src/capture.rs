@@ -15,7 +15,7 @@ use replay_core::{
 };
 use smallvec::SmallVec;
 
-use crate::batch::chunk_ops;
+use crate::batch::{chunk_ops, watch_ops};
 use crate::classify::{classify, Treatment};
 use crate::pool::Block;
 use crate::predict::{uncovered, Predictor};
@@ -251,8 +251,15 @@ pub(crate) fn capture(
     for c in regions.iter().filter(|c| dirty || c.predicted) {
         counts.push(chunk_ops(c.region.base, c.region.size, chunk, &mut dops));
     }
+    // One digest per watched region is enough to see a write outside the scope; under
+    // `predicted` each chunk gets its own, so a miss names the chunks the prediction grows by.
+    let per_chunk = pending.is_some();
     for w in &watched {
-        counts.push(chunk_ops(w.region.base, w.region.size, chunk, &mut dops));
+        counts.push(if per_chunk {
+            chunk_ops(w.region.base, w.region.size, chunk, &mut dops)
+        } else {
+            watch_ops(w.region.base, w.region.size, &mut dops)
+        });
     }
     let digested = sh.digest_batch(&dops, wait);
     drop(hold);
@@ -293,6 +300,8 @@ pub(crate) fn capture(
             learned: false,
             misses: 0,
         }),
+        restore_may_follow: true,
+        prefetched: None,
     })
 }
 

@@ -3,13 +3,16 @@
 //! them with their digests before the first pass; the first that changed names where the
 //! kernel wrote outside its scope. Under scope `predicted` the first check also digests the
 //! predicted chunks, and every chunk found changed (inside the prediction: what the kernel
-//! wrote; outside: a miss) goes to the kernel's prediction.
+//! wrote; outside: a miss) goes to the kernel's prediction. When a `dirty` restore may follow,
+//! the chunk digests it compares are taken in the same batch (one launch and one wait per pass
+//! for both: `restore::dirty_ops`).
 
 use replay_core::wait::WaitError;
 use replay_core::{BackendError, BackendErrorKind, ScopeCheck, WaitSpec};
 
-use crate::batch::chunk_ops;
+use crate::batch::{chunk_ops, watch_ops};
 use crate::predict::Changed;
+use crate::restore;
 use crate::snapshot::{EngineSnapshot, Watched};
 
 /// Whether a watched region of `snap` changed since capture.
@@ -17,13 +20,14 @@ pub(crate) fn check_scope(
     snap: &mut EngineSnapshot,
     wait: &WaitSpec<'_>,
 ) -> Result<ScopeCheck, BackendError> {
+    snap.prefetched = None;
     // The predicted chunks are digested once, after the first pass: enough to learn what the
     // kernel writes (later passes run on the same inputs).
     let learn = snap.prediction.as_ref().is_some_and(|p| !p.learned);
     if snap.watched.is_empty() && !learn {
         return Ok(ScopeCheck::Clean);
     }
-    let sh = &*snap.shared;
+    let sh = std::sync::Arc::clone(&snap.shared);
     let learning: Vec<usize> = if learn {
         (0..snap.regions.len())
             .filter(|&i| snap.regions[i].predicted)
@@ -31,18 +35,29 @@ pub(crate) fn check_scope(
     } else {
         Vec::new()
     };
-    let _hold = sh.hold(
-        snap.watched
-            .iter()
-            .map(|w| &w.region)
-            .chain(learning.iter().map(|&i| &snap.regions[i].region)),
-    );
+    let fused = snap.restore_may_follow && restore::compares(snap);
+    let held = snap
+        .watched
+        .iter()
+        .map(|w| &w.region)
+        .chain(learning.iter().map(|&i| &snap.regions[i].region));
+    let _hold = if fused {
+        sh.hold(held.chain(snap.regions.iter().map(|c| &c.region)))
+    } else {
+        sh.hold(held)
+    };
     let mut dops = Vec::new();
     let mut checked: Vec<&Watched> = Vec::new();
+    // As at capture: one digest per watched region, per chunk under `predicted`.
+    let per_chunk = snap.prediction.is_some();
     for w in &snap.watched {
         // A region freed meanwhile cannot be compared; its bytes are no one's any more.
         if sh.is_live(&w.region, None) {
-            chunk_ops(w.region.base, w.region.size, snap.chunk, &mut dops);
+            if per_chunk {
+                chunk_ops(w.region.base, w.region.size, snap.chunk, &mut dops);
+            } else {
+                watch_ops(w.region.base, w.region.size, &mut dops);
+            }
             checked.push(w);
         }
     }
@@ -54,6 +69,8 @@ pub(crate) fn check_scope(
             learned.push(i);
         }
     }
+    let mine = dops.len();
+    let dirty = fused.then(|| restore::dirty_ops(snap, &mut dops));
     let now = sh.digest_batch(&dops, wait).map_err(|e| match e {
         WaitError::Backend(b) => b,
         stuck @ WaitError::Stuck { .. } => BackendError::new(
@@ -63,17 +80,24 @@ pub(crate) fn check_scope(
             stuck.to_string(),
         ),
     })?;
-    let mut now = now.into_iter();
+    let (ours, rest) = now.split_at(mine.min(now.len()));
+    let mut now = ours.iter().copied();
     let mut first: Option<u64> = None;
     let mut missed: Vec<Changed> = Vec::new();
     for w in checked {
         for (k, before) in w.digests.iter().enumerate() {
             if now.next() != Some(*before) {
                 first.get_or_insert(w.region.base);
-                let start = w.region.base + k as u64 * snap.chunk;
+                // One digest for the whole region outside scope `predicted`.
+                let span = if w.digests.len() == 1 {
+                    w.region.size
+                } else {
+                    snap.chunk
+                };
+                let start = w.region.base + k as u64 * span;
                 missed.push(Changed {
                     start,
-                    end: (start + snap.chunk).min(w.region.base + w.region.size),
+                    end: (start + span).min(w.region.base + w.region.size),
                     alloc_base: w.alloc_base,
                     generation: w.region.generation,
                 });
@@ -117,8 +141,11 @@ pub(crate) fn check_scope(
         p.learned = true;
         p.misses += missed.len() as u32;
     }
-    Ok(match first {
-        Some(base) => ScopeCheck::Changed { base },
-        None => ScopeCheck::Clean,
-    })
+    if let Some(base) = first {
+        return Ok(ScopeCheck::Changed { base });
+    }
+    if let Some(plan) = dirty {
+        snap.prefetched = Some(restore::split_digests(plan, rest));
+    }
+    Ok(ScopeCheck::Clean)
 }

@@ -174,6 +174,10 @@ impl Snapshot for EngineSnapshot {
         check::check_scope(self, wait)
     }
 
+    fn restore_may_follow(&mut self, may: bool) {
+        self.restore_may_follow = may;
+    }
+
     fn restore(&mut self, wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError> {
         restore::restore(self, wait)
     }

@@ -41,8 +41,12 @@
 //!
 //! - **Batched and fenced.** A capture is one allocation per tier at most (pooled blocks
 //!   first), one `submit_copies` batch and one fence wait; a restore is one batch. Digests
-//!   (for `dirty` and for the scope check) are one batch per check, one digest per chunk of
-//!   `policy.chunk_bytes`.
+//!   are one digest per chunk of `policy.chunk_bytes` for what `dirty` compares and one per
+//!   region for what the scope check watches (it asks only whether a region changed). After a
+//!   pass both are **one batch**: the scope check takes `dirty`'s digests with its own (one
+//!   launch and one wait per pass on a GPU, SPEC §11's one read of the footprint), and the
+//!   restore that follows uses them; after the last pass, which no restore follows (the
+//!   window says so through `Snapshot::restore_may_follow`), only the check's are taken.
 //! - **Placement.** Regions fill the device tier, then pinned host, then pageable host, in
 //!   address order; a region is split where a tier's budget runs out. Budgets (see
 //!   `tiers::tier_caps` in the source for details): device = `device_tier_bytes`, or
@@ -154,7 +158,7 @@
 //!   variable is not captured twice; large ones go through the tiers like any region. An
 //!   enumeration error sets `uncapturable`.
 //! - **Digests** ([`replay_core::digest`]): 128-bit, keyed per engine with four independent
-//!   words from the OS's random source; about 2^-127 collision probability per comparison. A
+//!   words from the OS's random source; about 2^-64 collision probability per comparison. A
 //!   collision would let `dirty` skip one changed chunk or the scope check miss one write
 //!   outside the scope; either changes the next pass's inputs, and when that is the last pass,
 //!   the application's final memory: digests do decide it, with that probability.

@@ -2,13 +2,16 @@
 //! every captured region, then writes back every captured byte (`full`) or the chunks whose
 //! digests changed (`dirty`; when the digests fail, every captured byte instead) in one fenced
 //! batch; a failed batch is retried region by region to name the failing region, and a stuck
-//! fence poisons the snapshot's blocks.
+//! fence poisons the snapshot's blocks. `dirty`'s digests are taken with the scope check when
+//! there is one (`check` asks [`dirty_ops`] for them and keeps them in the snapshot), so a
+//! pass costs one digest batch and one wait for both; without a check the restore takes them
+//! itself.
 
 use std::sync::Arc;
 
 use replay_core::policy::RestoreMode;
 use replay_core::wait::WaitError;
-use replay_core::{CopyOp, RestoreError, RestoreStats, WaitSpec};
+use replay_core::{CopyOp, Digest128, DigestOp, RestoreError, RestoreStats, WaitSpec};
 
 use crate::batch::chunk_ops;
 use crate::snapshot::{CapturedRegion, EngineSnapshot};
@@ -25,7 +28,8 @@ pub(crate) fn restore(
     // liveness re-check in `restore_plan` runs under the same hold: check and copy are one
     // step (SPEC §7.1).
     let _hold = sh.hold(snap.regions.iter().map(|c| &c.region));
-    let per_region = restore_plan(snap, wait, &mut stats)?;
+    let prefetched = snap.prefetched.take();
+    let per_region = restore_plan(snap, prefetched, wait, &mut stats)?;
     let all: Vec<CopyOp> = per_region
         .iter()
         .flat_map(|(_, o)| o.iter().copied())
@@ -75,10 +79,41 @@ pub(crate) fn restore(
     Ok(stats)
 }
 
+/// Whether restores of `snap` compare digests (`dirty`), which the scope check can take for
+/// them.
+pub(crate) fn compares(snap: &EngineSnapshot) -> bool {
+    snap.mode == RestoreMode::Dirty && !snap.regions.is_empty()
+}
+
+/// Appends `dirty`'s chunk digest operations of `snap`'s live regions to `out` (call under a
+/// hold of those regions); returns, per region, its index and how many ops it added.
+pub(crate) fn dirty_ops(snap: &EngineSnapshot, out: &mut Vec<DigestOp>) -> Vec<(usize, usize)> {
+    let sh = &*snap.shared;
+    let mut plan = Vec::with_capacity(snap.regions.len());
+    for (i, c) in snap.regions.iter().enumerate() {
+        if sh.is_live(&c.region, c.load) {
+            plan.push((i, chunk_ops(c.region.base, c.region.size, snap.chunk, out)));
+        }
+    }
+    plan
+}
+
+/// The digests of a batch built by [`dirty_ops`], per region index.
+pub(crate) fn split_digests(
+    plan: Vec<(usize, usize)>,
+    digests: &[Digest128],
+) -> Vec<(usize, Vec<Digest128>)> {
+    let mut it = digests.iter().copied();
+    plan.into_iter()
+        .map(|(i, n)| (i, it.by_ref().take(n).collect()))
+        .collect()
+}
+
 /// Copy operations of one restore, per region, after the liveness re-check (and, for
-/// `dirty`, the digest comparison).
+/// `dirty`, the digest comparison, with the digests the scope check took when it did).
 fn restore_plan(
     snap: &EngineSnapshot,
+    prefetched: Option<Vec<(usize, Vec<Digest128>)>>,
     wait: &WaitSpec<'_>,
     stats: &mut RestoreStats,
 ) -> Result<Vec<(usize, Vec<CopyOp>)>, RestoreError> {
@@ -111,14 +146,31 @@ fn restore_plan(
         // `auto` is resolved by the window; handed here directly it restores everything.
         RestoreMode::Full | RestoreMode::Auto => out = full(live),
         RestoreMode::Dirty => {
-            let mut dops = Vec::new();
-            let mut compared = 0;
-            for &i in &live {
-                let r = &snap.regions[i].region;
-                chunk_ops(r.base, r.size, snap.chunk, &mut dops);
-                compared += r.size;
-            }
-            let now = match sh.digest_batch(&dops, wait) {
+            let compared: u64 = live.iter().map(|&i| snap.regions[i].region.size).sum();
+            // Digests the scope check took after this pass, for every region still live (a
+            // region is never live again once it was not: generations are not reused).
+            let taken = prefetched.and_then(|pre| {
+                let mut by_region: Vec<Option<Vec<Digest128>>> = vec![None; snap.regions.len()];
+                for (i, d) in pre {
+                    by_region[i] = Some(d);
+                }
+                live.iter()
+                    .map(|&i| by_region[i].take())
+                    .collect::<Option<Vec<_>>>()
+                    .map(|v| v.into_iter().flatten().collect::<Vec<_>>())
+            });
+            let digested = match taken {
+                Some(d) => Ok(d),
+                None => {
+                    let mut dops = Vec::new();
+                    for &i in &live {
+                        let r = &snap.regions[i].region;
+                        chunk_ops(r.base, r.size, snap.chunk, &mut dops);
+                    }
+                    sh.digest_batch(&dops, wait)
+                }
+            };
+            let now = match digested {
                 Ok(d) => d,
                 Err(e) => {
                     // The digests only read: memory is as the pass left it, and writing

@@ -94,6 +94,12 @@ pub(crate) struct EngineSnapshot {
     pub(crate) poisoned: bool,
     /// Scope `predicted` only.
     pub(crate) prediction: Option<Prediction>,
+    /// Whether a restore may follow the next scope check (the window's hint; `true` unless
+    /// told otherwise): `dirty`'s digests are then taken in the check's batch.
+    pub(crate) restore_may_follow: bool,
+    /// `dirty`'s chunk digests taken with the last scope check, per captured region index
+    /// (regions live then), for the restore that follows it.
+    pub(crate) prefetched: Option<Vec<(usize, Vec<Digest128>)>>,
 }
 
 impl Drop for EngineSnapshot {

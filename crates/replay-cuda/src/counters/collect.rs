@@ -9,7 +9,7 @@ use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserDat
 use replay_core::{DispatchId, DispatchInfo, Outcome, OutcomeRecord};
 use replay_report::{CounterDispatch, CounterReport, CounterSample};
 
-use super::{CounterError, MetricPlan, Profiler};
+use super::plan::{CounterError, MetricPlan, Profiler};
 
 #[derive(Debug, Default)]
 struct Pending {

@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
+use super::plan::{Config, CounterError, Profiler};
 use super::sys::{self, struct_size, Cupti};
-use super::{Config, CounterError, Profiler};
 
 /// Ranges a session's counter data holds: the dispatch's, the cache flush's, and room for a
 /// kernel the backend might launch in between.

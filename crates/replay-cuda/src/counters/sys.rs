@@ -8,12 +8,14 @@
 //! its size, without tail padding (`struct_size!`).
 //!
 //! cudarc's own CUPTI loader panics when the library is missing; this one returns
-//! [`LibraryMissing`], naming the library and every place it looked.
+//! [`LibraryMissing`](super::LibraryMissing), naming the library and every place it looked.
 
 #![allow(non_snake_case, missing_docs)]
 
 use std::ffi::{c_char, c_int, c_void};
 use std::path::PathBuf;
+
+use super::plan::{CounterError, LibraryMissing};
 
 /// `CUptiResult`: 0 is success.
 pub type CuptiResult = c_int;
@@ -203,16 +205,6 @@ type Entry<P> = unsafe extern "C" fn(*mut P) -> CuptiResult;
 /// folder, so they are checked there before anything is called.
 pub const LIBRARIES: [&str; 3] = ["libcupti", "libnvperf_host", "libnvperf_target"];
 
-/// A library of the profiler was not found.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{library}.so not found (tried {}); install CUPTI beside CUDA or set KREPLAY_CUDA_LIB_DIR to the folder holding libcupti.so, libnvperf_host.so and libnvperf_target.so", tried.join(", "))]
-pub struct LibraryMissing {
-    /// `libcupti`, `libnvperf_host` or `libnvperf_target`.
-    pub library: &'static str,
-    /// Every path or name tried.
-    pub tried: Vec<String>,
-}
-
 /// libcupti's entries the counter collection calls.
 #[derive(Debug)]
 pub struct Cupti {
@@ -304,7 +296,7 @@ pub fn locate(dirs: &[PathBuf]) -> Result<[PathBuf; 3], LibraryMissing> {
 impl Cupti {
     /// Loads libcupti (after checking that the nvperf libraries are there too) and binds its
     /// entries. A libcupti the process already loaded is used as it is.
-    pub fn load() -> Result<Self, super::CounterError> {
+    pub fn load() -> Result<Self, CounterError> {
         use libloading::os::unix::{Library as Unix, RTLD_NOW};
         const RTLD_NOLOAD: c_int = 4;
         let mut lib = None;
@@ -325,14 +317,12 @@ impl Cupti {
                     // SAFETY: NVIDIA's profiler libraries; loading runs their initialisers.
                     match unsafe { libloading::Library::new(p) } {
                         Ok(l) => std::mem::forget(l),
-                        Err(e) => {
-                            return Err(super::CounterError::Load(format!("{}: {e}", p.display())))
-                        }
+                        Err(e) => return Err(CounterError::Load(format!("{}: {e}", p.display()))),
                     }
                 }
                 // SAFETY: as above.
                 let l = unsafe { libloading::Library::new(&cupti) }
-                    .map_err(|e| super::CounterError::Load(format!("{}: {e}", cupti.display())))?;
+                    .map_err(|e| CounterError::Load(format!("{}: {e}", cupti.display())))?;
                 (l, cupti)
             }
         };
@@ -342,7 +332,7 @@ impl Cupti {
                 match unsafe { lib.get(concat!($name, "\0").as_bytes()) } {
                     Ok(f) => *f,
                     Err(e) => {
-                        return Err(super::CounterError::Load(format!(
+                        return Err(CounterError::Load(format!(
                             "{} lacks {}: {e} (CUPTI 12.6 or later is needed)",
                             path.display(),
                             $name

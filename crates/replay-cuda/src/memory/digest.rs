@@ -238,7 +238,7 @@ impl Batch {
         let blocks = u32::try_from(segs.len())
             .map_err(|_| CudaError::InvalidArgument(format!("{} digest segments", segs.len())))?;
         Ok(Self {
-            need: [seg_bytes + fin_bytes, n * 16, segs.len() * 32],
+            need: [seg_bytes + fin_bytes, n * 16, segs.len() * 16],
             blocks,
             segs,
             fins,
@@ -287,9 +287,10 @@ impl Batch {
             // reads `segs.len()` table entries (mapped pinned memory written above),
             // the bytes each names (live device memory: application memory the memory
             // layer checked, or backing blocks it holds), and writes one partial sum
-            // (32 bytes) per segment and one result (16 bytes) per op, within the
-            // scratch's capacities; `kr_digest_fin` reads the `fins` entries after the
-            // segments and those partial sums. One stream, so in order; the scratch
+            // (16 bytes) per segment and one result (16 bytes) per op, within the
+            // scratch's capacities; `kr_digest_fin(const KrFin*, u64, u64 k2, u64 k3,
+            // const u64* partials, u64* out)` reads the `fins` entries after the segments and
+            // those partial sums. One stream, so in order; the scratch
             // stays out of the pool until the fence completes.
             unsafe {
                 launch_raw(
@@ -303,6 +304,8 @@ impl Batch {
                     let fin_args = ArgBlock::new()
                         .arg(DevicePtr(scratch.table.dptr + seg_bytes as u64))
                         .arg(fins.len() as u64)
+                        .arg(k2)
+                        .arg(k3)
                         .arg(DevicePtr(scratch.partials))
                         .arg(DevicePtr(scratch.out.dptr));
                     launch_raw(

@@ -2,7 +2,9 @@
 //! batched asynchronous copies with events as fences, and chunk digests on the device.
 //!
 //! - **Tiers.** Device backing comes from `cuMemAlloc`, pinned host backing from
-//!   `cuMemHostAlloc` (portable, mapped), pageable backing from the Rust allocator
+//!   `cuMemHostAlloc` (portable, mapped) or, for blocks of 256 MiB and more, from the host
+//!   allocator first touched on several threads and registered (`tier`'s docs: the first
+//!   dispatch's warm-up), pageable backing from the Rust allocator
 //!   (`alloc_zeroed`: lazily zeroed pages, and an error rather than an abort when the host is
 //!   out of memory). The capacities reported to the memory layer ([`report_tiers`]) are the
 //!   device's free memory and fractions of the host's `MemAvailable`
@@ -126,6 +128,8 @@ pub struct CudaMemory {
     capacity: Mutex<Option<(std::time::Instant, CapacityReport)>>,
     /// The backend's queues: live stream captures and idle checks.
     queues: std::sync::OnceLock<Arc<QueueRegistry>>,
+    /// [`TierConfig::pin_threads`], changeable (a benchmark comparing both ways of pinning).
+    pin_threads: std::sync::atomic::AtomicUsize,
 }
 
 impl CudaMemory {
@@ -138,6 +142,7 @@ impl CudaMemory {
         config: TierConfig,
     ) -> CudaResult<Self> {
         let kernels = DigestKernels::compile(device, modules)?;
+        let pin_threads = config.pin_threads;
         Ok(Self {
             copies: CopyStreams::new(device)?,
             digest_stream: Stream::non_blocking(device)?,
@@ -151,7 +156,14 @@ impl CudaMemory {
             segment: AtomicU64::new(0),
             capacity: Mutex::new(None),
             queues: std::sync::OnceLock::new(),
+            pin_threads: std::sync::atomic::AtomicUsize::new(pin_threads),
         })
+    }
+
+    /// Sets how large pinned blocks are pinned (see [`TierConfig::pin_threads`]; 0: one
+    /// `cuMemHostAlloc`).
+    pub fn set_pin_threads(&self, threads: usize) {
+        self.pin_threads.store(threads, Ordering::Relaxed);
     }
 
     /// Whether digests run on the device.
@@ -522,8 +534,13 @@ impl DeviceMemory for CudaMemory {
             }
         }
         self.invalidate_capacity();
-        let b =
-            Backing::alloc(&self.device, tier, bytes).map_err(|e| e.to_backend(self.agent, OP))?;
+        let b = Backing::alloc(
+            &self.device,
+            tier,
+            bytes,
+            self.pin_threads.load(Ordering::Relaxed),
+        )
+        .map_err(|e| e.to_backend(self.agent, OP))?;
         let mut st = self.state.lock();
         st.next_backing += 1;
         let id = st.next_backing;

@@ -1,9 +1,20 @@
 //! Tiers (SPEC §7.3): how the backend sizes them ([`TierConfig`]), the capacities it reports
 //! to the memory layer ([`report_tiers`]: the device's free memory and fractions of the host's
 //! `MemAvailable`), and the backing blocks it allocates in each: `cuMemAlloc` (device),
-//! `cuMemHostAlloc` (pinned host: portable, mapped), the Rust allocator (pageable host:
-//! `alloc_zeroed`, so lazily zeroed pages and an error rather than an abort when the host is
-//! out of memory).
+//! pinned host (portable, mapped), the Rust allocator (pageable host: `alloc_zeroed`, so lazily
+//! zeroed pages and an error rather than an abort when the host is out of memory).
+//!
+//! **Pinning** is the first dispatch's warm-up (issue 15: about 1.6 GB/s through one
+//! `cuMemHostAlloc`, 38 s for a 61 GiB share). A block of at least [`PIN_PARALLEL_MIN`] is
+//! allocated from the host allocator aligned to 2 MiB, advised as transparent huge pages,
+//! its pages first touched by up to [`TierConfig::pin_threads`] threads at once (the kernel's
+//! page allocation and zeroing run in parallel), then page-locked and mapped with one
+//! `cuMemHostRegister` (one registration, so every copy into the block stays inside it). On
+//! the H200 machine 16 GiB took 0.85 s this way (20 GB/s) against 10.8 s through
+//! `cuMemHostAlloc` (`BENCHMARKS.md`, issue 15). The pinning still precedes the capture
+//! copies; it is not overlapped with them.
+//! When any step fails the block comes from `cuMemHostAlloc` as before; `pin_threads = 0`
+//! always takes that path.
 
 use std::alloc::Layout;
 use std::time::Duration;
@@ -28,6 +39,9 @@ pub struct TierConfig {
     pub host_chunk_bytes: u64,
     /// Bandwidths reported to the memory layer, GB/s (device, pinned, pageable).
     pub gbps: [f64; 3],
+    /// Threads that first-touch a large pinned block before it is registered (0: one
+    /// `cuMemHostAlloc` instead). See the module docs.
+    pub pin_threads: usize,
 }
 
 impl Default for TierConfig {
@@ -37,6 +51,7 @@ impl Default for TierConfig {
             pageable_fraction: 0.4,
             host_chunk_bytes: 64 << 20,
             gbps: [2000.0, 50.0, 10.0],
+            pin_threads: 8,
         }
     }
 }
@@ -93,6 +108,9 @@ pub(super) enum Backing {
         host: SendPtr,
         dptr: u64,
         bytes: u64,
+        /// Registered host-allocator memory (released by unregistering and freeing it), not
+        /// `cuMemHostAlloc`'s.
+        registered: bool,
     },
     Pageable {
         ptr: SendPtr,
@@ -111,7 +129,12 @@ impl Backing {
 
     /// Allocates `bytes` of backing in `tier` (device and pinned: on `device`, whose context
     /// it binds).
-    pub(super) fn alloc(device: &Device, tier: Tier, bytes: u64) -> CudaResult<Self> {
+    pub(super) fn alloc(
+        device: &Device,
+        tier: Tier,
+        bytes: u64,
+        pin_threads: usize,
+    ) -> CudaResult<Self> {
         let bytes = bytes.max(1);
         let size = usize::try_from(bytes)
             .map_err(|_| CudaError::InvalidArgument(format!("{bytes} bytes")))?;
@@ -124,6 +147,21 @@ impl Backing {
             }
             Tier::PinnedHost => {
                 device.bind()?;
+                if pin_threads > 0 && size >= PIN_PARALLEL_MIN {
+                    match pin_registered(size, pin_threads) {
+                        Ok((host, dptr)) => {
+                            return Ok(Self::Pinned {
+                                host,
+                                dptr,
+                                bytes,
+                                registered: true,
+                            })
+                        }
+                        Err(e) => log::info!(
+                            "[kernel-replay] pinning {size} bytes by registration failed ({e}); using cuMemHostAlloc"
+                        ),
+                    }
+                }
                 let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
                 // SAFETY: a plain allocation, owned by the returned value.
                 let host = unsafe { result::malloc_host(size, flags) }.call("cuMemHostAlloc")?;
@@ -132,6 +170,7 @@ impl Backing {
                     host: SendPtr(host),
                     dptr,
                     bytes,
+                    registered: false,
                 })
             }
             Tier::PageableHost => {
@@ -165,12 +204,36 @@ impl Backing {
                     }
                 }
             }
-            Backing::Pinned { host, .. } => {
+            Backing::Pinned {
+                host,
+                bytes,
+                registered: false,
+                ..
+            } => {
+                let _ = bytes;
                 if bound {
                     // SAFETY: as above, allocated by cuMemHostAlloc.
                     if let Err(e) = unsafe { result::free_host(host.0) } {
                         log::warn!("[kernel-replay] cuMemFreeHost of backing memory: {e}");
                     }
+                }
+            }
+            Backing::Pinned {
+                host,
+                bytes,
+                registered: true,
+                ..
+            } => {
+                if bound {
+                    // SAFETY: registered by `pin_registered`; no copy uses it any more (as
+                    // above). Only once it is unregistered is the memory given back.
+                    let r = unsafe { sys::cuMemHostUnregister(host.0) };
+                    if let Err(e) = r.call("cuMemHostUnregister") {
+                        log::warn!("[kernel-replay] cuMemHostUnregister of backing memory: {e}");
+                        return; // still locked for the device: leaked, never reused
+                    }
+                    // SAFETY: allocated by `pin_registered` with this layout, unregistered.
+                    unsafe { std::alloc::dealloc(host.0.cast(), pin_layout(bytes as usize)) };
                 }
             }
             Backing::Pageable { ptr, bytes } => {
@@ -181,6 +244,76 @@ impl Backing {
             }
         }
     }
+}
+
+/// Pinned blocks at least this large are pinned by registration after a parallel first touch
+/// (module docs); smaller ones through `cuMemHostAlloc`.
+pub const PIN_PARALLEL_MIN: usize = 256 << 20;
+
+/// Alignment of registered pinned blocks: a transparent huge page.
+const HUGE_PAGE: usize = 2 << 20;
+
+fn pin_layout(size: usize) -> Layout {
+    Layout::from_size_align(size.next_multiple_of(HUGE_PAGE), HUGE_PAGE)
+        .expect("a size below isize::MAX rounded to 2 MiB")
+}
+
+extern "C" {
+    /// glibc's `madvise(2)`.
+    fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+}
+/// `MADV_HUGEPAGE` on Linux.
+const MADV_HUGEPAGE: i32 = 14;
+
+/// A block of `size` bytes from the host allocator, its pages first touched by `threads`
+/// threads at once and then page-locked and mapped with one `cuMemHostRegister`: (host
+/// pointer, device pointer). On failure nothing stays allocated.
+fn pin_registered(size: usize, threads: usize) -> CudaResult<(SendPtr, u64)> {
+    if size > isize::MAX as usize / 2 {
+        return Err(CudaError::HostOutOfMemory { bytes: size as u64 });
+    }
+    let layout = pin_layout(size);
+    // SAFETY: a non-zero size; freed with the same layout below or in `release`.
+    let p = unsafe { std::alloc::alloc(layout) };
+    if p.is_null() {
+        return Err(CudaError::HostOutOfMemory {
+            bytes: layout.size() as u64,
+        });
+    }
+    // SAFETY: advice on memory this function owns; a failure (no transparent huge pages)
+    // only leaves small pages.
+    let _ = unsafe { madvise(p.cast(), layout.size(), MADV_HUGEPAGE) };
+    let len = layout.size();
+    let per = len.div_ceil(threads.max(1)).next_multiple_of(HUGE_PAGE);
+    let base = p as usize;
+    std::thread::scope(|s| {
+        for start in (0..len).step_by(per) {
+            let end = (start + per).min(len);
+            let touch = move || {
+                for off in (start..end).step_by(4096) {
+                    // SAFETY: inside the block (off < len), which no one else uses yet; each
+                    // thread writes its own pages.
+                    unsafe { std::ptr::write_volatile((base + off) as *mut u8, 0) };
+                }
+            };
+            if std::thread::Builder::new()
+                .name("kreplay-pin".into())
+                .spawn_scoped(s, touch)
+                .is_err()
+            {
+                touch();
+            }
+        }
+    });
+    let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+    // SAFETY: `p` is `len` bytes of host memory this function owns, page-aligned.
+    let r = unsafe { sys::cuMemHostRegister_v2(p.cast(), len, flags) };
+    if let Err(e) = r.call("cuMemHostRegister") {
+        // SAFETY: allocated above with this layout; never registered.
+        unsafe { std::alloc::dealloc(p, layout) };
+        return Err(e);
+    }
+    Ok((SendPtr(p.cast()), mapped_pointer(p.cast())))
 }
 
 /// Alignment of pageable backing blocks. Kept at the allocator's natural alignment so that
