@@ -21,11 +21,20 @@ const MIB: u64 = 1 << 20;
 
 /// Module variables a test sets.
 #[derive(Default)]
-struct Mods(Mutex<Option<Result<Vec<ModuleVariable>, String>>>);
+struct Mods(
+    Mutex<Option<Result<Vec<ModuleVariable>, String>>>,
+    /// Addresses at or above this belong to a second code-object load (0: one load).
+    std::sync::atomic::AtomicU64,
+);
 
 impl ModuleVariables for Mods {
     fn enumerate(&self, _agent: AgentId) -> Result<Vec<ModuleVariable>, String> {
         self.0.lock().clone().unwrap_or(Ok(Vec::new()))
+    }
+
+    fn load_generation(&self, _agent: AgentId, addr: u64) -> Option<u64> {
+        let second = self.1.load(std::sync::atomic::Ordering::Relaxed);
+        Some(u64::from(second != 0 && addr >= second))
     }
 }
 
@@ -236,6 +245,48 @@ fn module_variables_captured_once_and_filtered() {
     let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
     e.dev.write(0x50_0000, &[0; 64]);
     e.dev.write(0x60_0000 + 8 * MIB - 4, &[0; 4]);
+    snap.restore(&e.clock.wait()).unwrap();
+    assert_eq!(e.dev.memory(), before);
+}
+
+#[test]
+fn neighbouring_variables_of_one_load_are_one_region() {
+    let e = env();
+    e.dev.raw_alloc(0x50_0000, 0x10_0000);
+    let var = |i: u64, base: u64, size: u64| ModuleVariable {
+        name: format!("v{i}"),
+        base,
+        size,
+        read_only: false,
+    };
+    // 1000 globals of 8 bytes, 8 bytes apart (alignment padding); then one 4 KiB further on
+    // (past the largest gap one region spans); then a second load right behind the first.
+    let mut vars: Vec<ModuleVariable> = (0..1000).map(|i| var(i, 0x50_0000 + 16 * i, 8)).collect();
+    let end = 0x50_0000 + 16 * 999 + 8;
+    vars.push(var(1000, end + 4096, 8));
+    vars.push(var(1001, end + 4096 + 8, 8));
+    e.mods
+        .1
+        .store(end + 4096 + 8, std::sync::atomic::Ordering::Relaxed);
+    vars.reverse(); // the enumeration's order is any
+    *e.mods.0.lock() = Some(Ok(vars));
+    let p = policy();
+    let plan = plan_all(&e, &p);
+    let got: Vec<(u64, u64)> = plan.regions.iter().map(|r| (r.base, r.size)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (0x50_0000, end - 0x50_0000),
+            (end + 4096, 8),
+            (end + 4096 + 8, 8)
+        ],
+        "one region per run of one load"
+    );
+    // The padding between the variables is restored with them (it never changes).
+    let before = e.dev.memory();
+    let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
+    e.dev.write(0x50_0000 + 16 * 500, &[0xff; 8]);
+    e.dev.write(lone + 8, &[0xff; 8]);
     snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(e.dev.memory(), before);
 }

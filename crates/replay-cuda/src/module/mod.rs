@@ -506,6 +506,9 @@ pub struct ModuleRegistry {
     device: Arc<Device>,
     modules: Mutex<BTreeMap<u64, Weak<CudaModule>>>,
     foreign: Mutex<BTreeMap<usize, Foreign>>,
+    /// The application images' variables by address: base -> (end, load number). The memory
+    /// layer asks per region before every restore; applications hold thousands of globals.
+    by_address: Mutex<BTreeMap<u64, (u64, u64)>>,
 }
 
 /// An application image's variables.
@@ -523,6 +526,7 @@ impl ModuleRegistry {
             device,
             modules: Mutex::new(BTreeMap::new()),
             foreign: Mutex::new(BTreeMap::new()),
+            by_address: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -546,9 +550,19 @@ impl ModuleRegistry {
             );
         }
         let load_id = NEXT_LOAD.fetch_add(1, Ordering::Relaxed);
-        self.foreign
+        if let Ok(vars) = &variables {
+            let mut idx = self.by_address.lock();
+            for v in vars.iter().filter(|v| v.size > 0) {
+                idx.insert(v.base, (v.base.saturating_add(v.size), load_id));
+            }
+        }
+        let old = self
+            .foreign
             .lock()
             .insert(handle, Foreign { load_id, variables });
+        if let Some(old) = old {
+            self.unindex(&old);
+        }
         ok
     }
 
@@ -564,7 +578,23 @@ impl ModuleRegistry {
 
     /// Removes an application image (call inside the tracker's `release_with`).
     pub fn remove_foreign(&self, handle: usize) -> bool {
-        self.foreign.lock().remove(&handle).is_some()
+        let gone = self.foreign.lock().remove(&handle);
+        if let Some(f) = &gone {
+            self.unindex(f);
+        }
+        gone.is_some()
+    }
+
+    /// Forgets `f`'s variables in the address index (entries of a later load kept).
+    fn unindex(&self, f: &Foreign) {
+        if let Ok(vars) = &f.variables {
+            let mut idx = self.by_address.lock();
+            for v in vars {
+                if idx.get(&v.base).is_some_and(|&(_, id)| id == f.load_id) {
+                    idx.remove(&v.base);
+                }
+            }
+        }
     }
 
     /// Loads an image and registers it: its variables take part in every snapshot while it is
@@ -640,11 +670,10 @@ impl ModuleVariables for ModuleRegistry {
     /// after its unload skips them; every other address keeps the default rule.
     fn load_generation(&self, agent: AgentId, addr: u64) -> Option<u64> {
         if agent == self.agent {
-            for f in self.foreign.lock().values() {
-                if let Ok(v) = &f.variables {
-                    if v.iter().any(|v| addr >= v.base && addr - v.base < v.size) {
-                        return Some(f.load_id);
-                    }
+            let idx = self.by_address.lock();
+            if let Some((_, &(end, id))) = idx.range(..=addr).next_back() {
+                if addr < end {
+                    return Some(id);
                 }
             }
         }

@@ -943,10 +943,21 @@ static int device_range(u64 p, u64* base, u64* size) {
     return found;
 }
 
-/* A copy's end must lie inside one allocation when it starts in one. */
+/* A copy's end must lie inside one allocation when it starts in one (the module's global
+ * segment is one allocation, as the driver lays a module's data out: a copy may span the
+ * variables in it). */
 static int end_ok(u64 p, u64 n) {
     u64 base;
     u64 size;
+    u64 g = (u64)(uintptr_t)nv_global;
+    if (n != 0 && p >= g && p < g + sizeof nv_global) {
+        if (p + n > g + sizeof nv_global) {
+            fprintf(stderr, "fake_cuda: copy of %llu bytes at 0x%llx runs past the global segment\n",
+                    n, p);
+            return 0;
+        }
+        return 1;
+    }
     if (n == 0 || !device_range(p, &base, &size)) {
         return 1;
     }
