@@ -191,18 +191,26 @@ proptest! {
             .collect();
         let restore = if dirty { RestoreMode::Dirty } else { RestoreMode::Full };
         let (rt, recs, _) = run(&steps, restore);
-        for r in &recs {
+        // Dispatches with a miss so far: from `MAX_MISSES` on the kernel falls back to a region
+        // scope (by design), replayed in full.
+        let mut missed = 0;
+        for (i, r) in recs.iter().enumerate() {
+            if missed >= replay_memory::engine::MAX_MISSES {
+                prop_assert!(matches!(r.scope, Scope::Arguments | Scope::All), "{}", r);
+                prop_assert_eq!(r.predict_fallback, PredictFallback::RepeatedMisses, "{}", r);
+                prop_assert_eq!((r.outcome, r.reason), (Outcome::Replayed, Reason::None), "{}", r);
+                continue;
+            }
             prop_assert_eq!(r.scope, Scope::Predicted, "{}", r);
+            let source = if i == 0 { PredictSource::FirstRule } else { PredictSource::Learned };
+            prop_assert_eq!(r.predict_source, source, "{}", r);
             if r.prediction_misses > 0 {
+                missed += 1;
                 prop_assert_eq!((r.outcome, r.reason), (Outcome::Truncated, Reason::WriteOutsideScope), "{}", r);
                 prop_assert_eq!(r.executed_passes, 1, "the miss shows after the first pass: {}", r);
             } else {
                 prop_assert_eq!((r.outcome, r.reason), (Outcome::Replayed, Reason::None), "{}", r);
             }
-        }
-        prop_assert_eq!(recs[0].predict_source, PredictSource::FirstRule);
-        for r in &recs[1..] {
-            prop_assert_eq!(r.predict_source, PredictSource::Learned, "{}", r);
         }
         assert_matches_reference(&rt, &reference(&steps));
         finish(&rt);
