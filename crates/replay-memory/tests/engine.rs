@@ -259,15 +259,17 @@ fn neighbouring_variables_of_one_load_are_one_region() {
         size,
         read_only: false,
     };
-    // 1000 globals of 8 bytes, 8 bytes apart (alignment padding); then one 4 KiB further on
-    // (past the largest gap one region spans); then a second load right behind the first.
+    // 1000 globals of 8 bytes, 16 bytes apart, the padding never across a multiple of 256
+    // (no allocation can start there); then one behind a gap holding such a multiple; then a
+    // second load right behind that one.
     let mut vars: Vec<ModuleVariable> = (0..1000).map(|i| var(i, 0x50_0000 + 16 * i, 8)).collect();
-    let end = 0x50_0000 + 16 * 999 + 8;
-    vars.push(var(1000, end + 4096, 8));
-    vars.push(var(1001, end + 4096 + 8, 8));
+    let end: u64 = 0x50_0000 + 16 * 999 + 8;
+    let lone = end.next_multiple_of(256) + 16;
+    vars.push(var(1000, lone, 8));
+    vars.push(var(1001, lone + 8, 8));
     e.mods
         .1
-        .store(end + 4096 + 8, std::sync::atomic::Ordering::Relaxed);
+        .store(lone + 8, std::sync::atomic::Ordering::Relaxed);
     vars.reverse(); // the enumeration's order is any
     *e.mods.0.lock() = Some(Ok(vars));
     let p = policy();
@@ -275,11 +277,7 @@ fn neighbouring_variables_of_one_load_are_one_region() {
     let got: Vec<(u64, u64)> = plan.regions.iter().map(|r| (r.base, r.size)).collect();
     assert_eq!(
         got,
-        vec![
-            (0x50_0000, end - 0x50_0000),
-            (end + 4096, 8),
-            (end + 4096 + 8, 8)
-        ],
+        vec![(0x50_0000, end - 0x50_0000), (lone, 8), (lone + 8, 8)],
         "one region per run of one load"
     );
     // The padding between the variables is restored with them (it never changes).
