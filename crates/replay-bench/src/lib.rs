@@ -19,6 +19,7 @@
 //! PROG check
 //! PROG app --alloc-gib N --kernel-mib M [--buffers 4] [--layout equal|small] [--device 0]
 //! PROG merge FILE... [--out FILE]
+//! PROG multi [--kernel-mib M] [--passes N] [--pooled-dispatches D] [--out FILE]
 //! ```
 //!
 //! where PROG is `kreplay bench --backend cuda` or `cuda_bench`.
@@ -44,6 +45,7 @@
 
 mod checks;
 mod common;
+mod multi;
 mod ncu;
 mod perf;
 mod pooled;
@@ -158,7 +160,7 @@ fn parse(args: &[String]) -> Result<(String, Opts, Vec<String>), String> {
     while i < args.len() {
         let a = args[i].as_str();
         match a {
-            "run" | "app" | "merge" | "check" if i == 0 => mode = a.to_string(),
+            "run" | "app" | "merge" | "check" | "multi" if i == 0 => mode = a.to_string(),
             "--cases" => o.cases = list(&take(&mut i)?, |s| Some(s.to_string()))?,
             "--out" => o.out = PathBuf::from(take(&mut i)?),
             "--big" => big = true,
@@ -342,6 +344,14 @@ pub fn main_with_args(args: Vec<String>, me: SelfInvocation) -> i32 {
             o.small_first,
         ),
         "merge" => merge(&rest, &o.out),
+        "multi" => multi::multi(
+            multi::Multi {
+                bytes: o.kernel_mib.first().copied().unwrap_or(16) << 20,
+                dispatches: o.pooled_dispatches.max(1),
+                passes: o.passes.max(2),
+            },
+            &o.out,
+        ),
         _ => run(&o, &args, &me),
     }
 }
