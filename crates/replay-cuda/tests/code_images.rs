@@ -30,47 +30,8 @@ use replay_cuda::module::image::Compression;
 use replay_cuda::state::{self, images};
 use replay_cuda::sys;
 
-fn load_fake() -> Option<()> {
-    static LOADED: std::sync::OnceLock<Option<()>> = std::sync::OnceLock::new();
-    *LOADED.get_or_init(|| {
-        // SAFETY: only tries dlopen on the driver's names and closes what it opened.
-        if unsafe { sys::is_culib_present() } {
-            eprintln!("skipped: a real CUDA driver is present");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("replay-cuda-images-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        let lib = dir.join("libcuda.so.1");
-        let src = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fake_driver/fake_inject.c"
-        );
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let ok = std::process::Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&lib)
-            .args([
-                "-Wl,-soname,libcuda.so.1",
-                "-Wl,-Bsymbolic",
-                src,
-                "-lpthread",
-                "-ldl",
-            ])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            eprintln!("skipped: could not compile the fake driver with {cc}");
-            return None;
-        }
-        use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
-        // SAFETY: our own fake driver, just compiled.
-        let l = unsafe { Library::open(Some(&lib), RTLD_NOW | RTLD_GLOBAL) }.ok()?;
-        std::mem::forget(l);
-        let _ = std::fs::remove_dir_all(&dir);
-        Some(())
-    })
-}
+mod support;
+use support::{load_fake, Fake};
 
 /// Three passes; the last outcome kept.
 #[derive(Default)]
@@ -102,7 +63,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// open with its primary context current on this thread.
 fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Arc<Tool>)> {
     let guard = SERIAL.lock();
-    load_fake()?;
+    load_fake(Fake::Inject)?;
     static TOOL: std::sync::OnceLock<Arc<Tool>> = std::sync::OnceLock::new();
     let tool = Arc::clone(TOOL.get_or_init(|| {
         let service = Arc::new(ReplayService::new(

@@ -33,45 +33,8 @@ const WAIT: Duration = Duration::from_secs(30);
 /// The fake driver's state is process-wide: tests run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Compiles and loads the fake driver once; `None` (skip) without a C compiler or with a real
-/// one.
-fn load_fake() -> Option<()> {
-    static LOADED: std::sync::OnceLock<Option<()>> = std::sync::OnceLock::new();
-    *LOADED.get_or_init(load_fake_once)
-}
-
-fn load_fake_once() -> Option<()> {
-    // SAFETY: only tries dlopen on the driver's names and closes what it opened.
-    if unsafe { replay_cuda::sys::is_culib_present() } {
-        eprintln!("skipped: a real CUDA driver is present (cuda_bench covers this machine)");
-        return None;
-    }
-    let dir = std::env::temp_dir().join(format!("replay-cuda-fake-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let lib = dir.join("libcuda.so.1");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_driver/fake_cuda.c");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = std::process::Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&lib)
-        .args(["-Wl,-soname,libcuda.so.1", src, "-lpthread"])
-        .status();
-    match status {
-        Ok(s) if s.success() => {}
-        other => {
-            eprintln!("skipped: could not compile the fake driver with {cc}: {other:?}");
-            return None;
-        }
-    }
-    use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
-    // SAFETY: our own fake driver, just compiled; it has no initialisers beyond libc's.
-    let l = unsafe { Library::open(Some(&lib), RTLD_NOW | RTLD_GLOBAL) }.ok()?;
-    // Kept for the process: the backend's open by name resolves to it through its soname, so
-    // the file itself is no longer needed.
-    std::mem::forget(l);
-    let _ = std::fs::remove_dir_all(&dir);
-    Some(())
-}
+mod support;
+use support::{load_fake, Fake};
 
 /// What the tests add to the scripted tool: input digests of `ranges` in every PASS ENTER.
 struct Inputs {
@@ -198,7 +161,7 @@ impl Ctx {
 /// A backend over the fake driver, a started service and the tool.
 fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Ctx, Arc<Tracker>)> {
     let guard = SERIAL.lock();
-    load_fake()?;
+    load_fake(Fake::Library)?;
     assert_eq!(replay_cuda::is_available(), Ok(1));
     let tracker = Arc::new(Tracker::new());
     let backend =

@@ -1,0 +1,62 @@
+//! What the fake-driver test binaries share: compiling one of the fake drivers in
+//! `tests/fake_driver/` as `libcuda.so.1` and loading it for the process, so the crate's
+//! driver loader (which opens the driver by its soname) finds it.
+
+use std::sync::OnceLock;
+
+/// Which fake driver.
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)] // each test binary uses one of them
+pub enum Fake {
+    /// `fake_cuda.c`: the driver API the library calls itself (library mode).
+    Library,
+    /// `fake_inject.c`: also the entries an application calls, for the interception.
+    Inject,
+}
+
+/// Compiles and loads `which` once per test binary; `None` (the caller skips) without a C
+/// compiler, or where a real driver is present.
+pub fn load_fake(which: Fake) -> Option<()> {
+    static LOADED: OnceLock<Option<()>> = OnceLock::new();
+    *LOADED.get_or_init(|| load_once(which))
+}
+
+fn load_once(which: Fake) -> Option<()> {
+    // SAFETY: only tries dlopen on the driver's names and closes what it opened.
+    if unsafe { replay_cuda::sys::is_culib_present() } {
+        eprintln!("skipped: a real CUDA driver is present (cuda_bench covers this machine)");
+        return None;
+    }
+    let (file, extra): (&str, &[&str]) = match which {
+        Fake::Library => ("fake_cuda.c", &["-lpthread"]),
+        Fake::Inject => ("fake_inject.c", &["-Wl,-Bsymbolic", "-lpthread", "-ldl"]),
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "replay-cuda-{}-{}",
+        file.trim_end_matches(".c"),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).ok()?;
+    let lib = dir.join("libcuda.so.1");
+    let src = format!("{}/tests/fake_driver/{file}", env!("CARGO_MANIFEST_DIR"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg("-Wl,-soname,libcuda.so.1")
+        .arg(&src)
+        .args(extra)
+        .status();
+    if !status.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: could not compile the fake driver with {cc}");
+        return None;
+    }
+    use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+    // SAFETY: our own fake driver, just compiled; it has no initialisers beyond libc's.
+    let l = unsafe { Library::open(Some(&lib), RTLD_NOW | RTLD_GLOBAL) }.ok()?;
+    // Kept for the process: the backend's open by name resolves to it through its soname, so
+    // the file itself is no longer needed.
+    std::mem::forget(l);
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(())
+}
