@@ -243,9 +243,11 @@ pub fn search_dirs() -> Vec<PathBuf> {
     out
 }
 
-/// The first file in `dirs` whose name starts with `{library}.so`, in name order.
-pub fn find_in(dirs: &[PathBuf], library: &str) -> Option<PathBuf> {
+/// Every file in `dirs` whose name starts with `{library}.so`: folder by folder, in name
+/// order within each.
+pub fn files_in(dirs: &[PathBuf], library: &str) -> Vec<PathBuf> {
     let prefix = format!("{library}.so");
+    let mut out = Vec::new();
     for d in dirs {
         let Ok(rd) = std::fs::read_dir(d) else {
             continue;
@@ -260,11 +262,14 @@ pub fn find_in(dirs: &[PathBuf], library: &str) -> Option<PathBuf> {
             })
             .collect();
         names.sort();
-        if let Some(p) = names.into_iter().next() {
-            return Some(p);
-        }
+        out.extend(names);
     }
-    None
+    out
+}
+
+/// The first of [`files_in`].
+pub fn find_in(dirs: &[PathBuf], library: &str) -> Option<PathBuf> {
+    files_in(dirs, library).into_iter().next()
 }
 
 /// Finds the three libraries: libcupti in `dirs` (a copy the process already loaded wins),

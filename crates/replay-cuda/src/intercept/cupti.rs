@@ -159,24 +159,10 @@ fn candidates() -> Vec<std::path::PathBuf> {
         .iter()
         .map(PathBuf::from)
         .collect();
-    for dir in crate::module::nvrtc_search_dirs() {
-        for d in [dir.clone(), dir.join("../extras/CUPTI/lib64")] {
-            let Ok(rd) = std::fs::read_dir(&d) else {
-                continue;
-            };
-            let mut names: Vec<PathBuf> = rd
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("libcupti.so"))
-                })
-                .collect();
-            names.sort();
-            out.extend(names);
-        }
-    }
+    out.extend(crate::counters::sys::files_in(
+        &crate::counters::sys::search_dirs(),
+        "libcupti",
+    ));
     out
 }
 
