@@ -428,11 +428,18 @@ fn a_kernel_the_driver_cannot_describe_takes_its_images_parameter_table() {
         state::state().counters_json()
     );
     assert_eq!(c.layout_unknown.load(Ordering::SeqCst), unknown);
+    let unloads = state::state().tracker.unloads_since(0).0;
     // SAFETY: frees the wrapper's allocation; unloads the module.
     unsafe {
         intercept::mem_free(a);
         intercept::module_unload(m);
     }
+    // The unload reached the memory engines: predictions of intercepted kernels (keyed by
+    // function handle, which a later load may reuse) are forgotten.
+    assert!(
+        state::state().tracker.unloads_since(0).0 > unloads,
+        "the module's unload is recorded for the agent"
+    );
 }
 
 /// globals.cu's `.nv.global` as the fake driver lays it out, in a fat binary beside PTX.

@@ -493,20 +493,29 @@ fn key(h: Handle) -> usize {
 
 /// Forgets an image before the driver unloads it: its globals leave the registry inside the
 /// tracker's `release_with`, so the unload waits for a restore writing them.
-fn forget(handle: Handle) {
+/// Returns the functions of the image it knew (their handles may be reused by a later load).
+fn forget(handle: Handle) -> Vec<usize> {
     let s = images();
     let img = s.images.lock().remove(&handle);
-    s.funcs.lock().retain(|_, (h, _)| *h != handle);
+    let mut gone = Vec::new();
+    s.funcs.lock().retain(|&f, (h, _)| {
+        let keep = *h != handle;
+        if !keep {
+            gone.push(f);
+        }
+        keep
+    });
     s.kernels.lock().retain(|_, (h, _)| *h != handle);
     s.aliases.lock().retain(|_, h| *h != handle);
-    let Some(img) = img else { return };
+    let Some(img) = img else { return gone };
     let Some((agent, registry, tracker)) = img.registered.lock().take() else {
-        return;
+        return gone;
     };
     let ranges = registry.foreign_ranges(key(handle));
     tracker.release_with(agent, &ranges, || {
         registry.remove_foreign(key(handle));
     });
+    gone
 }
 
 fn file_name(name: *const c_char) -> Option<String> {
@@ -678,34 +687,14 @@ pub(crate) unsafe fn hook_library_load_file(
     r
 }
 
-/// Hook of `cuModuleUnload`: the image's globals are forgotten first.
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_module_unload(
-    real: unsafe extern "C" fn(sys::CUmodule) -> CUresult,
-    reached: &mut bool,
-    m: sys::CUmodule,
-) -> CUresult {
-    forget(Handle::Module(m as usize));
-    *reached = true;
-    // SAFETY: forwarded as given.
-    unsafe { real(m) }
+/// Forgets a module before the driver unloads it (see [`forget`]); returns its functions.
+pub(crate) fn forget_module(m: usize) -> Vec<usize> {
+    forget(Handle::Module(m))
 }
 
-/// Hook of `cuLibraryUnload`: the image's globals are forgotten first.
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_library_unload(
-    real: unsafe extern "C" fn(sys::CUlibrary) -> CUresult,
-    reached: &mut bool,
-    l: sys::CUlibrary,
-) -> CUresult {
-    forget(Handle::Library(l as usize));
-    *reached = true;
-    // SAFETY: forwarded as given.
-    unsafe { real(l) }
+/// Forgets a library before the driver unloads it (see [`forget`]); returns its functions.
+pub(crate) fn forget_library(l: usize) -> Vec<usize> {
+    forget(Handle::Library(l))
 }
 
 fn name_of(p: *const c_char) -> Arc<str> {

@@ -80,8 +80,8 @@ pub mod images;
 
 pub(crate) use images::{
     hook_kernel_get_function, hook_library_get_kernel, hook_library_load_data,
-    hook_library_load_file, hook_library_unload, hook_module_get_function, hook_module_load,
-    hook_module_load_data, hook_module_load_data_ex, hook_module_unload,
+    hook_library_load_file, hook_module_get_function, hook_module_load, hook_module_load_data,
+    hook_module_load_data_ex,
 };
 
 use crate::agent::CapturedLaunch;
@@ -1437,6 +1437,64 @@ pub(crate) unsafe fn hook_mem_address_free(
     *reached = true;
     // SAFETY: forwarded as given.
     unsafe { real(p, size) }
+}
+
+/// Hook of `cuModuleUnload`: the image's globals are forgotten first, then what was cached of
+/// its functions ([`forget_functions`]).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_module_unload(
+    real: unsafe extern "C" fn(sys::CUmodule) -> CUresult,
+    reached: &mut bool,
+    m: sys::CUmodule,
+) -> CUresult {
+    forget_functions(&images::forget_module(m as usize));
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(m) }
+}
+
+/// Hook of `cuLibraryUnload`: as [`hook_module_unload`].
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_library_unload(
+    real: unsafe extern "C" fn(sys::CUlibrary) -> CUresult,
+    reached: &mut bool,
+    l: sys::CUlibrary,
+) -> CUresult {
+    forget_functions(&images::forget_library(l as usize));
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(l) }
+}
+
+/// Before an image's unload: its functions' cached names and argument layouts are dropped (a
+/// later load may hand out the same function handles for other kernels, whose layouts must be
+/// asked afresh), and, since intercepted kernels are keyed by function handle under code object
+/// 0, the service's per-kernel memos and the memory engines' predictions of code object 0 are
+/// forgotten on every agent (they are learned again; a stale one could only decline or miss).
+fn forget_functions(gone: &[usize]) {
+    let s = state();
+    if !gone.is_empty() {
+        let mut f = s.funcs.write();
+        for g in gone {
+            f.remove(g);
+        }
+    }
+    let agents: Vec<AgentId> = s
+        .backends
+        .lock()
+        .values()
+        .filter_map(|b| b.as_ref().ok().map(|b| b.agent_id()))
+        .collect();
+    for a in agents {
+        if let Some(svc) = service() {
+            svc.forget_code_object(a, 0);
+        }
+        s.tracker.record_unload(a, 0);
+    }
 }
 
 /// Hook of `cuMemMap`: after it succeeded, the mapping is reported with its handle's kind
