@@ -229,7 +229,9 @@ enum kreplay_predict_fallback {
     KREPLAY_PREDICT_FALLBACK_FITS_DEVICE = 1,
     KREPLAY_PREDICT_FALLBACK_SMALL_REGIONS = 2,
     KREPLAY_PREDICT_FALLBACK_REPEATED_MISSES = 3,
-    KREPLAY_PREDICT_FALLBACK_UNKNOWN_LAYOUT = 4
+    KREPLAY_PREDICT_FALLBACK_UNKNOWN_LAYOUT = 4,
+    /** Capacity of kreplay_summary_t's per-fallback array; fallbacks stay below it. */
+    KREPLAY_PREDICT_FALLBACK_CAPACITY = 8
 };
 
 /** kreplay_restore: how memory is put back between passes (SPEC 7.4). */
@@ -376,8 +378,9 @@ typedef struct kreplay_outcome_t {
 
 /** Aggregate over the run (SPEC 8). Filled by kreplay_summary_get(). */
 typedef struct kreplay_summary_t {
-    /** Set by the caller to sizeof(kreplay_summary_t); the library writes back its own size
-     *  when that is smaller. */
+    /** Set by the caller to sizeof(kreplay_summary_t) (at least the first version's 608 bytes,
+     *  which end at truncated_by_reason); the library writes back its own size when that is
+     *  smaller, and writes no field past the caller's size. */
     uint64_t size;
     /** Candidate dispatches seen (tool work included). */
     uint64_t dispatches;
@@ -398,6 +401,16 @@ typedef struct kreplay_summary_t {
     /** Declines and truncations by reason, indexed by kreplay_reason values. */
     uint64_t declined_by_reason[KREPLAY_REASON_CAPACITY];
     uint64_t truncated_by_reason[KREPLAY_REASON_CAPACITY];
+    /* Second version (issue 18): a caller whose size ends here still gets the fields above. */
+    /** Windows that ran passes under scope `predicted`. */
+    uint64_t predicted;
+    /** Bytes they captured because the prediction named them. */
+    uint64_t predicted_bytes;
+    /** Windows that found a write outside their prediction (and truncated). */
+    uint64_t prediction_misses;
+    /** Dispatches whose scope `predicted` planned a region scope, indexed by
+     *  kreplay_predict_fallback values. */
+    uint64_t predict_fallback_by_reason[KREPLAY_PREDICT_FALLBACK_CAPACITY];
 } kreplay_summary_t;
 
 /* ----------------------------------------------------------------------------------------- */

@@ -138,6 +138,10 @@ static const kr_fact kr_facts[] = {
     KR_OFF(kreplay_summary_t, replay_seconds),
     KR_OFF(kreplay_summary_t, declined_by_reason),
     KR_OFF(kreplay_summary_t, truncated_by_reason),
+    KR_OFF(kreplay_summary_t, predicted),
+    KR_OFF(kreplay_summary_t, predicted_bytes),
+    KR_OFF(kreplay_summary_t, prediction_misses),
+    KR_OFF(kreplay_summary_t, predict_fallback_by_reason),
     KR_SIZE(kreplay_replay_payload_t),
     KR_ALIGN(kreplay_replay_payload_t),
     KR_OFF(kreplay_replay_payload_t, size),
@@ -225,6 +229,7 @@ static const kr_fact kr_facts[] = {
     KR_VAL(KREPLAY_PREDICT_FALLBACK_SMALL_REGIONS),
     KR_VAL(KREPLAY_PREDICT_FALLBACK_REPEATED_MISSES),
     KR_VAL(KREPLAY_PREDICT_FALLBACK_UNKNOWN_LAYOUT),
+    KR_VAL(KREPLAY_PREDICT_FALLBACK_CAPACITY),
     KR_VAL(KREPLAY_RESTORE_FULL),
     KR_VAL(KREPLAY_RESTORE_DIRTY),
     KR_VAL(KREPLAY_RESTORE_AUTO),
@@ -731,11 +736,19 @@ static void kr_check_summary_and_outcomes(void) {
     memset(&s, 0xab, sizeof(s));
     s.size = 8;
     KR_EXPECT(kreplay_summary_get(&s), KREPLAY_STATUS_BAD_SIZE);
-    s.size = sizeof(s) - 8;
+    /* The first version ended at truncated_by_reason: smaller is refused, that size is served
+     * (and nothing past it written), the whole struct too. */
+    s.size = offsetof(kreplay_summary_t, predicted) - 8;
     KR_EXPECT(kreplay_summary_get(&s), KREPLAY_STATUS_BAD_SIZE);
+    s.size = offsetof(kreplay_summary_t, predicted);
+    KR_OK(kreplay_summary_get(&s));
+    KR_CHECK(s.size == offsetof(kreplay_summary_t, predicted));
+    KR_CHECK(s.predicted == 0xababababababababULL);
     s.size = sizeof(s);
     KR_OK(kreplay_summary_get(&s));
     KR_CHECK(s.size == sizeof(s));
+    KR_CHECK(s.predicted == 0 && s.prediction_misses == 0);
+    KR_CHECK(s.predict_fallback_by_reason[KREPLAY_PREDICT_FALLBACK_CAPACITY - 1] == 0);
     KR_CHECK(s.dispatches == 0 && s.replayed == 0 && s.declined == 0 && s.truncated == 0);
     KR_CHECK(s.declined_by_reason[KREPLAY_REASON_CAPACITY - 1] == 0);
 

@@ -153,6 +153,10 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     offset!(kreplay_summary_t, replay_seconds),
     offset!(kreplay_summary_t, declined_by_reason),
     offset!(kreplay_summary_t, truncated_by_reason),
+    offset!(kreplay_summary_t, predicted),
+    offset!(kreplay_summary_t, predicted_bytes),
+    offset!(kreplay_summary_t, prediction_misses),
+    offset!(kreplay_summary_t, predict_fallback_by_reason),
     // kreplay_replay_payload_t
     size!(kreplay_replay_payload_t),
     align!(kreplay_replay_payload_t),
@@ -234,6 +238,7 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     value!(KREPLAY_REASON_SUBMIT_FAILED),
     value!(KREPLAY_REASON_SCOPE_CHECK_FAILED),
     value!(KREPLAY_REASON_CAPACITY),
+    value!(KREPLAY_PREDICT_FALLBACK_CAPACITY),
     // Policy enumerations.
     value!(KREPLAY_SCOPE_ALL),
     value!(KREPLAY_SCOPE_ARGUMENTS),
@@ -395,7 +400,9 @@ mod tests {
             );
             assert_eq!(lookup("sizeof(kreplay_dispatch_info_t)"), Some(80));
             assert_eq!(lookup("sizeof(kreplay_outcome_t)"), Some(224));
-            assert_eq!(lookup("sizeof(kreplay_summary_t)"), Some(608));
+            assert_eq!(lookup("sizeof(kreplay_summary_t)"), Some(696));
+            // The first version ended here (callers built with it pass size 608).
+            assert_eq!(lookup("offsetof(kreplay_summary_t, predicted)"), Some(608));
             assert_eq!(lookup("sizeof(kreplay_kernel_filter_t)"), Some(72));
             assert_eq!(lookup("sizeof(kreplay_sim_fault_t)"), Some(32));
             assert_eq!(lookup("sizeof(kreplay_sim_variable_t)"), Some(32));

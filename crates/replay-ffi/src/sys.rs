@@ -174,6 +174,8 @@ pub const KREPLAY_PREDICT_FALLBACK_SMALL_REGIONS: kreplay_predict_fallback_t = 2
 pub const KREPLAY_PREDICT_FALLBACK_REPEATED_MISSES: kreplay_predict_fallback_t = 3;
 /// `unknown_layout`.
 pub const KREPLAY_PREDICT_FALLBACK_UNKNOWN_LAYOUT: kreplay_predict_fallback_t = 4;
+/// `KREPLAY_PREDICT_FALLBACK_CAPACITY`.
+pub const KREPLAY_PREDICT_FALLBACK_CAPACITY: kreplay_predict_fallback_t = 8;
 
 /// `kreplay_restore_t`.
 pub type kreplay_restore_t = u32;
@@ -373,6 +375,14 @@ pub struct kreplay_summary_t {
     pub declined_by_reason: [u64; KREPLAY_REASON_CAPACITY as usize],
     /// Truncations by reason.
     pub truncated_by_reason: [u64; KREPLAY_REASON_CAPACITY as usize],
+    /// Windows under scope `predicted` (second version, issue 18).
+    pub predicted: u64,
+    /// Bytes captured because the prediction named them.
+    pub predicted_bytes: u64,
+    /// Windows with a write outside their prediction.
+    pub prediction_misses: u64,
+    /// Region-scope fallbacks of scope `predicted`, by `kreplay_predict_fallback_t`.
+    pub predict_fallback_by_reason: [u64; KREPLAY_PREDICT_FALLBACK_CAPACITY as usize],
 }
 
 // ----- The replay contract -----------------------------------------------------------------
@@ -707,10 +717,11 @@ pub struct kreplay_abi_entry_t {
 unsafe impl Sync for kreplay_abi_entry_t {}
 
 /// The first version's size of each struct the caller passes in: a smaller `size` is
-/// `KREPLAY_STATUS_BAD_SIZE`. (Today every struct is in its first version.)
+/// `KREPLAY_STATUS_BAD_SIZE`. (`kreplay_summary_t` is in its second version, which added the
+/// prediction counts at its end; every other struct is in its first.)
 pub mod first_version {
-    /// `kreplay_summary_t`.
-    pub const SUMMARY: usize = std::mem::size_of::<super::kreplay_summary_t>();
+    /// `kreplay_summary_t`: its first version ended at `truncated_by_reason`.
+    pub const SUMMARY: usize = std::mem::offset_of!(super::kreplay_summary_t, predicted);
     /// `kreplay_kernel_filter_t`.
     pub const KERNEL_FILTER: usize = std::mem::size_of::<super::kreplay_kernel_filter_t>();
     /// `kreplay_sim_fault_t`.

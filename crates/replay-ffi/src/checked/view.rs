@@ -5,7 +5,7 @@
 use std::ffi::CString;
 use std::mem::size_of;
 
-use replay_core::{DispatchInfo, OutcomeRecord, RunSummary};
+use replay_core::{DispatchInfo, OutcomeRecord, PredictFallback, RunSummary};
 
 use super::enums::{
     outcome_code, predict_fallback_code, predict_source_code, reason_code, reason_code_by_name,
@@ -172,6 +172,27 @@ pub(crate) fn summary_to_c(s: &RunSummary) -> kreplay_summary_t {
             }
         }
     }
+    c.predicted = s.predicted;
+    c.predicted_bytes = s.predicted_bytes;
+    c.prediction_misses = s.prediction_misses;
+    for (name, n) in &s.predict_fallback {
+        let code = [
+            PredictFallback::FitsDevice,
+            PredictFallback::SmallRegions,
+            PredictFallback::RepeatedMisses,
+            PredictFallback::UnknownLayout,
+        ]
+        .into_iter()
+        .find(|f| f.as_str() == name)
+        .map(predict_fallback_code);
+        match code {
+            Some(code) if (code as usize) < c.predict_fallback_by_reason.len() => {
+                let slot = &mut c.predict_fallback_by_reason[code as usize];
+                *slot = slot.saturating_add(*n);
+            }
+            _ => log::warn!("[kernel-replay] summary fallback {name:?} has no C value"),
+        }
+    }
     c
 }
 
@@ -217,6 +238,53 @@ mod tests {
             2
         );
         assert_eq!(s.truncated_by_reason[KREPLAY_REASON_PASS_LIMIT as usize], 1);
+    }
+
+    #[test]
+    fn the_prediction_counts_reach_a_second_version_caller_and_never_a_first_version_one() {
+        let mut rs = RunSummary {
+            dispatches: 3,
+            predicted: 2,
+            predicted_bytes: 1 << 20,
+            prediction_misses: 1,
+            ..RunSummary::default()
+        };
+        rs.predict_fallback.insert("fits_device".into(), 5);
+        rs.predict_fallback.insert("repeated_misses".into(), 1);
+        let mut s = kreplay_summary_t::zeroed();
+        s.size = size_of::<kreplay_summary_t>() as u64;
+        // SAFETY: `s` is a valid summary of the size it states.
+        unsafe { write_versioned(&mut s, "summary", first_version::SUMMARY, summary_to_c(&rs)) }
+            .unwrap();
+        assert_eq!(
+            (s.predicted, s.predicted_bytes, s.prediction_misses),
+            (2, 1 << 20, 1)
+        );
+        let by = |f: kreplay_predict_fallback_t| s.predict_fallback_by_reason[f as usize];
+        assert_eq!(by(KREPLAY_PREDICT_FALLBACK_FITS_DEVICE), 5);
+        assert_eq!(by(KREPLAY_PREDICT_FALLBACK_REPEATED_MISSES), 1);
+        assert_eq!(by(KREPLAY_PREDICT_FALLBACK_SMALL_REGIONS), 0);
+
+        // A caller built with the first version: its 608 bytes are filled, nothing past them.
+        let mut old = kreplay_summary_t::zeroed();
+        old.size = first_version::SUMMARY as u64;
+        old.predicted = 77;
+        // SAFETY: `old` is larger than the size it states.
+        unsafe {
+            write_versioned(
+                &mut old,
+                "summary",
+                first_version::SUMMARY,
+                summary_to_c(&rs),
+            )
+        }
+        .unwrap();
+        assert_eq!(old.size, 608);
+        assert_eq!(old.dispatches, 3);
+        assert_eq!(
+            old.predicted, 77,
+            "past the caller's size nothing is written"
+        );
     }
 
     #[test]
