@@ -900,6 +900,36 @@ fn record(base: u64, size: u64, class: MemoryClass, counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// After an allocating call: when it succeeded, the address the driver wrote at `out`
+/// (converted by `addr`) is recorded as `size` bytes of `class` ([`record`]).
+///
+/// # Safety
+/// `out` is null or the call's out pointer, which the driver wrote when `r` is success.
+unsafe fn record_written<T: Copy>(
+    r: CUresult,
+    out: *const T,
+    addr: fn(T) -> u64,
+    size: u64,
+    class: MemoryClass,
+    counter: &AtomicU64,
+) {
+    if r == CUresult::CUDA_SUCCESS && !out.is_null() {
+        // SAFETY: the caller's contract: the driver wrote it.
+        record(addr(unsafe { *out }), size, class, counter);
+    }
+}
+
+/// [`record_written`]'s conversion of a device address.
+fn device_addr(p: CUdeviceptr) -> u64 {
+    p
+}
+
+/// [`record_written`]'s conversion of a host address (unified addressing: kernels use it as
+/// is).
+fn host_addr(p: *mut c_void) -> u64 {
+    p as u64
+}
+
 fn record_free(base: u64) {
     let s = state();
     if let Some((agent, _)) = s.tracker.lookup_any(base) {
@@ -921,16 +951,9 @@ pub(crate) unsafe fn hook_mem_alloc(
     *reached = true;
     // SAFETY: forwarded as given.
     let r = with_oom_retry(|| unsafe { real(p, n) });
-    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
-        // SAFETY: the driver wrote the address.
-        let base = unsafe { *p };
-        record(
-            base,
-            n as u64,
-            MemoryClass::DEVICE_COARSE,
-            &state().counters.alloc_device,
-        );
-    }
+    let c = &state().counters.alloc_device;
+    // SAFETY: `p` is the call's out pointer.
+    unsafe { record_written(r, p, device_addr, n as u64, MemoryClass::DEVICE_COARSE, c) };
     r
 }
 
@@ -978,16 +1001,9 @@ pub(crate) unsafe fn hook_mem_alloc_managed(
     *reached = true;
     // SAFETY: forwarded as given.
     let r = with_oom_retry(|| unsafe { real(p, n, fl) });
-    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
-        // SAFETY: the driver wrote the address.
-        let base = unsafe { *p };
-        record(
-            base,
-            n as u64,
-            MemoryClass::MANAGED,
-            &state().counters.alloc_managed,
-        );
-    }
+    let c = &state().counters.alloc_managed;
+    // SAFETY: `p` is the call's out pointer.
+    unsafe { record_written(r, p, device_addr, n as u64, MemoryClass::MANAGED, c) };
     r
 }
 
@@ -1004,16 +1020,9 @@ pub(crate) unsafe fn hook_mem_alloc_host(
     *reached = true;
     // SAFETY: forwarded as given.
     let r = with_oom_retry(|| unsafe { real(p, n) });
-    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
-        // SAFETY: the driver wrote the address (unified addressing: kernels use it as is).
-        let base = unsafe { *p } as u64;
-        record(
-            base,
-            n as u64,
-            MemoryClass::PINNED_HOST,
-            &state().counters.alloc_host,
-        );
-    }
+    let c = &state().counters.alloc_host;
+    // SAFETY: `p` is the call's out pointer.
+    unsafe { record_written(r, p, host_addr, n as u64, MemoryClass::PINNED_HOST, c) };
     r
 }
 
@@ -1031,16 +1040,9 @@ pub(crate) unsafe fn hook_mem_host_alloc(
     *reached = true;
     // SAFETY: forwarded as given.
     let r = with_oom_retry(|| unsafe { real(p, n, fl) });
-    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
-        // SAFETY: the driver wrote the address.
-        let base = unsafe { *p } as u64;
-        record(
-            base,
-            n as u64,
-            MemoryClass::PINNED_HOST,
-            &state().counters.alloc_host,
-        );
-    }
+    let c = &state().counters.alloc_host;
+    // SAFETY: `p` is the call's out pointer.
+    unsafe { record_written(r, p, host_addr, n as u64, MemoryClass::PINNED_HOST, c) };
     r
 }
 
@@ -1070,8 +1072,7 @@ pub(crate) unsafe fn hook_mem_host_register(
 }
 
 /// Hook of `cuMemAllocAsync` (both forms): a stream-ordered allocation of device memory,
-/// recorded as such (`VIRTUAL_MAPPING | DEVICE_COARSE`, as `tracker::report_async_alloc`
-/// does): captured like device memory unless `decline_on_vmem` (SPEC §7.1); its free is
+/// recorded as such (`tracker::report_async_alloc`: `VIRTUAL_MAPPING | DEVICE_COARSE`): captured like device memory unless `decline_on_vmem` (SPEC §7.1); its free is
 /// recorded where it is ordered (`hook_mem_free_async`).
 ///
 /// # Safety
@@ -1086,16 +1087,8 @@ pub(crate) unsafe fn hook_mem_alloc_async(
     *reached = true;
     // SAFETY: forwarded as given.
     let r = with_oom_retry(|| unsafe { real(p, n, s) });
-    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
-        // SAFETY: the driver wrote the address.
-        let base = unsafe { *p };
-        record(
-            base,
-            n as u64,
-            MemoryClass::VIRTUAL_MAPPING | MemoryClass::DEVICE_COARSE,
-            &state().counters.alloc_async,
-        );
-    }
+    // SAFETY: `p` is the call's out pointer.
+    unsafe { record_stream_ordered(r, p, n) };
     r
 }
 
@@ -1169,16 +1162,27 @@ pub(crate) unsafe fn hook_mem_alloc_from_pool_async(
     *reached = true;
     // SAFETY: forwarded as given.
     let r = with_oom_retry(|| unsafe { real(p, n, pool, s) });
-    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
-        // SAFETY: the driver wrote the address.
-        let base = unsafe { *p };
-        if let Some(d) = current_device().filter(|_| base != 0 && n != 0) {
-            let st = state();
-            crate::tracker::report_async_alloc(&st.tracker, AgentId(d as u64), base, n as u64);
-            st.counters.alloc_async.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    // SAFETY: `p` is the call's out pointer.
+    unsafe { record_stream_ordered(r, p, n) };
     r
+}
+
+/// Both stream-ordered allocation hooks: the region is recorded through
+/// `tracker::report_async_alloc`, as library mode records it.
+///
+/// # Safety
+/// As [`record_written`].
+unsafe fn record_stream_ordered(r: CUresult, p: *const CUdeviceptr, n: usize) {
+    if r != CUresult::CUDA_SUCCESS || p.is_null() {
+        return;
+    }
+    // SAFETY: the caller's contract: the driver wrote it.
+    let base = unsafe { *p };
+    if let Some(d) = current_device().filter(|_| base != 0 && n != 0) {
+        let st = state();
+        crate::tracker::report_async_alloc(&st.tracker, AgentId(d as u64), base, n as u64);
+        st.counters.alloc_async.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 // ----- Virtual-memory mappings (SPEC §7.1 mapping row; `crate::tracker`'s report order) ----
