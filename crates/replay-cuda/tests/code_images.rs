@@ -19,10 +19,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
-use replay_core::{
-    ContextId, NoContextControl, Outcome, OutcomeRecord, Policy, Reason, ReplayService,
-    Subscription, SystemClock,
-};
+use replay_core::{Outcome, OutcomeRecord, Reason};
 use replay_cuda::intercept::{self, Internal};
 use replay_cuda::module::elf::testing::{info, Builder};
 use replay_cuda::module::image::testing::{fatbin_compressed, nv_info, ptx};
@@ -31,7 +28,7 @@ use replay_cuda::state::{self, images};
 use replay_cuda::sys;
 
 mod support;
-use support::{load_fake, Fake};
+use support::{bind_device0, intercept_with, load_fake, Fake};
 
 /// Three passes; the last outcome kept.
 #[derive(Default)]
@@ -66,29 +63,12 @@ fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Arc<Tool>)> {
     load_fake(Fake::Inject)?;
     static TOOL: std::sync::OnceLock<Arc<Tool>> = std::sync::OnceLock::new();
     let tool = Arc::clone(TOOL.get_or_init(|| {
-        let service = Arc::new(ReplayService::new(
-            Policy::default(),
-            Arc::new(SystemClock::new()),
-            Arc::new(NoContextControl),
-        ));
         let tool = Arc::new(Tool::default());
-        service
-            .configure(
-                ContextId(1),
-                Subscription::CONFIG | Subscription::PASS,
-                Arc::clone(&tool) as Arc<dyn ReplayTool>,
-            )
-            .unwrap();
-        service.start().unwrap();
-        state::set_service(service);
-        state::set_enabled(true);
+        intercept_with(Arc::clone(&tool) as Arc<dyn ReplayTool>);
         tool
     }));
     images::set_allow_unknown_globals(false);
-    let backend = state::state()
-        .backend(0)
-        .expect("backend over the fake driver");
-    backend.device().bind().unwrap();
+    bind_device0();
     Some((guard, tool))
 }
 

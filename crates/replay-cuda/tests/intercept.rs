@@ -29,13 +29,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
-use replay_core::{ContextId, NoContextControl, Policy, ReplayService, Subscription, SystemClock};
 use replay_cuda::intercept::{self, Internal};
 use replay_cuda::state;
 use replay_cuda::sys;
 
 mod support;
-use support::{load_fake, Fake};
+use support::{bind_device0, intercept_with, load_fake, Fake};
 
 type Hook = Box<dyn Fn(u32) + Send + Sync>;
 
@@ -91,31 +90,12 @@ fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Setup)> {
     load_fake(Fake::Inject)?;
     static TOOL: std::sync::OnceLock<Arc<Tool>> = std::sync::OnceLock::new();
     let tool = Arc::clone(TOOL.get_or_init(|| {
-        let service = Arc::new(ReplayService::new(
-            Policy::default(),
-            Arc::new(SystemClock::new()),
-            Arc::new(NoContextControl),
-        ));
         let tool = Arc::new(Tool::default());
-        service
-            .configure(
-                ContextId(1),
-                Subscription::CONFIG | Subscription::PASS,
-                Arc::clone(&tool) as Arc<dyn ReplayTool>,
-            )
-            .unwrap();
-        service.start().unwrap();
-        state::set_service(service);
-        state::set_enabled(true);
+        intercept_with(Arc::clone(&tool) as Arc<dyn ReplayTool>);
         tool
     }));
     *tool.hook.lock() = None;
-    let backend = state::state()
-        .backend(0)
-        .expect("backend over the fake driver");
-    // Each test runs on a thread of its own: make the primary context current there, as the
-    // runtime does for an application thread.
-    backend.device().bind().unwrap();
+    bind_device0();
     let mut module: sys::CUmodule = std::ptr::null_mut();
     let mut func: sys::CUfunction = std::ptr::null_mut();
     // SAFETY: the fake driver's module and function calls with out pointers to live locals.

@@ -60,3 +60,37 @@ fn load_once(which: Fake) -> Option<()> {
     let _ = std::fs::remove_dir_all(&dir);
     Some(())
 }
+
+/// A started service on the wall clock with `tool` (CONFIG and PASS) becomes the
+/// interception's, and the interception is turned on (call once per test binary).
+#[allow(dead_code)] // the interception's test binaries
+pub fn intercept_with(tool: std::sync::Arc<dyn replay_core::contract::ReplayTool>) {
+    use replay_core::{ContextId, NoContextControl, Policy, ReplayService, Subscription};
+    let service = std::sync::Arc::new(ReplayService::new(
+        Policy::default(),
+        std::sync::Arc::new(replay_core::SystemClock::new()),
+        std::sync::Arc::new(NoContextControl),
+    ));
+    service
+        .configure(
+            ContextId(1),
+            Subscription::CONFIG | Subscription::PASS,
+            tool,
+        )
+        .expect("a fresh service");
+    service.start().expect("configured");
+    replay_cuda::state::set_service(service);
+    replay_cuda::state::set_enabled(true);
+}
+
+/// The interception's backend of device 0 over the fake driver, its primary context made
+/// current on this thread (each test runs on a thread of its own, as an application thread
+/// whose runtime made it current).
+#[allow(dead_code)] // the interception's test binaries
+pub fn bind_device0() -> std::sync::Arc<replay_cuda::CudaBackend> {
+    let backend = replay_cuda::state::state()
+        .backend(0)
+        .expect("backend over the fake driver");
+    backend.device().bind().expect("the primary context");
+    backend
+}
