@@ -116,10 +116,10 @@ impl KernelFilter {
         if self.communication.is_empty() {
             return false;
         }
-        let name = name.to_ascii_lowercase();
+        // Asked on every dispatch: compared in place, nothing allocated.
         self.communication
             .iter()
-            .any(|p| pattern_matches(&p.to_ascii_lowercase(), &name))
+            .any(|p| matches_with(p.as_bytes(), name.as_bytes(), u8::eq_ignore_ascii_case))
     }
 
     /// Whether the dispatch is a candidate; counts it against `skip` and `count`.
@@ -140,15 +140,25 @@ pub fn pattern_matches(pattern: &str, name: &str) -> bool {
     if !pattern.contains(['*', '?']) {
         return name.contains(pattern);
     }
-    glob(pattern.as_bytes(), name.as_bytes())
+    glob(pattern.as_bytes(), name.as_bytes(), |a, b| a == b)
 }
 
-fn glob(p: &[u8], s: &[u8]) -> bool {
+/// [`pattern_matches`] with bytes compared by `eq`.
+fn matches_with(p: &[u8], s: &[u8], eq: impl Fn(&u8, &u8) -> bool + Copy) -> bool {
+    if !p.iter().any(|&c| c == b'*' || c == b'?') {
+        return p.is_empty()
+            || s.windows(p.len())
+                .any(|w| w.iter().zip(p).all(|(a, b)| eq(a, b)));
+    }
+    glob(p, s, eq)
+}
+
+fn glob(p: &[u8], s: &[u8], eq: impl Fn(&u8, &u8) -> bool) -> bool {
     // Iterative matcher with one backtrack point: linear in practice, no recursion.
     let (mut pi, mut si) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while si < s.len() {
-        if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
+        if pi < p.len() && (p[pi] == b'?' || eq(&p[pi], &s[si])) {
             pi += 1;
             si += 1;
         } else if pi < p.len() && p[pi] == b'*' {
