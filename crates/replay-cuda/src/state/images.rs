@@ -124,6 +124,10 @@ struct Images {
     /// The per-context module of a library, by module handle (from `cuFuncGetModule` of the
     /// functions `cuKernelGetFunction` gave).
     aliases: Mutex<HashMap<usize, Handle>>,
+    /// Functions the driver mapped to no image the hooks saw (asked once, not at every launch;
+    /// emptied whenever an image or a library's module is recorded or forgotten, since the
+    /// answer may change then).
+    unmapped: Mutex<std::collections::HashSet<usize>>,
     counters: ImageCounters,
 }
 
@@ -204,6 +208,8 @@ fn record(handle: Handle, file: Option<String>, bytes: Result<&[u8], ImageNote>)
         registered: Mutex::new(None),
     });
     s.images.lock().insert(handle, img);
+    // A function asked before may belong to it.
+    s.unmapped.lock().clear();
 }
 
 /// A driver entry that older drivers may lack, looked up in the loaded driver itself (so never
@@ -291,9 +297,16 @@ fn image_of(f: CUfunction) -> Option<(Handle, Arc<str>)> {
             return Some((c, Arc::clone(name)));
         }
     }
-    let handle = module_of(f)
+    if s.unmapped.lock().contains(&(f as usize)) {
+        return None;
+    }
+    let Some(handle) = module_of(f)
         .and_then(|m| canonical(Handle::Module(m)))
-        .or_else(|| library_of(f as sys::CUkernel).and_then(|l| canonical(Handle::Library(l))))?;
+        .or_else(|| library_of(f as sys::CUkernel).and_then(|l| canonical(Handle::Library(l))))
+    else {
+        s.unmapped.lock().insert(f as usize);
+        return None;
+    };
     let name = match seen {
         Some((_, n)) => n,
         None => raw_name(f)?,
@@ -319,9 +332,19 @@ pub(crate) enum Unknown {
     Image(String),
 }
 
-/// Whether launches of `f` (named `kernel`) meet unknown globals, and why.
-pub(crate) fn unknown_globals(f: CUfunction, kernel: &str) -> Option<Unknown> {
-    let Some((h, _)) = image_of(f) else {
+/// The image a launch of `f` belongs to, asked once per launch and handed to
+/// [`resolve_globals`] and [`unknown_globals`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LaunchImage(Option<Handle>);
+
+/// [`LaunchImage`] of `f`.
+pub(crate) fn launch_image(f: CUfunction) -> LaunchImage {
+    LaunchImage(image_of(f).map(|(h, _)| h))
+}
+
+/// Whether launches of an image (`kernel` names the launch) meet unknown globals, and why.
+pub(crate) fn unknown_globals(image: LaunchImage, kernel: &str) -> Option<Unknown> {
+    let Some(h) = image.0 else {
         return Some(Unknown::Image(format!(
             "the image of kernel {kernel} is unknown (its function was obtained outside the \
              hooks of the code-loading entries), so its module globals are unknown"
@@ -436,12 +459,12 @@ impl Snapshotter for GlobalsGate<'_> {
 /// `registry` (the backend of `agent`, where a launch is about to run).
 pub(crate) fn resolve_globals(
     agent: AgentId,
-    f: CUfunction,
+    image: LaunchImage,
     registry: &Arc<ModuleRegistry>,
     tracker: &Arc<Tracker>,
 ) {
     let s = images();
-    let own = image_of(f).map(|(h, _)| h);
+    let own = image.0;
     let todo: Vec<(Handle, Arc<Image>)> = s
         .images
         .lock()
@@ -507,6 +530,7 @@ fn forget(handle: Handle) -> Vec<usize> {
     });
     s.kernels.lock().retain(|_, (h, _)| *h != handle);
     s.aliases.lock().retain(|_, h| *h != handle);
+    s.unmapped.lock().clear();
     let Some(img) = img else { return gone };
     let Some((agent, registry, tracker)) = img.registered.lock().take() else {
         return gone;
@@ -777,6 +801,7 @@ pub(crate) unsafe fn hook_kernel_get_function(
             // The library's module in this context: other functions of it map to the library.
             if let Some(m) = module_of(func) {
                 imgs.aliases.lock().insert(m, e.0);
+                imgs.unmapped.lock().clear();
             }
             imgs.funcs.lock().insert(func as usize, e);
         }

@@ -558,9 +558,10 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
         return direct(reached);
     }
     s.register_stream(&backend, l.stream);
-    images::resolve_globals(agent, l.f, backend.modules(), &s.tracker);
+    let image = images::launch_image(l.f);
+    images::resolve_globals(agent, image, backend.modules(), &s.tracker);
     // An image whose globals are unknown declines in the window's admission (`images`).
-    let unknown = images::unknown_globals(l.f, &info.name);
+    let unknown = images::unknown_globals(image, &info.name);
     let capture = capture_status(l.stream)
         .map(|c| c.is_live())
         .unwrap_or(false);
