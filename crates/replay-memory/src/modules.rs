@@ -37,6 +37,15 @@ pub trait ModuleVariables: Send + Sync {
         let _ = (agent, addr);
         Some(0)
     }
+
+    /// The allocation `(base, size)` that holds the variable at `addr` on `agent`, when the
+    /// backend can tell. Neighbouring variables of one allocation are captured as one run,
+    /// the padding between them included; without an answer two are joined only where no
+    /// other allocation can start between them. The default cannot tell.
+    fn allocation_of(&self, agent: AgentId, addr: u64) -> Option<(u64, u64)> {
+        let _ = (agent, addr);
+        None
+    }
 }
 
 /// No code objects, no variables (backends without module variables, tests).

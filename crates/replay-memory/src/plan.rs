@@ -209,38 +209,51 @@ pub(crate) fn plan(
 /// objects' data segments, start on multiples of it).
 pub(crate) const MODULE_GAP: u64 = 256;
 
-/// Whether the bytes `[end, next)` between two variables of one code-object load may be
-/// captured with them: no allocation can start there (the gap holds no multiple of
-/// [`MODULE_GAP`]), so it is padding of the first variable's allocation, and it lies in the
-/// pages of its neighbours (it is mapped).
+/// Whether a variable ending at `end` and the next one, starting at `next`, may be captured
+/// as one run with the bytes between them: no allocation can start in `[end, next]` (it holds
+/// no multiple of [`MODULE_GAP`], `next` included: another allocation may begin exactly where
+/// a variable ends, and the driver refuses a copy across two allocations), so the gap is
+/// padding of the first variable's allocation and lies in mapped pages. Overlapping
+/// variables are one allocation.
 fn spans_gap(end: u64, next: u64) -> bool {
-    next <= end || end.div_ceil(MODULE_GAP).saturating_mul(MODULE_GAP) >= next
+    next < end || end.div_ceil(MODULE_GAP).saturating_mul(MODULE_GAP) > next
 }
 
 /// The writable variables of `vars` (sorted by base) as runs `(start, end)`: neighbours of the
-/// same code-object load with only padding between them ([`spans_gap`]) are one run.
-/// Applications' images hold thousands of small globals; one region (one copy, one digest,
-/// one liveness answer) per variable cost about a millisecond per pass on the H200.
+/// same code-object load are one run when the backend names one allocation holding both
+/// ([`ModuleVariables::allocation_of`]), or, where it cannot tell, when only padding lies
+/// between them ([`spans_gap`]). Applications' images hold thousands of small globals; one
+/// region (one copy, one digest, one liveness answer) per variable cost about a millisecond
+/// per pass on the H200.
 fn variable_runs(
     sh: &Shared,
     agent: replay_core::AgentId,
     vars: &[ModuleVariable],
 ) -> Vec<(u64, u64)> {
-    let mut runs: Vec<(u64, u64, Option<u64>)> = Vec::new();
+    type Run = (u64, u64, Option<u64>, Option<(u64, u64)>);
+    let mut runs: Vec<Run> = Vec::new();
     for v in vars {
         if v.read_only || v.size == 0 || is_bookkeeping(v) {
             continue;
         }
         let end = v.base.saturating_add(v.size);
         let load = sh.modules.load_generation(agent, v.base);
+        let alloc = sh
+            .modules
+            .allocation_of(agent, v.base)
+            .filter(|&(b, s)| b <= v.base && end <= b.saturating_add(s));
+        let joins = |e: u64, prev: Option<(u64, u64)>| match (prev, alloc) {
+            (Some(a), Some(b)) => a == b,
+            _ => spans_gap(e, v.base),
+        };
         match runs.last_mut() {
-            Some((_, e, l)) if *l == load && spans_gap(*e, v.base) => {
+            Some((_, e, l, a)) if *l == load && joins(*e, *a) => {
                 *e = (*e).max(end);
             }
-            _ => runs.push((v.base, end, load)),
+            _ => runs.push((v.base, end, load, alloc)),
         }
     }
-    runs.into_iter().map(|(s, e, _)| (s, e)).collect()
+    runs.into_iter().map(|(s, e, _, _)| (s, e)).collect()
 }
 
 /// Scope `predicted` over `regions` (what the arguments reach, whole): replaces each large

@@ -25,6 +25,8 @@ struct Mods(
     Mutex<Option<Result<Vec<ModuleVariable>, String>>>,
     /// Addresses at or above this belong to a second code-object load (0: one load).
     std::sync::atomic::AtomicU64,
+    /// The allocations the backend names for variables (empty: it cannot tell).
+    Mutex<Vec<(u64, u64)>>,
 );
 
 impl ModuleVariables for Mods {
@@ -35,6 +37,14 @@ impl ModuleVariables for Mods {
     fn load_generation(&self, _agent: AgentId, addr: u64) -> Option<u64> {
         let second = self.1.load(std::sync::atomic::Ordering::Relaxed);
         Some(u64::from(second != 0 && addr >= second))
+    }
+
+    fn allocation_of(&self, _agent: AgentId, addr: u64) -> Option<(u64, u64)> {
+        self.2
+            .lock()
+            .iter()
+            .copied()
+            .find(|&(b, s)| b <= addr && addr < b + s)
     }
 }
 
@@ -259,9 +269,9 @@ fn neighbouring_variables_of_one_load_are_one_region() {
         size,
         read_only: false,
     };
-    // 1000 globals of 8 bytes, 16 bytes apart, the padding never across a multiple of 256
-    // (no allocation can start there); then one behind a gap holding such a multiple; then a
-    // second load right behind that one.
+    // 1000 globals of 8 bytes, 16 bytes apart, in one allocation the backend names (they
+    // start on multiples of 256 too); then one in another allocation; then a second load
+    // right behind that one.
     let mut vars: Vec<ModuleVariable> = (0..1000).map(|i| var(i, 0x50_0000 + 16 * i, 8)).collect();
     let end: u64 = 0x50_0000 + 16 * 999 + 8;
     let lone = end.next_multiple_of(256) + 16;
@@ -270,6 +280,10 @@ fn neighbouring_variables_of_one_load_are_one_region() {
     e.mods
         .1
         .store(lone + 8, std::sync::atomic::Ordering::Relaxed);
+    *e.mods.2.lock() = vec![
+        (0x50_0000, end.next_multiple_of(256) - 0x50_0000),
+        (lone - 16, 256),
+    ];
     vars.reverse(); // the enumeration's order is any
     *e.mods.0.lock() = Some(Ok(vars));
     let p = policy();
@@ -287,6 +301,43 @@ fn neighbouring_variables_of_one_load_are_one_region() {
     e.dev.write(lone + 8, &[0xff; 8]);
     snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(e.dev.memory(), before);
+}
+
+#[test]
+fn variables_meeting_at_a_multiple_of_256_stay_apart() {
+    // Another allocation may start at any multiple of 256, even right where a variable
+    // ends: a copy across it is refused by the driver (cuMemcpy over two allocations).
+    let e = env();
+    e.dev.raw_alloc(0x50_0000, 0x10_0000);
+    let var = |i: u64, base: u64, size: u64| ModuleVariable {
+        name: format!("v{i}"),
+        base,
+        size,
+        read_only: false,
+    };
+    let b = 0x50_0000;
+    *e.mods.0.lock() = Some(Ok(vec![
+        // Ends 8 bytes short of b + 256; the next starts there.
+        var(0, b + 0xf0, 8),
+        var(1, b + 0x100, 8),
+        // Ends at b + 0x200 exactly; the next starts right behind it.
+        var(2, b + 0x1f8, 8),
+        var(3, b + 0x200, 8),
+        // Padding of 8 bytes, no multiple of 256 inside: one run.
+        var(4, b + 0x210, 8),
+    ]));
+    let plan = plan_all(&e, &policy());
+    let got: Vec<(u64, u64)> = plan.regions.iter().map(|r| (r.base, r.size)).collect();
+    assert_eq!(
+        got,
+        vec![(b + 0xf0, 8), (b + 0x100, 0x100), (b + 0x200, 0x18)],
+        "no run crosses a multiple of 256"
+    );
+    // Named as one allocation, they are one run.
+    *e.mods.2.lock() = vec![(b, 0x1000)];
+    let plan = plan_all(&e, &policy());
+    let got: Vec<(u64, u64)> = plan.regions.iter().map(|r| (r.base, r.size)).collect();
+    assert_eq!(got, vec![(b + 0xf0, 0x128)], "one allocation, one run");
 }
 
 #[test]

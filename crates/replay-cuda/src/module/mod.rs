@@ -506,9 +506,25 @@ pub struct ModuleRegistry {
     device: Arc<Device>,
     modules: Mutex<BTreeMap<u64, Weak<CudaModule>>>,
     foreign: Mutex<BTreeMap<usize, Foreign>>,
-    /// The application images' variables by address: base -> (end, load number). The memory
-    /// layer asks per region before every restore; applications hold thousands of globals.
-    by_address: Mutex<BTreeMap<u64, (u64, u64)>>,
+    /// The application images' variables by address: base -> (end, load number, the
+    /// allocation holding it as the driver names it). The memory layer asks per region before
+    /// every restore; applications hold thousands of globals.
+    by_address: Mutex<BTreeMap<u64, Indexed>>,
+}
+
+/// One application variable in the address index.
+#[derive(Debug, Clone, Copy)]
+struct Indexed {
+    end: u64,
+    load_id: u64,
+    allocation: Option<(u64, u64)>,
+}
+
+/// The allocation holding `addr`, as the driver's pointer attributes name it.
+fn allocation_at(addr: u64) -> Option<(u64, u64)> {
+    let a = crate::memory::PointerAttributes::query(addr).ok()?;
+    let (base, size) = a.range;
+    (size > 0 && base <= addr && addr - base < size).then_some((base, size))
 }
 
 /// An application image's variables.
@@ -551,9 +567,30 @@ impl ModuleRegistry {
         }
         let load_id = NEXT_LOAD.fetch_add(1, Ordering::Relaxed);
         if let Ok(vars) = &variables {
+            // One pointer query per allocation, not per variable (sorted by address, the
+            // variables of one allocation are neighbours).
+            let mut sorted: Vec<&ModuleVariable> = vars.iter().filter(|v| v.size > 0).collect();
+            sorted.sort_by_key(|v| v.base);
+            let mut last: Option<(u64, u64)> = None;
             let mut idx = self.by_address.lock();
-            for v in vars.iter().filter(|v| v.size > 0) {
-                idx.insert(v.base, (v.base.saturating_add(v.size), load_id));
+            for v in sorted {
+                let end = v.base.saturating_add(v.size);
+                let inside = |a: (u64, u64)| a.0 <= v.base && end <= a.0.saturating_add(a.1);
+                let allocation = match last.filter(|&a| inside(a)) {
+                    Some(a) => Some(a),
+                    None => allocation_at(v.base).filter(|&a| inside(a)),
+                };
+                if allocation.is_some() {
+                    last = allocation;
+                }
+                idx.insert(
+                    v.base,
+                    Indexed {
+                        end,
+                        load_id,
+                        allocation,
+                    },
+                );
             }
         }
         let old = self
@@ -590,7 +627,7 @@ impl ModuleRegistry {
         if let Ok(vars) = &f.variables {
             let mut idx = self.by_address.lock();
             for v in vars {
-                if idx.get(&v.base).is_some_and(|&(_, id)| id == f.load_id) {
+                if idx.get(&v.base).is_some_and(|i| i.load_id == f.load_id) {
                     idx.remove(&v.base);
                 }
             }
@@ -671,12 +708,24 @@ impl ModuleVariables for ModuleRegistry {
     fn load_generation(&self, agent: AgentId, addr: u64) -> Option<u64> {
         if agent == self.agent {
             let idx = self.by_address.lock();
-            if let Some((_, &(end, id))) = idx.range(..=addr).next_back() {
-                if addr < end {
-                    return Some(id);
+            if let Some((_, i)) = idx.range(..=addr).next_back() {
+                if addr < i.end {
+                    return Some(i.load_id);
                 }
             }
         }
         Some(0)
+    }
+
+    /// An application image's variables answer with the allocation the driver named when the
+    /// image was registered; the library's own modules cannot tell (their variables are
+    /// joined only across padding).
+    fn allocation_of(&self, agent: AgentId, addr: u64) -> Option<(u64, u64)> {
+        if agent != self.agent {
+            return None;
+        }
+        let idx = self.by_address.lock();
+        let (_, i) = idx.range(..=addr).next_back()?;
+        (addr < i.end).then_some(i.allocation).flatten()
     }
 }
