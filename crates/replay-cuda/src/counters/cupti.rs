@@ -379,6 +379,12 @@ impl Profiler for CuptiProfiler {
             // SAFETY: a live, started object.
             let r = unsafe { (self.lib.range_stop)(&mut p) };
             self.check("cuptiRangeProfilerStop", r)?;
+            log::debug!(
+                "[kernel-replay] counters: range profiler stopped: pass index {}, nesting level {}, all passes submitted {}",
+                p.passIndex,
+                p.targetNestingLevel,
+                p.isAllPassSubmitted
+            );
             Ok(p.isAllPassSubmitted != 0)
         })
     }
