@@ -144,7 +144,8 @@
 //!   [`engine::MAX_RANGES`] ranges (40 bytes each; under 1 MiB per agent), and forgotten
 //!   when the code object is unloaded ([`Tracker::record_unload`]). A kernel seen for the
 //!   first time gets the first rule (from each pointer to the next pointer into the same
-//!   region, at most [`engine::FIRST_WINDOW_CHUNKS`] chunks); one that missed
+//!   region, at most its share of the device tier's budget and at least
+//!   [`engine::FIRST_WINDOW_CHUNKS`] chunks); one that missed
 //!   [`engine::MAX_MISSES`] times gets `arguments` (`all` when it wrote where no argument
 //!   points). With the policy's `predict=spill` (the default) regions are predicted only
 //!   when the regions the arguments reach would not fit the device tier whole, else the plan

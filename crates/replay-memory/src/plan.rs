@@ -290,11 +290,42 @@ fn predicted(
         predicted: Vec::new(),
         spans: Vec::new(),
     };
+    let pointers = |r: &RegionRef| -> SmallVec<[Pointer; 2]> {
+        let end = r.base.saturating_add(r.size);
+        let mut ptrs: SmallVec<[Pointer; 2]> = words
+            .iter()
+            .enumerate()
+            .filter(|&(_, &w)| r.base <= w && w < end)
+            .map(|(i, &w)| Pointer {
+                arg: i as u16,
+                addr: w,
+            })
+            .collect();
+        ptrs.sort_by_key(|p| p.addr);
+        ptrs
+    };
+    // The first rule's window: what the device tier holds beside the regions captured
+    // whole, shared by the pointers into large regions (a capture there costs a
+    // device-to-device copy, and a first dispatch that writes past its window truncates),
+    // never under FIRST_WINDOW_CHUNKS chunks.
+    let window = if record.is_none() {
+        let whole_small: u64 = regions.iter().filter(|r| !large(r)).map(|r| r.size).sum();
+        let n = regions
+            .iter()
+            .filter(|r| large(r))
+            .map(|r| pointers(r).len() as u64)
+            .sum::<u64>()
+            .max(1);
+        let share = device_cap.saturating_sub(whole_small) / n / chunk * chunk;
+        share.max(predict::FIRST_WINDOW_CHUNKS.saturating_mul(chunk))
+    } else {
+        0
+    };
     let push_spans = |r: &RegionRef,
                       ptrs: SmallVec<[Pointer; 2]>,
                       out: &mut SmallVec<[RegionRef; 8]>,
                       pending: &mut Pending| {
-        for (s, e) in predict::spans(r, &ptrs, record, chunk) {
+        for (s, e) in predict::spans(r, &ptrs, record, chunk, window) {
             let span = RegionRef {
                 base: s,
                 size: e - s,
@@ -311,18 +342,7 @@ fn predicted(
             out.push(*r);
             continue;
         }
-        let end = r.base.saturating_add(r.size);
-        let mut ptrs: SmallVec<[Pointer; 2]> = words
-            .iter()
-            .enumerate()
-            .filter(|&(_, &w)| r.base <= w && w < end)
-            .map(|(i, &w)| Pointer {
-                arg: i as u16,
-                addr: w,
-            })
-            .collect();
-        ptrs.sort_by_key(|p| p.addr);
-        push_spans(r, ptrs, &mut out, &mut pending);
+        push_spans(r, pointers(r), &mut out, &mut pending);
     }
     // Regions no argument reaches that the kernel wrote before (through stored pointers).
     if let Some(rec) = record {

@@ -12,11 +12,14 @@
 //!   more than it covers.
 //! - **First dispatch.** A kernel with no record gets the first rule: for each argument
 //!   pointer into a large region, the chunks from the pointer up to the next argument pointer
-//!   into the same region, at most [`FIRST_WINDOW_CHUNKS`] chunks, never past the region's end.
-//!   A pooled allocator places a kernel's tensors one after another, an output usually starts
-//!   at its pointer, and its inputs end where the next tensor begins; the cap bounds the first
-//!   snapshot of a kernel whose last pointer has nothing after it. The first dispatch's
-//!   record then replaces the rule with what it saw written.
+//!   into the same region, never past the region's end, and at most a window: the device
+//!   tier's budget beside the regions captured whole, shared by the pointers into large
+//!   regions, and never under [`FIRST_WINDOW_CHUNKS`] chunks. A pooled allocator places a
+//!   kernel's tensors one after another, an output usually starts at its pointer, and its
+//!   inputs end where the next tensor begins; the window bounds the first snapshot of a kernel
+//!   whose last pointer has nothing after it to what a device-to-device copy holds, so a first
+//!   dispatch writing gigabytes past its pointer still replays (with 64 chunks it truncated).
+//!   The first dispatch's record then replaces the rule with what it saw written.
 //! - **Learning.** The scope check after the first pass digests the predicted chunks too:
 //!   those that changed are what the kernel wrote. The watched chunks that changed are a miss
 //!   (the dispatch truncates `write_outside_scope`, memory equal to one execution). Both are
@@ -294,13 +297,15 @@ fn normalize(ranges: &mut SmallVec<[Learned; 4]>) {
 }
 
 /// The chunks of `region` to capture for a dispatch whose pointers into it are `ptrs`
-/// (sorted by address): from `rec` when the kernel has a prediction, else the first rule.
-/// Returned as merged `[start, end)` absolute ranges on the region's chunk grid.
+/// (sorted by address): from `rec` when the kernel has a prediction, else the first rule
+/// with at most `window` bytes after each pointer. Returned as merged `[start, end)`
+/// absolute ranges on the region's chunk grid.
 pub(crate) fn spans(
     region: &RegionRef,
     ptrs: &[Pointer],
     rec: Option<&KernelPrediction>,
     chunk: u64,
+    window: u64,
 ) -> SmallVec<[(u64, u64); 4]> {
     let base = region.base;
     let end = base.saturating_add(region.size);
@@ -333,9 +338,7 @@ pub(crate) fn spans(
                     .map(|q| q.addr)
                     .find(|&a| a > p.addr)
                     .unwrap_or(end);
-                let cap = p
-                    .addr
-                    .saturating_add(FIRST_WINDOW_CHUNKS.saturating_mul(chunk));
+                let cap = p.addr.saturating_add(window);
                 let e = next.min(cap).min(end).max(p.addr + 1);
                 raw.push((p.addr, e));
             }
@@ -429,7 +432,7 @@ mod tests {
                 addr: r.base + 20 * C,
             },
         ];
-        let s = spans(&r, &ptrs, None, C);
+        let s = spans(&r, &ptrs, None, C, FIRST_WINDOW_CHUNKS * C);
         // [chunk 10, chunk 20) then [20, 20 + window); touching, so merged.
         assert_eq!(
             s.as_slice(),
@@ -466,7 +469,7 @@ mod tests {
             arg: 2,
             addr: r.base + 100 * C + C / 2,
         }];
-        let s = spans(&r, &moved, Some(&rec), C);
+        let s = spans(&r, &moved, Some(&rec), C, 0);
         assert_eq!(s.as_slice(), &[(r.base + 100 * C, r.base + 103 * C)]);
     }
 

@@ -102,8 +102,16 @@ struct Step {
 
 /// Runs `steps` under scope `predicted` (3 passes each); the records, and the runtime.
 fn run(steps: &[Step], restore: RestoreMode) -> (SimRuntime, Vec<OutcomeRecord>, KernelKey) {
+    run_with(steps, policy(restore))
+}
+
+/// [`run`] under `policy`.
+fn run_with(
+    steps: &[Step],
+    policy: replay_core::Policy,
+) -> (SimRuntime, Vec<OutcomeRecord>, KernelKey) {
     let rt = runtime(1);
-    let _replay = ToolScript::passes(3).install(&rt, policy(restore));
+    let _replay = ToolScript::passes(3).install(&rt, policy);
     let m = setup(&rt);
     let shape: Arc<Mutex<Shape>> = Arc::default();
     let k = kernel(Arc::clone(&shape));
@@ -369,7 +377,8 @@ fn spill_keeps_arguments_while_the_pool_fits_the_device_tier() {
         assert_outcome(&rec, Outcome::Replayed, Reason::None);
         assert_eq!((rec.scope, rec.predict_fallback), (want, fallback), "{rec}");
         if want == Scope::Predicted {
-            assert!(rec.captured_bytes < POOL / 4, "{rec}");
+            // The first rule's window: the device tier's budget beside the small region.
+            assert!(rec.captured_bytes <= POOL / 2, "{rec}");
         } else {
             assert!(rec.captured_bytes >= POOL, "{rec}");
         }
@@ -417,5 +426,46 @@ fn auto_resolves_to_predicted_on_the_simulator() {
         rec.to_string().contains(" predict_source=first_rule "),
         "{rec}"
     );
+    finish(&rt);
+}
+
+#[test]
+fn a_first_dispatch_writing_far_past_its_pointer_replays_while_the_device_tier_holds_it() {
+    // From the pool's base, far more than FIRST_WINDOW_CHUNKS chunks: the first rule's
+    // window is the device tier's budget, so with room for the pool there the first
+    // dispatch already replays; with a device tier of 100 chunks it misses once, and the
+    // second dispatch, learned, replays.
+    let big: Shape = vec![(0, 300 * CHUNK)];
+    let steps = [
+        Step {
+            at: 0,
+            shape: big.clone(),
+        },
+        Step { at: 0, shape: big },
+    ];
+    let roomy = replay_core::Policy {
+        device_tier_bytes: 2 * POOL,
+        ..policy(RestoreMode::Dirty)
+    };
+    let (rt, recs, _) = run_with(&steps, roomy);
+    assert_outcome(&recs[0], Outcome::Replayed, Reason::None);
+    assert_eq!(recs[0].predict_source, PredictSource::FirstRule);
+    assert_outcome(&recs[1], Outcome::Replayed, Reason::None);
+    assert!(
+        recs[1].predicted_bytes <= 302 * CHUNK,
+        "learned what was written: {}",
+        recs[1]
+    );
+    assert_matches_reference(&rt, &reference(&steps));
+    finish(&rt);
+
+    let small_tier = replay_core::Policy {
+        device_tier_bytes: 100 * CHUNK,
+        ..policy(RestoreMode::Dirty)
+    };
+    let (rt, recs, _) = run_with(&steps, small_tier);
+    assert_outcome(&recs[0], Outcome::Truncated, Reason::WriteOutsideScope);
+    assert_outcome(&recs[1], Outcome::Replayed, Reason::None);
+    assert_matches_reference(&rt, &reference(&steps));
     finish(&rt);
 }
