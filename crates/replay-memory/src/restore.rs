@@ -188,13 +188,26 @@ fn restore_plan(
             for i in live {
                 let c = &snap.regions[i];
                 let mut ops = Vec::new();
+                // Neighbouring changed chunks are one copy: a kernel that rewrites gigabytes
+                // would otherwise cost one copy call per chunk (16 GiB in 1 MiB chunks: 76 ms
+                // per pass on the H200, a tenth of the copy ceiling).
+                let mut run: Option<(u64, u64)> = None;
                 for (k, before) in c.digests.iter().enumerate() {
                     let changed = now.next() != Some(*before);
-                    if changed {
-                        let from = k as u64 * snap.chunk;
-                        let to = (from + snap.chunk).min(c.region.size);
-                        c.restore_ops(from, to, &mut ops);
-                    }
+                    let from = k as u64 * snap.chunk;
+                    let to = (from + snap.chunk).min(c.region.size);
+                    run = match (run, changed) {
+                        (Some((s, _)), true) => Some((s, to)),
+                        (None, true) => Some((from, to)),
+                        (Some((s, e)), false) => {
+                            c.restore_ops(s, e, &mut ops);
+                            None
+                        }
+                        (None, false) => None,
+                    };
+                }
+                if let Some((s, e)) = run {
+                    c.restore_ops(s, e, &mut ops);
                 }
                 if !ops.is_empty() {
                     out.push((i, ops));

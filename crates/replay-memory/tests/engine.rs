@@ -701,6 +701,30 @@ fn dirty_restore_writes_back_only_changed_chunks() {
 }
 
 #[test]
+fn dirty_restore_copies_neighbouring_changed_chunks_at_once() {
+    let e = env();
+    let chunk = 4096;
+    e.dev
+        .app_alloc(&e.tracker, 0x10000, 16 * chunk, MemoryClass::DEVICE_COARSE);
+    let before = e.dev.memory();
+    let p = Policy {
+        restore: RestoreMode::Dirty,
+        chunk_bytes: chunk,
+        ..policy()
+    };
+    let mut snap = e.capture_all(&p);
+    // Chunks 2..=9 and 12: two runs, two copies.
+    for k in (2..=9).chain([12]) {
+        e.dev.write(0x10000 + k * chunk + 7, &[0xFF]);
+    }
+    let ops_before = e.dev.st.lock().copy_ops.len();
+    let rs = snap.restore(&e.clock.wait()).unwrap();
+    assert_eq!(rs.restored_bytes, 9 * chunk);
+    assert_eq!(e.dev.st.lock().copy_ops.len() - ops_before, 2);
+    assert_eq!(e.dev.memory(), before);
+}
+
+#[test]
 fn arguments_scope_follows_pointers_and_checks_the_rest() {
     let e = env();
     let t = &e.tracker;
