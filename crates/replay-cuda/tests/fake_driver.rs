@@ -1042,3 +1042,55 @@ fn a_mapping_and_a_pool_allocation_freed_during_a_window_are_not_restored() {
     );
     drop(q);
 }
+
+#[test]
+fn an_application_images_variables_name_their_section_as_their_block() {
+    let Some((_g, ctx, _t)) = setup() else {
+        return;
+    };
+    ctx.backend.device().bind().unwrap();
+    use replay_cuda::module::elf::GlobalSymbol;
+    let sym = |name: &str, section: usize, offset: u64| GlobalSymbol {
+        name: name.into(),
+        section_name: format!(".nv.global.{section}"),
+        section,
+        offset,
+        size: 8,
+        read_only: false,
+        binding: STB_GLOBAL,
+    };
+    // Section 5 at 0x7000_0000, section 6 at 0x7000_1000 (where the driver put them; the
+    // fake's pointer attributes know no allocation there).
+    let at = |name: &str| -> Option<(u64, u64)> {
+        match name {
+            "a" => Some((0x7000_00f8, 8)),
+            "b" => Some((0x7000_0100, 8)),
+            "c" => Some((0x7000_1000, 8)),
+            _ => None,
+        }
+    };
+    let reg = ctx.backend.modules();
+    assert!(reg.add_foreign(
+        0xabc,
+        vec![sym("a", 5, 0xf8), sym("b", 5, 0x100), sym("c", 6, 0)],
+        at
+    ));
+    let agent = replay_core::AgentId(0);
+    let a = reg.allocation_of(agent, 0x7000_00f8);
+    assert_eq!(
+        a,
+        Some((0x7000_0000, 0x108)),
+        "a's section, as far as its symbols reach"
+    );
+    assert_eq!(
+        reg.allocation_of(agent, 0x7000_0100),
+        a,
+        "b: the same section"
+    );
+    assert_eq!(
+        reg.allocation_of(agent, 0x7000_1000),
+        Some((0x7000_1000, 8))
+    );
+    assert!(reg.remove_foreign(0xabc));
+    assert_eq!(reg.allocation_of(agent, 0x7000_00f8), None);
+}

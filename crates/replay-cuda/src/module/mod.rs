@@ -556,6 +556,16 @@ impl ModuleRegistry {
         syms: Vec<elf::GlobalSymbol>,
         lookup: impl Fn(&str) -> Option<(u64, u64)>,
     ) -> bool {
+        // Each section of the image is loaded as one block: its symbols' extent, at the base
+        // the driver's addresses imply (name -> (section, offset); section -> end).
+        let mut placed: std::collections::HashMap<String, (usize, u64)> =
+            std::collections::HashMap::with_capacity(syms.len());
+        let mut extent: BTreeMap<usize, u64> = BTreeMap::new();
+        for s in syms.iter().filter(|s| s.size > 0) {
+            placed.insert(s.name.clone(), (s.section, s.offset));
+            let e = extent.entry(s.section).or_insert(0);
+            *e = (*e).max(s.offset.saturating_add(s.size));
+        }
         let variables = resolve_variables_with(syms, lookup)
             .map_err(|why| format!("application image {handle:#x}: {why}"));
         let ok = variables.is_ok();
@@ -567,22 +577,37 @@ impl ModuleRegistry {
         }
         let load_id = NEXT_LOAD.fetch_add(1, Ordering::Relaxed);
         if let Ok(vars) = &variables {
-            // One pointer query per allocation, not per variable (sorted by address, the
-            // variables of one allocation are neighbours).
+            // The block holding each variable: the allocation the driver's pointer attributes
+            // name (one query per allocation: sorted by address, the variables of one
+            // allocation are neighbours), else its section as the symbol table lays it out,
+            // when the driver placed the variable where that layout says.
             let mut sorted: Vec<&ModuleVariable> = vars.iter().filter(|v| v.size > 0).collect();
             sorted.sort_by_key(|v| v.base);
+            let mut section_base: BTreeMap<usize, u64> = BTreeMap::new();
+            for v in &sorted {
+                if let Some(&(sec, off)) = placed.get(&v.name) {
+                    section_base.entry(sec).or_insert(v.base.wrapping_sub(off));
+                }
+            }
             let mut last: Option<(u64, u64)> = None;
             let mut idx = self.by_address.lock();
             for v in sorted {
                 let end = v.base.saturating_add(v.size);
                 let inside = |a: (u64, u64)| a.0 <= v.base && end <= a.0.saturating_add(a.1);
-                let allocation = match last.filter(|&a| inside(a)) {
+                let from_driver = match last.filter(|&a| inside(a)) {
                     Some(a) => Some(a),
                     None => allocation_at(v.base).filter(|&a| inside(a)),
                 };
-                if allocation.is_some() {
-                    last = allocation;
+                if from_driver.is_some() {
+                    last = from_driver;
                 }
+                let section = placed.get(&v.name).and_then(|&(sec, off)| {
+                    let base = *section_base.get(&sec)?;
+                    (base.wrapping_add(off) == v.base)
+                        .then(|| (base, extent.get(&sec).copied().unwrap_or(0)))
+                        .filter(|&a| inside(a))
+                });
+                let allocation = from_driver.or(section);
                 idx.insert(
                     v.base,
                     Indexed {
