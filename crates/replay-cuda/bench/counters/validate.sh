@@ -1,5 +1,6 @@
 #!/bin/bash
-# Issue 16's validation on the H200 (one device call): ours (`kreplay run --tool counters`)
+# Issue 16's validation on the H200 (one device call): ours (`kreplay run --tool counters`;
+# `__sass_` metrics through CUPTI's SASS Metrics API in a pass of their own)
 # against Nsight Compute (`ncu --csv --metrics LIST`, with profiler__replayer_passes and
 # profiler__replayer_bytes_mem_backed_up added) on the first 20 kernels of one CNN training
 # step and on the bench's read-modify-write kernel, for the issue's list (BASIC) and a list
@@ -34,6 +35,8 @@ CNN="python3 $D/train_step.py cnn 1"
 RMW="$D/cuda_bench app --alloc-gib 1 --kernel-mib 16"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/gpu.txt" 2>&1
 echo "BASIC=$BASIC" > "$O/lists.txt"; echo "BIG=$BIG" >> "$O/lists.txt"
+# The chip's SASS metrics (the names `__sass_` metrics map to) and BIG's plan, SASS pass included.
+run list_sass 30 $D/kreplay run --list-sass --metrics "$BIG"
 run plain_cnn 60 $CNN
 run plain_rmw 30 $RMW
 export KREPLAY_KERNEL_COUNT=20

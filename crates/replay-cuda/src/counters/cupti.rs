@@ -365,9 +365,10 @@ impl CuptiProfiler {
             })?;
         let mut values = vec![sys::SassInstanceValue::default(); total];
         let mut records: Vec<sys::SassData> = (0..n).map(|_| sys::SassData::default()).collect();
+        // One base pointer for every record's slice (in bounds: `i * inst + inst <= total`).
+        let base = values.as_mut_ptr();
         for (i, r) in records.iter_mut().enumerate() {
-            // In bounds: `i * inst + inst <= total`.
-            r.pInstanceValues = values[i * inst..].as_mut_ptr();
+            r.pInstanceValues = base.wrapping_add(i * inst);
         }
         let mut f = sys::SassFlushData {
             ctx: ctx as *mut c_void,

@@ -375,6 +375,16 @@ fn resolve_sass(
         .or_else(|| {
             list.iter()
                 .find(|m| m.name.split_once("__").is_some_and(|(_, r)| r == rest))
+        })
+        .or_else(|| {
+            // Last: the same counter under another spelling of the unit and the `sass`
+            // marker (`sass__x` for `smsp__sass_x`).
+            let core = |n: &str| {
+                let r = n.split_once("__").map_or(n, |(_, r)| r);
+                r.strip_prefix("sass_").unwrap_or(r).to_string()
+            };
+            let want = core(base);
+            list.iter().find(|m| core(&m.name) == want)
         });
     let Some(m) = found else {
         return Err(format!(
