@@ -91,6 +91,8 @@ struct Fake {
     sass_seen: Mutex<Vec<String>>,
     /// The dispatch's kernel is not patched (its launches make no records).
     sass_unpatched: std::sync::atomic::AtomicBool,
+    /// A chip whose SASS names differ from [`SASS_LIST`].
+    sass_list: Mutex<Option<Vec<(u64, &'static str)>>>,
 }
 
 /// The fake chip's SASS metrics: the API's base names.
@@ -285,7 +287,12 @@ impl Profiler for Fake {
                 "libcupti.so lacks cuptiSassMetricsGetNumOfMetrics".into(),
             ));
         }
-        Ok(SASS_LIST
+        let list = self
+            .sass_list
+            .lock()
+            .clone()
+            .unwrap_or_else(|| SASS_LIST.to_vec());
+        Ok(list
             .iter()
             .map(|(id, n)| SassMetricInfo {
                 id: *id,
@@ -1240,4 +1247,54 @@ fn a_sass_pass_the_window_never_reaches_leaves_patching_off_and_says_what_is_mis
     o.executed_passes = 2;
     c.finish(&d, Some(&o));
     assert!(r.fake.sass.lock().is_none(), "patching left on");
+}
+
+#[test]
+fn sass_names_map_by_the_api_name_itself_and_by_other_spellings_of_the_unit() {
+    let fake = Fake::default();
+    // The API's own base name is its `.sum`; an unknown bare name is not guessed at.
+    let plan = MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&["smsp__sass_inst_executed_op_global_ld"]),
+    )
+    .unwrap();
+    let m = &plan.sass.unwrap().metrics[0];
+    assert_eq!((m.id, m.rollup), (13, Rollup::Sum));
+    assert!(MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&["sm__sass_inst_executed_op_global_ld"])
+    )
+    .is_err());
+    // A chip that spells the unit otherwise: `sm__sass_x.sum` still finds `sass__x`, and
+    // without `smsp__sass_inst_executed` there is no sentinel.
+    *fake.sass_list.lock() = Some(vec![
+        (21, "sass__thread_inst_executed_op_ffma_pred_on"),
+        (22, "sm__sass_inst_executed_op_global_ld"),
+    ]);
+    let plan = MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&[
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+            "smsp__sass_inst_executed_op_global_ld.sum",
+        ]),
+    )
+    .unwrap();
+    let s = plan.sass.unwrap();
+    let got: Vec<(&str, u64)> = s
+        .metrics
+        .iter()
+        .map(|m| (m.api_name.as_str(), m.id))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("sass__thread_inst_executed_op_ffma_pred_on", 21),
+            ("sm__sass_inst_executed_op_global_ld", 22)
+        ]
+    );
+    assert_eq!(s.sentinel, None);
+    assert_eq!(s.config().metric_ids, [21, 22]);
 }
