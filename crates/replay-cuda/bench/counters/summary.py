@@ -114,6 +114,11 @@ def compare(name, out):
         print(
             f"| {m} | {klass(m)} | {len(pairs)} | {eq} | {w2} | {w10} | {rel(*worst):.3%} | {max(abs(a - b) for a, b in pairs):g} | {worst[0]:g} / {worst[1]:g} |"
         )
+    pair = ("smsp__sass_inst_executed.sum", "smsp__inst_executed.sum")
+    both = [(r[1][pair[0]], r[1][pair[1]]) for r in rows if pair[0] in r[1] and pair[1] in r[1]]
+    if both:
+        eq = sum(1 for a, b in both if a == b)
+        print(f"\nours, patched count against hardware count ({pair[0]} = {pair[1]}): {eq} of {len(both)} kernels equal")
     names_differ = sum(
         1 for i in range(n) if rows[i][0]["kernel_demangled"].split("(")[0].split("<")[0].split("::")[-1][:20]
         not in nk[i]["name"]
