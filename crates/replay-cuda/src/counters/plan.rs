@@ -79,7 +79,8 @@ impl fmt::Debug for Config {
 }
 
 /// The CUPTI layer as the collection uses it: host compilation, the range profiler of one
-/// context, and what the driver says of a launch. [`CuptiProfiler`] is the real one; tests
+/// context, SASS patching (the `sass_*` methods; a profiler without them reports
+/// [`CounterError::SassUnavailable`]), and what the driver says of a launch. [`CuptiProfiler`] is the real one; tests
 /// use a fake.
 pub trait Profiler: Send + Sync + fmt::Debug {
     /// The chip name of device `ordinal` (`cuptiDeviceGetChipName`).
