@@ -12,7 +12,8 @@
  * kreplay_cuda_counters_passes() from its pass-count callback and forwards its PASS ENTER,
  * PASS EXIT and CONFIG EXIT callbacks with kreplay_cuda_counters_callback(); each profiler
  * pass runs inside one replay pass (CUPTI's range profiler, user replay, one kernel per
- * range), so every value is keyed by (dispatch_id, pass). Collect with the policy's
+ * range; metrics with __sass_ in their names in one pass of their own through CUPTI's SASS
+ * Metrics API), so every value is keyed by (dispatch_id, pass). Collect with the policy's
  * cache_control=flush (KREPLAY_CACHE_CONTROL=flush) to compare with Nsight Compute.
  */
 #ifndef KERNEL_REPLAY_CUDA_H

@@ -91,7 +91,8 @@ const RUN_AFTER: &str = "\
 The options are `kreplay run`'s own: --tool verify|timing|counters, --passes N, --metrics LIST
 and --set NAME (counters: Nsight Compute metric names; set basic or memory), --kernel-include P,
 --kernel-exclude P, --dispatch-range R, --out FILE.json|FILE.csv, --library PATH. The
-program and its arguments follow `--`.";
+program and its arguments follow `--`. --list-sass (no program) prints the first GPU's SASS
+metrics, and the plan of --metrics / --set if given.";
 
 /// The `run` usage line, without its `usage: ` prefix: `run.rs` keeps it.
 fn run_usage() -> &'static str {

@@ -28,6 +28,12 @@
 //! in the format its extension names (`.csv`, `.json`, `.db`: `replay_report::write_counters`;
 //! an unknown extension is refused before the program starts).
 //!
+//! `kreplay run --list-sass [--metrics LIST] [--set NAME]` starts no program: it prints the
+//! first device's chip and the SASS metrics CUPTI's SASS Metrics API has for it (name, id,
+//! description; the names `__sass_` metrics are mapped to), and with a list, its plan (which
+//! metric runs in which pass, the SASS pass's API names) as JSON. Exit status 0, 2 for a list
+//! that cannot be collected, 1 without CUPTI or a GPU.
+//!
 //! The exit status is the application's (128 + the signal for one killed by a signal). A
 //! program without a usable driver gets one clear line (from the library) and runs untouched;
 //! one that never reached the driver gets one line from here.
@@ -58,6 +64,8 @@ pub struct RunArgs {
     pub out: Option<PathBuf>,
     /// `--library`.
     pub library: Option<PathBuf>,
+    /// `--list-sass`: print the chip's SASS metrics (and the list's plan) and start nothing.
+    pub list_sass: bool,
     /// The program and its arguments.
     pub app: Vec<String>,
 }
@@ -65,7 +73,8 @@ pub struct RunArgs {
 /// Usage of `kreplay run`.
 pub const USAGE: &str = "usage: kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] \
 [--set NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv] \
-[--library PATH] -- APP ARGS...";
+[--library PATH] -- APP ARGS...
+       kreplay run --list-sass [--metrics LIST] [--set NAME]";
 
 /// Parses the arguments after `run`.
 pub fn parse(args: &[String]) -> Result<RunArgs, String> {
@@ -80,6 +89,7 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
         range: None,
         out: None,
         library: None,
+        list_sass: false,
         app: Vec::new(),
     };
     let mut it = args.iter();
@@ -139,6 +149,7 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
             "--dispatch-range" => a.range = Some(val()?),
             "--out" => a.out = Some(PathBuf::from(val()?)),
             "--library" => a.library = Some(PathBuf::from(val()?)),
+            "--list-sass" if inline.is_none() => a.list_sass = true,
             _ if a.app.is_empty() && !arg.starts_with('-') => {
                 // No `--`: the program starts here.
                 a.app.push(arg.clone());
@@ -147,6 +158,12 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
             }
             _ => return Err(format!("unknown option {arg:?}")),
         }
+    }
+    if a.list_sass {
+        if !a.app.is_empty() {
+            return Err("--list-sass starts no program".into());
+        }
+        return Ok(a);
     }
     if a.app.is_empty() {
         return Err("no program given (after --)".into());
@@ -184,6 +201,85 @@ impl RunArgs {
     }
 }
 
+/// `--list-sass`: the first device's chip, its SASS metrics on stdout, and the plan of the
+/// list if one is given; the exit status.
+fn list_sass(a: &RunArgs) -> u8 {
+    use replay_cuda::counters::{plan_for_device, sass_metrics_for_device, CounterError};
+    let (chip, list) = match sass_metrics_for_device(0) {
+        Ok(l) => l,
+        Err(e) => {
+            crate::say(format_args!("kreplay run: --list-sass: {e}"));
+            return 1;
+        }
+    };
+    let mut text = format!(
+        "{chip}: {} SASS metrics
+",
+        list.len()
+    );
+    for m in &list {
+        text.push_str(&format!(
+            "{}	{}	{}
+",
+            m.name, m.id, m.description
+        ));
+    }
+    if !crate::print_out(text.trim_end()) {
+        return 1;
+    }
+    let names = a.metric_list();
+    if names.is_empty() {
+        return 0;
+    }
+    match plan_for_device(0, &names) {
+        Ok(plan) => {
+            let j = serde_json::to_string_pretty(&plan.summary()).unwrap_or_default();
+            if crate::print_out(&j) {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e @ (CounterError::Metrics { .. } | CounterError::Empty)) => {
+            crate::say(format_args!("kreplay run: {e}"));
+            2
+        }
+        Err(e) => {
+            crate::say(format_args!("kreplay run: --list-sass: {e}"));
+            1
+        }
+    }
+}
+
+/// The plan's passes, one line each: the range groups, then the SASS pass.
+fn plan_lines(plan: &replay_cuda::counters::MetricPlan) -> Vec<String> {
+    let mut lines: Vec<String> = plan
+        .groups
+        .iter()
+        .map(|g| {
+            format!(
+                "pass {}{}: {}",
+                g.first_pass,
+                if g.config.passes > 1 {
+                    format!("-{}", g.first_pass + g.config.passes - 1)
+                } else {
+                    String::new()
+                },
+                g.config.metrics.join(",")
+            )
+        })
+        .collect();
+    if let Some(s) = &plan.sass {
+        let m: Vec<String> = s
+            .metrics
+            .iter()
+            .map(|m| format!("{} (SASS {})", m.name, m.api_name))
+            .collect();
+        lines.push(format!("pass {}: {}", s.first_pass, m.join(",")));
+    }
+    lines
+}
+
 /// Compiles the counters tool's list before the program starts: the passes to ask for, or
 /// the exit status (2: a metric cannot be collected; 1: no CUPTI or no driver).
 fn plan_counters(a: &RunArgs) -> Result<u64, u8> {
@@ -191,22 +287,7 @@ fn plan_counters(a: &RunArgs) -> Result<u64, u8> {
     let names = a.metric_list();
     match plan_for_device(0, &names) {
         Ok(plan) => {
-            let groups: Vec<String> = plan
-                .groups
-                .iter()
-                .map(|g| {
-                    format!(
-                        "pass {}{}: {}",
-                        g.first_pass,
-                        if g.config.passes > 1 {
-                            format!("-{}", g.first_pass + g.config.passes - 1)
-                        } else {
-                            String::new()
-                        },
-                        g.config.metrics.join(",")
-                    )
-                })
-                .collect();
+            let groups = plan_lines(&plan);
             crate::say(format_args!(
                 "kreplay run: counters: {} metrics on {} in {} passes (the host API's single configuration: {}); {}",
                 names.len(),
@@ -275,6 +356,9 @@ pub fn main(args: &[String]) -> u8 {
             ));
             return 2;
         }
+    }
+    if a.list_sass {
+        return list_sass(&a);
     }
     if let Err(e) = check_out(&a) {
         crate::say(format_args!("kreplay run: {e}\n{USAGE}"));
@@ -589,6 +673,109 @@ mod tests {
         let e = parse(&s(&["--metrics", "a.sum", "--", "app"])).unwrap_err();
         assert!(e.contains("for --tool counters, not verify"), "{e}");
         assert!(parse(&s(&["--tool", "counters", "--metrics", " , ", "--", "app"])).is_err());
+    }
+
+    #[test]
+    fn list_sass_starts_no_program_and_a_mixed_list_parses() {
+        let a = parse(&s(&["--list-sass"])).unwrap();
+        assert!(a.list_sass && a.app.is_empty());
+        let a = parse(&s(&[
+            "--list-sass",
+            "--metrics",
+            "smsp__inst_executed.sum,sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+        ]))
+        .unwrap();
+        assert_eq!(a.metric_list().len(), 2);
+        let e = parse(&s(&["--list-sass", "--", "app"])).unwrap_err();
+        assert!(e.contains("starts no program"), "{e}");
+        assert!(parse(&s(&["--list-sass=1"])).is_err());
+        // A mixed list (range and SASS metrics) is one --metrics list.
+        let a = parse(&s(&[
+            "--tool",
+            "counters",
+            "--metrics",
+            "dram__bytes_read.sum,sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+            "--",
+            "app",
+        ]))
+        .unwrap();
+        assert_eq!(
+            a.metric_list(),
+            s(&[
+                "dram__bytes_read.sum",
+                "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"
+            ])
+        );
+        // Without CUPTI (CI) the listing is one line and status 1.
+        if replay_cuda::counters::CuptiProfiler::global().is_err() {
+            assert_eq!(list_sass(&parse(&s(&["--list-sass"])).unwrap()), 1);
+        }
+    }
+
+    #[test]
+    fn the_plan_lines_name_the_sass_pass_and_its_api_metrics_after_the_range_groups() {
+        use replay_cuda::counters::{
+            Config, Group, MetricPlan, Rollup, SassGranularity, SassGroup, SassMetric,
+        };
+        let plan = MetricPlan {
+            chip: "GH100".into(),
+            metrics: Vec::new(),
+            launch: Vec::new(),
+            groups: vec![Group {
+                config: Config {
+                    metrics: s(&["dram__bytes_read.sum"]),
+                    image: Vec::new(),
+                    passes: 2,
+                    handle: 0,
+                },
+                first_pass: 0,
+            }],
+            sass: Some(SassGroup {
+                first_pass: 2,
+                metrics: vec![SassMetric {
+                    name: "sm__sass_thread_inst_executed_op_ffma_pred_on.sum".into(),
+                    api_name: "smsp__sass_thread_inst_executed_op_ffma_pred_on".into(),
+                    id: 7,
+                    rollup: Rollup::Sum,
+                }],
+                granularity: SassGranularity::Gpu,
+                sentinel: None,
+            }),
+            passes: 3,
+            single_config_passes: 2,
+        };
+        assert_eq!(
+            plan_lines(&plan),
+            s(&[
+                "pass 0-1: dram__bytes_read.sum",
+                "pass 2: sm__sass_thread_inst_executed_op_ffma_pred_on.sum (SASS smsp__sass_thread_inst_executed_op_ffma_pred_on)"
+            ])
+        );
+    }
+
+    #[test]
+    fn a_mixed_counter_list_is_compiled_before_the_program_starts() {
+        let dir = std::env::temp_dir().join(format!("kreplay-mixed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let marker = dir.join("started");
+        let code = main(&s(&[
+            "--tool",
+            "counters",
+            "--metrics",
+            "smsp__inst_executed.sum,sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}", marker.display()),
+        ]));
+        // Here (no GPU) CUPTI or the driver is missing: 1 and no start; with them the list
+        // compiles (a range group and the SASS pass) and the program runs.
+        match code {
+            1 => assert!(!marker.exists(), "the program must not start"),
+            0 => assert!(marker.exists()),
+            c => panic!("exit status {c}: the list was refused"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! | [`intercept`] | where an unmodified application hands the backend a submission: wrappers of the driver's launch, allocation, free, copy and memset entries, handed out by `dlsym` and `cuGetProcAddress` |
 //! | [`state`] | process-wide state of the interception: backends per device, tracker, streams seen, layouts, counts by kind; the hooks that run the window |
 //! | [`tool`] | entry points a runtime calls (`InitializeInjection`'s body) and the tools attached there, the built-in `verify`, `timing` and `counters` of `kreplay run` |
-//! | [`counters`] | hardware counters of replayed dispatches: CUPTI's range profiler loaded at run time, metric lists compiled into one-pass groups on the host, profiler passes inside replay passes (SPEC §12.1) |
+//! | [`counters`] | hardware counters of replayed dispatches: CUPTI's range profiler loaded at run time, metric lists compiled into one-pass groups on the host, profiler passes inside replay passes; `__sass_` metrics through the SASS Metrics API in a pass of their own (SPEC §12.1) |
 //! | [`sys`], [`result`] | raw bindings, checked calls (and the driver loaded and initialised once, [`is_available`]) |
 //!
 //! and, beside the roles: [`launch`] (argument blocks, launch configuration, the raw launch),

@@ -7,6 +7,10 @@
 //! of raw counters, a configuration needs `ceil(distinct counters / PER_PASS)` passes, and its
 //! target side records in which replay pass the kernel ran while the profiler was started, so
 //! a value tells which pass produced it.
+//!
+//! Its SASS side lists a chip's SASS metrics (API names, ids) and, while patching is
+//! enabled, makes records for every launch: the dispatch's kernel's, and those of the
+//! backend's cache flush and of another kernel, which must not count.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,7 +23,7 @@ use replay_core::{
 };
 use replay_cuda::counters::{
     metric_set, parse_metric_list, Config, CounterCollector, CounterError, MetricPlan, Profiler,
-    ReportHeader,
+    ReportHeader, Rollup, SassConfig, SassGranularity, SassMetricInfo, SassRecord, SassRecords,
 };
 use replay_mock::double::InstantAgent;
 use replay_mock::instant::InstantSnapshotter;
@@ -32,6 +36,8 @@ const CHIP: &str = "GH100";
 fn counters_of(metric: &str) -> Option<Vec<&'static str>> {
     Some(match metric {
         "smsp__inst_executed.sum" => vec!["inst"],
+        // The range profiler's host compiles SASS names (and evaluates them to NaN): the
+        // plan must not send them there.
         "sm__sass_thread_inst_executed_op_ffma_pred_on.sum" => vec!["ffma"],
         "dram__bytes_read.sum" => vec!["dram_rd"],
         "dram__bytes_write.sum" => vec!["dram_wr"],
@@ -73,6 +79,35 @@ struct Fake {
     starts: AtomicU32,
     /// Sessions complete after one pass, whatever the host API counted.
     finish_early: std::sync::atomic::AtomicBool,
+    /// Every list the host API was asked to compile.
+    compiled: Mutex<Vec<Vec<String>>>,
+    /// The SASS Metrics API is missing (an older libcupti).
+    no_sass_api: std::sync::atomic::AtomicBool,
+    /// SASS patching: the configuration while enabled.
+    sass: Mutex<Option<SassConfig>>,
+    /// Records made while patching was enabled.
+    sass_records: Mutex<Vec<SassRecord>>,
+    /// Launches patching saw, by kernel name (the dispatch's, then the fake's others).
+    sass_seen: Mutex<Vec<String>>,
+    /// The dispatch's kernel is not patched (its launches make no records).
+    sass_unpatched: std::sync::atomic::AtomicBool,
+    /// A chip whose SASS names differ from [`SASS_LIST`].
+    sass_list: Mutex<Option<Vec<(u64, &'static str)>>>,
+}
+
+/// The fake chip's SASS metrics: the API's base names.
+const SASS_LIST: &[(u64, &str)] = &[
+    (11, "smsp__sass_inst_executed"),
+    (12, "smsp__sass_thread_inst_executed_op_ffma_pred_on"),
+    (13, "smsp__sass_inst_executed_op_global_ld"),
+];
+
+/// What a patched instruction of `kernel` counts for metric `id` on instance `i`: the
+/// dispatch's kernel small numbers, the others large ones, so a sum that takes one of theirs
+/// shows it.
+fn sass_value(kernel: &str, id: u64, pc: u32, i: usize) -> u64 {
+    let base = if kernel == "_Z3rmwPdm" { 1 } else { 1_000_000 };
+    base * (id % 10) * (u64::from(pc) + 1) * (i as u64 + 1)
 }
 
 impl Fake {
@@ -84,11 +119,37 @@ impl Fake {
         Some(all.len().div_ceil(PER_PASS) as u32)
     }
 
-    fn launched(&self) {
+    fn launched(&self, kernel: &str) {
         let pass = self.current.load(Ordering::SeqCst);
         if let Some(s) = self.session.lock().as_mut() {
             if s.started {
                 s.launches.push(pass);
+            }
+        }
+        let cfg = self.sass.lock().clone();
+        if let Some(cfg) = cfg {
+            // The backend's flush kernel and another kernel run patched in the pass too.
+            let mut kernels = vec!["kreplay_flush_l2", "_Z5otherv"];
+            if !self.sass_unpatched.load(Ordering::SeqCst) {
+                kernels.insert(1, kernel);
+            }
+            let inst = match cfg.granularity {
+                SassGranularity::Gpu => 1,
+                SassGranularity::Sm => 2,
+                SassGranularity::Smsp => 4,
+            };
+            for k in kernels {
+                self.sass_seen.lock().push(k.to_string());
+                // Three instructions; one record per instruction and metric.
+                for pc in 0..3u32 {
+                    for &id in &cfg.metric_ids {
+                        self.sass_records.lock().push(SassRecord {
+                            function: k.to_string(),
+                            pc_offset: pc * 16,
+                            values: (0..inst).map(|i| (id, sass_value(k, id, pc, i))).collect(),
+                        });
+                    }
+                }
             }
         }
     }
@@ -106,6 +167,7 @@ impl Profiler for Fake {
     }
     fn compile(&self, chip: &str, metrics: &[String]) -> Result<Config, CounterError> {
         self.compiles.fetch_add(1, Ordering::SeqCst);
+        self.compiled.lock().push(metrics.to_vec());
         let bad: Vec<(String, String)> = metrics
             .iter()
             .filter(|m| counters_of(m).is_none())
@@ -218,6 +280,60 @@ impl Profiler for Fake {
     fn registers(&self, kernel_id: u64) -> Option<u32> {
         Some(kernel_id as u32 * 10)
     }
+    fn sass_metrics(&self, chip: &str) -> Result<Vec<SassMetricInfo>, CounterError> {
+        assert_eq!(chip, CHIP);
+        if self.no_sass_api.load(Ordering::SeqCst) {
+            return Err(CounterError::SassUnavailable(
+                "libcupti.so lacks cuptiSassMetricsGetNumOfMetrics".into(),
+            ));
+        }
+        let list = self
+            .sass_list
+            .lock()
+            .clone()
+            .unwrap_or_else(|| SASS_LIST.to_vec());
+        Ok(list
+            .iter()
+            .map(|(id, n)| SassMetricInfo {
+                id: *id,
+                name: n.to_string(),
+                description: format!("sass {n}"),
+            })
+            .collect())
+    }
+    fn sass_begin(&self, ctx: u64, config: &SassConfig) -> Result<(), CounterError> {
+        let mut s = self.sass.lock();
+        assert!(s.is_none(), "patching enabled twice");
+        if self.session.lock().as_ref().is_some_and(|s| s.started) {
+            return Err(CounterError::Session(
+                "SASS beside a started range profiler".into(),
+            ));
+        }
+        self.calls.lock().push(format!(
+            "sass_begin {ctx:#x} {:?} {}",
+            config.metric_ids,
+            config.granularity.as_str()
+        ));
+        *s = Some(config.clone());
+        Ok(())
+    }
+    fn sass_end(&self, _: u64) -> Result<SassRecords, CounterError> {
+        let cfg = self
+            .sass
+            .lock()
+            .take()
+            .ok_or_else(|| CounterError::Session("SASS end without a begin".into()))?;
+        self.calls.lock().push("sass_end".into());
+        Ok(SassRecords {
+            instances: match cfg.granularity {
+                SassGranularity::Gpu => 1,
+                SassGranularity::Sm => 2,
+                SassGranularity::Smsp => 4,
+            },
+            records: std::mem::take(&mut *self.sass_records.lock()),
+            dropped: 0,
+        })
+    }
 }
 
 fn names(v: &[&str]) -> Vec<String> {
@@ -279,10 +395,10 @@ fn rig(metrics: &[&str], min_passes: u32) -> Rig {
     .unwrap();
     svc.start().unwrap();
     let (f, cur) = (Arc::clone(&fake), Arc::clone(&fake.current));
-    let agent = InstantAgent::new(AgentId(0)).on_submit(move |_, pass| {
+    let agent = InstantAgent::new(AgentId(0)).on_submit(move |d, pass| {
         if let Some(p) = pass {
             cur.store(p, Ordering::SeqCst);
-            f.launched();
+            f.launched(&d.info.kernel_name);
         }
     });
     Rig {
@@ -614,10 +730,12 @@ fn metric_lists_and_the_basic_set() {
         assert!(basic.contains(&m), "{m}");
     }
     assert!(metric_set("nonsense").is_none());
-    // The basic set compiles on the fake (every name is one it knows or a launch metric).
+    // The basic set compiles on the fake (every name is one it knows or a launch metric):
+    // five counters in two range passes, then the FFMA count's SASS pass.
     let fake = Fake::default();
     let plan = MetricPlan::compile(&fake, CHIP, &names(basic)).unwrap();
-    assert_eq!(plan.passes, 2);
+    assert_eq!(plan.passes, 3);
+    assert_eq!(plan.sass.as_ref().map(|s| s.first_pass), Some(2));
 }
 
 #[test]
@@ -712,4 +830,471 @@ fn multi_pass_metrics_share_an_image_where_it_costs_no_pass_and_one_pass_metrics
         ]
     );
     assert_eq!(plan.passes, 3);
+}
+
+#[test]
+fn sass_metrics_get_a_pass_of_their_own_after_the_range_groups_mapped_to_the_chips_names() {
+    let fake = Fake::default();
+    let plan = MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&[
+            "launch__grid_size",
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+            "smsp__inst_executed.sum",
+            "dram__bytes_read.sum",
+            "smsp__sass_inst_executed_op_global_ld.sum",
+        ]),
+    )
+    .unwrap();
+    // The range profiler's host never saw a SASS name.
+    assert!(
+        fake.compiled
+            .lock()
+            .iter()
+            .flatten()
+            .all(|m| !m.contains("__sass_")),
+        "{:?}",
+        fake.compiled.lock()
+    );
+    let groups: Vec<Vec<&str>> = plan
+        .groups
+        .iter()
+        .map(|g| g.config.metrics.iter().map(String::as_str).collect())
+        .collect();
+    assert_eq!(
+        groups,
+        [vec!["smsp__inst_executed.sum", "dram__bytes_read.sum"]]
+    );
+    let s = plan.sass.as_ref().expect("a SASS pass");
+    assert_eq!(s.first_pass, 1);
+    assert_eq!(plan.passes, 2, "the SASS pass is counted");
+    assert_eq!(plan.single_config_passes, 1, "the range metrics alone");
+    let mapped: Vec<(&str, &str, u64, Rollup)> = s
+        .metrics
+        .iter()
+        .map(|m| (m.name.as_str(), m.api_name.as_str(), m.id, m.rollup))
+        .collect();
+    assert_eq!(
+        mapped,
+        [
+            (
+                "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+                "smsp__sass_thread_inst_executed_op_ffma_pred_on",
+                12,
+                Rollup::Sum
+            ),
+            (
+                "smsp__sass_inst_executed_op_global_ld.sum",
+                "smsp__sass_inst_executed_op_global_ld",
+                13,
+                Rollup::Sum
+            ),
+        ]
+    );
+    assert_eq!(s.granularity, SassGranularity::Gpu);
+    assert_eq!(s.sentinel, Some(11));
+    assert_eq!(s.config().metric_ids, [12, 13, 11]);
+    let info: Vec<(&str, u32, &str)> = plan
+        .metrics
+        .iter()
+        .map(|m| (m.name.as_str(), m.pass, m.description.as_str()))
+        .collect();
+    assert_eq!(
+        info[1],
+        (
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+            1,
+            "sass smsp__sass_thread_inst_executed_op_ffma_pred_on"
+        )
+    );
+    assert_eq!(info[3].1, 0);
+    let j = plan.summary();
+    assert_eq!(j["sass"]["first_pass"], 1);
+    assert_eq!(
+        j["sass"]["metrics"][0]["api_name"],
+        "smsp__sass_thread_inst_executed_op_ffma_pred_on"
+    );
+    // A list of SASS metrics only: one pass, the SASS one.
+    let plan = MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&["smsp__sass_inst_executed.max", "launch__grid_size"]),
+    )
+    .unwrap();
+    assert!(plan.groups.is_empty());
+    assert_eq!(plan.passes, 1);
+    let s = plan.sass.unwrap();
+    assert_eq!(
+        (s.first_pass, s.granularity, s.metrics[0].rollup),
+        (0, SassGranularity::Smsp, Rollup::Max)
+    );
+    // The sentinel is the asked metric itself: configured once.
+    assert_eq!(s.config().metric_ids, [11]);
+}
+
+#[test]
+fn sass_names_that_cannot_be_collected_are_named_with_the_reason() {
+    let fake = Fake::default();
+    let e = MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&[
+            "sm__sass_inst_executed_op_nothing.sum",
+            "smsp__sass_inst_executed.pct",
+            "smsp__sass_inst_executed.sum.per_second",
+            "sm__sass_inst_executed.avg",
+            "smsp__sass_inst_executed_op_global_ld.max",
+            "l1tex__sass_inst_executed.avg",
+            "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+            "dram__bytes_raed.sum",
+        ]),
+    )
+    .unwrap_err();
+    let CounterError::Metrics { chip, bad } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(chip, CHIP);
+    let why = |m: &str| {
+        bad.iter()
+            .find(|(n, _)| n == m)
+            .map(|(_, w)| w.as_str())
+            .unwrap_or_else(|| panic!("{m} not named: {bad:?}"))
+    };
+    assert!(
+        why("sm__sass_inst_executed_op_nothing.sum")
+            .contains("not among the 3 SASS metrics of the chip"),
+        "{bad:?}"
+    );
+    assert!(
+        why("sm__sass_inst_executed_op_nothing.sum").contains("--list-sass"),
+        "{bad:?}"
+    );
+    assert!(
+        why("smsp__sass_inst_executed.pct").contains(".sum, .avg, .max or .min, not .pct"),
+        "{bad:?}"
+    );
+    assert!(
+        why("smsp__sass_inst_executed.sum.per_second").contains("not .sum.per_second"),
+        "{bad:?}"
+    );
+    // Per-SM statistics first, then per-SM-sub-partition ones: one pass has one granularity.
+    assert!(
+        why("smsp__sass_inst_executed_op_global_ld.max").contains("per smsp"),
+        "{bad:?}"
+    );
+    assert!(
+        why("l1tex__sass_inst_executed.avg").contains("not \"l1tex\""),
+        "{bad:?}"
+    );
+    // The good SASS metric, the good `.avg` and the range metric the host knows are not named.
+    assert_eq!(bad.len(), 6, "{bad:?}");
+    assert!(!bad.iter().any(|(n, _)| n == "sm__sass_inst_executed.avg"));
+    assert!(e
+        .to_string()
+        .contains("sm__sass_inst_executed_op_nothing.sum"));
+
+    // An older libcupti: the SASS metrics are named, the rest of the list plans as before.
+    let old = Fake::default();
+    old.no_sass_api.store(true, Ordering::SeqCst);
+    let e = MetricPlan::compile(
+        &old,
+        CHIP,
+        &names(&[
+            "dram__bytes_read.sum",
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+        ]),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("\"sm__sass_thread_inst_executed_op_ffma_pred_on.sum\" (no SASS Metrics API: libcupti.so lacks cuptiSassMetricsGetNumOfMetrics)"),
+        "{msg}"
+    );
+    assert!(!msg.contains("dram__bytes_read.sum"), "{msg}");
+    let plan = MetricPlan::compile(&old, CHIP, &names(&["dram__bytes_read.sum"])).unwrap();
+    assert!(plan.sass.is_none());
+}
+
+#[test]
+fn the_sass_pass_sums_only_the_dispatchs_function_records_keyed_by_its_own_pass() {
+    let r = rig(
+        &[
+            "smsp__inst_executed.sum",
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+            "smsp__sass_inst_executed_op_global_ld.sum",
+            "dram__bytes_read.sum",
+        ],
+        4,
+    );
+    assert_eq!(r.collector.plan().passes, 2);
+    assert_eq!(r.collector.pass_count(), 4);
+    let rec = r.run(1);
+    assert_eq!(rec.outcome, Outcome::Replayed, "{rec}");
+    assert_eq!(rec.executed_passes, 4);
+    assert!(
+        r.collector.errors().is_empty(),
+        "{:?}",
+        r.collector.errors()
+    );
+    // The range group in pass 0, the SASS pass alone in pass 1, nothing in passes 2 and 3.
+    assert_eq!(
+        *r.fake.calls.lock(),
+        [
+            "begin 0xc0 smsp__inst_executed.sum,dram__bytes_read.sum",
+            "start",
+            "stop",
+            "decode",
+            "sass_begin 0xc0 [12, 13, 11] gpu",
+            "sass_end",
+        ]
+    );
+    // Patching saw the flush and another kernel beside the dispatch's, in pass 1 only.
+    assert_eq!(
+        *r.fake.sass_seen.lock(),
+        ["kreplay_flush_l2", "_Z3rmwPdm", "_Z5otherv"]
+    );
+    let rep = r.collector.report(&ReportHeader::default());
+    let got: Vec<(&str, u32, f64)> = rep
+        .samples
+        .iter()
+        .map(|s| (s.metric.as_str(), s.pass, s.value))
+        .collect();
+    // The dispatch's three instructions: (pc + 1) * (id % 10), one instance.
+    let sum = |id: u64| ((1..=3).map(|pc| pc * (id % 10)).sum::<u64>()) as f64;
+    assert_eq!(
+        got,
+        [
+            (
+                "smsp__inst_executed.sum",
+                0,
+                value("smsp__inst_executed.sum", 0)
+            ),
+            (
+                "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+                1,
+                sum(12)
+            ),
+            ("smsp__sass_inst_executed_op_global_ld.sum", 1, sum(13)),
+            ("dram__bytes_read.sum", 0, value("dram__bytes_read.sum", 0)),
+        ]
+    );
+    // A second dispatch patches again and gets its own values.
+    let rec2 = r.run(1);
+    let rep = r.collector.report(&ReportHeader::default());
+    assert_eq!(
+        rep.samples
+            .iter()
+            .filter(|s| s.dispatch_id == rec2.dispatch_id.0 && s.pass == 1)
+            .count(),
+        2
+    );
+    assert_eq!(
+        r.fake
+            .calls
+            .lock()
+            .iter()
+            .filter(|c| c.starts_with("sass_begin"))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn sass_rollups_over_instances_follow_nsight_computes_avg_max_and_min() {
+    let r = rig(
+        &[
+            "smsp__sass_inst_executed_op_global_ld.sum",
+            "smsp__sass_inst_executed_op_global_ld.avg",
+            "smsp__sass_inst_executed_op_global_ld.max",
+            "smsp__sass_inst_executed_op_global_ld.min",
+        ],
+        1,
+    );
+    let rec = r.run(1);
+    assert_eq!(rec.executed_passes, 2);
+    assert_eq!(
+        r.fake.calls.lock()[0],
+        "sass_begin 0xc0 [13, 11] smsp",
+        "one metric id, SM sub-partition instances for the statistics"
+    );
+    let rep = r.collector.report(&ReportHeader::default());
+    let got: Vec<f64> = rep.samples.iter().map(|s| s.value).collect();
+    // Instance i of the dispatch's instruction pc counts 3 * (pc + 1) * (i + 1): per instance
+    // 3 * 6 * (i + 1) = 18, 36, 54, 72 over 4 instances.
+    assert_eq!(got, [180.0, 45.0, 72.0, 18.0]);
+    assert!(rep.samples.iter().all(|s| s.pass == 0));
+}
+
+#[test]
+fn a_kernel_that_was_not_patched_is_an_error_not_a_zero_and_other_dispatches_go_on() {
+    let r = rig(
+        &[
+            "dram__bytes_read.sum",
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+        ],
+        1,
+    );
+    r.fake.sass_unpatched.store(true, Ordering::SeqCst);
+    let first = r.run(1);
+    assert_eq!(
+        first.outcome,
+        Outcome::Replayed,
+        "the replay itself goes on"
+    );
+    r.fake.sass_unpatched.store(false, Ordering::SeqCst);
+    let second = r.run(1);
+    let rep = r.collector.report(&ReportHeader::default());
+    let of = |d: DispatchId| -> Vec<&str> {
+        rep.samples
+            .iter()
+            .filter(|s| s.dispatch_id == d.0)
+            .map(|s| s.metric.as_str())
+            .collect()
+    };
+    assert_eq!(of(first.dispatch_id), ["dram__bytes_read.sum"]);
+    assert_eq!(of(second.dispatch_id).len(), 2);
+    let errors = r.collector.errors();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors.iter().all(|(d, _)| *d == first.dispatch_id.0));
+    assert!(
+        errors[0].1.contains("no SASS record of _Z3rmwPdm")
+            && errors[0].1.contains("kreplay_flush_l2")
+            && errors[0].1.contains("not patched"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].1.contains("not collected")
+            && errors[1]
+                .1
+                .contains("sm__sass_thread_inst_executed_op_ffma_pred_on.sum"),
+        "{errors:?}"
+    );
+    // Patching was turned off after each dispatch's SASS pass.
+    assert!(r.fake.sass.lock().is_none());
+}
+
+#[test]
+fn a_sass_pass_the_window_never_reaches_leaves_patching_off_and_says_what_is_missing() {
+    // A range group that fails leaves the SASS pass to run, but the dispatch's collection
+    // has ended: nothing is enabled, and the SASS metrics are named as missing.
+    let r = rig(
+        &[
+            "dram__bytes_read.sum",
+            "smsp__sass_inst_executed_op_global_ld.sum",
+        ],
+        1,
+    );
+    *r.fake.fail_start_at.lock() = Some(0);
+    let rec = r.run(1);
+    assert_eq!(rec.executed_passes, 2);
+    assert!(
+        r.fake
+            .calls
+            .lock()
+            .iter()
+            .all(|c| !c.starts_with("sass_begin")),
+        "{:?}",
+        r.fake.calls.lock()
+    );
+    let errors = r.collector.errors();
+    assert!(
+        errors.iter().any(|(_, e)| e.contains("not collected")
+            && e.contains("dram__bytes_read.sum")
+            && e.contains("smsp__sass_inst_executed_op_global_ld.sum")),
+        "{errors:?}"
+    );
+    // Asked for one pass only (a tool's own front end may): the SASS pass never runs, and
+    // its metrics are missing from the dispatch.
+    let c = CounterCollector::new(
+        Arc::clone(r.collector.plan()),
+        Arc::clone(&r.fake) as Arc<dyn Profiler>,
+        1,
+    );
+    let d = dispatch(1).info;
+    let pass = |c: &CounterCollector, n: u32| {
+        c.pass_enter(&d, n);
+        r.fake.current.store(n, Ordering::SeqCst);
+        r.fake.launched(&d.kernel_name);
+        c.pass_exit(&d, n);
+    };
+    pass(&c, 0);
+    let mut o = replay_core::OutcomeRecord::new(d.dispatch_id, d.agent, &d.kernel_name);
+    o.outcome = Outcome::Truncated;
+    o.executed_passes = 1;
+    o.requested_passes = 2;
+    c.finish(&d, Some(&o));
+    assert_eq!(c.errors().len(), 1, "{:?}", c.errors());
+    assert!(
+        c.errors()[0].1.contains("not collected after 1 passes")
+            && c.errors()[0]
+                .1
+                .ends_with(": smsp__sass_inst_executed_op_global_ld.sum"),
+        "{:?}",
+        c.errors()
+    );
+    // A SASS pass whose EXIT never came (truncated inside it): CONFIG EXIT turns patching
+    // off.
+    let c = CounterCollector::new(
+        Arc::clone(r.collector.plan()),
+        Arc::clone(&r.fake) as Arc<dyn Profiler>,
+        1,
+    );
+    *r.fake.fail_start_at.lock() = None;
+    pass(&c, 0);
+    c.pass_enter(&d, 1);
+    assert!(r.fake.sass.lock().is_some());
+    o.executed_passes = 2;
+    c.finish(&d, Some(&o));
+    assert!(r.fake.sass.lock().is_none(), "patching left on");
+}
+
+#[test]
+fn sass_names_map_by_the_api_name_itself_and_by_other_spellings_of_the_unit() {
+    let fake = Fake::default();
+    // The API's own base name is its `.sum`; an unknown bare name is not guessed at.
+    let plan = MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&["smsp__sass_inst_executed_op_global_ld"]),
+    )
+    .unwrap();
+    let m = &plan.sass.unwrap().metrics[0];
+    assert_eq!((m.id, m.rollup), (13, Rollup::Sum));
+    assert!(MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&["sm__sass_inst_executed_op_global_ld"])
+    )
+    .is_err());
+    // A chip that spells the unit otherwise: `sm__sass_x.sum` still finds `sass__x`, and
+    // without `smsp__sass_inst_executed` there is no sentinel.
+    *fake.sass_list.lock() = Some(vec![
+        (21, "sass__thread_inst_executed_op_ffma_pred_on"),
+        (22, "sm__sass_inst_executed_op_global_ld"),
+    ]);
+    let plan = MetricPlan::compile(
+        &fake,
+        CHIP,
+        &names(&[
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+            "smsp__sass_inst_executed_op_global_ld.sum",
+        ]),
+    )
+    .unwrap();
+    let s = plan.sass.unwrap();
+    let got: Vec<(&str, u64)> = s
+        .metrics
+        .iter()
+        .map(|m| (m.api_name.as_str(), m.id))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("sass__thread_inst_executed_op_ffma_pred_on", 21),
+            ("sm__sass_inst_executed_op_global_ld", 22)
+        ]
+    );
+    assert_eq!(s.sentinel, None);
+    assert_eq!(s.config().metric_ids, [21, 22]);
 }

@@ -129,4 +129,36 @@ mod entries {
             other => panic!("status {other}: {e}"),
         }
     }
+
+    #[test]
+    fn a_mixed_list_of_range_and_sass_metrics_is_one_collection() {
+        // Range-profiler and SASS metrics in one list, one of them inside a comma list.
+        let names = [
+            c"dram__bytes_read.sum".as_ptr(),
+            c"smsp__inst_executed.sum,sm__sass_thread_inst_executed_op_ffma_pred_on.sum".as_ptr(),
+        ];
+        let mut h = 0u64;
+        // SAFETY: a valid array of two names and a writable out pointer.
+        let s = unsafe { kreplay_cuda_counters_create(names.as_ptr(), 2, 1, &mut h) };
+        let e = last_error();
+        match s {
+            // CI: no CUPTI, so nothing is compiled; the list itself was not refused.
+            KREPLAY_STATUS_UNSUPPORTED => assert!(
+                ["libcupti", "libnvperf", "CUDA"]
+                    .iter()
+                    .any(|l| e.contains(l)),
+                "{e}"
+            ),
+            // A GPU: the range group and the SASS pass of their own.
+            KREPLAY_STATUS_OK => {
+                let mut n = 0u32;
+                // SAFETY: a writable out pointer; the handle was just made.
+                let s = unsafe { kreplay_cuda_counters_passes(h, &mut n) };
+                assert_eq!(s, KREPLAY_STATUS_OK);
+                assert!(n >= 2, "{n}");
+                assert_eq!(kreplay_cuda_counters_destroy(h), KREPLAY_STATUS_OK);
+            }
+            other => panic!("status {other}: {e}"),
+        }
+    }
 }

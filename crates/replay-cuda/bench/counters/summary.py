@@ -8,7 +8,9 @@ and metric), pairs the kernels in launch order (ours: dispatch order; ncu: ID), 
 metric counts the kernels whose values are equal, within 2% and within 10%. The class says
 which bound the issue asks for: launch and instruction counts equal, memory traffic within
 2%, time within 10%. Then our passes and snapshotted bytes beside ncu's replay cost, and the
-wall times of the runs (OUTDIR/steps.txt).
+wall times of the runs (OUTDIR/steps.txt). First, from OUTDIR/list_sass.stdout (`kreplay
+run --list-sass --metrics BIG`): how many SASS metrics the chip has and where the list's
+`__sass_` metrics were mapped.
 """
 import csv
 import json
@@ -112,6 +114,11 @@ def compare(name, out):
         print(
             f"| {m} | {klass(m)} | {len(pairs)} | {eq} | {w2} | {w10} | {rel(*worst):.3%} | {max(abs(a - b) for a, b in pairs):g} | {worst[0]:g} / {worst[1]:g} |"
         )
+    pair = ("smsp__sass_inst_executed.sum", "smsp__inst_executed.sum")
+    both = [(r[1][pair[0]], r[1][pair[1]]) for r in rows if pair[0] in r[1] and pair[1] in r[1]]
+    if both:
+        eq = sum(1 for a, b in both if a == b)
+        print(f"\nours, patched count against hardware count ({pair[0]} = {pair[1]}): {eq} of {len(both)} kernels equal")
     names_differ = sum(
         1 for i in range(n) if rows[i][0]["kernel_demangled"].split("(")[0].split("<")[0].split("::")[-1][:20]
         not in nk[i]["name"]
@@ -127,8 +134,33 @@ def compare(name, out):
         )
 
 
+def sass_probe(out):
+    p = os.path.join(out, "list_sass.stdout")
+    if not os.path.exists(p):
+        return
+    text = open(p, errors="replace").read()
+    lines = text.splitlines()
+    print("### SASS metrics (kreplay run --list-sass)\n")
+    print(lines[0] if lines else "(empty)")
+    start = text.find("{")
+    if start >= 0:
+        try:
+            plan = json.loads(text[start:])
+        except ValueError:
+            plan = {}
+        s = plan.get("sass") or {}
+        print(f"\nSASS pass {s.get('first_pass')} of {plan.get('passes')} (granularity {s.get('granularity')}):\n")
+        print("| metric | SASS API metric | rollup |\n|---|---|---|")
+        for m in s.get("metrics", []):
+            print(f"| {m['name']} | {m['api_name']} | {m['rollup']} |")
+    err = os.path.join(out, "list_sass.stderr")
+    if os.path.exists(err) and os.path.getsize(err):
+        print("\n" + open(err, errors="replace").read().strip()[:2000])
+
+
 def main():
     out = sys.argv[1]
+    sass_probe(out)
     names = sorted(
         {f[5:-5] for f in os.listdir(out) if f.startswith("ours_") and f.endswith(".json")}
         | {f[4:-4] for f in os.listdir(out) if f.startswith("ncu_") and f.endswith(".csv")}

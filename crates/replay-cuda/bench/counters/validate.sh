@@ -1,9 +1,11 @@
 #!/bin/bash
-# Issue 16's validation on the H200 (one device call): ours (`kreplay run --tool counters`)
+# Issue 16's validation on the H200 (one device call): ours (`kreplay run --tool counters`;
+# `__sass_` metrics through CUPTI's SASS Metrics API in a pass of their own)
 # against Nsight Compute (`ncu --csv --metrics LIST`, with profiler__replayer_passes and
 # profiler__replayer_bytes_mem_backed_up added) on the first 20 kernels of one CNN training
 # step and on the bench's read-modify-write kernel, for the issue's list (BASIC) and a list
-# that needs at least 8 passes (BIG), then summary.py's table.
+# that needs at least 8 passes (BIG), the SASS list on the RMW kernel (SASS), then summary.py's
+# table.
 # Both collect with caches flushed before each pass (ours: KREPLAY_CACHE_CONTROL=flush, set by
 # kreplay; ncu: its default --cache-control all) and clocks as they are (ncu: --clock-control
 # none; its default would lock them to base, which changes every time metric).
@@ -33,7 +35,9 @@ run() {
 CNN="python3 $D/train_step.py cnn 1"
 RMW="$D/cuda_bench app --alloc-gib 1 --kernel-mib 16"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/gpu.txt" 2>&1
-echo "BASIC=$BASIC" > "$O/lists.txt"; echo "BIG=$BIG" >> "$O/lists.txt"
+echo "BASIC=$BASIC" > "$O/lists.txt"; echo "BIG=$BIG" >> "$O/lists.txt"; echo "SASS=$SASS" >> "$O/lists.txt"
+# The chip's SASS metrics (the names `__sass_` metrics map to) and BIG's plan, SASS pass included.
+run list_sass 30 $D/kreplay run --list-sass --metrics "$BIG"
 run plain_cnn 60 $CNN
 run plain_rmw 30 $RMW
 export KREPLAY_KERNEL_COUNT=20
@@ -43,6 +47,8 @@ run ours_big_cnn 60 $K --tool counters --metrics "$BIG" --out "$O/ours_big_cnn.j
 unset KREPLAY_KERNEL_COUNT
 run ours_basic_rmw 30 $K --tool counters --metrics "$BASIC" --kernel-include kr_rmw --out "$O/ours_basic_rmw.json" -- $RMW
 run ncu_basic_rmw 30 $NCU --metrics "$BASIC,$EXTRA" -k regex:kr_rmw -c 1 --log-file "$O/ncu_basic_rmw.csv" $RMW
+run ours_sass_rmw 30 $K --tool counters --metrics "$SASS" --kernel-include kr_rmw --out "$O/ours_sass_rmw.json" -- $RMW
+run ncu_sass_rmw 30 $NCU --metrics "$SASS,$EXTRA" -k regex:kr_rmw -c 1 --log-file "$O/ncu_sass_rmw.csv" $RMW
 run ours_big_rmw 30 $K --tool counters --metrics "$BIG" --kernel-include kr_rmw --out "$O/ours_big_rmw.json" -- $RMW
 run ncu_big_rmw 40 $NCU --metrics "$BIG,$EXTRA" -k regex:kr_rmw -c 1 --log-file "$O/ncu_big_rmw.csv" $RMW
 run ncu_big_cnn 100 $NCU --metrics "$BIG,$EXTRA" -c 20 --log-file "$O/ncu_big_cnn.csv" $CNN

@@ -1,5 +1,6 @@
-//! The collection per replayed dispatch: profiler passes inside replay passes, values decoded
-//! into [`CounterSample`]s keyed by `(dispatch_id, pass)`.
+//! The collection per replayed dispatch: profiler passes inside replay passes (range-profiler
+//! groups, then the SASS pass), values decoded into [`CounterSample`]s keyed by
+//! `(dispatch_id, pass)`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +19,10 @@ struct Pending {
     started: bool,
     /// A group's configuration is set and its passes are under way.
     in_group: Option<usize>,
+    /// SASS patching is enabled on the context (between the SASS pass's ENTER and EXIT).
+    sass_started: bool,
+    /// The SASS pass's values are in.
+    sass_done: bool,
     samples: Vec<CounterSample>,
     groups_done: Vec<usize>,
     failed: Option<String>,
@@ -97,15 +102,102 @@ impl CounterCollector {
             }
             p.started = false;
         }
+        self.end_sass(p);
         p.in_group = None;
         let msg = e.to_string();
         log::warn!("[kernel-replay] counters: dispatch {}: {msg}", id.0);
         p.failed = Some(msg);
     }
 
+    /// Ends SASS patching where it is on, discarding its records.
+    fn end_sass(&self, p: &mut Pending) {
+        if p.sass_started {
+            p.sass_started = false;
+            if let Some(ctx) = p.ctx {
+                let _ = self.profiler.sass_end(ctx);
+            }
+        }
+    }
+
+    fn context(&self, p: &mut Pending) -> Result<u64, CounterError> {
+        match p.ctx {
+            Some(c) => Ok(c),
+            None => {
+                let c = self.profiler.current_context()?;
+                p.ctx = Some(c);
+                Ok(c)
+            }
+        }
+    }
+
+    /// PASS ENTER of the SASS pass: configuration and lazy patching on.
+    fn sass_enter(&self, info: &DispatchInfo) {
+        let Some(s) = &self.plan.sass else { return };
+        let mut all = self.pending.lock();
+        let p = all.entry(info.dispatch_id).or_default();
+        if p.failed.is_some() || p.sass_done {
+            return;
+        }
+        let r = self
+            .context(p)
+            .and_then(|ctx| self.profiler.sass_begin(ctx, &s.config()));
+        match r {
+            Ok(()) => p.sass_started = true,
+            Err(e) => self.fail(p, info.dispatch_id, e),
+        }
+    }
+
+    /// PASS EXIT of the SASS pass: the records flushed, patching off, the dispatch's
+    /// function's records summed into samples keyed by `(dispatch_id, the SASS pass)`.
+    fn sass_exit(&self, info: &DispatchInfo) {
+        let Some(s) = &self.plan.sass else { return };
+        let mut all = self.pending.lock();
+        let Some(p) = all.get_mut(&info.dispatch_id) else {
+            return;
+        };
+        if p.failed.is_some() || !p.sass_started {
+            return;
+        }
+        p.sass_started = false;
+        let ctx = p.ctx.expect("set when started");
+        let r = self.profiler.sass_end(ctx).and_then(|data| {
+            if data.dropped > 0 {
+                log::warn!(
+                    "[kernel-replay] counters: dispatch {}: CUPTI dropped {} SASS records",
+                    info.dispatch_id.0,
+                    data.dropped
+                );
+            }
+            s.evaluate(&data, &info.kernel_name)
+        });
+        match r {
+            Ok(values) => {
+                for (metric, value) in values {
+                    p.samples.push(CounterSample {
+                        dispatch_id: info.dispatch_id.0,
+                        pass: s.first_pass,
+                        metric,
+                        value,
+                    });
+                }
+                p.sass_done = true;
+            }
+            Err(e) => self.fail(p, info.dispatch_id, e),
+        }
+    }
+
     /// PASS ENTER of `pass`: sets the group's configuration on its first pass, then starts
-    /// the profiler. Passes beyond the plan run without it.
+    /// the profiler; the SASS pass enables patching instead. Passes beyond the plan run
+    /// without either.
     pub fn pass_enter(&self, info: &DispatchInfo, pass: u32) {
+        if self
+            .plan
+            .sass
+            .as_ref()
+            .is_some_and(|s| s.first_pass == pass)
+        {
+            return self.sass_enter(info);
+        }
         let Some((g, sub)) = self.plan.group_at(pass) else {
             return;
         };
@@ -117,14 +209,7 @@ impl CounterCollector {
             return;
         }
         let r = (|| -> Result<(), CounterError> {
-            let ctx = match p.ctx {
-                Some(c) => c,
-                None => {
-                    let c = self.profiler.current_context()?;
-                    p.ctx = Some(c);
-                    c
-                }
-            };
+            let ctx = self.context(p)?;
             if sub == 0 {
                 self.profiler.begin(ctx, &self.plan.groups[g].config)?;
                 p.in_group = Some(g);
@@ -143,8 +228,17 @@ impl CounterCollector {
     }
 
     /// PASS EXIT of `pass`: stops the profiler; after a group's last pass decodes its values
-    /// into samples keyed by `(dispatch_id, the group's first pass)`.
+    /// into samples keyed by `(dispatch_id, the group's first pass)`. The SASS pass's values
+    /// are keyed by that pass.
     pub fn pass_exit(&self, info: &DispatchInfo, pass: u32) {
+        if self
+            .plan
+            .sass
+            .as_ref()
+            .is_some_and(|s| s.first_pass == pass)
+        {
+            return self.sass_exit(info);
+        }
         let Some((g, sub)) = self.plan.group_at(pass) else {
             return;
         };
@@ -220,6 +314,7 @@ impl CounterCollector {
                 let _ = self.profiler.stop(ctx);
             }
         }
+        self.end_sass(&mut p);
         let id = info.dispatch_id.0;
         let mut c = self.collected.lock();
         let Some(o) = outcome else { return };
@@ -241,10 +336,13 @@ impl CounterCollector {
         for n in p.notes.drain(..) {
             c.errors.push((id, n));
         }
-        let missing: Vec<String> = (0..self.plan.groups.len())
+        let mut missing: Vec<String> = (0..self.plan.groups.len())
             .filter(|g| !p.groups_done.contains(g))
             .flat_map(|g| self.plan.groups[g].config.metrics.clone())
             .collect();
+        if let Some(s) = self.plan.sass.as_ref().filter(|_| !p.sass_done) {
+            missing.extend(s.metrics.iter().map(|m| m.name.clone()));
+        }
         if !missing.is_empty() {
             c.errors.push((
                 id,

@@ -5,6 +5,13 @@
 //! object the image was made with; configurations the plan drops are deinitialised. Target:
 //! one range-profiler object per context (`cuptiRangeProfilerEnable`, once), one counter-data
 //! image per context, initialised afresh for every session (one group of one dispatch).
+//!
+//! SASS metrics: the configuration is set once per device (`cuptiSassMetricsSetConfig`; a
+//! different one is set after `UnsetConfig`); each SASS pass enables lazy patching on the
+//! context, and its end flushes the records and disables patching (which unpatches the
+//! functions, so every dispatch's SASS pass patches its kernel again). Where CUPTI refuses
+//! patching beside the context's range profiler object, that object is disabled and made
+//! afresh by the next range group.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -12,7 +19,10 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
-use super::plan::{Config, CounterError, Profiler};
+use super::plan::{
+    Config, CounterError, Profiler, SassConfig, SassGranularity, SassMetricInfo, SassRecord,
+    SassRecords,
+};
 use super::sys::{self, struct_size, Cupti};
 
 /// Ranges a session's counter data holds: the dispatch's, the cache flush's, and room for a
@@ -31,6 +41,8 @@ pub struct CuptiProfiler {
     targets: Mutex<HashMap<u64, Target>>,
     /// A host object per chip for metric properties.
     describers: Mutex<HashMap<String, u64>>,
+    /// The SASS configuration set on each device (by `CUdevice`).
+    sass_configs: Mutex<HashMap<i32, SassConfig>>,
 }
 
 // SAFETY: the raw pointers are CUPTI objects used only under `targets`' lock or, for host
@@ -77,6 +89,7 @@ impl CuptiProfiler {
                     initialized: OnceLock::new(),
                     targets: Mutex::new(HashMap::new()),
                     describers: Mutex::new(HashMap::new()),
+                    sass_configs: Mutex::new(HashMap::new()),
                 })
             })
             .as_ref()
@@ -265,6 +278,134 @@ impl CuptiProfiler {
         // the target until the next session; the object is live.
         let r = unsafe { (self.lib.range_set_config)(&mut set) };
         self.check("cuptiRangeProfilerSetConfig", r)
+    }
+}
+
+fn granularity(g: SassGranularity) -> u8 {
+    match g {
+        SassGranularity::Gpu => sys::SASS_GRANULARITY_GPU,
+        SassGranularity::Sm => sys::SASS_GRANULARITY_SM,
+        SassGranularity::Smsp => sys::SASS_GRANULARITY_SMSP,
+    }
+}
+
+impl CuptiProfiler {
+    fn sass_enable(&self, ctx: u64) -> Result<(), CounterError> {
+        let sass = self.lib.sass()?;
+        let mut p = sys::SassEnable {
+            ctx: ctx as *mut c_void,
+            enableLazyPatching: 1,
+            ..Default::default()
+        };
+        // SAFETY: a live context (the window's) and a valid parameter struct.
+        let r = unsafe { (sass.enable)(&mut p) };
+        self.check("cuptiSassMetricsEnable", r)
+    }
+
+    /// Sets `config` on `device` unless it is set already.
+    fn sass_configure(&self, device: i32, config: &SassConfig) -> Result<(), CounterError> {
+        let sass = self.lib.sass()?;
+        let mut configs = self.sass_configs.lock();
+        if configs.get(&device) == Some(config) {
+            return Ok(());
+        }
+        if configs.remove(&device).is_some() {
+            let mut u = sys::SassUnsetConfig {
+                deviceIndex: device as u32,
+                ..Default::default()
+            };
+            // SAFETY: a valid parameter struct for a device configured before.
+            let r = unsafe { (sass.unset_config)(&mut u) };
+            self.check("cuptiSassMetricsUnsetConfig", r)?;
+        }
+        let mut list: Vec<sys::SassMetricConfig> = config
+            .metric_ids
+            .iter()
+            .map(|&id| sys::SassMetricConfig {
+                metricId: id,
+                outputGranularity: granularity(config.granularity),
+            })
+            .collect();
+        let mut p = sys::SassSetConfig {
+            numOfMetricConfig: list.len(),
+            pConfigs: list.as_mut_ptr(),
+            deviceIndex: device as u32,
+            ..Default::default()
+        };
+        // SAFETY: `list` outlives the call and holds `numOfMetricConfig` entries.
+        let r = unsafe { (sass.set_config)(&mut p) };
+        self.check("cuptiSassMetricsSetConfig", r)?;
+        configs.insert(device, config.clone());
+        Ok(())
+    }
+
+    /// The records since patching was enabled on `ctx`.
+    fn sass_flush(&self, ctx: u64) -> Result<SassRecords, CounterError> {
+        let sass = self.lib.sass()?;
+        let mut props = sys::SassGetDataProperties {
+            ctx: ctx as *mut c_void,
+            ..Default::default()
+        };
+        // SAFETY: a valid parameter struct; patching is enabled on the context.
+        let r = unsafe { (sass.get_data_properties)(&mut props) };
+        self.check("cuptiSassMetricsGetDataProperties", r)?;
+        let (n, inst) = (props.numOfPatchedInstructionRecords, props.numOfInstances);
+        let mut out = SassRecords {
+            instances: inst,
+            ..SassRecords::default()
+        };
+        if n == 0 || inst == 0 {
+            return Ok(out);
+        }
+        let total = n
+            .checked_mul(inst)
+            .filter(|t| *t <= 1 << 28)
+            .ok_or_else(|| {
+                CounterError::Session(format!("{n} SASS records of {inst} instances: too many"))
+            })?;
+        let mut values = vec![sys::SassInstanceValue::default(); total];
+        let mut records: Vec<sys::SassData> = (0..n).map(|_| sys::SassData::default()).collect();
+        // One base pointer for every record's slice (in bounds: `i * inst + inst <= total`).
+        let base = values.as_mut_ptr();
+        for (i, r) in records.iter_mut().enumerate() {
+            r.pInstanceValues = base.wrapping_add(i * inst);
+        }
+        let mut f = sys::SassFlushData {
+            ctx: ctx as *mut c_void,
+            numOfPatchedInstructionRecords: n,
+            numOfInstances: inst,
+            pMetricsData: records.as_mut_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: `records` holds `n` records, each pointing at `inst` values of `values`;
+        // both outlive the call.
+        let r = unsafe { (sass.flush_data)(&mut f) };
+        let result = self.check("cuptiSassMetricsFlushData", r);
+        // The names CUPTI allocated, each freed once (records of one function may share one).
+        let mut names: Vec<*const c_char> = Vec::new();
+        for (i, rec) in records.iter().enumerate() {
+            if result.is_ok() {
+                out.records.push(SassRecord {
+                    function: text(rec.functionName),
+                    pc_offset: rec.pcOffset,
+                    values: values[i * inst..(i + 1) * inst]
+                        .iter()
+                        .map(|v| (v.metricId, v.value))
+                        .collect(),
+                });
+            }
+            if !rec.functionName.is_null() {
+                names.push(rec.functionName);
+            }
+        }
+        names.sort_unstable();
+        names.dedup();
+        for p in names {
+            // SAFETY: a name CUPTI allocated with malloc for the caller, freed once, not used
+            // after (copied above).
+            unsafe { sys::free(p as *mut c_void) };
+        }
+        result.map(|()| out)
     }
 }
 
@@ -458,6 +599,95 @@ impl Profiler for CuptiProfiler {
         // SAFETY: as above; a handle that is not a kernel is an error, not a fault.
         let r = unsafe { crate::sys::cuKernelGetAttribute(&mut n, REGS, kernel_id as _, dev) };
         (r == CUresult::CUDA_SUCCESS).then_some(n.max(0) as u32)
+    }
+
+    fn sass_metrics(&self, chip: &str) -> Result<Vec<SassMetricInfo>, CounterError> {
+        let sass = self.lib.sass()?;
+        self.init()?;
+        let chip_c = CString::new(chip)
+            .map_err(|_| CounterError::Session("chip name holds a NUL byte".into()))?;
+        let mut n = sys::SassGetNumOfMetrics {
+            pChipName: chip_c.as_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: the chip name outlives the call.
+        let r = unsafe { (sass.get_num_of_metrics)(&mut n) };
+        self.check("cuptiSassMetricsGetNumOfMetrics", r)?;
+        let mut list = vec![
+            sys::SassMetricDetails {
+                metricId: 0,
+                pMetricName: std::ptr::null(),
+                pMetricDescription: std::ptr::null(),
+            };
+            n.numOfMetrics
+        ];
+        let mut g = sys::SassGetMetrics {
+            pChipName: chip_c.as_ptr(),
+            numOfMetrics: list.len(),
+            pMetricsList: list.as_mut_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: `list` holds `numOfMetrics` entries; the chip name outlives the call.
+        let r = unsafe { (sass.get_metrics)(&mut g) };
+        self.check("cuptiSassMetricsGetMetrics", r)?;
+        Ok(list
+            .iter()
+            .map(|m| SassMetricInfo {
+                id: m.metricId,
+                name: text(m.pMetricName),
+                description: text(m.pMetricDescription),
+            })
+            .collect())
+    }
+
+    fn sass_begin(&self, ctx: u64, config: &SassConfig) -> Result<(), CounterError> {
+        self.lib.sass()?;
+        self.init()?;
+        let mut dev: crate::sys::CUdevice = 0;
+        // SAFETY: out pointer to a live local; the window's thread has `ctx` current.
+        let r = unsafe { crate::sys::cuCtxGetDevice(&mut dev) };
+        if r != crate::sys::CUresult::CUDA_SUCCESS {
+            return Err(CounterError::Session(format!(
+                "the SASS pass's context has no device ({r:?})"
+            )));
+        }
+        self.sass_configure(dev, config)?;
+        match self.sass_enable(ctx) {
+            Ok(()) => Ok(()),
+            Err(first) => {
+                // Patching refused beside the context's range profiler object: disable that
+                // object (the next range group makes a fresh one) and try once more.
+                let Some(t) = self.targets.lock().remove(&ctx) else {
+                    return Err(first);
+                };
+                log::debug!(
+                    "[kernel-replay] counters: {first}; disabling the range profiler for the SASS pass"
+                );
+                let mut p = sys::RangeObject {
+                    pRangeProfilerObject: t.object,
+                    ..Default::default()
+                };
+                // SAFETY: the object CUPTI created for this context, used by nothing now.
+                let _ = unsafe { (self.lib.range_disable)(&mut p) };
+                self.sass_enable(ctx)
+            }
+        }
+    }
+
+    fn sass_end(&self, ctx: u64) -> Result<SassRecords, CounterError> {
+        let sass = self.lib.sass()?;
+        let flushed = self.sass_flush(ctx);
+        let mut d = sys::SassDisable {
+            ctx: ctx as *mut c_void,
+            ..Default::default()
+        };
+        // SAFETY: a valid parameter struct; patching was enabled on the context.
+        let r = unsafe { (sass.disable)(&mut d) };
+        let disabled = self.check("cuptiSassMetricsDisable", r);
+        let mut records = flushed?;
+        disabled?;
+        records.dropped = d.numOfDroppedRecords;
+        Ok(records)
     }
 
     fn prepare(&self, ctx: u64) -> Result<(), CounterError> {

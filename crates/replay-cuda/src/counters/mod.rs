@@ -1,6 +1,7 @@
 //! Hardware counters of replayed dispatches (SPEC §12.1): CUPTI's range profiler in user
 //! replay, auto range, one kernel per range, with kernel-replay's restore where CUPTI's
-//! samples use its checkpoint API.
+//! samples use its checkpoint API; SASS-instruction metrics through CUPTI's SASS Metrics API
+//! in a replay pass of their own.
 //!
 //! Layers, as the rest of the crate: [`sys`] (the parameter structs of the CUPTI headers and
 //! libcupti loaded at run time, with one typed error naming a missing library), the checked
@@ -25,6 +26,23 @@
 //! many passes. `launch__*` metrics are not hardware counters: they are taken from the launch
 //! itself ([`LAUNCH_METRICS`]) and keyed by pass 0.
 //!
+//! ### SASS metrics
+//!
+//! A name with `__sass_` in it ([`is_sass_metric`]) counts executed instructions by patching
+//! the kernel's code (Nsight Compute instruments for them); the range profiler compiles such
+//! names but evaluates them to NaN. They go to a [`SassGroup`]: one replay pass after the
+//! range groups, never shared with one (patched code changes what hardware counters see).
+//! The chip's SASS metrics are asked on the host (`cuptiSassMetricsGetMetrics` with the chip
+//! name; `kreplay run --list-sass` prints them) and each name is mapped to one: the rollup
+//! split off (`.sum`, `.avg`, `.max`, `.min`; anything else is an error naming the metric),
+//! then the base as it is, with the API's unit `smsp__` (`sm__sass_x.sum` and
+//! `smsp__sass_x.sum` are both the GPU's total of `smsp__sass_x`), or with any unit. `.sum`
+//! is the total over the kernel's records and instances; `.avg`, `.max` and `.min` take the
+//! records per SM (`sm__`) or per SM sub-partition (`smsp__`) and reduce the totals per
+//! instance (one granularity per pass: mixing the two is an error). A name the chip lacks,
+//! or a libcupti without the API (older than CUDA 12.5's), is an error at compile time
+//! naming the metric; lists without SASS metrics never touch the API.
+//!
 //! ## A dispatch (target)
 //!
 //! Per replayed dispatch, with the window asking for at least the plan's passes: PASS ENTER of
@@ -41,6 +59,15 @@
 //! [`CounterCollector::errors`]); the replay itself goes on and memory stays that of one
 //! execution.
 //!
+//! The SASS pass: its PASS ENTER sets the configuration on the context's device (once per
+//! device and configuration) and enables lazy patching on the context; the cache flush and
+//! the dispatch's launch run patched; its PASS EXIT flushes the records, disables patching
+//! (which unpatches, so the next dispatch patches its kernel again: patching time is part of
+//! every SASS pass, not measured here) and sums the records whose function is the
+//! dispatch's kernel (its mangled name, or the same demangled name); the flush kernel's and
+//! any other's are left out. `smsp__sass_inst_executed` is always configured beside the
+//! asked metrics, so a kernel with no record at all was not patched: an error, not a 0.
+//!
 //! CUPTI forbids driver calls inside its callbacks; this runs in the window, inside the
 //! library's own launch wrapper, never in a CUPTI callback.
 //!
@@ -50,8 +77,9 @@
 //! within 0.04% (L2 sectors of all kinds within 3.2%); time within 10% on 19 of 21 kernels.
 //! Known gaps, each reported per dispatch in [`CounterCollector::errors`], never as a value:
 //!
-//! - SASS-instruction metrics (`*__sass_*`) compile on the host but evaluate to NaN: the range
-//!   profiler does not instrument code for them here (CUPTI's SASS-metrics API would).
+//! - SASS-instruction metrics (`*__sass_*`) compile on the range profiler's host but evaluate
+//!   to NaN there: they now go through the SASS Metrics API (above), not yet checked against
+//!   Nsight Compute on the H200.
 //! - Metrics that alone need several passes (`sm__throughput.*`,
 //!   `lts__t_sector_hit_rate.pct`): the range profiler reports every pass submitted after the
 //!   first and the values are NaN. The collector decodes when the profiler says the session
@@ -65,8 +93,12 @@
 //! One device's chip per plan (the first device's in `kreplay run`); metrics of a dispatch that
 //! was declined or truncated before a group ran are missing (the errors say which); no PM
 //! sampling; clocks are left as they are (Nsight Compute locks them to base by default, so
-//! compare with `--clock-control none`). The C ABI exposes the collection as
-//! `kreplay_cuda_counters_*` (`replay-ffi`, feature `cuda`).
+//! compare with `--clock-control none`). SASS metrics: no per-instruction (source-line) output,
+//! only the kernel's totals; ratios and throughputs of SASS metrics (`.pct`, `.ratio`,
+//! `.per_second`) are refused; the same kernel launched on the same context by another thread
+//! during the SASS pass would be summed with the dispatch (ordinary launches to the agent wait
+//! for the window's writer lock; tool work does not). The C ABI exposes the collection as `kreplay_cuda_counters_*`
+//! (`replay-ffi`, feature `cuda`).
 
 pub mod sys;
 
@@ -85,4 +117,15 @@ pub fn plan_for_device(ordinal: u32, names: &[String]) -> Result<MetricPlan, Cou
     let p = CuptiProfiler::global()?;
     let chip = p.chip(ordinal)?;
     MetricPlan::compile(p, &chip, names)
+}
+
+/// The chip of device `ordinal` and its SASS metrics, from the real CUPTI (`kreplay run
+/// --list-sass`).
+pub fn sass_metrics_for_device(
+    ordinal: u32,
+) -> Result<(String, Vec<SassMetricInfo>), CounterError> {
+    let p = CuptiProfiler::global()?;
+    let chip = p.chip(ordinal)?;
+    let list = p.sass_metrics(&chip)?;
+    Ok((chip, list))
 }

@@ -1,5 +1,7 @@
 //! The metric plan (SPEC §12.1): a list of Nsight Compute metric names compiled on the host
-//! into one-pass groups, the [`Profiler`] the collection drives, and the errors of both.
+//! into one-pass groups of the range profiler and, for SASS-instruction metrics (`__sass_` in
+//! the name), one pass of CUPTI's SASS Metrics API; the [`Profiler`] the collection drives,
+//! and the errors of both.
 
 /// A library of the profiler was not found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,6 +50,10 @@ pub enum CounterError {
     /// The session went wrong in a way CUPTI did not report as an error.
     #[error("{0}")]
     Session(String),
+    /// The SASS Metrics API is not there (a libcupti older than CUDA 12.5's, or a profiler
+    /// without it); only a list with a SASS metric needs it.
+    #[error("no SASS Metrics API: {0}")]
+    SassUnavailable(String),
 }
 
 /// A configuration image compiled for a set of metrics.
@@ -73,7 +79,8 @@ impl fmt::Debug for Config {
 }
 
 /// The CUPTI layer as the collection uses it: host compilation, the range profiler of one
-/// context, and what the driver says of a launch. [`CuptiProfiler`] is the real one; tests
+/// context, SASS patching (the `sass_*` methods; a profiler without them reports
+/// [`CounterError::SassUnavailable`]), and what the driver says of a launch. [`CuptiProfiler`] is the real one; tests
 /// use a fake.
 pub trait Profiler: Send + Sync + fmt::Debug {
     /// The chip name of device `ordinal` (`cuptiDeviceGetChipName`).
@@ -103,6 +110,312 @@ pub trait Profiler: Send + Sync + fmt::Debug {
     fn prepare(&self, _ctx: u64) -> Result<(), CounterError> {
         Ok(())
     }
+    /// The SASS metrics of `chip` (`cuptiSassMetricsGetNumOfMetrics`, `GetMetrics`).
+    fn sass_metrics(&self, _chip: &str) -> Result<Vec<SassMetricInfo>, CounterError> {
+        Err(CounterError::SassUnavailable(
+            "this profiler has none".into(),
+        ))
+    }
+    /// Starts SASS collection on `ctx`: the configuration on the context's device (set once
+    /// per device and configuration, `cuptiSassMetricsSetConfig`), then patching enabled on
+    /// the context, lazily (`cuptiSassMetricsEnable`: a function is patched at its first
+    /// launch before [`Self::sass_end`]).
+    fn sass_begin(&self, _ctx: u64, _config: &SassConfig) -> Result<(), CounterError> {
+        Err(CounterError::SassUnavailable(
+            "this profiler has none".into(),
+        ))
+    }
+    /// Ends SASS collection on `ctx`: every record since [`Self::sass_begin`]
+    /// (`cuptiSassMetricsGetDataProperties`, `FlushData`), then patching disabled
+    /// (`cuptiSassMetricsDisable`, also when the flush failed).
+    fn sass_end(&self, _ctx: u64) -> Result<SassRecords, CounterError> {
+        Err(CounterError::SassUnavailable(
+            "this profiler has none".into(),
+        ))
+    }
+}
+
+/// One metric of the SASS Metrics API on a chip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SassMetricInfo {
+    /// CUPTI's id of the metric (what records carry).
+    pub id: u64,
+    /// The API's name (a base name without rollup, `smsp__sass_inst_executed`).
+    pub name: String,
+    /// CUPTI's description.
+    pub description: String,
+}
+
+/// How many values a SASS record holds (`CUpti_SassMetrics_OutputGranularity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SassGranularity {
+    /// One value per record: the whole GPU.
+    Gpu,
+    /// One per SM.
+    Sm,
+    /// One per SM sub-partition.
+    Smsp,
+}
+
+impl SassGranularity {
+    /// The name in the plan's summary.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gpu => "gpu",
+            Self::Sm => "sm",
+            Self::Smsp => "smsp",
+        }
+    }
+}
+
+/// How a SASS metric's totals per instance (SM, SM sub-partition) become its value, as
+/// Nsight Compute's rollups do: `.sum` the total over every record and instance, `.avg` that
+/// total over the number of instances, `.max` / `.min` the largest / smallest instance total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rollup {
+    /// `.sum`.
+    Sum,
+    /// `.avg`.
+    Avg,
+    /// `.max`.
+    Max,
+    /// `.min`.
+    Min,
+}
+
+impl Rollup {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "sum" => Self::Sum,
+            "avg" => Self::Avg,
+            "max" => Self::Max,
+            "min" => Self::Min,
+            _ => return None,
+        })
+    }
+
+    /// The suffix, `sum`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sum => "sum",
+            Self::Avg => "avg",
+            Self::Max => "max",
+            Self::Min => "min",
+        }
+    }
+}
+
+/// What [`Profiler::sass_begin`] configures: the metrics' ids and the records' granularity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SassConfig {
+    /// Metric ids, each once.
+    pub metric_ids: Vec<u64>,
+    /// One granularity for every metric.
+    pub granularity: SassGranularity,
+}
+
+/// One SASS record as [`Profiler::sass_end`] returns it: a patched instruction of a function
+/// and its values, one per instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SassRecord {
+    /// The function's name as CUPTI gives it (the mangled symbol).
+    pub function: String,
+    /// The instruction's offset in the function.
+    pub pc_offset: u32,
+    /// `(metric id, value)` per instance, in instance order.
+    pub values: Vec<(u64, u64)>,
+}
+
+/// Every record of one SASS collection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SassRecords {
+    /// Instances per record (1 at GPU granularity).
+    pub instances: usize,
+    /// The records.
+    pub records: Vec<SassRecord>,
+    /// Records CUPTI dropped (`numOfDroppedRecords` of the disable).
+    pub dropped: usize,
+}
+
+/// A metric of the list collected through the SASS Metrics API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SassMetric {
+    /// Nsight Compute's name, as asked (`sm__sass_thread_inst_executed_op_ffma_pred_on.sum`).
+    pub name: String,
+    /// The API's metric it maps to (`smsp__sass_thread_inst_executed_op_ffma_pred_on`).
+    pub api_name: String,
+    /// The API's id.
+    pub id: u64,
+    /// The rollup the name asks for.
+    pub rollup: Rollup,
+}
+
+/// The SASS metrics of a plan: one replay pass of their own, after the range profiler's
+/// groups (patched code changes what hardware counters see, so no range group shares it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SassGroup {
+    /// The replay pass it runs in.
+    pub first_pass: u32,
+    /// The metrics, in the order asked.
+    pub metrics: Vec<SassMetric>,
+    /// The records' granularity: per SM or SM sub-partition where a `.avg`, `.max` or `.min`
+    /// needs instance totals, else the GPU.
+    pub granularity: SassGranularity,
+    /// `smsp__sass_inst_executed`'s id where the chip has it: always collected, so a kernel
+    /// that ran patched has records even where an asked metric counts nothing in it (a value
+    /// of 0, not a missing kernel).
+    pub sentinel: Option<u64>,
+}
+
+/// The SASS metric every patched kernel has records of.
+pub const SASS_SENTINEL: &str = "smsp__sass_inst_executed";
+
+impl SassGroup {
+    /// What [`Profiler::sass_begin`] is given: every metric's id once, the sentinel's too.
+    pub fn config(&self) -> SassConfig {
+        let mut ids: Vec<u64> = Vec::new();
+        for id in self.metrics.iter().map(|m| m.id).chain(self.sentinel) {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        SassConfig {
+            metric_ids: ids,
+            granularity: self.granularity,
+        }
+    }
+
+    /// The metrics' values for the kernel `kernel` (its mangled name): only the records whose
+    /// function is that kernel count (the backend's cache flush and any other kernel patched
+    /// in the pass do not). A kernel with no record at all was not patched: an error, not a
+    /// value of 0.
+    pub fn evaluate(
+        &self,
+        data: &SassRecords,
+        kernel: &str,
+    ) -> Result<Vec<(String, f64)>, CounterError> {
+        use std::collections::HashMap;
+        let demangled = crate::module::demangle::demangle(kernel);
+        let mut is_kernel: HashMap<&str, bool> = HashMap::new();
+        let n = data.instances.max(1);
+        // (metric id, instance) -> total.
+        let mut totals: HashMap<(u64, usize), u128> = HashMap::new();
+        let mut any = false;
+        for r in &data.records {
+            let ours = *is_kernel.entry(r.function.as_str()).or_insert_with(|| {
+                r.function == kernel || crate::module::demangle::demangle(&r.function) == demangled
+            });
+            if !ours {
+                continue;
+            }
+            any = true;
+            for (i, (id, v)) in r.values.iter().enumerate() {
+                *totals.entry((*id, i % n)).or_default() += u128::from(*v);
+            }
+        }
+        if !any {
+            let mut seen: Vec<&str> = is_kernel.keys().copied().collect();
+            seen.sort_unstable();
+            return Err(CounterError::Session(format!(
+                "no SASS record of {kernel} in {} records (functions: {}): the kernel was not patched",
+                data.records.len(),
+                if seen.is_empty() { "none".to_string() } else { seen.join(", ") }
+            )));
+        }
+        Ok(self
+            .metrics
+            .iter()
+            .map(|m| {
+                let per: Vec<u128> = (0..n)
+                    .map(|i| totals.get(&(m.id, i)).copied().unwrap_or(0))
+                    .collect();
+                let sum: u128 = per.iter().sum();
+                let v = match m.rollup {
+                    Rollup::Sum => sum as f64,
+                    Rollup::Avg => sum as f64 / n as f64,
+                    Rollup::Max => per.iter().copied().max().unwrap_or(0) as f64,
+                    Rollup::Min => per.iter().copied().min().unwrap_or(0) as f64,
+                };
+                (m.name.clone(), v)
+            })
+            .collect())
+    }
+}
+
+/// Whether `name` is collected through the SASS Metrics API: every Nsight Compute metric
+/// with `__sass_` in its name (the range profiler compiles them, but evaluates them to NaN:
+/// they count patched instructions).
+pub fn is_sass_metric(name: &str) -> bool {
+    name.contains("__sass_")
+}
+
+/// Maps Nsight Compute's `name` to the chip's SASS metric: the rollup (`.sum`, `.avg`,
+/// `.max`, `.min`) split off, then the base looked up as it is, with the unit `smsp__`
+/// (the API's names: `sm__sass_x.sum` is `smsp__sass_x` summed), or with any unit. A bare
+/// API name is its `.sum`. `Err` says why not.
+fn resolve_sass(
+    name: &str,
+    list: &[SassMetricInfo],
+) -> Result<(SassMetric, Option<SassGranularity>), String> {
+    let (base, rollup) = match name.split_once('.') {
+        Some((b, r)) => match Rollup::parse(r) {
+            Some(r) => (b, r),
+            None => {
+                return Err(format!(
+                    "a SASS metric takes .sum, .avg, .max or .min, not .{r}"
+                ))
+            }
+        },
+        None => (name, Rollup::Sum),
+    };
+    let (unit, rest) = base.split_once("__").unwrap_or(("", base));
+    let found = list
+        .iter()
+        .find(|m| m.name == base)
+        .or_else(|| list.iter().find(|m| m.name == format!("smsp__{rest}")))
+        .or_else(|| {
+            list.iter()
+                .find(|m| m.name.split_once("__").is_some_and(|(_, r)| r == rest))
+        })
+        .or_else(|| {
+            // Last: the same counter under another spelling of the unit and the `sass`
+            // marker (`sass__x` for `smsp__sass_x`).
+            let core = |n: &str| {
+                let r = n.split_once("__").map_or(n, |(_, r)| r);
+                r.strip_prefix("sass_").unwrap_or(r).to_string()
+            };
+            let want = core(base);
+            list.iter().find(|m| core(&m.name) == want)
+        });
+    let Some(m) = found else {
+        return Err(format!(
+            "not among the {} SASS metrics of the chip (`kreplay run --list-sass` lists them)",
+            list.len()
+        ));
+    };
+    if rollup == Rollup::Sum && !name.contains('.') && m.name != base {
+        return Err("a SASS metric without a rollup must be the API's own name".into());
+    }
+    let granularity = match (rollup, unit) {
+        (Rollup::Sum, _) => None,
+        (_, "sm") => Some(SassGranularity::Sm),
+        (_, "smsp") => Some(SassGranularity::Smsp),
+        (r, u) => {
+            return Err(format!(
+                ".{} of a SASS metric is over SMs (sm__) or SM sub-partitions (smsp__), not {u:?}",
+                r.as_str()
+            ))
+        }
+    };
+    Ok((
+        SassMetric {
+            name: name.to_string(),
+            api_name: m.name.clone(),
+            id: m.id,
+            rollup,
+        },
+        granularity,
+    ))
 }
 
 /// The `launch__*` metrics taken from the launch, not from counters: `(name, unit,
@@ -194,10 +507,12 @@ pub struct MetricPlan {
     pub launch: Vec<String>,
     /// The configuration images, in pass order.
     pub groups: Vec<Group>,
-    /// Replay passes the plan needs (at least 1).
+    /// The SASS metrics' pass, after the groups; `None` when none is asked.
+    pub sass: Option<SassGroup>,
+    /// Replay passes the plan needs (at least 1), the SASS pass included.
     pub passes: u32,
-    /// What the host API needs for the whole list in one image (0 when the list has only
-    /// launch metrics).
+    /// What the host API needs for the list's range-profiler metrics in one image (0 when
+    /// the list has none).
     pub single_config_passes: u32,
 }
 
@@ -210,6 +525,9 @@ impl MetricPlan {
         let mut launch = Vec::new();
         let mut counters: Vec<(String, Config)> = Vec::new();
         let mut bad = Vec::new();
+        let mut sass: Vec<SassMetric> = Vec::new();
+        let mut sass_list: Option<Result<Vec<SassMetricInfo>, CounterError>> = None;
+        let mut granularity: Option<(SassGranularity, String)> = None;
         for n in names {
             if LAUNCH_METRICS.iter().any(|(l, _, _)| l == n) {
                 launch.push(n.clone());
@@ -220,6 +538,39 @@ impl MetricPlan {
                     n.clone(),
                     "not a launch metric this tool computes".to_string(),
                 ));
+                continue;
+            }
+            if is_sass_metric(n) {
+                // The chip's list once, and only when a SASS metric is asked for.
+                let list = sass_list.get_or_insert_with(|| p.sass_metrics(chip));
+                let list = match list {
+                    Ok(l) => l,
+                    Err(e) => {
+                        bad.push((n.clone(), e.to_string()));
+                        continue;
+                    }
+                };
+                match resolve_sass(n, list) {
+                    Ok((m, g)) => {
+                        match (&granularity, g) {
+                            (Some((had, by)), Some(g)) if *had != g => {
+                                bad.push((
+                                    n.clone(),
+                                    format!(
+                                        "its instances are per {}, {by:?}'s per {}: one SASS pass has one granularity",
+                                        g.as_str(),
+                                        had.as_str()
+                                    ),
+                                ));
+                                continue;
+                            }
+                            (None, Some(g)) => granularity = Some((g, n.clone())),
+                            _ => {}
+                        }
+                        sass.push(m);
+                    }
+                    Err(why) => bad.push((n.clone(), why)),
+                }
                 continue;
             }
             match p.compile(chip, std::slice::from_ref(n)) {
@@ -286,12 +637,46 @@ impl MetricPlan {
                 g
             })
             .collect();
+        let sass = (!sass.is_empty()).then(|| {
+            let list = sass_list.and_then(Result::ok).unwrap_or_default();
+            let g = SassGroup {
+                first_pass: first,
+                metrics: sass,
+                granularity: granularity.map_or(SassGranularity::Gpu, |(g, _)| g),
+                sentinel: list.iter().find(|m| m.name == SASS_SENTINEL).map(|m| m.id),
+            };
+            first += 1;
+            (g, list)
+        });
+        let (sass, sass_list) = match sass {
+            Some((g, l)) => (Some(g), l),
+            None => (None, Vec::new()),
+        };
         let passes = first.max(1);
         let mut metrics = Vec::new();
         for n in names {
             let (unit, description, pass) =
                 if let Some((_, u, d)) = LAUNCH_METRICS.iter().find(|(l, _, _)| l == n) {
                     (u.to_string(), d.to_string(), 0)
+                } else if let Some(m) = sass
+                    .as_ref()
+                    .and_then(|g| g.metrics.iter().find(|m| &m.name == n))
+                {
+                    // The range profiler's host knows these names and their units; the
+                    // SASS API's description where it has one.
+                    let (u, d) = p.describe(chip, n).unwrap_or_default();
+                    let api = sass_list
+                        .iter()
+                        .find(|i| i.id == m.id)
+                        .map(|i| i.description.clone())
+                        .unwrap_or_default();
+                    let u = if u.is_empty() && n.contains("inst_executed") {
+                        "inst".to_string()
+                    } else {
+                        u
+                    };
+                    let d = if api.is_empty() { d } else { api };
+                    (u, d, sass.as_ref().map_or(0, |g| g.first_pass))
                 } else {
                     let pass = groups
                         .iter()
@@ -312,6 +697,7 @@ impl MetricPlan {
             metrics,
             launch,
             groups,
+            sass,
             passes,
             single_config_passes,
         })
@@ -337,6 +723,15 @@ impl MetricPlan {
                 "passes": g.config.passes,
                 "metrics": g.config.metrics,
             })).collect::<Vec<_>>(),
+            "sass": self.sass.as_ref().map(|g| serde_json::json!({
+                "first_pass": g.first_pass,
+                "granularity": g.granularity.as_str(),
+                "metrics": g.metrics.iter().map(|m| serde_json::json!({
+                    "name": m.name,
+                    "api_name": m.api_name,
+                    "rollup": m.rollup.as_str(),
+                })).collect::<Vec<_>>(),
+            })),
         })
     }
 }
@@ -375,5 +770,14 @@ impl<T: Profiler + ?Sized> Profiler for &'static T {
     }
     fn prepare(&self, ctx: u64) -> Result<(), CounterError> {
         (**self).prepare(ctx)
+    }
+    fn sass_metrics(&self, chip: &str) -> Result<Vec<SassMetricInfo>, CounterError> {
+        (**self).sass_metrics(chip)
+    }
+    fn sass_begin(&self, ctx: u64, config: &SassConfig) -> Result<(), CounterError> {
+        (**self).sass_begin(ctx, config)
+    }
+    fn sass_end(&self, ctx: u64) -> Result<SassRecords, CounterError> {
+        (**self).sass_end(ctx)
     }
 }

@@ -1,6 +1,11 @@
 //! Raw CUPTI profiler bindings, loaded at run time: the parameter structs of
-//! `cupti_target.h`, `cupti_profiler_target.h`, `cupti_profiler_host.h` and
-//! `cupti_range_profiler.h` (CUDA 13.0, CUPTI 2025.3.1), and the library with its entries.
+//! `cupti_target.h`, `cupti_profiler_target.h`, `cupti_profiler_host.h`,
+//! `cupti_range_profiler.h` and `cupti_sass_metrics.h` (CUDA 13.0, CUPTI 2025.3.1), and the
+//! library with its entries.
+//!
+//! The SASS Metrics API (CUDA 12.5 and later) is bound apart ([`SassEntries`]): a libcupti
+//! without it still serves the range profiler, and the error that names the missing entry is
+//! given only when a SASS metric is asked for.
 //!
 //! The structs are copied from those headers field for field (their layouts are checked
 //! against cudarc's generated bindings in the tests below). Each `structSize` is the
@@ -27,6 +32,12 @@ pub const PROFILER_TYPE_RANGE: u32 = 0;
 pub const AUTO_RANGE: u32 = 1;
 /// `CUPTI_UserReplay`.
 pub const USER_REPLAY: u32 = 3;
+/// `CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_GPU`: one instance per record.
+pub const SASS_GRANULARITY_GPU: u8 = 0;
+/// `CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_SM`: one instance per SM.
+pub const SASS_GRANULARITY_SM: u8 = 1;
+/// `CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_SMSP`: one instance per SM sub-partition.
+pub const SASS_GRANULARITY_SMSP: u8 = 2;
 
 /// `CUPTI_PROFILER_STRUCT_SIZE(type, field)`.
 macro_rules! struct_size {
@@ -199,6 +210,121 @@ params!(
     } last numTotalRanges
 );
 
+/// `CUpti_SassMetrics_MetricDetails`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SassMetricDetails {
+    pub metricId: u64,
+    pub pMetricName: *const c_char,
+    pub pMetricDescription: *const c_char,
+}
+
+/// `CUpti_SassMetrics_Config`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SassMetricConfig {
+    pub metricId: u64,
+    pub outputGranularity: u8,
+}
+
+/// `CUpti_SassMetrics_InstanceValue`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SassInstanceValue {
+    pub metricId: u64,
+    pub value: u64,
+}
+
+/// `CUpti_SassMetrics_Data`: one record (a patched instruction of a function). CUPTI writes
+/// the function name, which the caller frees (`free`), and `numOfInstances` values into
+/// `pInstanceValues`, which the caller allocates.
+#[repr(C)]
+#[derive(Debug)]
+pub struct SassData {
+    pub structSize: usize,
+    pub pPriv: *mut c_void,
+    pub cubinCrc: u32,
+    pub functionIndex: u32,
+    pub functionName: *const c_char,
+    pub pcOffset: u32,
+    pub pInstanceValues: *mut SassInstanceValue,
+}
+
+impl Default for SassData {
+    fn default() -> Self {
+        Self {
+            // The header asks for a size without naming its macro for this struct; the size
+            // of the struct is what every user passes.
+            structSize: std::mem::size_of::<Self>(),
+            pPriv: std::ptr::null_mut(),
+            cubinCrc: 0,
+            functionIndex: 0,
+            functionName: std::ptr::null(),
+            pcOffset: 0,
+            pInstanceValues: std::ptr::null_mut(),
+        }
+    }
+}
+
+params!(
+    /// `CUpti_SassMetrics_GetNumOfMetrics_Params`.
+    SassGetNumOfMetrics { pChipName: *const c_char, numOfMetrics: usize } last numOfMetrics
+);
+params!(
+    /// `CUpti_SassMetrics_GetMetrics_Params`.
+    SassGetMetrics {
+        pChipName: *const c_char,
+        numOfMetrics: usize,
+        pMetricsList: *mut SassMetricDetails,
+    } last pMetricsList
+);
+params!(
+    /// `CUpti_SassMetrics_GetProperties_Params`.
+    SassGetProperties {
+        pChipName: *const c_char,
+        pMetricName: *const c_char,
+        metric: SassMetricDetails,
+    } last metric
+);
+params!(
+    /// `CUpti_SassMetricsSetConfig_Params`.
+    SassSetConfig {
+        numOfMetricConfig: usize,
+        pConfigs: *mut SassMetricConfig,
+        deviceIndex: u32,
+    } last deviceIndex
+);
+params!(
+    /// `CUpti_SassMetricsUnsetConfig_Params`.
+    SassUnsetConfig { deviceIndex: u32 } last deviceIndex
+);
+params!(
+    /// `CUpti_SassMetricsEnable_Params`.
+    SassEnable { ctx: *mut c_void, enableLazyPatching: u8 } last enableLazyPatching
+);
+params!(
+    /// `CUpti_SassMetricsDisable_Params`.
+    SassDisable { ctx: *mut c_void, numOfDroppedRecords: usize } last numOfDroppedRecords
+);
+params!(
+    /// `CUpti_SassMetricsGetDataProperties_Params`.
+    SassGetDataProperties {
+        ctx: *mut c_void,
+        numOfPatchedInstructionRecords: usize,
+        numOfInstances: usize,
+    } last numOfInstances
+);
+params!(
+    /// `CUpti_SassMetricsFlushData_Params`. The header's size macro ends at `numOfInstances`
+    /// (the output pointer after it is not counted), and so does this one.
+    SassFlushData {
+        ctx: *mut c_void,
+        numOfPatchedInstructionRecords: usize,
+        numOfInstances: usize,
+        pMetricsData: *mut SassData,
+    } last numOfInstances
+);
+
 type Entry<P> = unsafe extern "C" fn(*mut P) -> CuptiResult;
 
 /// The three libraries the range profiler needs; libcupti loads the two others from its own
@@ -230,6 +356,28 @@ pub struct Cupti {
     pub range_counter_data_size: Entry<RangeCounterDataSize>,
     pub range_counter_data_init: Entry<RangeCounterDataInit>,
     pub range_counter_data_info: Entry<RangeCounterDataInfo>,
+    /// The SASS Metrics API, or why this libcupti has none (the first entry missing).
+    pub sass: Result<SassEntries, String>,
+}
+
+/// libcupti's SASS Metrics entries (`cupti_sass_metrics.h`, CUDA 12.5 and later).
+#[derive(Debug, Clone, Copy)]
+pub struct SassEntries {
+    pub get_num_of_metrics: Entry<SassGetNumOfMetrics>,
+    pub get_metrics: Entry<SassGetMetrics>,
+    pub get_properties: Entry<SassGetProperties>,
+    pub set_config: Entry<SassSetConfig>,
+    pub unset_config: Entry<SassUnsetConfig>,
+    pub enable: Entry<SassEnable>,
+    pub disable: Entry<SassDisable>,
+    pub get_data_properties: Entry<SassGetDataProperties>,
+    pub flush_data: Entry<SassFlushData>,
+}
+
+extern "C" {
+    /// The C library's `free`: CUPTI allocates the function names of SASS records with
+    /// `malloc` and leaves them to the caller.
+    pub fn free(p: *mut c_void);
 }
 
 /// Folders searched by absolute path: `KREPLAY_CUDA_LIB_DIR` (colon-separated), then each
@@ -367,11 +515,19 @@ impl Cupti {
             range_counter_data_size: get!("cuptiRangeProfilerGetCounterDataSize"),
             range_counter_data_init: get!("cuptiRangeProfilerCounterDataImageInitialize"),
             range_counter_data_info: get!("cuptiRangeProfilerGetCounterDataInfo"),
+            sass: load_sass(&lib, &path),
             path,
         };
         // The entries stay valid for the life of the process.
         std::mem::forget(lib);
         Ok(c)
+    }
+
+    /// The SASS Metrics entries, or the error naming the one this libcupti lacks.
+    pub fn sass(&self) -> Result<&SassEntries, CounterError> {
+        self.sass
+            .as_ref()
+            .map_err(|why| CounterError::SassUnavailable(why.clone()))
     }
 
     /// CUPTI's text for `code`.
@@ -388,6 +544,36 @@ impl Cupti {
             format!("CUPTI error {code}")
         }
     }
+}
+
+/// Binds the SASS Metrics entries; the first one missing is the error.
+fn load_sass(lib: &libloading::Library, path: &std::path::Path) -> Result<SassEntries, String> {
+    macro_rules! get {
+        ($name:literal) => {{
+            // SAFETY: the entry's documented signature (see the structs above).
+            match unsafe { lib.get(concat!($name, "\0").as_bytes()) } {
+                Ok(f) => *f,
+                Err(_) => {
+                    return Err(format!(
+                        "{} lacks {} (the SASS Metrics API needs CUPTI of CUDA 12.5 or later)",
+                        path.display(),
+                        $name
+                    ))
+                }
+            }
+        }};
+    }
+    Ok(SassEntries {
+        get_num_of_metrics: get!("cuptiSassMetricsGetNumOfMetrics"),
+        get_metrics: get!("cuptiSassMetricsGetMetrics"),
+        get_properties: get!("cuptiSassMetricsGetProperties"),
+        set_config: get!("cuptiSassMetricsSetConfig"),
+        unset_config: get!("cuptiSassMetricsUnsetConfig"),
+        enable: get!("cuptiSassMetricsEnable"),
+        disable: get!("cuptiSassMetricsDisable"),
+        get_data_properties: get!("cuptiSassMetricsGetDataProperties"),
+        flush_data: get!("cuptiSassMetricsFlushData"),
+    })
 }
 
 #[cfg(test)]
@@ -521,6 +707,133 @@ mod tests {
         // The header's sizes without tail padding: Stop ends in one byte.
         assert_eq!(RangeStop::default().structSize, 8 * 5 + 1);
         assert_eq!(RangeSetConfig::default().structSize, 8 * 11 + 2);
+    }
+
+    #[test]
+    fn the_sass_metrics_structs_match_cudarcs_bindings_and_the_headers_sizes() {
+        same!(
+            SassGetNumOfMetrics,
+            c::CUpti_SassMetrics_GetNumOfMetrics_Params,
+            numOfMetrics
+        );
+        same!(
+            SassGetMetrics,
+            c::CUpti_SassMetrics_GetMetrics_Params,
+            pMetricsList
+        );
+        same!(
+            SassGetProperties,
+            c::CUpti_SassMetrics_GetProperties_Params,
+            metric
+        );
+        same!(
+            SassSetConfig,
+            c::CUpti_SassMetricsSetConfig_Params,
+            deviceIndex
+        );
+        same!(
+            SassUnsetConfig,
+            c::CUpti_SassMetricsUnsetConfig_Params,
+            deviceIndex
+        );
+        same!(
+            SassEnable,
+            c::CUpti_SassMetricsEnable_Params,
+            enableLazyPatching
+        );
+        same!(
+            SassDisable,
+            c::CUpti_SassMetricsDisable_Params,
+            numOfDroppedRecords
+        );
+        same!(
+            SassGetDataProperties,
+            c::CUpti_SassMetricsGetDataProperties_Params,
+            numOfInstances
+        );
+        same!(
+            SassFlushData,
+            c::CUpti_SassMetricsFlushData_Params,
+            numOfInstances
+        );
+        same!(
+            SassMetricDetails,
+            c::CUpti_SassMetrics_MetricDetails,
+            pMetricDescription
+        );
+        same!(
+            SassMetricConfig,
+            c::CUpti_SassMetrics_Config,
+            outputGranularity
+        );
+        same!(SassInstanceValue, c::CUpti_SassMetrics_InstanceValue, value);
+        same!(SassData, c::CUpti_SassMetrics_Data, pInstanceValues);
+        // Field order where CUPTI writes: a record's name and values, the flush's buffer.
+        assert_eq!(
+            std::mem::offset_of!(SassData, functionName),
+            std::mem::offset_of!(c::CUpti_SassMetrics_Data, functionName)
+        );
+        assert_eq!(
+            std::mem::offset_of!(SassData, pInstanceValues),
+            std::mem::offset_of!(c::CUpti_SassMetrics_Data, pInstanceValues)
+        );
+        assert_eq!(
+            std::mem::offset_of!(SassFlushData, pMetricsData),
+            std::mem::offset_of!(c::CUpti_SassMetricsFlushData_Params, pMetricsData)
+        );
+        assert_eq!(
+            std::mem::offset_of!(SassGetProperties, metric),
+            std::mem::offset_of!(c::CUpti_SassMetrics_GetProperties_Params, metric)
+        );
+        // The headers' `*_STRUCT_SIZE` values (cudarc's generated constants).
+        use c::CUpti_SassMetrics_STRUCT_SIZES as Sizes;
+        let sizes: [(usize, Sizes); 10] = [
+            (
+                SassGetNumOfMetrics::default().structSize,
+                c::SassMetrics_GetNumOfMetrics_Params_STRUCT_SIZE,
+            ),
+            (
+                SassGetMetrics::default().structSize,
+                c::SassMetrics_GetMetrics_Params_STRUCT_SIZE,
+            ),
+            (
+                SassGetProperties::default().structSize,
+                c::SassMetrics_GetProperties_Params_STRUCT_SIZE,
+            ),
+            (
+                SassSetConfig::default().structSize,
+                c::SassMetricsSetConfig_Params_STRUCT_SIZE,
+            ),
+            (
+                SassUnsetConfig::default().structSize,
+                c::SassMetricsUnsetConfig_Params_STRUCT_SIZE,
+            ),
+            (
+                SassEnable::default().structSize,
+                c::SassMetricsEnable_Params_STRUCT_SIZE,
+            ),
+            (
+                SassDisable::default().structSize,
+                c::SassMetricsDisable_Params_STRUCT_SIZE,
+            ),
+            (
+                SassGetDataProperties::default().structSize,
+                c::SassMetricsGetDataProperties_Params_STRUCT_SIZE,
+            ),
+            (
+                SassFlushData::default().structSize,
+                c::SassMetricsFlushData_Params_STRUCT_SIZE,
+            ),
+            (
+                struct_size!(SassInstanceValue, value),
+                c::SassMetrics_InstanceValue_STRUCT_SIZE,
+            ),
+        ];
+        for (i, (ours, header)) in sizes.into_iter().enumerate() {
+            assert_eq!(ours, header as usize, "struct {i}");
+        }
+        assert_eq!(SassEnable::default().structSize, 25);
+        assert_eq!(SassFlushData::default().structSize, 40);
     }
 
     #[test]
