@@ -919,7 +919,7 @@ fn sass_metrics_get_a_pass_of_their_own_after_the_range_groups_mapped_to_the_chi
     let plan = MetricPlan::compile(
         &fake,
         CHIP,
-        &names(&["smsp__sass_inst_executed.max", "launch__grid_size"]),
+        &names(&["smsp__sass_inst_executed.sum", "launch__grid_size"]),
     )
     .unwrap();
     assert!(plan.groups.is_empty());
@@ -927,7 +927,7 @@ fn sass_metrics_get_a_pass_of_their_own_after_the_range_groups_mapped_to_the_chi
     let s = plan.sass.unwrap();
     assert_eq!(
         (s.first_pass, s.granularity, s.metrics[0].rollup),
-        (0, SassGranularity::Smsp, Rollup::Max)
+        (0, SassGranularity::Gpu, Rollup::Sum)
     );
     // The sentinel is the asked metric itself: configured once.
     assert_eq!(s.config().metric_ids, [11]);
@@ -978,18 +978,16 @@ fn sass_names_that_cannot_be_collected_are_named_with_the_reason() {
         why("smsp__sass_inst_executed.sum.per_second").contains("not .sum.per_second"),
         "{bad:?}"
     );
-    // Per-SM statistics first, then per-SM-sub-partition ones: one pass has one granularity.
-    assert!(
-        why("smsp__sass_inst_executed_op_global_ld.max").contains("per smsp"),
-        "{bad:?}"
-    );
-    assert!(
-        why("l1tex__sass_inst_executed.avg").contains("not \"l1tex\""),
-        "{bad:?}"
-    );
-    // The good SASS metric, the good `.avg` and the range metric the host knows are not named.
-    assert_eq!(bad.len(), 6, "{bad:?}");
-    assert!(!bad.iter().any(|(n, _)| n == "sm__sass_inst_executed.avg"));
+    // Rollups over SMs are refused: their records do not add up on the hardware.
+    for m in [
+        "sm__sass_inst_executed.avg",
+        "smsp__sass_inst_executed_op_global_ld.max",
+        "l1tex__sass_inst_executed.avg",
+    ] {
+        assert!(why(m).contains("ask for .sum"), "{m}: {bad:?}");
+    }
+    // The good SASS metric and the range metric the host knows are not named.
+    assert_eq!(bad.len(), 7, "{bad:?}");
     assert!(e
         .to_string()
         .contains("sm__sass_inst_executed_op_nothing.sum"));
@@ -1101,29 +1099,33 @@ fn the_sass_pass_sums_only_the_dispatchs_function_records_keyed_by_its_own_pass(
 }
 
 #[test]
-fn sass_rollups_over_instances_follow_nsight_computes_avg_max_and_min() {
-    let r = rig(
-        &[
-            "smsp__sass_inst_executed_op_global_ld.sum",
-            "smsp__sass_inst_executed_op_global_ld.avg",
-            "smsp__sass_inst_executed_op_global_ld.max",
-            "smsp__sass_inst_executed_op_global_ld.min",
-        ],
-        1,
-    );
+fn sass_rollups_over_sms_are_refused_and_sums_use_whole_gpu_records() {
+    for m in [
+        "smsp__sass_inst_executed_op_global_ld.avg",
+        "smsp__sass_inst_executed_op_global_ld.max",
+        "sm__sass_inst_executed_op_global_ld.min",
+    ] {
+        let e = MetricPlan::compile(
+            &Fake::default(),
+            CHIP,
+            &names(&["smsp__sass_inst_executed_op_global_ld.sum", m]),
+        )
+        .unwrap_err();
+        let CounterError::Metrics { bad, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert_eq!(bad[0].0, m);
+        assert!(bad[0].1.contains("do not add up"), "{bad:?}");
+    }
+    let r = rig(&["smsp__sass_inst_executed_op_global_ld.sum"], 1);
     let rec = r.run(1);
     assert_eq!(rec.executed_passes, 2);
-    assert_eq!(
-        r.fake.calls.lock()[0],
-        "sass_begin 0xc0 [13, 11] smsp",
-        "one metric id, SM sub-partition instances for the statistics"
+    assert!(
+        r.fake.calls.lock()[0].ends_with(" gpu"),
+        "whole-GPU records: {:?}",
+        r.fake.calls.lock()
     );
-    let rep = r.collector.report(&ReportHeader::default());
-    let got: Vec<f64> = rep.samples.iter().map(|s| s.value).collect();
-    // Instance i of the dispatch's instruction pc counts 3 * (pc + 1) * (i + 1): per instance
-    // 3 * 6 * (i + 1) = 18, 36, 54, 72 over 4 instances.
-    assert_eq!(got, [180.0, 45.0, 72.0, 18.0]);
-    assert!(rep.samples.iter().all(|s| s.pass == 0));
 }
 
 #[test]

@@ -29,7 +29,8 @@ def num(s):
 
 def ours(path):
     v = json.load(open(path))
-    c = v.get("counters") or {}
+    # `--out X.json` holds the counter report itself; the tool's state JSON nests it.
+    c = v if "dispatches" in v else (v.get("counters") or {})
     ds = sorted(c.get("dispatches", []), key=lambda d: d["dispatch_id"])
     by = {}
     for s in c.get("samples", []):
@@ -161,6 +162,12 @@ def sass_probe(out):
 def main():
     out = sys.argv[1]
     sass_probe(out)
+    refused = os.path.join(out, "refused.txt")
+    if os.path.exists(refused) and os.path.getsize(refused):
+        print("\n### Left out of our lists (refused at start; ncu was asked for them)\n")
+        for line in open(refused, errors="replace").read().splitlines():
+            print(f"- {line}")
+        print()
     names = sorted(
         {f[5:-5] for f in os.listdir(out) if f.startswith("ours_") and f.endswith(".json")}
         | {f[4:-4] for f in os.listdir(out) if f.startswith("ncu_") and f.endswith(".csv")}

@@ -687,6 +687,31 @@ impl Profiler for CuptiProfiler {
         let mut records = flushed?;
         disabled?;
         records.dropped = d.numOfDroppedRecords;
+        if log::log_enabled!(log::Level::Debug) {
+            // Per function: records, distinct instruction offsets, and each metric's total.
+            type PerFunction = (
+                usize,
+                std::collections::BTreeSet<u32>,
+                std::collections::BTreeMap<u64, u64>,
+            );
+            let mut by: std::collections::BTreeMap<&str, PerFunction> =
+                std::collections::BTreeMap::new();
+            for r in &records.records {
+                let e = by.entry(r.function.as_str()).or_default();
+                e.0 += 1;
+                e.1.insert(r.pc_offset);
+                for &(id, v) in &r.values {
+                    *e.2.entry(id).or_default() += v;
+                }
+            }
+            for (f, (n, pcs, totals)) in by {
+                log::debug!(
+                    "[kernel-replay] counters: SASS records of {f}: {n} records, {} offsets, {} instances each, totals by metric id {totals:?}",
+                    pcs.len(),
+                    records.instances
+                );
+            }
+        }
         Ok(records)
     }
 

@@ -349,10 +349,10 @@ pub fn is_sass_metric(name: &str) -> bool {
     name.contains("__sass_")
 }
 
-/// Maps Nsight Compute's `name` to the chip's SASS metric: the rollup (`.sum`, `.avg`,
-/// `.max`, `.min`) split off, then the base looked up as it is, with the unit `smsp__`
-/// (the API's names: `sm__sass_x.sum` is `smsp__sass_x` summed), or with any unit. A bare
-/// API name is its `.sum`. `Err` says why not.
+/// Maps Nsight Compute's `name` to the chip's SASS metric: the rollup split off (only `.sum`
+/// is collected; `.avg`, `.max` and `.min` are refused with the reason), then the base looked
+/// up as it is, with the unit `smsp__` (the API's names: `sm__sass_x.sum` is `smsp__sass_x`
+/// summed), or with any unit. A bare API name is its `.sum`. `Err` says why not.
 fn resolve_sass(
     name: &str,
     list: &[SassMetricInfo],
@@ -396,13 +396,16 @@ fn resolve_sass(
     if rollup == Rollup::Sum && !name.contains('.') && m.name != base {
         return Err("a SASS metric without a rollup must be the API's own name".into());
     }
-    let granularity = match (rollup, unit) {
-        (Rollup::Sum, _) => None,
-        (_, "sm") => Some(SassGranularity::Sm),
-        (_, "smsp") => Some(SassGranularity::Smsp),
-        (r, u) => {
+    // Per-SM and per-sub-partition records were measured not to add up to the kernel's
+    // count on an H200 (GH100: 528 instances per record summed to 86% of the hardware count
+    // of the same kernel, 106% with more metrics configured), while whole-GPU records equal
+    // it exactly: only `.sum` is collected.
+    let _ = unit;
+    let granularity: Option<SassGranularity> = match rollup {
+        Rollup::Sum => None,
+        r => {
             return Err(format!(
-                ".{} of a SASS metric is over SMs (sm__) or SM sub-partitions (smsp__), not {u:?}",
+                ".{} of a SASS metric is not collected: CUPTI's per-SM SASS records do not add up to the kernel's count (whole-GPU ones do); ask for .sum",
                 r.as_str()
             ))
         }
