@@ -1300,3 +1300,19 @@ fn sass_names_map_by_the_api_name_itself_and_by_other_spellings_of_the_unit() {
     assert_eq!(s.sentinel, None);
     assert_eq!(s.config().metric_ids, [21, 22]);
 }
+
+#[test]
+fn registers_per_thread_read_as_allocated_at_least_sixteen() {
+    // The fake's function `k` has 10 * k registers.
+    let r = rig(&["launch__registers_per_thread", "launch__grid_size"], 1);
+    r.run(1);
+    r.run(3);
+    let rep = r.collector.report(&ReportHeader::default());
+    let regs: Vec<f64> = rep
+        .samples
+        .iter()
+        .filter(|s| s.metric == "launch__registers_per_thread")
+        .map(|s| s.value)
+        .collect();
+    assert_eq!(regs, [16.0, 30.0]);
+}
