@@ -32,6 +32,8 @@ const MAX_RANGES: usize = 4;
 struct Target {
     object: *mut c_void,
     counter_data: Vec<u8>,
+    /// A configuration was set on `object` (a session ran on it).
+    configured: bool,
 }
 
 /// The real CUPTI, loaded once per process.
@@ -480,8 +482,30 @@ impl Profiler for CuptiProfiler {
             std::collections::hash_map::Entry::Vacant(v) => v.insert(Target {
                 object: self.enable(ctx)?,
                 counter_data: Vec::new(),
+                configured: false,
             }),
         };
+        if t.configured {
+            // Every session on a fresh object: on the H200 a configuration of several passes
+            // set on an object that had run a session before was reported complete after its
+            // first pass and evaluated to NaN (alone, the same metrics took their 8 passes).
+            let mut p = sys::RangeObject {
+                pRangeProfilerObject: t.object,
+                ..Default::default()
+            };
+            // SAFETY: the object CUPTI created for this context; no session is running on it
+            // (the collector begins a group only after the previous one ended).
+            let _ = unsafe { (self.lib.range_disable)(&mut p) };
+            match self.enable(ctx) {
+                Ok(o) => t.object = o,
+                Err(e) => {
+                    // No object on this context any more: the next group enables one.
+                    targets.remove(&ctx);
+                    return Err(e);
+                }
+            }
+        }
+        t.configured = true;
         match self.set_config(t, config) {
             Ok(()) => Ok(()),
             Err(first) => {
@@ -722,6 +746,7 @@ impl Profiler for CuptiProfiler {
             v.insert(Target {
                 object: self.enable(ctx)?,
                 counter_data: Vec::new(),
+                configured: false,
             });
         }
         Ok(())
