@@ -25,15 +25,30 @@
 //! tests, not for the bound below.
 //!
 //! **Collision probability, per comparison** (one chunk compared with its digest before the
-//! pass). The sum is an NH-style multiply-accumulate of key-masked 64-bit halves; for NH's
-//! additive masking two different chunks of equal length give the same 128-bit sum with
-//! probability at most 2^-64 over a random key, and the XOR masking with position salts used
-//! here (cheaper on a GPU) is expected to behave alike, though that is not proven. The final
-//! rounds are a bijection, so about 2^-64 per comparison under a random key, and a run that
-//! compares `n` changed chunks misses one with probability about `n`·2^-64 (10^6 changed
-//! chunks: about 5·10^-14). Under [`key_from_seed`] an adversary who knows the seed can do far
-//! better. (Until issue 15 a second, independently keyed lane gave about 2^-127; it doubled
-//! the multiplies, and one host core then digested at a third of its read speed.)
+//! pass). The sum is shaped like NH (Black et al., UMAC): a multiply-accumulate of key-masked
+//! 64-bit halves. It is not NH, in two ways, and neither is covered by NH's proof:
+//!
+//! - NH masks by *addition* mod 2^64 (`(lo + k) × (hi + k')`); its lemma, that
+//!   `(a + u)(b + v) ≡ (a' + u)(b' + v) + c (mod 2^128)` holds for at most a 2^-64 fraction of
+//!   uniform `(u, v)` whenever `(a, b) ≠ (a', b')`, is about that masking. This digest masks by
+//!   XOR; we know of no proof of the same bound for `(a ^ u)(b ^ v)`, so even two chunks that
+//!   differ in one word are expected, not proven, to collide with probability about 2^-64.
+//! - NH draws an independent key word for every half of the message; here every word's key
+//!   words are the same `k0, k1` with public position salts, so for chunks that differ in
+//!   several words nothing is proven, and data built against the salts collides under every
+//!   key: two words `i`, `j` whose high halves XOR to `i·C2 ^ j·C2` meet equal masked high
+//!   halves, and flipping the same low bit `t` of both low halves, where bit `t` of
+//!   `lo_i ^ lo_j ^ i·C1 ^ j·C1` is set, adds `2^t` to one masked low half and takes it from
+//!   the other, so the sum does not change (a test below builds such a pair; additive masking
+//!   has the same weakness). The salts make such relations as unlikely in data not built
+//!   against them as any other fixed 64-bit coincidence; for such data we expect about 2^-64
+//!   per comparison, as an expectation, not a bound.
+//!
+//! A run that compares `n` changed chunks then misses one with probability about `n`·2^-64
+//! (10^6 changed chunks: about 5·10^-14). Under [`key_from_seed`] an adversary who knows the
+//! seed can do far better. (Until issue 15 a second, independently keyed lane gave about
+//! 2^-127; it doubled the multiplies, and one host core then digested at a third of its read
+//! speed.)
 //!
 //! **What a collision costs.** `dirty` restore skips one changed chunk: the next pass starts
 //! with that chunk as the previous pass left it, and when that pass is the last one, the
@@ -44,11 +59,12 @@
 //! **Speed on a host** (issue 15: at least 85% of a one-core read). One 64×64→128 product per
 //! 16-byte word is what one core's multiplier sustains at about the speed it reads
 //! (`BENCHMARKS.md`); `replay-core` has no `unsafe` for SIMD intrinsics, and baseline x86-64
-//! has no vector 64-bit multiply. The host loop is blocked: eight words per block, each with
-//! its own accumulator and its salts a fixed offset from the block's, so the block's
-//! multiplies are independent; an input of 16 MiB or more is also split across threads
-//! (`std::thread::scope`, up to the machine's parallelism): the sums are order-free, so the
-//! value is the same whichever thread sums which word.
+//! has no vector 64-bit multiply. The host loop masks a block of eight words in vector
+//! registers (both halves of a word in one register: XOR with the key, XOR with the word's
+//! salts, salts advanced by one add) and then multiplies and sums the masked halves on the
+//! scalar side into one accumulator ([`blocks`]); an input of 16 MiB or more is also split
+//! across threads (`std::thread::scope`, up to the machine's parallelism): the sums are
+//! order-free, so the value is the same whichever thread sums which word.
 
 use crate::backend::{Digest128, DigestKey};
 
@@ -77,10 +93,17 @@ pub fn lane_keys(key: DigestKey) -> [u64; 4] {
     key.0
 }
 
+/// Word `i`'s position salts.
+#[inline(always)]
+fn salts(i: u64) -> [u64; 2] {
+    [i.wrapping_mul(C1), i.wrapping_mul(C2)]
+}
+
 /// One word's contribution to the sum.
 #[inline(always)]
 fn word(k: &[u64; 4], i: u64, lo: u64, hi: u64) -> u128 {
-    u128::from(lo ^ k[0] ^ i.wrapping_mul(C1)) * u128::from(hi ^ k[1] ^ i.wrapping_mul(C2))
+    let s = salts(i);
+    u128::from(lo ^ k[0] ^ s[0]) * u128::from(hi ^ k[1] ^ s[1])
 }
 
 /// Turns the sum and the length into the digest: three Feistel rounds over its two halves,
@@ -229,8 +252,9 @@ fn sums_parallel(k: &[u64; 4], first: u64, data: &[u8]) -> u128 {
     })
 }
 
-/// Words per block of [`blocks`]: each has its own accumulator, so the multiplies of a block
-/// are independent of each other.
+/// Words per block of [`blocks`]: eight salt pairs and the key in vector registers leave
+/// room for the loads (sixteen pairs and the key did not fit the sixteen registers of
+/// baseline x86-64, and were no faster).
 const BLOCK_WORDS: usize = 8;
 
 /// The sum of `data`, whose first word is word `first` of its range: whole blocks in
@@ -251,34 +275,37 @@ fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> u128 {
 /// The sum of `data` (whole blocks of [`BLOCK_WORDS`] words), whose first word is word
 /// `first` of its range.
 ///
-/// Fast on one core (issue 15): per block, each word's position salts are the block's base
-/// salts plus a fixed per-word offset (no serial chain of adds from word to word), and each
-/// word has its own accumulator, so the block's multiplies are independent. Kept apart from
-/// the tail loop, which made the compiler schedule this one worse (15 against 20 GB/s on the
-/// development machine). The value is the same sum as [`word`] over every word (the tests
-/// check both against each other).
+/// Fast on one core (issue 15), in two steps per block of 128 bytes. First every word's two
+/// halves XOR the key and XOR the word's salts (one salt pair per position in the block, each
+/// advanced by `BLOCK_WORDS·C` per block) into a small buffer: pairs of 64-bit operations,
+/// which the compiler does two at a time in vector registers. Then the products, each `mul`
+/// reading its operands from that buffer, into one accumulator (an add and an add-with-carry),
+/// so the scalar side is left with the multiply and the accumulation. Masking in the same loop
+/// as the products, with eight accumulators, ran at 71–82% of a one-core read on the
+/// development machine, this shape at 82–102% (`BENCHMARKS.md`). `black_box` keeps the buffer in
+/// memory: without it the compiler moves the masked halves from vector to scalar registers
+/// one by one, slower than no vectors at all (a hint only; the value does not depend on it).
+/// The value is the same sum as [`word`] over every word (the tests check both against a loop
+/// of their own).
 #[inline(never)]
 fn blocks(k: &[u64; 4], first: u64, data: &[u8]) -> u128 {
-    let mut off = [[0u64; 2]; BLOCK_WORDS];
-    for (j, o) in off.iter_mut().enumerate() {
-        *o = [(j as u64).wrapping_mul(C1), (j as u64).wrapping_mul(C2)];
+    let mut s = [[0u64; 2]; BLOCK_WORDS];
+    for (i, s) in (first..).zip(s.iter_mut()) {
+        *s = salts(i);
     }
-    let per_block = [
-        (BLOCK_WORDS as u64).wrapping_mul(C1),
-        (BLOCK_WORDS as u64).wrapping_mul(C2),
-    ];
-    let mut salt = [first.wrapping_mul(C1), first.wrapping_mul(C2)];
-    let mut acc = [0u128; BLOCK_WORDS];
+    let step = salts(BLOCK_WORDS as u64);
+    let mut masked = [[0u64; 2]; BLOCK_WORDS];
+    let mut acc = 0u128;
     for blk in data.chunks_exact(16 * BLOCK_WORDS) {
-        for ((w, o), acc) in blk.chunks_exact(16).zip(&off).zip(&mut acc) {
-            let lo = le(&w[..8]) ^ k[0] ^ salt[0].wrapping_add(o[0]);
-            let hi = le(&w[8..]) ^ k[1] ^ salt[1].wrapping_add(o[1]);
-            *acc = acc.wrapping_add(u128::from(lo) * u128::from(hi));
+        for ((w, s), x) in blk.chunks_exact(16).zip(&mut s).zip(&mut masked) {
+            *x = [le(&w[..8]) ^ k[0] ^ s[0], le(&w[8..]) ^ k[1] ^ s[1]];
+            *s = [s[0].wrapping_add(step[0]), s[1].wrapping_add(step[1])];
         }
-        salt[0] = salt[0].wrapping_add(per_block[0]);
-        salt[1] = salt[1].wrapping_add(per_block[1]);
+        for x in std::hint::black_box(&masked) {
+            acc = acc.wrapping_add(u128::from(x[0]) * u128::from(x[1]));
+        }
     }
-    acc.iter().fold(0u128, |x, y| x.wrapping_add(*y))
+    acc
 }
 
 #[inline(always)]
@@ -424,37 +451,125 @@ mod tests {
         finish(&k, a, data.len() as u64)
     }
 
-    #[test]
-    fn the_digest_is_one_salted_product_per_word_and_keyed_feistel_rounds() {
-        // Issue 15: the digest is written out here from its formula (not through `word` or
-        // `finish`), with a known answer, so any implementation that computes something
-        // else (the former second product per word, which halved a host core's speed) fails.
-        let k = [
-            0x0123_4567_89ab_cdefu64,
-            0xfedc_ba98_7654_3210,
-            0x0f1e_2d3c_4b5a_6978,
-            0x8796_a5b4_c3d2_e1f0,
-        ];
-        let data: Vec<u8> = (0..40u8).map(|b| b.wrapping_mul(37)).collect();
+    /// The formula written out on its own (not through `word`, `salts`, `finish` or the
+    /// module's constants), one word at a time: what any implementation must equal.
+    fn by_hand(k: [u64; 4], data: &[u8]) -> Digest128 {
+        let (c1, c2) = (0x9E37_79B9_7F4A_7C15u64, 0xC2B2_AE3D_27D4_EB4Fu64);
+        let mix = |mut x: u64| {
+            x ^= x >> 33;
+            x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+            x ^= x >> 33;
+            x = x.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+            x ^ (x >> 33)
+        };
         let mut a = 0u128;
         for (i, w) in data.chunks(16).enumerate() {
             let mut buf = [0u8; 16];
             buf[..w.len()].copy_from_slice(w);
             let i = i as u64;
-            let lo = u64::from_le_bytes(buf[..8].try_into().unwrap()) ^ k[0] ^ i.wrapping_mul(C1);
-            let hi = u64::from_le_bytes(buf[8..].try_into().unwrap()) ^ k[1] ^ i.wrapping_mul(C2);
+            let lo = u64::from_le_bytes(buf[..8].try_into().unwrap());
+            let hi = u64::from_le_bytes(buf[8..].try_into().unwrap());
+            let lo = lo ^ k[0] ^ i.wrapping_mul(c1);
+            let hi = hi ^ k[1] ^ i.wrapping_mul(c2);
             a = a.wrapping_add(u128::from(lo) * u128::from(hi));
         }
         let len = data.len() as u64;
         let (mut x, mut y) = (a as u64, (a >> 64) as u64);
-        y ^= fmix(x ^ k[2] ^ len);
-        x ^= fmix(y ^ k[3]);
-        y ^= fmix(x ^ len.rotate_left(32));
-        let want = Digest128((u128::from(x) << 64) | u128::from(y));
-        assert_eq!(digest(DigestKey(k), &data), want);
+        y ^= mix(x ^ k[2] ^ len);
+        x ^= mix(y ^ k[3]);
+        y ^= mix(x ^ len.rotate_left(32));
+        Digest128((u128::from(x) << 64) | u128::from(y))
+    }
+
+    /// The fixed key of the known answers (also in the CUDA kernels' port test and in
+    /// `cuda_bench check`'s `digest_equivalence`, which pin the same numbers).
+    const FIXED: [u64; 4] = [
+        0x0123_4567_89ab_cdef,
+        0xfedc_ba98_7654_3210,
+        0x0f1e_2d3c_4b5a_6978,
+        0x8796_a5b4_c3d2_e1f0,
+    ];
+
+    /// `len` bytes of a fixed pattern.
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(37)).collect()
+    }
+
+    #[test]
+    fn the_digest_is_one_salted_product_per_word_and_keyed_feistel_rounds() {
+        // Issue 15: the formula with a known answer, so any implementation that computes
+        // something else (the former second product per word, another masking) fails. The
+        // pinned values are what `by_hand` gives; the CUDA kernels' ports and the GPU check
+        // pin the same numbers.
+        let data = pattern(40);
+        let want = Digest128(0x4872_6157_823f_4751_6142_3ed6_fb1f_c720);
+        assert_eq!(by_hand(FIXED, &data), want);
+        assert_eq!(digest(DigestKey(FIXED), &data), want);
+        assert_eq!(
+            digest(DigestKey(FIXED), &[]),
+            Digest128(0xf224_7794_99d0_141d_ecd8_59ea_fcdb_53d8)
+        );
         // The final rounds are a bijection: distinct sums give distinct digests.
-        assert_ne!(finish(&k, 1, 16), finish(&k, 2, 16));
-        assert_ne!(finish(&k, 1 << 64, 16), finish(&k, 1, 16));
+        assert_ne!(finish(&FIXED, 1, 16), finish(&FIXED, 2, 16));
+        assert_ne!(finish(&FIXED, 1 << 64, 16), finish(&FIXED, 1, 16));
+    }
+
+    #[test]
+    fn data_built_against_the_public_salts_collides_under_every_key() {
+        // What the module docs say is not proven, shown: words 0 and 1 whose high halves
+        // differ by C2 (XOR) meet equal masked high halves under every key, and flipping bit
+        // 0 of both low halves, where bit 0 of lo0 ^ lo1 ^ C1 is set, adds 1 to one masked
+        // low half and takes 1 from the other.
+        let hi0 = 77u64;
+        let words = |lo0: u64, lo1: u64| {
+            let mut d = Vec::with_capacity(32);
+            for (lo, hi) in [(lo0, hi0), (lo1, hi0 ^ C2)] {
+                d.extend_from_slice(&lo.to_le_bytes());
+                d.extend_from_slice(&hi.to_le_bytes());
+            }
+            d
+        };
+        assert_eq!((4 ^ 8 ^ C1) & 1, 1);
+        let (a, b) = (words(4, 8), words(5, 9));
+        assert_ne!(a, b);
+        for seed in 0..64 {
+            let key = key_from_seed(seed);
+            assert_eq!(digest(key, &a), digest(key, &b), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn the_host_loop_equals_the_formula_for_every_length_to_257_and_across_threads() {
+        // Issue 15: the fast loop (blocks masked in a buffer, then multiplied; the tail word by
+        // word; threads over large inputs) against the per-word loop of `by_hand`.
+        let data = pattern(257 + 16);
+        for len in 0..=257 {
+            for start in [0usize, 16] {
+                let d = &data[start..start + len];
+                assert_eq!(
+                    digest(DigestKey(FIXED), d),
+                    by_hand(FIXED, d),
+                    "len {len} at word {}",
+                    start / 16
+                );
+            }
+        }
+        // A multi-MiB buffer, split across threads where the machine has more than one
+        // core, and the same bytes as a stream of staging-sized pieces.
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let big: Vec<u8> = (0..PARALLEL_MIN_BYTES + (3 << 20) + 21)
+            .map(|_| {
+                x = fmix(x.wrapping_add(C1));
+                x as u8
+            })
+            .collect();
+        let want = by_hand(FIXED, &big);
+        assert_eq!(digest(DigestKey(FIXED), &big), want);
+        let mut s = DigestStream::new(DigestKey(FIXED));
+        for p in big.chunks(4 << 20) {
+            s.update(p);
+        }
+        assert_eq!(s.finish(), want);
     }
 
     #[test]

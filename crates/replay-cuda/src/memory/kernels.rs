@@ -583,6 +583,25 @@ mod tests {
     }
 
     #[test]
+    fn the_ports_give_the_pinned_answer() {
+        // The known answer of `replay_core::digest`'s own test (a fixed key, 40 bytes
+        // `i * 37`), here through the ports of the kernels, in one segment and split; the GPU
+        // check (`cuda_bench check`, `digest_equivalence`) pins the same number on the device.
+        let key = DigestKey([
+            0x0123_4567_89ab_cdef,
+            0xfedc_ba98_7654_3210,
+            0x0f1e_2d3c_4b5a_6978,
+            0x8796_a5b4_c3d2_e1f0,
+        ]);
+        let data: Vec<u8> = (0..48u8).map(|i| i.wrapping_mul(37)).collect();
+        let m = Mem(&data);
+        let want = Digest128(0x4872_6157_823f_4751_6142_3ed6_fb1f_c720);
+        for seg in [16u64, 32, 4096] {
+            assert_eq!(batch_port(&m, key, &[(BASE, 40)], seg), vec![want], "{seg}");
+        }
+    }
+
+    #[test]
     fn planning() {
         assert_eq!(segment_bytes(0), MIN_SEGMENT);
         assert_eq!(segment_bytes(4 << 30), 1 << 20);

@@ -1148,7 +1148,7 @@ static size_t param_count(const char* n) {
     } else if (strcmp(n, "kr_digest_seg") == 0) {
         count = 8;
     } else if (strcmp(n, "kr_digest_fin") == 0) {
-        count = 4;
+        count = 6;
     }
     return count;
 }
@@ -1174,8 +1174,6 @@ CUresult cuFuncGetAttribute(int* v, int attr, void* f) {
 
 #define C1 0x9E3779B97F4A7C15ULL
 #define C2 0xC2B2AE3D27D4EB4FULL
-#define C3 0x165667B19E3779F9ULL
-#define C4 0x85EBCA77C2B2AE63ULL
 #define M1 0xFF51AFD7ED558CCDULL
 #define M2 0xC4CEB9FE1A85EC53ULL
 
@@ -1202,9 +1200,11 @@ static u64 le64(const unsigned char* p) {
 
 typedef unsigned __int128 u128;
 
-/* The reference digest's lane sums over one segment: words of len bytes at p whose first word
- * has index base in its op (SPEC 7.4, replay_core::digest). */
-static void lane_sums(const unsigned char* p, u64 len, u64 base, const u64* k, u128* a, u128* b) {
+/* The reference digest's sum over one segment (SPEC 7.4, replay_core::digest): words of len
+ * bytes at p whose first word has index base in its op; each half XOR its key word and
+ * position salt, their product summed (mod 2^128). */
+static u128 digest_sum(const unsigned char* p, u64 len, u64 base, const u64* k) {
+    u128 a = 0;
     u64 nw = (len + 15) / 16;
     for (u64 w = 0; w < nw; ++w) {
         unsigned char buf[16] = {0};
@@ -1213,15 +1213,18 @@ static void lane_sums(const unsigned char* p, u64 len, u64 base, const u64* k, u
         u64 lo = le64(buf);
         u64 hi = le64(buf + 8);
         u64 i = base + w;
-        *a += (u128)(lo ^ k[0] ^ (i * C1)) * (u128)(hi ^ k[1] ^ (i * C2));
-        *b += (u128)(lo ^ k[2] ^ (i * C3)) * (u128)(hi ^ k[3] ^ (i * C4));
+        a += (u128)(lo ^ k[0] ^ (i * C1)) * (u128)(hi ^ k[1] ^ (i * C2));
     }
+    return a;
 }
 
-static void finish(u128 a, u128 b, u64 len, u64* out) {
-    u64 x = fmix((u64)a ^ fmix((u64)(a >> 64) ^ len));
-    u64 y = fmix((u64)b ^ fmix((u64)(b >> 64) ^ x ^ rotl(len, 32)));
-    x = fmix(x ^ rotl(y, 23));
+/* Three Feistel rounds keyed by k2, k3 and the length; out[0] the high half, as kr_finish. */
+static void finish(u128 a, u64 len, u64 k2, u64 k3, u64* out) {
+    u64 x = (u64)a;
+    u64 y = (u64)(a >> 64);
+    y ^= fmix(x ^ k2 ^ len);
+    x ^= fmix(y ^ k3);
+    y ^= fmix(x ^ rotl(len, 32));
     out[0] = x;
     out[1] = y;
 }
@@ -1299,41 +1302,37 @@ static CUresult run_kernel(void* f, unsigned gx, unsigned bx, void* s, void** pa
             u64 base = e[2];
             unsigned op = (unsigned)(e[3] & 0xffffffffu);
             unsigned nseg = (unsigned)(e[3] >> 32);
-            u128 a = 0;
-            u128 b = 0;
             if (!end_ok(addr, len)) {
                 return E_INVALID_VALUE;
             }
-            lane_sums((const unsigned char*)(uintptr_t)addr, len, base, k, &a, &b);
+            u128 a = digest_sum((const unsigned char*)(uintptr_t)addr, len, base, k);
             if (nseg == 1) {
-                finish(a, b, len, out + 2 * (u64)op);
+                finish(a, len, k[2], k[3], out + 2 * (u64)op);
             } else {
-                u64* q = partials + 4 * s_;
+                u64* q = partials + 2 * s_;
                 q[0] = (u64)a;
                 q[1] = (u64)(a >> 64);
-                q[2] = (u64)b;
-                q[3] = (u64)(b >> 64);
             }
         }
     } else if (strcmp(n, "kr_digest_fin") == 0) {
         /* struct KrFin { u64 first, nseg, len, op; } */
         const u64* fins = ARG(const u64*, 0);
         u64 cnt = ARG(u64, 1);
-        const u64* partials = ARG(const u64*, 2);
-        u64* out = ARG(u64*, 3);
+        u64 k2 = ARG(u64, 2);
+        u64 k3 = ARG(u64, 3);
+        const u64* partials = ARG(const u64*, 4);
+        u64* out = ARG(u64*, 5);
         if ((u64)gx * bx < cnt) {
             return E_INVALID_VALUE;
         }
         for (u64 f_ = 0; f_ < cnt; ++f_) {
             const u64* e = fins + 4 * f_;
             u128 a = 0;
-            u128 b = 0;
             for (u64 j = 0; j < e[1]; ++j) {
-                const u64* q = partials + 4 * (e[0] + j);
+                const u64* q = partials + 2 * (e[0] + j);
                 a += ((u128)q[1] << 64) | q[0];
-                b += ((u128)q[3] << 64) | q[2];
             }
-            finish(a, b, e[2], out + 2 * e[3]);
+            finish(a, e[2], k2, k3, out + 2 * e[3]);
         }
     } else {
         fprintf(stderr, "fake_cuda: unknown kernel %s\n", n);
