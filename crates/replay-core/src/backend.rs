@@ -394,7 +394,8 @@ pub struct RestoreStats {
     pub compared_bytes: u64,
     /// Bytes written back.
     pub restored_bytes: u64,
-    /// Time it took.
+    /// Time it took; for a restore ordered on the device ([`Snapshot::order_restores`]), the
+    /// host's time to plan and enqueue it (its copies run inside the next pass's wait).
     pub seconds: f64,
 }
 
