@@ -614,6 +614,17 @@ kreplay_status_t kreplay_replay_start_context(kreplay_context_t context);
  */
 kreplay_status_t kreplay_replay_stop_context(kreplay_context_t context);
 
+/**
+ * Inside a PASS ENTER callback, before reading device memory by the tool's own means (its own
+ * stream, a host mapping): waits, bounded by the drain timeout, until the restore before this
+ * pass is done on the device (SPEC 6 step 8). Where the backend orders restores on the device
+ * (CUDA, by default) the restore may still run when PASS ENTER is called; the pass, the cache
+ * flush and the library's own memory reads are ordered after it without this call. Outside
+ * PASS ENTER, or with nothing pending, it returns at once.
+ * Errors: DEVICE_ERROR (the restore did not complete in time, or the device failed).
+ */
+kreplay_status_t kreplay_pass_sync(void);
+
 /* ----------------------------------------------------------------------------------------- */
 /* Policy and the kernel filter (SPEC 8, 3)                                                   */
 /* ----------------------------------------------------------------------------------------- */

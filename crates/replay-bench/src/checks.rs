@@ -379,7 +379,16 @@ fn replay_rmw(b: &Bench, scope: Scope, restore: RestoreMode) -> Result<Value, St
             })?;
         }
     }
-    Ok(json!({ "record": record_json(&rec), "wall_s": run.wall }))
+    ensure(b.backend.memory().ordered_pending() == 0, || {
+        "a restore ordered on the device was left pending".into()
+    })?;
+    // Restores are ordered on the device by default: the per-pass input digests above were
+    // taken in PASS ENTER, after the restore on the digest stream.
+    Ok(json!({
+        "record": record_json(&rec),
+        "wall_s": run.wall,
+        "restore_order": if b.backend.memory().ordered_restores() { "device" } else { "host" },
+    }))
 }
 
 /// Module variables are enumerated from the cubin, captured and restored.

@@ -228,6 +228,30 @@ pub trait DeviceMemory: Send + Sync {
         let _ = addr;
         Ok(None)
     }
+    /// Orders the agent's later device work after the copy batch `fence` on the device (a
+    /// restore ordered ahead of the next pass, SPEC §6 step 8): the agent's passes, ordinary
+    /// runs and cache flushes, and this memory's own later digests, reads and writes, wait
+    /// for it there, without the host waiting, until `poll_fence` reported it complete.
+    /// Implemented together with the agent's [`Capabilities::ORDERED_RESTORE`]; the default
+    /// refuses (`Unsupported`) and the memory layer then waits for the fence on the host.
+    fn order_after(&self, fence: Fence) -> Result<(), BackendError> {
+        let _ = fence;
+        Err(BackendError::new(
+            crate::error::BackendErrorKind::Unsupported,
+            self.agent(),
+            "order after fence",
+            "this backend does not order work after a fence on the device",
+        ))
+    }
+    /// Waits on the host at most `budget` until every fence ordered by
+    /// [`DeviceMemory::order_after`] and not yet reported complete is done on the device,
+    /// without consuming it (`poll_fence` still reports it): for a tool that reads device
+    /// memory by its own means in PASS ENTER. `true` once none is pending. The default (no
+    /// ordering) answers `true`.
+    fn wait_ordered(&self, budget: Duration) -> Result<bool, BackendError> {
+        let _ = budget;
+        Ok(true)
+    }
 }
 
 /// What the runtime says about an address the tracker never saw.
@@ -370,7 +394,8 @@ pub struct RestoreStats {
     pub compared_bytes: u64,
     /// Bytes written back.
     pub restored_bytes: u64,
-    /// Time it took.
+    /// Time it took; for a restore ordered on the device ([`Snapshot::order_restores`]), the
+    /// host's time to plan and enqueue it (its copies run inside the next pass's wait).
     pub seconds: f64,
 }
 
@@ -425,6 +450,15 @@ pub trait Snapshotter: Send + Sync {
     ) -> Result<Box<dyn Snapshot>, SnapshotError>;
     /// Peak bytes held in the backing and staging pools so far.
     fn pooled_peak_bytes(&self) -> u64;
+    /// Waits, bounded by `wait`, until a restore ordered on the device
+    /// ([`Snapshot::order_restores`]) is done there, without completing it for the window:
+    /// what a tool reading device memory by its own means calls in PASS ENTER
+    /// ([`crate::ReplayPayload::sync_memory`]). The default (restores wait on the host) has
+    /// nothing to wait for.
+    fn sync_ordered(&self, wait: &WaitSpec<'_>) -> Result<(), BackendError> {
+        let _ = wait;
+        Ok(())
+    }
 }
 
 /// A captured snapshot, alive for one window; dropping it returns its memory to the pools.
@@ -440,8 +474,33 @@ pub trait Snapshot: Send {
         let _ = may;
     }
     /// Restores the captured memory before the next pass. Frees and unloads of captured
-    /// memory on other threads wait until it returns (`replay-memory`'s tracker holds).
+    /// memory on other threads wait until its copies are done (`replay-memory`'s tracker
+    /// holds): until it returns, or, for a restore ordered on the device, until
+    /// [`Snapshot::complete_restore`] saw its fence complete. Ordered, it enqueues the copies
+    /// and returns without waiting (its `seconds` are then the host's enqueue time).
     fn restore(&mut self, wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError>;
+    /// Asks that restores be ordered on the device ahead of the next pass instead of waited
+    /// for on the host (the window asks when the agent claims
+    /// [`Capabilities::ORDERED_RESTORE`]); returns whether they will be. A restore the device
+    /// cannot order (its memory refuses [`DeviceMemory::order_after`], or the batch failed
+    /// and is retried) still waits on the host. The default keeps restores on the host.
+    fn order_restores(&mut self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
+    /// Whether a restore was enqueued and not yet completed ([`Snapshot::complete_restore`]).
+    fn restore_pending(&self) -> bool {
+        false
+    }
+    /// Completes a restore ordered on the device: waits (bounded by `wait`) for its fence,
+    /// then ends the hold against frees and unloads. `Ok(true)`: done (or nothing pending);
+    /// `Ok(false)`: not done within the bound, so its fence was abandoned and the snapshot's
+    /// blocks are leaked (the window calls it so only where the pass after it did not
+    /// complete); `Err`: the fence reported an error, the restore failed (the window aborts).
+    fn complete_restore(&mut self, wait: &WaitSpec<'_>) -> Result<bool, RestoreError> {
+        let _ = wait;
+        Ok(true)
+    }
     /// Scope `predicted`: digest chunks the scope checks so far found written outside the
     /// prediction (0 for the other scopes).
     fn prediction_misses(&self) -> u32 {

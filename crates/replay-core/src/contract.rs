@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bitflags::bitflags;
 
-use crate::error::ContextError;
+use crate::error::{BackendError, ContextError};
 use crate::outcome::OutcomeRecord;
 use crate::types::{ContextId, DispatchInfo};
 
@@ -98,7 +98,15 @@ impl ContextControl for NoContextControl {
     fn loop_end(&self) {}
 }
 
-/// What a callback sees (SPEC §3). The C ABI maps it field by field onto its versioned struct.
+/// Waits until the restore ordered on the device before this pass is done there (SPEC §6
+/// step 8); the window offers it in PASS ENTER ([`ReplayPayload::sync_memory`]).
+pub trait MemorySync: Send + Sync {
+    /// Waits, bounded by the policy's drain timeout.
+    fn sync(&self) -> Result<(), BackendError>;
+}
+
+/// What a callback sees (SPEC §3). The C ABI maps it field by field onto its versioned struct
+/// (`memory_sync` is `kreplay_pass_sync` there).
 pub struct ReplayPayload<'a> {
     /// The dispatch.
     pub dispatch_info: &'a DispatchInfo,
@@ -115,6 +123,8 @@ pub struct ReplayPayload<'a> {
     pub contexts: &'a dyn ContextControl,
     /// The outcome, in CONFIG EXIT only.
     pub outcome: Option<&'a OutcomeRecord>,
+    /// In PASS ENTER: the wait for a restore ordered on the device ([`Self::sync_memory`]).
+    pub memory_sync: Option<&'a dyn MemorySync>,
 }
 
 impl fmt::Debug for ReplayPayload<'_> {
@@ -126,6 +136,7 @@ impl fmt::Debug for ReplayPayload<'_> {
             .field("replay_pass_count", &self.replay_pass_count.is_some())
             .field("replay_continue", &self.replay_continue.is_some())
             .field("outcome", &self.outcome)
+            .field("memory_sync", &self.memory_sync.is_some())
             .finish()
     }
 }
@@ -138,6 +149,16 @@ impl ReplayPayload<'_> {
     /// `replay_stop_context`.
     pub fn replay_stop_context(&self, ctx: ContextId) -> Result<(), ContextError> {
         self.contexts.stop(ctx)
+    }
+
+    /// In PASS ENTER, before reading device memory by the tool's own means (its own stream, a
+    /// host mapping): waits until the restore before this pass is done on the device. Where
+    /// the backend orders restores on the device ([`crate::Capabilities::ORDERED_RESTORE`])
+    /// the restore may still run when PASS ENTER is called; the pass itself, the cache flush
+    /// and the library's own memory reads and digests are ordered after it without this
+    /// call. Elsewhere (and outside PASS ENTER) it returns at once.
+    pub fn sync_memory(&self) -> Result<(), BackendError> {
+        self.memory_sync.map_or(Ok(()), |s| s.sync())
     }
 }
 

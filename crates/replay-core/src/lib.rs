@@ -59,8 +59,8 @@ pub use backend::{
     Snapshotter, SystemClock, Ticket, Tier, TierInfo, UntrackedSummary, WaitSpec,
 };
 pub use contract::{
-    ContextControl, ContinueFn, NoContextControl, Operation, PassCountFn, Phase, ReplayPayload,
-    ReplayTool, Subscription, UserData,
+    ContextControl, ContinueFn, MemorySync, NoContextControl, Operation, PassCountFn, Phase,
+    ReplayPayload, ReplayTool, Subscription, UserData,
 };
 pub use error::{BackendError, BackendErrorAt, BackendErrorKind, ContextError, ServiceError};
 pub use locks::WriteGate;

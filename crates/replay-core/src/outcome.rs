@@ -253,7 +253,8 @@ pub struct OutcomeRecord {
     pub untracked_regions: u32,
     /// Time to capture.
     pub snap_seconds: f64,
-    /// Time restoring, over the window.
+    /// Time restoring, over the window (restores ordered on the device: the host's time to
+    /// enqueue them, their copies run inside the passes' waits).
     pub restore_seconds: f64,
     /// Bytes compared by digest, over the window.
     pub compared_bytes: u64,

@@ -248,5 +248,10 @@ bitflags::bitflags! {
         /// [`crate::policy`]); `restore=auto` still resolves to `full` without
         /// `DEVICE_DIGESTS`.
         const AUTO_ARGUMENTS = 1 << 4;
+        /// Restores may be ordered on the device (SPEC §6 step 8): every pass, ordinary run
+        /// and cache flush the agent submits waits on the device for the fences its memory
+        /// was asked to order ([`crate::DeviceMemory::order_after`]), so the window does not
+        /// wait on the host between a restore and the next pass.
+        const ORDERED_RESTORE = 1 << 5;
     }
 }

@@ -10,6 +10,15 @@
 //! once (silently, or as the ordinary run), so memory always ends equal to one execution. Only
 //! a failed restore aborts the process.
 //!
+//! Where the agent claims [`Capabilities::ORDERED_RESTORE`] and the snapshot agrees
+//! ([`Snapshot::order_restores`]), a restore is only enqueued: the next pass (and the cache
+//! flush, and the backend's own memory reads) wait for it on the device, and the pass's wait
+//! is the host's only wait per pass. The window completes the pending restore
+//! ([`Snapshot::complete_restore`]) as soon as that wait returned (an error there aborts, as a
+//! failed restore does), and on every way out of the loop before it (a refused, stuck or
+//! failed pass); PASS ENTER's payload offers [`ReplayPayload::sync_memory`] to a tool that
+//! reads memory by its own means.
+//!
 //! A submission whose backend error is [`BackendErrorKind::AfterSubmit`] reached the device and
 //! may run: the window never submits that dispatch again. A pass that failed so counts as
 //! executed and ends the loop (`truncated`, `submit_failed`, no restore); the application's
@@ -31,8 +40,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
-use crate::backend::{Agent, DrainTarget, ScopeCheck, Snapshot, Snapshotter, WaitSpec};
-use crate::contract::{ContinueFn, Operation, PassCountFn, Phase, ReplayPayload, UserData};
+use crate::backend::{
+    Agent, Capabilities, DrainTarget, ScopeCheck, Snapshot, Snapshotter, WaitSpec,
+};
+use crate::contract::{
+    ContinueFn, MemorySync, Operation, PassCountFn, Phase, ReplayPayload, UserData,
+};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::locks::{thread_in_callback, AgentGate, CallbackScope, WindowOpen};
 use crate::outcome::{Outcome, OutcomeRecord, Reason};
@@ -334,6 +347,7 @@ impl Window<'_> {
             replay_continue: None,
             contexts: &*self.svc.contexts,
             outcome: None,
+            memory_sync: None,
         }
     }
 
@@ -622,8 +636,9 @@ impl Window<'_> {
         r
     }
 
-    /// Runs one pass and waits for it.
-    fn run_pass(&mut self, pass: u32) -> PassRun {
+    /// Runs one pass and waits for it; a restore ordered on the device ahead of it is
+    /// completed as soon as the wait returned (its hold against frees ends there).
+    fn run_pass(&mut self, pass: u32, snapshot: &mut dyn Snapshot) -> PassRun {
         if self.policy.cache_control == CacheControl::Flush {
             if let Err(e) = self.agent.flush_caches() {
                 log::warn!("[kernel-replay] cache flush before pass {pass} failed: {e}");
@@ -652,6 +667,20 @@ impl Window<'_> {
         match waited {
             Ok(done) => {
                 self.record.pass_gpu_seconds.push(done.gpu_seconds);
+                if snapshot.restore_pending() {
+                    // The pass waited for the restore on the device: its fence is done, or the
+                    // restore failed and the pass ran on what it left.
+                    match snapshot.complete_restore(&self.wait_spec()) {
+                        Ok(true) => {}
+                        Ok(false) => fatal(&format!(
+                            "[kernel-replay] FATAL: dispatch {} (kernel {:?}, agent {}): pass {pass} completed but the restore ordered before it did not; device memory cannot be trusted, aborting",
+                            self.dispatch.info.dispatch_id,
+                            self.dispatch.info.kernel_name,
+                            self.dispatch.info.agent
+                        )),
+                        Err(e) => abort_restore(self.dispatch, &e),
+                    }
+                }
                 PassRun::Completed
             }
             Err(e) => {
@@ -668,11 +697,55 @@ impl Window<'_> {
         }
     }
 
+    /// The pass loop; a restore still pending when it ends (the next pass was refused,
+    /// stuck, or failed after its launch) is completed before the snapshot goes.
     fn pass_loop(
         &mut self,
         plan: &PassPlan,
         continue_fn: Option<ContinueFn>,
         snapshot: &mut dyn Snapshot,
+    ) -> LoopEnd {
+        // Restores ordered on the device ahead of the next pass (SPEC §6 step 8), where the
+        // agent orders its work after its memory's fences and the snapshot can leave one
+        // pending; otherwise each restore waits on the host, as before.
+        let ordered = self
+            .agent
+            .capabilities()
+            .contains(Capabilities::ORDERED_RESTORE)
+            && snapshot.order_restores(true);
+        let end = self.run_passes(plan, continue_fn, snapshot, ordered);
+        if snapshot.restore_pending() {
+            let stuck = matches!(end, LoopEnd::Truncated(Reason::PassDrainStuck));
+            self.settle_restore(snapshot, stuck);
+        }
+        end
+    }
+
+    /// Completes a restore the loop left pending. After a stuck pass the restore had that
+    /// pass's bound already: it gets one poll slice more, then its fence is abandoned (the
+    /// snapshot's blocks leak, as a stuck restore's do). A fence that reports an error aborts.
+    fn settle_restore(&mut self, snapshot: &mut dyn Snapshot, after_stuck_pass: bool) {
+        let mut wait = self.wait_spec();
+        if after_stuck_pass {
+            wait.timeout = self.policy.poll_slice;
+        }
+        match snapshot.complete_restore(&wait) {
+            Ok(true) => {}
+            Ok(false) => log::warn!(
+                "[kernel-replay] dispatch {}: the restore ordered before the last pass did not complete within {:?}; its fence is abandoned",
+                self.record.dispatch_id,
+                wait.timeout
+            ),
+            Err(e) => abort_restore(self.dispatch, &e),
+        }
+    }
+
+    fn run_passes(
+        &mut self,
+        plan: &PassPlan,
+        continue_fn: Option<ContinueFn>,
+        snapshot: &mut dyn Snapshot,
+        ordered: bool,
     ) -> LoopEnd {
         let total = plan.total_passes();
         let mut pass: u32 = 0;
@@ -683,8 +756,15 @@ impl Window<'_> {
             // PASS ENTER on this pass's own copy of the sequence value.
             let mut ud = self.seq;
             let entered = {
+                let sync = PassSync {
+                    memory: self.memory,
+                    wait: self.wait_spec(),
+                };
                 let mut p = self.payload(pass, total);
                 p.replay_continue = continue_fn.clone();
+                if ordered && pass > 0 {
+                    p.memory_sync = Some(&sync);
+                }
                 self.svc.contexts.pass_enter_begin();
                 let r = self.call(Operation::Pass, Phase::Enter, &mut p, &mut ud);
                 self.svc.contexts.pass_enter_end();
@@ -695,9 +775,9 @@ impl Window<'_> {
                     return LoopEnd::Decline(Reason::CallbackFailed);
                 }
                 // Memory was restored for this pass: it must still run once.
-                return self.final_silent_pass(pass, Reason::CallbackFailed);
+                return self.final_silent_pass(pass, Reason::CallbackFailed, snapshot);
             }
-            match self.run_pass(pass) {
+            match self.run_pass(pass, snapshot) {
                 PassRun::Completed => {}
                 PassRun::Stuck => return LoopEnd::Truncated(Reason::PassDrainStuck),
                 // Pass 0 too: it is the dispatch's one execution (no ordinary run follows).
@@ -797,8 +877,13 @@ impl Window<'_> {
 
     /// Memory was restored for `pass` but the tool cannot take part: run it once more without
     /// callbacks, so memory ends equal to one execution.
-    fn final_silent_pass(&mut self, pass: u32, reason: Reason) -> LoopEnd {
-        match self.run_pass(pass) {
+    fn final_silent_pass(
+        &mut self,
+        pass: u32,
+        reason: Reason,
+        snapshot: &mut dyn Snapshot,
+    ) -> LoopEnd {
+        match self.run_pass(pass, snapshot) {
             PassRun::Completed | PassRun::Launched => LoopEnd::Truncated(reason),
             PassRun::Stuck => LoopEnd::Truncated(Reason::PassDrainStuck),
             PassRun::Refused(e) => {
@@ -914,6 +999,19 @@ impl Window<'_> {
         self.svc
             .emit(&self.record, secs, self.memory.pooled_peak_bytes());
         Ok(self.record.clone())
+    }
+}
+
+/// What a PASS ENTER callback waits on before it reads device memory by its own means
+/// ([`ReplayPayload::sync_memory`]).
+struct PassSync<'a> {
+    memory: &'a dyn Snapshotter,
+    wait: WaitSpec<'a>,
+}
+
+impl MemorySync for PassSync<'_> {
+    fn sync(&self) -> Result<(), crate::error::BackendError> {
+        self.memory.sync_ordered(&self.wait)
     }
 }
 

@@ -12,6 +12,13 @@
 //! - **Passes** are launched on the application's stream with the captured argument block,
 //!   between two timing events; `poll_pass` polls the second and reports the GPU time between
 //!   them. The application's completion is not part of a pass.
+//! - **Restores ordered on the device** (`ORDERED_RESTORE`, claimed while
+//!   [`CudaMemory::ordered_restores`] is on): before a pass, an ordinary run or the cache flush,
+//!   the stream it runs on waits on the device for the restore the memory layer enqueued
+//!   without waiting (`cuStreamWaitEvent` on each of its fence's events, before the pass's
+//!   start event, so the pass's GPU time is the kernel's alone); the pass's own wait then
+//!   covers restore and pass, and the host waits once per pass. Where the driver refuses the
+//!   stream wait, the call waits for the restore on the host instead.
 //! - **After the launch.** Once `cuLaunchKernel` accepted a pass (or an ordinary run), any
 //!   failure that follows (the event recorded after it, the caller's completion) is
 //!   `BackendErrorKind::AfterSubmit`: the work may run, so the window never submits again.
@@ -71,6 +78,10 @@ extern "C" __global__ void kr_flush_l2(const unsigned long long* p, unsigned lon
 "#;
 
 const FLUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a launch waits on the host for an ordered restore where the driver refused to
+/// order its stream after it (the restore's own copies are bounded by the window's policy).
+const ORDER_WAIT: Duration = Duration::from_secs(60);
 
 /// What the flush needs: the kernel and the scratch it reads.
 struct Flusher {
@@ -302,6 +313,10 @@ impl CudaAgent {
             }
         };
         let stream = self.memory.internal_streams()[0];
+        // After a restore ordered on the device: the flush evicts what the restore wrote too.
+        self.memory
+            .order_stream(stream)
+            .map_err(|e| CudaError::InvalidArgument(format!("ordering the flush: {e}")))?;
         let args = crate::launch::ArgBlock::new()
             .arg(crate::launch::DevicePtr(fl.scratch))
             .arg(fl.words)
@@ -350,11 +365,15 @@ impl Agent for CudaAgent {
 
     /// `DEVICE_DIGESTS` once the digest kernels compiled: `auto` then resolves to
     /// `arguments` + `dirty` (`all` for a launch whose argument layout is unknown); without
-    /// them, to `all` + `full` (`replay_core::policy`).
+    /// them, to `all` + `full` (`replay_core::policy`). `ORDERED_RESTORE` while the memory
+    /// orders restores on the device (the default).
     fn capabilities(&self) -> Capabilities {
         let mut c = Capabilities::COPY_FENCE | Capabilities::CACHE_FLUSH;
         if self.memory.device_digests() {
             c |= Capabilities::DEVICE_DIGESTS;
+        }
+        if self.memory.ordered_restores() {
+            c |= Capabilities::ORDERED_RESTORE;
         }
         c
     }
@@ -410,8 +429,10 @@ impl Agent for CudaAgent {
     fn submit_pass(&self, dispatch: &Dispatch, _pass: u32) -> Result<Ticket, BackendError> {
         const OP: &str = "submit pass";
         let l = self.launch_of(dispatch, OP)?;
+        self.device.bind().map_err(|e| e.to_backend(self.id, OP))?;
+        // The restore before this pass, if it was left to the device, runs first.
+        self.memory.order_stream_or_wait(l.stream, ORDER_WAIT)?;
         let (start, end) = (|| -> Result<(Event, Event), CudaError> {
-            self.device.bind()?;
             let start = self.device.event(true)?;
             let end = self.device.event(true)?;
             start.record(l.stream)?;
@@ -486,6 +507,9 @@ impl Agent for CudaAgent {
     fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError> {
         const OP: &str = "submit ordinary";
         let l = self.launch_of(dispatch, OP)?;
+        // After a restore ordered on the device (the window's ordinary run after a refused
+        // pass), the run consumes restored memory. (No restore pending: one lock, no call.)
+        self.memory.order_stream_or_wait(l.stream, ORDER_WAIT)?;
         self.launch(&l, &dispatch.kernarg)
             .map_err(|e| e.to_backend(self.id, OP))?;
         if let Some(c) = &l.completion {

@@ -208,6 +208,11 @@ impl Event {
         unsafe { result::event::record(self.raw, stream) }.call("cuEventRecord")
     }
 
+    /// The driver handle (for `cuStreamWaitEvent`, which orders a stream after it).
+    pub(crate) fn raw(&self) -> sys::CUevent {
+        self.raw
+    }
+
     /// `true` once everything recorded before the event completed.
     pub fn query(&self) -> CudaResult<bool> {
         // SAFETY: the event is alive.

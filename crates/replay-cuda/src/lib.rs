@@ -48,7 +48,9 @@
 //!   within the budget the core gives.
 //! - **Own streams.** Snapshot and restore copies and digest kernels run on non-blocking
 //!   streams of their own, so they neither wait for nor order against the legacy default
-//!   stream; the window orders them against passes by waiting on fences.
+//!   stream; a restore is ordered before the next pass on the device (the pass's stream waits
+//!   on the restore's events: `cuStreamWaitEvent`, see [`agent`] and [`memory`]), everything
+//!   else by the window waiting on fences.
 //! - **Digests on the device**, bit-identical to [`replay_core::digest::digest`], by a kernel
 //!   compiled with NVRTC at start-up (see [`kernels`]: one block per segment, order-free sums).
 //!   Without NVRTC the backend digests on the host and says so.
@@ -131,7 +133,8 @@
 //! ## What a tool sees of a replayed launch's timing
 //!
 //! The passes run on the application's stream, one after another, with the restores between
-//! them on the backend's own streams, waited for before the next pass. Events the application
+//! them on the backend's own streams, each ordered before the next pass (the application's
+//! stream waits for it on the device). Events the application
 //! records on that stream around a replayed launch therefore enclose all N passes (and the
 //! waits and restores between them): their elapsed time is about N times the kernel's plus
 //! the restores, not one execution's. Per-pass GPU times are in the outcome record

@@ -1092,7 +1092,8 @@ fn an_application_images_variables_name_their_section_as_their_block() {
     assert!(reg.add_foreign(
         0xabc,
         vec![sym("a", 5, 0xf8), sym("b", 5, 0x100), sym("c", 6, 0)],
-        at
+        at,
+        |_| None
     ));
     let agent = replay_core::AgentId(0);
     let a = reg.allocation_of(agent, 0x7000_00f8);
@@ -1112,4 +1113,90 @@ fn an_application_images_variables_name_their_section_as_their_block() {
     );
     assert!(reg.remove_foreign(0xabc));
     assert_eq!(reg.allocation_of(agent, 0x7000_00f8), None);
+}
+
+/// The `cuStreamWaitEvent` calls so far: (waiting stream, stream the event was recorded on).
+fn stream_waits() -> Vec<(usize, usize)> {
+    let n: unsafe extern "C" fn() -> i32 = fake_fn(b"fake_cuda_stream_waits\0");
+    type At =
+        unsafe extern "C" fn(i32, *mut *mut std::ffi::c_void, *mut *mut std::ffi::c_void) -> i32;
+    let at: At = fake_fn(b"fake_cuda_stream_wait_at\0");
+    // SAFETY: no arguments; reads a counter under the fake's lock.
+    let count = unsafe { n() };
+    (0..count)
+        .map(|i| {
+            let (mut s, mut e) = (std::ptr::null_mut(), std::ptr::null_mut());
+            // SAFETY: `i` is in range; both out-pointers are valid for a write.
+            assert_eq!(unsafe { at(i, &mut s, &mut e) }, 1);
+            (s as usize, e as usize)
+        })
+        .collect()
+}
+
+#[test]
+fn a_restore_is_ordered_before_the_next_pass_on_the_device() {
+    let Some((_serial, cx, _)) = setup() else {
+        return;
+    };
+    let backend = Arc::clone(&cx.backend);
+    let module = backend.modules().load(&image(), "fake.cubin").unwrap();
+    let mem = backend.memory();
+    let rmw = module.function("kr_rmw").unwrap();
+    let a = backend.allocator().alloc_device(1 << 20).unwrap();
+    let copy_streams: Vec<usize> = mem.internal_streams()[..3]
+        .iter()
+        .map(|&s| s as usize)
+        .collect();
+    assert!(replay_core::Agent::capabilities(&**backend.agent())
+        .contains(replay_core::Capabilities::ORDERED_RESTORE));
+    for (ordered, seed) in [(true, 1u64), (false, 2)] {
+        mem.set_ordered_restores(ordered);
+        let input = pattern(a.len() as usize, seed);
+        mem.write_device(a.ptr(), &input, WAIT).unwrap();
+        let mut want = input.clone();
+        rmw_host(&mut want, 5);
+        cx.policy(Scope::All, RestoreMode::Full);
+        let before = stream_waits().len();
+        let rec = cx.launch(
+            &rmw,
+            &rmw_args(a.ptr(), a.len(), 5),
+            4,
+            vec![(a.ptr(), a.len())],
+        );
+        assert_eq!(
+            (rec.outcome, rec.executed_passes),
+            (Outcome::Replayed, 4),
+            "{rec}"
+        );
+        // The verify-style digests in PASS ENTER saw restored memory every time.
+        cx.inputs_identical(4);
+        assert_eq!(mem.read_device(a.ptr(), a.len(), WAIT).unwrap(), want);
+        assert_eq!(
+            mem.ordered_pending(),
+            0,
+            "every ordered restore was completed"
+        );
+        let waits = stream_waits()[before..].to_vec();
+        // The launch stream (the legacy one) waited for the three restores' copy events.
+        let pass_waits = waits
+            .iter()
+            .filter(|(s, e)| *s == 0 && copy_streams.contains(e))
+            .count();
+        // So did the digest stream before the PASS ENTER digests of passes 1 to 3.
+        let digest_stream = mem.internal_streams()[3] as usize;
+        let digest_waits = waits
+            .iter()
+            .filter(|(s, e)| *s == digest_stream && copy_streams.contains(e))
+            .count();
+        if ordered {
+            assert_eq!(pass_waits, 3, "{waits:x?}");
+            assert_eq!(digest_waits, 3, "{waits:x?}");
+        } else {
+            assert!(
+                waits.is_empty(),
+                "host-ordered restores need no stream wait: {waits:x?}"
+            );
+        }
+    }
+    mem.set_ordered_restores(true);
 }

@@ -482,6 +482,17 @@ pub extern "C" fn kreplay_replay_stop_context(context: kreplay_context_t) -> kre
     })
 }
 
+/// Inside a PASS ENTER callback: waits until the restore before this pass is done on the
+/// device (SPEC §6 step 8), for a tool that reads device memory by its own means.
+///
+/// # Safety
+///
+/// No preconditions.
+#[no_mangle]
+pub extern "C" fn kreplay_pass_sync() -> kreplay_status_t {
+    guard("kreplay_pass_sync", crate::tool::pass_sync)
+}
+
 // ----- Policy and the filter ---------------------------------------------------------------
 
 /// Sets one policy variable.

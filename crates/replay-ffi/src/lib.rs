@@ -310,6 +310,7 @@ pub mod __private {
             kreplay_replay_is_active as *const (),
             kreplay_replay_start_context as *const (),
             kreplay_replay_stop_context as *const (),
+            kreplay_pass_sync as *const (),
             kreplay_policy_set as *const (),
             kreplay_policy_json as *const (),
             kreplay_filter_set as *const (),

@@ -26,12 +26,56 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use replay_core::{
-    ContinueFn, DispatchInfo, Operation, OutcomeRecord, PassCountFn, Phase, ReplayPayload,
-    ReplayTool, UserData,
+    ContinueFn, DispatchInfo, MemorySync, Operation, OutcomeRecord, PassCountFn, Phase,
+    ReplayPayload, ReplayTool, UserData,
 };
 
 use crate::checked::{operation_code, phase_code, CDispatchInfo, COutcome, Error};
 use crate::sys::*;
+
+// ----- The PASS ENTER memory sync -----------------------------------------------------------
+
+/// A payload's memory sync with its lifetime erased (see [`SyncScope`]).
+type SyncPtr = *const (dyn MemorySync + 'static);
+
+thread_local! {
+    /// The memory sync of the PASS ENTER payload whose C callback runs on this thread now.
+    static PASS_SYNC: Cell<Option<SyncPtr>> = const { Cell::new(None) };
+}
+
+/// Offers `payload.memory_sync` to `kreplay_pass_sync` on this thread until dropped (also on
+/// unwind), restoring what was offered before (a nested window's callback).
+struct SyncScope(Option<SyncPtr>);
+
+impl SyncScope {
+    fn enter(sync: Option<&dyn MemorySync>) -> Self {
+        // SAFETY: only the lifetime is erased; the pointer is dereferenced only by `pass_sync`
+        // on this thread while this scope lives, and the scope is dropped before the payload
+        // (a local of the callback that borrows it) goes.
+        let p = sync.map(|s| unsafe {
+            std::mem::transmute::<*const (dyn MemorySync + '_), SyncPtr>(s as *const _)
+        });
+        Self(PASS_SYNC.with(|c| c.replace(p)))
+    }
+}
+
+impl Drop for SyncScope {
+    fn drop(&mut self) {
+        let _ = PASS_SYNC.try_with(|c| c.set(self.0));
+    }
+}
+
+/// `kreplay_pass_sync`: inside a PASS ENTER callback, waits until the restore before this pass
+/// is done on the device; elsewhere (or with nothing ordered) returns at once.
+pub(crate) fn pass_sync() -> Result<(), Error> {
+    let Some(p) = PASS_SYNC.try_with(Cell::get).ok().flatten() else {
+        return Ok(());
+    };
+    // SAFETY: set by a `SyncScope` of this thread that is still alive (it is reset when the
+    // scope drops), so the payload's memory sync it points to is alive too (`SyncScope::enter`).
+    let sync = unsafe { &*p };
+    sync.sync().map_err(|e| Error::Device(e.to_string()))
+}
 
 // ----- Callback marks and gates ------------------------------------------------------------
 
@@ -340,6 +384,7 @@ impl ReplayTool for CTool {
         let mut ud = kreplay_user_data_t { value: *user_data };
         {
             let _mark = CallbackMark::enter();
+            let _sync = SyncScope::enter(payload.memory_sync);
             // SAFETY: `callback` is the tool's function, non-NULL (checked at configure) and
             // callable from any thread while the configuration lives (header contract; the
             // gate is open). The payload, user data, dispatch info and outcome are valid for
@@ -410,6 +455,50 @@ pub(crate) fn sink_closure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct CountingSync(AtomicUsize, bool);
+
+    impl MemorySync for CountingSync {
+        fn sync(&self) -> Result<(), replay_core::BackendError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            if self.1 {
+                return Err(replay_core::BackendError::new(
+                    replay_core::BackendErrorKind::Other,
+                    replay_core::AgentId(0),
+                    "sync memory",
+                    "not done",
+                ));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_pass_sync_reaches_the_payloads_sync_only_while_its_callback_runs() {
+        let ok = CountingSync(AtomicUsize::new(0), false);
+        let stuck = CountingSync(AtomicUsize::new(0), true);
+        assert!(
+            pass_sync().is_ok(),
+            "outside a callback: nothing to wait for"
+        );
+        {
+            let _outer = SyncScope::enter(Some(&ok));
+            assert!(pass_sync().is_ok());
+            {
+                // A nested window's callback offers its own, then the outer one is back.
+                let _inner = SyncScope::enter(Some(&stuck));
+                assert!(matches!(pass_sync(), Err(Error::Device(_))));
+            }
+            assert!(pass_sync().is_ok());
+            // Another thread is not inside this callback.
+            std::thread::scope(|s| {
+                s.spawn(|| assert!(pass_sync().is_ok()));
+            });
+        }
+        assert!(pass_sync().is_ok());
+        assert_eq!(ok.0.load(Ordering::SeqCst), 2);
+        assert_eq!(stuck.0.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn a_disabled_gate_refuses_and_disable_waits_for_calls_in_flight() {

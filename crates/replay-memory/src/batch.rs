@@ -1,5 +1,6 @@
 //! One batch of device work behind one fence (SPEC §7.2, §7.4): copies submitted together and
-//! waited for, bounded, or digests submitted together, waited for and taken; a fence that does
+//! waited for, bounded (or, for a restore ordered on the device, waited for later:
+//! [`wait_fence`]), or digests submitted together, waited for and taken; a fence that does
 //! not complete in time is abandoned. Digests are one per chunk of device memory for what
 //! `dirty` compares, and one per region for what the scope check watches (it asks only
 //! whether a region changed: one op per region keeps a check of 75 GiB at three ops instead
@@ -8,7 +9,7 @@
 use replay_core::wait::{bounded, WaitError};
 use replay_core::{
     AgentId, BackendError, BackendErrorKind, CopyOp, DeviceMemory, Digest128, DigestKey, DigestOp,
-    MemLoc, WaitSpec,
+    Fence, MemLoc, WaitSpec,
 };
 
 /// Submits copies as one batch and waits for its fence.
@@ -22,6 +23,16 @@ pub(crate) fn copy_batch(
         return Ok(());
     }
     let fence = dev.submit_copies(ops)?;
+    wait_fence(dev, fence, wait, what)
+}
+
+/// Waits, bounded, for the copy batch `fence`; abandons it when it does not complete in time.
+pub(crate) fn wait_fence(
+    dev: &dyn DeviceMemory,
+    fence: Fence,
+    wait: &WaitSpec<'_>,
+    what: &'static str,
+) -> Result<(), WaitError> {
     let r = bounded(wait.clock, wait.bounds(), what, |budget| {
         dev.poll_fence(fence, budget).map(|done| done.then_some(()))
     });

@@ -302,6 +302,8 @@ pub(crate) fn capture(
         }),
         restore_may_follow: true,
         prefetched: None,
+        ordered: false,
+        pending: None,
     })
 }
 

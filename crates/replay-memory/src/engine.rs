@@ -9,10 +9,11 @@
 use std::sync::Arc;
 
 use replay_core::policy::{Policy, Scope};
+use replay_core::wait::{bounded, WaitError};
 use replay_core::{
-    AgentId, BackendError, CaptureStats, DeviceMemory, DigestKey, Dispatch, KernelKey,
-    RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan, Snapshotter,
-    Tier, WaitSpec,
+    AgentId, BackendError, BackendErrorKind, CaptureStats, DeviceMemory, DigestKey, Dispatch,
+    KernelKey, RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan,
+    Snapshotter, Tier, WaitSpec,
 };
 
 use crate::modules::ModuleVariables;
@@ -163,6 +164,25 @@ impl Snapshotter for MemoryEngine {
     fn pooled_peak_bytes(&self) -> u64 {
         self.shared.pool.peak()
     }
+
+    fn sync_ordered(&self, wait: &WaitSpec<'_>) -> Result<(), BackendError> {
+        let dev = &*self.shared.device;
+        bounded(
+            wait.clock,
+            wait.bounds(),
+            "restore ordered on the device",
+            |budget| dev.wait_ordered(budget).map(|done| done.then_some(())),
+        )
+        .map_err(|e| match e {
+            WaitError::Backend(b) => b,
+            stuck @ WaitError::Stuck { .. } => BackendError::new(
+                BackendErrorKind::Other,
+                self.shared.agent,
+                "sync memory",
+                stuck.to_string(),
+            ),
+        })
+    }
 }
 
 impl Snapshot for EngineSnapshot {
@@ -180,6 +200,19 @@ impl Snapshot for EngineSnapshot {
 
     fn restore(&mut self, wait: &WaitSpec<'_>) -> Result<RestoreStats, RestoreError> {
         restore::restore(self, wait)
+    }
+
+    fn order_restores(&mut self, on: bool) -> bool {
+        self.ordered = on;
+        on
+    }
+
+    fn restore_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    fn complete_restore(&mut self, wait: &WaitSpec<'_>) -> Result<bool, RestoreError> {
+        restore::complete(self, wait)
     }
 
     fn prediction_misses(&self) -> u32 {

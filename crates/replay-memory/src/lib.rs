@@ -8,7 +8,9 @@
 //! - [`tracker`] (§7.1): the per-agent inventory with generations that are never reused. A free
 //!   is recorded *before* the backend releases the memory, so every later liveness check fails
 //!   and no restore writes into released memory; a free (or an unload) of memory a capture,
-//!   restore or scope check is copying waits, bounded, until it is done ([`tracker::MemoryHold`]).
+//!   restore or scope check is copying waits, bounded, until it is done ([`tracker::MemoryHold`];
+//!   for a restore ordered on the device, until its copies are done there:
+//!   [`tracker::OwnedMemoryHold::done_when`]).
 //! - [`mod@classify`] (§7.1 table): the treatment of each [`replay_core::MemoryClass`].
 //! - [`modules`] (§7.1): module-scope variables, enumerated per agent at snapshot time.
 //! - [`engine`] (§7.2–§7.4): [`MemoryEngine`], the [`replay_core::Snapshotter`] of one agent,
@@ -47,6 +49,20 @@
 //!   launch and one wait per pass on a GPU, SPEC §11's one read of the footprint), and the
 //!   restore that follows uses them; after the last pass, which no restore follows (the
 //!   window says so through `Snapshot::restore_may_follow`), only the check's are taken.
+//! - **Restores ordered on the device** (SPEC §6 step 8, issue 15). Where the agent claims
+//!   `Capabilities::ORDERED_RESTORE` the window asks (`Snapshot::order_restores`), and a
+//!   restore submits its batch, hands the fence to [`replay_core::DeviceMemory::order_after`]
+//!   and returns: the next pass, flush and the backend's own reads and digests wait for it on
+//!   the device, and the host waits once per pass. The snapshot keeps the fence and the
+//!   tracker hold ([`tracker::OwnedMemoryHold`]) until `Snapshot::complete_restore`, which
+//!   the window calls as soon as the next pass's wait returned and on every way out of the
+//!   loop; a free or unload of the captured regions meanwhile waits (bounded) for the copies
+//!   on the device ([`replay_core::DeviceMemory::wait_ordered`]), not for the window, so a
+//!   tool freeing in PASS ENTER does not wait for itself. A fence that reports an error then
+//!   is a failed restore (the window aborts); one not done in time after a stuck pass is
+//!   abandoned, its blocks leaked. A device that refuses to order, and a batch whose
+//!   submission fails (retried region by region), wait on the host as before. The restore's
+//!   `seconds` are then the host's enqueue time.
 //! - **Placement.** Regions fill the device tier, then pinned host, then pageable host, in
 //!   address order; a region is split where a tier's budget runs out. Budgets (see
 //!   `tiers::tier_caps` in the source for details): device = `device_tier_bytes`, or

@@ -6,28 +6,90 @@
 //! there is one (`check` asks [`dirty_ops`] for them and keeps them in the snapshot), so a
 //! pass costs one digest batch and one wait for both; without a check the restore takes them
 //! itself.
+//!
+//! **Ordered on the device** (SPEC §6 step 8: the window asks when the agent claims
+//! `ORDERED_RESTORE`): the batch is submitted and handed to
+//! [`replay_core::DeviceMemory::order_after`], and the restore returns without waiting; the
+//! fence and the hold are kept in the snapshot ([`crate::snapshot::PendingRestore`]) until
+//! [`complete`] sees the fence done, right after the next pass's wait. Frees and unloads of
+//! the captured regions so wait until the copies are done on the device, not until they were
+//! enqueued. A fence that reports an error then is a failed restore (the window aborts); one
+//! that is not done in time is abandoned and the blocks leak. A device that refuses to order,
+//! and a batch whose submission fails (retried region by region), wait on the host as before.
 
 use std::sync::Arc;
 
 use replay_core::policy::RestoreMode;
-use replay_core::wait::WaitError;
+use replay_core::wait::{bounded, WaitError};
 use replay_core::{CopyOp, Digest128, DigestOp, RestoreError, RestoreStats, WaitSpec};
 
-use crate::batch::chunk_ops;
-use crate::snapshot::{CapturedRegion, EngineSnapshot};
+use crate::batch::{chunk_ops, wait_fence};
+use crate::snapshot::{CapturedRegion, EngineSnapshot, PendingRestore};
+
+/// Completes `snap`'s pending restore (see the module docs): `Ok(true)` done or none pending,
+/// `Ok(false)` not done within `wait` (abandoned, blocks leaked), `Err` the fence failed.
+pub(crate) fn complete(
+    snap: &mut EngineSnapshot,
+    wait: &WaitSpec<'_>,
+) -> Result<bool, RestoreError> {
+    let Some(p) = snap.pending.take() else {
+        return Ok(true);
+    };
+    let dev = &*snap.shared.device;
+    let r = bounded(wait.clock, wait.bounds(), "restore copy fence", |budget| {
+        dev.poll_fence(p.fence, budget)
+            .map(|done| done.then_some(()))
+    });
+    // The hold ends here, with `p`, in every case: the copies are done, or abandoned.
+    match r {
+        Ok(()) => Ok(true),
+        Err(WaitError::Stuck { .. }) => {
+            dev.abandon_fence(p.fence);
+            snap.poisoned = true;
+            log::warn!(
+                "[kernel-replay] agent {}: the restore ordered on the device ({} regions, {} bytes) did not complete within {:?}; abandoned",
+                snap.shared.agent,
+                p.regions,
+                p.bytes,
+                wait.timeout
+            );
+            Ok(false)
+        }
+        Err(WaitError::Backend(e)) => Err(RestoreError {
+            base: p.first.base,
+            size: p.first.size,
+            message: format!(
+                "the restore ordered on the device failed there: {e} (batch of {} regions, {} bytes, starting with this one)",
+                p.regions, p.bytes
+            ),
+        }),
+    }
+}
 
 /// Restores `snap`'s live regions before the next pass.
 pub(crate) fn restore(
     snap: &mut EngineSnapshot,
     wait: &WaitSpec<'_>,
 ) -> Result<RestoreStats, RestoreError> {
+    // An earlier restore the window did not complete (it always does): its copies first.
+    if !complete(snap, wait)? {
+        let (base, size) = snap
+            .regions
+            .first()
+            .map_or((0, 0), |c| (c.region.base, c.region.size));
+        return Err(RestoreError {
+            base,
+            size,
+            message: "the previous restore ordered on the device did not complete".into(),
+        });
+    }
     let sh = Arc::clone(&snap.shared);
     let start = wait.clock.now();
     let mut stats = RestoreStats::default();
     // Frees and unloads of captured memory wait until the copies are done, and the
     // liveness re-check in `restore_plan` runs under the same hold: check and copy are one
-    // step (SPEC §7.1).
-    let _hold = sh.hold(snap.regions.iter().map(|c| &c.region));
+    // step (SPEC §7.1). Ordered on the device, the hold lasts until the fence completed.
+    let hold = sh.hold_owned(snap.regions.iter().map(|c| &c.region));
     let prefetched = snap.prefetched.take();
     let per_region = restore_plan(snap, prefetched, wait, &mut stats)?;
     let all: Vec<CopyOp> = per_region
@@ -35,7 +97,44 @@ pub(crate) fn restore(
         .flat_map(|(_, o)| o.iter().copied())
         .collect();
     let bytes: u64 = all.iter().map(|o| o.len).sum();
-    match sh.copy_batch(&all, wait, "restore copy fence") {
+    let waited = if all.is_empty() {
+        Ok(())
+    } else {
+        match sh.device.submit_copies(&all) {
+            Ok(fence) if snap.ordered => match sh.device.order_after(fence) {
+                Ok(()) => {
+                    // A free of these regions now waits for the copies on the device, not for
+                    // the window (which may be the thread that frees, in PASS ENTER).
+                    let dev = Arc::clone(&sh.device);
+                    hold.done_when(Arc::new(move |budget| {
+                        matches!(dev.wait_ordered(budget), Ok(true))
+                    }));
+                    let (i, _) = per_region.first().expect("a non-empty batch has a region");
+                    snap.pending = Some(PendingRestore {
+                        fence,
+                        hold,
+                        first: snap.regions[*i].region,
+                        regions: per_region.len(),
+                        bytes,
+                    });
+                    stats.restored_bytes = bytes;
+                    stats.seconds = wait.clock.now().saturating_sub(start).as_secs_f64();
+                    return Ok(stats);
+                }
+                Err(e) => {
+                    log::info!(
+                        "[kernel-replay] agent {}: restores wait on the host: the device cannot order them ({e})",
+                        sh.agent
+                    );
+                    snap.ordered = false;
+                    wait_fence(&*sh.device, fence, wait, "restore copy fence")
+                }
+            },
+            Ok(fence) => wait_fence(&*sh.device, fence, wait, "restore copy fence"),
+            Err(e) => Err(WaitError::Backend(e)),
+        }
+    };
+    match waited {
         Ok(()) => {}
         Err(stuck @ WaitError::Stuck { .. }) => {
             snap.poisoned = true;

@@ -12,7 +12,7 @@ use replay_core::{
 use crate::batch;
 use crate::modules::ModuleVariables;
 use crate::pool::BackingPool;
-use crate::tracker::{MemoryHold, Tracker};
+use crate::tracker::{MemoryHold, OwnedMemoryHold, Tracker};
 
 /// Generation of module-variable regions: they are not allocations the tracker knows; their
 /// liveness is the load of their code object ([`ModuleVariables::load_generation`]).
@@ -63,6 +63,16 @@ impl Shared {
     pub(crate) fn hold<'r>(&self, regions: impl Iterator<Item = &'r RegionRef>) -> MemoryHold<'_> {
         let ranges: Vec<(u64, u64)> = regions.map(|r| (r.base, r.size)).collect();
         self.tracker.hold(self.agent, &ranges)
+    }
+
+    /// [`Shared::hold`] with a guard that can outlive the call (a restore ordered on the
+    /// device keeps it until its fence completed).
+    pub(crate) fn hold_owned<'r>(
+        &self,
+        regions: impl Iterator<Item = &'r RegionRef>,
+    ) -> OwnedMemoryHold {
+        let ranges: Vec<(u64, u64)> = regions.map(|r| (r.base, r.size)).collect();
+        self.tracker.hold_owned(self.agent, &ranges)
     }
 
     /// Submits copies as one batch on this agent's device and waits for its fence.

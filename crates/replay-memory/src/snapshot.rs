@@ -1,18 +1,20 @@
 //! A live snapshot's contents (SPEC §7.2–§7.4): each captured region and where its bytes lie in
 //! the backing blocks, the regions the scope check watches with their digests before the first
 //! pass, under scope `predicted` what the plan predicted and what the checks found (issue 18),
-//! and the blocks it holds, which go back to the pool (or to quarantine, when a restore copy
-//! was abandoned) when it is dropped.
+//! the blocks it holds, which go back to the pool (or to quarantine, when a restore copy
+//! was abandoned) when it is dropped, and a restore ordered on the device and not yet seen
+//! complete, with its hold against frees (SPEC §6 step 8, §7.1).
 
 use std::sync::Arc;
 
 use replay_core::policy::RestoreMode;
-use replay_core::{BackingId, CaptureStats, CopyOp, Digest128, MemLoc, RegionRef};
+use replay_core::{BackingId, CaptureStats, CopyOp, Digest128, Fence, MemLoc, RegionRef};
 use smallvec::SmallVec;
 
 use crate::pool::Block;
 use crate::predict::{Pending, Predictor};
 use crate::shared::Shared;
+use crate::tracker::OwnedMemoryHold;
 
 /// One contiguous part of a captured region in one backing block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +82,18 @@ pub(crate) struct Prediction {
     pub(crate) misses: u32,
 }
 
+/// A restore enqueued and ordered on the device ahead of the next pass, not yet seen complete.
+pub(crate) struct PendingRestore {
+    pub(crate) fence: Fence,
+    /// Frees and unloads of the captured regions wait until the fence completed: this is
+    /// dropped only then (or when the fence is abandoned).
+    pub(crate) hold: OwnedMemoryHold,
+    /// The batch's first region, its region count and bytes (a failure names them).
+    pub(crate) first: RegionRef,
+    pub(crate) regions: usize,
+    pub(crate) bytes: u64,
+}
+
 /// A snapshot alive for one window.
 pub(crate) struct EngineSnapshot {
     pub(crate) shared: Arc<Shared>,
@@ -100,10 +114,25 @@ pub(crate) struct EngineSnapshot {
     /// `dirty`'s chunk digests taken with the last scope check, per captured region index
     /// (regions live then), for the restore that follows it.
     pub(crate) prefetched: Option<Vec<(usize, Vec<Digest128>)>>,
+    /// Restores are ordered on the device (the window asked and the device has not refused).
+    pub(crate) ordered: bool,
+    /// The last restore, ordered on the device and not yet seen complete.
+    pub(crate) pending: Option<PendingRestore>,
 }
 
 impl Drop for EngineSnapshot {
     fn drop(&mut self) {
+        // The window completes a pending restore before it drops the snapshot; if it could
+        // not (a backend call panicked), the blocks may still be read by the device: leak them
+        // unless the fence is done already. The hold ends with it either way.
+        if let Some(p) = self.pending.take() {
+            let dev = &self.shared.device;
+            if !matches!(dev.poll_fence(p.fence, std::time::Duration::ZERO), Ok(true)) {
+                dev.abandon_fence(p.fence);
+                self.poisoned = true;
+            }
+            drop(p.hold);
+        }
         let blocks = std::mem::take(&mut self.blocks);
         if self.poisoned {
             self.shared.pool.quarantine(&blocks);

@@ -15,7 +15,10 @@
 //! ([`Tracker::record_free`]) or a code-object unload ([`Tracker::release_with`]) of memory
 //! that overlaps a hold waits until the hold is dropped, and it removes the memory while new
 //! holds are kept out, so either the free comes first and the liveness check fails, or the
-//! restore comes first and the free waits for its copies. The wait is bounded: the holder's
+//! restore comes first and the free waits for its copies. A restore ordered on the device
+//! keeps its hold ([`OwnedMemoryHold`]) past its call and says how to tell its copies are done
+//! ([`OwnedMemoryHold::done_when`]): a free then waits for them on the device, not for the
+//! hold to be dropped (the holder may be the thread that frees). The wait is bounded: the holder's
 //! own waits are bounded by the policy, and [`Tracker::set_release_wait_cap`] (default
 //! [`DEFAULT_RELEASE_WAIT_CAP`] of wall time) guards against a holder that never returns; past
 //! it the free proceeds with an error logged.
@@ -238,8 +241,43 @@ fn insert_entry(
     generation
 }
 
-/// One hold: its id, the agent, and the held ranges as (start, end).
-type Held = (u64, AgentId, Vec<(u64, u64)>);
+/// Waits at most the budget given for the device work a hold covers; `true` once it is done
+/// ([`OwnedMemoryHold::done_when`]).
+pub type DeviceDone = std::sync::Arc<dyn Fn(Duration) -> bool + Send + Sync>;
+
+/// One hold: its id, the agent, the held ranges as (start, end), and, for a restore ordered
+/// on the device, how a free can tell its copies are done.
+struct Held {
+    id: u64,
+    agent: AgentId,
+    ranges: Vec<(u64, u64)>,
+    device: Option<DeviceDone>,
+    /// The device work is done: frees no longer wait for this hold.
+    done: bool,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("id", &self.id)
+            .field("agent", &self.agent)
+            .field("ranges", &self.ranges)
+            .field("device", &self.device.is_some())
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl Held {
+    fn overlaps(&self, agent: AgentId, ranges: &[(u64, u64)]) -> bool {
+        !self.done
+            && self.agent == agent
+            && self
+                .ranges
+                .iter()
+                .any(|&(s, e)| ranges.iter().any(|&(rs, re)| rs < e && s < re))
+    }
+}
 
 /// Ranges the memory engine reads or writes now, and the frees waiting for them.
 #[derive(Debug, Default)]
@@ -252,12 +290,15 @@ struct Holds {
 
 impl Holds {
     fn overlaps(&self, agent: AgentId, ranges: &[(u64, u64)]) -> bool {
-        self.active.iter().any(|(_, a, held)| {
-            *a == agent
-                && held
-                    .iter()
-                    .any(|&(s, e)| ranges.iter().any(|&(rs, re)| rs < e && s < re))
-        })
+        self.active.iter().any(|h| h.overlaps(agent, ranges))
+    }
+
+    /// An overlapping hold whose device work a free can wait for itself.
+    fn device_wait(&self, agent: AgentId, ranges: &[(u64, u64)]) -> Option<(u64, DeviceDone)> {
+        self.active
+            .iter()
+            .filter(|h| h.overlaps(agent, ranges))
+            .find_map(|h| h.device.as_ref().map(|d| (h.id, std::sync::Arc::clone(d))))
     }
 }
 
@@ -311,10 +352,37 @@ pub struct MemoryHold<'a> {
 
 impl Drop for MemoryHold<'_> {
     fn drop(&mut self) {
+        self.tracker.end_hold(self.id);
+    }
+}
+
+/// A [`MemoryHold`] that owns a reference to its tracker, so it can outlive the call that took
+/// it: a restore ordered on the device holds its regions until its fence completed.
+#[derive(Debug)]
+#[must_use = "the hold ends when dropped"]
+pub struct OwnedMemoryHold {
+    tracker: std::sync::Arc<Tracker>,
+    id: u64,
+}
+
+impl OwnedMemoryHold {
+    /// The copies under this hold were handed to the device: from now on a free or unload
+    /// overlapping it waits (bounded) until `done` reports them complete, not until the hold
+    /// is dropped. So a free on the thread that holds it (a tool in PASS ENTER, while a
+    /// restore ordered on the device runs) does not wait for itself.
+    pub fn done_when(&self, done: DeviceDone) {
         let mut h = self.tracker.holds.lock();
-        h.active.retain(|(id, _, _)| *id != self.id);
+        if let Some(held) = h.active.iter_mut().find(|x| x.id == self.id) {
+            held.device = Some(done);
+        }
         drop(h);
         self.tracker.released.notify_all();
+    }
+}
+
+impl Drop for OwnedMemoryHold {
+    fn drop(&mut self) {
+        self.tracker.end_hold(self.id);
     }
 }
 
@@ -327,6 +395,25 @@ impl Tracker {
     /// Holds `ranges` (base, size) of `agent`'s memory until the returned guard is dropped:
     /// a free or an unload overlapping them waits. Take it *before* re-checking liveness.
     pub fn hold(&self, agent: AgentId, ranges: &[(u64, u64)]) -> MemoryHold<'_> {
+        MemoryHold {
+            tracker: self,
+            id: self.begin_hold(agent, ranges),
+        }
+    }
+
+    /// [`Tracker::hold`], with a guard that keeps the tracker alive.
+    pub fn hold_owned(
+        self: &std::sync::Arc<Self>,
+        agent: AgentId,
+        ranges: &[(u64, u64)],
+    ) -> OwnedMemoryHold {
+        OwnedMemoryHold {
+            tracker: std::sync::Arc::clone(self),
+            id: self.begin_hold(agent, ranges),
+        }
+    }
+
+    fn begin_hold(&self, agent: AgentId, ranges: &[(u64, u64)]) -> u64 {
         let ranges = ranges
             .iter()
             .filter(|(_, size)| *size > 0)
@@ -335,8 +422,21 @@ impl Tracker {
         let mut h = self.holds.lock();
         let id = h.next;
         h.next += 1;
-        h.active.push((id, agent, ranges));
-        MemoryHold { tracker: self, id }
+        h.active.push(Held {
+            id,
+            agent,
+            ranges,
+            device: None,
+            done: false,
+        });
+        id
+    }
+
+    fn end_hold(&self, id: u64) {
+        let mut h = self.holds.lock();
+        h.active.retain(|x| x.id != id);
+        drop(h);
+        self.released.notify_all();
     }
 
     /// Records that `code_object` was unloaded from `agent` (or destroyed): the engines'
@@ -415,7 +515,27 @@ impl Tracker {
         let deadline = Instant::now() + cap;
         h.waiting += 1;
         while h.overlaps(agent, ranges) {
-            if self.released.wait_until(h, deadline).timed_out() && h.overlaps(agent, ranges) {
+            if let Some((id, done)) = h.device_wait(agent, ranges) {
+                // Copies handed to the device: wait for them there, without the lock.
+                let left = deadline.saturating_duration_since(Instant::now());
+                let slice = left.min(Duration::from_millis(10));
+                let finished = parking_lot::MutexGuard::unlocked(h, || done(slice));
+                if finished {
+                    if let Some(x) = h.active.iter_mut().find(|x| x.id == id) {
+                        x.done = true;
+                    }
+                    continue;
+                }
+                if Instant::now() < deadline {
+                    // A waiter that answered early must not make this spin; a dropped hold
+                    // wakes it.
+                    let _ = self.released.wait_for(h, Duration::from_millis(1));
+                    continue;
+                }
+            } else if !self.released.wait_until(h, deadline).timed_out() {
+                continue;
+            }
+            if h.overlaps(agent, ranges) {
                 log::error!(
                     "[kernel-replay] agent {agent}: a free of memory a restore is writing waited {cap:?} for it; releasing the memory anyway"
                 );

@@ -10,6 +10,9 @@
 //!   its own signal.
 //! - `abandon` releases the injected stall that kept the ticket from completing, so the stalled
 //!   work still finishes and the application still completes.
+//! - An agent configured with `ORDERED_RESTORE` queues, before a pass or an ordinary run, a
+//!   packet that waits for the restore batch the memory layer ordered ahead of it
+//!   ([`crate::SimMemory`]'s `order_after`): the restore is ordered on the device.
 //!
 //! The calls also feed the recorder (window-facing events, in call order) and the invariant
 //! checker (window open/closed per agent, wait durations on the simulator's clock).
@@ -105,6 +108,16 @@ impl SimAgent {
             .ok_or_else(|| {
                 BackendError::on(self.agent.id, op).invalid(format!("unknown ticket {}", t.0))
             })
+    }
+
+    /// Queues on `lane` a wait for the restore batch ordered ahead of the agent's next work,
+    /// if there is one (agents with `ORDERED_RESTORE`).
+    fn order_after_restore(&self, lane: &Lane, op: &'static str) -> Result<(), BackendError> {
+        if let Some(seq) = self.agent.ordered_seq() {
+            let copy = Arc::clone(&self.agent.copy);
+            self.push(lane, Work::After { lane: copy, seq }, op)?;
+        }
+        Ok(())
     }
 
     /// Takes a stall fault and queues a hold on `lane`.
@@ -274,6 +287,7 @@ impl Agent for SimAgent {
             id,
             |f| matches!(f, Fault::PassSubmitAfterLaunch { pass: p } if *p == pass),
         );
+        self.order_after_restore(&lane, OP)?;
         let seq = self.push(&lane, Work::Kernel(Box::new(work)), OP)?;
         self.gpu.recorder.record(Event::PassSubmitted {
             agent: id,
@@ -399,6 +413,7 @@ impl Agent for SimAgent {
             _ => None,
         };
         let lane = self.lane(dispatch, OP)?;
+        self.order_after_restore(&lane, OP)?;
         // Tool work: launched inside a callback on this thread (the core's thread-local), or
         // forwarded from one. The window's own ordinary run (a decline) closes its window.
         let same_thread_tool = replay_core::locks::thread_in_callback();

@@ -70,6 +70,17 @@ impl Clock for FakeClock {
 
 // ----- Agent ---------------------------------------------------------------------------------
 
+/// How an [`InstantAgent`] fails one pass ([`InstantAgent::fail_pass`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassFault {
+    /// `submit_pass` refuses it (it does not run).
+    Refused,
+    /// `submit_pass` fails after the launch (`AfterSubmit`: it may run).
+    AfterSubmit,
+    /// It never completes (`poll_pass` answers `None`).
+    Stuck,
+}
+
 /// Called at each submission of an [`InstantAgent`]: the dispatch, and the pass (`None`: the
 /// ordinary run).
 pub type SubmitHook = Box<dyn Fn(&Dispatch, Option<u32>) + Send + Sync>;
@@ -80,6 +91,8 @@ pub type SubmitHook = Box<dyn Fn(&Dispatch, Option<u32>) + Send + Sync>;
 /// submission (a participant consulting contexts, say).
 pub struct InstantAgent {
     id: AgentId,
+    capabilities: Capabilities,
+    fault: Option<(u32, PassFault)>,
     pass_seconds: f64,
     on_submit: Option<SubmitHook>,
     passes: AtomicU64,
@@ -109,12 +122,28 @@ impl InstantAgent {
     pub fn new(id: AgentId) -> Self {
         Self {
             id,
+            capabilities: Capabilities::empty(),
+            fault: None,
             pass_seconds: 0.0,
             on_submit: None,
             passes: AtomicU64::new(0),
             ordinary: AtomicU64::new(0),
             completions: AtomicU64::new(0),
         }
+    }
+
+    /// Reports `caps` (default: none). With `ORDERED_RESTORE`, pair it with a
+    /// [`FakeDeviceMemory`] whose `State::ordering` is set: its copies complete at submission,
+    /// so every pass is ordered after them.
+    pub fn capabilities(mut self, caps: Capabilities) -> Self {
+        self.capabilities = caps;
+        self
+    }
+
+    /// Fails pass `pass` as `fault` says.
+    pub fn fail_pass(mut self, pass: u32, fault: PassFault) -> Self {
+        self.fault = Some((pass, fault));
+        self
     }
 
     /// Pass `i` reports `seconds * (i + 1)` of GPU time.
@@ -153,7 +182,7 @@ impl Agent for InstantAgent {
         self.id
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::empty()
+        self.capabilities
     }
     fn begin_drain(&self, _: DrainTarget) -> Result<Ticket, BackendError> {
         Ok(Ticket(0))
@@ -162,9 +191,21 @@ impl Agent for InstantAgent {
         Ok(true)
     }
     fn submit_pass(&self, dispatch: &Dispatch, pass: u32) -> Result<Ticket, BackendError> {
+        if self.fault == Some((pass, PassFault::Refused)) {
+            return Err(BackendError::on(self.id, "submit pass").error(
+                BackendErrorKind::Other,
+                "injected: the queue refused the pass",
+            ));
+        }
         self.passes.fetch_add(1, Ordering::Relaxed);
         if let Some(h) = &self.on_submit {
             h(dispatch, Some(pass));
+        }
+        if self.fault == Some((pass, PassFault::AfterSubmit)) {
+            return Err(BackendError::on(self.id, "submit pass").error(
+                BackendErrorKind::AfterSubmit,
+                "injected: the pass was launched, then the call failed",
+            ));
         }
         Ok(Ticket(u64::from(pass)))
     }
@@ -173,6 +214,12 @@ impl Agent for InstantAgent {
         ticket: Ticket,
         _: Duration,
     ) -> Result<Option<PassCompletion>, BackendError> {
+        if self
+            .fault
+            .is_some_and(|(p, f)| f == PassFault::Stuck && u64::from(p) == ticket.0)
+        {
+            return Ok(None);
+        }
         Ok(Some(PassCompletion {
             gpu_seconds: self.pass_seconds * (ticket.0 + 1) as f64,
         }))
@@ -443,6 +490,18 @@ pub struct State {
     pub abandoned: u32,
     /// Copies into application memory: `(address, length)`.
     pub device_writes: Vec<(u64, u64)>,
+    /// `order_after` accepts fences (a device that orders later work after a restore).
+    pub ordering: bool,
+    /// Fences `order_after` accepted and no poll saw complete yet.
+    pub ordered: Vec<u64>,
+    /// Every `poll_fence` call (a host wait), by fence, in order.
+    pub polls: Vec<u64>,
+    /// Polling an ordered fence fails (a restore that failed on the device).
+    pub fail_ordered_poll: bool,
+    /// Ordered fences never complete (their copies were made; the device is stuck).
+    pub stuck_ordered: bool,
+    /// The last fence made.
+    pub last_fence: u64,
 }
 
 fn idx(t: Tier) -> usize {
@@ -664,6 +723,7 @@ impl DeviceMemory for FakeDeviceMemory {
         }
         let id = st.next_fence;
         st.next_fence += 1;
+        st.last_fence = id;
         let done_at = self.clock.now() + st.latency;
         st.fences.insert(
             id,
@@ -673,6 +733,29 @@ impl DeviceMemory for FakeDeviceMemory {
             },
         );
         Ok(Fence(id))
+    }
+
+    fn order_after(&self, fence: Fence) -> Result<(), BackendError> {
+        let mut st = self.st.lock();
+        if !st.ordering {
+            return Err(BackendError::on(self.agent, "order after fence")
+                .error(BackendErrorKind::Unsupported, "no ordering"));
+        }
+        if !st.fences.contains_key(&fence.0) {
+            return Err(BackendError::on(self.agent, "order after fence").invalid("unknown fence"));
+        }
+        st.ordered.push(fence.0);
+        Ok(())
+    }
+
+    fn wait_ordered(&self, budget: Duration) -> Result<bool, BackendError> {
+        let st = self.st.lock();
+        let stuck = st.stuck_ordered && !st.ordered.is_empty();
+        drop(st);
+        if stuck {
+            self.clock.sleep(budget);
+        }
+        Ok(!stuck)
     }
 
     fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError> {
@@ -705,14 +788,23 @@ impl DeviceMemory for FakeDeviceMemory {
 
     fn poll_fence(&self, fence: Fence, budget: Duration) -> Result<bool, BackendError> {
         let (stuck, done_at) = {
-            let st = self.st.lock();
+            let mut st = self.st.lock();
+            st.polls.push(fence.0);
+            let ordered = st.ordered.contains(&fence.0);
+            if ordered && st.fail_ordered_poll {
+                return Err(BackendError::on(self.agent, "poll fence").error(
+                    BackendErrorKind::CopyFailed,
+                    "injected: the copy engine faulted",
+                ));
+            }
             let f = st.fences.get(&fence.0).ok_or_else(|| {
                 BackendError::on(self.agent, "poll fence").invalid("unknown fence")
             })?;
-            (st.stuck, f.done_at)
+            (st.stuck || (ordered && st.stuck_ordered), f.done_at)
         };
         let now = self.clock.now();
         if !stuck && now >= done_at {
+            self.st.lock().ordered.retain(|&f| f != fence.0);
             return Ok(true);
         }
         let wait = if stuck {
@@ -721,7 +813,11 @@ impl DeviceMemory for FakeDeviceMemory {
             budget.min(done_at - now)
         };
         self.clock.sleep(wait);
-        Ok(!stuck && self.clock.now() >= done_at)
+        let done = !stuck && self.clock.now() >= done_at;
+        if done {
+            self.st.lock().ordered.retain(|&f| f != fence.0);
+        }
+        Ok(done)
     }
 
     fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError> {
@@ -750,6 +846,7 @@ impl DeviceMemory for FakeDeviceMemory {
     fn abandon_fence(&self, fence: Fence) {
         let mut st = self.st.lock();
         st.fences.remove(&fence.0);
+        st.ordered.retain(|&f| f != fence.0);
         st.abandoned += 1;
     }
 }

@@ -89,6 +89,10 @@ pub(crate) fn run_lane(gpu: Arc<GpuShared>, agent: Arc<AgentShared>, lane: Arc<L
                     gpu.fire(&c, None);
                 }
             }
+            Work::After { lane: copy, seq } => {
+                // A restore ordered ahead of the work behind this packet.
+                let _ = gpu.wait_for(&|| copy.completed() >= seq || lane.is_shut_down());
+            }
             Work::Hold(h) => {
                 lane.set_held(&h);
                 gpu.progress.notify();
@@ -331,6 +335,7 @@ impl SimGpu {
             backings: Mutex::new(HashMap::new()),
             kernarg,
             foreign_copies: Mutex::new(Vec::new()),
+            ordered: Mutex::new(Vec::new()),
         });
         agents.push(Arc::clone(&agent));
         drop(agents);

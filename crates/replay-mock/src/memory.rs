@@ -587,6 +587,8 @@ impl DeviceMemory for SimMemory {
             return Ok(false);
         }
         let r = result.lock().clone();
+        // Complete (or failed): no later work waits for it any more.
+        self.agent.ordered.lock().retain(|&(f, _)| f != fence.0);
         let mut fences = self.agent.fences.lock();
         match r {
             Some(Ok(_)) => {
@@ -654,7 +656,45 @@ impl DeviceMemory for SimMemory {
         }))
     }
 
+    /// Orders the agent's later passes and ordinary runs after the batch (a packet on their
+    /// queue waits for the copy engine), where the agent is configured with `ORDERED_RESTORE`.
+    fn order_after(&self, fence: Fence) -> Result<(), BackendError> {
+        const OP: &str = "order after fence";
+        if !self
+            .agent
+            .config
+            .capabilities
+            .contains(replay_core::Capabilities::ORDERED_RESTORE)
+        {
+            return Err(BackendError::on(self.agent.id, OP).error(
+                BackendErrorKind::Unsupported,
+                "the agent is not configured with ORDERED_RESTORE",
+            ));
+        }
+        let seq = self
+            .agent
+            .fences
+            .lock()
+            .get(&fence.0)
+            .map(|e| e.seq)
+            .ok_or_else(|| {
+                BackendError::on(self.agent.id, OP).invalid(format!("unknown fence {}", fence.0))
+            })?;
+        self.agent.ordered.lock().push((fence.0, seq));
+        Ok(())
+    }
+
+    fn wait_ordered(&self, budget: Duration) -> Result<bool, BackendError> {
+        let Some(seq) = self.agent.ordered_seq() else {
+            return Ok(true);
+        };
+        Ok(self
+            .gpu
+            .poll_waits(&[(Arc::clone(&self.agent.copy), seq)], budget))
+    }
+
     fn abandon_fence(&self, fence: Fence) {
+        self.agent.ordered.lock().retain(|&(f, _)| f != fence.0);
         if let Some(e) = self.agent.fences.lock().remove(&fence.0) {
             self.end_wait(&e, true);
             if let Some(h) = &e.hold {

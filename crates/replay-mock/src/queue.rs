@@ -155,6 +155,9 @@ pub(crate) enum Work {
     Barrier { completion: Option<Arc<Signal>> },
     /// An injected stall.
     Hold(Arc<Hold>),
+    /// Waits until `lane` (the copy engine) completed `seq`: a restore ordered on the device
+    /// ahead of the work queued after it.
+    After { lane: Arc<Lane>, seq: u64 },
     /// An application's asynchronous copy (copy engine).
     AppCopy {
         dst: u64,

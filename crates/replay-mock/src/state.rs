@@ -67,6 +67,10 @@ impl Default for SimConfig {
 /// (which first copy the bytes over the host link). So `scope=auto` resolves to `arguments`
 /// and `restore=auto` to `dirty` on the simulator, as on CUDA; an agent configured without it
 /// models a host-digest backend.
+///
+/// `ORDERED_RESTORE` is not among them: an agent configured with it orders its passes and
+/// ordinary runs after the restore batches the memory layer hands to `order_after` (a packet
+/// on the queue that waits for the copy engine), so the window does not wait for them.
 pub const SIM_CAPABILITIES: replay_core::Capabilities = replay_core::Capabilities::CACHE_FLUSH
     .union(replay_core::Capabilities::DEVICE_DIGESTS)
     .union(replay_core::Capabilities::COPY_FENCE)
@@ -155,6 +159,10 @@ pub(crate) struct AgentShared {
     /// by an injected stall), not known complete yet: the copy fence waits for them too (SPEC §6
     /// step 6).
     pub foreign_copies: Mutex<Vec<ForeignCopy>>,
+    /// Copy-engine batches ordered ahead of the agent's later work (`order_after`, agents
+    /// configured with `ORDERED_RESTORE`): (fence, sequence number on the copy engine), until
+    /// a poll sees them complete.
+    pub ordered: Mutex<Vec<(u64, u64)>>,
 }
 
 /// An application copy into an agent's memory on another agent's copy engine.
@@ -167,6 +175,12 @@ pub(crate) struct ForeignCopy {
 }
 
 impl AgentShared {
+    /// The copy-engine sequence number the agent's next work must wait for, if a batch is
+    /// ordered ahead of it.
+    pub fn ordered_seq(&self) -> Option<u64> {
+        self.ordered.lock().iter().map(|&(_, seq)| seq).max()
+    }
+
     /// The foreign copies still in flight (completed ones are forgotten).
     pub fn foreign_in_flight(&self) -> Vec<(Arc<Lane>, u64, Option<Arc<Hold>>)> {
         let mut v = self.foreign_copies.lock();

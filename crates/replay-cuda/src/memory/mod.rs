@@ -33,9 +33,18 @@
 //!   not allocated either. Pageable backing is released at once.
 //! - **Pointer queries.** [`DeviceMemory::query_pointer`] asks `cuPointerGetAttributes` about an
 //!   address the tracker never saw and gives its SPEC §7.1 class ([`PointerAttributes`]).
-//! - **Ordering.** Nothing here orders against application streams: the window has waited for
-//!   the pass (or drained the device) before it asks for a copy or a digest, and waits for each
-//!   fence before it submits the next pass.
+//! - **Ordering** (SPEC §6 step 8). The window has waited for the pass (or drained the device)
+//!   before it asks for a copy or a digest. A restore is ordered on the device ahead of the next
+//!   pass instead of waited for on the host ([`DeviceMemory::order_after`], while
+//!   [`CudaMemory::ordered_restores`] is on, the default): its fence's events are kept until
+//!   `poll_fence` sees them complete, and every stream that later work of the agent runs on
+//!   waits for them first (`cuStreamWaitEvent`, `CudaMemory::order_stream`): the pass's and
+//!   the ordinary run's stream and the cache flush's (the agent), and this memory's own digest
+//!   stream before digests, [`CudaMemory::read_device`] and [`CudaMemory::write_device`] (so
+//!   the `verify` tool's [`CudaMemory::digest_blocking`] in PASS ENTER sees restored memory).
+//!   Memory read by other means (a tool's own stream, a host mapping) must first wait on the
+//!   host: [`DeviceMemory::wait_ordered`], which `ReplayPayload::sync_memory` and
+//!   `kreplay_pass_sync` call.
 //!
 //! ## Files
 //!
@@ -73,6 +82,7 @@ use crate::device::{wait_events, Device, Event};
 use crate::error::CudaResult;
 use crate::module::ModuleRegistry;
 use crate::queue::{QueueRegistry, RelaxedCapture, Stream};
+use crate::result::DriverCall;
 use crate::sys;
 
 use copy::CopyStreams;
@@ -94,6 +104,10 @@ struct Pending {
 #[derive(Debug, Default)]
 struct State {
     backing: HashMap<u64, Backing>,
+    /// Copy fences ordered on the device ([`DeviceMemory::order_after`]) and not yet seen
+    /// complete, with their events' handles: later work of the agent waits for them. An entry
+    /// leaves before its events are recycled (`poll_fence`) or dropped (`abandon_fence`).
+    ordered: Vec<(u64, SmallVec<[sys::CUevent; 4]>)>,
     /// Backing given back but not yet released: `cuMemFree` and `cuMemFreeHost` wait for the
     /// whole device, so they never run inside a window ([`CudaMemory::release_deferred`]).
     deferred: Vec<Backing>,
@@ -130,7 +144,16 @@ pub struct CudaMemory {
     queues: std::sync::OnceLock<Arc<QueueRegistry>>,
     /// [`TierConfig::pin_threads`], changeable (a benchmark comparing both ways of pinning).
     pin_threads: std::sync::atomic::AtomicUsize,
+    /// Restores are ordered on the device ([`CudaMemory::set_ordered_restores`]).
+    ordered_restores: std::sync::atomic::AtomicBool,
+    /// `State::ordered` is not empty (set and cleared under the state lock): every launch of
+    /// the agent asks, so the common answer costs one load.
+    any_ordered: std::sync::atomic::AtomicBool,
 }
+
+// SAFETY: the raw event handles in `State::ordered` are driver handles, used only in driver
+// calls under the state lock; the rest of the state is `Send`/`Sync` on its own.
+unsafe impl Send for State {}
 
 impl CudaMemory {
     /// Creates the streams and compiles the digest kernels for `device`. Without NVRTC the
@@ -157,7 +180,77 @@ impl CudaMemory {
             capacity: Mutex::new(None),
             queues: std::sync::OnceLock::new(),
             pin_threads: std::sync::atomic::AtomicUsize::new(pin_threads),
+            ordered_restores: std::sync::atomic::AtomicBool::new(true),
+            any_ordered: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Whether restores are ordered on the device ahead of the next pass (the default) or
+    /// waited for on the host; the agent claims `ORDERED_RESTORE` while it is on.
+    pub fn ordered_restores(&self) -> bool {
+        self.ordered_restores.load(Ordering::Relaxed)
+    }
+
+    /// Orders restores on the device, or makes them wait on the host (a benchmark comparing
+    /// both, a tool that reads device memory by its own means and does not call the sync).
+    /// Takes effect at the next window.
+    pub fn set_ordered_restores(&self, on: bool) {
+        self.ordered_restores.store(on, Ordering::Relaxed);
+    }
+
+    /// Makes `stream` wait on the device for every restore ordered and not yet seen complete
+    /// (`cuStreamWaitEvent` on each of its fence's events); nothing when none is. Call before
+    /// enqueueing work on `stream` (of this device) that reads or writes application memory.
+    pub(crate) fn order_stream(&self, stream: sys::CUstream) -> CudaResult<()> {
+        // A restore is ordered only by the window's thread, which also submits the work after
+        // it; other threads' launches on this agent wait for the window's end at its gate.
+        if !self.any_ordered.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let st = self.state.lock();
+        if st.ordered.is_empty() {
+            return Ok(());
+        }
+        self.device.bind()?;
+        for (_, events) in &st.ordered {
+            for &e in events {
+                // SAFETY: `e` is an event of this context that is alive: its entry leaves
+                // `ordered` (under this lock) before the event is recycled or destroyed;
+                // `stream` is a stream of the current context (the caller bound it).
+                unsafe { sys::cuStreamWaitEvent(stream, e, 0) }.call("cuStreamWaitEvent")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`CudaMemory::order_stream`], or, where the driver refuses, a host wait (bounded by
+    /// `timeout`) for the ordered restores: the work after it then still sees restored memory.
+    pub(crate) fn order_stream_or_wait(
+        &self,
+        stream: sys::CUstream,
+        timeout: Duration,
+    ) -> Result<(), BackendError> {
+        const OP: &str = "order after the restore";
+        if let Err(e) = self.order_stream(stream) {
+            log::warn!(
+                "[kernel-replay] agent {}: ordering a stream after the restore failed ({e}); waiting for it on the host",
+                self.agent
+            );
+            if !self.wait_ordered(timeout)? {
+                return Err(BackendError::on(self.agent, OP).error(
+                    BackendErrorKind::Other,
+                    format!(
+                        "the restore ordered on the device did not complete within {timeout:?}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ordered restores not yet seen complete (tests and diagnostics).
+    pub fn ordered_pending(&self) -> usize {
+        self.state.lock().ordered.len()
     }
 
     /// Sets how large pinned blocks are pinned (see [`TierConfig::pin_threads`]; 0: one
@@ -395,6 +488,8 @@ impl CudaMemory {
 
     /// Copies `len` bytes of device memory to a new host vector (waits, bounded by `timeout`).
     pub fn read_device(&self, addr: u64, len: u64, timeout: Duration) -> CudaResult<Vec<u8>> {
+        self.device.bind()?;
+        self.order_stream(self.digest_stream.raw())?;
         copy::read_device(&self.device, self.digest_stream.raw(), addr, len, timeout)
     }
 
@@ -402,6 +497,8 @@ impl CudaMemory {
     /// (tools and benchmarks outside a window, or tool work inside one): a write that may run
     /// beside a window goes through [`crate::CudaBackend::copy`].
     pub fn write_device(&self, addr: u64, bytes: &[u8], timeout: Duration) -> CudaResult<()> {
+        self.device.bind()?;
+        self.order_stream(self.digest_stream.raw())?;
         copy::write_device(&self.device, self.digest_stream.raw(), addr, bytes, timeout)
     }
 
@@ -424,6 +521,8 @@ impl CudaMemory {
                 done: true,
             }));
         }
+        // Digests read what a restore ordered on the device wrote.
+        self.order_stream(s)?;
         match &self.kernels {
             Some(k) => {
                 let batch = Batch::plan(&dev, self.segment.load(Ordering::Relaxed))?;
@@ -583,6 +682,59 @@ impl DeviceMemory for CudaMemory {
             .map_err(|e| e.to_backend(self.agent, "submit digests"))
     }
 
+    fn order_after(&self, fence: Fence) -> Result<(), BackendError> {
+        const OP: &str = "order after fence";
+        if !self.ordered_restores() {
+            return Err(BackendError::on(self.agent, OP).error(
+                BackendErrorKind::Unsupported,
+                "restores are set to wait on the host",
+            ));
+        }
+        let mut st = self.state.lock();
+        let p = st.fences.get(&fence.0).ok_or_else(|| {
+            BackendError::on(self.agent, OP).invalid(format!("unknown fence {}", fence.0))
+        })?;
+        if p.done || p.events.is_empty() {
+            return Ok(());
+        }
+        let events = p.events.iter().map(Event::raw).collect();
+        st.ordered.push((fence.0, events));
+        self.any_ordered.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn wait_ordered(&self, budget: Duration) -> Result<bool, BackendError> {
+        const OP: &str = "wait for the ordered restore";
+        let start = std::time::Instant::now();
+        self.device
+            .bind()
+            .map_err(|e| e.to_backend(self.agent, OP))?;
+        loop {
+            {
+                // Queried under the lock: no event of the list is recycled meanwhile.
+                let st = self.state.lock();
+                let mut all = true;
+                for &e in st.ordered.iter().flat_map(|(_, evs)| evs.iter()) {
+                    // SAFETY: an alive event of this context (see `State::ordered`).
+                    let r = unsafe { sys::cuEventQuery(e) };
+                    if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+                        all = false;
+                        break;
+                    }
+                    r.call("cuEventQuery")
+                        .map_err(|e| e.to_backend(self.agent, OP))?;
+                }
+                if all {
+                    return Ok(true);
+                }
+            }
+            if start.elapsed() >= budget {
+                return Ok(false);
+            }
+            std::thread::yield_now();
+        }
+    }
+
     fn poll_fence(&self, fence: Fence, budget: Duration) -> Result<bool, BackendError> {
         const OP: &str = "poll fence";
         // Take the events out so the wait holds no lock (SPEC §6: a wait never holds a lock).
@@ -601,6 +753,12 @@ impl DeviceMemory for CudaMemory {
         let r = bound.and_then(|()| wait_events(&refs, budget));
         let mut st = self.state.lock();
         let done = matches!(r, Ok(true));
+        if done {
+            // Before its events are recycled: no stream is ordered after them any more.
+            st.ordered.retain(|(id, _)| *id != fence.0);
+            self.any_ordered
+                .store(!st.ordered.is_empty(), Ordering::Release);
+        }
         match st.fences.get_mut(&fence.0) {
             Some(p) if done => {
                 p.done = true;
@@ -647,7 +805,13 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn abandon_fence(&self, fence: Fence) {
-        let p = self.state.lock().fences.remove(&fence.0);
+        let p = {
+            let mut st = self.state.lock();
+            st.ordered.retain(|(id, _)| *id != fence.0);
+            self.any_ordered
+                .store(!st.ordered.is_empty(), Ordering::Release);
+            st.fences.remove(&fence.0)
+        };
         if let Some(p) = p {
             if let Some(mut job) = p.digests {
                 // The device may still write them: leak, never reuse (as the memory layer does

@@ -520,13 +520,6 @@ struct Indexed {
     allocation: Option<(u64, u64)>,
 }
 
-/// The allocation holding `addr`, as the driver's pointer attributes name it.
-fn allocation_at(addr: u64) -> Option<(u64, u64)> {
-    let a = crate::memory::PointerAttributes::query(addr).ok()?;
-    let (base, size) = a.range;
-    (size > 0 && base <= addr && addr - base < size).then_some((base, size))
-}
-
 /// An application image's variables.
 #[derive(Debug)]
 struct Foreign {
@@ -547,7 +540,8 @@ impl ModuleRegistry {
     }
 
     /// Registers the globals of an application image (`handle`: its module or library
-    /// handle), resolved through `lookup` (`cuModuleGetGlobal` or `cuLibraryGetGlobal`).
+    /// handle), resolved through `lookup` (`cuModuleGetGlobal` or `cuLibraryGetGlobal`);
+    /// `allocation_at` names the allocation holding an address where the driver can tell.
     /// Returns whether every writable one was resolved; if not, the enumeration fails (and
     /// replays on this agent decline) until the image is removed.
     pub fn add_foreign(
@@ -555,6 +549,7 @@ impl ModuleRegistry {
         handle: usize,
         syms: Vec<elf::GlobalSymbol>,
         lookup: impl Fn(&str) -> Option<(u64, u64)>,
+        allocation_at: impl Fn(u64) -> Option<(u64, u64)>,
     ) -> bool {
         // Each section of the image is loaded as one block: its symbols' extent, at the base
         // the driver's addresses imply (name -> (section, offset); section -> end).

@@ -495,7 +495,12 @@ pub(crate) fn resolve_globals(
             };
             (r == CUresult::CUDA_SUCCESS).then_some((p, n as u64))
         };
-        if registry.add_foreign(key(h), syms, lookup) {
+        // The allocation holding a variable, as the driver's pointer attributes name it.
+        let allocation_at = |addr: u64| -> Option<(u64, u64)> {
+            let (base, size) = crate::memory::PointerAttributes::query(addr).ok()?.range;
+            (size > 0 && base <= addr && addr - base < size).then_some((base, size))
+        };
+        if registry.add_foreign(key(h), syms, lookup, allocation_at) {
             s.counters
                 .image_globals_resolved
                 .fetch_add(1, Ordering::Relaxed);

@@ -26,7 +26,8 @@
  * stream, as the real ones wait for the device; fake_cuda_blocking_frees() counts those that
  * had to wait. cuPointerGetAttributes answers from the allocation list. Fault injection:
  * fake_cuda_fail_record_after(name) makes the first cuEventRecord after the next launch of
- * kernel `name` fail.
+ * kernel `name` fail. cuStreamWaitEvent makes the stream busy until the event's time and is
+ * logged (fake_cuda_stream_waits, fake_cuda_stream_wait_at).
  *
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
  * fails with CUDA_ERROR_NO_DEVICE).
@@ -222,7 +223,17 @@ struct event {
     u64 at; /* completes at this time (ns); 0 = never recorded */
     int recorded;
     struct stream* captured; /* recorded into this stream's capture */
+    struct stream* on;       /* the stream it was last recorded on */
 };
+
+/* cuStreamWaitEvent calls, in order: the waiting stream and the stream the event was recorded
+ * on (fake_cuda_stream_waits, fake_cuda_stream_wait_at). */
+#define MAX_WAITS 4096
+static struct {
+    void* stream;
+    void* event_stream;
+} waits[MAX_WAITS];
+static int nwaits;
 
 /* Called with `lock` held: invalidates every capture a prohibited call by this thread would
  * break, and says whether the call is prohibited. */
@@ -613,7 +624,45 @@ CUresult cuEventRecord(void* e, void* s) {
     ev->at = b > t ? b : t;
     ev->recorded = 1;
     ev->captured = NULL;
+    ev->on = st;
     return OK;
+}
+
+/* Work submitted to `s` later runs after the event's work: the stream is busy until then. */
+CUresult cuStreamWaitEvent(void* s, void* e, unsigned flags) {
+    (void)flags;
+    struct event* ev = e;
+    struct stream* st = S(s);
+    pthread_mutex_lock(&lock);
+    if (ev->at > st->busy_until) {
+        st->busy_until = ev->at;
+    }
+    if (nwaits < MAX_WAITS) {
+        waits[nwaits].stream = s;
+        waits[nwaits].event_stream = ev->on;
+        nwaits++;
+    }
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+int fake_cuda_stream_waits(void) {
+    pthread_mutex_lock(&lock);
+    int n = nwaits;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* The i-th cuStreamWaitEvent: the waiting stream and the event's stream; 0 if out of range. */
+int fake_cuda_stream_wait_at(int i, void** stream, void** event_stream) {
+    pthread_mutex_lock(&lock);
+    int ok = i >= 0 && i < nwaits;
+    if (ok) {
+        *stream = waits[i].stream;
+        *event_stream = waits[i].event_stream;
+    }
+    pthread_mutex_unlock(&lock);
+    return ok;
 }
 
 CUresult cuEventQuery(void* e) {
