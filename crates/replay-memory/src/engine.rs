@@ -62,6 +62,7 @@ impl MemoryEngine {
                 device,
                 modules,
                 key: replay_core::digest::random_key(),
+                module_view: parking_lot::Mutex::new(None),
             }),
             predictor: Arc::default(),
             host_available: None,

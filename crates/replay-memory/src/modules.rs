@@ -38,6 +38,15 @@ pub trait ModuleVariables: Send + Sync {
         Some(0)
     }
 
+    /// A number that changes whenever what [`Self::enumerate`], [`Self::load_generation`] or
+    /// [`Self::allocation_of`] answer for `agent` changes (a code object loaded or unloaded),
+    /// so the memory layer can keep its view of the variables between dispatches;
+    /// applications' images hold thousands. `None` (the default): enumerate for every plan.
+    fn generation(&self, agent: AgentId) -> Option<u64> {
+        let _ = agent;
+        None
+    }
+
     /// The allocation `(base, size)` that holds the variable at `addr` on `agent`, when the
     /// backend can tell. Neighbouring variables of one allocation are captured as one run,
     /// the padding between them included; without an answer two are joined only where no

@@ -11,11 +11,12 @@ use replay_core::{
     PredictSource, RegionRef, SnapshotPlan, UntrackedSummary,
 };
 use smallvec::SmallVec;
+use std::sync::Arc;
 
 use crate::classify::{classify_under, Treatment};
 use crate::modules::{is_bookkeeping, ModuleVariable};
 use crate::predict::{self, Pending, Pointer, Predictor, MAX_MISSES, MIN_REGION_CHUNKS};
-use crate::shared::{Shared, MODULE_GENERATION, RUNTIME_GENERATION};
+use crate::shared::{ModuleView, Shared, MODULE_GENERATION, RUNTIME_GENERATION};
 use crate::tiers::tier_caps;
 
 /// The plan of a snapshot of `dispatch` under `scope` (`Snapshotter::plan`); `host_available`
@@ -76,22 +77,16 @@ pub(crate) fn plan(
 
     // Module variables first: an argument into one is covered by the enumeration, not
     // asked of the runtime.
-    let vars = match sh.modules.enumerate(agent) {
+    let view = match module_view(sh, agent) {
         Err(why) => {
             plan.uncapturable.get_or_insert_with(|| {
                 format!("module variables of agent {agent} could not be enumerated: {why}")
             });
-            Vec::new()
+            Arc::new(ModuleView::default())
         }
-        Ok(mut vars) => {
-            vars.sort_by_key(|v| v.base);
-            vars
-        }
+        Ok(v) => v,
     };
-    let var_ranges: Vec<(u64, u64)> = vars
-        .iter()
-        .map(|v| (v.base, v.base.saturating_add(v.size)))
-        .collect();
+    let var_ranges = &view.ranges;
 
     // Under every scope, the capturable memory the arguments reach is captured, and
     // memory they reach that nothing can capture declines (SPEC §7.1).
@@ -99,7 +94,7 @@ pub(crate) fn plan(
     let reach = argument_reach(
         sh,
         dispatch,
-        &var_ranges,
+        var_ranges,
         vmem,
         &mut plan.uncapturable,
         &mut untracked,
@@ -182,7 +177,7 @@ pub(crate) fn plan(
         .iter()
         .map(|r| (r.base, r.base.saturating_add(r.size)))
         .collect();
-    for (base, end) in variable_runs(sh, agent, &vars) {
+    for &(base, end) in &view.runs {
         covered.sort_unstable();
         let parts = predict::uncovered(base, end - base, &covered);
         for (base, size) in parts {
@@ -203,6 +198,33 @@ pub(crate) fn plan(
         plan.ticket = predictor.stash(p);
     }
     Ok(plan)
+}
+
+/// The module variables of `agent`: kept from the last plan while the backend's generation
+/// is the same, else enumerated (sorted, runs built) afresh. Failures are never kept.
+fn module_view(sh: &Shared, agent: replay_core::AgentId) -> Result<Arc<ModuleView>, String> {
+    // Read before enumerating: a change in between makes the next plan enumerate again.
+    let generation = sh.modules.generation(agent);
+    if let Some(g) = generation {
+        if let Some((cg, v)) = &*sh.module_view.lock() {
+            if *cg == g {
+                return Ok(Arc::clone(v));
+            }
+        }
+    }
+    let mut vars = sh.modules.enumerate(agent)?;
+    vars.sort_by_key(|v| v.base);
+    let view = Arc::new(ModuleView {
+        ranges: vars
+            .iter()
+            .map(|v| (v.base, v.base.saturating_add(v.size)))
+            .collect(),
+        runs: variable_runs(sh, agent, &vars),
+    });
+    if let Some(g) = generation {
+        *sh.module_view.lock() = Some((g, Arc::clone(&view)));
+    }
+    Ok(view)
 }
 
 /// The allocation alignment of every runtime (CUDA and HSA allocations, and their code

@@ -31,6 +31,16 @@ pub(crate) struct Shared {
     pub(crate) modules: Arc<dyn ModuleVariables>,
     pub(crate) key: DigestKey,
     pub(crate) pool: BackingPool,
+    /// The module variables as the last plan saw them, under the backend's generation.
+    pub(crate) module_view: parking_lot::Mutex<Option<(u64, Arc<ModuleView>)>>,
+}
+
+/// What a plan needs of the module variables: every variable's range (sorted), and the
+/// writable ones as runs to capture.
+#[derive(Debug, Default)]
+pub(crate) struct ModuleView {
+    pub(crate) ranges: Vec<(u64, u64)>,
+    pub(crate) runs: Vec<(u64, u64)>,
 }
 
 impl Shared {

@@ -27,11 +27,20 @@ struct Mods(
     std::sync::atomic::AtomicU64,
     /// The allocations the backend names for variables (empty: it cannot tell).
     Mutex<Vec<(u64, u64)>>,
+    /// The generation the backend answers (`None`: it cannot tell).
+    Mutex<Option<u64>>,
+    /// Enumerations so far.
+    std::sync::atomic::AtomicU64,
 );
 
 impl ModuleVariables for Mods {
     fn enumerate(&self, _agent: AgentId) -> Result<Vec<ModuleVariable>, String> {
+        self.4.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.0.lock().clone().unwrap_or(Ok(Vec::new()))
+    }
+
+    fn generation(&self, _agent: AgentId) -> Option<u64> {
+        *self.3.lock()
     }
 
     fn load_generation(&self, _agent: AgentId, addr: u64) -> Option<u64> {
@@ -338,6 +347,42 @@ fn variables_meeting_at_a_multiple_of_256_stay_apart() {
     let plan = plan_all(&e, &policy());
     let got: Vec<(u64, u64)> = plan.regions.iter().map(|r| (r.base, r.size)).collect();
     assert_eq!(got, vec![(b + 0xf0, 0x128)], "one allocation, one run");
+}
+
+#[test]
+fn module_variables_are_enumerated_again_only_when_the_generation_changes() {
+    let e = env();
+    e.dev.raw_alloc(0x50_0000, 0x1000);
+    let var = |base: u64| ModuleVariable {
+        name: format!("v{base:x}"),
+        base,
+        size: 8,
+        read_only: false,
+    };
+    let count = || e.mods.4.load(std::sync::atomic::Ordering::Relaxed);
+    *e.mods.0.lock() = Some(Ok(vec![var(0x50_0000)]));
+    *e.mods.3.lock() = Some(7);
+    let p = policy();
+    let regions =
+        |e: &Env| -> Vec<u64> { plan_all(e, &p).regions.iter().map(|r| r.base).collect() };
+    assert_eq!(regions(&e), [0x50_0000]);
+    assert_eq!(regions(&e), [0x50_0000]);
+    assert_eq!(count(), 1, "the same generation: the view is kept");
+    // A load changes the set and the generation: the next plan sees it.
+    *e.mods.0.lock() = Some(Ok(vec![var(0x50_0000), var(0x50_0800)]));
+    *e.mods.3.lock() = Some(8);
+    assert_eq!(regions(&e), [0x50_0000, 0x50_0800]);
+    assert_eq!(count(), 2);
+    // A backend that cannot tell is asked every time; a failure is never kept.
+    *e.mods.3.lock() = None;
+    regions(&e);
+    regions(&e);
+    assert_eq!(count(), 4);
+    *e.mods.3.lock() = Some(9);
+    *e.mods.0.lock() = Some(Err("code object 3 could not be read".into()));
+    assert!(plan_all(&e, &p).uncapturable.is_some());
+    *e.mods.0.lock() = Some(Ok(vec![var(0x50_0000)]));
+    assert_eq!(regions(&e), [0x50_0000], "the failure was not kept");
 }
 
 #[test]

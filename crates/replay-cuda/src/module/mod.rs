@@ -510,6 +510,9 @@ pub struct ModuleRegistry {
     /// allocation holding it as the driver names it). The memory layer asks per region before
     /// every restore; applications hold thousands of globals.
     by_address: Mutex<BTreeMap<u64, Indexed>>,
+    /// Bumped by every registration and removal (with the library's live modules, the
+    /// [`ModuleVariables::generation`] answer).
+    changes: AtomicU64,
 }
 
 /// One application variable in the address index.
@@ -536,6 +539,7 @@ impl ModuleRegistry {
             modules: Mutex::new(BTreeMap::new()),
             foreign: Mutex::new(BTreeMap::new()),
             by_address: Mutex::new(BTreeMap::new()),
+            changes: AtomicU64::new(0),
         }
     }
 
@@ -620,6 +624,7 @@ impl ModuleRegistry {
         if let Some(old) = old {
             self.unindex(&old);
         }
+        self.changes.fetch_add(1, Ordering::Release);
         ok
     }
 
@@ -636,6 +641,7 @@ impl ModuleRegistry {
     /// Removes an application image (call inside the tracker's `release_with`).
     pub fn remove_foreign(&self, handle: usize) -> bool {
         let gone = self.foreign.lock().remove(&handle);
+        self.changes.fetch_add(1, Ordering::Release);
         if let Some(f) = &gone {
             self.unindex(f);
         }
@@ -665,6 +671,7 @@ impl ModuleRegistry {
             );
         }
         self.modules.lock().insert(m.load_id, Arc::downgrade(&m));
+        self.changes.fetch_add(1, Ordering::Release);
         Ok(m)
     }
 
@@ -735,6 +742,25 @@ impl ModuleVariables for ModuleRegistry {
             }
         }
         Some(0)
+    }
+
+    /// Registrations and removals so far, with the library's modules still loaded (a module
+    /// dropped unloads itself without telling the registry: its count changes the answer).
+    fn generation(&self, agent: AgentId) -> Option<u64> {
+        if agent != self.agent {
+            return Some(0);
+        }
+        let live = {
+            let mut m = self.modules.lock();
+            m.retain(|_, w| w.strong_count() > 0);
+            m.len() as u64
+        };
+        Some(
+            self.changes
+                .load(Ordering::Acquire)
+                .wrapping_shl(32)
+                .wrapping_add(live),
+        )
     }
 
     /// An application image's variables answer with the allocation the driver named when the
