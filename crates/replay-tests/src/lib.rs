@@ -685,6 +685,26 @@ pub fn run_child(test: &str, scenario: &str) -> std::process::Output {
         .expect("run the test binary as a child")
 }
 
+/// What a child that must have aborted left: its stdout, its stderr and a context line for
+/// messages. Asserts it died of SIGABRT (on unix) and never printed `NOT ABORTED`, the line a
+/// child prints when the abort did not come.
+pub fn assert_aborted(out: &std::process::Output) -> (String, String, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let context = format!(
+        "status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(!out.status.success(), "{context}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(6), "SIGABRT expected; {context}");
+    }
+    assert!(!stdout.contains("NOT ABORTED"), "{context}");
+    (stdout, stderr, context)
+}
+
 // ----- small helpers -----
 
 /// Reads a shared counter.

@@ -17,8 +17,8 @@ use replay_core::{
 };
 use replay_mock::{EventKind, Expect, Fault, FaultMode, ModuleSpec, SimRuntime, TargetPattern};
 use replay_tests::{
-    assert_matches_reference, assert_outcome, child_scenario, fast_policy, finish, reference,
-    run_child, runtime, At, Point, Replay, RmwApp, ToolScript, A0,
+    assert_aborted, assert_matches_reference, assert_outcome, child_scenario, fast_policy, finish,
+    reference, run_child, runtime, At, Point, Replay, RmwApp, ToolScript, A0,
 };
 
 /// The reference of one `rmw` execution on a fresh runtime.
@@ -582,20 +582,7 @@ fn a_failed_restore_aborts_naming_the_dispatch_and_region() {
         println!("NOT ABORTED");
         std::process::exit(3);
     }
-    let out = run_child(RESTORE_FAIL_TEST, "restore_fail");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let context = format!(
-        "status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
-    assert!(!out.status.success(), "{context}");
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(out.status.signal(), Some(6), "SIGABRT expected; {context}");
-    }
-    assert!(!stdout.contains("NOT ABORTED"), "{context}");
+    let (stdout, stderr, context) = assert_aborted(&run_child(RESTORE_FAIL_TEST, "restore_fail"));
     let region = stdout
         .split("REGION=")
         .nth(1)

@@ -395,31 +395,15 @@ const ABORT_TEST: &str = "a_restore_fence_that_fails_when_completed_aborts";
 
 #[test]
 fn a_restore_fence_that_fails_when_completed_aborts() {
-    if std::env::var_os("KREPLAY_ORDERED_CHILD").is_some() {
+    if replay_tests::child_scenario().as_deref() == Some("ordered_fence_fail") {
         let e = env(3);
         e.dev.st.lock().fail_ordered_poll = true;
         let _ = e.run(&ordered_agent());
         println!("NOT ABORTED");
         std::process::exit(3);
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", ABORT_TEST, "--nocapture", "--test-threads=1"])
-        .env("KREPLAY_ORDERED_CHILD", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let context = format!(
-        "status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
-    assert!(!out.status.success(), "{context}");
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(out.status.signal(), Some(6), "SIGABRT expected; {context}");
-    }
-    assert!(!stdout.contains("NOT ABORTED"), "{context}");
+    let (_, stderr, context) =
+        replay_tests::assert_aborted(&replay_tests::run_child(ABORT_TEST, "ordered_fence_fail"));
     assert!(stderr.contains("FATAL: restore failed"), "{context}");
     assert!(
         stderr.contains("dispatch 1 (kernel \"ordered_kernel\""),
