@@ -123,6 +123,21 @@ fn plan_all(e: &Env, p: &Policy) -> replay_core::SnapshotPlan {
     e.engine.plan(&dispatch(A, &[]), Scope::All, p).unwrap()
 }
 
+/// A module variable as the backend reports it.
+fn var(name: impl Into<String>, base: u64, size: u64, read_only: bool) -> ModuleVariable {
+    ModuleVariable {
+        name: name.into(),
+        base,
+        size,
+        read_only,
+    }
+}
+
+/// The planned regions as (base, size).
+fn spans(plan: &replay_core::SnapshotPlan) -> Vec<(u64, u64)> {
+    plan.regions.iter().map(|r| (r.base, r.size)).collect()
+}
+
 #[test]
 fn capture_then_restore_brings_bytes_back() {
     let e = env();
@@ -235,12 +250,6 @@ fn module_variables_captured_once_and_filtered() {
     e.dev.raw_alloc(0x50_0000, 64);
     e.dev.raw_alloc(0x60_0000, 8 * MIB); // large: through the tiers like any region
     e.dev.raw_alloc(0x70_0000 + 0x100_0000, 16);
-    let var = |name: &str, base, size, read_only| ModuleVariable {
-        name: name.into(),
-        base,
-        size,
-        read_only,
-    };
     *e.mods.0.lock() = Some(Ok(vec![
         var("counter", 0x50_0000, 64, false),
         var("big_table", 0x60_0000, 8 * MIB, false),
@@ -253,7 +262,7 @@ fn module_variables_captured_once_and_filtered() {
     ]));
     let p = policy();
     let plan = plan_all(&e, &p);
-    let got: Vec<(u64, u64)> = plan.regions.iter().map(|r| (r.base, r.size)).collect();
+    let got = spans(&plan);
     assert_eq!(
         got,
         vec![(0x10_0000, 0x1000), (0x50_0000, 64), (0x60_0000, 8 * MIB)]
@@ -272,20 +281,16 @@ fn module_variables_captured_once_and_filtered() {
 fn neighbouring_variables_of_one_load_are_one_region() {
     let e = env();
     e.dev.raw_alloc(0x50_0000, 0x10_0000);
-    let var = |i: u64, base: u64, size: u64| ModuleVariable {
-        name: format!("v{i}"),
-        base,
-        size,
-        read_only: false,
-    };
     // 1000 globals of 8 bytes, 16 bytes apart, in one allocation the backend names (they
     // start on multiples of 256 too); then one in another allocation; then a second load
     // right behind that one.
-    let mut vars: Vec<ModuleVariable> = (0..1000).map(|i| var(i, 0x50_0000 + 16 * i, 8)).collect();
+    let mut vars: Vec<ModuleVariable> = (0..1000)
+        .map(|i| var(format!("v{i}"), 0x50_0000 + 16 * i, 8, false))
+        .collect();
     let end: u64 = 0x50_0000 + 16 * 999 + 8;
     let lone = end.next_multiple_of(256) + 16;
-    vars.push(var(1000, lone, 8));
-    vars.push(var(1001, lone + 8, 8));
+    vars.push(var("v1000", lone, 8, false));
+    vars.push(var("v1001", lone + 8, 8, false));
     e.mods
         .1
         .store(lone + 8, std::sync::atomic::Ordering::Relaxed);
@@ -297,7 +302,7 @@ fn neighbouring_variables_of_one_load_are_one_region() {
     *e.mods.0.lock() = Some(Ok(vars));
     let p = policy();
     let plan = plan_all(&e, &p);
-    let got: Vec<(u64, u64)> = plan.regions.iter().map(|r| (r.base, r.size)).collect();
+    let got = spans(&plan);
     assert_eq!(
         got,
         vec![(0x50_0000, end - 0x50_0000), (lone, 8), (lone + 8, 8)],
@@ -318,25 +323,19 @@ fn variables_meeting_at_a_multiple_of_256_stay_apart() {
     // ends: a copy across it is refused by the driver (cuMemcpy over two allocations).
     let e = env();
     e.dev.raw_alloc(0x50_0000, 0x10_0000);
-    let var = |i: u64, base: u64, size: u64| ModuleVariable {
-        name: format!("v{i}"),
-        base,
-        size,
-        read_only: false,
-    };
     let b = 0x50_0000;
     *e.mods.0.lock() = Some(Ok(vec![
         // Ends 8 bytes short of b + 256; the next starts there.
-        var(0, b + 0xf0, 8),
-        var(1, b + 0x100, 8),
+        var("v0", b + 0xf0, 8, false),
+        var("v1", b + 0x100, 8, false),
         // Ends at b + 0x200 exactly; the next starts right behind it.
-        var(2, b + 0x1f8, 8),
-        var(3, b + 0x200, 8),
+        var("v2", b + 0x1f8, 8, false),
+        var("v3", b + 0x200, 8, false),
         // Padding of 8 bytes, no multiple of 256 inside: one run.
-        var(4, b + 0x210, 8),
+        var("v4", b + 0x210, 8, false),
     ]));
     let plan = plan_all(&e, &policy());
-    let got: Vec<(u64, u64)> = plan.regions.iter().map(|r| (r.base, r.size)).collect();
+    let got = spans(&plan);
     assert_eq!(
         got,
         vec![(b + 0xf0, 8), (b + 0x100, 0x100), (b + 0x200, 0x18)],
@@ -345,7 +344,7 @@ fn variables_meeting_at_a_multiple_of_256_stay_apart() {
     // Named as one allocation, they are one run.
     *e.mods.2.lock() = vec![(b, 0x1000)];
     let plan = plan_all(&e, &policy());
-    let got: Vec<(u64, u64)> = plan.regions.iter().map(|r| (r.base, r.size)).collect();
+    let got = spans(&plan);
     assert_eq!(got, vec![(b + 0xf0, 0x128)], "one allocation, one run");
 }
 
@@ -353,14 +352,8 @@ fn variables_meeting_at_a_multiple_of_256_stay_apart() {
 fn module_variables_are_enumerated_again_only_when_the_generation_changes() {
     let e = env();
     e.dev.raw_alloc(0x50_0000, 0x1000);
-    let var = |base: u64| ModuleVariable {
-        name: format!("v{base:x}"),
-        base,
-        size: 8,
-        read_only: false,
-    };
     let count = || e.mods.4.load(std::sync::atomic::Ordering::Relaxed);
-    *e.mods.0.lock() = Some(Ok(vec![var(0x50_0000)]));
+    *e.mods.0.lock() = Some(Ok(vec![var("v500000", 0x50_0000, 8, false)]));
     *e.mods.3.lock() = Some(7);
     let p = policy();
     let regions =
@@ -369,7 +362,10 @@ fn module_variables_are_enumerated_again_only_when_the_generation_changes() {
     assert_eq!(regions(&e), [0x50_0000]);
     assert_eq!(count(), 1, "the same generation: the view is kept");
     // A load changes the set and the generation: the next plan sees it.
-    *e.mods.0.lock() = Some(Ok(vec![var(0x50_0000), var(0x50_0800)]));
+    *e.mods.0.lock() = Some(Ok(vec![
+        var("v500000", 0x50_0000, 8, false),
+        var("v500800", 0x50_0800, 8, false),
+    ]));
     *e.mods.3.lock() = Some(8);
     assert_eq!(regions(&e), [0x50_0000, 0x50_0800]);
     assert_eq!(count(), 2);
@@ -381,7 +377,7 @@ fn module_variables_are_enumerated_again_only_when_the_generation_changes() {
     *e.mods.3.lock() = Some(9);
     *e.mods.0.lock() = Some(Err("code object 3 could not be read".into()));
     assert!(plan_all(&e, &p).uncapturable.is_some());
-    *e.mods.0.lock() = Some(Ok(vec![var(0x50_0000)]));
+    *e.mods.0.lock() = Some(Ok(vec![var("v500000", 0x50_0000, 8, false)]));
     assert_eq!(regions(&e), [0x50_0000], "the failure was not kept");
 }
 
