@@ -326,16 +326,22 @@ fn predicted(
         ptrs.sort_by_key(|p| p.addr);
         ptrs
     };
+    // The pointers into each large region, found once: the first rule's window counts them
+    // and the spans are built from them.
+    let ptrs: SmallVec<[Option<SmallVec<[Pointer; 2]>>; 8]> = regions
+        .iter()
+        .map(|r| large(r).then(|| pointers(r)))
+        .collect();
     // The first rule's window: what the device tier holds beside the regions captured
     // whole, shared by the pointers into large regions (a capture there costs a
     // device-to-device copy, and a first dispatch that writes past its window truncates),
     // never under FIRST_WINDOW_CHUNKS chunks.
     let window = if record.is_none() {
         let whole_small: u64 = regions.iter().filter(|r| !large(r)).map(|r| r.size).sum();
-        let n = regions
+        let n = ptrs
             .iter()
-            .filter(|r| large(r))
-            .map(|r| pointers(r).len() as u64)
+            .flatten()
+            .map(|p| p.len() as u64)
             .sum::<u64>()
             .max(1);
         let share = device_cap.saturating_sub(whole_small) / n / chunk * chunk;
@@ -359,12 +365,11 @@ fn predicted(
         }
         pending.predicted.push((*r, ptrs));
     };
-    for r in regions.iter() {
-        if !large(r) {
-            out.push(*r);
-            continue;
+    for (r, p) in regions.iter().zip(ptrs) {
+        match p {
+            Some(p) => push_spans(r, p, &mut out, &mut pending),
+            None => out.push(*r),
         }
-        push_spans(r, pointers(r), &mut out, &mut pending);
     }
     // Regions no argument reaches that the kernel wrote before (through stored pointers).
     if let Some(rec) = record {
