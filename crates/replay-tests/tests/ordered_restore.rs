@@ -413,6 +413,70 @@ fn a_restore_fence_that_fails_when_completed_aborts() {
     assert!(stderr.contains("failed there"), "{context}");
 }
 
+const SETTLE_ABORT_TEST: &str = "a_restore_fence_that_fails_after_the_loop_ends_aborts";
+
+#[test]
+fn a_restore_fence_that_fails_after_the_loop_ends_aborts() {
+    // The loop ends with a restore pending (pass 2 fails after its launch); the fence of that
+    // restore reports an error when the window settles it: abort, not a truncation.
+    if replay_tests::child_scenario().as_deref() == Some("ordered_settle_fail") {
+        let e = Arc::new(env(4));
+        let e2 = Arc::clone(&e);
+        let agent = ordered_agent()
+            .fail_pass(2, PassFault::AfterSubmit)
+            .on_submit(move |_, pass| {
+                if pass == Some(2) {
+                    e2.dev.st.lock().fail_ordered_poll = true;
+                }
+            });
+        let _ = e.run(&agent);
+        println!("NOT ABORTED");
+        std::process::exit(3);
+    }
+    let (_, stderr, context) = replay_tests::assert_aborted(&replay_tests::run_child(
+        SETTLE_ABORT_TEST,
+        "ordered_settle_fail",
+    ));
+    assert!(stderr.contains("FATAL: restore failed"), "{context}");
+    assert!(
+        stderr.contains("dispatch 1 (kernel \"ordered_kernel\""),
+        "{context}"
+    );
+    assert!(stderr.contains(&format!("region {BASE:#x}")), "{context}");
+}
+
+const UNFINISHED_ABORT_TEST: &str = "a_pass_done_before_its_ordered_restore_aborts";
+
+#[test]
+fn a_pass_done_before_its_ordered_restore_aborts() {
+    // The device reports pass 1 complete while the restore ordered before it is not: the
+    // pass ran on memory no one can vouch for.
+    if replay_tests::child_scenario().as_deref() == Some("ordered_unfinished") {
+        let e = Arc::new(env(3));
+        let e2 = Arc::clone(&e);
+        let agent = ordered_agent().on_submit(move |_, pass| {
+            if pass == Some(1) {
+                e2.dev.st.lock().stuck_ordered = true;
+            }
+        });
+        let _ = e.run(&agent);
+        println!("NOT ABORTED");
+        std::process::exit(3);
+    }
+    let (_, stderr, context) = replay_tests::assert_aborted(&replay_tests::run_child(
+        UNFINISHED_ABORT_TEST,
+        "ordered_unfinished",
+    ));
+    assert!(
+        stderr.contains("FATAL: dispatch 1 (kernel \"ordered_kernel\""),
+        "{context}"
+    );
+    assert!(
+        stderr.contains("pass 1 completed but the restore ordered before it did not"),
+        "{context}"
+    );
+}
+
 // ----- On the simulator: real asynchrony ---------------------------------------------------
 
 mod simulator {
