@@ -13,7 +13,7 @@ use replay_core::{BackendError, BackendErrorKind, ScopeCheck, WaitSpec};
 use crate::batch::{chunk_ops, watch_ops};
 use crate::predict::Changed;
 use crate::restore;
-use crate::snapshot::{EngineSnapshot, Watched};
+use crate::snapshot::{EngineSnapshot, Prefetched, Watched};
 
 /// Whether a watched region of `snap` changed since capture.
 pub(crate) fn check_scope(
@@ -145,7 +145,10 @@ pub(crate) fn check_scope(
         return Ok(ScopeCheck::Changed { base });
     }
     if let Some(plan) = dirty {
-        snap.prefetched = Some(restore::split_digests(plan, rest));
+        snap.prefetched = Some(Prefetched {
+            counts: plan,
+            digests: rest.to_vec(),
+        });
     }
     Ok(ScopeCheck::Clean)
 }

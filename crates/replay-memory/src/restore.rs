@@ -24,7 +24,7 @@ use replay_core::wait::{bounded, WaitError};
 use replay_core::{CopyOp, Digest128, DigestOp, RestoreError, RestoreStats, WaitSpec};
 
 use crate::batch::{chunk_ops, wait_fence};
-use crate::snapshot::{CapturedRegion, EngineSnapshot, PendingRestore};
+use crate::snapshot::{CapturedRegion, EngineSnapshot, PendingRestore, Prefetched};
 
 /// Completes `snap`'s pending restore (see the module docs): `Ok(true)` done or none pending,
 /// `Ok(false)` not done within `wait` (abandoned, blocks leaked), `Err` the fence failed.
@@ -197,22 +197,34 @@ pub(crate) fn dirty_ops(snap: &EngineSnapshot, out: &mut Vec<DigestOp>) -> Vec<(
     plan
 }
 
-/// The digests of a batch built by [`dirty_ops`], per region index.
-pub(crate) fn split_digests(
-    plan: Vec<(usize, usize)>,
-    digests: &[Digest128],
-) -> Vec<(usize, Vec<Digest128>)> {
-    let mut it = digests.iter().copied();
-    plan.into_iter()
-        .map(|(i, n)| (i, it.by_ref().take(n).collect()))
-        .collect()
+impl Prefetched {
+    /// The digests of the regions `live` (indices ascending), in that order, if the check
+    /// took them for every one. Usually the same regions are live: the digests as they are.
+    fn for_live(self, live: &[usize]) -> Option<Vec<Digest128>> {
+        if self.counts.len() == live.len() && self.counts.iter().zip(live).all(|(c, l)| c.0 == *l) {
+            return Some(self.digests);
+        }
+        // A region was freed since the check: the live ones' digests only.
+        let mut out = Vec::new();
+        let mut want = live.iter().peekable();
+        let mut it = self.digests.iter().copied();
+        for &(i, n) in &self.counts {
+            if want.peek() == Some(&&i) {
+                want.next();
+                out.extend(it.by_ref().take(n));
+            } else {
+                it.by_ref().take(n).for_each(drop);
+            }
+        }
+        want.peek().is_none().then_some(out)
+    }
 }
 
 /// Copy operations of one restore, per region, after the liveness re-check (and, for
 /// `dirty`, the digest comparison, with the digests the scope check took when it did).
 fn restore_plan(
     snap: &EngineSnapshot,
-    prefetched: Option<Vec<(usize, Vec<Digest128>)>>,
+    prefetched: Option<Prefetched>,
     wait: &WaitSpec<'_>,
     stats: &mut RestoreStats,
 ) -> Result<Vec<(usize, Vec<CopyOp>)>, RestoreError> {
@@ -248,16 +260,7 @@ fn restore_plan(
             let compared: u64 = live.iter().map(|&i| snap.regions[i].region.size).sum();
             // Digests the scope check took after this pass, for every region still live (a
             // region is never live again once it was not: generations are not reused).
-            let taken = prefetched.and_then(|pre| {
-                let mut by_region: Vec<Option<Vec<Digest128>>> = vec![None; snap.regions.len()];
-                for (i, d) in pre {
-                    by_region[i] = Some(d);
-                }
-                live.iter()
-                    .map(|&i| by_region[i].take())
-                    .collect::<Option<Vec<_>>>()
-                    .map(|v| v.into_iter().flatten().collect::<Vec<_>>())
-            });
+            let taken = prefetched.and_then(|pre| pre.for_live(&live));
             let digested = match taken {
                 Some(d) => Ok(d),
                 None => {
@@ -315,4 +318,25 @@ fn restore_plan(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefetched_digests_are_picked_for_the_regions_still_live() {
+        let pre = || Prefetched {
+            counts: vec![(0, 2), (2, 1), (3, 2)],
+            digests: (0..5).map(Digest128).collect(),
+        };
+        let d = |v: &[u128]| v.iter().copied().map(Digest128).collect::<Vec<_>>();
+        assert_eq!(pre().for_live(&[0, 2, 3]), Some(d(&[0, 1, 2, 3, 4])));
+        // Region 2 freed since the check: its digest is skipped, the others stay aligned.
+        assert_eq!(pre().for_live(&[0, 3]), Some(d(&[0, 1, 3, 4])));
+        assert_eq!(pre().for_live(&[3]), Some(d(&[3, 4])));
+        // A region the check did not digest: digested again by the restore.
+        assert_eq!(pre().for_live(&[0, 1]), None);
+        assert_eq!(pre().for_live(&[4]), None);
+    }
 }

@@ -82,6 +82,14 @@ pub(crate) struct Prediction {
     pub(crate) misses: u32,
 }
 
+/// `dirty`'s chunk digests taken with a scope check (`restore::dirty_ops`'s batch): per
+/// captured region index (the regions live then, ascending) how many, and all of them in that
+/// order.
+pub(crate) struct Prefetched {
+    pub(crate) counts: Vec<(usize, usize)>,
+    pub(crate) digests: Vec<Digest128>,
+}
+
 /// A restore enqueued and ordered on the device ahead of the next pass, not yet seen complete.
 pub(crate) struct PendingRestore {
     pub(crate) fence: Fence,
@@ -113,7 +121,7 @@ pub(crate) struct EngineSnapshot {
     pub(crate) restore_may_follow: bool,
     /// `dirty`'s chunk digests taken with the last scope check, per captured region index
     /// (regions live then), for the restore that follows it.
-    pub(crate) prefetched: Option<Vec<(usize, Vec<Digest128>)>>,
+    pub(crate) prefetched: Option<Prefetched>,
     /// Restores are ordered on the device (the window asked and the device has not refused).
     pub(crate) ordered: bool,
     /// The last restore, ordered on the device and not yet seen complete.
