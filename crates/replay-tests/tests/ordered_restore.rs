@@ -1,8 +1,9 @@
 //! Restores ordered on the device ahead of the next pass (SPEC §6 step 8, issue 15): the window
 //! and the memory engine over an agent that claims `ORDERED_RESTORE` and a fake device memory
 //! that orders work after a fence. The host waits once per pass; frees of captured memory wait
-//! for the restore's copies on the device; a fence that fails when completed aborts; every way
-//! out of the loop completes the pending restore; PASS ENTER's sync waits for the device.
+//! for the restore's copies on the device; a fence that fails when completed (after a pass, or
+//! when the loop ends) aborts, and so does a pass done before its restore; every way out of
+//! the loop completes the pending restore; PASS ENTER's sync waits for the device.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
