@@ -135,8 +135,6 @@ impl Fake {
             }
             let inst = match cfg.granularity {
                 SassGranularity::Gpu => 1,
-                SassGranularity::Sm => 2,
-                SassGranularity::Smsp => 4,
             };
             for k in kernels {
                 self.sass_seen.lock().push(k.to_string());
@@ -327,8 +325,6 @@ impl Profiler for Fake {
         Ok(SassRecords {
             instances: match cfg.granularity {
                 SassGranularity::Gpu => 1,
-                SassGranularity::Sm => 2,
-                SassGranularity::Smsp => 4,
             },
             records: std::mem::take(&mut *self.sass_records.lock()),
             dropped: 0,

@@ -286,8 +286,6 @@ impl CuptiProfiler {
 fn granularity(g: SassGranularity) -> u8 {
     match g {
         SassGranularity::Gpu => sys::SASS_GRANULARITY_GPU,
-        SassGranularity::Sm => sys::SASS_GRANULARITY_SM,
-        SassGranularity::Smsp => sys::SASS_GRANULARITY_SMSP,
     }
 }
 
