@@ -332,6 +332,20 @@ impl Profiler for Fake {
     }
 }
 
+/// Each group of `plan` as `(first pass, passes, metrics)`.
+fn group_layout(plan: &MetricPlan) -> Vec<(u32, u32, Vec<&str>)> {
+    plan.groups
+        .iter()
+        .map(|g| {
+            (
+                g.first_pass,
+                g.config.passes,
+                g.config.metrics.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect()
+}
+
 fn names(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
@@ -475,17 +489,7 @@ fn metrics_are_packed_first_fit_into_one_pass_groups_and_a_ratio_keeps_its_count
         "gpu__time_duration.sum",
     ];
     let plan = MetricPlan::compile(&fake, CHIP, &names(&list)).unwrap();
-    let groups: Vec<(u32, u32, Vec<&str>)> = plan
-        .groups
-        .iter()
-        .map(|g| {
-            (
-                g.first_pass,
-                g.config.passes,
-                g.config.metrics.iter().map(String::as_str).collect(),
-            )
-        })
-        .collect();
+    let groups = group_layout(&plan);
     assert_eq!(
         groups,
         vec![
@@ -807,17 +811,7 @@ fn multi_pass_metrics_share_an_image_where_it_costs_no_pass_and_one_pass_metrics
         ]),
     )
     .unwrap();
-    let groups: Vec<(u32, u32, Vec<&str>)> = plan
-        .groups
-        .iter()
-        .map(|g| {
-            (
-                g.first_pass,
-                g.config.passes,
-                g.config.metrics.iter().map(String::as_str).collect(),
-            )
-        })
-        .collect();
+    let groups = group_layout(&plan);
     assert_eq!(
         groups,
         vec![
