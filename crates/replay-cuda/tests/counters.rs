@@ -79,6 +79,8 @@ struct Fake {
     starts: AtomicU32,
     /// Sessions complete after one pass, whatever the host API counted.
     finish_early: std::sync::atomic::AtomicBool,
+    /// Sessions want one pass more than the host API counted.
+    finish_late: std::sync::atomic::AtomicBool,
     /// Every list the host API was asked to compile.
     compiled: Mutex<Vec<Vec<String>>>,
     /// The SASS Metrics API is missing (an older libcupti).
@@ -244,6 +246,9 @@ impl Profiler for Fake {
         self.calls.lock().push("stop".into());
         if self.finish_early.load(Ordering::SeqCst) {
             s.passes = 1;
+        }
+        if self.finish_late.load(Ordering::SeqCst) {
+            s.passes = s.passes.max(s.stops + 1);
         }
         Ok(s.stops >= s.passes)
     }
@@ -776,6 +781,45 @@ fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_r
             ("big__two_pass.sum", 0, value("big__two_pass.sum", 0)),
             ("dram__bytes_read.sum", 2, value("dram__bytes_read.sum", 2)),
         ]
+    );
+}
+
+#[test]
+fn a_session_the_profiler_wants_more_passes_for_than_planned_is_an_error_and_no_sample() {
+    let r = rig(&["big__two_pass.sum", "dram__bytes_read.sum"], 1);
+    // Groups: [big] over passes 0-1, [dram] at pass 2.
+    assert_eq!(r.collector.plan().passes, 3);
+    r.fake.finish_late.store(true, Ordering::SeqCst);
+    let rec = r.run(1);
+    assert_eq!(rec.outcome, Outcome::Replayed, "the replay itself goes on");
+    assert_eq!(rec.executed_passes, 3);
+    // Never decoded, and the dispatch's later group is not begun.
+    assert_eq!(
+        *r.fake.calls.lock(),
+        [
+            "begin 0xc0 big__two_pass.sum",
+            "start",
+            "stop",
+            "start",
+            "stop"
+        ]
+    );
+    let rep = r.collector.report(&ReportHeader::default());
+    assert!(rep.samples.is_empty(), "{:?}", rep.samples);
+    let errors = r.collector.errors();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0]
+            .1
+            .contains("the profiler wants more than the 2 passes the host API planned"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].1.contains("not collected after 3 passes")
+            && errors[1]
+                .1
+                .ends_with(": big__two_pass.sum,dram__bytes_read.sum"),
+        "{errors:?}"
     );
 }
 
