@@ -630,6 +630,12 @@ fn the_window_asks_for_the_plans_passes_and_each_value_comes_from_the_pass_it_is
             s("big__two_pass.sum", 2, v("big__two_pass.sum", 2)),
         ]
     );
+    // One sample at a time (what the C ABI's value query reads), the same as the report's.
+    for x in &rep.samples {
+        assert_eq!(r.collector.sample(d, &x.metric), Some((x.pass, x.value)));
+    }
+    assert_eq!(r.collector.sample(d, "dram__bytes_write.sum"), None);
+    assert_eq!(r.collector.sample(d + 1, "dram__bytes_read.sum"), None);
     assert_eq!(rep.passes, 4);
     assert_eq!(rep.chip, CHIP);
     assert_eq!((rep.process_id, rep.process_name.as_str()), (42, "app"));

@@ -237,16 +237,14 @@ pub unsafe extern "C" fn kreplay_cuda_counters_value(
         // SAFETY: NULL (refused) or NUL-terminated (caller).
         let m = unsafe { c_str(metric, "metric")? };
         let c = get(collection)?;
-        let r = c.report(&ReportHeader::default());
-        let s = r
-            .samples
-            .iter()
-            .find(|s| s.dispatch_id == dispatch_id && s.metric == m)
+        // One sample looked up, not the whole report copied for it.
+        let (p, v) = c
+            .sample(dispatch_id, m)
             .ok_or_else(|| Error::NotFound(format!("{m} of dispatch {dispatch_id}")))?;
         // SAFETY: both non-null (checked), writable (caller).
         unsafe {
-            write_out(pass, "pass", s.pass)?;
-            write_out(value, "value", s.value)
+            write_out(pass, "pass", p)?;
+            write_out(value, "value", v)
         }
     })
 }
