@@ -104,12 +104,12 @@ const SASS_LIST: &[(u64, &str)] = &[
     (13, "smsp__sass_inst_executed_op_global_ld"),
 ];
 
-/// What a patched instruction of `kernel` counts for metric `id` on instance `i`: the
+/// What a patched instruction of `kernel` counts for metric `id` on the whole GPU: the
 /// dispatch's kernel small numbers, the others large ones, so a sum that takes one of theirs
 /// shows it.
-fn sass_value(kernel: &str, id: u64, pc: u32, i: usize) -> u64 {
+fn sass_value(kernel: &str, id: u64, pc: u32) -> u64 {
     let base = if kernel == "_Z3rmwPdm" { 1 } else { 1_000_000 };
-    base * (id % 10) * (u64::from(pc) + 1) * (i as u64 + 1)
+    base * (id % 10) * (u64::from(pc) + 1)
 }
 
 impl Fake {
@@ -135,18 +135,16 @@ impl Fake {
             if !self.sass_unpatched.load(Ordering::SeqCst) {
                 kernels.insert(1, kernel);
             }
-            let inst = match cfg.granularity {
-                SassGranularity::Gpu => 1,
-            };
             for k in kernels {
                 self.sass_seen.lock().push(k.to_string());
-                // Three instructions; one record per instruction and metric.
+                // Three instructions; one record per instruction and metric, one value each
+                // (whole-GPU records).
                 for pc in 0..3u32 {
                     for &id in &cfg.metric_ids {
                         self.sass_records.lock().push(SassRecord {
                             function: k.to_string(),
                             pc_offset: pc * 16,
-                            values: (0..inst).map(|i| (id, sass_value(k, id, pc, i))).collect(),
+                            values: vec![(id, sass_value(k, id, pc))],
                         });
                     }
                 }
@@ -321,16 +319,13 @@ impl Profiler for Fake {
         Ok(())
     }
     fn sass_end(&self, _: u64) -> Result<SassRecords, CounterError> {
-        let cfg = self
-            .sass
+        self.sass
             .lock()
             .take()
             .ok_or_else(|| CounterError::Session("SASS end without a begin".into()))?;
         self.calls.lock().push("sass_end".into());
         Ok(SassRecords {
-            instances: match cfg.granularity {
-                SassGranularity::Gpu => 1,
-            },
+            instances: 1,
             records: std::mem::take(&mut *self.sass_records.lock()),
             dropped: 0,
         })
