@@ -79,6 +79,8 @@ struct Fake {
     starts: AtomicU32,
     /// Sessions complete after one pass, whatever the host API counted.
     finish_early: std::sync::atomic::AtomicBool,
+    /// Sessions want one pass more than the host API counted.
+    finish_late: std::sync::atomic::AtomicBool,
     /// Every list the host API was asked to compile.
     compiled: Mutex<Vec<Vec<String>>>,
     /// The SASS Metrics API is missing (an older libcupti).
@@ -102,12 +104,12 @@ const SASS_LIST: &[(u64, &str)] = &[
     (13, "smsp__sass_inst_executed_op_global_ld"),
 ];
 
-/// What a patched instruction of `kernel` counts for metric `id` on instance `i`: the
+/// What a patched instruction of `kernel` counts for metric `id` on the whole GPU: the
 /// dispatch's kernel small numbers, the others large ones, so a sum that takes one of theirs
 /// shows it.
-fn sass_value(kernel: &str, id: u64, pc: u32, i: usize) -> u64 {
+fn sass_value(kernel: &str, id: u64, pc: u32) -> u64 {
     let base = if kernel == "_Z3rmwPdm" { 1 } else { 1_000_000 };
-    base * (id % 10) * (u64::from(pc) + 1) * (i as u64 + 1)
+    base * (id % 10) * (u64::from(pc) + 1)
 }
 
 impl Fake {
@@ -133,20 +135,16 @@ impl Fake {
             if !self.sass_unpatched.load(Ordering::SeqCst) {
                 kernels.insert(1, kernel);
             }
-            let inst = match cfg.granularity {
-                SassGranularity::Gpu => 1,
-                SassGranularity::Sm => 2,
-                SassGranularity::Smsp => 4,
-            };
             for k in kernels {
                 self.sass_seen.lock().push(k.to_string());
-                // Three instructions; one record per instruction and metric.
+                // Three instructions; one record per instruction and metric, one value each
+                // (whole-GPU records).
                 for pc in 0..3u32 {
                     for &id in &cfg.metric_ids {
                         self.sass_records.lock().push(SassRecord {
                             function: k.to_string(),
                             pc_offset: pc * 16,
-                            values: (0..inst).map(|i| (id, sass_value(k, id, pc, i))).collect(),
+                            values: vec![(id, sass_value(k, id, pc))],
                         });
                     }
                 }
@@ -247,6 +245,9 @@ impl Profiler for Fake {
         if self.finish_early.load(Ordering::SeqCst) {
             s.passes = 1;
         }
+        if self.finish_late.load(Ordering::SeqCst) {
+            s.passes = s.passes.max(s.stops + 1);
+        }
         Ok(s.stops >= s.passes)
     }
     fn decode(&self, _: u64, config: &Config) -> Result<Vec<f64>, CounterError> {
@@ -318,22 +319,31 @@ impl Profiler for Fake {
         Ok(())
     }
     fn sass_end(&self, _: u64) -> Result<SassRecords, CounterError> {
-        let cfg = self
-            .sass
+        self.sass
             .lock()
             .take()
             .ok_or_else(|| CounterError::Session("SASS end without a begin".into()))?;
         self.calls.lock().push("sass_end".into());
         Ok(SassRecords {
-            instances: match cfg.granularity {
-                SassGranularity::Gpu => 1,
-                SassGranularity::Sm => 2,
-                SassGranularity::Smsp => 4,
-            },
+            instances: 1,
             records: std::mem::take(&mut *self.sass_records.lock()),
             dropped: 0,
         })
     }
+}
+
+/// Each group of `plan` as `(first pass, passes, metrics)`.
+fn group_layout(plan: &MetricPlan) -> Vec<(u32, u32, Vec<&str>)> {
+    plan.groups
+        .iter()
+        .map(|g| {
+            (
+                g.first_pass,
+                g.config.passes,
+                g.config.metrics.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect()
 }
 
 fn names(v: &[&str]) -> Vec<String> {
@@ -479,17 +489,7 @@ fn metrics_are_packed_first_fit_into_one_pass_groups_and_a_ratio_keeps_its_count
         "gpu__time_duration.sum",
     ];
     let plan = MetricPlan::compile(&fake, CHIP, &names(&list)).unwrap();
-    let groups: Vec<(u32, u32, Vec<&str>)> = plan
-        .groups
-        .iter()
-        .map(|g| {
-            (
-                g.first_pass,
-                g.config.passes,
-                g.config.metrics.iter().map(String::as_str).collect(),
-            )
-        })
-        .collect();
+    let groups = group_layout(&plan);
     assert_eq!(
         groups,
         vec![
@@ -625,6 +625,12 @@ fn the_window_asks_for_the_plans_passes_and_each_value_comes_from_the_pass_it_is
             s("big__two_pass.sum", 2, v("big__two_pass.sum", 2)),
         ]
     );
+    // One sample at a time (what the C ABI's value query reads), the same as the report's.
+    for x in &rep.samples {
+        assert_eq!(r.collector.sample(d, &x.metric), Some((x.pass, x.value)));
+    }
+    assert_eq!(r.collector.sample(d, "dram__bytes_write.sum"), None);
+    assert_eq!(r.collector.sample(d + 1, "dram__bytes_read.sum"), None);
     assert_eq!(rep.passes, 4);
     assert_eq!(rep.chip, CHIP);
     assert_eq!((rep.process_id, rep.process_name.as_str()), (42, "app"));
@@ -780,6 +786,45 @@ fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_r
 }
 
 #[test]
+fn a_session_the_profiler_wants_more_passes_for_than_planned_is_an_error_and_no_sample() {
+    let r = rig(&["big__two_pass.sum", "dram__bytes_read.sum"], 1);
+    // Groups: [big] over passes 0-1, [dram] at pass 2.
+    assert_eq!(r.collector.plan().passes, 3);
+    r.fake.finish_late.store(true, Ordering::SeqCst);
+    let rec = r.run(1);
+    assert_eq!(rec.outcome, Outcome::Replayed, "the replay itself goes on");
+    assert_eq!(rec.executed_passes, 3);
+    // Never decoded, and the dispatch's later group is not begun.
+    assert_eq!(
+        *r.fake.calls.lock(),
+        [
+            "begin 0xc0 big__two_pass.sum",
+            "start",
+            "stop",
+            "start",
+            "stop"
+        ]
+    );
+    let rep = r.collector.report(&ReportHeader::default());
+    assert!(rep.samples.is_empty(), "{:?}", rep.samples);
+    let errors = r.collector.errors();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0]
+            .1
+            .contains("the profiler wants more than the 2 passes the host API planned"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].1.contains("not collected after 3 passes")
+            && errors[1]
+                .1
+                .ends_with(": big__two_pass.sum,dram__bytes_read.sum"),
+        "{errors:?}"
+    );
+}
+
+#[test]
 fn a_value_the_profiler_cannot_evaluate_is_an_error_not_a_sample() {
     let r = rig(&["nan__metric.sum", "dram__bytes_read.sum"], 1);
     let rec = r.run(1);
@@ -811,17 +856,7 @@ fn multi_pass_metrics_share_an_image_where_it_costs_no_pass_and_one_pass_metrics
         ]),
     )
     .unwrap();
-    let groups: Vec<(u32, u32, Vec<&str>)> = plan
-        .groups
-        .iter()
-        .map(|g| {
-            (
-                g.first_pass,
-                g.config.passes,
-                g.config.metrics.iter().map(String::as_str).collect(),
-            )
-        })
-        .collect();
+    let groups = group_layout(&plan);
     assert_eq!(
         groups,
         vec![

@@ -15,12 +15,14 @@ use replay_core::{
 };
 use replay_cuda::counters::{CounterCollector, CuptiProfiler, MetricPlan, Profiler, ReportHeader};
 
-use crate::checked::{c_str, copy_out_str, guard, non_null, write_out, Error, HandleTable};
+use crate::checked::{
+    c_str, copy_out_str, guard, non_null, write_out, Error, HandleTable, REASONS,
+};
 use crate::sys::{
-    kreplay_dispatch_info_t, kreplay_operation_t, kreplay_phase_t, kreplay_replay_payload_t,
-    kreplay_status_t, KREPLAY_OPERATION_CONFIG, KREPLAY_OPERATION_PASS, KREPLAY_OUTCOME_DECLINED,
-    KREPLAY_OUTCOME_NOT_REQUESTED, KREPLAY_OUTCOME_REPLAYED, KREPLAY_OUTCOME_TRUNCATED,
-    KREPLAY_PHASE_ENTER, KREPLAY_PHASE_EXIT,
+    kreplay_dispatch_info_t, kreplay_operation_t, kreplay_outcome_t, kreplay_phase_t,
+    kreplay_replay_payload_t, kreplay_status_t, KREPLAY_OPERATION_CONFIG, KREPLAY_OPERATION_PASS,
+    KREPLAY_OUTCOME_DECLINED, KREPLAY_OUTCOME_NOT_REQUESTED, KREPLAY_OUTCOME_REPLAYED,
+    KREPLAY_OUTCOME_TRUNCATED, KREPLAY_PHASE_ENTER, KREPLAY_PHASE_EXIT,
 };
 
 /// The handles' tag (the simulator's tables use 1 to 4).
@@ -67,6 +69,36 @@ unsafe fn dispatch_of(info: *const kreplay_dispatch_info_t) -> Result<DispatchIn
         private_segment_size: d.private_segment_size,
         group_segment_size: d.group_segment_size,
     })
+}
+
+/// What the collection reads of a C outcome: kind, reason (the collection's messages name
+/// both), passes and captured bytes.
+fn record_of(info: &DispatchInfo, o: &kreplay_outcome_t) -> Result<OutcomeRecord, Error> {
+    let mut r = OutcomeRecord::new(info.dispatch_id, info.agent, &info.kernel_name);
+    r.outcome = match o.outcome {
+        KREPLAY_OUTCOME_REPLAYED => Outcome::Replayed,
+        KREPLAY_OUTCOME_DECLINED => Outcome::Declined,
+        KREPLAY_OUTCOME_TRUNCATED => Outcome::Truncated,
+        KREPLAY_OUTCOME_NOT_REQUESTED => Outcome::NotRequested,
+        v => {
+            return Err(Error::BadEnum {
+                what: "payload->outcome->outcome",
+                value: i64::from(v),
+            })
+        }
+    };
+    r.reason = REASONS
+        .iter()
+        .find(|&&(_, c)| c == o.reason)
+        .map(|&(reason, _)| reason)
+        .ok_or(Error::BadEnum {
+            what: "payload->outcome->reason",
+            value: i64::from(o.reason),
+        })?;
+    r.executed_passes = o.executed_passes;
+    r.requested_passes = o.requested_passes;
+    r.captured_bytes = o.captured_bytes;
+    Ok(r)
 }
 
 /// Compiles `count` metric names for device 0's chip and creates a collection that asks for
@@ -169,23 +201,7 @@ pub unsafe extern "C" fn kreplay_cuda_counters_callback(
             (KREPLAY_OPERATION_CONFIG, KREPLAY_PHASE_EXIT) => {
                 non_null(p.outcome, "payload->outcome")?;
                 // SAFETY: non-null (checked), the library's outcome (caller).
-                let o = unsafe { &*p.outcome };
-                let mut r = OutcomeRecord::new(info.dispatch_id, info.agent, &info.kernel_name);
-                r.outcome = match o.outcome {
-                    KREPLAY_OUTCOME_REPLAYED => Outcome::Replayed,
-                    KREPLAY_OUTCOME_DECLINED => Outcome::Declined,
-                    KREPLAY_OUTCOME_TRUNCATED => Outcome::Truncated,
-                    KREPLAY_OUTCOME_NOT_REQUESTED => Outcome::NotRequested,
-                    v => {
-                        return Err(Error::BadEnum {
-                            what: "payload->outcome->outcome",
-                            value: i64::from(v),
-                        })
-                    }
-                };
-                r.executed_passes = o.executed_passes;
-                r.requested_passes = o.requested_passes;
-                r.captured_bytes = o.captured_bytes;
+                let r = record_of(&info, unsafe { &*p.outcome })?;
                 c.finish(&info, Some(&r));
             }
             (KREPLAY_OPERATION_CONFIG, KREPLAY_PHASE_ENTER) => {}
@@ -221,16 +237,14 @@ pub unsafe extern "C" fn kreplay_cuda_counters_value(
         // SAFETY: NULL (refused) or NUL-terminated (caller).
         let m = unsafe { c_str(metric, "metric")? };
         let c = get(collection)?;
-        let r = c.report(&ReportHeader::default());
-        let s = r
-            .samples
-            .iter()
-            .find(|s| s.dispatch_id == dispatch_id && s.metric == m)
+        // One sample looked up, not the whole report copied for it.
+        let (p, v) = c
+            .sample(dispatch_id, m)
             .ok_or_else(|| Error::NotFound(format!("{m} of dispatch {dispatch_id}")))?;
         // SAFETY: both non-null (checked), writable (caller).
         unsafe {
-            write_out(pass, "pass", s.pass)?;
-            write_out(value, "value", s.value)
+            write_out(pass, "pass", p)?;
+            write_out(value, "value", v)
         }
     })
 }
@@ -282,4 +296,49 @@ pub extern "C" fn kreplay_cuda_counters_destroy(collection: u64) -> kreplay_stat
             .map(drop)
             .ok_or_else(|| Error::InvalidHandle(format!("counter collection {collection:#x}")))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checked::COutcome;
+    use replay_core::Reason;
+
+    #[test]
+    fn a_c_outcome_keeps_its_reason_for_the_collections_messages() {
+        let mut rec = OutcomeRecord::new(DispatchId(7), AgentId(0), "_Z3rmwPdm");
+        rec.outcome = Outcome::Truncated;
+        rec.reason = Reason::PassDrainStuck;
+        rec.executed_passes = 1;
+        rec.requested_passes = 3;
+        rec.captured_bytes = 4096;
+        let c = COutcome::new(&rec);
+        let info = DispatchInfo {
+            agent: AgentId(0),
+            queue: QueueId(1),
+            dispatch_id: DispatchId(7),
+            kernel_id: KernelId(2),
+            kernel_name: "_Z3rmwPdm".into(),
+            grid: Dim3::new(1, 1, 1),
+            workgroup: Dim3::new(1, 1, 1),
+            private_segment_size: 0,
+            group_segment_size: 0,
+        };
+        // SAFETY: the C view `c` owns, live for the call.
+        let r = record_of(&info, unsafe { &*c.as_ptr() }).unwrap();
+        assert_eq!(
+            (
+                r.outcome,
+                r.reason,
+                r.executed_passes,
+                r.requested_passes,
+                r.captured_bytes
+            ),
+            (Outcome::Truncated, Reason::PassDrainStuck, 1, 3, 4096)
+        );
+        // SAFETY: as above; a copy of the plain C struct.
+        let mut bad = unsafe { *c.as_ptr() };
+        bad.reason = 0xffff;
+        assert!(matches!(record_of(&info, &bad), Err(Error::BadEnum { .. })));
+    }
 }

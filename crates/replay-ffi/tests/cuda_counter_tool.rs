@@ -132,10 +132,12 @@ mod entries {
 
     #[test]
     fn a_mixed_list_of_range_and_sass_metrics_is_one_collection() {
-        // Range-profiler and SASS metrics in one list, one of them inside a comma list.
+        // Range-profiler and SASS metrics in one list, one of them inside a comma list. The
+        // SASS metric is one an H200 has (GH100's SASS Metrics API has no per-opcode thread
+        // counts).
         let names = [
             c"dram__bytes_read.sum".as_ptr(),
-            c"smsp__inst_executed.sum,sm__sass_thread_inst_executed_op_ffma_pred_on.sum".as_ptr(),
+            c"smsp__inst_executed.sum,smsp__sass_inst_executed.sum".as_ptr(),
         ];
         let mut h = 0u64;
         // SAFETY: a valid array of two names and a writable out pointer.

@@ -424,6 +424,17 @@ impl CounterCollector {
         self.collected.lock().errors.clone()
     }
 
+    /// The pass and value of `metric` for `dispatch_id`, once that dispatch is finished;
+    /// `None` where there is none (the errors say why).
+    pub fn sample(&self, dispatch_id: u64, metric: &str) -> Option<(u32, f64)> {
+        self.collected
+            .lock()
+            .samples
+            .iter()
+            .find(|s| s.dispatch_id == dispatch_id && s.metric == metric)
+            .map(|s| (s.pass, s.value))
+    }
+
     /// The report so far.
     pub fn report(&self, h: &ReportHeader) -> CounterReport {
         let c = self.collected.lock();

@@ -286,8 +286,6 @@ impl CuptiProfiler {
 fn granularity(g: SassGranularity) -> u8 {
     match g {
         SassGranularity::Gpu => sys::SASS_GRANULARITY_GPU,
-        SassGranularity::Sm => sys::SASS_GRANULARITY_SM,
-        SassGranularity::Smsp => sys::SASS_GRANULARITY_SMSP,
     }
 }
 
@@ -489,6 +487,8 @@ impl Profiler for CuptiProfiler {
             // Every session on a fresh object: on the H200 a configuration of several passes
             // set on an object that had run a session before was reported complete after its
             // first pass and evaluated to NaN (alone, the same metrics took their 8 passes).
+            // An object that refused a configuration is marked configured too, so the next
+            // group starts afresh here rather than retrying on the same one.
             let mut p = sys::RangeObject {
                 pRangeProfilerObject: t.object,
                 ..Default::default()
@@ -506,21 +506,8 @@ impl Profiler for CuptiProfiler {
             }
         }
         t.configured = true;
-        match self.set_config(t, config) {
-            Ok(()) => Ok(()),
-            Err(first) => {
-                // A profiler object that refuses a second configuration: start it afresh.
-                log::debug!("[kernel-replay] counters: {first}; re-enabling the range profiler");
-                let mut p = sys::RangeObject {
-                    pRangeProfilerObject: t.object,
-                    ..Default::default()
-                };
-                // SAFETY: the object CUPTI created for this context.
-                let _ = unsafe { (self.lib.range_disable)(&mut p) };
-                t.object = self.enable(ctx)?;
-                self.set_config(t, config)
-            }
-        }
+        // The object is fresh: a retry on another fresh one would repeat this same call.
+        self.set_config(t, config)
     }
 
     fn start(&self, ctx: u64) -> Result<(), CounterError> {

@@ -36,10 +36,10 @@
 //! name; `kreplay run --list-sass` prints them) and each name is mapped to one: the rollup
 //! split off (`.sum`, `.avg`, `.max`, `.min`; anything else is an error naming the metric),
 //! then the base as it is, with the API's unit `smsp__` (`sm__sass_x.sum` and
-//! `smsp__sass_x.sum` are both the GPU's total of `smsp__sass_x`), or with any unit. `.sum`
-//! is the total over the kernel's records and instances; `.avg`, `.max` and `.min` take the
-//! records per SM (`sm__`) or per SM sub-partition (`smsp__`) and reduce the totals per
-//! instance (one granularity per pass: mixing the two is an error). A name the chip lacks,
+//! `smsp__sass_x.sum` are both the GPU's total of `smsp__sass_x`), or with any unit. Only
+//! `.sum` is collected: the total over the kernel's whole-GPU records; `.avg`, `.max` and
+//! `.min` are refused with the reason (CUPTI's per-SM records were measured not to add up to
+//! the kernel's count on an H200). A name the chip lacks,
 //! or a libcupti without the API (older than CUDA 12.5's), is an error at compile time
 //! naming the metric; lists without SASS metrics never touch the API.
 //!

@@ -146,15 +146,13 @@ pub struct SassMetricInfo {
     pub description: String,
 }
 
-/// How many values a SASS record holds (`CUpti_SassMetrics_OutputGranularity`).
+/// How many values a SASS record holds (`CUpti_SassMetrics_OutputGranularity`). Only whole-GPU
+/// records are collected (see [`Rollup`]); the per-SM and per-sub-partition values of the API
+/// have no variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SassGranularity {
     /// One value per record: the whole GPU.
     Gpu,
-    /// One per SM.
-    Sm,
-    /// One per SM sub-partition.
-    Smsp,
 }
 
 impl SassGranularity {
@@ -162,15 +160,13 @@ impl SassGranularity {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Gpu => "gpu",
-            Self::Sm => "sm",
-            Self::Smsp => "smsp",
         }
     }
 }
 
-/// How a SASS metric's totals per instance (SM, SM sub-partition) become its value, as
-/// Nsight Compute's rollups do: `.sum` the total over every record and instance, `.avg` that
-/// total over the number of instances, `.max` / `.min` the largest / smallest instance total.
+/// Nsight Compute's rollups of a metric name. Only `.sum` (the total over every record) is
+/// collected for SASS metrics; `.avg`, `.max` and `.min` are recognised so that their
+/// refusal can say why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rollup {
     /// `.sum`.
@@ -246,7 +242,7 @@ pub struct SassMetric {
     pub api_name: String,
     /// The API's id.
     pub id: u64,
-    /// The rollup the name asks for.
+    /// The rollup the name asks for (always [`Rollup::Sum`]: the others are refused).
     pub rollup: Rollup,
 }
 
@@ -258,8 +254,7 @@ pub struct SassGroup {
     pub first_pass: u32,
     /// The metrics, in the order asked.
     pub metrics: Vec<SassMetric>,
-    /// The records' granularity: per SM or SM sub-partition where a `.avg`, `.max` or `.min`
-    /// needs instance totals, else the GPU.
+    /// The records' granularity: the whole GPU.
     pub granularity: SassGranularity,
     /// `smsp__sass_inst_executed`'s id where the chip has it: always collected, so a kernel
     /// that ran patched has records even where an asked metric counts nothing in it (a value
@@ -297,9 +292,8 @@ impl SassGroup {
         use std::collections::HashMap;
         let demangled = crate::module::demangle::demangle(kernel);
         let mut is_kernel: HashMap<&str, bool> = HashMap::new();
-        let n = data.instances.max(1);
-        // (metric id, instance) -> total.
-        let mut totals: HashMap<(u64, usize), u128> = HashMap::new();
+        // metric id -> total over the kernel's records and instances.
+        let mut totals: HashMap<u64, u128> = HashMap::new();
         let mut any = false;
         for r in &data.records {
             let ours = *is_kernel.entry(r.function.as_str()).or_insert_with(|| {
@@ -309,8 +303,8 @@ impl SassGroup {
                 continue;
             }
             any = true;
-            for (i, (id, v)) in r.values.iter().enumerate() {
-                *totals.entry((*id, i % n)).or_default() += u128::from(*v);
+            for (id, v) in &r.values {
+                *totals.entry(*id).or_default() += u128::from(*v);
             }
         }
         if !any {
@@ -326,17 +320,8 @@ impl SassGroup {
             .metrics
             .iter()
             .map(|m| {
-                let per: Vec<u128> = (0..n)
-                    .map(|i| totals.get(&(m.id, i)).copied().unwrap_or(0))
-                    .collect();
-                let sum: u128 = per.iter().sum();
-                let v = match m.rollup {
-                    Rollup::Sum => sum as f64,
-                    Rollup::Avg => sum as f64 / n as f64,
-                    Rollup::Max => per.iter().copied().max().unwrap_or(0) as f64,
-                    Rollup::Min => per.iter().copied().min().unwrap_or(0) as f64,
-                };
-                (m.name.clone(), v)
+                let sum = totals.get(&m.id).copied().unwrap_or(0);
+                (m.name.clone(), sum as f64)
             })
             .collect())
     }
@@ -353,10 +338,7 @@ pub fn is_sass_metric(name: &str) -> bool {
 /// is collected; `.avg`, `.max` and `.min` are refused with the reason), then the base looked
 /// up as it is, with the unit `smsp__` (the API's names: `sm__sass_x.sum` is `smsp__sass_x`
 /// summed), or with any unit. A bare API name is its `.sum`. `Err` says why not.
-fn resolve_sass(
-    name: &str,
-    list: &[SassMetricInfo],
-) -> Result<(SassMetric, Option<SassGranularity>), String> {
+fn resolve_sass(name: &str, list: &[SassMetricInfo]) -> Result<SassMetric, String> {
     let (base, rollup) = match name.split_once('.') {
         Some((b, r)) => match Rollup::parse(r) {
             Some(r) => (b, r),
@@ -368,7 +350,7 @@ fn resolve_sass(
         },
         None => (name, Rollup::Sum),
     };
-    let (unit, rest) = base.split_once("__").unwrap_or(("", base));
+    let rest = base.split_once("__").map_or(base, |(_, r)| r);
     let found = list
         .iter()
         .find(|m| m.name == base)
@@ -400,25 +382,18 @@ fn resolve_sass(
     // count on an H200 (GH100: 528 instances per record summed to 86% of the hardware count
     // of the same kernel, 106% with more metrics configured), while whole-GPU records equal
     // it exactly: only `.sum` is collected.
-    let _ = unit;
-    let granularity: Option<SassGranularity> = match rollup {
-        Rollup::Sum => None,
-        r => {
-            return Err(format!(
-                ".{} of a SASS metric is not collected: CUPTI's per-SM SASS records do not add up to the kernel's count (whole-GPU ones do); ask for .sum",
-                r.as_str()
-            ))
-        }
-    };
-    Ok((
-        SassMetric {
-            name: name.to_string(),
-            api_name: m.name.clone(),
-            id: m.id,
-            rollup,
-        },
-        granularity,
-    ))
+    if rollup != Rollup::Sum {
+        return Err(format!(
+            ".{} of a SASS metric is not collected: CUPTI's per-SM SASS records do not add up to the kernel's count (whole-GPU ones do); ask for .sum",
+            rollup.as_str()
+        ));
+    }
+    Ok(SassMetric {
+        name: name.to_string(),
+        api_name: m.name.clone(),
+        id: m.id,
+        rollup,
+    })
 }
 
 /// The `launch__*` metrics taken from the launch, not from counters: `(name, unit,
@@ -530,7 +505,6 @@ impl MetricPlan {
         let mut bad = Vec::new();
         let mut sass: Vec<SassMetric> = Vec::new();
         let mut sass_list: Option<Result<Vec<SassMetricInfo>, CounterError>> = None;
-        let mut granularity: Option<(SassGranularity, String)> = None;
         for n in names {
             if LAUNCH_METRICS.iter().any(|(l, _, _)| l == n) {
                 launch.push(n.clone());
@@ -554,24 +528,7 @@ impl MetricPlan {
                     }
                 };
                 match resolve_sass(n, list) {
-                    Ok((m, g)) => {
-                        match (&granularity, g) {
-                            (Some((had, by)), Some(g)) if *had != g => {
-                                bad.push((
-                                    n.clone(),
-                                    format!(
-                                        "its instances are per {}, {by:?}'s per {}: one SASS pass has one granularity",
-                                        g.as_str(),
-                                        had.as_str()
-                                    ),
-                                ));
-                                continue;
-                            }
-                            (None, Some(g)) => granularity = Some((g, n.clone())),
-                            _ => {}
-                        }
-                        sass.push(m);
-                    }
+                    Ok(m) => sass.push(m),
                     Err(why) => bad.push((n.clone(), why)),
                 }
                 continue;
@@ -645,7 +602,7 @@ impl MetricPlan {
             let g = SassGroup {
                 first_pass: first,
                 metrics: sass,
-                granularity: granularity.map_or(SassGranularity::Gpu, |(g, _)| g),
+                granularity: SassGranularity::Gpu,
                 sentinel: list.iter().find(|m| m.name == SASS_SENTINEL).map(|m| m.id),
             };
             first += 1;

@@ -34,10 +34,6 @@ pub const AUTO_RANGE: u32 = 1;
 pub const USER_REPLAY: u32 = 3;
 /// `CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_GPU`: one instance per record.
 pub const SASS_GRANULARITY_GPU: u8 = 0;
-/// `CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_SM`: one instance per SM.
-pub const SASS_GRANULARITY_SM: u8 = 1;
-/// `CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_SMSP`: one instance per SM sub-partition.
-pub const SASS_GRANULARITY_SMSP: u8 = 2;
 
 /// `CUPTI_PROFILER_STRUCT_SIZE(type, field)`.
 macro_rules! struct_size {
