@@ -11,7 +11,8 @@
 //! (`replay_cuda::counters`). The list is compiled for the first device's chip before the
 //! program starts (this command loads the driver and CUPTI's host library to learn the chip
 //! and the pass count): a metric that cannot be collected is a usage error naming it (exit
-//! status 2) and the program does not start. The passes asked are the plan's, or `--passes`
+//! status 2) and the program does not start; a set's metrics the chip lacks are left out
+//! instead, named on one line (the `basic` set's FFMA count on an H200). The passes asked are the plan's, or `--passes`
 //! if given and more (the tool asks for two at least: one pass is no replay); `KREPLAY_CACHE_CONTROL=flush` is set unless the environment sets it (caches
 //! invalidated before each pass, as Nsight Compute does). The JSON report's `counters`
 //! member is the `replay_report::CounterReport`.
@@ -282,10 +283,51 @@ fn plan_lines(plan: &replay_cuda::counters::MetricPlan) -> Vec<String> {
 
 /// Compiles the counters tool's list before the program starts: the passes to ask for, or
 /// the exit status (2: a metric cannot be collected; 1: no CUPTI or no driver).
-fn plan_counters(a: &RunArgs) -> Result<u64, u8> {
+/// A set is a convenience over what chips offer: the metrics of `--set` that the chip cannot
+/// collect (`bad`) are left out, one line naming them, as long as every one of them came
+/// from the set (a metric asked for by name is an error) and some metric remains. `None`:
+/// nothing to leave out that way.
+fn without_unavailable_set_metrics(
+    a: &RunArgs,
+    names: &[String],
+    chip: &str,
+    bad: &[(String, String)],
+) -> Option<Vec<String>> {
+    let set = a.set.as_deref()?;
+    if bad.is_empty() || bad.iter().any(|(m, _)| a.metrics.contains(m)) {
+        return None;
+    }
+    let rest: Vec<String> = names
+        .iter()
+        .filter(|n| !bad.iter().any(|(m, _)| m == *n))
+        .cloned()
+        .collect();
+    if rest.is_empty() {
+        return None;
+    }
+    crate::say(format_args!(
+        "kreplay run: --set {set}: left out, not collectable on {chip}: {}",
+        bad.iter()
+            .map(|(m, why)| format!("{m} ({why})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    Some(rest)
+}
+
+/// Compiles the counters' list for device 0 before the program starts: the passes to ask for
+/// and the list to collect (a set's metrics the chip lacks left out), or the exit status.
+fn plan_counters(a: &RunArgs) -> Result<(u64, Vec<String>), u8> {
     use replay_cuda::counters::{plan_for_device, CounterError};
-    let names = a.metric_list();
-    match plan_for_device(0, &names) {
+    let mut names = a.metric_list();
+    let mut planned = plan_for_device(0, &names);
+    if let Err(CounterError::Metrics { chip, bad }) = &planned {
+        if let Some(rest) = without_unavailable_set_metrics(a, &names, chip, bad) {
+            names = rest;
+            planned = plan_for_device(0, &names);
+        }
+    }
+    match planned {
         Ok(plan) => {
             let groups = plan_lines(&plan);
             crate::say(format_args!(
@@ -297,7 +339,7 @@ fn plan_counters(a: &RunArgs) -> Result<u64, u8> {
                 groups.join("; ")
             ));
             let given = if a.passes_given { a.passes } else { 1 };
-            Ok(given.max(u64::from(plan.passes)))
+            Ok((given.max(u64::from(plan.passes)), names))
         }
         Err(e @ (CounterError::Metrics { .. } | CounterError::Empty)) => {
             crate::say(format_args!("kreplay run: {e}\n{USAGE}"));
@@ -364,13 +406,13 @@ pub fn main(args: &[String]) -> u8 {
         crate::say(format_args!("kreplay run: {e}\n{USAGE}"));
         return 2;
     }
-    let passes = if a.tool == "counters" {
+    let (passes, metrics) = if a.tool == "counters" {
         match plan_counters(&a) {
-            Ok(n) => n,
+            Ok(p) => p,
             Err(code) => return code,
         }
     } else {
-        a.passes
+        (a.passes, Vec::new())
     };
     let mut cmd = Command::new(&a.app[0]);
     cmd.args(&a.app[1..]);
@@ -388,7 +430,7 @@ pub fn main(args: &[String]) -> u8 {
                 .env("KREPLAY_CUDA_PASSES", passes.to_string())
                 .env("KREPLAY_CUDA_OUT", &report);
             if a.tool == "counters" {
-                cmd.env("KREPLAY_CUDA_METRICS", a.metric_list().join(","));
+                cmd.env("KREPLAY_CUDA_METRICS", metrics.join(","));
                 if std::env::var_os("KREPLAY_CACHE_CONTROL").is_none()
                     && std::env::var_os("ROCPROFILER_KERNEL_REPLAY_CACHE_CONTROL").is_none()
                 {
@@ -673,6 +715,52 @@ mod tests {
         let e = parse(&s(&["--metrics", "a.sum", "--", "app"])).unwrap_err();
         assert!(e.contains("for --tool counters, not verify"), "{e}");
         assert!(parse(&s(&["--tool", "counters", "--metrics", " , ", "--", "app"])).is_err());
+    }
+
+    #[test]
+    fn a_sets_metrics_the_chip_lacks_are_left_out_and_named_ones_are_not() {
+        let ffma = "sm__sass_thread_inst_executed_op_ffma_pred_on.sum";
+        let bad = vec![(
+            ffma.to_string(),
+            "not among the chip's SASS metrics".to_string(),
+        )];
+        let set = parse(&s(&["--tool", "counters", "--set", "basic", "--", "app"])).unwrap();
+        let names = set.metric_list();
+        let rest = without_unavailable_set_metrics(&set, &names, "GH100", &bad).unwrap();
+        assert_eq!(rest.len(), names.len() - 1);
+        assert!(!rest.iter().any(|m| m == ffma));
+        // Asked for by name (too): an error, as without a set.
+        let named = parse(&s(&[
+            "--tool",
+            "counters",
+            "--set",
+            "basic",
+            "--metrics",
+            ffma,
+            "--",
+            "app",
+        ]))
+        .unwrap();
+        let names = named.metric_list();
+        assert_eq!(
+            without_unavailable_set_metrics(&named, &names, "GH100", &bad),
+            None
+        );
+        let list = parse(&s(&["--tool", "counters", "--metrics", ffma, "--", "app"])).unwrap();
+        assert_eq!(
+            without_unavailable_set_metrics(&list, &list.metric_list(), "GH100", &bad),
+            None
+        );
+        // Nothing would remain: an error.
+        let all_bad: Vec<(String, String)> = set
+            .metric_list()
+            .into_iter()
+            .map(|m| (m, "no".to_string()))
+            .collect();
+        assert_eq!(
+            without_unavailable_set_metrics(&set, &set.metric_list(), "GH100", &all_bad),
+            None
+        );
     }
 
     #[test]
