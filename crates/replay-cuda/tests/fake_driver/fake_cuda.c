@@ -27,7 +27,8 @@
  * had to wait. cuPointerGetAttributes answers from the allocation list. Fault injection:
  * fake_cuda_fail_record_after(name) makes the first cuEventRecord after the next launch of
  * kernel `name` fail. cuStreamWaitEvent makes the stream busy until the event's time and is
- * logged (fake_cuda_stream_waits, fake_cuda_stream_wait_at).
+ * logged (fake_cuda_stream_waits, fake_cuda_stream_wait_at); fake_cuda_fail_default_waits(n)
+ * makes the next n of them on the default stream fail (CUDA_ERROR_INVALID_VALUE, not logged).
  *
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
  * fails with CUDA_ERROR_NO_DEVICE).
@@ -213,6 +214,7 @@ static __thread int thread_mode = MODE_GLOBAL;
 static int blocking_frees;
 static char fail_record_after[64];
 static int fail_record_armed;
+static int fail_default_waits;
 
 /* Null, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) are all the one default stream. */
 static struct stream* S(void* s) {
@@ -634,6 +636,11 @@ CUresult cuStreamWaitEvent(void* s, void* e, unsigned flags) {
     struct event* ev = e;
     struct stream* st = S(s);
     pthread_mutex_lock(&lock);
+    if (st == &legacy && fail_default_waits > 0) {
+        fail_default_waits--;
+        pthread_mutex_unlock(&lock);
+        return E_INVALID_VALUE;
+    }
     if (ev->at > st->busy_until) {
         st->busy_until = ev->at;
     }
@@ -644,6 +651,16 @@ CUresult cuStreamWaitEvent(void* s, void* e, unsigned flags) {
     }
     pthread_mutex_unlock(&lock);
     return OK;
+}
+
+/* The next n cuStreamWaitEvent calls on the default stream fail; returns how many of the
+ * failures armed before were left unused. */
+int fake_cuda_fail_default_waits(int n) {
+    pthread_mutex_lock(&lock);
+    int left = fail_default_waits;
+    fail_default_waits = n;
+    pthread_mutex_unlock(&lock);
+    return left;
 }
 
 int fake_cuda_stream_waits(void) {
