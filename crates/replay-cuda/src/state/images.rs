@@ -548,7 +548,8 @@ fn key(h: Handle) -> usize {
 
 /// Forgets an image before the driver unloads it: its globals leave the registry inside the
 /// tracker's `release_with`, so the unload waits for a restore writing them.
-/// Returns the functions of the image it knew (their handles may be reused by a later load).
+/// Returns the function and kernel handles of the image it knew (a later load may reuse
+/// them).
 fn forget(handle: Handle) -> Vec<usize> {
     let s = images();
     let img = s.images.lock().remove(&handle);
@@ -560,7 +561,14 @@ fn forget(handle: Handle) -> Vec<usize> {
         }
         keep
     });
-    s.kernels.lock().retain(|_, (h, _)| *h != handle);
+    // A kernel handle may be launched as a function (CUDA 12): its cached state goes too.
+    s.kernels.lock().retain(|&k, (h, _)| {
+        let keep = *h != handle;
+        if !keep {
+            gone.push(k);
+        }
+        keep
+    });
     s.aliases.lock().retain(|_, h| *h != handle);
     s.unmapped.lock().clear();
     let Some(img) = img else { return gone };
@@ -840,4 +848,34 @@ pub(crate) unsafe fn hook_kernel_get_function(
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_librarys_unload_forgets_its_kernel_handles_as_well_as_its_functions() {
+        let (lib, kernel, func, other) = (0x5151_0000usize, 0x5151_0100, 0x5151_0200, 0x5151_0300);
+        let s = images();
+        let e = (Handle::Library(lib), Arc::<str>::from("kr_k"));
+        s.kernels.lock().insert(kernel, e.clone());
+        s.funcs.lock().insert(func, e);
+        s.funcs
+            .lock()
+            .insert(other, (Handle::Library(lib + 1), Arc::from("kr_other")));
+        let mut gone = forget_library(lib);
+        gone.sort_unstable();
+        assert_eq!(
+            gone,
+            vec![kernel, func],
+            "a kernel launched as a function included"
+        );
+        assert!(!s.kernels.lock().contains_key(&kernel));
+        assert!(
+            s.funcs.lock().contains_key(&other),
+            "another library's kept"
+        );
+        forget_library(lib + 1);
+    }
 }
