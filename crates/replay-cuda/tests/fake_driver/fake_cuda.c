@@ -28,7 +28,8 @@
  * fake_cuda_fail_record_after(name) makes the first cuEventRecord after the next launch of
  * kernel `name` fail. cuStreamWaitEvent makes the stream busy until the event's time and is
  * logged (fake_cuda_stream_waits, fake_cuda_stream_wait_at); fake_cuda_fail_default_waits(n)
- * makes the next n of them on the default stream fail (CUDA_ERROR_INVALID_VALUE, not logged).
+ * makes the next n of them on the default stream fail (CUDA_ERROR_INVALID_VALUE, not logged);
+ * fake_cuda_fail_host_registers(n) makes the next n cuMemHostRegister calls fail (out of memory).
  *
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
  * fails with CUDA_ERROR_NO_DEVICE).
@@ -215,6 +216,7 @@ static int blocking_frees;
 static char fail_record_after[64];
 static int fail_record_armed;
 static int fail_default_waits;
+static int fail_host_registers;
 
 /* Null, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) are all the one default stream. */
 static struct stream* S(void* s) {
@@ -663,6 +665,15 @@ int fake_cuda_fail_default_waits(int n) {
     return left;
 }
 
+/* The next n cuMemHostRegister calls fail; returns how many armed before were left unused. */
+int fake_cuda_fail_host_registers(int n) {
+    pthread_mutex_lock(&lock);
+    int left = fail_host_registers;
+    fail_host_registers = n;
+    pthread_mutex_unlock(&lock);
+    return left;
+}
+
 int fake_cuda_stream_waits(void) {
     pthread_mutex_lock(&lock);
     int n = nwaits;
@@ -803,6 +814,15 @@ CUresult cuMemHostRegister_v2(void* p, size_t size, unsigned flags) {
     }
     if (p == NULL || size == 0) {
         return E_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&lock);
+    int fail = fail_host_registers > 0;
+    if (fail) {
+        fail_host_registers--;
+    }
+    pthread_mutex_unlock(&lock);
+    if (fail) {
+        return E_OUT_OF_MEMORY;
     }
     struct alloc* a = malloc(sizeof *a);
     a->p = p;
