@@ -575,21 +575,7 @@ pub fn pass38(b: &Bench, rows: &mut Vec<Row>, o: &Pass38) -> Result<(), String> 
             let kbytes = kmib * MIB;
             let sizes = layout(gib * GIB, kbytes, o.small_first, o.buffers);
             let t = Instant::now();
-            let mut bufs = Vec::new();
-            for &s in &sizes {
-                match b.alloc(s) {
-                    Ok(a) => bufs.push(a),
-                    Err(e) => {
-                        rows.push(Row::check(
-                            "pass38",
-                            format!("{gib}gib/{kmib}mib"),
-                            Err(format!("allocation: {e}")),
-                        ));
-                        bufs.clear();
-                        break;
-                    }
-                }
-            }
+            let bufs = alloc_all(b, rows, "pass38", &format!("{gib}gib/{kmib}mib"), &sizes);
             if bufs.is_empty() {
                 continue;
             }
@@ -710,10 +696,30 @@ pub struct Defaults {
     pub buffers: u64,
 }
 
-/// The policy a user who changes nothing gets (`auto` scope and restore, default pools and
-/// bounds).
-pub fn default_policy() -> replay_core::Policy {
-    replay_core::Policy::default()
+/// Allocates a footprint's buffers (`sizes`); none, with a failed check row for `case`/`name`,
+/// where one allocation fails.
+fn alloc_all(
+    b: &Bench,
+    rows: &mut Vec<Row>,
+    case: &'static str,
+    name: &str,
+    sizes: &[u64],
+) -> Vec<Allocation> {
+    let mut bufs = Vec::new();
+    for &sz in sizes {
+        match b.alloc(sz) {
+            Ok(a) => bufs.push(a),
+            Err(e) => {
+                rows.push(Row::check(
+                    case,
+                    name.to_owned(),
+                    Err(format!("allocation: {e}")),
+                ));
+                return Vec::new();
+            }
+        }
+    }
+    bufs
 }
 
 /// The 38-pass replay under the default policy (issue 15, SPEC §11: the defaults win with the
@@ -732,21 +738,7 @@ pub fn defaults(
             let name = format!("{gib}gib/{kmib}mib");
             let kbytes = kmib * MIB;
             let sizes = layout(gib * GIB, kbytes, o.small_first, o.buffers);
-            let mut bufs = Vec::new();
-            for &sz in &sizes {
-                match b.alloc(sz) {
-                    Ok(a) => bufs.push(a),
-                    Err(e) => {
-                        rows.push(Row::check(
-                            "defaults",
-                            name.clone(),
-                            Err(format!("allocation: {e}")),
-                        ));
-                        bufs.clear();
-                        break;
-                    }
-                }
-            }
+            let bufs = alloc_all(b, rows, "defaults", &name, &sizes);
             if !bufs.is_empty() {
                 let refs: Vec<&Allocation> = bufs.iter().collect();
                 let target = (bufs[0].ptr(), kbytes.min(bufs[0].len()));
@@ -756,7 +748,9 @@ pub fn defaults(
                     // The first dispatch pays what a user's first dispatch pays.
                     b.backend.engine().release_pools();
                     b.backend.memory().release_deferred(true);
-                    b.set_policy(default_policy())?;
+                    // What a user who changes nothing gets (`auto` scope and restore, default
+                    // pools and bounds).
+                    b.set_policy(replay_core::Policy::default())?;
                     let label = format!("defaults/{name}");
                     let (w, wwall, rec, wall) =
                         measured_replay(b, &label, &refs, 120, &refd, target, 13, o.passes)?;

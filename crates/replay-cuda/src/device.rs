@@ -286,9 +286,6 @@ impl EventPool {
 /// microseconds, which the throughput measurements rely on), then sleeps 100 µs between
 /// queries. The driver's own synchronise calls have no timeout, so they are never used.
 pub(crate) fn wait_events(events: &[&Event], budget: Duration) -> CudaResult<bool> {
-    const SPIN: Duration = Duration::from_micros(200);
-    const YIELD: Duration = Duration::from_millis(20);
-    const SLEEP: Duration = Duration::from_micros(100);
     let start = Instant::now();
     let mut next = 0;
     loop {
@@ -298,18 +295,30 @@ pub(crate) fn wait_events(events: &[&Event], budget: Duration) -> CudaResult<boo
         if next == events.len() {
             return Ok(true);
         }
-        let elapsed = start.elapsed();
-        if elapsed >= budget {
+        if !back_off(start, budget) {
             return Ok(false);
         }
-        if elapsed < SPIN {
-            std::hint::spin_loop();
-        } else if elapsed < YIELD {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(SLEEP.min(budget - elapsed));
-        }
     }
+}
+
+/// One step between two polls of a wait begun at `start`: spin, then yield, then sleep
+/// briefly, so a long wait does not hold a core; `false` once `budget` is spent.
+pub(crate) fn back_off(start: Instant, budget: Duration) -> bool {
+    const SPIN: Duration = Duration::from_micros(200);
+    const YIELD: Duration = Duration::from_millis(20);
+    const SLEEP: Duration = Duration::from_micros(100);
+    let elapsed = start.elapsed();
+    if elapsed >= budget {
+        return false;
+    }
+    if elapsed < SPIN {
+        std::hint::spin_loop();
+    } else if elapsed < YIELD {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(SLEEP.min(budget - elapsed));
+    }
+    true
 }
 
 /// A raw pointer that may cross threads (driver-owned or pinned memory the backend manages).

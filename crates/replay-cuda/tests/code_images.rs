@@ -28,7 +28,9 @@ use replay_cuda::state::{self, images};
 use replay_cuda::sys;
 
 mod support;
-use support::{bind_device0, intercept_with, load_fake, Fake};
+use support::{
+    bind_device0, intercept_with, launch_block, launch_globals, load_app_function, load_fake, Fake,
+};
 
 /// Three passes; the last outcome kept.
 #[derive(Default)]
@@ -72,28 +74,6 @@ fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Arc<Tool>)> {
     Some((guard, tool))
 }
 
-/// Loads `image` through the intercepted `cuModuleLoadFatBinary` (a fat binary) or
-/// `cuModuleLoadData`, and fetches `name` through the intercepted `cuModuleGetFunction`.
-fn load(image: &[u8], name: &std::ffi::CStr) -> (sys::CUmodule, sys::CUfunction) {
-    let mut m: sys::CUmodule = std::ptr::null_mut();
-    let mut f: sys::CUfunction = std::ptr::null_mut();
-    let fat = image.starts_with(&0xBA55_ED50u32.to_le_bytes());
-    // SAFETY: a complete image in a live buffer; out pointers to live locals.
-    unsafe {
-        let r = if fat {
-            intercept::module_load_fat_binary(&mut m, image.as_ptr().cast())
-        } else {
-            intercept::module_load_data(&mut m, image.as_ptr().cast())
-        };
-        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
-        assert_eq!(
-            intercept::module_get_function(&mut f, m, name.as_ptr()),
-            sys::CUresult::CUDA_SUCCESS
-        );
-    }
-    (m, f)
-}
-
 /// The fake's `kr_counter` and `kr_table` (host memory at their device addresses).
 fn globals_now() -> (u64, Vec<u64>) {
     let (mut p, mut n, mut m): (sys::CUdeviceptr, usize, sys::CUmodule) =
@@ -119,30 +99,6 @@ fn globals_now() -> (u64, Vec<u64>) {
         let _ = sys::cuModuleUnload(m);
         (*(p as *const u64), table)
     }
-}
-
-/// `kr_globals(7)` through the intercepted `cuLaunchKernel`: adds one to `kr_counter` and
-/// rewrites `kr_table` (and `kr_hidden`) each execution.
-fn launch_globals(f: sys::CUfunction) {
-    let mut k: u64 = 7;
-    let mut args: [*mut std::ffi::c_void; 1] = [(&mut k as *mut u64).cast()];
-    // SAFETY: kr_globals' one 8-byte parameter, a live argument array, the legacy stream.
-    let r = unsafe {
-        intercept::launch_kernel(
-            f,
-            1,
-            1,
-            1,
-            1,
-            1,
-            1,
-            0,
-            std::ptr::null_mut(),
-            args.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
 }
 
 fn unload(m: sys::CUmodule) {
@@ -174,9 +130,9 @@ fn globals_cubin() -> Vec<u8> {
 /// Runs `kr_globals` of `image` once under three passes; returns the counter's and the
 /// table's change and the outcome.
 fn run_globals(image: &[u8], name: &std::ffi::CStr, tool: &Tool) -> (u64, bool, OutcomeRecord) {
-    let (m, f) = load(image, name);
+    let (m, f) = load_app_function(image, name);
     let (c0, t0) = globals_now();
-    launch_globals(f);
+    assert_eq!(launch_globals(f), sys::CUresult::CUDA_SUCCESS);
     let (c1, t1) = globals_now();
     // What one execution of kr_globals(7) does to the table.
     let once: Vec<u64> = t0
@@ -278,7 +234,7 @@ fn a_kernel_of_an_image_whose_globals_are_unknown_declines() {
 fn the_switch_replays_a_kernel_of_an_image_whose_globals_are_unknown() {
     let Some((_g, tool)) = setup() else { return };
     images::set_allow_unknown_globals(true);
-    let (m, f) = load(b"image\0", c"kr_tiny");
+    let (m, f) = load_app_function(b"image\0", c"kr_tiny");
     let mut p: sys::CUdeviceptr = 0;
     // SAFETY: an intercepted allocation with an out pointer; the fake's memory is host memory
     // at the device address.
@@ -289,23 +245,8 @@ fn the_switch_replays_a_kernel_of_an_image_whose_globals_are_unknown() {
     let allowed = count("allowed_globals_unknown");
     let replayed = tool.replayed.load(Ordering::SeqCst);
     let mut arg = p;
-    let mut args: [*mut std::ffi::c_void; 1] = [(&mut arg as *mut u64).cast()];
-    // SAFETY: kr_tiny's one pointer parameter, a live argument array, the legacy stream.
-    let r = unsafe {
-        intercept::launch_kernel(
-            f,
-            1,
-            1,
-            1,
-            1,
-            1,
-            1,
-            0,
-            std::ptr::null_mut(),
-            args.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    };
+    // SAFETY: kr_tiny's one pointer parameter, a live argument.
+    let r = unsafe { launch_block(f, 1, &mut [(&mut arg as *mut u64).cast()]) };
     images::set_allow_unknown_globals(false);
     assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
     assert_eq!(tool.replayed.load(Ordering::SeqCst), replayed + 1);
@@ -322,7 +263,7 @@ fn the_switch_replays_a_kernel_of_an_image_whose_globals_are_unknown() {
 fn a_function_the_hooks_did_not_see_is_mapped_through_its_module_or_declines() {
     let Some((_g, tool)) = setup() else { return };
     let text = ptx("kr_globals", &[("kr_counter", 8), ("kr_table", 8192)]);
-    let (m, _) = load(&text, c"kr_globals");
+    let (m, _) = load_app_function(&text, c"kr_globals");
     let mut f: sys::CUfunction = std::ptr::null_mut();
     // SAFETY: the driver's own entry (not the wrapper), as an entry the hooks do not see
     // would hand out a function; out pointer to a live local.
@@ -334,7 +275,7 @@ fn a_function_the_hooks_did_not_see_is_mapped_through_its_module_or_declines() {
     }
     let (c0, _) = globals_now();
     let replayed = tool.replayed.load(Ordering::SeqCst);
-    launch_globals(f);
+    assert_eq!(launch_globals(f), sys::CUresult::CUDA_SUCCESS);
     let rec = tool.last.lock().clone().unwrap();
     assert_eq!(
         tool.replayed.load(Ordering::SeqCst),
@@ -360,7 +301,7 @@ fn a_function_the_hooks_did_not_see_is_mapped_through_its_module_or_declines() {
     }
     let declined = count("declined_image_unknown");
     let (c0, _) = globals_now();
-    launch_globals(f2);
+    assert_eq!(launch_globals(f2), sys::CUresult::CUDA_SUCCESS);
     let rec = tool.last.lock().clone().unwrap();
     assert_declined(&rec);
     assert_eq!(globals_now().0, c0 + 1, "ran once");
@@ -377,7 +318,7 @@ fn a_function_the_hooks_did_not_see_is_mapped_through_its_module_or_declines() {
         );
     }
     let (c0, _) = globals_now();
-    launch_globals(f3);
+    assert_eq!(launch_globals(f3), sys::CUresult::CUDA_SUCCESS);
     let rec = tool.last.lock().clone().unwrap();
     assert_declined(&rec);
     assert_eq!(globals_now().0, c0 + 1, "ran once");

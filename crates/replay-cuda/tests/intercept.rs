@@ -34,7 +34,9 @@ use replay_cuda::state;
 use replay_cuda::sys;
 
 mod support;
-use support::{bind_device0, intercept_with, load_fake, Fake};
+use support::{
+    bind_device0, intercept_with, launch_block, launch_globals, load_app_function, load_fake, Fake,
+};
 
 type Hook = Box<dyn Fn(u32) + Send + Sync>;
 
@@ -147,22 +149,8 @@ fn launch_rmw(func: sys::CUfunction, mut p: u64, mut k: u64) -> sys::CUresult {
         (&mut n as *mut u64).cast(),
         (&mut k as *mut u64).cast(),
     ];
-    // SAFETY: kr_rmw's three 8-byte parameters, a live argument array, the legacy stream.
-    unsafe {
-        intercept::launch_kernel(
-            func,
-            1,
-            1,
-            1,
-            64,
-            1,
-            1,
-            0,
-            std::ptr::null_mut(),
-            args.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    }
+    // SAFETY: kr_rmw's three 8-byte parameters, live arguments.
+    unsafe { launch_block(func, 64, &mut args) }
 }
 
 /// Waits (bounded) for `flag`.
@@ -348,31 +336,6 @@ fn a_launch_of_unknown_layout_into_pinned_memory_is_replayed_with_it_captured() 
 use replay_cuda::module::elf::testing::{info, Builder};
 use replay_cuda::module::image::testing::{fatbin, nv_info};
 
-/// Loads `image` through the intercepted `cuModuleLoadFatBinary` / `cuModuleLoadData` and
-/// fetches `name` through the intercepted `cuModuleGetFunction`.
-fn load_app_function(
-    image: &[u8],
-    fat: bool,
-    name: &std::ffi::CStr,
-) -> (sys::CUmodule, sys::CUfunction) {
-    let mut m: sys::CUmodule = std::ptr::null_mut();
-    let mut f: sys::CUfunction = std::ptr::null_mut();
-    // SAFETY: a complete image in a live buffer; out pointers to live locals.
-    unsafe {
-        let r = if fat {
-            intercept::module_load_fat_binary(&mut m, image.as_ptr().cast())
-        } else {
-            intercept::module_load_data(&mut m, image.as_ptr().cast())
-        };
-        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
-        assert_eq!(
-            intercept::module_get_function(&mut f, m, name.as_ptr()),
-            sys::CUresult::CUDA_SUCCESS
-        );
-    }
-    (m, f)
-}
-
 #[test]
 fn a_kernel_the_driver_cannot_describe_takes_its_images_parameter_table() {
     let Some((_g, s)) = setup() else { return };
@@ -383,7 +346,7 @@ fn a_kernel_the_driver_cannot_describe_takes_its_images_parameter_table() {
         nv_info(&[(0, 8), (8, 8), (16, 8)]),
         0,
     );
-    let (m, f) = load_app_function(&b.build(), false, c"opaque_kr_rmw");
+    let (m, f) = load_app_function(&b.build(), c"opaque_kr_rmw");
     let a = alloc_filled(21);
     let mut once = read(a);
     rmw_host(&mut once, 4);
@@ -430,28 +393,6 @@ fn globals_fatbin() -> Vec<u8> {
     b.symbol("kr_hidden", info(0, 1), g, 8, 128);
     b.symbol("kr_table", info(1, 1), g, 136, 8192);
     fatbin(&[(1, 90, b"// ptx\0"), (2, 90, &b.build())])
-}
-
-/// `kr_globals(7)` through the intercepted `cuLaunchKernel`.
-fn launch_globals(f: sys::CUfunction) -> sys::CUresult {
-    let mut k: u64 = 7;
-    let mut args: [*mut std::ffi::c_void; 1] = [(&mut k as *mut u64).cast()];
-    // SAFETY: kr_globals' one 8-byte parameter, a live argument array, the legacy stream.
-    unsafe {
-        intercept::launch_kernel(
-            f,
-            1,
-            1,
-            1,
-            1,
-            1,
-            1,
-            0,
-            std::ptr::null_mut(),
-            args.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    }
 }
 
 /// The fake driver's `kr_counter` (host memory at its device address).
@@ -545,7 +486,7 @@ fn a_library_kernel_writing_its_globals_is_replayed_with_them_restored() {
 #[test]
 fn a_kernel_writing_its_fat_binarys_globals_is_replayed_with_them_restored() {
     let Some((_g, s)) = setup() else { return };
-    let (m, f) = load_app_function(&globals_fatbin(), true, c"kr_globals");
+    let (m, f) = load_app_function(&globals_fatbin(), c"kr_globals");
     let mut counter: sys::CUdeviceptr = 0;
     let mut bytes = 0usize;
     // SAFETY: the fake's global lookup with out pointers to live locals.
@@ -559,25 +500,7 @@ fn a_kernel_writing_its_fat_binarys_globals_is_replayed_with_them_restored() {
     let count = || unsafe { *(counter as *const u64) };
     let start = count();
     let before = s.tool.replayed.load(Ordering::SeqCst);
-    let mut k: u64 = 7;
-    let mut args: [*mut std::ffi::c_void; 1] = [(&mut k as *mut u64).cast()];
-    // SAFETY: kr_globals' one 8-byte parameter, a live argument array, the legacy stream.
-    let r = unsafe {
-        intercept::launch_kernel(
-            f,
-            1,
-            1,
-            1,
-            1,
-            1,
-            1,
-            0,
-            std::ptr::null_mut(),
-            args.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(launch_globals(f), sys::CUresult::CUDA_SUCCESS);
     assert_eq!(
         s.tool.replayed.load(Ordering::SeqCst),
         before + 1,

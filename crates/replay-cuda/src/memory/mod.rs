@@ -728,10 +728,9 @@ impl DeviceMemory for CudaMemory {
                     return Ok(true);
                 }
             }
-            if start.elapsed() >= budget {
+            if !crate::device::back_off(start, budget) {
                 return Ok(false);
             }
-            std::thread::yield_now();
         }
     }
 

@@ -206,11 +206,9 @@ impl Backing {
             }
             Backing::Pinned {
                 host,
-                bytes,
                 registered: false,
                 ..
             } => {
-                let _ = bytes;
                 if bound {
                     // SAFETY: as above, allocated by cuMemHostAlloc.
                     if let Err(e) = unsafe { result::free_host(host.0) } {

@@ -380,10 +380,28 @@ fn resolve_variables_with(
     syms: Vec<elf::GlobalSymbol>,
     lookup: impl Fn(&str) -> Option<(u64, u64)>,
 ) -> Result<Vec<ModuleVariable>, String> {
-    // Section bases learned from symbols the driver resolved by name.
+    resolve_variables_placed(syms, lookup).map(|v| v.into_iter().map(|(v, _)| v).collect())
+}
+
+/// A variable and its section's block (base, size), where known.
+type Placed = (ModuleVariable, Option<(u64, u64)>);
+
+/// [`resolve_variables_with`], each variable with its section's block (base, the extent of
+/// its symbols) where the driver placed it as the symbol table lays the section out.
+fn resolve_variables_placed(
+    syms: Vec<elf::GlobalSymbol>,
+    lookup: impl Fn(&str) -> Option<(u64, u64)>,
+) -> Result<Vec<Placed>, String> {
+    // Section bases learned from symbols the driver resolved by name, and each section's
+    // extent as far as its symbols reach.
     let mut bases: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut extent: BTreeMap<usize, u64> = BTreeMap::new();
     let mut resolved: Vec<Option<(u64, u64)>> = Vec::with_capacity(syms.len());
     for s in &syms {
+        if s.size > 0 {
+            let e = extent.entry(s.section).or_insert(0);
+            *e = (*e).max(s.offset.saturating_add(s.size));
+        }
         let r = if s.size == 0 { None } else { lookup(&s.name) };
         if let Some((addr, size)) = r {
             if size != s.size {
@@ -416,12 +434,19 @@ fn resolve_variables_with(
                 }
             },
         };
-        out.push(ModuleVariable {
-            name: s.name.clone(),
-            base,
-            size,
-            read_only: s.read_only,
-        });
+        let section = bases
+            .get(&s.section)
+            .filter(|&&b| b.wrapping_add(s.offset) == base)
+            .map(|&b| (b, extent.get(&s.section).copied().unwrap_or(0)));
+        out.push((
+            ModuleVariable {
+                name: s.name.clone(),
+                base,
+                size,
+                read_only: s.read_only,
+            },
+            section,
+        ));
     }
     if missing.is_empty() {
         Ok(out)
@@ -555,17 +580,7 @@ impl ModuleRegistry {
         lookup: impl Fn(&str) -> Option<(u64, u64)>,
         allocation_at: impl Fn(u64) -> Option<(u64, u64)>,
     ) -> bool {
-        // Each section of the image is loaded as one block: its symbols' extent, at the base
-        // the driver's addresses imply (name -> (section, offset); section -> end).
-        let mut placed: std::collections::HashMap<String, (usize, u64)> =
-            std::collections::HashMap::with_capacity(syms.len());
-        let mut extent: BTreeMap<usize, u64> = BTreeMap::new();
-        for s in syms.iter().filter(|s| s.size > 0) {
-            placed.insert(s.name.clone(), (s.section, s.offset));
-            let e = extent.entry(s.section).or_insert(0);
-            *e = (*e).max(s.offset.saturating_add(s.size));
-        }
-        let variables = resolve_variables_with(syms, lookup)
+        let variables = resolve_variables_placed(syms, lookup)
             .map_err(|why| format!("application image {handle:#x}: {why}"));
         let ok = variables.is_ok();
         if let Err(why) = &variables {
@@ -578,19 +593,13 @@ impl ModuleRegistry {
         if let Ok(vars) = &variables {
             // The block holding each variable: the allocation the driver's pointer attributes
             // name (one query per allocation: sorted by address, the variables of one
-            // allocation are neighbours), else its section as the symbol table lays it out,
-            // when the driver placed the variable where that layout says.
-            let mut sorted: Vec<&ModuleVariable> = vars.iter().filter(|v| v.size > 0).collect();
-            sorted.sort_by_key(|v| v.base);
-            let mut section_base: BTreeMap<usize, u64> = BTreeMap::new();
-            for v in &sorted {
-                if let Some(&(sec, off)) = placed.get(&v.name) {
-                    section_base.entry(sec).or_insert(v.base.wrapping_sub(off));
-                }
-            }
+            // allocation are neighbours), else its section (each section of the image is
+            // loaded as one block), when the driver placed it where the symbol table says.
+            let mut sorted: Vec<_> = vars.iter().filter(|(v, _)| v.size > 0).collect();
+            sorted.sort_by_key(|(v, _)| v.base);
             let mut last: Option<(u64, u64)> = None;
             let mut idx = self.by_address.lock();
-            for v in sorted {
+            for (v, section) in sorted {
                 let end = v.base.saturating_add(v.size);
                 let inside = |a: (u64, u64)| a.0 <= v.base && end <= a.0.saturating_add(a.1);
                 let from_driver = match last.filter(|&a| inside(a)) {
@@ -600,13 +609,7 @@ impl ModuleRegistry {
                 if from_driver.is_some() {
                     last = from_driver;
                 }
-                let section = placed.get(&v.name).and_then(|&(sec, off)| {
-                    let base = *section_base.get(&sec)?;
-                    (base.wrapping_add(off) == v.base)
-                        .then(|| (base, extent.get(&sec).copied().unwrap_or(0)))
-                        .filter(|&a| inside(a))
-                });
-                let allocation = from_driver.or(section);
+                let allocation = from_driver.or(section.filter(|&a| inside(a)));
                 idx.insert(
                     v.base,
                     Indexed {
@@ -617,6 +620,7 @@ impl ModuleRegistry {
                 );
             }
         }
+        let variables = variables.map(|v| v.into_iter().map(|(v, _)| v).collect());
         let old = self
             .foreign
             .lock()

@@ -128,6 +128,9 @@ struct Images {
     /// emptied whenever an image or a library's module is recorded or forgotten, since the
     /// answer may change then).
     unmapped: Mutex<std::collections::HashSet<usize>>,
+    /// Modules whose globals await resolution, so a launch finding none skips the scan of
+    /// every image ([`resolve_globals`]); kept by [`take_pending`].
+    pending_modules: std::sync::atomic::AtomicUsize,
     counters: ImageCounters,
 }
 
@@ -200,6 +203,9 @@ fn record(handle: Handle, file: Option<String>, bytes: Result<&[u8], ImageNote>)
         }
     };
     let writable = info.globals.iter().any(|g| !g.read_only && g.size > 0);
+    if writable && matches!(handle, Handle::Module(_)) {
+        s.pending_modules.fetch_add(1, Ordering::AcqRel);
+    }
     let img = Arc::new(Image {
         name,
         unknown,
@@ -207,7 +213,10 @@ fn record(handle: Handle, file: Option<String>, bytes: Result<&[u8], ImageNote>)
         pending: Mutex::new(writable.then_some(info.globals)),
         registered: Mutex::new(None),
     });
-    s.images.lock().insert(handle, img);
+    let old = s.images.lock().insert(handle, img);
+    if let Some(old) = old {
+        take_pending(handle, &old);
+    }
     // A function asked before may belong to it.
     s.unmapped.lock().clear();
 }
@@ -272,35 +281,45 @@ fn raw_name(f: CUfunction) -> Option<Arc<str>> {
     (r == CUresult::CUDA_SUCCESS && !p.is_null()).then(|| name_of(p))
 }
 
-/// The recorded image `h` stands for: itself, or the library whose per-context module it is.
-fn canonical(h: Handle) -> Option<Handle> {
+/// The recorded image `h` stands for (itself, or the library whose per-context module it is)
+/// and what it gave.
+fn canonical(h: Handle) -> Option<(Handle, Arc<Image>)> {
     let s = images();
-    if s.images.lock().contains_key(&h) {
-        return Some(h);
+    if let Some(img) = s.images.lock().get(&h) {
+        return Some((h, Arc::clone(img)));
     }
-    match h {
-        Handle::Module(m) => s.aliases.lock().get(&m).copied(),
-        Handle::Library(_) => None,
+    let Handle::Module(m) = h else { return None };
+    let lib = s.aliases.lock().get(&m).copied()?;
+    let img = s.images.lock().get(&lib).cloned()?;
+    Some((lib, img))
+}
+
+/// Takes `img`'s globals awaiting resolution, keeping [`Images::pending_modules`].
+fn take_pending(h: Handle, img: &Image) -> Option<Vec<GlobalSymbol>> {
+    let p = img.pending.lock().take();
+    if p.is_some() && matches!(h, Handle::Module(_)) {
+        images().pending_modules.fetch_sub(1, Ordering::AcqRel);
     }
+    p
 }
 
 /// The image and name of function (or kernel) `f`: what the hooks saw, else what the driver
 /// says it belongs to (then remembered); `None` when no image the hooks recorded holds it (a
 /// module loaded outside them, or one `cuLibraryGetModule` gave and nothing tied to its
 /// library).
-fn image_of(f: CUfunction) -> Option<(Handle, Arc<str>)> {
+fn image_of(f: CUfunction) -> Option<(Handle, Arc<Image>, Arc<str>)> {
     let s = images();
     let seen = s.funcs.lock().get(&(f as usize)).cloned();
     let seen = seen.or_else(|| s.kernels.lock().get(&(f as usize)).cloned());
     if let Some((h, name)) = &seen {
-        if let Some(c) = canonical(*h) {
-            return Some((c, Arc::clone(name)));
+        if let Some((c, img)) = canonical(*h) {
+            return Some((c, img, Arc::clone(name)));
         }
     }
     if s.unmapped.lock().contains(&(f as usize)) {
         return None;
     }
-    let Some(handle) = module_of(f)
+    let Some((handle, img)) = module_of(f)
         .and_then(|m| canonical(Handle::Module(m)))
         .or_else(|| library_of(f as sys::CUkernel).and_then(|l| canonical(Handle::Library(l))))
     else {
@@ -311,15 +330,15 @@ fn image_of(f: CUfunction) -> Option<(Handle, Arc<str>)> {
         Some((_, n)) => n,
         None => raw_name(f)?,
     };
-    let e = (handle, name);
-    s.funcs.lock().insert(f as usize, e.clone());
-    Some(e)
+    s.funcs
+        .lock()
+        .insert(f as usize, (handle, Arc::clone(&name)));
+    Some((handle, img, name))
 }
 
 /// The parameter table of function `f`'s kernel in its image, when one was read.
 pub(crate) fn image_layout(f: CUfunction) -> Option<Vec<ParamSlot>> {
-    let (h, name) = image_of(f)?;
-    let img = images().images.lock().get(&h).cloned()?;
+    let (_, img, name) = image_of(f)?;
     img.layouts.get(&*name).cloned()
 }
 
@@ -332,25 +351,24 @@ pub(crate) enum Unknown {
     Image(String),
 }
 
-/// The image a launch of `f` belongs to, asked once per launch and handed to
-/// [`resolve_globals`] and [`unknown_globals`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LaunchImage(Option<Handle>);
+/// The image a launch of `f` belongs to (and what it gave), asked once per launch and handed
+/// to [`resolve_globals`] and [`unknown_globals`].
+#[derive(Debug, Clone)]
+pub(crate) struct LaunchImage(Option<(Handle, Arc<Image>)>);
 
 /// [`LaunchImage`] of `f`.
 pub(crate) fn launch_image(f: CUfunction) -> LaunchImage {
-    LaunchImage(image_of(f).map(|(h, _)| h))
+    LaunchImage(image_of(f).map(|(h, img, _)| (h, img)))
 }
 
 /// Whether launches of an image (`kernel` names the launch) meet unknown globals, and why.
-pub(crate) fn unknown_globals(image: LaunchImage, kernel: &str) -> Option<Unknown> {
-    let Some(h) = image.0 else {
+pub(crate) fn unknown_globals(image: &LaunchImage, kernel: &str) -> Option<Unknown> {
+    let Some((_, img)) = &image.0 else {
         return Some(Unknown::Image(format!(
             "the image of kernel {kernel} is unknown (its function was obtained outside the \
              hooks of the code-loading entries), so its module globals are unknown"
         )));
     };
-    let img = images().images.lock().get(&h).cloned()?;
     let why = img.unknown.as_ref()?;
     Some(Unknown::Globals(format!(
         "globals of {} unknown ({why}): kernel {kernel} is not replayed blind",
@@ -459,12 +477,21 @@ impl Snapshotter for GlobalsGate<'_> {
 /// `registry` (the backend of `agent`, where a launch is about to run).
 pub(crate) fn resolve_globals(
     agent: AgentId,
-    image: LaunchImage,
+    image: &LaunchImage,
     registry: &Arc<ModuleRegistry>,
     tracker: &Arc<Tracker>,
 ) {
     let s = images();
-    let own = image.0;
+    let own = image.0.as_ref().map(|(h, _)| *h);
+    // Most launches find nothing to resolve: no module pending and their own image (a
+    // library's globals wait for its first launch) resolved already.
+    let own_pending = image
+        .0
+        .as_ref()
+        .is_some_and(|(h, i)| matches!(h, Handle::Library(_)) && i.pending.lock().is_some());
+    if !own_pending && s.pending_modules.load(Ordering::Acquire) == 0 {
+        return;
+    }
     let todo: Vec<(Handle, Arc<Image>)> = s
         .images
         .lock()
@@ -475,7 +502,7 @@ pub(crate) fn resolve_globals(
         .map(|(h, i)| (*h, Arc::clone(i)))
         .collect();
     for (h, img) in todo {
-        let Some(syms) = img.pending.lock().take() else {
+        let Some(syms) = take_pending(h, &img) else {
             continue;
         };
         let lookup = |name: &str| -> Option<(u64, u64)> {
@@ -521,7 +548,8 @@ fn key(h: Handle) -> usize {
 
 /// Forgets an image before the driver unloads it: its globals leave the registry inside the
 /// tracker's `release_with`, so the unload waits for a restore writing them.
-/// Returns the functions of the image it knew (their handles may be reused by a later load).
+/// Returns the function and kernel handles of the image it knew (a later load may reuse
+/// them).
 fn forget(handle: Handle) -> Vec<usize> {
     let s = images();
     let img = s.images.lock().remove(&handle);
@@ -533,10 +561,18 @@ fn forget(handle: Handle) -> Vec<usize> {
         }
         keep
     });
-    s.kernels.lock().retain(|_, (h, _)| *h != handle);
+    // A kernel handle may be launched as a function (CUDA 12): its cached state goes too.
+    s.kernels.lock().retain(|&k, (h, _)| {
+        let keep = *h != handle;
+        if !keep {
+            gone.push(k);
+        }
+        keep
+    });
     s.aliases.lock().retain(|_, h| *h != handle);
     s.unmapped.lock().clear();
     let Some(img) = img else { return gone };
+    take_pending(handle, &img);
     let Some((agent, registry, tracker)) = img.registered.lock().take() else {
         return gone;
     };
@@ -812,4 +848,34 @@ pub(crate) unsafe fn hook_kernel_get_function(
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_librarys_unload_forgets_its_kernel_handles_as_well_as_its_functions() {
+        let (lib, kernel, func, other) = (0x5151_0000usize, 0x5151_0100, 0x5151_0200, 0x5151_0300);
+        let s = images();
+        let e = (Handle::Library(lib), Arc::<str>::from("kr_k"));
+        s.kernels.lock().insert(kernel, e.clone());
+        s.funcs.lock().insert(func, e);
+        s.funcs
+            .lock()
+            .insert(other, (Handle::Library(lib + 1), Arc::from("kr_other")));
+        let mut gone = forget_library(lib);
+        gone.sort_unstable();
+        assert_eq!(
+            gone,
+            vec![kernel, func],
+            "a kernel launched as a function included"
+        );
+        assert!(!s.kernels.lock().contains_key(&kernel));
+        assert!(
+            s.funcs.lock().contains_key(&other),
+            "another library's kept"
+        );
+        forget_library(lib + 1);
+    }
 }

@@ -559,9 +559,9 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     }
     s.register_stream(&backend, l.stream);
     let image = images::launch_image(l.f);
-    images::resolve_globals(agent, image, backend.modules(), &s.tracker);
+    images::resolve_globals(agent, &image, backend.modules(), &s.tracker);
     // An image whose globals are unknown declines in the window's admission (`images`).
-    let unknown = images::unknown_globals(image, &info.name);
+    let unknown = images::unknown_globals(&image, &info.name);
     let capture = capture_status(l.stream)
         .map(|c| c.is_live())
         .unwrap_or(false);

@@ -27,7 +27,9 @@
  * had to wait. cuPointerGetAttributes answers from the allocation list. Fault injection:
  * fake_cuda_fail_record_after(name) makes the first cuEventRecord after the next launch of
  * kernel `name` fail. cuStreamWaitEvent makes the stream busy until the event's time and is
- * logged (fake_cuda_stream_waits, fake_cuda_stream_wait_at).
+ * logged (fake_cuda_stream_waits, fake_cuda_stream_wait_at); fake_cuda_fail_default_waits(n)
+ * makes the next n of them on the default stream fail (CUDA_ERROR_INVALID_VALUE, not logged);
+ * fake_cuda_fail_host_registers(n) makes the next n cuMemHostRegister calls fail (out of memory).
  *
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
  * fails with CUDA_ERROR_NO_DEVICE).
@@ -213,6 +215,8 @@ static __thread int thread_mode = MODE_GLOBAL;
 static int blocking_frees;
 static char fail_record_after[64];
 static int fail_record_armed;
+static int fail_default_waits;
+static int fail_host_registers;
 
 /* Null, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) are all the one default stream. */
 static struct stream* S(void* s) {
@@ -634,6 +638,11 @@ CUresult cuStreamWaitEvent(void* s, void* e, unsigned flags) {
     struct event* ev = e;
     struct stream* st = S(s);
     pthread_mutex_lock(&lock);
+    if (st == &legacy && fail_default_waits > 0) {
+        fail_default_waits--;
+        pthread_mutex_unlock(&lock);
+        return E_INVALID_VALUE;
+    }
     if (ev->at > st->busy_until) {
         st->busy_until = ev->at;
     }
@@ -644,6 +653,25 @@ CUresult cuStreamWaitEvent(void* s, void* e, unsigned flags) {
     }
     pthread_mutex_unlock(&lock);
     return OK;
+}
+
+/* The next n cuStreamWaitEvent calls on the default stream fail; returns how many of the
+ * failures armed before were left unused. */
+int fake_cuda_fail_default_waits(int n) {
+    pthread_mutex_lock(&lock);
+    int left = fail_default_waits;
+    fail_default_waits = n;
+    pthread_mutex_unlock(&lock);
+    return left;
+}
+
+/* The next n cuMemHostRegister calls fail; returns how many armed before were left unused. */
+int fake_cuda_fail_host_registers(int n) {
+    pthread_mutex_lock(&lock);
+    int left = fail_host_registers;
+    fail_host_registers = n;
+    pthread_mutex_unlock(&lock);
+    return left;
 }
 
 int fake_cuda_stream_waits(void) {
@@ -786,6 +814,15 @@ CUresult cuMemHostRegister_v2(void* p, size_t size, unsigned flags) {
     }
     if (p == NULL || size == 0) {
         return E_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&lock);
+    int fail = fail_host_registers > 0;
+    if (fail) {
+        fail_host_registers--;
+    }
+    pthread_mutex_unlock(&lock);
+    if (fail) {
+        return E_OUT_OF_MEMORY;
     }
     struct alloc* a = malloc(sizeof *a);
     a->p = p;

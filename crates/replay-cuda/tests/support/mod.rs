@@ -94,3 +94,68 @@ pub fn bind_device0() -> std::sync::Arc<replay_cuda::CudaBackend> {
     backend.device().bind().expect("the primary context");
     backend
 }
+
+/// Loads `image` through the intercepted `cuModuleLoadFatBinary` (a fat binary, by its magic)
+/// or `cuModuleLoadData`, and fetches `name` through the intercepted `cuModuleGetFunction`.
+#[allow(dead_code)] // the interception's test binaries
+pub fn load_app_function(
+    image: &[u8],
+    name: &std::ffi::CStr,
+) -> (replay_cuda::sys::CUmodule, replay_cuda::sys::CUfunction) {
+    use replay_cuda::{intercept, sys};
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    let mut f: sys::CUfunction = std::ptr::null_mut();
+    let fat = image.starts_with(&0xBA55_ED50u32.to_le_bytes());
+    // SAFETY: a complete image in a live buffer; out pointers to live locals.
+    unsafe {
+        let r = if fat {
+            intercept::module_load_fat_binary(&mut m, image.as_ptr().cast())
+        } else {
+            intercept::module_load_data(&mut m, image.as_ptr().cast())
+        };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            intercept::module_get_function(&mut f, m, name.as_ptr()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    (m, f)
+}
+
+/// `f` on one block of `threads` threads on the legacy stream, through the intercepted
+/// `cuLaunchKernel`.
+///
+/// # Safety
+/// `args` holds one live pointer per parameter of `f`, each to a value of its size.
+#[allow(dead_code)] // the interception's test binaries
+pub unsafe fn launch_block(
+    f: replay_cuda::sys::CUfunction,
+    threads: u32,
+    args: &mut [*mut std::ffi::c_void],
+) -> replay_cuda::sys::CUresult {
+    // SAFETY: the caller's contract; no extra, the legacy stream.
+    unsafe {
+        replay_cuda::intercept::launch_kernel(
+            f,
+            1,
+            1,
+            1,
+            threads,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+/// `kr_globals(7)` through the intercepted `cuLaunchKernel`: adds one to `kr_counter` and
+/// rewrites `kr_table` (and `kr_hidden`) each execution.
+#[allow(dead_code)] // the interception's test binaries
+pub fn launch_globals(f: replay_cuda::sys::CUfunction) -> replay_cuda::sys::CUresult {
+    let mut k: u64 = 7;
+    // SAFETY: kr_globals' one 8-byte parameter, a live argument.
+    unsafe { launch_block(f, 1, &mut [(&mut k as *mut u64).cast()]) }
+}
