@@ -853,3 +853,35 @@ fn a_mapping_whose_access_is_withdrawn_declines_untracked_memory() {
     assert_eq!(read(a), once, "declined: the launch ran once");
     vm_free(a, h, false);
 }
+
+#[test]
+fn a_communication_kernel_under_interception_runs_once_counted_by_the_window() {
+    let Some((_g, s)) = setup() else { return };
+    let svc = state::service().expect("the interception's service");
+    let before_policy = svc.policy();
+    let mut p = (*before_policy).clone();
+    p.filter.communication = vec!["KR_RMW".into()];
+    svc.set_policy(p).unwrap();
+    let a = alloc_filled(33);
+    let mut once = read(a);
+    rmw_host(&mut once, 5);
+    let replayed = s.tool.replayed.load(Ordering::SeqCst);
+    let runs = svc.communication_runs();
+    let r = launch_rmw(s.func, a, 5);
+    svc.set_policy((*before_policy).clone()).unwrap();
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(read(a), once, "run once");
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        replayed,
+        "not replayed"
+    );
+    assert_eq!(svc.communication_runs(), runs + 1);
+    assert_eq!(
+        state::state().counters_json()["communication"],
+        serde_json::json!(runs + 1),
+        "the report counts it where the window did"
+    );
+    // SAFETY: frees the wrapper's allocation.
+    unsafe { intercept::mem_free(a) };
+}

@@ -21,8 +21,9 @@
 //!   `capturable_words`) instead of only watched. Launches into a capturing stream are `SubmissionKind::StreamCapture`
 //!   (run once by the window's gate rule); cooperative launches (`cuLaunchCooperativeKernel`,
 //!   or the cooperative attribute) and graph launches run once under the agent's write gate,
-//!   counted by kind; communication kernels (the policy's `filter.communication` list, `KREPLAY_COMMUNICATION_KERNELS`) run once
-//!   under the gate, counted.
+//!   counted by kind; communication kernels (the policy's `filter.communication` list,
+//!   `KREPLAY_COMMUNICATION_KERNELS`) reach the window, whose check runs them once, counted by
+//!   the service (`ReplayService::communication_runs`, the report's `communication`).
 //! - **Allocations** of every driver allocation entry are recorded with their class
 //!   (SPEC §7.1): `cuMemAlloc`, `cuMemAllocPitch` (device), `cuMemAllocManaged` (managed),
 //!   `cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister` (pinned host, at the host address
@@ -131,8 +132,6 @@ pub struct Counters {
     pub graph_launch: AtomicU64,
     /// Cooperative launches (run once, gated).
     pub cooperative: AtomicU64,
-    /// Communication kernels by name (run once, gated).
-    pub communication: AtomicU64,
     /// Launches on a context that is not the device's primary context (run untouched).
     pub other_context: AtomicU64,
     /// Launches before a backend could be opened (run untouched).
@@ -319,6 +318,11 @@ impl InjectState {
             (v.as_object_mut(), images::counters_json())
         {
             o.extend(i);
+        }
+        if let Some(o) = v.as_object_mut() {
+            // Run once by the window's check (SPEC §9.2), counted by the service.
+            let n = service().map_or(0, |s| s.communication_runs());
+            o.insert("communication".into(), n.into());
         }
         v
     }
@@ -545,15 +549,10 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     };
     let agent = backend.agent_id();
     let info = s.func_info(l.f);
-    // Communication kernels by the policy's list (SPEC §9.2), checked here as well as in the
-    // window so they never reach it: run once, under the gate, counted.
-    if l.cooperative || service.policy().filter.is_communication(&info.name) {
-        let c = if l.cooperative {
-            &s.counters.cooperative
-        } else {
-            &s.counters.communication
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+    // Communication kernels (the policy's list, SPEC §9.2) reach the window, which runs them
+    // once and counts them, as for every backend.
+    if l.cooperative {
+        s.counters.cooperative.fetch_add(1, Ordering::Relaxed);
         let _gate = service.enter_write(agent);
         return direct(reached);
     }
