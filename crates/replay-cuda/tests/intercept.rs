@@ -885,3 +885,64 @@ fn a_communication_kernel_under_interception_runs_once_counted_by_the_window() {
     // SAFETY: frees the wrapper's allocation.
     unsafe { intercept::mem_free(a) };
 }
+
+/// Another thread captures in global mode (PyTorch's default) on a stream of its own while an
+/// intercepted launch runs its window: the window's driver calls (event queries, snapshot
+/// allocations, frees) run in relaxed capture mode, so the capture stays valid and ends, and
+/// the launch is replayed equal to one execution.
+#[test]
+fn an_intercepted_window_beside_another_threads_global_capture_leaves_it_valid() {
+    let Some((_g, s)) = setup() else { return };
+    // The application's own allocation comes before the capture: made during it, in global
+    // mode, it would fail and invalidate the capture without the library too.
+    let a = alloc_filled(71);
+    let (begun_tx, begun_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let capturer = std::thread::spawn(move || -> Result<(), String> {
+        bind_device0();
+        let mut st: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: plain driver calls on a stream this thread creates and destroys, and a graph
+        // owned here.
+        unsafe {
+            sys::cuStreamCreate(&mut st, 1)
+                .result()
+                .map_err(|e| e.to_string())?;
+            sys::cuStreamBeginCapture_v2(
+                st,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            )
+            .result()
+            .map_err(|e| format!("begin: {e}"))?;
+            begun_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            let mut g: sys::CUgraph = std::ptr::null_mut();
+            let ended = sys::cuStreamEndCapture(st, &mut g)
+                .result()
+                .map_err(|e| format!("the capture was invalidated: {e}"));
+            if !g.is_null() {
+                sys::cuGraphDestroy(g);
+            }
+            sys::cuStreamDestroy_v2(st);
+            ended
+        }
+    });
+    begun_rx.recv().unwrap();
+    let mut once = read(a);
+    rmw_host(&mut once, 9);
+    let before = s.tool.replayed.load(Ordering::SeqCst);
+    let r = launch_rmw(s.func, a, 9);
+    go_tx.send(()).unwrap();
+    let captured = capturer.join().unwrap();
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "{}", s.tool.last.lock());
+    captured.unwrap_or_else(|e| panic!("{e}; window: {}", s.tool.last.lock()));
+    assert_eq!(read(a), once, "memory equals one execution");
+    // (The free comes after the capture ended, as the application's would.)
+    assert_eq!(
+        s.tool.replayed.load(Ordering::SeqCst),
+        before + 1,
+        "replayed beside the capture: {}",
+        s.tool.last.lock()
+    );
+    // SAFETY: frees the wrapper's allocation.
+    unsafe { intercept::mem_free(a) };
+}

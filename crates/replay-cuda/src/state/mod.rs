@@ -88,7 +88,7 @@ pub(crate) use images::{
 use crate::agent::CapturedLaunch;
 use crate::launch::{ArgBlock, LaunchConfig, ParamSlot};
 use crate::launch::{How, Relaunch};
-use crate::queue::capture_status;
+use crate::queue::{capture_status, RelaxedCapture};
 use crate::queue::{Queue, QueueKind};
 use crate::{BackendConfig, CudaBackend};
 
@@ -543,6 +543,10 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     let Some(service) = service() else {
         return direct(reached);
     };
+    // Everything from here on (opening a backend, the window's drains, snapshots, event
+    // queries, frees of its backing) must not disturb a capture another thread runs in global
+    // mode; the application's own launch is not a call that mode prohibits.
+    let _relaxed = RelaxedCapture::enter();
     crate::intercept::cupti::subscribe();
     let Some(backend) = launch_backend(s) else {
         return direct(reached);
@@ -883,6 +887,8 @@ fn with_oom_retry(mut alloc: impl FnMut() -> CUresult) -> CUresult {
     let Some(b) = current_device().and_then(|d| s.backend_of(AgentId(d as u64))) else {
         return r;
     };
+    // The library's frees of its own backing must not invalidate another thread's capture.
+    let _relaxed = RelaxedCapture::enter();
     b.engine().release_pools();
     b.memory().release_deferred(true);
     s.counters.oom_retries.fetch_add(1, Ordering::Relaxed);
@@ -933,6 +939,9 @@ fn host_addr(p: *mut c_void) -> u64 {
 fn record_free(base: u64) {
     let s = state();
     if let Some((agent, _)) = s.tracker.lookup_any(base) {
+        // Recording may wait for a pending restore's fence: relaxed, so that wait never
+        // disturbs another thread's capture (the application's own free comes after).
+        let _relaxed = RelaxedCapture::enter();
         s.tracker.record_free(agent, base);
         s.counters.frees.fetch_add(1, Ordering::Relaxed);
     }
