@@ -6,7 +6,9 @@
 //! empty include list admits every name.
 //!
 //! Communication kernels (SPEC §9.2: NCCL, RCCL, NVSHMEM, ROCSHMEM, kernels that wait on other
-//! processes) would spin in every pass after the first, on peers that do not repeat their side:
+//! processes or on the host, such as XLA's autotuning `DelayKernel`, which spins on a host flag
+//! while the host enqueues the launches it times) would spin in every pass after the first, on
+//! peers that do not repeat their side:
 //! the filter's `communication` list names them (matched ignoring case, default
 //! [`DEFAULT_COMMUNICATION`]), and a dispatch it names is never a candidate: it runs once, under
 //! the agent's gate, counted apart ([`crate::ReplayService::communication_runs`]). An empty
@@ -50,8 +52,16 @@ impl DispatchRange {
     }
 }
 
-/// The communication libraries whose kernels are excluded by default (name substrings).
-pub const DEFAULT_COMMUNICATION: [&str; 4] = ["nccl", "rccl", "nvshmem", "rocshmem"];
+/// The kernels excluded by default: the communication libraries' (name substrings) and XLA's
+/// `stream_executor::gpu::DelayKernel` (a glob that matches it mangled or demangled), which
+/// waits on a host flag.
+pub const DEFAULT_COMMUNICATION: [&str; 5] = [
+    "nccl",
+    "rccl",
+    "nvshmem",
+    "rocshmem",
+    "*stream_executor*DelayKernel*",
+];
 
 fn default_communication() -> Vec<String> {
     DEFAULT_COMMUNICATION
@@ -228,10 +238,15 @@ mod tests {
             "nvshmemi_barrier_all_kernel",
             "rocshmem_wg_barrier",
             "RCCL_AllGather",
+            // XLA's autotuning delay kernel waits on a host flag: demangled and mangled.
+            "stream_executor::gpu::(anonymous namespace)::DelayKernel(unsigned int volatile*, unsigned int)",
+            "stream_executor::gpu::<unnamed>::DelayKernel",
+            "_ZN15stream_executor3gpu12_GLOBAL__N_111DelayKernelEPVjj",
         ] {
             assert!(f.is_communication(n), "{n}");
         }
         assert!(!f.is_communication("gemm_f32"));
+        assert!(!f.is_communication("my_DelayKernel"), "XLA's alone");
         let none = KernelFilter {
             communication: Vec::new(),
             ..Default::default()

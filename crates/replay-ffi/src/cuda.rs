@@ -35,10 +35,62 @@ pub extern "C" fn InitializeInjection() -> c_int {
 /// `dlsym`, answering wrapped driver entries with their wrappers (see
 /// [`replay_cuda::intercept::dlsym_answer`]).
 ///
+/// A lookup with `RTLD_NEXT` means "the next object after the caller": the C library finds the
+/// caller by the return address, so on x86-64 this entry is a few instructions that jump to
+/// the C library's `dlsym` with the caller's return address in place (the lookup is answered
+/// exactly as without this library, never substituted); every other lookup goes to
+/// [`dlsym_wrapped`]. Elsewhere `RTLD_NEXT` is answered relative to this library (documented
+/// in [`replay_cuda::intercept::dlsym_answer`]).
+///
 /// # Safety
 /// `dlsym`'s contract.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // rdi: handle, rsi: name. RTLD_NEXT is (void *)-1. The stack is 8 past a 16-byte boundary
+    // on entry; the two pushes and the 8-byte adjustment realign it for the call.
+    core::arch::naked_asm!(
+        "cmp rdi, -1",
+        "jne {wrapped}",
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {real}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 2f",
+        "jmp rax",
+        "2:",
+        "ret",
+        wrapped = sym dlsym_wrapped,
+        real = sym real_dlsym_address,
+    )
+}
+
+/// The C library's `dlsym` as an address (0 when it cannot be found), for [`dlsym`]'s jump.
+extern "C" fn real_dlsym_address() -> usize {
+    std::panic::catch_unwind(|| ic::real_dlsym().map_or(0, |f| f as usize)).unwrap_or(0)
+}
+
+/// `dlsym` elsewhere than x86-64: every lookup through [`dlsym_wrapped`].
+///
+/// # Safety
+/// `dlsym`'s contract.
+#[cfg(not(target_arch = "x86_64"))]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    unsafe { dlsym_wrapped(handle, name) }
+}
+
+/// Every `dlsym` lookup but `RTLD_NEXT` on x86-64 (see [`dlsym`]).
+///
+/// # Safety
+/// `dlsym`'s contract.
+unsafe extern "C" fn dlsym_wrapped(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     source();
     // SAFETY: the caller's contract.
     unsafe { ic::dlsym_answer(handle, name) }

@@ -58,14 +58,13 @@ def capture_thread():
         s = torch.cuda.Stream()
         with torch.cuda.stream(s):
             i = 0
-            while not stop.is_set() or i < 200:
+            while (not stop.is_set() or i < 200) and i < 200000:
                 other.mul_(0.5).add_(1.0)
                 i += 1
         s.synchronize()
 
-    t = threading.Thread(target=busy)
+    t = threading.Thread(target=busy, daemon=True)
     t.start()
-    g = torch.cuda.CUDAGraph()
     out = None
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -74,6 +73,7 @@ def capture_thread():
             out = (a * b).sin().sum()
     torch.cuda.current_stream().wait_stream(s)
     for _ in range(20):
+        g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             out = (a * b).sin().sum()
         g.replay()
@@ -89,7 +89,7 @@ def surface():
     from cupy.cuda import runtime, texture
     w, h = 256, 128
     ch = texture.ChannelFormatDescriptor(32, 0, 0, 0, runtime.cudaChannelFormatKindFloat)
-    arr = texture.CUDAarray(ch, w, h, runtime.cudaArraySurfaceLoadStore)
+    arr = texture.CUDAarray(ch, w, h, flags=runtime.cudaArraySurfaceLoadStore)
     host = np.arange(w * h, dtype=np.float32).reshape(h, w) / 7.0
     arr.copy_from(host)
     res = texture.ResourceDescriptor(runtime.cudaResourceTypeArray, cuArr=arr)
@@ -135,4 +135,35 @@ def jax_mlp():
     print("%.10f" % float(loss), hexf(float(loss)))
 
 
-{"grow": grow, "capture_thread": capture_thread, "surface": surface, "jax": jax_mlp}[NAME]()
+def jax_big():
+    import jax
+    import jax.numpy as jnp
+    key = jax.random.PRNGKey(0)
+    ks = jax.random.split(key, 8)
+    d = 1024
+    params = [(jax.random.normal(ks[i], (d, d), dtype=jnp.bfloat16) * 0.03,
+               jnp.ones(d, jnp.bfloat16)) for i in range(4)]
+    x = jax.random.normal(ks[5], (512, d), dtype=jnp.bfloat16)
+    y = jax.random.randint(ks[6], (512,), 0, d)
+
+    def loss_fn(p):
+        h = x
+        for w, g in p:
+            h = jax.nn.gelu(h @ w) * g
+            h = h / jnp.sqrt(jnp.mean(h.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-5).astype(h.dtype)
+        logits = h.astype(jnp.float32)
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(512), y])
+
+    @jax.jit
+    def step(p):
+        l, g = jax.value_and_grad(loss_fn)(p)
+        return l, jax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g)
+
+    loss = None
+    for _ in range(STEPS):
+        loss, params = step(params)
+    loss.block_until_ready()
+    print("%.10f" % float(loss), hexf(float(loss)))
+
+
+{"grow": grow, "jax_big": jax_big, "capture_thread": capture_thread, "surface": surface, "jax": jax_mlp}[NAME]()

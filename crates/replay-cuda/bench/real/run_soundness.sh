@@ -35,25 +35,30 @@ backtrace() {
   printf 'set follow-fork-mode child\nset detach-on-fork on\nset pagination off\nrun\nbt 40\ninfo threads\n' > "$OUT/gdb.cmds"
   timeout -k 10 240 "$CUDA/bin/cuda-gdb" -batch -x "$OUT/gdb.cmds" --args "$@" > "$OUT/$name.gdb" 2>&1
 }
-for prog in ${PROGS:-grow capture_thread surface jax jax_noautotune}; do
+for prog in ${PROGS:-grow capture_thread surface jax jax_noautotune jax_big}; do
   envs=()
   arg=$prog
   case $prog in
     grow) envs=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
-    jax) envs=(XLA_PYTHON_CLIENT_PREALLOCATE=false) ;;
+    jax|jax_big) envs=(XLA_PYTHON_CLIENT_PREALLOCATE=false) ;;
     jax_noautotune) arg=jax; envs=(XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_autotune_level=0) ;;
   esac
   run "plain_$prog" 120 env "${envs[@]}" $PY "$P" "$arg"
   for i in $(seq 1 "${REPEAT:-1}"); do
-    run "verify3_${prog}_$i" 200 env "${envs[@]}" KREPLAY_LOG=${KLOG:-info} $K --tool verify --passes 3 --out "$OUT/verify3_${prog}_$i.json" -- $PY "$P" "$arg"
+    run "${TOOL:-verify}3_${prog}_$i" 200 env "${envs[@]}" KREPLAY_LOG=${KLOG:-info} $K --tool ${TOOL:-verify} --passes 3 --out "$OUT/${TOOL:-verify}3_${prog}_$i.json" -- $PY "$P" "$arg"
     rc=$?
     if [ "$rc" -ne 0 ] && [ "$i" -eq 1 ] && [ "${GDB:-1}" = 1 ]; then
       backtrace "verify3_$prog" env "${envs[@]}" KREPLAY_LOG=debug $K --tool verify --passes 3 -- $PY "$P" "$arg"
     fi
   done
-  case $prog in jax)
-    run "autotune_plain" 120 env "${envs[@]}" XLA_FLAGS=--xla_gpu_dump_autotune_results_to=$OUT/autotune_plain.txt $PY "$P" jax
-    run "autotune_replay" 200 env "${envs[@]}" XLA_FLAGS=--xla_gpu_dump_autotune_results_to=$OUT/autotune_replay.txt $K --tool verify --passes 3 -- $PY "$P" jax
+  case $prog in jax|jax_big)
+    run "autotune_plain_$prog" 120 env "${envs[@]}" XLA_FLAGS=--xla_gpu_dump_autotune_results_to=$OUT/autotune_plain_$prog.txt $PY "$P" $prog
+    run "autotune_replay_$prog" 200 env "${envs[@]}" XLA_FLAGS=--xla_gpu_dump_autotune_results_to=$OUT/autotune_replay_$prog.txt $K --tool verify --passes 3 -- $PY "$P" $prog
+    if cmp -s "$OUT/autotune_plain_$prog.txt" "$OUT/autotune_replay_$prog.txt"; then
+      echo "autotune_$prog: the autotuner chose the same under replay" | tee -a "$OUT/times.txt"
+    else
+      echo "autotune_$prog: the autotuner chose differently under replay" | tee -a "$OUT/times.txt"
+    fi
     ;;
   esac
 done

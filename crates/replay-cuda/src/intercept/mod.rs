@@ -50,7 +50,7 @@ mod internal;
 pub use internal::Internal;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use cudarc::driver::sys::{
     self, CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary,
@@ -73,26 +73,46 @@ const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
 
 /// The C library's `dlsym`, found past this object (`dlvsym(RTLD_NEXT, ..)`), whatever
 /// object exports a `dlsym` of its own.
+///
+/// Found without a lock: a thread holding the loader's lock (a library constructor calling
+/// `dlsym`) must never wait here for another thread that waits for the loader's lock inside
+/// `dlvsym`. Two first callers may both look it up; they find the same address.
 pub fn real_dlsym() -> Option<DlsymFn> {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let p = *REAL.get_or_init(|| {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let mut p = REAL.load(Ordering::Acquire);
+    if p == 0 {
         for v in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
             // SAFETY: dlvsym with constant NUL-terminated strings; it only looks a symbol up.
-            let p = unsafe { dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
-            if !p.is_null() {
-                return p as usize;
+            let q = unsafe { dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
+            if !q.is_null() {
+                p = q as usize;
+                REAL.store(p, Ordering::Release);
+                break;
             }
         }
-        0
-    });
+    }
     // SAFETY: a non-null address found as `dlsym` in the C library has dlsym's signature.
     (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
 }
 
+/// A value found once without a lock (see [`real_dlsym`] for why no lock): `0` in the cell
+/// means "not yet", anything else is the value plus one. Racing first callers each run `find`
+/// and agree on its answer; every later call reads it.
+fn found_once(cell: &AtomicUsize, find: impl FnOnce() -> usize) -> usize {
+    match cell.load(Ordering::Acquire) {
+        0 => {
+            let v = find();
+            cell.store(v.wrapping_add(1), Ordering::Release);
+            v
+        }
+        v => v.wrapping_sub(1),
+    }
+}
+
 /// The real driver's handle (`libcuda.so.1`, opened once); null when it cannot be opened.
 pub fn driver_handle() -> *mut c_void {
-    static H: OnceLock<usize> = OnceLock::new();
-    *H.get_or_init(|| {
+    static H: AtomicUsize = AtomicUsize::new(0);
+    found_once(&H, || {
         // The driver's initialisers may look symbols up: those lookups must not come back here.
         let _inside = Internal::enter();
         // SAFETY: dlopen of the driver by its soname: the one already loaded (RTLD_NOLOAD),
@@ -125,8 +145,8 @@ macro_rules! entries {
         $(
             #[doc = concat!("The real `", stringify!($name), "`.")]
             pub fn $real() -> Option<unsafe extern "C" fn($($t),*) -> CUresult> {
-                static P: OnceLock<usize> = OnceLock::new();
-                let p = *P.get_or_init(|| {
+                static P: AtomicUsize = AtomicUsize::new(0);
+                let p = found_once(&P, || {
                     real_symbol(&std::ffi::CString::new(stringify!($name)).unwrap_or_default())
                         as usize
                 });
@@ -177,18 +197,32 @@ macro_rules! entries {
 
         /// Every wrapped entry: (driver name, wrapper, real entry).
         pub fn table() -> &'static [(&'static CStr, usize, usize)] {
-            static T: OnceLock<Vec<(&'static CStr, usize, usize)>> = OnceLock::new();
-            T.get_or_init(|| {
+            // Built without a lock, as `found_once` (the real entries are looked up with the
+            // loader's lock): a racing builder's table is dropped, the first one kept.
+            static T: AtomicPtr<Vec<(&'static CStr, usize, usize)>> =
+                AtomicPtr::new(std::ptr::null_mut());
+            let mut t = T.load(Ordering::Acquire);
+            if t.is_null() {
                 let _inside = Internal::enter();
-                vec![
+                let built = Box::into_raw(Box::new(vec![
                 $((
                     // SAFETY: a literal without interior NUL.
                     unsafe { CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) },
                     $wrapper as unsafe extern "C" fn($($t),*) -> CUresult as usize,
                     $real().map_or(0, |f| f as usize),
                 ),)*
-                ]
-            })
+                ]));
+                t = match T.compare_exchange(std::ptr::null_mut(), built, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => built,
+                    Err(first) => {
+                        // SAFETY: `built` came from Box::into_raw above and was never shared.
+                        drop(unsafe { Box::from_raw(built) });
+                        first
+                    }
+                };
+            }
+            // SAFETY: a table stored in `T` is never freed or changed.
+            unsafe { &*t }
         }
     };
 }
@@ -363,8 +397,8 @@ pub unsafe extern "C" fn get_proc_address(
     version: c_int,
     flags: u64,
 ) -> CUresult {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let p = *REAL.get_or_init(|| real_get_proc(c"cuGetProcAddress"));
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let p = found_once(&REAL, || real_get_proc(c"cuGetProcAddress"));
     if p == 0 {
         return NOT_FOUND;
     }
@@ -390,8 +424,8 @@ pub unsafe extern "C" fn get_proc_address_v2(
     flags: u64,
     status: *mut c_int,
 ) -> CUresult {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let p = *REAL.get_or_init(|| real_get_proc(c"cuGetProcAddress_v2"));
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let p = found_once(&REAL, || real_get_proc(c"cuGetProcAddress_v2"));
     if p == 0 {
         return NOT_FOUND;
     }
@@ -431,7 +465,9 @@ fn answer(symbol: &CStr, found: *mut c_void, flags: u64) -> *mut c_void {
 /// `cuGetProcAddress`), when interception is on and the lookup does not come from inside the
 /// library; else the real `dlsym`'s answer.
 ///
-/// Caveat: a lookup with `RTLD_NEXT` is resolved relative to this library, not to its caller.
+/// A lookup with `RTLD_NEXT` reaching this function is resolved relative to this library, not
+/// to its caller: the shared object's x86-64 `dlsym` sends those straight to the C library with
+/// the caller's return address instead, so they never arrive here there.
 ///
 /// # Safety
 /// `dlsym`'s contract.

@@ -172,6 +172,10 @@ pub struct Counters {
     pub oom_retries: AtomicU64,
     /// Copies and memsets run under the write gate.
     pub gated_writes: AtomicU64,
+    /// Launches run once, without a window, while a kernel that waits on the host or on
+    /// peers (the policy's communication list) still ran on the device: a window's drain
+    /// would wait for it, and it waits for the host blocked in that window.
+    pub behind_host_wait: AtomicU64,
 }
 
 /// What the library knows of one function's argument block.
@@ -213,6 +217,9 @@ pub struct InjectState {
     handles: Mutex<HashMap<u64, HandleInfo>>,
     /// The counts.
     pub counters: Counters,
+    /// Kernels of the policy's communication list still running, by agent: an event recorded
+    /// on the stream after each (see [`InjectState::behind_host_wait`]).
+    host_waits: Mutex<Vec<(AgentId, crate::device::Event)>>,
     service: RwLock<Option<Arc<ReplayService>>>,
     source: OnceLock<fn() -> Arc<ReplayService>>,
     on_first: OnceLock<fn(&Arc<ReplayService>)>,
@@ -238,6 +245,7 @@ pub fn state() -> &'static InjectState {
         sources: Mutex::new(HashMap::new()),
         handles: Mutex::new(HashMap::new()),
         counters: Counters::default(),
+        host_waits: Mutex::new(Vec::new()),
         service: RwLock::new(None),
         source: OnceLock::new(),
         on_first: OnceLock::new(),
@@ -345,6 +353,27 @@ impl InjectState {
         });
         self.funcs.write().insert(f as usize, Arc::clone(&info));
         info
+    }
+
+    /// Whether a kernel that waits on the host or on peers (a communication kernel, such as
+    /// XLA's autotuning `DelayKernel`, which spins on a host flag the host sets only after it
+    /// has enqueued the launches it times) still runs on `agent`'s device. A window would
+    /// drain behind it and time out, and the timed launches would be replayed instead of
+    /// timed once; so launches meanwhile run once, untouched. Finished waits are forgotten.
+    fn behind_host_wait(&self, agent: AgentId) -> bool {
+        let mut w = self.host_waits.lock();
+        // An error querying counts as finished: the drain then reports what it finds.
+        w.retain(|(_, e)| !e.query().unwrap_or(true));
+        w.iter().any(|(a, _)| *a == agent)
+    }
+
+    /// Remembers that a communication kernel was just submitted to `stream` (not capturing).
+    fn note_host_wait(&self, agent: AgentId, stream: CUstream) {
+        let event = crate::device::Event::create(false).and_then(|e| e.record(stream).map(|()| e));
+        match event {
+            Ok(e) => self.host_waits.lock().push((agent, e)),
+            Err(e) => log::debug!("[kernel-replay] marking a communication kernel's end: {e}"),
+        }
     }
 
     fn register_stream(&self, backend: &CudaBackend, s: CUstream) {
@@ -561,13 +590,23 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
         return direct(reached);
     }
     s.register_stream(&backend, l.stream);
+    let capture = capture_status(l.stream)
+        .map(|c| c.is_live())
+        .unwrap_or(false);
+    let communication = service.policy().filter.is_communication(&info.name);
+    if !capture && s.behind_host_wait(agent) {
+        s.counters.behind_host_wait.fetch_add(1, Ordering::Relaxed);
+        let _gate = service.enter_write(agent);
+        let r = direct(reached);
+        if communication && r == CUresult::CUDA_SUCCESS {
+            s.note_host_wait(agent, l.stream);
+        }
+        return r;
+    }
     let image = images::launch_image(l.f);
     images::resolve_globals(agent, &image, backend.modules(), &s.tracker);
     // An image whose globals are unknown declines in the window's admission (`images`).
     let unknown = images::unknown_globals(&image, &info.name);
-    let capture = capture_status(l.stream)
-        .map(|c| c.is_live())
-        .unwrap_or(false);
     // SAFETY: the application's kernelParams/extra, as valid as the driver requires.
     let (kernarg, source) = match (&info.layout, unsafe { extra_block(l.extra) }) {
         (_, Some(bytes)) => {
@@ -676,6 +715,9 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     let last = *rl.last.lock();
     if let Err(e) = &r {
         log::warn!("[kernel-replay] {}: {e}", info.name);
+    }
+    if communication && !capture && last == CUresult::CUDA_SUCCESS {
+        s.note_host_wait(agent, l.stream);
     }
     last
 }
