@@ -16,7 +16,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use replay_cuda::intercept as ic;
 use replay_cuda::sys::{
-    CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary,
+    CUcontext, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary,
     CUmemoryPool, CUmodule, CUresult, CUstream,
 };
 
@@ -180,6 +180,7 @@ exports! {
     cuMemUnmap => mem_unmap(p: CUdeviceptr, n: usize);
     cuMemSetAccess => mem_set_access(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize);
     cuStreamDestroy_v2 => stream_destroy(s: CUstream);
+    cuStreamEndCapture => stream_end_capture(s: CUstream, g: *mut CUgraph);
     cuMemcpyAsync => memcpy_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
     cuMemcpyAsync_ptsz => memcpy_async_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
     cuMemcpyDtoDAsync_v2 => memcpy_dtod_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);

@@ -53,8 +53,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use cudarc::driver::sys::{
-    self, CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary,
-    CUmemoryPool, CUmodule, CUresult, CUstream,
+    self, CUcontext, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUkernel, CUlaunchConfig,
+    CUlibrary, CUmemoryPool, CUmodule, CUresult, CUstream,
 };
 
 /// `CUDA_ERROR_NOT_FOUND`: what a wrapper answers when the real driver lacks the entry.
@@ -276,6 +276,7 @@ entries! {
     cuMemUnmap => mem_unmap, real_mem_unmap: fn(p: CUdeviceptr, n: usize), st::hook_mem_unmap;
     cuMemSetAccess => mem_set_access, real_mem_set_access: fn(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize), st::hook_mem_set_access;
     cuStreamDestroy_v2 => stream_destroy, real_stream_destroy: fn(s: CUstream), st::hook_stream_destroy;
+    cuStreamEndCapture => stream_end_capture, real_stream_end_capture: fn(s: CUstream, g: *mut CUgraph), st::hook_stream_end_capture;
     cuMemcpyAsync => memcpy_async, real_memcpy_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
     cuMemcpyAsync_ptsz => memcpy_async_ptsz, real_memcpy_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
     cuMemcpyDtoDAsync_v2 => memcpy_dtod_async, real_memcpy_dtod_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;

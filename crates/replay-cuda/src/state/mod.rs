@@ -176,6 +176,9 @@ pub struct Counters {
     /// peers (the policy's communication list) still ran on the device: a window's drain
     /// would wait for it, and it waits for the host blocked in that window.
     pub behind_host_wait: AtomicU64,
+    /// Launches on other streams run once, without a window, while a stream capture the
+    /// library saw launches go into was live (see [`InjectState::beside_live_capture`]).
+    pub beside_capture: AtomicU64,
 }
 
 /// What the library knows of one function's argument block.
@@ -220,6 +223,8 @@ pub struct InjectState {
     /// Kernels of the policy's communication list still running, by agent: an event recorded
     /// on the stream after each (see [`InjectState::behind_host_wait`]).
     host_waits: Mutex<Vec<(AgentId, crate::device::Event)>>,
+    /// Streams launches were captured into, by agent, until their capture is seen ended.
+    captures: Mutex<Vec<(AgentId, usize)>>,
     service: RwLock<Option<Arc<ReplayService>>>,
     source: OnceLock<fn() -> Arc<ReplayService>>,
     on_first: OnceLock<fn(&Arc<ReplayService>)>,
@@ -246,6 +251,7 @@ pub fn state() -> &'static InjectState {
         handles: Mutex::new(HashMap::new()),
         counters: Counters::default(),
         host_waits: Mutex::new(Vec::new()),
+        captures: Mutex::new(Vec::new()),
         service: RwLock::new(None),
         source: OnceLock::new(),
         on_first: OnceLock::new(),
@@ -373,6 +379,31 @@ impl InjectState {
         match event {
             Ok(e) => self.host_waits.lock().push((agent, e)),
             Err(e) => log::debug!("[kernel-replay] marking a communication kernel's end: {e}"),
+        }
+    }
+
+    /// Whether a stream capture on `agent`'s device that launches were seen going into is
+    /// still live. A window beside it cannot drain the capturing stream (an event recorded
+    /// there joins the capture), and its snapshot, checks and restores would run while the
+    /// capturing thread's allocator hands out and frees the graph's memory: launches on other
+    /// streams run once, untouched, until the capture ends. Ended captures are forgotten.
+    fn beside_live_capture(&self, agent: AgentId) -> bool {
+        let mut c = self.captures.lock();
+        if c.is_empty() {
+            return false;
+        }
+        c.retain(|&(_, st)| {
+            capture_status(st as CUstream)
+                .map(|x| x.is_live())
+                .unwrap_or(false)
+        });
+        c.iter().any(|(a, _)| *a == agent)
+    }
+
+    fn note_capture(&self, agent: AgentId, stream: CUstream) {
+        let mut c = self.captures.lock();
+        if !c.iter().any(|&(a, st)| a == agent && st == stream as usize) {
+            c.push((agent, stream as usize));
         }
     }
 
@@ -594,6 +625,13 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
         .map(|c| c.is_live())
         .unwrap_or(false);
     let communication = service.policy().filter.is_communication(&info.name);
+    if capture {
+        s.note_capture(agent, l.stream);
+    } else if s.beside_live_capture(agent) {
+        s.counters.beside_capture.fetch_add(1, Ordering::Relaxed);
+        let _gate = service.enter_write(agent);
+        return direct(reached);
+    }
     if !capture && s.behind_host_wait(agent) {
         s.counters.behind_host_wait.fetch_add(1, Ordering::Relaxed);
         let _gate = service.enter_write(agent);
@@ -1680,11 +1718,31 @@ pub(crate) unsafe fn hook_stream_destroy(
     reached: &mut bool,
     s: CUstream,
 ) -> CUresult {
-    let q = state().streams.lock().remove(&(s as usize));
+    let st = state();
+    let q = st.streams.lock().remove(&(s as usize));
     drop(q);
+    st.captures.lock().retain(|&(_, c)| c != s as usize);
     *reached = true;
     // SAFETY: forwarded as given.
     unsafe { real(s) }
+}
+
+/// Hook of `cuStreamEndCapture`: the stream's capture is over, whatever the call returns, so
+/// launches beside it are replayed again (see [`InjectState::beside_live_capture`]).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_stream_end_capture(
+    real: unsafe extern "C" fn(CUstream, *mut sys::CUgraph) -> CUresult,
+    reached: &mut bool,
+    s: CUstream,
+    g: *mut sys::CUgraph,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(s, g) };
+    state().captures.lock().retain(|&(_, c)| c != s as usize);
+    r
 }
 
 /// Hooks that run a copy or memset once under the agent's write gate (SPEC §6 step 4).
