@@ -197,6 +197,16 @@ enum kreplay_reason {
     KREPLAY_REASON_SUBMIT_FAILED = 12,
     /** The after-pass scope check could not be made. */
     KREPLAY_REASON_SCOPE_CHECK_FAILED = 13,
+    /** A drain, pass or restore reported an error (not a timeout): a fault in the kernel or a
+     *  sticky context error. A lost context skips what is left of the restore (no abort); the
+     *  application gets the driver's error from its own next call. */
+    KREPLAY_REASON_DEVICE_ERROR = 14,
+    /** Another window held the agent when the dispatch arrived, and it was resumed where no
+     *  window can run (HSA: the runtime's async-events thread): it ran once. */
+    KREPLAY_REASON_AGENT_BUSY = 15,
+    /** The kernel writes memory no snapshot can see (surfaces, device heap, device printf,
+        device-side graph launches, tensor maps outside the scope). */
+    KREPLAY_REASON_UNSEEN_WRITES = 16,
     /** Capacity of the per-reason arrays of kreplay_summary_t; reasons stay below it. */
     KREPLAY_REASON_CAPACITY = 32
 };
@@ -624,6 +634,19 @@ kreplay_status_t kreplay_replay_stop_context(kreplay_context_t context);
  * Errors: DEVICE_ERROR (the restore did not complete in time, or the device failed).
  */
 kreplay_status_t kreplay_pass_sync(void);
+
+/**
+ * Inside a PASS ENTER callback: asks for a capture of this pass (SPEC 13) into the new folder
+ * `dir` (its parent must exist; an existing non-empty folder is never written over), holding
+ * at most `max_bytes` of regions (0: 4 GiB). The capture is this pass's snapshot: the inputs of
+ * every region of the snapshot scope as the pass begins and its outputs after it, with the
+ * code image, the argument block and the launch configuration (the format is documented in the
+ * replay-capture crate). The pass runs as it would; nothing runs for the capture. A capture
+ * that cannot be made (scope over max_bytes, peer or IPC memory, an unknown argument layout,
+ * a write outside the scope) leaves no folder, and a warning names why.
+ * Errors: CONTEXT_ERROR (outside PASS ENTER), NULL_POINTER, BAD_ARGUMENT (empty or not UTF-8).
+ */
+kreplay_status_t kreplay_request_capture(const char *dir, uint64_t max_bytes);
 
 /* ----------------------------------------------------------------------------------------- */
 /* Policy and the kernel filter (SPEC 8, 3)                                                   */

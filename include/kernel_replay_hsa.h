@@ -56,6 +56,16 @@ void OnUnload(void);
  * Same buffer protocol as kreplay_policy_json. */
 kreplay_status_t kreplay_hsa_state_json(char* buffer, size_t buffer_size, size_t* required);
 
+/* Declares `queue` (an hsa_queue_t* the tool created, typically in kreplay_tool_init) the
+ * tool's own: every packet on it is tool work, never gated, parked or replayed, so work the
+ * tool submits there in PASS ENTER and waits for in PASS EXIT runs inside the window. Queues
+ * created from inside a tool callback are the tool's already; a queue created anywhere else
+ * is an application queue, and tool work written there while a window runs is parked until
+ * the window ends (a warning names the queue). KREPLAY_STATUS_NULL_POINTER for NULL,
+ * KREPLAY_STATUS_NOT_FOUND when `queue` is not an intercepted queue (created before OnLoad).
+ * The pointer is never read. */
+kreplay_status_t kreplay_hsa_mark_tool_queue(const void* queue);
+
 #ifdef __cplusplus
 }
 #endif

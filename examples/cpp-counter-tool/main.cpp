@@ -46,7 +46,8 @@ const char* reason_name(kreplay_reason_t r) {
         "none", "untracked_memory", "footprint_budget", "snapshot_failed", "queue_drain_stuck",
         "agent_drain_stuck", "copy_fence_stuck", "reentrant_dispatch", "callback_failed",
         "pass_drain_stuck", "pass_limit", "write_outside_scope", "submit_failed",
-        "scope_check_failed"};
+        "scope_check_failed", "device_error", "agent_busy",
+        "unseen_writes"};
     return r < sizeof(names) / sizeof(names[0]) ? names[r] : "unknown";
 }
 

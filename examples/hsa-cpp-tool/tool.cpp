@@ -11,10 +11,18 @@
 // group each pass got and each dispatch's outcome. kreplay_tool_fini (called from OnUnload)
 // prints a summary to stderr; hsa_cpp_tool_report() hands the same record to tests.
 //
+// A tool that submits work of its own (a counter read-out kernel, a timestamp barrier) and
+// waits for it inside a callback must run it on a queue of its own, declared as the tool's
+// with kreplay_hsa_mark_tool_queue (kernel_replay_hsa.h) right after hsa_queue_create, where it
+// creates it at start-up: an undeclared queue is an application queue, and work written there
+// while a window runs is parked until the window ends (kernel-replay names the queue in a
+// warning). This example submits nothing of its own; hsa_cpp_tool_use_queue() shows the call.
+//
 // Build: CMakeLists.txt next to this file (find_package(kernel_replay)), or
 //   c++ -std=c++17 -shared -fPIC -fvisibility=hidden -I<prefix>/include tool.cpp
 //       -L<prefix>/lib -lkernel_replay -Wl,-rpath,<prefix>/lib -o libhsa-cpp-tool.so
 #include <kernel_replay.h>
+#include <kernel_replay_hsa.h>
 
 #include <cinttypes>
 #include <cstdint>
@@ -197,6 +205,18 @@ HSA_CPP_TOOL_EXPORT void kreplay_tool_fini(void) {
                          s.dispatches, s.replayed, s.passes);
     } catch (...) {
     }
+}
+
+// Declares `queue` (an hsa_queue_t* created with hsa_queue_create) as this tool's own, so its
+// work there runs inside replay windows. A real tool calls kreplay_hsa_mark_tool_queue this way
+// for each queue it creates in kreplay_tool_init; tests call this with queues they created.
+// Returns kernel-replay's status (KREPLAY_STATUS_OK = 0).
+HSA_CPP_TOOL_EXPORT int hsa_cpp_tool_use_queue(void* queue) {
+    const kreplay_status_t s = kreplay_hsa_mark_tool_queue(queue);
+    if (s != KREPLAY_STATUS_OK)
+        std::fprintf(stderr, "hsa-cpp-tool: declaring queue %p: %s (%s)\n", queue,
+                     kreplay_status_string(s), kreplay_last_error());
+    return s;
 }
 
 // For tests: copies the report (see report_text) into `buffer` like snprintf (at most

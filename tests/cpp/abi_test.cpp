@@ -40,6 +40,8 @@ static_assert(std::is_same_v<kreplay_status_t, std::int32_t>);
 static_assert(std::is_same_v<kreplay_operation_t, std::uint32_t>);
 static_assert(sizeof(kreplay_user_data_t) == 8);
 static_assert(KREPLAY_REASON_SCOPE_CHECK_FAILED < KREPLAY_REASON_CAPACITY);
+static_assert(KREPLAY_REASON_AGENT_BUSY < KREPLAY_REASON_CAPACITY);
+static_assert(KREPLAY_REASON_UNSEEN_WRITES < KREPLAY_REASON_CAPACITY);
 
 namespace {
 

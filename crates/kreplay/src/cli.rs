@@ -45,6 +45,8 @@ pub enum Command {
     /// `kreplay run ARGS...`: the arguments after `run`, exactly as given, for
     /// [`crate::run::main`].
     Run(Vec<String>),
+    /// `kreplay replay DIR`.
+    Replay(ReplayArgs),
     /// `--help` (or `-h`, or `kreplay help [COMMAND]`) on any command: the text to print.
     Help(String),
     /// `kreplay --version`: the text to print.
@@ -52,7 +54,8 @@ pub enum Command {
 }
 
 /// One line per command, with the forms of `bench`.
-const USAGE: &str = "kreplay demo [--passes N] [--json] [--inject FAULT] [--scope auto|all|arguments|predicted] [--restore auto|full|dirty]
+const USAGE: &str = "kreplay demo [--passes N] [--json] [--inject FAULT] [--scope auto|all|arguments|predicted] [--restore auto|full|dirty] [--capture DIR [--max-bytes N]]
+  kreplay replay DIR [--tool verify|timing] [--passes N]
   kreplay bench --backend cuda [run] [--cases LIST] [--out FILE] [--big] [--alloc-gib LIST] [OPTIONS]
   kreplay bench --backend cuda check
   kreplay bench --backend cuda merge FILE... --out FILE
@@ -74,7 +77,18 @@ BENCHMARKS.md has the runs. `check` runs the correctness checks only, `merge` co
 JSON results of several runs, `app` is the child process the ncu case profiles. The
 simulator's benches are `cargo bench -p replay-mock`.
 
-run runs an unmodified CUDA application under replay; `kreplay run --help` shows its options.";
+run runs an unmodified CUDA application under replay; `kreplay run --help` shows its options.
+
+replay re-runs captured dispatches (`kreplay demo --capture DIR`) standalone and checks their
+outputs against the captured ones.";
+
+const REPLAY_AFTER: &str = "\
+DIR is one capture folder (it holds manifest.json) or a folder of them, each replayed in
+turn. Every region is recreated at its captured address, the inputs written, the kernel
+launched with the captured arguments and grid, N passes under replay (restored between
+passes, as `kreplay run` does). verify (the default) compares every pass's outputs with the
+captured ones and names the regions that differ; timing prints the passes' GPU time. A
+damaged folder is refused naming the file (exit 2); outputs that differ exit 1.";
 
 const DEMO_AFTER: &str = "\
 Policy comes from the demo's defaults (scope all, restore full, 250 ms drain and pass
@@ -88,11 +102,9 @@ cases and options (run, the default, check, merge, app). --backend may also come
 them. The simulator's benches are `cargo bench -p replay-mock`.";
 
 const RUN_AFTER: &str = "\
-The options are `kreplay run`'s own: --tool verify|timing|counters, --passes N, --metrics LIST
-and --set NAME (counters: Nsight Compute metric names; set basic or memory), --kernel-include P,
---kernel-exclude P, --dispatch-range R, --out FILE.json|FILE.csv, --library PATH. The
-program and its arguments follow `--`. --list-sass (no program) prints the first GPU's SASS
-metrics, and the plan of --metrics / --set if given.";
+The program and its arguments follow `--`. Every process it starts writes its own records;
+the table, --out and the exit status (the program's; 128 + N for one killed by signal N)
+cover them all. SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to the program.";
 
 /// The `run` usage line, without its `usage: ` prefix: `run.rs` keeps it.
 fn run_usage() -> &'static str {
@@ -135,8 +147,33 @@ enum Sub {
     )]
     Bench(BenchCli),
     /// Runs an unmodified CUDA application under replay.
-    #[command(help_template = TEMPLATE, after_help = RUN_AFTER, override_usage = run_usage())]
-    Run(RunCli),
+    #[command(
+        help_template = TEMPLATE,
+        after_help = RUN_AFTER,
+        override_usage = run_usage(),
+        args_override_self = true
+    )]
+    Run(Box<crate::run::RunOpts>),
+    /// Replays captured dispatches standalone and checks their outputs.
+    #[command(help_template = TEMPLATE, after_help = REPLAY_AFTER, args_override_self = true)]
+    Replay(ReplayArgs),
+}
+
+/// Tools `kreplay replay` runs.
+pub const REPLAY_TOOLS: &[&str] = &["verify", "timing"];
+
+/// Options of `kreplay replay`.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct ReplayArgs {
+    /// A capture folder, or a folder of capture folders.
+    #[arg(value_name = "DIR")]
+    pub dir: std::path::PathBuf,
+    /// What to do with the replayed passes.
+    #[arg(long, value_name = "verify|timing", default_value = "verify", value_parser = PossibleValuesParser::new(REPLAY_TOOLS))]
+    pub tool: String,
+    /// Passes under replay (1: one plain execution).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = passes)]
+    pub passes: u64,
 }
 
 /// Options of `kreplay demo`.
@@ -157,6 +194,12 @@ pub struct DemoArgs {
     /// Restore mode, when given (else the environment's, else the demo's default).
     #[arg(long, value_name = "auto|full|dirty", value_parser = restore)]
     pub restore: Option<RestoreMode>,
+    /// Captures every replayed dispatch's first pass into a folder of DIR (SPEC §13).
+    #[arg(long, value_name = "DIR")]
+    pub capture: Option<std::path::PathBuf>,
+    /// Bound on one capture's region bytes (default 4 GiB); a larger scope is not captured.
+    #[arg(long, value_name = "N", default_value_t = replay_core::DEFAULT_CAPTURE_MAX_BYTES, value_parser = bytes)]
+    pub max_bytes: u64,
 }
 
 impl Default for DemoArgs {
@@ -167,8 +210,17 @@ impl Default for DemoArgs {
             inject: None,
             scope: None,
             restore: None,
+            capture: None,
+            max_bytes: replay_core::DEFAULT_CAPTURE_MAX_BYTES,
         }
     }
+}
+
+fn bytes(v: &str) -> Result<u64, String> {
+    v.parse::<u64>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| "a whole number of bytes, at least 1".into())
 }
 
 fn passes(v: &str) -> Result<u64, String> {
@@ -213,13 +265,6 @@ struct BenchCli {
     args: Vec<String>,
 }
 
-#[derive(Debug, Args)]
-struct RunCli {
-    /// `kreplay run`'s options, `--`, the program and its arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
-    args: Vec<String>,
-}
-
 /// Options of `kreplay bench`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BenchArgs {
@@ -237,7 +282,7 @@ pub enum CliError {
     #[error("no command given; try `kreplay demo` or `kreplay help`")]
     NoCommand,
     /// An unknown command.
-    #[error("unknown command {0:?}; commands: demo, bench, run, help")]
+    #[error("unknown command {0:?}; commands: demo, bench, run, replay, help")]
     UnknownCommand(String),
     /// `kreplay bench` without `--backend`.
     #[error("`kreplay bench` needs --backend BACKEND; accepted: {BENCH_BACKENDS_EXPECTED}")]
@@ -320,6 +365,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, UsageEr
         // arguments are taken from the command line itself (the first one is `run`, the only
         // way to reach this command).
         Sub::Run(_) => Ok(Command::Run(args[1..].to_vec())),
+        Sub::Replay(a) => Ok(Command::Replay(a)),
     }
 }
 
@@ -417,11 +463,20 @@ fn option_of(e: &clap::Error) -> String {
         .unwrap_or_else(|| "an option".into())
 }
 
+/// The message of a clap error of `kreplay run`'s options, in our words (`run.rs` parses them
+/// again after this module checked them).
+pub(crate) fn run_error(e: &clap::Error) -> String {
+    match from_clap(e, Some("run")) {
+        Err(u) => u.error.to_string(),
+        Ok(_) => e.render().to_string(),
+    }
+}
+
 /// Maps a clap error onto ours; help and version requests become commands.
 fn from_clap(e: &clap::Error, first: Option<&str>) -> Result<Command, UsageError> {
     // The command concerned: every error below the top level is about the subcommand the
     // first argument names (the top level takes no option with a value).
-    let command = first.filter(|c| ["demo", "bench", "run"].contains(c));
+    let command = first.filter(|c| ["demo", "bench", "run", "replay"].contains(c));
     let error = match e.kind() {
         ErrorKind::DisplayHelp => return Ok(Command::Help(e.render().to_string())),
         ErrorKind::DisplayVersion => return Ok(Command::Version(e.render().to_string())),

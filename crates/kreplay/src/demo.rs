@@ -21,14 +21,16 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use replay_context::{Contexts, OverrideSupport};
 use replay_core::{
-    AgentId, ContextControl, ContextId, Digest128, Dim3, DispatchId, MemoryClass, Operation,
-    OutcomeRecord, Phase, Policy, ReplayPayload, ReplayService, Subscription, UserData,
+    AgentId, Capture, CaptureRefused, CaptureRequest, ContextControl, ContextId, Digest128, Dim3,
+    DispatchId, MemoryClass, Operation, OutcomeRecord, Phase, Policy, ReplayPayload, ReplayService,
+    Subscription, UserData,
 };
 use replay_mock::{
     AgentConfig, CounterGroup, Fault, FaultMode, KernArgs, Kernel, KernelError, ModuleSpec,
@@ -61,6 +63,9 @@ pub enum DemoError {
         /// Their kernels.
         kernels: String,
     },
+    /// The capture folder could not be made.
+    #[error("capture: {0}")]
+    Capture(String),
     /// Writing the report failed.
     #[error("output: {0}")]
     Io(#[from] std::io::Error),
@@ -173,6 +178,35 @@ struct DemoTool {
     rows: Mutex<Vec<PassRow>>,
     /// The argument block of the dispatch in flight (the tool's view of the launch).
     current_args: Mutex<Vec<u8>>,
+    /// `--capture DIR`: where each replayed dispatch's first pass is captured.
+    capture: Option<CaptureTarget>,
+}
+
+/// What became of one dispatch's capture: the folder written, or why there is none.
+type CaptureResult = (DispatchId, String, Result<PathBuf, String>);
+
+/// `--capture DIR` (SPEC §13): one folder per replayed dispatch, `dNNNN-KERNEL`.
+struct CaptureTarget {
+    dir: PathBuf,
+    max_bytes: u64,
+    /// Per dispatch: the folder written, or why there is none.
+    results: Arc<Mutex<Vec<CaptureResult>>>,
+}
+
+impl CaptureTarget {
+    fn request(&self, id: DispatchId, kernel: &str) -> CaptureRequest {
+        let dir = self.dir.join(format!("d{:04}-{kernel}", id.0));
+        let results = Arc::clone(&self.results);
+        let kernel = kernel.to_string();
+        CaptureRequest::new(Arc::new(move |c: Result<Capture, CaptureRefused>| {
+            let r = c
+                .map_err(|e| e.to_string())
+                .and_then(|c| replay_capture::write(&dir, &c).map_err(|e| e.to_string()))
+                .map(|_| dir.clone());
+            results.lock().push((id, kernel.clone(), r));
+        }))
+        .max_bytes(self.max_bytes)
+    }
 }
 
 impl DemoTool {
@@ -186,6 +220,9 @@ impl DemoTool {
                 p.replay_pass_count = Some(Arc::new(move |_, _| n));
             }
             (Operation::Pass, Phase::Enter) => {
+                if let (Some(t), 0) = (&self.capture, p.current_pass) {
+                    p.request_capture(t.request(info.dispatch_id, &info.kernel_name));
+                }
                 let group = CounterGroup::ALL[p.current_pass as usize % CounterGroup::ALL.len()];
                 rt.gpu().counters().select(agent, Some(group));
                 // Localized control: PC sampling sits out pass 1 only.
@@ -281,6 +318,19 @@ const SIDE_BYTES: u64 = 1 << 20;
 const A0: AgentId = AgentId(0);
 const A1: AgentId = AgentId(1);
 
+/// The workload's code object: its kernels, a variable and a constant. `kreplay replay` finds
+/// it by its name when it replays a capture of the demo.
+pub fn demo_module() -> ModuleSpec {
+    let mut spec = ModuleSpec::new("demo.co")
+        .variable("g_hits", 8)
+        .constant("c_scale", &2u32.to_le_bytes());
+    for k in kernels() {
+        let body = k.body.clone();
+        spec = spec.kernel(&k.name, move |ctx| body(ctx));
+    }
+    spec
+}
+
 fn kernels() -> Vec<Kernel> {
     vec![
         // x[i] = 3i + 1 over word 1 bytes at word 0.
@@ -340,14 +390,7 @@ fn kernels() -> Vec<Kernel> {
 
 impl Workload {
     fn setup(rt: &SimRuntime) -> Result<Self, DemoError> {
-        let mut spec = ModuleSpec::new("demo.co")
-            .variable("g_hits", 8)
-            .constant("c_scale", &2u32.to_le_bytes());
-        for k in kernels() {
-            let body = k.body.clone();
-            spec = spec.kernel(&k.name, move |ctx| body(ctx));
-        }
-        let module = rt.load_module(A0, spec).map_err(sim)?;
+        let module = rt.load_module(A0, demo_module()).map_err(sim)?;
         let ks: BTreeMap<String, Kernel> = module
             .kernels()
             .iter()
@@ -460,8 +503,8 @@ impl Workload {
     }
 }
 
-/// The simulated device both runs use: two agents.
-fn runtime() -> SimRuntime {
+/// The simulated device both runs use (and `kreplay replay`): two agents.
+pub fn runtime() -> SimRuntime {
     // Copies and kernels advance virtual time by their modelled duration, so snapshot and
     // restore times are the simulator's, not zero.
     let config = SimConfig {
@@ -606,6 +649,18 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<u8, DemoError> {
         }),
         rows: Mutex::default(),
         current_args: Mutex::default(),
+        capture: match &args.capture {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| DemoError::Capture(format!("{}: {e}", dir.display())))?;
+                Some(CaptureTarget {
+                    dir: dir.clone(),
+                    max_bytes: args.max_bytes,
+                    results: Arc::default(),
+                })
+            }
+            None => None,
+        },
     });
     let t2 = tool.clone();
     svc.configure(
@@ -647,6 +702,11 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<u8, DemoError> {
 
     let records = records.lock().clone();
     let rows = tool.rows.lock().clone();
+    let captures = tool
+        .capture
+        .as_ref()
+        .map(|c| c.results.lock().clone())
+        .unwrap_or_default();
     let summary = svc.summary();
     // Pair each record with the workload step it arrived during: tool work (reentrancy=1)
     // belongs to the window it ran in. A step without a record was not a candidate (the kernel
@@ -710,7 +770,18 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<u8, DemoError> {
                 })
             })
             .collect();
-        let doc = json!({"dispatches": dispatches, "not_candidates": left_out, "summary": summary});
+        let captures: Vec<Value> = captures
+            .iter()
+            .map(|(id, kernel, r)| match r {
+                Ok(dir) => json!({"dispatch_id": id.0, "kernel": kernel, "folder": dir.display().to_string()}),
+                Err(why) => json!({"dispatch_id": id.0, "kernel": kernel, "refused": why}),
+            })
+            .collect();
+        let mut doc =
+            json!({"dispatches": dispatches, "not_candidates": left_out, "summary": summary});
+        if tool.capture.is_some() {
+            doc["captures"] = Value::Array(captures);
+        }
         writeln!(
             out,
             "{}",
@@ -788,6 +859,25 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<u8, DemoError> {
         }
         writeln!(out)?;
         writeln!(out, "{summary}")?;
+        if tool.capture.is_some() {
+            writeln!(out)?;
+            for (id, kernel, r) in &captures {
+                match r {
+                    Ok(dir) => writeln!(
+                        out,
+                        "capture dispatch {:>2} {:<18} {}",
+                        id.0,
+                        kernel,
+                        dir.display()
+                    )?,
+                    Err(why) => writeln!(
+                        out,
+                        "capture dispatch {:>2} {:<18} not captured: {why}",
+                        id.0, kernel
+                    )?,
+                }
+            }
+        }
     }
     Ok(if all_equal { 0 } else { 1 })
 }

@@ -3,7 +3,9 @@
 //! The command line of kernel-replay (SPEC §2, top layer): `kreplay demo` runs a workload on the
 //! simulated GPU under replay and checks it against a plain run; `kreplay bench --backend cuda`
 //! runs the CUDA backend's checks and measurements on a real GPU ([`replay_bench`]);
-//! `kreplay run` runs an unmodified CUDA application under replay. The command line is parsed
+//! `kreplay run` runs an unmodified CUDA application under replay; `kreplay demo --capture DIR`
+//! captures the demo's replayed dispatches ([`replay_capture`], SPEC §13) and
+//! `kreplay replay DIR` replays them standalone and checks their outputs. The command line is parsed
 //! in [`cli`] (clap's derive API); `--help` works on every command.
 //!
 //! Bad input never panics: an argument or a `KREPLAY_*` value that is not UTF-8 is an error
@@ -15,8 +17,11 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cli;
+mod collect;
 mod demo;
+mod replay;
 mod run;
+mod template;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -109,6 +114,23 @@ fn run() -> ExitCode {
             let me = replay_bench::SelfInvocation::current(&["bench", "--backend", &b.backend]);
             let code = replay_bench::main_with_args(b.args, me);
             ExitCode::from(u8::try_from(code).unwrap_or(EXIT_FAILED))
+        }
+        cli::Command::Replay(a) => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            match replay::run(&a, &mut out) {
+                Ok(code) => {
+                    if out.flush().is_err() {
+                        return ExitCode::from(EXIT_FAILED);
+                    }
+                    ExitCode::from(code)
+                }
+                Err(e) => {
+                    let _ = out.flush();
+                    say(format_args!("kreplay replay: {e}"));
+                    ExitCode::from(e.exit_code())
+                }
+            }
         }
         cli::Command::Demo(a) => {
             if a.inject.as_deref() == Some("callback-panic") {

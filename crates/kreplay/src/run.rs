@@ -3,7 +3,8 @@
 //! ```text
 //! kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] [--set NAME]
 //!             [--kernel-include P] [--kernel-exclude P] [--dispatch-range R]
-//!             [--out FILE.json|FILE.csv] [--library PATH] -- APP ARGS...
+//!             [--out FILE.json|FILE.csv] [--library PATH] [--check-launches] [--ranks LIST]
+//!             -- APP ARGS...
 //! ```
 //!
 //! `--tool counters` collects hardware metrics (Nsight Compute's names: `--metrics` a comma
@@ -19,15 +20,27 @@
 //!
 //! Sets up the injection and runs the program: `LD_PRELOAD` and `CUDA_INJECTION64_PATH` name
 //! `libkernel_replay.so` (built with its `cuda` feature; `--library`, else `KREPLAY_LIBRARY`,
-//! else next to this executable, in its `deps/`, or in `../lib/`), `KREPLAY_CUDA_BUILTIN`,
-//! `KREPLAY_CUDA_PASSES` and `KREPLAY_CUDA_OUT` select the built-in tool, and the filter
-//! options become the policy's `KREPLAY_KERNEL_*` variables. The tool itself runs inside the
-//! application's process (`replay_cuda::tool`); at its exit it writes one record per dispatch
-//! (each with its passes) as JSON, which this command prints as a per-kernel table and
-//! copies to `--out` (as JSON, or one CSV row per dispatch and pass). When the report holds
-//! counters (member `counters`), the counters' table follows and `--out` gets them instead,
-//! in the format its extension names (`.csv`, `.json`, `.db`: `replay_report::write_counters`;
-//! an unknown extension is refused before the program starts).
+//! else next to this executable, in its `deps/`, or in `../lib/`), `KREPLAY_CUDA_BUILTIN` and
+//! `KREPLAY_CUDA_PASSES` select the built-in tool, and the filter options become the policy's
+//! `KREPLAY_KERNEL_*` variables. An injection the environment already names is chained after
+//! ours (`KREPLAY_CUDA_CHAIN_INJECTION`), one naming no file refused; the CUPTI cross-check is
+//! off (`KREPLAY_CUDA_CUPTI=0`) unless `--check-launches`. The tool itself runs inside each
+//! process of the program (`replay_cuda::tool`), which streams its records to a file of its
+//! own in a folder of this run (`KREPLAY_CUDA_OUT_DIR`, `replay_cuda::job`) and writes its
+//! report there at exit. This command reads those files as they grow ([`crate::collect`]:
+//! aggregates per process and kernel, never every record; a progress line on a terminal),
+//! then prints the per-kernel table (Nsight Compute's short names, `replay_report::names`) and
+//! writes `--out` (a name template, [`crate::template`]: one file per distinct name), as JSON
+//! (the processes, their summaries summed, the kernels, then every record with its process
+//! and rank, read again from the files) or one CSV row per dispatch and pass. When the reports
+//! hold counters (member `counters`), the counters' table follows and `--out` gets them
+//! instead, one file per process, in the format its extension names (`.csv`, `.json`, `.db`:
+//! `replay_report::write_counters`; an unknown extension is refused before the program starts).
+//!
+//! The program runs in a process group of its own, which SIGINT, SIGTERM, SIGHUP and SIGQUIT
+//! sent to this command are passed on to (`replay_cuda::signals`); on a terminal the group
+//! gets the terminal while it runs. A process that ended without its report (killed) is
+//! named with the records it made.
 //!
 //! `kreplay run --list-sass [--metrics LIST] [--set NAME]` starts no program: it prints the
 //! first device's chip and the SASS metrics CUPTI's SASS Metrics API has for it (name, id,
@@ -35,12 +48,21 @@
 //! metric runs in which pass, the SASS pass's API names) as JSON. Exit status 0, 2 for a list
 //! that cannot be collected, 1 without CUPTI or a GPU.
 //!
-//! The exit status is the application's (128 + the signal for one killed by a signal). A
-//! program without a usable driver gets one clear line (from the library) and runs untouched;
-//! one that never reached the driver gets one line from here.
+//! The exit status is the application's (128 + the signal for one killed by a signal, said
+//! in one line: `the program was killed by SIGSEGV after N launches; records up to dispatch
+//! K`). A program without a usable driver gets one clear line (from the library) and runs
+//! untouched; one that never reached the driver gets one line from here.
 
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use replay_cuda::job;
+
+use crate::collect::{merge_sum, Collector, KernelRow, Process};
+use crate::template::{Subject, Template};
+use replay_report::names;
 
 /// Options of `kreplay run`.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +89,10 @@ pub struct RunArgs {
     pub library: Option<PathBuf>,
     /// `--list-sass`: print the chip's SASS metrics (and the list's plan) and start nothing.
     pub list_sass: bool,
+    /// `--check-launches`: the CUPTI cross-check of the launch wrappers.
+    pub check_launches: bool,
+    /// `--ranks`: the ranks that replay.
+    pub ranks: Option<String>,
     /// The program and its arguments.
     pub app: Vec<String>,
 }
@@ -74,92 +100,132 @@ pub struct RunArgs {
 /// Usage of `kreplay run`.
 pub const USAGE: &str = "usage: kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] \
 [--set NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv] \
-[--library PATH] -- APP ARGS...
+[--library PATH] [--check-launches] [--ranks LIST] -- APP ARGS...
        kreplay run --list-sass [--metrics LIST] [--set NAME]";
+
+/// `kreplay run`'s options, declared for clap (the top-level command line flattens them for
+/// its help and its errors; [`parse`] reads them again into [`RunArgs`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunOpts {
+    /// The built-in tool: input and output digests per pass, GPU time per pass, or hardware
+    /// counters.
+    #[arg(long, value_name = "verify|timing|counters", default_value = "verify",
+          value_parser = clap::builder::PossibleValuesParser::new(["verify", "timing", "counters"]))]
+    pub tool: String,
+    /// Passes per dispatch, at least 1 [default: 3; counters: the plan's, or this if more].
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = passes_value)]
+    pub passes: Option<u64>,
+    /// counters: Nsight Compute metric names, comma-separated; may be repeated.
+    #[arg(long, value_name = "LIST", value_parser = metrics_value)]
+    pub metrics: Vec<String>,
+    /// counters: a built-in metric set (basic, memory).
+    #[arg(long, value_name = "NAME", value_parser = set_value)]
+    pub set: Option<String>,
+    /// Replay only kernels whose name matches P (the policy's KREPLAY_KERNEL_INCLUDE).
+    #[arg(long = "kernel-include", value_name = "P")]
+    pub include: Option<String>,
+    /// Do not replay kernels whose name matches P (KREPLAY_KERNEL_EXCLUDE).
+    #[arg(long = "kernel-exclude", value_name = "P")]
+    pub exclude: Option<String>,
+    /// Replay only the dispatches in R (KREPLAY_DISPATCH_RANGE).
+    #[arg(long = "dispatch-range", value_name = "R")]
+    pub range: Option<String>,
+    /// Output file: .json or .csv (counters: .csv, .json, .db). A name template: %p pid,
+    /// %h host, %q{NAME} a variable's value, %i lowest free number, %rank% rank, %% a %;
+    /// processes whose names come out equal share one file.
+    #[arg(long, value_name = "FILE", value_parser = out_value)]
+    pub out: Option<PathBuf>,
+    /// libkernel_replay.so to preload [default: KREPLAY_LIBRARY, else beside kreplay].
+    #[arg(long, value_name = "PATH")]
+    pub library: Option<PathBuf>,
+    /// Print the first GPU's SASS metrics (and the plan of --metrics / --set); start nothing.
+    #[arg(long = "list-sass")]
+    pub list_sass: bool,
+    /// Cross-check the launch wrappers with CUPTI (off by default: it takes CUPTI's one
+    /// subscriber slot, which the program's own profiler may need).
+    #[arg(long = "check-launches")]
+    pub check_launches: bool,
+    /// Replay only in these ranks (0,2-3; from RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or
+    /// SLURM_PROCID; none: rank 0); the others run untouched.
+    #[arg(long, value_name = "LIST", value_parser = ranks_value)]
+    pub ranks: Option<String>,
+    /// The program and its arguments (after `--`, or from the first argument that is not an
+    /// option).
+    #[arg(value_name = "APP ARGS", trailing_var_arg = true, num_args = 0..)]
+    pub app: Vec<String>,
+}
+
+fn passes_value(v: &str) -> Result<u64, String> {
+    v.parse::<u64>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| "a whole number of at least 1".into())
+}
+
+fn metrics_value(v: &str) -> Result<String, String> {
+    if replay_cuda::counters::parse_metric_list(v).is_empty() {
+        return Err("metric names, comma-separated".into());
+    }
+    Ok(v.to_owned())
+}
+
+fn set_value(v: &str) -> Result<String, String> {
+    if replay_cuda::counters::metric_set(v).is_none() {
+        let sets: Vec<&str> = replay_cuda::counters::METRIC_SETS
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        return Err(format!("one of {}", sets.join(", ")));
+    }
+    Ok(v.to_owned())
+}
+
+fn out_value(v: &str) -> Result<PathBuf, String> {
+    Template::parse(v).map(|_| PathBuf::from(v))
+}
+
+fn ranks_value(v: &str) -> Result<String, String> {
+    job::parse_ranks(v).map(|_| v.to_owned())
+}
+
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "kreplay run",
+    args_override_self = true,
+    disable_help_flag = true
+)]
+struct RunParser {
+    #[command(flatten)]
+    opts: RunOpts,
+}
 
 /// Parses the arguments after `run`.
 pub fn parse(args: &[String]) -> Result<RunArgs, String> {
-    let mut a = RunArgs {
-        tool: "verify".into(),
-        passes: 3,
-        passes_given: false,
-        metrics: Vec::new(),
-        set: None,
-        include: None,
-        exclude: None,
-        range: None,
-        out: None,
-        library: None,
-        list_sass: false,
-        app: Vec::new(),
+    use clap::Parser;
+    let argv = std::iter::once("kreplay run".to_owned()).chain(args.iter().cloned());
+    let o = RunParser::try_parse_from(argv)
+        .map_err(|e| crate::cli::run_error(&e))?
+        .opts;
+    let a = RunArgs {
+        tool: o.tool,
+        passes: o.passes.unwrap_or(3),
+        passes_given: o.passes.is_some(),
+        metrics: o
+            .metrics
+            .iter()
+            .flat_map(|m| replay_cuda::counters::parse_metric_list(m))
+            .collect(),
+        set: o.set,
+        include: o.include,
+        exclude: o.exclude,
+        range: o.range,
+        out: o.out,
+        library: o.library,
+        list_sass: o.list_sass,
+        check_launches: o.check_launches,
+        ranks: o.ranks,
+        app: o.app,
     };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        if arg == "--" {
-            a.app = it.cloned().collect();
-            break;
-        }
-        let (key, inline) = match arg.split_once('=') {
-            Some((k, v)) if k.starts_with("--") => (k, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut val = || {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| format!("{key} needs a value"))
-        };
-        match key {
-            "--tool" => {
-                a.tool = val()?;
-                if !["verify", "timing", "counters"].contains(&a.tool.as_str()) {
-                    return Err(format!(
-                        "--tool {:?}: expected verify, timing or counters",
-                        a.tool
-                    ));
-                }
-            }
-            "--passes" => {
-                let v = val()?;
-                a.passes = v.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
-                    format!("--passes {v:?}: expected a whole number of at least 1")
-                })?;
-                a.passes_given = true;
-            }
-            "--metrics" => {
-                let v = val()?;
-                let m = replay_cuda::counters::parse_metric_list(&v);
-                if m.is_empty() {
-                    return Err(format!("--metrics {v:?}: no metric names"));
-                }
-                a.metrics.extend(m);
-            }
-            "--set" => {
-                let v = val()?;
-                if replay_cuda::counters::metric_set(&v).is_none() {
-                    let sets: Vec<&str> = replay_cuda::counters::METRIC_SETS
-                        .iter()
-                        .map(|(n, _)| *n)
-                        .collect();
-                    return Err(format!("--set {v:?}: expected one of {}", sets.join(", ")));
-                }
-                a.set = Some(v);
-            }
-            "--kernel-include" => a.include = Some(val()?),
-            "--kernel-exclude" => a.exclude = Some(val()?),
-            "--dispatch-range" => a.range = Some(val()?),
-            "--out" => a.out = Some(PathBuf::from(val()?)),
-            "--library" => a.library = Some(PathBuf::from(val()?)),
-            "--list-sass" if inline.is_none() => a.list_sass = true,
-            _ if a.app.is_empty() && !arg.starts_with('-') => {
-                // No `--`: the program starts here.
-                a.app.push(arg.clone());
-                a.app.extend(it.by_ref().cloned());
-                break;
-            }
-            _ => return Err(format!("unknown option {arg:?}")),
-        }
-    }
     if a.list_sass {
         if !a.app.is_empty() {
             return Err("--list-sass starts no program".into());
@@ -183,6 +249,13 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
 }
 
 impl RunArgs {
+    /// `--out` as a name template (checked when parsed).
+    pub fn out_template(&self) -> Option<Template> {
+        self.out
+            .as_deref()
+            .and_then(|o| Template::parse(&o.to_string_lossy()).ok())
+    }
+
     /// The counters tool's metrics: `--set`'s, then `--metrics`', without repeats.
     pub fn metric_list(&self) -> Vec<String> {
         let mut all: Vec<String> = self
@@ -414,21 +487,31 @@ pub fn main(args: &[String]) -> u8 {
     } else {
         (a.passes, Vec::new())
     };
+    let dir = run_dir();
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        crate::say(format_args!(
+            "kreplay run: cannot make the report folder {}: {e}; the program was not started",
+            dir.display()
+        ));
+        return 1;
+    }
     let mut cmd = Command::new(&a.app[0]);
     cmd.args(&a.app[1..]);
-    let report = std::env::temp_dir().join(format!("kreplay-run-{}.json", std::process::id()));
     match find_library(&a) {
         Some(lib) => {
             let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
-            let preload = match std::env::var("LD_PRELOAD") {
-                Ok(p) if !p.is_empty() => format!("{}:{p}", lib.display()),
-                _ => lib.display().to_string(),
-            };
+            let preload = preload_with(&lib, std::env::var("LD_PRELOAD").ok().as_deref());
+            if let Err(code) = chain_injection(&mut cmd, &lib) {
+                let _ = std::fs::remove_dir_all(&dir);
+                return code;
+            }
             cmd.env("LD_PRELOAD", preload)
                 .env("CUDA_INJECTION64_PATH", &lib)
                 .env("KREPLAY_CUDA_BUILTIN", &a.tool)
                 .env("KREPLAY_CUDA_PASSES", passes.to_string())
-                .env("KREPLAY_CUDA_OUT", &report);
+                .env(job::OUT_DIR_ENV, &dir)
+                .env_remove(replay_cuda::tool::OUT_ENV);
             if a.tool == "counters" {
                 cmd.env("KREPLAY_CUDA_METRICS", metrics.join(","));
                 if std::env::var_os("KREPLAY_CACHE_CONTROL").is_none()
@@ -441,6 +524,20 @@ pub fn main(args: &[String]) -> u8 {
                 // One outcome line per dispatch is too much for a real program: the table
                 // at the end and `--out` have them.
                 cmd.env("KREPLAY_LOG", "warn");
+            }
+            // The cross-check subscribes to CUPTI, which the program's own profiler may need.
+            let cupti = replay_cuda::intercept::cupti::CUPTI_ENV;
+            if a.check_launches {
+                cmd.env(cupti, "1");
+            } else if std::env::var_os(cupti).is_none() {
+                cmd.env(cupti, "0");
+            }
+            if let Some(r) = &a.ranks {
+                cmd.env(job::RANKS_ENV, r);
+            }
+            let names = a.out_template().map(|t| t.env_names()).unwrap_or_default();
+            if !names.is_empty() {
+                cmd.env(job::REPORT_ENV_ENV, names.join(","));
             }
             for (var, v) in [
                 ("KREPLAY_KERNEL_INCLUDE", &a.include),
@@ -456,9 +553,15 @@ pub fn main(args: &[String]) -> u8 {
             "kreplay run: {LIB_NAME} not found (give --library or KREPLAY_LIBRARY); running the program untouched"
         )),
     }
-    let status = match cmd.status() {
-        Ok(s) => s,
+    // The program gets a process group of its own, which the signals this command gets are
+    // passed on to: a scheduler's SIGTERM stops all of it, and this command lives on to
+    // report what ran.
+    cmd.process_group(0);
+    replay_cuda::signals::catch();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
         Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
             crate::say(format_args!(
                 "kreplay run: cannot start {:?}: {e}",
                 a.app[0]
@@ -466,38 +569,110 @@ pub fn main(args: &[String]) -> u8 {
             return 127;
         }
     };
-    let code = exit_code(&status);
-    match std::fs::read_to_string(&report) {
-        Ok(text) => {
-            let _ = std::fs::remove_file(&report);
-            match serde_json::from_str::<serde_json::Value>(&text) {
-                Ok(v) => {
-                    crate::say(format_args!("{}", (table(&v)).trim_end()));
-                    match replay_report::counters_output(&v, a.out.as_deref()) {
-                        Some(Ok(o)) => {
-                            crate::say(format_args!("{}", o.table.trim_end()));
-                            if let Some(Err(e)) = o.written {
-                                crate::say(format_args!("kreplay run: {e}"));
-                            }
-                        }
-                        Some(Err(e)) => crate::say(format_args!("kreplay run: {e}")),
-                        None => {
-                            if let Some(out) = &a.out {
-                                if let Err(e) = write_out(out, &v) {
-                                    crate::say(format_args!("kreplay run: cannot write {}: {e}", out.display()));
-                                }
-                            }
-                        }
-                    }
-                }
-                Err(e) => crate::say(format_args!("kreplay run: the library's report is not JSON: {e}")),
+    let pid = child.id();
+    replay_cuda::signals::forward_to_group(pid);
+    // On a terminal the program, in its own group, gets the terminal while it runs.
+    let terminal = replay_cuda::signals::give_terminal(pid);
+    let mut col = Collector::new(&dir);
+    let status = wait_reading(&mut child, &mut col);
+    drop(terminal);
+    if let Some(sig) = replay_cuda::signals::caught() {
+        crate::say(format_args!(
+            "kreplay run: {} passed on to the program (process group {pid})",
+            replay_cuda::signals::name(sig)
+        ));
+    }
+    col.finish();
+    let code = match &status {
+        Some(s) => exit_code(s),
+        None => 1,
+    };
+    let killed = status
+        .as_ref()
+        .and_then(std::os::unix::process::ExitStatusExt::signal);
+    report(&a, passes, &col, pid, killed);
+    let _ = std::fs::remove_dir_all(&dir);
+    code
+}
+
+/// The folder the processes write their files to: one per `kreplay run`.
+fn run_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("kreplay-run-{}", std::process::id()))
+}
+
+/// An injection library the environment already names (another tool's: Nsight Systems',
+/// a profiler's) is chained after ours, never dropped: ours calls its `InitializeInjection`.
+/// One that names no file is refused (exit status 2).
+fn chain_injection(cmd: &mut Command, ours: &Path) -> Result<(), u8> {
+    let Some(theirs) = std::env::var_os("CUDA_INJECTION64_PATH").filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    let theirs = PathBuf::from(theirs);
+    if std::fs::canonicalize(&theirs).ok().as_deref() == Some(ours) {
+        return Ok(());
+    }
+    if !theirs.is_file() {
+        crate::say(format_args!(
+            "kreplay run: CUDA_INJECTION64_PATH {} names no file; it cannot be chained after ours and is not dropped silently: unset it or fix it (the program was not started)",
+            theirs.display()
+        ));
+        return Err(2);
+    }
+    crate::say(format_args!(
+        "kreplay run: CUDA_INJECTION64_PATH {} is chained: ours initialises first, then it",
+        theirs.display()
+    ));
+    cmd.env(job::CHAIN_ENV, &theirs);
+    Ok(())
+}
+
+/// Waits for the program, reading the records as they come and showing a progress line on a
+/// terminal. `None` when waiting failed.
+fn wait_reading(
+    child: &mut std::process::Child,
+    col: &mut Collector,
+) -> Option<std::process::ExitStatus> {
+    use std::io::{IsTerminal, Write};
+    let tty = std::io::stderr().is_terminal();
+    let mut shown = false;
+    let mut tick = 0u32;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) => {}
+            Err(e) => {
+                crate::say(format_args!("kreplay run: waiting for the program: {e}"));
+                break child.wait().ok();
             }
         }
-        Err(_) => crate::say(format_args!(
-            "kreplay run: no replay report: the program made no CUDA launch through the driver (none, or no usable driver); it ran untouched"
-        )),
+        // Short waits first, so a short program is not held up.
+        std::thread::sleep(std::time::Duration::from_millis(if tick < 20 {
+            10
+        } else {
+            100
+        }));
+        tick = tick.saturating_add(1);
+        if tick % 5 == 0 {
+            col.poll();
+            let (seen, replayed) = col.progress();
+            if tty && seen > 0 {
+                let mut e = std::io::stderr().lock();
+                let _ = write!(
+                    e,
+                    "\rkreplay run: {seen} dispatches seen, {replayed} replayed ({} processes)",
+                    col.procs.len()
+                );
+                let _ = e.flush();
+                shown = true;
+            }
+        }
+    };
+    if shown {
+        let mut e = std::io::stderr().lock();
+        let _ = write!(e, "\r\x1b[K");
+        let _ = e.flush();
     }
-    code
+    status
 }
 
 /// The counter tool's `--out` must name a format the counters can be written in; checked
@@ -518,54 +693,333 @@ fn exit_code(status: &std::process::ExitStatus) -> u8 {
     }
 }
 
-fn write_out(path: &Path, v: &serde_json::Value) -> std::io::Result<()> {
-    if path.extension().and_then(|e| e.to_str()) == Some("csv") {
-        let mut s = String::from(
-            "dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical\n",
-        );
-        for r in v["records"].as_array().into_iter().flatten() {
-            let passes = r["pass_gpu_seconds"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let rows = passes.len().max(1);
-            for p in 0..rows {
-                s.push_str(&format!(
-                    "{},\"{}\",{},{},{},{},{},{},{},{}\n",
-                    r["dispatch_id"],
-                    r["kernel"].as_str().unwrap_or("").replace('"', "\"\""),
-                    r["outcome"].as_str().unwrap_or(""),
-                    r["reason"].as_str().unwrap_or(""),
-                    r["scope"].as_str().unwrap_or(""),
-                    r["layout"].as_str().unwrap_or(""),
-                    p,
-                    passes.get(p).map(|x| x.to_string()).unwrap_or_default(),
-                    r["inputs_identical"],
-                    r["outputs_identical"],
+/// The end of the run: how each process ended, the per-kernel table, the counters, `--out`.
+fn report(a: &RunArgs, passes: u64, col: &Collector, pid: u32, killed: Option<i32>) {
+    let signame = killed.map(replay_cuda::signals::name);
+    if col.procs.is_empty() {
+        match &signame {
+            Some(sig) => crate::say(format_args!(
+                "kreplay run: the program was killed by {sig} before any dispatch reached the replay tool; no records"
+            )),
+            None => crate::say(format_args!(
+                "kreplay run: no replay report: the program made no CUDA launch through the driver (none, or no usable driver); it ran untouched"
+            )),
+        }
+        return;
+    }
+    let many = col.procs.len() > 1;
+    let mut said_killed = false;
+    for p in col.procs.values().filter(|p| p.report.is_none()) {
+        let upto = p
+            .last_dispatch
+            .map_or_else(|| "none".into(), |d| format!("dispatch {d}"));
+        match &signame {
+            Some(sig) if p.pid == pid => {
+                said_killed = true;
+                crate::say(format_args!(
+                    "kreplay run: the program was killed by {sig} after {} launches; records up to {upto}",
+                    p.records
+                ));
+            }
+            _ => crate::say(format_args!(
+                "kreplay run: {} ended without its report (killed, or it exited without running exit handlers) after {} launches; records up to {upto}",
+                if many || p.pid != pid {
+                    format!("process {} (rank {})", p.pid, p.rank_text())
+                } else {
+                    "the program".to_string()
+                },
+                p.records
+            )),
+        }
+    }
+    if let (Some(sig), false) = (&signame, said_killed) {
+        crate::say(format_args!("kreplay run: the program was killed by {sig}"));
+    }
+    crate::say(format_args!("{}", table(a, passes, col).trim_end()));
+    let counters: Vec<&Process> = col
+        .procs
+        .values()
+        .filter(|p| {
+            p.report
+                .as_ref()
+                .is_some_and(|r| r.get("counters").is_some())
+        })
+        .collect();
+    let template = a.out_template();
+    if !counters.is_empty() {
+        if let (Some(t), true) = (&template, counters.len() > 1) {
+            if !t.per_process() {
+                crate::say(format_args!(
+                    "kreplay run: {} processes collected counters: each gets a file of its own, its pid before the extension",
+                    counters.len()
                 ));
             }
         }
-        std::fs::write(path, s)
-    } else {
-        std::fs::write(path, serde_json::to_string_pretty(v).unwrap_or_default())
+        let paths = out_paths(template.as_ref(), &counters);
+        for (p, out) in counters.iter().zip(paths) {
+            if counters.len() > 1 {
+                crate::say(format_args!("process {} (rank {}):", p.pid, p.rank_text()));
+            }
+            let Some(r) = &p.report else { continue };
+            match replay_report::counters_output(r, out.as_deref()) {
+                Some(Ok(o)) => {
+                    crate::say(format_args!("{}", o.table.trim_end()));
+                    if let Some(Err(e)) = o.written {
+                        crate::say(format_args!("kreplay run: {e}"));
+                    }
+                }
+                Some(Err(e)) => crate::say(format_args!("kreplay run: {e}")),
+                None => {}
+            }
+        }
+        return;
+    }
+    let Some(t) = template else { return };
+    // Processes whose names come out equal share a file.
+    let mut groups: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for p in col.procs.values() {
+        groups.entry(t.key(&subject(p))).or_default().push(p.pid);
+    }
+    let mut used: Vec<PathBuf> = Vec::new();
+    for pids in groups.values() {
+        let first = &col.procs[&pids[0]];
+        let path = t.expand(&subject(first), &|p| {
+            p.exists() || used.iter().any(|u| u == p)
+        });
+        used.push(path.clone());
+        let written = if path.extension().and_then(|e| e.to_str()) == Some("csv") {
+            write_csv(&path, col, pids)
+        } else {
+            write_json(&path, a, passes, col, pids)
+        };
+        if let Err(e) = written {
+            crate::say(format_args!(
+                "kreplay run: cannot write {}: {e}",
+                path.display()
+            ));
+        }
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        0.0
-    } else {
-        v[v.len() / 2]
+/// The template's subject for process `p`.
+fn subject(p: &Process) -> Subject {
+    let names: Vec<String> = p.header["env"]
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    Subject {
+        pid: p.pid,
+        host: p.info("host").unwrap_or_else(hostname),
+        rank: p.rank(),
+        env: names.iter().map(|n| (n.clone(), p.env(n))).collect(),
     }
 }
 
-/// The per-kernel table printed at the end.
-pub fn table(v: &serde_json::Value) -> String {
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The counters' files: one per process. Where the template gives two processes one name,
+/// each gets its pid before the extension (`c.csv`: `c.4242.csv`).
+fn out_paths(t: Option<&Template>, procs: &[&Process]) -> Vec<Option<PathBuf>> {
+    let Some(t) = t else {
+        return vec![None; procs.len()];
+    };
+    let mut used: Vec<PathBuf> = Vec::new();
+    let keys: Vec<String> = procs.iter().map(|p| t.key(&subject(p))).collect();
+    procs
+        .iter()
+        .zip(&keys)
+        .map(|(p, k)| {
+            let mut path = t.expand(&subject(p), &|x| x.exists() || used.iter().any(|u| u == x));
+            if keys.iter().filter(|o| *o == k).count() > 1 {
+                let stem = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let name = match path.extension() {
+                    Some(e) => format!("{stem}.{}.{}", p.pid, e.to_string_lossy()),
+                    None => format!("{stem}.{}", p.pid),
+                };
+                path.set_file_name(name);
+            }
+            used.push(path.clone());
+            Some(path)
+        })
+        .collect()
+}
+
+/// The `member` of the reports of `pids`, summed.
+fn merged(col: &Collector, pids: &[u32], member: &str) -> serde_json::Value {
+    let mut v = serde_json::Value::Null;
+    for p in pids {
+        if let Some(r) = &col.procs[p].report {
+            merge_sum(&mut v, &r[member]);
+        }
+    }
+    v
+}
+
+/// The processes of `pids`, for the outputs.
+fn process_rows(col: &Collector, pids: &[u32]) -> Vec<serde_json::Value> {
+    pids.iter()
+        .map(|pid| {
+            let p = &col.procs[pid];
+            let r = p.report.as_ref();
+            serde_json::json!({
+                "process": p.pid,
+                "rank": p.rank(),
+                "local_rank": p.header["local_rank"],
+                "host": p.info("host"),
+                "exe": p.info("exe"),
+                "records": p.records,
+                "last_dispatch": p.last_dispatch,
+                "report": r.is_some(),
+                "summary": r.map(|r| r["summary"].clone()),
+                "interception": r.map(|r| r["interception"].clone()),
+                "cupti": r.map(|r| r["cupti"].clone()),
+            })
+        })
+        .collect()
+}
+
+/// Writes what `body` writes through a temporary file beside `path` and a rename.
+fn atomically(
+    path: &Path,
+    body: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let r = std::fs::File::create(&tmp)
+        .and_then(|f| {
+            let mut w = std::io::BufWriter::new(f);
+            body(&mut w)?;
+            std::io::Write::flush(&mut w)
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+/// The JSON output of the processes `pids`: their reports' summaries summed, the processes,
+/// the kernels (merged by name), then every record with its process and rank, streamed from
+/// the records files.
+fn write_json(
+    path: &Path,
+    a: &RunArgs,
+    passes: u64,
+    col: &Collector,
+    pids: &[u32],
+) -> std::io::Result<()> {
+    let mut kernels: BTreeMap<String, KernelRow> = BTreeMap::new();
+    for pid in pids {
+        for (name, row) in &col.procs[pid].kernels {
+            kernels.entry(name.clone()).or_default().merge(row);
+        }
+    }
+    let head = serde_json::json!({
+        "tool": a.tool,
+        "passes": passes,
+        "processes": process_rows(col, pids),
+        "summary": merged(col, pids, "summary"),
+        "interception": merged(col, pids, "interception"),
+        "cupti": merged(col, pids, "cupti"),
+        "kernels": kernels.iter().map(|(k, r)| (k.clone(), r.for_json())).collect::<BTreeMap<_, _>>(),
+    });
+    let head = serde_json::to_string(&head).map_err(std::io::Error::other)?;
+    atomically(path, |w| {
+        w.write_all(&head.as_bytes()[..head.len() - 1])?;
+        w.write_all(b",\"records\":[")?;
+        let mut first = true;
+        for pid in pids {
+            let rank = col.procs[pid].rank();
+            col.for_each_record(*pid, |mut r| {
+                if let Some(o) = r.as_object_mut() {
+                    o.insert("process".into(), (*pid).into());
+                    o.insert("rank".into(), serde_json::json!(rank));
+                }
+                if !first {
+                    w.write_all(b",")?;
+                }
+                first = false;
+                serde_json::to_writer(&mut *w, &r).map_err(std::io::Error::other)
+            })?;
+        }
+        w.write_all(b"]}")
+    })
+}
+
+/// The CSV output: one row per dispatch and pass, with its process and rank; the kernel
+/// named as Nsight Compute names it.
+fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> {
+    atomically(path, |w| {
+        w.write_all(b"process,rank,dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical\n")?;
+        for pid in pids {
+            let rank = col.procs[pid]
+                .rank()
+                .map(|r| r.to_string())
+                .unwrap_or_default();
+            col.for_each_record(*pid, |r| {
+                let passes = r["pass_gpu_seconds"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let kernel =
+                    names::ncu_demangled(r["kernel"].as_str().unwrap_or("")).replace('"', "\"\"");
+                for p in 0..passes.len().max(1) {
+                    writeln!(
+                        w,
+                        "{pid},{rank},{},\"{kernel}\",{},{},{},{},{},{},{},{}",
+                        r["dispatch_id"],
+                        r["outcome"].as_str().unwrap_or(""),
+                        r["reason"].as_str().unwrap_or(""),
+                        r["scope"].as_str().unwrap_or(""),
+                        r["layout"].as_str().unwrap_or(""),
+                        p,
+                        passes.get(p).map(|x| x.to_string()).unwrap_or_default(),
+                        r["inputs_identical"],
+                        r["outputs_identical"],
+                    )?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })
+}
+
+/// The per-kernel table printed at the end: one row per process and kernel, the kernel by
+/// its short name (Nsight Compute's function name, longer only where two kernels would read
+/// the same; the outputs have the full names).
+pub fn table(a: &RunArgs, passes: u64, col: &Collector) -> String {
+    let short = names::short_names(
+        col.procs
+            .values()
+            .flat_map(|p| p.kernels.keys().map(String::as_str)),
+    );
+    let w = short
+        .values()
+        .map(|s| s.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     let mut s = format!(
-        "\nkreplay run: tool {} with {} passes\n{:<48} {:>6} {:>8} {:>9} {:>9}  {}\n",
-        v["tool"].as_str().unwrap_or("?"),
-        v["passes"],
+        "\nkreplay run: tool {} with {passes} passes{}\n{:>5} {:>8} {:<w$} {:>6} {:>8} {:>9} {:>9}  {}\n",
+        a.tool,
+        if col.procs.len() > 1 {
+            format!(", {} processes", col.procs.len())
+        } else {
+            String::new()
+        },
+        "rank",
+        "pid",
         "kernel",
         "seen",
         "replayed",
@@ -573,50 +1027,99 @@ pub fn table(v: &serde_json::Value) -> String {
         "out-diff",
         "gpu us/pass min/median/max, not replayed"
     );
-    if let Some(k) = v["kernels"].as_object() {
-        for (name, row) in k {
-            let mut t: Vec<f64> = row["pass_seconds"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|x| x.as_f64())
-                .collect();
-            let (lo, hi) = (
-                t.iter().copied().fold(f64::INFINITY, f64::min),
-                t.iter().copied().fold(0.0, f64::max),
-            );
-            let med = median(&mut t);
-            let short: String = name.chars().take(48).collect();
-            let times = if t.is_empty() {
-                "-".to_string()
-            } else {
-                format!("{:.1}/{:.1}/{:.1}", lo * 1e6, med * 1e6, hi * 1e6)
+    for p in col.procs.values() {
+        for (name, row) in &p.kernels {
+            let times = match row.sample().min_median_max() {
+                None => "-".to_string(),
+                Some((lo, med, hi)) => format!("{:.1}/{:.1}/{:.1}", lo * 1e6, med * 1e6, hi * 1e6),
             };
-            let not: Vec<String> = row["not_replayed"]
-                .as_object()
-                .into_iter()
-                .flatten()
+            let not: Vec<String> = row
+                .not_replayed
+                .iter()
                 .map(|(r, n)| format!("{r}={n}"))
                 .collect();
             s.push_str(&format!(
-                "{:<48} {:>6} {:>8} {:>9} {:>9}  {} {}\n",
-                short,
-                row["dispatches"].as_u64().unwrap_or(0),
-                row["replayed"].as_u64().unwrap_or(0),
-                row["inputs_differed"].as_u64().unwrap_or(0),
-                row["outputs_differed"].as_u64().unwrap_or(0),
+                "{:>5} {:>8} {:<w$} {:>6} {:>8} {:>9} {:>9}  {} {}\n",
+                p.rank_text(),
+                p.pid,
+                short.get(name).map(String::as_str).unwrap_or(name),
+                row.dispatches,
+                row.replayed,
+                row.inputs_differed,
+                row.outputs_differed,
                 times,
                 not.join(" ")
             ));
         }
     }
-    let sm = &v["summary"];
+    let pids: Vec<u32> = col.procs.keys().copied().collect();
     s.push_str(&format!(
         "summary: {}\ninterception: {}\n",
-        serde_json::to_string(sm).unwrap_or_default(),
-        serde_json::to_string(&v["interception"]).unwrap_or_default()
+        serde_json::to_string(&merged(col, &pids, "summary")).unwrap_or_default(),
+        serde_json::to_string(&merged(col, &pids, "interception")).unwrap_or_default()
     ));
-    s.push_str(&cupti_line(&v["cupti"]));
+    s.push_str(&cupti_line(&merged(col, &pids, "cupti")));
+    s.push_str(&interception_notes(&merged(col, &pids, "interception")));
+    s
+}
+
+/// `LD_PRELOAD` for the program: the library first, before what the environment preloads,
+/// except sanitizer runtimes (ASan, TSan, UBSan, LSan, MSan, HWASan, GCC's or clang's), which
+/// must come first of all or refuse to start.
+fn preload_with(lib: &std::path::Path, existing: Option<&str>) -> String {
+    const SANITIZERS: [&str; 7] = [
+        "libasan",
+        "libtsan",
+        "libubsan",
+        "liblsan",
+        "libmsan",
+        "libhwasan",
+        "libclang_rt.",
+    ];
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    for p in existing
+        .unwrap_or("")
+        .split([':', ' '])
+        .filter(|p| !p.is_empty())
+    {
+        let file = p.rsplit('/').next().unwrap_or(p);
+        if SANITIZERS.iter().any(|s| file.starts_with(s)) {
+            first.push(p);
+        } else {
+            rest.push(p);
+        }
+    }
+    let lib = lib.display().to_string();
+    first
+        .into_iter()
+        .chain(std::iter::once(lib.as_str()))
+        .chain(rest)
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// What the user must know of launches the interception ran once without a window: those
+/// behind a kernel that waits on the host (an autotuner's timing) and those beside another
+/// thread's stream capture.
+fn interception_notes(i: &serde_json::Value) -> String {
+    let mut s = String::new();
+    let behind = i["behind_host_wait"].as_u64().unwrap_or(0);
+    if behind > 0 {
+        s.push_str(&format!(
+            "note: {behind} launches ran once, untouched, behind a kernel that waits on the host or \
+             on peers (XLA's autotuner times its candidates behind such a kernel). An autotuner \
+             that times kernels can still choose differently than in a plain run (XLA's does \
+             even between plain runs): pin its choices (XLA_FLAGS=--xla_gpu_autotune_level=0, \
+             or a persisted autotune cache) when results must match a plain run bit for bit\n"
+        ));
+    }
+    let beside = i["beside_capture"].as_u64().unwrap_or(0);
+    if beside > 0 {
+        s.push_str(&format!(
+            "note: {beside} launches ran once, untouched, beside a stream capture on another \
+             thread (no window runs beside a live capture)\n"
+        ));
+    }
     s
 }
 
@@ -638,6 +1141,7 @@ fn cupti_line(c: &serde_json::Value) -> String {
                 )
             }
         }
+        Some("off") => "cupti: no cross-check (off; --check-launches turns it on); launches that bypass the wrappers are not counted\n".to_string(),
         Some(status) => format!(
             "cupti: no cross-check ({status}: {}); launches that bypass the wrappers are not counted\n",
             c["detail"].as_str().unwrap_or("")
@@ -650,13 +1154,54 @@ fn cupti_line(c: &serde_json::Value) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn sanitizer_runtimes_stay_first_in_ld_preload_and_the_library_comes_next() {
+        let lib = std::path::Path::new("/opt/kr/libkernel_replay.so");
+        assert_eq!(preload_with(lib, None), "/opt/kr/libkernel_replay.so");
+        assert_eq!(preload_with(lib, Some("")), "/opt/kr/libkernel_replay.so");
+        assert_eq!(
+            preload_with(lib, Some("libfaketime.so.1 /x/libtrace.so")),
+            "/opt/kr/libkernel_replay.so:libfaketime.so.1:/x/libtrace.so"
+        );
+        assert_eq!(
+            preload_with(
+                lib,
+                Some("/x/libtrace.so:/usr/lib/libasan.so.8:libclang_rt.tsan-x86_64.so")
+            ),
+            "/usr/lib/libasan.so.8:libclang_rt.tsan-x86_64.so:/opt/kr/libkernel_replay.so:/x/libtrace.so"
+        );
+    }
+
+    #[test]
+    fn launches_run_once_behind_a_host_wait_or_beside_a_capture_are_told() {
+        assert_eq!(
+            interception_notes(&serde_json::json!({"launches_seen": 3})),
+            ""
+        );
+        let n =
+            interception_notes(&serde_json::json!({"behind_host_wait": 12, "beside_capture": 0}));
+        assert!(n.starts_with("note: 12 launches ran once"), "{n}");
+        assert!(n.contains("--xla_gpu_autotune_level=0"), "{n}");
+        assert_eq!(n.lines().count(), 1, "{n}");
+        let n =
+            interception_notes(&serde_json::json!({"behind_host_wait": 1, "beside_capture": 4}));
+        assert_eq!(n.lines().count(), 2, "{n}");
+        assert!(
+            n.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("note: 4 launches ran once"),
+            "{n}"
+        );
+    }
+
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
     }
 
     #[test]
     fn the_table_reports_the_cupti_cross_check() {
-        let v = |c: serde_json::Value| table(&serde_json::json!({ "cupti": c }));
+        let v = |c: serde_json::Value| cupti_line(&c);
         let t = v(
             serde_json::json!({"status": "subscribed", "inside": 9, "outside": 2,
             "outside_by_entry": {"cuLaunchGrid": 2}}),
@@ -668,6 +1213,8 @@ mod tests {
             t.contains("every launch the driver ran passed through a wrapper"),
             "{t}"
         );
+        let t = v(serde_json::json!({"status": "off", "detail": "KREPLAY_CUDA_CUPTI=0"}));
+        assert!(t.contains("--check-launches turns it on"), "{t}");
         let t = v(serde_json::json!({"status": "unavailable", "detail": "no libcupti found"}));
         assert!(
             t.contains("cupti: no cross-check (unavailable: no libcupti found)"),
@@ -884,6 +1431,54 @@ mod tests {
         // Here (no GPU) CUPTI or the driver is missing: 1; with them the metric is unknown: 2.
         assert!(code == 1 || code == 2, "{code}");
         assert!(!started, "the program must not start");
+    }
+
+    #[test]
+    fn a_bad_value_names_its_option() {
+        let e = parse(&s(&["--passes", "-1", "--", "app"])).unwrap_err();
+        assert!(
+            e.contains("--passes \"-1\"") && e.contains("a whole number of at least 1"),
+            "{e}"
+        );
+        let e = parse(&s(&["--ranks", "1,x", "--", "app"])).unwrap_err();
+        assert!(e.contains("--ranks") && e.contains("\"x\""), "{e}");
+        let e = parse(&s(&["--out", "r-%x.json", "--", "app"])).unwrap_err();
+        assert!(e.contains("--out") && e.contains("%x"), "{e}");
+        let e = parse(&s(&["--tool", "fast", "--", "app"])).unwrap_err();
+        assert!(
+            e.contains("--tool") && e.contains("verify, timing, counters"),
+            "{e}"
+        );
+        let e = parse(&s(&["--frob", "--", "app"])).unwrap_err();
+        assert!(e.contains("unknown option \"--frob\""), "{e}");
+        // A repeated option: the last one counts; --metrics adds up.
+        let a = parse(&s(&[
+            "--tool",
+            "timing",
+            "--tool",
+            "counters",
+            "--metrics",
+            "a.sum",
+            "--metrics",
+            "b.sum,c.sum",
+            "--check-launches",
+            "--ranks",
+            "0,2-3",
+            "app",
+            "--passes",
+            "x",
+        ]))
+        .unwrap();
+        assert_eq!(a.tool, "counters");
+        assert_eq!(a.metrics, s(&["a.sum", "b.sum", "c.sum"]));
+        assert!(a.check_launches);
+        assert_eq!(a.ranks.as_deref(), Some("0,2-3"));
+        assert_eq!(
+            a.app,
+            s(&["app", "--passes", "x"]),
+            "the program's own arguments"
+        );
+        assert!(!a.passes_given && a.passes == 3);
     }
 
     #[test]

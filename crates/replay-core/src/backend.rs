@@ -15,7 +15,7 @@ use bitflags::bitflags;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use crate::error::BackendError;
+use crate::error::{BackendError, BackendErrorKind};
 use crate::outcome::{PredictFallback, PredictSource, TierBytes};
 use crate::policy::{Policy, Scope};
 use crate::types::{AgentId, Dispatch, QueueId};
@@ -129,6 +129,19 @@ pub trait Agent: Send + Sync {
     fn submit_ordinary(&self, dispatch: &Dispatch) -> Result<(), BackendError>;
     /// Fires the application's completion once, after every pass submitted so far.
     fn signal_completion(&self, dispatch: &Dispatch) -> Result<(), BackendError>;
+    /// The code image `dispatch` runs, as loaded, for a capture (SPEC §13). The default: the
+    /// backend cannot hand it over (`Unsupported`), and a capture is refused.
+    fn code_image(&self, dispatch: &Dispatch) -> Result<crate::types::CodeImage, BackendError> {
+        let _ = dispatch;
+        Err(BackendError::on(self.id(), "code image").error(
+            BackendErrorKind::Unsupported,
+            "this backend does not capture code images",
+        ))
+    }
+    /// The device and driver, for a capture's manifest.
+    fn device_description(&self) -> crate::types::DeviceDescription {
+        crate::types::DeviceDescription::default()
+    }
 }
 
 /// A backing allocation made by [`DeviceMemory::alloc_backing`].
@@ -220,6 +233,15 @@ pub trait DeviceMemory: Send + Sync {
     fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError>;
     /// Gives up a batch that did not complete in time.
     fn abandon_fence(&self, fence: Fence);
+    /// Reads application device memory at `addr` into `out`, synchronously (a capture, SPEC
+    /// §13; the window holds the agent's writer lock). The default cannot (`Unsupported`).
+    fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        let _ = (addr, out);
+        Err(BackendError::on(self.agent(), "read to host").error(
+            BackendErrorKind::Unsupported,
+            "this backend does not read device memory to the host",
+        ))
+    }
     /// Asks the runtime about `addr`, an argument word the tracker does not know (SPEC §7.1:
     /// `cuPointerGetAttribute`, `hsa_amd_pointer_info`). `Ok(None)`: the runtime knows no
     /// allocation there that the agent can reach (pageable host memory, or a word that is not a
@@ -347,6 +369,10 @@ pub struct SnapshotPlan {
     /// mappings, device memory only the runtime knows, a failed pointer query) or the
     /// module-variable enumeration is incomplete: always declines `untracked_memory`.
     pub uncapturable: Option<String>,
+    /// Set when the kernel writes memory no snapshot can see, whatever the scope (a backend
+    /// knows it from the launch or the kernel's code; SPEC §9.2): always declines
+    /// `unseen_writes`, before anything else of admission.
+    pub unseen_writes: Option<String>,
     /// What the tiers can hold within their budgets now.
     pub capacity_bytes: u64,
     /// Scope `predicted`: of `captured_bytes`, the bytes the prediction names.
@@ -420,7 +446,9 @@ pub struct SnapshotError {
     pub message: String,
 }
 
-/// A restore failed: memory can no longer be repaired and the process aborts (SPEC §6).
+/// A restore failed: on a healthy context memory can no longer be repaired and the process
+/// aborts (SPEC §6); where the context is lost ([`RestoreError::context_lost`]) the window
+/// stops instead, and the application gets the driver's error from its own next call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("restore of region {base:#x} ({size} bytes) failed: {message}")]
 pub struct RestoreError {
@@ -430,6 +458,17 @@ pub struct RestoreError {
     pub size: u64,
     /// What failed.
     pub message: String,
+    /// The category of the backend error behind it, where one was (`None`: a timeout, or a
+    /// failure of the memory layer's own).
+    pub cause: Option<BackendErrorKind>,
+}
+
+impl RestoreError {
+    /// Whether the backend reported the context lost ([`BackendErrorKind::DeviceLost`]): the
+    /// copies cannot run, and nothing the application does in that context can either.
+    pub fn context_lost(&self) -> bool {
+        self.cause == Some(BackendErrorKind::DeviceLost)
+    }
 }
 
 /// The memory layer as the window uses it (implemented by `replay-memory`).
@@ -458,6 +497,17 @@ pub trait Snapshotter: Send + Sync {
     fn sync_ordered(&self, wait: &WaitSpec<'_>) -> Result<(), BackendError> {
         let _ = wait;
         Ok(())
+    }
+    /// Reads application memory at `addr` into `out` through the device memory
+    /// ([`DeviceMemory::read_to_host`]), for a capture (SPEC §13). The default cannot.
+    fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        let _ = (addr, out);
+        Err(BackendError::new(
+            BackendErrorKind::Unsupported,
+            crate::types::AgentId::default(),
+            "read to host",
+            "this memory layer does not read device memory to the host",
+        ))
     }
 }
 

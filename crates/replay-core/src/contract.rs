@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use bitflags::bitflags;
 
+use crate::capture::CaptureRequest;
 use crate::error::{BackendError, ContextError};
 use crate::outcome::OutcomeRecord;
 use crate::types::{ContextId, DispatchInfo};
@@ -125,6 +126,9 @@ pub struct ReplayPayload<'a> {
     pub outcome: Option<&'a OutcomeRecord>,
     /// In PASS ENTER: the wait for a restore ordered on the device ([`Self::sync_memory`]).
     pub memory_sync: Option<&'a dyn MemorySync>,
+    /// Set by the tool in PASS ENTER ([`Self::request_capture`]): capture this pass to its
+    /// sink (SPEC §13). Set elsewhere, its sink hears [`crate::CaptureRefused::NotInPassEnter`].
+    pub capture: Option<CaptureRequest>,
 }
 
 impl fmt::Debug for ReplayPayload<'_> {
@@ -137,6 +141,7 @@ impl fmt::Debug for ReplayPayload<'_> {
             .field("replay_continue", &self.replay_continue.is_some())
             .field("outcome", &self.outcome)
             .field("memory_sync", &self.memory_sync.is_some())
+            .field("capture", &self.capture)
             .finish()
     }
 }
@@ -149,6 +154,15 @@ impl ReplayPayload<'_> {
     /// `replay_stop_context`.
     pub fn replay_stop_context(&self, ctx: ContextId) -> Result<(), ContextError> {
         self.contexts.stop(ctx)
+    }
+
+    /// In PASS ENTER: asks for a capture of this dispatch (SPEC §13): the inputs of every
+    /// region of the snapshot scope as this pass begins, and the outputs after it, delivered to
+    /// the request's sink after the pass ([`crate::capture`]). The pass runs as it would;
+    /// nothing is executed for the capture. A later request in the same callback replaces an
+    /// earlier one.
+    pub fn request_capture(&mut self, request: CaptureRequest) {
+        self.capture = Some(request);
     }
 
     /// In PASS ENTER, before reading device memory by the tool's own means (its own stream, a

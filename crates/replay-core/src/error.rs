@@ -9,7 +9,9 @@ pub enum BackendErrorKind {
     OutOfMemory,
     /// A copy was refused or failed.
     CopyFailed,
-    /// The device went away or reported a fatal error.
+    /// The device went away or reported a fatal error: on CUDA a sticky error, after which
+    /// every call in the context fails the same way. The window treats the context as lost:
+    /// it skips what is left of a restore instead of aborting (SPEC §6).
     DeviceLost,
     /// The backend cannot do this on this agent.
     Unsupported,
@@ -19,6 +21,9 @@ pub enum BackendErrorKind {
     /// failed: submitting again could execute the dispatch twice, so the window never falls
     /// back to another submission after this error.
     AfterSubmit,
+    /// The agent cannot run a window here and now (another window held it, and the backend
+    /// resumed the submission where no window may run): the window declines `agent_busy`.
+    Busy,
     /// Anything else.
     Other,
 }

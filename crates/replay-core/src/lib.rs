@@ -3,8 +3,9 @@
 //! The hardware-agnostic heart of kernel-replay. It owns the tool-facing contract
 //! ([`contract`], SPEC §3), the pass plan ([`plan`], §4), the replay window state machine
 //! ([`window`] via [`ReplayService::submit`], §6), policy ([`policy`], §8), the kernel filter
-//! ([`filter`], §3) and outcome records ([`outcome`], §8). It defines every trait the window
-//! needs from below ([`backend`]): an object-safe [`Agent`], [`DeviceMemory`] with batched,
+//! ([`filter`], §3) and outcome records ([`outcome`], §8), and the capture of one dispatch a
+//! tool asks for in PASS ENTER ([`capture`], §13; the format on disk is `replay-capture`'s).
+//! It defines every trait the window needs from below ([`backend`]): an object-safe [`Agent`], [`DeviceMemory`] with batched,
 //! fenced asynchronous operations, a [`Clock`] so bounded waits can run on virtual time, and the
 //! [`Snapshotter`] that `replay-memory` implements over device memory.
 //!
@@ -22,10 +23,15 @@
 //!   device: the window never submits that dispatch again (the failed pass counts as executed,
 //!   the loop ends `truncated`).
 //! - Tool callbacks run under `catch_unwind`; a panic declines (before the first pass) or
-//!   truncates (after). Only a failed restore between passes aborts.
+//!   truncates (after). Only a failed restore between passes on a healthy context aborts: a
+//!   context the backend reports lost ([`BackendErrorKind::DeviceLost`], a sticky error) ends
+//!   the window `device_error` with what is left of the restore skipped.
 //! - Reasons beyond SPEC §8's list: `submit_failed` (the backend refused a pass, or one failed
-//!   after its launch) and `scope_check_failed` (the after-pass check could not be made); both
-//!   end safely.
+//!   after its launch), `scope_check_failed` (the after-pass check could not be made),
+//!   `device_error` (a drain, pass or restore reported an error, not a timeout),
+//!   `agent_busy` (another window held the agent and the submission was resumed where no
+//!   window can run) and `unseen_writes` (the memory layer knows the kernel writes memory no
+//!   snapshot sees, SPEC §9.2 "Writes the snapshot cannot see"); all end safely.
 //! - A pass that stalls gets no PASS EXIT; CONFIG EXIT reports `pass_drain_stuck`. The kernel
 //!   is then remembered, and its later dispatches are declined with that same reason (the
 //!   record names why it is not replayed) until its code object is unloaded.
@@ -38,6 +44,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod capture;
 pub mod contract;
 pub mod digest;
 pub mod error;
@@ -57,6 +64,9 @@ pub use backend::{
     DigestKey, DigestOp, DrainTarget, Fence, MemLoc, MemoryClass, PassCompletion, PointerInfo,
     RegionRef, RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan,
     Snapshotter, SystemClock, Ticket, Tier, TierInfo, UntrackedSummary, WaitSpec,
+};
+pub use capture::{
+    Capture, CaptureRefused, CaptureRequest, CaptureSink, CapturedRegion, DEFAULT_CAPTURE_MAX_BYTES,
 };
 pub use contract::{
     ContextControl, ContinueFn, MemorySync, NoContextControl, Operation, PassCountFn, Phase,

@@ -97,6 +97,19 @@ pub enum Reason {
     SubmitFailed,
     /// The after-pass scope check could not be made, so no further pass is risked.
     ScopeCheckFailed,
+    /// The device reported an error (not a timeout) for a drain, a pass, the wait on it, or a
+    /// restore: a fault in the kernel, or a context-wide (sticky) error. Nothing more is
+    /// submitted or restored; where the context is lost the application gets the driver's
+    /// error from its own next call, as it would without the library.
+    DeviceError,
+    /// Another window held the agent when the dispatch arrived, and where the backend resumed
+    /// it no window can run (HSA: the runtime's async-events thread): it ran once. Nothing
+    /// was stuck.
+    AgentBusy,
+    /// The kernel writes memory no snapshot can see (a CUDA array through a surface object,
+    /// the device-side heap, device `printf`, a device-side graph launch, a tensor map whose
+    /// target the scope does not cover), so a replay would leave N executions' effects.
+    UnseenWrites,
 }
 
 impl Reason {
@@ -117,6 +130,9 @@ impl Reason {
             Self::WriteOutsideScope => "write_outside_scope",
             Self::SubmitFailed => "submit_failed",
             Self::ScopeCheckFailed => "scope_check_failed",
+            Self::DeviceError => "device_error",
+            Self::AgentBusy => "agent_busy",
+            Self::UnseenWrites => "unseen_writes",
         }
     }
 }

@@ -101,6 +101,9 @@ pub struct ReplayService {
     pub(crate) windows_open: AtomicU32,
     /// Dispatches the filter named communication kernels, run once.
     pub(crate) communication_runs: AtomicU64,
+    /// Code objects (agent, id) a backend declared communication code whatever their kernels'
+    /// names ([`ReplayService::mark_communication_code_object`]).
+    pub(crate) communication_code: DashMap<(crate::types::AgentId, u64), ()>,
 }
 
 impl std::fmt::Debug for ReplayService {
@@ -132,6 +135,7 @@ impl ReplayService {
             warned_zero: AtomicBool::new(false),
             windows_open: AtomicU32::new(0),
             communication_runs: AtomicU64::new(0),
+            communication_code: DashMap::new(),
         }
     }
 
@@ -274,6 +278,24 @@ impl ReplayService {
     pub fn forget_code_object(&self, agent: crate::types::AgentId, code_object: u64) {
         self.memo
             .retain(|k, _| !(k.agent == agent && k.code_object == code_object));
+        self.communication_code.remove(&(agent, code_object));
+    }
+
+    /// Declares every kernel of code object `code_object` on `agent` a communication kernel
+    /// (SPEC §9.2), whatever its name: a backend that sees a module link a communication
+    /// library's device code (NVSHMEM) says so; its dispatches run once, counted as the
+    /// filter's `communication` list's. Forgotten with [`ReplayService::forget_code_object`].
+    pub fn mark_communication_code_object(&self, agent: crate::types::AgentId, code_object: u64) {
+        self.communication_code.insert((agent, code_object), ());
+    }
+
+    /// Whether `kernel` is a communication kernel: its name is on the filter's list, or its
+    /// code object was declared one.
+    pub fn is_communication(&self, kernel: &KernelKey, name: &str) -> bool {
+        self.policy().filter.is_communication(name)
+            || self
+                .communication_code
+                .contains_key(&(kernel.agent, kernel.code_object))
     }
 
     /// The lock and tool-work marker of an agent (backends use it to tell whether a window

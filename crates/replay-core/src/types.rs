@@ -255,3 +255,28 @@ bitflags::bitflags! {
         const ORDERED_RESTORE = 1 << 5;
     }
 }
+
+/// The code the dispatch ran, as the backend loaded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeImage {
+    /// What the bytes are: `"sim-module"` (the simulator's module description),
+    /// `"hsa-code-object"`, `"cubin"`, `"fatbin"`.
+    pub format: String,
+    /// The code object's name as loaded (a file name, or the simulator module's name).
+    pub module: String,
+    /// The kernel's symbol in it.
+    pub symbol: String,
+    /// The image.
+    pub bytes: Vec<u8>,
+}
+
+/// What a backend says about the device and its driver, for the manifest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceDescription {
+    /// Backend name: `"sim"`, `"hsa"`, `"cuda"`.
+    pub backend: String,
+    /// Device name.
+    pub device: String,
+    /// Driver or runtime version.
+    pub driver: String,
+}

@@ -8,7 +8,18 @@
 //! truncates (no restore follows, so memory holds what that pass wrote). Where memory was
 //! already restored for a next pass that then cannot run with the tool, the pass still runs
 //! once (silently, or as the ordinary run), so memory always ends equal to one execution. Only
-//! a failed restore aborts the process.
+//! a failed restore on a healthy context aborts the process.
+//!
+//! A wait that ends with a backend error is not a timeout: a drain, a pass or a restore whose
+//! poll reports an error ends the window `device_error` (declined before the first pass,
+//! truncated after it), never `*_stuck`, and the kernel is not remembered as one that stalls.
+//! An error of kind [`BackendErrorKind::DeviceLost`] (a sticky error: a fault in a pass, or
+//! any context-wide error, such as the driver's teardown while the process exits) marks the
+//! context lost: what is left of a restore (one ordered on the device and still pending, or a
+//! failed one) is skipped instead of aborting, nothing more is submitted, and the
+//! application gets the driver's error from its own next call, as it would without the
+//! library. A drain the backend cannot run here because another window held the agent
+//! ([`BackendErrorKind::Busy`]) declines `agent_busy`.
 //!
 //! Where the agent claims [`Capabilities::ORDERED_RESTORE`] and the snapshot agrees
 //! ([`Snapshot::order_restores`]), a restore is only enqueued: the next pass (and the cache
@@ -43,6 +54,7 @@ use std::sync::atomic::Ordering;
 use crate::backend::{
     Agent, Capabilities, DrainTarget, ScopeCheck, Snapshot, Snapshotter, WaitSpec,
 };
+use crate::capture::{uncapturable_class, Capture, CaptureRefused, CaptureRequest, CaptureSink};
 use crate::contract::{
     ContinueFn, MemorySync, Operation, PassCountFn, Phase, ReplayPayload, UserData,
 };
@@ -158,7 +170,10 @@ pub(crate) fn submit(
     dispatch.info.dispatch_id = reserve(svc);
     // A communication kernel would spin in every later pass on peers that do not repeat
     // theirs (SPEC §9.2): it is no candidate, whatever the tool asks.
-    let communication = policy.filter.is_communication(&dispatch.info.kernel_name);
+    let communication = policy.filter.is_communication(&dispatch.info.kernel_name)
+        || svc
+            .communication_code
+            .contains_key(&(dispatch.kernel.agent, dispatch.kernel.code_object));
     if communication {
         svc.communication_runs.fetch_add(1, Ordering::Relaxed);
     }
@@ -186,6 +201,9 @@ pub(crate) fn submit(
             &dispatch.info.kernel_name,
         ),
         early: early.is_some(),
+        context_lost: false,
+        scope_regions: Vec::new(),
+        pending_capture: None,
     };
     // What the policy says until the window resolves `auto` (before planning).
     w.record.scope = policy.scope;
@@ -273,6 +291,9 @@ enum PassRun {
     Refused(BackendError),
     /// The submission failed after it reached the device: it may run, and is counted.
     Launched,
+    /// The wait for it, or the restore ordered before it, reported an error (not a timeout):
+    /// it is counted as executed, and nothing follows it.
+    Failed(BackendError),
 }
 
 /// How the loop ended.
@@ -302,6 +323,35 @@ struct Window<'a> {
     /// The writer lock was taken before CONFIG (a forwarded submission); the read-locked
     /// paths must not lock again.
     early: bool,
+    /// The backend reported the context lost (a sticky error): restores are skipped, not
+    /// aborted on.
+    context_lost: bool,
+    /// The regions the snapshot plan names: what a capture reads (SPEC §13).
+    scope_regions: Vec<crate::backend::RegionRef>,
+    /// A capture asked for in this pass's PASS ENTER, its inputs read.
+    pending_capture: Option<PendingCapture>,
+}
+
+/// A capture whose inputs were read when its pass began; its outputs are read after the pass.
+struct PendingCapture {
+    sink: CaptureSink,
+    capture: Capture,
+}
+
+/// Hands a capture (or why none was made) to its sink, as tool code: a panic is logged.
+fn deliver_capture(
+    gate: &AgentGate,
+    dispatch: DispatchId,
+    sink: &CaptureSink,
+    result: Result<Capture, CaptureRefused>,
+) {
+    if let Err(e) = &result {
+        log::warn!("[kernel-replay] dispatch {dispatch}: no capture: {e}");
+    }
+    let _scope = CallbackScope::enter(gate);
+    if catch_unwind(AssertUnwindSafe(|| sink(result))).is_err() {
+        log::error!("[kernel-replay] dispatch {dispatch}: the capture sink panicked");
+    }
 }
 
 impl Window<'_> {
@@ -348,7 +398,118 @@ impl Window<'_> {
             contexts: &*self.svc.contexts,
             outcome: None,
             memory_sync: None,
+            capture: None,
         }
+    }
+
+    /// A capture asked for outside PASS ENTER is refused, to its own sink.
+    fn refuse_misplaced(&self, request: Option<CaptureRequest>) {
+        if let Some(r) = request {
+            deliver_capture(
+                self.gate,
+                self.record.dispatch_id,
+                &r.sink,
+                Err(CaptureRefused::NotInPassEnter),
+            );
+        }
+    }
+
+    /// Reads the inputs of a capture asked for in PASS ENTER of `pass` (SPEC §13): memory
+    /// holds them now (the snapshot was just taken, or restored for this pass).
+    fn capture_begin(&mut self, request: CaptureRequest, pass: u32, ordered: bool) {
+        match self.capture_inputs(&request, pass, ordered) {
+            Ok(capture) => {
+                self.pending_capture = Some(PendingCapture {
+                    sink: request.sink,
+                    capture,
+                })
+            }
+            Err(e) => deliver_capture(self.gate, self.record.dispatch_id, &request.sink, Err(e)),
+        }
+    }
+
+    fn capture_inputs(
+        &self,
+        request: &CaptureRequest,
+        pass: u32,
+        ordered: bool,
+    ) -> Result<Capture, CaptureRefused> {
+        if self.dispatch.arg_layout == crate::types::ArgLayout::Unknown {
+            return Err(CaptureRefused::UnknownLayout);
+        }
+        let mut scope = self.scope_regions.clone();
+        scope.sort_by_key(|r| r.base);
+        let bytes: u64 = scope.iter().map(|r| r.size).sum();
+        if bytes > request.max_bytes {
+            return Err(CaptureRefused::TooLarge {
+                bytes,
+                regions: scope.len(),
+                max: request.max_bytes,
+            });
+        }
+        if let Some((r, why)) = scope
+            .iter()
+            .find_map(|r| uncapturable_class(r.class).map(|w| (r, w)))
+        {
+            return Err(CaptureRefused::Uncapturable {
+                base: r.base,
+                size: r.size,
+                why,
+            });
+        }
+        let backend = |e: BackendError| CaptureRefused::Backend(e.to_string());
+        let code = self.agent.code_image(self.dispatch).map_err(backend)?;
+        if ordered && pass > 0 {
+            // The restore before this pass may still run on the device.
+            self.memory
+                .sync_ordered(&self.wait_spec())
+                .map_err(backend)?;
+        }
+        let mut regions = Vec::with_capacity(scope.len());
+        for r in scope {
+            let mut input = vec![0u8; r.size as usize];
+            self.memory
+                .read_to_host(r.base, &mut input)
+                .map_err(backend)?;
+            regions.push(crate::capture::CapturedRegion {
+                base: r.base,
+                size: r.size,
+                class: r.class,
+                symbol: None,
+                input,
+                output: Vec::new(),
+            });
+        }
+        Ok(Capture {
+            info: self.info().clone(),
+            kernel: self.dispatch.kernel,
+            kernarg: self.dispatch.kernarg.to_vec(),
+            arg_layout: self.dispatch.arg_layout,
+            scope: self.record.scope,
+            pass,
+            device: self.agent.device_description(),
+            code,
+            regions,
+        })
+    }
+
+    /// Completes a pending capture: after a clean scope check, reads the outputs and hands it
+    /// over; otherwise hands over why there is none.
+    fn capture_finish(&mut self, outcome: Result<(), CaptureRefused>) {
+        let Some(PendingCapture { sink, mut capture }) = self.pending_capture.take() else {
+            return;
+        };
+        let result = outcome.and_then(|()| {
+            for r in &mut capture.regions {
+                let mut out = vec![0u8; r.size as usize];
+                self.memory
+                    .read_to_host(r.base, &mut out)
+                    .map_err(|e| CaptureRefused::Backend(e.to_string()))?;
+                r.output = out;
+            }
+            Ok(capture)
+        });
+        deliver_capture(self.gate, self.record.dispatch_id, &sink, result);
     }
 
     fn wait_spec(&self) -> WaitSpec<'_> {
@@ -379,6 +540,7 @@ impl Window<'_> {
             let ok = self
                 .call(Operation::Config, Phase::Enter, &mut p, &mut seq)
                 .is_ok();
+            self.refuse_misplaced(p.capture.take());
             (p.replay_pass_count.take(), p.replay_continue.take(), ok)
         };
         self.seq = seq;
@@ -470,6 +632,13 @@ impl Window<'_> {
         self.record.untracked_bytes = snap_plan.untracked.bytes + snap_plan.untracked.vmem_bytes;
         self.record.untracked_regions =
             snap_plan.untracked.regions + snap_plan.untracked.vmem_regions;
+        if let Some(why) = &snap_plan.unseen_writes {
+            log::warn!(
+                "[kernel-replay] dispatch {}: {why}",
+                self.record.dispatch_id
+            );
+            return self.decline_locked(Reason::UnseenWrites, locked_at);
+        }
         if let Some(why) = &snap_plan.uncapturable {
             log::warn!(
                 "[kernel-replay] dispatch {}: {why}",
@@ -512,6 +681,15 @@ impl Window<'_> {
         ] {
             if let Err(e) = self.drain(target) {
                 log::warn!("[kernel-replay] dispatch {}: {e}", self.record.dispatch_id);
+                // A timeout is the target's `*_stuck`; a poll error is not.
+                let reason = match &e {
+                    WaitError::Backend(b) if b.kind == BackendErrorKind::Busy => Reason::AgentBusy,
+                    WaitError::Backend(b) if b.kind == BackendErrorKind::DeviceLost => {
+                        self.context_lost = true;
+                        Reason::DeviceError
+                    }
+                    _ => reason,
+                };
                 return self.decline_locked(reason, locked_at);
             }
         }
@@ -527,6 +705,7 @@ impl Window<'_> {
                 return self.decline_locked(Reason::SnapshotFailed, locked_at);
             }
         };
+        self.scope_regions = snap_plan.regions.to_vec();
         let stats = snapshot.stats();
         self.record.captured_bytes = stats.captured_bytes;
         self.record.captured_regions = stats.captured_regions;
@@ -672,6 +851,18 @@ impl Window<'_> {
                     // restore failed and the pass ran on what it left.
                     match snapshot.complete_restore(&self.wait_spec()) {
                         Ok(true) => {}
+                        // Another thread's fault (or the driver's teardown) lost the context
+                        // while the restore was pending: the pass ran on what it left.
+                        Err(e) if e.context_lost() => {
+                            self.context_lost = true;
+                            self.skip_restore(&e);
+                            return PassRun::Failed(BackendError::new(
+                                BackendErrorKind::DeviceLost,
+                                self.dispatch.info.agent,
+                                "restore",
+                                e.to_string(),
+                            ));
+                        }
                         Ok(false) => fatal(&format!(
                             "[kernel-replay] FATAL: dispatch {} (kernel {:?}, agent {}): pass {pass} completed but the restore ordered before it did not; device memory cannot be trusted, aborting",
                             self.dispatch.info.dispatch_id,
@@ -682,6 +873,11 @@ impl Window<'_> {
                     }
                 }
                 PassRun::Completed
+            }
+            // A poll error is not a stall: the kernel is not remembered as one.
+            Err(WaitError::Backend(e)) => {
+                self.agent.abandon(ticket);
+                PassRun::Failed(e)
             }
             Err(e) => {
                 log::warn!(
@@ -714,6 +910,15 @@ impl Window<'_> {
             .contains(Capabilities::ORDERED_RESTORE)
             && snapshot.order_restores(true);
         let end = self.run_passes(plan, continue_fn, snapshot, ordered);
+        if self.pending_capture.is_some() {
+            let why = match &end {
+                LoopEnd::Truncated(r) | LoopEnd::Decline(r) | LoopEnd::TruncatedDelivered(r) => {
+                    r.as_str()
+                }
+                LoopEnd::Complete => "the loop ended",
+            };
+            self.capture_finish(Err(CaptureRefused::PassIncomplete(why.to_string())));
+        }
         if snapshot.restore_pending() {
             let stuck = matches!(end, LoopEnd::Truncated(Reason::PassDrainStuck));
             self.settle_restore(snapshot, stuck);
@@ -736,8 +941,22 @@ impl Window<'_> {
                 self.record.dispatch_id,
                 wait.timeout
             ),
+            Err(e) if self.context_lost || e.context_lost() => {
+                self.context_lost = true;
+                self.skip_restore(&e);
+            }
             Err(e) => abort_restore(self.dispatch, &e),
         }
+    }
+
+    /// The context is lost: what is left of a restore is skipped (nothing can run there any
+    /// more, the application's own next call fails as it would without the library).
+    fn skip_restore(&self, e: &crate::backend::RestoreError) {
+        log::warn!(
+            "[kernel-replay] dispatch {} (kernel {:?}): the context is lost ({e}); the restore is skipped and the application gets the driver's error",
+            self.record.dispatch_id,
+            self.info().kernel_name
+        );
     }
 
     fn run_passes(
@@ -768,6 +987,21 @@ impl Window<'_> {
                 self.svc.contexts.pass_enter_begin();
                 let r = self.call(Operation::Pass, Phase::Enter, &mut p, &mut ud);
                 self.svc.contexts.pass_enter_end();
+                let request = p.capture.take();
+                drop(p);
+                if let Some(request) = request {
+                    if r.is_ok() {
+                        self.capture_begin(request, pass, ordered);
+                    } else {
+                        let why = CaptureRefused::PassIncomplete("callback_failed".into());
+                        deliver_capture(
+                            self.gate,
+                            self.record.dispatch_id,
+                            &request.sink,
+                            Err(why),
+                        );
+                    }
+                }
                 r.is_ok()
             };
             if !entered {
@@ -782,6 +1016,7 @@ impl Window<'_> {
                 PassRun::Stuck => return LoopEnd::Truncated(Reason::PassDrainStuck),
                 // Pass 0 too: it is the dispatch's one execution (no ordinary run follows).
                 PassRun::Launched => return LoopEnd::Truncated(Reason::SubmitFailed),
+                PassRun::Failed(e) => return self.pass_failed(pass, &e),
                 PassRun::Refused(e) => {
                     log::warn!(
                         "[kernel-replay] dispatch {}: pass {pass} could not be submitted: {e}",
@@ -799,7 +1034,9 @@ impl Window<'_> {
             p.replay_continue = continue_fn.clone();
             let exited = self.call(Operation::Pass, Phase::Exit, &mut p, &mut ud);
             let pass_continue = p.replay_continue.take();
+            let misplaced = p.capture.take();
             drop(p);
+            self.refuse_misplaced(misplaced);
             if exited.is_err() {
                 return LoopEnd::Truncated(Reason::CallbackFailed);
             }
@@ -807,7 +1044,15 @@ impl Window<'_> {
             // Scope check (SPEC §7.2); the memory layer takes what a restore would compare in
             // the same batch unless no restore can follow (the last pass).
             snapshot.restore_may_follow(plan.after_pass(pass, Some(true)) == Step::Next);
-            match snapshot.check_scope(&self.wait_spec()) {
+            let checked = snapshot.check_scope(&self.wait_spec());
+            match &checked {
+                Ok(ScopeCheck::Clean) => self.capture_finish(Ok(())),
+                Ok(ScopeCheck::Changed { base }) => {
+                    self.capture_finish(Err(CaptureRefused::WroteOutsideScope { base: *base }))
+                }
+                Err(_) => {}
+            }
+            match checked {
                 Ok(ScopeCheck::Clean) => {}
                 Ok(ScopeCheck::Changed { base }) if self.record.scope == Scope::Predicted => {
                     // The memory layer grew the kernel's prediction by what changed.
@@ -830,6 +1075,9 @@ impl Window<'_> {
                         .memo
                         .insert(self.dispatch.kernel, KernelMemo::ForceScopeAll);
                     return LoopEnd::Truncated(Reason::WriteOutsideScope);
+                }
+                Err(e) if e.kind == BackendErrorKind::DeviceLost => {
+                    return self.pass_failed(pass, &e);
                 }
                 Err(e) => {
                     log::warn!(
@@ -869,10 +1117,33 @@ impl Window<'_> {
                     self.record.pass_restored_bytes.push(st.restored_bytes);
                     self.record.pass_compared_bytes.push(st.compared_bytes);
                 }
+                Err(e) if e.context_lost() => {
+                    self.context_lost = true;
+                    self.skip_restore(&e);
+                    return LoopEnd::Truncated(Reason::DeviceError);
+                }
                 Err(e) => abort_restore(self.dispatch, &e),
             }
             pass += 1;
         }
+    }
+
+    /// Pass `pass` (or the check after it) reported an error rather than a timeout: the loop
+    /// ends `device_error`; a lost context is remembered, so a pending restore is skipped.
+    fn pass_failed(&mut self, pass: u32, e: &BackendError) -> LoopEnd {
+        if e.kind == BackendErrorKind::DeviceLost {
+            self.context_lost = true;
+        }
+        log::warn!(
+            "[kernel-replay] dispatch {}: pass {pass} failed on the device: {e}{}",
+            self.record.dispatch_id,
+            if self.context_lost {
+                "; the context is lost, nothing more is submitted or restored"
+            } else {
+                ""
+            }
+        );
+        LoopEnd::Truncated(Reason::DeviceError)
     }
 
     /// Memory was restored for `pass` but the tool cannot take part: run it once more without
@@ -886,6 +1157,7 @@ impl Window<'_> {
         match self.run_pass(pass, snapshot) {
             PassRun::Completed | PassRun::Launched => LoopEnd::Truncated(reason),
             PassRun::Stuck => LoopEnd::Truncated(Reason::PassDrainStuck),
+            PassRun::Failed(e) => self.pass_failed(pass, &e),
             PassRun::Refused(e) => {
                 log::warn!(
                     "[kernel-replay] dispatch {}: pass {pass} could not be submitted: {e}",
@@ -913,6 +1185,15 @@ impl Window<'_> {
                 self.record.executed_passes += 1;
                 LoopEnd::TruncatedDelivered(reason)
             }
+            // Nothing runs in a lost context: the application's next call gets the error.
+            Err(e) if e.kind == BackendErrorKind::DeviceLost => {
+                self.context_lost = true;
+                log::warn!(
+                    "[kernel-replay] dispatch {}: the context is lost ({e}); the dispatch cannot run again",
+                    self.record.dispatch_id
+                );
+                LoopEnd::Truncated(Reason::DeviceError)
+            }
             Err(e) => {
                 let msg = format!(
                     "[kernel-replay] FATAL: dispatch {} (kernel {:?}, agent {}): memory was restored for another pass, but neither the pass nor the ordinary run could be submitted ({e}); device memory cannot be repaired, aborting",
@@ -928,10 +1209,11 @@ impl Window<'_> {
         let rec = self.record.clone();
         let mut p = self.payload(0, 0);
         p.outcome = Some(&rec);
-        if self
-            .call(Operation::Config, Phase::Exit, &mut p, &mut seq)
-            .is_err()
-        {
+        let r = self.call(Operation::Config, Phase::Exit, &mut p, &mut seq);
+        let misplaced = p.capture.take();
+        drop(p);
+        self.refuse_misplaced(misplaced);
+        if r.is_err() {
             log::error!(
                 "[kernel-replay] dispatch {}: CONFIG EXIT panicked; the outcome stands",
                 self.record.dispatch_id

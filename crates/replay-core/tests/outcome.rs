@@ -54,6 +54,9 @@ fn all_reasons() -> Vec<Reason> {
         Reason::WriteOutsideScope,
         Reason::SubmitFailed,
         Reason::ScopeCheckFailed,
+        Reason::DeviceError,
+        Reason::AgentBusy,
+        Reason::UnseenWrites,
     ];
     for r in &all {
         match r {
@@ -70,7 +73,10 @@ fn all_reasons() -> Vec<Reason> {
             | Reason::PassLimit
             | Reason::WriteOutsideScope
             | Reason::SubmitFailed
-            | Reason::ScopeCheckFailed => {}
+            | Reason::ScopeCheckFailed
+            | Reason::DeviceError
+            | Reason::AgentBusy => {}
+            Reason::UnseenWrites => {}
         }
     }
     all

@@ -7,8 +7,13 @@
 //!   of the context); the copy queues the backend knows plus the memory layer's own copy and
 //!   digest streams (copy fence). Streams the application created without registering them
 //!   and that are non-blocking are invisible to the agent drain; in library mode every stream
-//!   the launch API sees is registered. A drain that would record on a capturing stream
-//!   declines instead (see the crate docs, "Stream capture").
+//!   the launch API sees is registered, under interception every stream the wrappers see. A
+//!   drain that would record on a capturing stream declines instead (see the crate docs,
+//!   "Stream capture"). A drain abandoned at its bound remembers the streams whose events had
+//!   not completed, with those events: a later drain covering such a stream whose event is
+//!   still not complete fails at once (the window declines with the drain's reason) instead
+//!   of waiting its bound again; the memo ends when the event completes or the stream is
+//!   destroyed.
 //! - **Passes** are launched on the application's stream with the captured argument block,
 //!   between two timing events; `poll_pass` polls the second and reports the GPU time between
 //!   them. The application's completion is not part of a pass.
@@ -117,8 +122,12 @@ unsafe impl Send for CapturedLaunch {}
 unsafe impl Sync for CapturedLaunch {}
 
 enum TicketState {
-    Drain(SmallVec<[Event; 4]>),
-    Pass { start: Event, end: Event },
+    /// A drain's events, each with the stream it was recorded on.
+    Drain(SmallVec<[Event; 4]>, SmallVec<[usize; 4]>),
+    Pass {
+        start: Event,
+        end: Event,
+    },
 }
 
 /// One CUDA device as an [`Agent`].
@@ -131,6 +140,10 @@ pub struct CudaAgent {
     tickets: Mutex<HashMap<u64, TicketState>>,
     next: AtomicU64,
     flusher: Mutex<Option<Result<Flusher, String>>>,
+    /// Streams a drain timed out on, with the event it waited for there: a later drain that
+    /// covers one whose event is still not complete declines at once instead of waiting its
+    /// whole bound again (the memo ends when the event completes, or the stream is forgotten).
+    stuck: Mutex<Vec<(usize, Event)>>,
 }
 
 impl std::fmt::Debug for CudaAgent {
@@ -180,7 +193,28 @@ impl CudaAgent {
             tickets: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             flusher: Mutex::new(None),
+            stuck: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The first of `streams` a drain timed out on before and whose work there is still not
+    /// done; memos of streams that caught up are dropped.
+    fn still_stuck(&self, streams: &[sys::CUstream]) -> Option<usize> {
+        let mut stuck = self.stuck.lock();
+        if stuck.is_empty() {
+            return None;
+        }
+        // An event whose query fails is kept: the drain would fail on it too.
+        stuck.retain(|(_, e)| !matches!(e.query(), Ok(true)));
+        stuck
+            .iter()
+            .map(|(s, _)| *s)
+            .find(|s| streams.contains(&(*s as sys::CUstream)))
+    }
+
+    /// Forgets the stuck memo of `stream` (it is being destroyed).
+    pub(crate) fn forget_stuck(&self, stream: sys::CUstream) {
+        self.stuck.lock().retain(|(s, _)| *s != stream as usize);
     }
 
     /// Registers a captured launch; the returned number is the dispatch's `handle`.
@@ -381,22 +415,33 @@ impl Agent for CudaAgent {
     fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError> {
         let op = target.as_str();
         self.device.bind().map_err(|e| e.to_backend(self.id, op))?;
+        let streams = self.streams_for(target)?;
+        if let Some(s) = self.still_stuck(&streams) {
+            return Err(BackendError::on(self.id, op).error(
+                BackendErrorKind::Other,
+                format!(
+                    "stream {s:#x} did not drain within the bound at an earlier window and its work there is still not done; not waited for again"
+                ),
+            ));
+        }
         let mut events = SmallVec::new();
-        for s in self.streams_for(target)? {
+        let mut on = SmallVec::new();
+        for s in streams {
             let e = self
                 .device
                 .event(false)
                 .map_err(|e| e.to_backend(self.id, op))?;
             e.record(s).map_err(|e| e.to_backend(self.id, op))?;
             events.push(e);
+            on.push(s as usize);
         }
-        Ok(self.ticket(TicketState::Drain(events)))
+        Ok(self.ticket(TicketState::Drain(events, on)))
     }
 
     fn poll_drain(&self, ticket: Ticket, budget: Duration) -> Result<bool, BackendError> {
         const OP: &str = "poll drain";
-        let events = self.take_ticket(ticket, OP, "a drain", |t| match t {
-            TicketState::Drain(e) => Ok(e),
+        let (events, on) = self.take_ticket(ticket, OP, "a drain", |t| match t {
+            TicketState::Drain(e, on) => Ok((e, on)),
             other => Err(other),
         })?;
         // The wait holds no lock.
@@ -414,13 +459,13 @@ impl Agent for CudaAgent {
             Ok(false) => {
                 self.tickets
                     .lock()
-                    .insert(ticket.0, TicketState::Drain(events));
+                    .insert(ticket.0, TicketState::Drain(events, on));
                 Ok(false)
             }
             Err(e) => {
                 self.tickets
                     .lock()
-                    .insert(ticket.0, TicketState::Drain(events));
+                    .insert(ticket.0, TicketState::Drain(events, on));
                 Err(e.to_backend(self.id, OP))
             }
         }
@@ -495,8 +540,18 @@ impl Agent for CudaAgent {
 
     fn abandon(&self, ticket: Ticket) {
         // Dropping the events is safe while the device still works on them: the driver
-        // destroys them when they complete.
-        self.tickets.lock().remove(&ticket.0);
+        // destroys them when they complete. A drain's events not complete yet are memoised
+        // with their streams (`still_stuck`).
+        let t = self.tickets.lock().remove(&ticket.0);
+        if let Some(TicketState::Drain(events, on)) = t {
+            let mut stuck = self.stuck.lock();
+            for (e, s) in events.into_iter().zip(on) {
+                if !matches!(e.query(), Ok(true)) {
+                    stuck.retain(|(o, _)| *o != s);
+                    stuck.push((s, e));
+                }
+            }
+        }
     }
 
     fn flush_caches(&self) -> Result<(), BackendError> {

@@ -111,7 +111,9 @@ impl CudaError {
             || matches!(self, Self::HostOutOfMemory { .. })
     }
 
-    /// The category the window acts on.
+    /// The category the window acts on. The driver's sticky errors (a fault in a kernel, the
+    /// driver's teardown at exit: every later call in the context fails the same way) are
+    /// `DeviceLost`, so the window skips a restore instead of aborting on it.
     pub fn kind(&self) -> BackendErrorKind {
         match self {
             Self::Unavailable(_) | Self::NvrtcUnavailable(_) => BackendErrorKind::Unsupported,
@@ -133,6 +135,11 @@ impl CudaError {
                     || c == R::CUDA_ERROR_ECC_UNCORRECTABLE as u32
                     || c == R::CUDA_ERROR_HARDWARE_STACK_ERROR as u32
                     || c == R::CUDA_ERROR_ILLEGAL_INSTRUCTION as u32
+                    || c == R::CUDA_ERROR_MISALIGNED_ADDRESS as u32
+                    || c == R::CUDA_ERROR_INVALID_ADDRESS_SPACE as u32
+                    || c == R::CUDA_ERROR_INVALID_PC as u32
+                    || c == R::CUDA_ERROR_ASSERT as u32
+                    || c == R::CUDA_ERROR_LAUNCH_TIMEOUT as u32
                     || c == R::CUDA_ERROR_DEINITIALIZED as u32
                     || c == R::CUDA_ERROR_CONTEXT_IS_DESTROYED as u32
                 {

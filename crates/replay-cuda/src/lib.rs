@@ -20,6 +20,8 @@
 //! | [`intercept`] | where an unmodified application hands the backend a submission: wrappers of the driver's launch, allocation, free, copy and memset entries, handed out by `dlsym` and `cuGetProcAddress` |
 //! | [`state`] | process-wide state of the interception: backends per device, tracker, streams seen, layouts, counts by kind; the hooks that run the window |
 //! | [`tool`] | entry points a runtime calls (`InitializeInjection`'s body) and the tools attached there, the built-in `verify`, `timing` and `counters` of `kreplay run` |
+//! | [`job`] | the process's place in a job: its rank and whether it replays (`KREPLAY_RANKS`), its records streamed to a file of its own and its report written atomically (`KREPLAY_CUDA_OUT_DIR`), another tool's injection chained after ours |
+//! | [`signals`] | for a launcher (`kreplay run`): termination signals passed on to the program's process group, the terminal handed to it |
 //! | [`counters`] | hardware counters of replayed dispatches: CUPTI's range profiler loaded at run time, metric lists compiled into one-pass groups on the host, profiler passes inside replay passes; `__sass_` metrics through the SASS Metrics API in a pass of their own (SPEC §12.1) |
 //! | [`sys`], [`result`] | raw bindings, checked calls (and the driver loaded and initialised once, [`is_available`]) |
 //!
@@ -127,8 +129,28 @@
 //!
 //! Under interception of an unmodified application ([`intercept`]) the application's own
 //! launches, graph launches, copies and memsets (1D, 2D, 3D, peer) pass through the wrappers
-//! and so through the gate (array copies and `cuMemcpyBatchAsync` do not yet), and the streams
-//! its launches use are registered.
+//! and so through the gate (array copies and `cuMemcpyBatchAsync` do not yet); a copy or
+//! memset whose destination is tracked memory of another device (a peer copy, a UVA copy
+//! issued from another device's context) takes that device's gate too. Every stream the
+//! program creates (`cuStreamCreate`, `cuStreamCreateWithPriority`) or hands a launch, copy,
+//! memset, graph launch or stream-ordered allocation is registered, so the agent drain waits
+//! for work queued there; `cuStreamDestroy` waits for a window in progress before the stream
+//! is forgotten. A drain that timed out on a stream is remembered: while the work it waited
+//! for there is not done, later windows that would drain that stream decline at once instead
+//! of waiting their whole bound again.
+//!
+//! Host writes into pinned, registered or managed memory cannot be gated. The scope check
+//! does not watch such memory outside the snapshot (`replay_memory`'s crate docs, "Scope
+//! check"), so a host thread filling a pinned buffer during a window neither truncates the
+//! kernel nor forces scope `all` on it; such memory an argument reaches is captured, and a
+//! host write into it during the window is undone by the restore. `cuMemHostRegister` ranges
+//! flagged read-only are never digested, captured or restored; ranges flagged I/O memory are
+//! neither, and a kernel given one declines `untracked_memory`. Memory shared with other
+//! processes or devices (`cuIpcOpenMemHandle`, imported shareable handles, multicast objects)
+//! is never watched or captured (an argument into it declines), and a kernel of a module that
+//! links NVSHMEM's device code (a symbol named `nvshmem*`) is a communication kernel, run
+//! once, whatever its name. A `fork()`ed child runs with the interception off: every wrapper
+//! forwards at once, so no lock another thread of the parent held at the fork is waited for.
 //!
 //! ## What a tool sees of a replayed launch's timing
 //!
@@ -156,6 +178,35 @@
 //! parameter tables of PTX images (they have none: the driver or `extra` describes their
 //! launches), fat-binary wrappers of version 2, a library's globals before one of its kernels
 //! runs. See [`state`] for what each of those means for a run.
+//!
+//! ## Writes the snapshot cannot see, and context life (SPEC §9.2)
+//!
+//! Under interception these decline `unseen_writes` (the kernel runs once; [`state::unseen`]):
+//! a launch whose argument block holds a live surface object (`cuSurfObjectCreate` over a CUDA
+//! array or mipmapped array, written through `surf*write`), or whose layout is unknown while
+//! one is live; a kernel of an image whose code calls the device-side heap (`malloc`/`free`),
+//! device `printf` (`vprintf`) or a device-side graph launch ([`module::services`], the whole
+//! image being the unit); a launch carrying a tensor map (`cuTensorMapEncodeTiled`,
+//! `cuTensorMapEncodeIm2col`, `cuTensorMapEncodeIm2colWide`, moved by
+//! `cuTensorMapReplaceAddress`) whose target the planned
+//! snapshot does not cover (a target in tracked memory is added to the scope). What cannot be
+//! detected, and so is not covered:
+//!
+//! - **HMM / ATS pageable memory**: system-allocated host memory (`malloc`, the stack, a
+//!   file mapping) a kernel writes through a plain pointer on a system with HMM or ATS. No
+//!   driver entry allocates it, the pointer query answers "not device memory", and the writes
+//!   are neither captured nor restored: such a kernel replays with N executions' effects there.
+//! - Surface objects, tensor maps or arrays reached through device memory (a table of handles
+//!   in a buffer) instead of the argument block; surface references (`cuSurfRefSetArray`, gone
+//!   from CUDA 12); tensor maps written on the device (`tensormap.replace`, Triton's
+//!   on-device descriptors) or copied into device memory.
+//! - A device-side service called by only some kernels of an image declines all of them.
+//!
+//! Context life ([`state::context`]): `cuDevicePrimaryCtxReset` (what `cudaDeviceReset`
+//! calls) and `cuCtxDestroy` of a primary context forget the device's backend, its tracked
+//! memory, streams and modules first; a launch in another context runs once under the
+//! device's write gate, and what is allocated there is not recorded as the primary context's;
+//! a stream-ordered allocation into a capturing stream is a graph node, not live memory.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -166,11 +217,13 @@ pub mod counters;
 mod device;
 pub mod error;
 pub mod intercept;
+pub mod job;
 pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod queue;
 pub mod result;
+pub mod signals;
 pub mod state;
 pub mod sys;
 pub mod tool;

@@ -29,7 +29,11 @@
 //!   which metrics share which pass, `counter_errors` what could not be collected.
 //!
 //! At exit the records, the per-kernel table, the service's summary, the interception's
-//! counts and the CUPTI cross-check ([`crate::intercept::cupti`]) are written as JSON to `KREPLAY_CUDA_OUT` (when set). No driver call runs at exit.
+//! counts and the CUPTI cross-check ([`crate::intercept::cupti`]) are written as JSON to
+//! `KREPLAY_CUDA_OUT` (when set; through a temporary file and a rename). Under `kreplay run`
+//! (`KREPLAY_CUDA_OUT_DIR` set) each process instead streams its records to a file of its
+//! own as they are made, keeping none, and writes the rest at exit beside it ([`crate::job`]).
+//! No driver call runs at exit.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
@@ -274,7 +278,7 @@ impl ReplayTool for BuiltinTool {
                     }
                     None => (None, None, Vec::new(), 0),
                 };
-                self.records.lock().push(DispatchRecord {
+                let record = DispatchRecord {
                     dispatch_id: o.dispatch_id.0,
                     kernel: o.kernel.clone(),
                     outcome: o.outcome.as_str().to_string(),
@@ -288,7 +292,11 @@ impl ReplayTool for BuiltinTool {
                     outputs_identical: outputs,
                     differing_regions: differing,
                     digested_bytes: digested,
-                });
+                };
+                // Under `kreplay run` each record goes to disk as it is made and is not kept.
+                if !crate::job::stream_record(record.dispatch_id, &record) {
+                    self.records.lock().push(record);
+                }
             }
         }
     }
@@ -306,7 +314,10 @@ pub fn builtin() -> Option<&'static Arc<BuiltinTool>> {
 /// service is first needed ([`crate::state::service`]), outside `cuInit`. Returns 1 (the
 /// driver's "success").
 pub fn on_injection() -> c_int {
-    crate::state::set_enabled(true);
+    // A rank `KREPLAY_RANKS` leaves out runs untouched.
+    crate::state::set_enabled(crate::job::this_process_selected());
+    // Another tool's injection the program had runs after ours (`kreplay run` chains it).
+    crate::job::chain_injection();
     1
 }
 
@@ -427,7 +438,7 @@ extern "C" {
 }
 
 fn register_exit_report() {
-    if std::env::var_os(OUT_ENV).is_none() {
+    if std::env::var_os(OUT_ENV).is_none() && crate::job::out_dir().is_none() {
         return;
     }
     // SAFETY: registers a function without arguments that never unwinds (it catches panics).
@@ -437,10 +448,26 @@ fn register_exit_report() {
 extern "C" fn exit_report() {
     let _inside = crate::intercept::Internal::enter();
     let _ = std::panic::catch_unwind(|| {
-        if let Some(path) = std::env::var_os(OUT_ENV) {
+        if let Some(dir) = crate::job::out_dir() {
+            let path = crate::job::report_path(&dir, std::process::id());
+            let mut json = report_json();
+            let (records, last) = crate::job::streamed();
+            if let Some(o) = json.as_object_mut() {
+                // The records are in the process's records file.
+                o.remove("records");
+                o.remove("kernels");
+                o.insert("process".into(), serde_json::json!(crate::job::header()));
+                o.insert("records_written".into(), records.into());
+                o.insert("last_dispatch".into(), serde_json::json!(last));
+            }
+            if let Err(e) = crate::job::write_atomically(&path, json.to_string().as_bytes()) {
+                eprintln!("[kernel-replay] cannot write {}: {e}", path.display());
+            }
+        } else if let Some(path) = std::env::var_os(OUT_ENV) {
             let json = report_json();
-            if let Err(e) = std::fs::write(&path, json.to_string()) {
-                eprintln!("[kernel-replay] cannot write {path:?}: {e}");
+            let path = std::path::PathBuf::from(path);
+            if let Err(e) = crate::job::write_atomically(&path, json.to_string().as_bytes()) {
+                eprintln!("[kernel-replay] cannot write {}: {e}", path.display());
             }
         }
     });

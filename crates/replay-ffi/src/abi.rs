@@ -237,6 +237,9 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     value!(KREPLAY_REASON_WRITE_OUTSIDE_SCOPE),
     value!(KREPLAY_REASON_SUBMIT_FAILED),
     value!(KREPLAY_REASON_SCOPE_CHECK_FAILED),
+    value!(KREPLAY_REASON_DEVICE_ERROR),
+    value!(KREPLAY_REASON_AGENT_BUSY),
+    value!(KREPLAY_REASON_UNSEEN_WRITES),
     value!(KREPLAY_REASON_CAPACITY),
     value!(KREPLAY_PREDICT_FALLBACK_CAPACITY),
     // Policy enumerations.

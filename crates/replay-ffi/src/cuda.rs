@@ -16,8 +16,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use replay_cuda::intercept as ic;
 use replay_cuda::sys::{
-    CUcontext, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUkernel, CUlaunchConfig, CUlibrary,
-    CUmemoryPool, CUmodule, CUresult, CUstream,
+    CUcontext, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUipcMemHandle, CUkernel,
+    CUlaunchConfig, CUlibrary, CUmemoryPool, CUmodule, CUresult, CUstream,
 };
 
 fn source() {
@@ -181,6 +181,24 @@ exports! {
     cuMemSetAccess => mem_set_access(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize);
     cuStreamDestroy_v2 => stream_destroy(s: CUstream);
     cuStreamEndCapture => stream_end_capture(s: CUstream, g: *mut CUgraph);
+    cuDevicePrimaryCtxReset_v2 => primary_ctx_reset(d: c_int);
+    cuDevicePrimaryCtxReset => primary_ctx_reset_v1(d: c_int);
+    cuCtxDestroy_v2 => ctx_destroy(c: CUcontext);
+    cuArrayCreate_v2 => array_create(a: *mut u64, desc: *const c_void);
+    cuArray3DCreate_v2 => array_3d_create(a: *mut u64, desc: *const c_void);
+    cuMipmappedArrayCreate => mipmapped_array_create(a: *mut u64, desc: *const c_void, levels: c_uint);
+    cuArrayDestroy => array_destroy(a: u64);
+    cuMipmappedArrayDestroy => mipmapped_array_destroy(a: u64);
+    cuSurfObjectCreate => surf_object_create(s: *mut u64, desc: *const c_void);
+    cuSurfObjectDestroy => surf_object_destroy(s: u64);
+    cuTensorMapEncodeTiled => tensor_map_encode_tiled(m: *mut c_void, dt: c_uint, rank: c_uint, addr: *mut c_void, dims: *const u64, strides: *const u64, boxd: *const u32, estr: *const u32, il: c_uint, sw: c_uint, l2: c_uint, oob: c_uint);
+    cuTensorMapEncodeIm2col => tensor_map_encode_im2col(m: *mut c_void, dt: c_uint, rank: c_uint, addr: *mut c_void, dims: *const u64, strides: *const u64, lower: *const c_int, upper: *const c_int, cpp: c_uint, ppc: c_uint, estr: *const u32, il: c_uint, sw: c_uint, l2: c_uint, oob: c_uint);
+    cuTensorMapEncodeIm2colWide => tensor_map_encode_im2col_wide(m: *mut c_void, dt: c_uint, rank: c_uint, addr: *mut c_void, dims: *const u64, strides: *const u64, lower: c_int, upper: c_int, cpp: c_uint, ppc: c_uint, estr: *const u32, il: c_uint, mode: c_uint, sw: c_uint, l2: c_uint, oob: c_uint);
+    cuTensorMapReplaceAddress => tensor_map_replace_address(m: *mut c_void, addr: *mut c_void);
+    cuStreamCreate => stream_create(s: *mut CUstream, fl: c_uint);
+    cuStreamCreateWithPriority => stream_create_with_priority(s: *mut CUstream, fl: c_uint, prio: c_int);
+    cuIpcOpenMemHandle_v2 => ipc_open_mem_handle(p: *mut CUdeviceptr, h: CUipcMemHandle, fl: c_uint);
+    cuIpcCloseMemHandle => ipc_close_mem_handle(p: CUdeviceptr);
     cuMemcpyAsync => memcpy_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
     cuMemcpyAsync_ptsz => memcpy_async_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
     cuMemcpyDtoDAsync_v2 => memcpy_dtod_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);

@@ -493,6 +493,24 @@ pub extern "C" fn kreplay_pass_sync() -> kreplay_status_t {
     guard("kreplay_pass_sync", crate::tool::pass_sync)
 }
 
+/// Inside a PASS ENTER callback: asks for a capture of this pass (SPEC §13) into the new folder
+/// `dir`, with at most `max_bytes` of regions (0: 4 GiB).
+///
+/// # Safety
+///
+/// 1. `dir` is NULL (refused) or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn kreplay_request_capture(
+    dir: *const c_char,
+    max_bytes: u64,
+) -> kreplay_status_t {
+    guard("kreplay_request_capture", || {
+        // SAFETY: NULL or NUL-terminated (caller, item 1); read only during this call.
+        let dir = unsafe { c_str(dir, "dir") }?;
+        crate::tool::request_capture(dir, max_bytes)
+    })
+}
+
 // ----- Policy and the filter ---------------------------------------------------------------
 
 /// Sets one policy variable.

@@ -11,7 +11,7 @@
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::checked::{copy_out_str, guard};
+use crate::checked::{copy_out_str, guard, Error};
 use crate::sys::kreplay_status_t;
 
 /// The HSA runtime's tool entry: validates the API table's versions, saves the original
@@ -71,5 +71,32 @@ pub unsafe extern "C" fn kreplay_hsa_state_json(
         let json = replay_hsa::backend().state_json();
         // SAFETY: the caller's items 1 and 2.
         unsafe { copy_out_str(&json, buffer, buffer_size, required) }
+    })
+}
+
+/// Declares `queue` (an `hsa_queue_t*` the tool created, typically in `kreplay_tool_init`) as
+/// the tool's own: every packet on it is tool work, never gated, parked or replayed, so work
+/// the tool submits there in PASS ENTER and waits for in PASS EXIT runs inside the window.
+/// Queues created from inside a tool callback are the tool's already. `NULL_POINTER` for NULL,
+/// `NOT_FOUND` when `queue` is not an intercepted queue (created before `OnLoad`, or not a
+/// queue).
+///
+/// # Safety
+///
+/// 1. `queue` is NULL or any pointer: it is only compared with the intercepted queues'
+///    addresses, never read.
+#[no_mangle]
+pub unsafe extern "C" fn kreplay_hsa_mark_tool_queue(queue: *const c_void) -> kreplay_status_t {
+    guard("kreplay_hsa_mark_tool_queue", || {
+        if queue.is_null() {
+            return Err(Error::NullPointer("queue"));
+        }
+        if replay_hsa::intercept::mark_tool_queue(queue.cast()) {
+            Ok(())
+        } else {
+            Err(Error::NotFound(format!(
+                "{queue:p} is not an intercepted queue (queues created before OnLoad are not intercepted)"
+            )))
+        }
     })
 }

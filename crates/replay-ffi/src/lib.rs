@@ -105,7 +105,8 @@
 //! builds a library without them and without replay-mock.
 //! `hsa` (off by default; it needs nothing of ROCm to build, but a library exporting `OnLoad`
 //! is an HSA tool and the default library should not claim to be one): the `hsa` module's `OnLoad`,
-//! `OnUnload` and `kreplay_hsa_state_json` (declared in `include/kernel_replay_hsa.h`), over
+//! `OnUnload`, `kreplay_hsa_state_json` and `kreplay_hsa_mark_tool_queue` (declared in
+//! `include/kernel_replay_hsa.h`), over
 //! `replay-hsa` (re-exported as `replay_hsa`), so `HSA_TOOLS_LIB` can name this library.
 //! `cuda`: the driver's injection entry point and wrapped driver entries (`cuda`), and the
 //! counter collection for tools with their own front end (`counters`, declared in
@@ -353,6 +354,7 @@ pub mod __private {
             crate::hsa::OnLoad as *const (),
             crate::hsa::OnUnload as *const (),
             crate::hsa::kreplay_hsa_state_json as *const (),
+            crate::hsa::kreplay_hsa_mark_tool_queue as *const (),
         ];
         #[cfg(not(feature = "hsa"))]
         let hsa: &[*const ()] = &[];

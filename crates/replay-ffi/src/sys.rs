@@ -139,6 +139,13 @@ pub const KREPLAY_REASON_WRITE_OUTSIDE_SCOPE: kreplay_reason_t = 11;
 pub const KREPLAY_REASON_SUBMIT_FAILED: kreplay_reason_t = 12;
 /// `scope_check_failed`.
 pub const KREPLAY_REASON_SCOPE_CHECK_FAILED: kreplay_reason_t = 13;
+/// `device_error`: a drain, pass or restore reported an error (not a timeout); a lost
+/// context skips what is left of the restore.
+pub const KREPLAY_REASON_DEVICE_ERROR: kreplay_reason_t = 14;
+/// `agent_busy`: another window held the agent; resumed where no window can run.
+pub const KREPLAY_REASON_AGENT_BUSY: kreplay_reason_t = 15;
+/// `unseen_writes`.
+pub const KREPLAY_REASON_UNSEEN_WRITES: kreplay_reason_t = 16;
 /// Length of the per-reason arrays of [`kreplay_summary_t`].
 pub const KREPLAY_REASON_CAPACITY: kreplay_reason_t = 32;
 

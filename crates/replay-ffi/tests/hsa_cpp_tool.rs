@@ -132,6 +132,27 @@ fn the_cpp_tool_attached_through_kreplay_hsa_tool_replays_a_dispatch_on_the_simu
     );
 
     let client = Client::new(&sim);
+    // The tool declares a queue it created as its own through the C ABI
+    // (kreplay_hsa_mark_tool_queue); a pointer that is no intercepted queue is refused.
+    type UseQueueFn = unsafe extern "C" fn(*mut std::ffi::c_void) -> i32;
+    // SAFETY: the signature in tool.cpp.
+    let use_queue = unsafe { *tool.get::<UseQueueFn>(b"hsa_cpp_tool_use_queue").unwrap() };
+    let tq = client.queue(sim.gpu_agents()[0]);
+    // SAFETY: the pointers are only compared with the intercepted queues' addresses.
+    unsafe {
+        assert_eq!(use_queue(tq.cast()), 0, "KREPLAY_STATUS_OK");
+        assert_eq!(
+            use_queue(std::ptr::null_mut()),
+            1,
+            "KREPLAY_STATUS_NULL_POINTER"
+        );
+        let mut not_a_queue = 0u64;
+        assert_eq!(
+            use_queue((&mut not_a_queue as *mut u64).cast()),
+            19,
+            "KREPLAY_STATUS_NOT_FOUND"
+        );
+    }
     let (value, inputs, completion) = run_rmw_dispatch(&sim, &client, 5);
     assert_eq!(inputs, vec![5; 4], "four passes, each on the same input");
     assert_eq!(value, rmw(5), "memory equals one execution");

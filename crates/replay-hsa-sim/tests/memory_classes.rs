@@ -223,6 +223,36 @@ fn ipc_imported_memory_is_recorded_as_uncapturable_and_declines() {
     w.service.stop().unwrap();
 }
 
+/// Issue 24 (HSA): memory this process exported to others (`hsa_amd_ipc_memory_create`) is
+/// written by them whenever they like: a restore would undo their writes. Its allocation is
+/// marked shared, so a kernel whose argument points into it declines instead of replaying.
+#[test]
+fn memory_exported_through_ipc_is_never_captured_and_declines() {
+    let (w, _g) = world(Scope::Arguments);
+    w.service.start().unwrap();
+    let (sim, api) = sim();
+    let exported = api.alloc(sim.pool(0, PoolKind::DeviceCoarse), 64);
+    let tracker = &replay_hsa::backend().tracker;
+    let before = tracker
+        .lookup(gpu_id(&sim, 0), exported as u64)
+        .expect("recorded");
+    assert!(!before.class.contains(MemoryClass::IPC_IMPORTED));
+    // Exported (and, the simulator being one process, attached as a peer would).
+    let _peer = api.ipc_import(exported, 64);
+    let r = tracker
+        .lookup(gpu_id(&sim, 0), exported as u64)
+        .expect("still recorded");
+    assert!(r.class.contains(MemoryClass::IPC_IMPORTED), "{:?}", r.class);
+    // SAFETY: a live simulated allocation of 64 bytes, host memory.
+    unsafe { exported.cast::<u64>().write_volatile(3) };
+    let args = args_for(&sim, &api, exported);
+    let r = run_rmw(w, &sim, &api, exported.cast(), args);
+    assert_eq!(r.outcome, Outcome::Declined, "{r:?}");
+    assert_eq!(r.reason.as_str(), "untracked_memory", "{r:?}");
+    assert_eq!(read(exported.cast()), rmw(3), "ran once");
+    w.service.stop().unwrap();
+}
+
 #[test]
 fn query_pointer_answers_for_memory_the_tracker_never_saw() {
     let (_w, _g) = world(Scope::All);

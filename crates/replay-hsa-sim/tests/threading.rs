@@ -72,6 +72,9 @@ fn world() -> (&'static World, MutexGuard<'static, ()>) {
 /// A log line containing this text panics (once): a backend fault in the middle of a window.
 static PANIC_ON: Mutex<Option<String>> = Mutex::new(None);
 
+/// Every warning logged, for tests that check what the backend said.
+static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 struct PanicLogger;
 
 impl log::Log for PanicLogger {
@@ -81,6 +84,7 @@ impl log::Log for PanicLogger {
     fn log(&self, r: &log::Record<'_>) {
         let line = r.args().to_string();
         eprintln!("{line}");
+        LINES.lock().unwrap().push(line.clone());
         let hit = {
             let mut p = PANIC_ON.lock().unwrap();
             let hit = p.as_deref().is_some_and(|t| line.contains(t));
@@ -614,9 +618,9 @@ fn a_candidate_flushed_from_the_park_gets_config_and_a_record() {
         "one CONFIG EXIT for the flushed candidate: {b:?}"
     );
     assert_eq!(
-        b[0].0,
-        Outcome::Declined,
-        "flushed on the async thread, where no window runs"
+        b[0],
+        (Outcome::Declined, Reason::AgentBusy),
+        "flushed on the async thread, where no window runs; nothing was stuck"
     );
     assert_eq!((read(buf), read(buf_b)), (rmw(1), rmw(10)));
     assert_eq!(b_runs.load(Ordering::SeqCst), 1);
@@ -722,5 +726,144 @@ fn a_rearmed_application_signal_does_not_stall_its_own_queues_drain() {
         vec![(Outcome::Replayed, Reason::None)]
     );
     assert_eq!((read(abuf), read(buf)), (rmw(4), rmw(0)));
+    w.service.stop().unwrap();
+}
+
+/// Two application threads contend for windows on one agent: the later candidate, parked
+/// behind the first window and flushed on the runtime's async thread after it, declines
+/// `agent_busy` (nothing was stuck), runs once, and the first window replays.
+#[test]
+fn two_threads_contending_for_windows_on_one_agent_decline_agent_busy_not_stuck() {
+    let (w, _g) = world();
+    let (sim, api) = sim();
+    let gpu = sim.gpu_agents()[0];
+    let qa = api.queue(gpu);
+    let qb = Q::new(api.queue(gpu));
+    let in_window = Arc::new(AtomicU64::new(0));
+    let a_runs = Arc::new(AtomicU64::new(0));
+    let ka = {
+        let iw = in_window.clone();
+        kernel_with(&sim, "contender_a", a_runs.clone(), move || {
+            iw.store(1, Ordering::SeqCst);
+            eventually(|| parked(qb.get()) >= 1);
+        })
+    };
+    let b_runs = Arc::new(AtomicU64::new(0));
+    let kb = rmw_kernel(&sim, b_runs.clone(), Duration::ZERO);
+    let (buf, args) = buffer_and_args(&sim, &api, 0, 1);
+    let (buf_b, args_b) = buffer_and_args(&sim, &api, 0, 10);
+    let args_b = args_b as usize;
+    w.tool.set_kernel_passes(ka, 2);
+    w.tool.set_kernel_passes(kb, 2);
+    let done_b = api.signal(1);
+    // Thread B submits from an application thread of its own while A's window runs.
+    let b = {
+        let iw = in_window.clone();
+        std::thread::spawn(move || {
+            assert!(eventually(|| iw.load(Ordering::SeqCst) == 1));
+            api.submit(qb.get(), dispatch(kb, args_b as *mut u8, done_b));
+        })
+    };
+    let done = api.signal(1);
+    api.submit(qa, dispatch(ka, args, done));
+    assert_eq!(api.wait_zero(done), 0);
+    b.join().unwrap();
+    assert_eq!(api.wait_zero(done_b), 0);
+    assert_eq!(
+        outcomes(&w.tool, ka),
+        vec![(Outcome::Replayed, Reason::None)]
+    );
+    assert_eq!(
+        outcomes(&w.tool, kb),
+        vec![(Outcome::Declined, Reason::AgentBusy)]
+    );
+    assert_eq!((read(buf), read(buf_b)), (rmw(1), rmw(10)));
+    assert_eq!(b_runs.load(Ordering::SeqCst), 1);
+    w.service.stop().unwrap();
+}
+
+/// Issue 24 (HSA): a tool's PASS ENTER work on a queue it created at start-up and did not
+/// declare reaches the interceptor on the runtime's async thread (a doorbell rung inside an
+/// interceptor is deferred there), is parked as application work until the window ends, and
+/// the queue is named in a warning instead of the tool's wait timing out silently. Declared
+/// (`mark_tool_queue`, which the C ABI's `kreplay_hsa_mark_tool_queue` calls), the same work
+/// runs inside the window and PASS EXIT's wait for it completes.
+#[test]
+fn tool_work_on_an_undeclared_queue_is_named_and_on_a_declared_one_runs_in_the_window() {
+    let (w, _g) = world();
+    let (sim, api) = sim();
+    let gpu = sim.gpu_agents()[0];
+    let qa = api.queue(gpu);
+    let runs = Arc::new(AtomicU64::new(0));
+    let k = rmw_kernel(&sim, runs.clone(), Duration::ZERO);
+    let tool_runs = Arc::new(AtomicU64::new(0));
+    let kt = rmw_kernel(&sim, tool_runs.clone(), Duration::ZERO);
+    w.tool.set_kernel_passes(k, 2);
+    w.tool.set_kernel_passes(kt, 1);
+    for declared in [false, true] {
+        // The tool's queue, created at start-up (outside any callback).
+        let qt = Q::new(api.queue(gpu));
+        if declared {
+            assert!(replay_hsa::intercept::mark_tool_queue(qt.get()));
+        }
+        let (tbuf, targs) = buffer_and_args(&sim, &api, 0, 100);
+        let targs = targs as usize;
+        let tool_done = api.signal(1);
+        let tool_done_h = tool_done.handle;
+        let completed_in_exit = Arc::new(AtomicU64::new(0));
+        let c = completed_in_exit.clone();
+        w.tool
+            .set_hook(Some(at(Operation::Pass, Phase::Enter, move |pass| {
+                if pass == 0 {
+                    let done = sys::hsa_signal_t {
+                        handle: tool_done_h,
+                    };
+                    on_async_thread(api, qt, vec![dispatch(kt, targs as *mut u8, done)]);
+                    // Until the interceptor on the async thread handled it (parked or written).
+                    within(Duration::from_secs(2), || {
+                        parked(qt.get()) >= 1 || api.load(done) == 0
+                    });
+                }
+            })));
+        w.tool
+            .add_hook(at(Operation::Pass, Phase::Exit, move |pass| {
+                let done = sys::hsa_signal_t {
+                    handle: tool_done_h,
+                };
+                if pass == 0 && within(Duration::from_millis(300), || api.load(done) == 0) {
+                    c.store(1, Ordering::SeqCst);
+                }
+            }));
+        LINES.lock().unwrap().clear();
+        let (buf, args) = buffer_and_args(&sim, &api, 0, 7);
+        let done = api.signal(1);
+        api.submit(qa, dispatch(k, args, done));
+        assert_eq!(api.wait_zero(done), 0);
+        assert_eq!(api.wait_zero(tool_done), 0, "the tool's work ran");
+        assert_eq!((read(buf), read(tbuf)), (rmw(7), rmw(100)));
+        let named = LINES.lock().unwrap().iter().any(|l| {
+            l.contains(&format!("queue {:#x}", qt.0)) && l.contains("kreplay_hsa_mark_tool_queue")
+        });
+        if declared {
+            assert_eq!(
+                completed_in_exit.load(Ordering::SeqCst),
+                1,
+                "declared: the tool's work ran inside the window"
+            );
+            assert!(!named);
+        } else {
+            assert_eq!(
+                completed_in_exit.load(Ordering::SeqCst),
+                0,
+                "undeclared: parked until the window ended"
+            );
+            assert!(
+                named,
+                "the undeclared queue is named: {:?}",
+                LINES.lock().unwrap()
+            );
+        }
+    }
+    w.tool.set_hook(None);
     w.service.stop().unwrap();
 }

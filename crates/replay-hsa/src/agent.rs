@@ -28,7 +28,10 @@
 //!   copy records of the agent are complete.
 //! - A window never runs on the runtime's async-events thread: tool work launched from its
 //!   callbacks, overflow retries and deferred doorbells all need that thread. A candidate there
-//!   declines at its queue drain (`queue_drain_stuck`, before anything is written) and runs once.
+//!   declines at its queue drain (before anything is written) and runs once: `agent_busy` when
+//!   it was parked behind another window on the agent and is flushed there (two threads
+//!   contending for windows: nothing was stuck, see [`crate::intercept`]), `queue_drain_stuck`
+//!   when the application submitted it from that thread itself.
 //! - Before every `writer` call of a packet the window waits for (a pass, the queue's drain
 //!   barrier) the ring's room is checked ([`crate::queue::QueueState::has_room`]: more free
 //!   slots than packets, as the runtime needs); no room is an error, which the core turns into
@@ -74,6 +77,8 @@ pub struct QueueAgent {
     packet: Packet,
     pending: Mutex<HashMap<u64, Pending>>,
     next: AtomicU64,
+    /// The submission was parked behind another window and is resumed now.
+    resumed: bool,
 }
 
 impl std::fmt::Debug for QueueAgent {
@@ -102,7 +107,14 @@ impl QueueAgent {
             packet,
             pending: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
+            resumed: false,
         }
+    }
+
+    /// Marks the submission as resumed from the park (it waited behind another window).
+    pub fn resumed(mut self, resumed: bool) -> Self {
+        self.resumed = resumed;
+        self
     }
 
     /// Writes through the writer; the mark after the packets. With `check` (packets the
@@ -177,7 +189,11 @@ impl replay_core::Agent for QueueAgent {
         match target {
             DrainTarget::Queue(_) => {
                 if state::on_async_thread() {
-                    return Err(BackendError::on(self.st.agent.id, "queue drain").error(BackendErrorKind::Unsupported, "a window cannot run on the runtime's async-events thread (tool work, retries and deferred doorbells need it)"));
+                    let at = BackendError::on(self.st.agent.id, "queue drain");
+                    if self.resumed {
+                        return Err(at.error(BackendErrorKind::Busy, "another window held the agent when this dispatch arrived, and it is resumed on the runtime's async-events thread, where no window can run"));
+                    }
+                    return Err(at.error(BackendErrorKind::Unsupported, "a window cannot run on the runtime's async-events thread (tool work, retries and deferred doorbells need it)"));
                 }
                 let mark = self.drain_barrier()?;
                 Ok(self.ticket(Pending::Drain {

@@ -23,7 +23,10 @@
 //!   (`reentrant_dispatch` for a dispatch), so a tool that waits for its own work in a callback
 //!   is never blocked by the window it runs in. Packets on every other queue are the
 //!   application's, whenever they arrive. Tool work written into an application queue is not
-//!   recognised: it is parked while the window runs, like the application's.
+//!   recognised: it is parked while the window runs, like the application's; a submission
+//!   parked on an application queue while a tool callback of the agent's window runs is named
+//!   in a warning (once per queue) that points to `kreplay_hsa_mark_tool_queue`, so a callback
+//!   waiting for it does not time out silently.
 //! - A single kernel dispatch while the service is active goes to
 //!   [`replay_core::ReplayService::submit`] through a [`crate::agent::QueueAgent`] bound to this
 //!   call's `writer`, always as a forwarded submission, so the service only tries the agent's
@@ -331,7 +334,7 @@ unsafe fn handle(packets: &[Packet], key: usize, writer: WriterFn, own_done: &Ce
     let mut blocked = false;
     while let Some(next) = st.unpark() {
         // SAFETY: item 1.
-        match unsafe { send(&st, &o, &q, writer, &next, svc.as_deref(), false) } {
+        match unsafe { send(&st, &o, &q, writer, &next, svc.as_deref(), false, true) } {
             Sent::Done => {}
             Sent::Later => {
                 st.park_first(next);
@@ -349,7 +352,7 @@ unsafe fn handle(packets: &[Packet], key: usize, writer: WriterFn, own_done: &Ce
     // From here the panic fallback knows this submission's progress.
     own_done.set(true);
     // SAFETY: item 1.
-    let sent = unsafe { send(&st, &o, &q, writer, packets, svc.as_deref(), tool) };
+    let sent = unsafe { send(&st, &o, &q, writer, packets, svc.as_deref(), tool, false) };
     if let Sent::Later = sent {
         park(&st, packets, svc.as_deref());
     }
@@ -363,10 +366,13 @@ unsafe fn handle(packets: &[Packet], key: usize, writer: WriterFn, own_done: &Ce
 
 /// Submits one submission (one interceptor call's packets) on `st` without waiting: a single
 /// dispatch to the service, anything else under the reader side of the agent's gate.
+/// `resumed`: it was parked behind another window (a candidate then declines `agent_busy`
+/// where no window can run, not `queue_drain_stuck`).
 ///
 /// # Safety
 ///
 /// 1. `writer` is the writer of the interceptor call running on this thread for `st`'s queue.
+#[allow(clippy::too_many_arguments)]
 unsafe fn send(
     st: &Arc<QueueState>,
     o: &Arc<Originals>,
@@ -375,6 +381,7 @@ unsafe fn send(
     packets: &[Packet],
     svc: Option<&replay_core::ReplayService>,
     tool: bool,
+    resumed: bool,
 ) -> Sent {
     queue::begin_progress(packets);
     let pass = |gate: Option<replay_core::WriteGate>| {
@@ -408,7 +415,7 @@ unsafe fn send(
     };
     let packet = packets[0];
     let dispatch = describe(st, o, &packet, origin);
-    let agent = QueueAgent::new(st.clone(), o.clone(), *q, writer, packet);
+    let agent = QueueAgent::new(st.clone(), o.clone(), *q, writer, packet).resumed(resumed);
     let engine = crate::memory::engine(&st.agent);
     match svc.submit(&agent, &*engine, dispatch) {
         Ok(report) if report.deferred => Sent::Later,
@@ -428,12 +435,37 @@ unsafe fn send(
 /// queue for that kick.
 fn park(st: &Arc<QueueState>, packets: &[Packet], svc: Option<&replay_core::ReplayService>) {
     st.park(packets.to_vec());
+    if let Some(s) = svc {
+        name_undeclared_tool_queue(st, s);
+    }
     queue::list_for_kick(st);
     if svc.is_none_or(|s| window_over(s, st.agent.id)) {
         if let Some((_, q)) = state::queue_fns() {
             kick(st.agent.handle, &q);
         }
     }
+}
+
+/// Work parked on an application queue while a callback of the agent's window runs is most
+/// likely the tool's own, written into a queue it created outside a callback and did not
+/// declare: a callback that waits for it would time out with no word why. Said once per queue.
+fn name_undeclared_tool_queue(st: &QueueState, svc: &replay_core::ReplayService) {
+    static WARNED: parking_lot::Mutex<Vec<u64>> = parking_lot::Mutex::new(Vec::new());
+    if st.is_tool() || !svc.agent_gate(st.agent.id).in_callback() {
+        return;
+    }
+    let queue = st.queue as u64;
+    {
+        let mut warned = WARNED.lock();
+        if warned.contains(&queue) {
+            return;
+        }
+        warned.push(queue);
+    }
+    log::warn!(
+        "[kernel-replay] hsa: a submission on queue {queue:#x} (agent {}) is parked until the window ends: the queue is an application queue, and a tool callback is running. If this is the tool's own work, declare the queue with kreplay_hsa_mark_tool_queue (Rust: replay_hsa::intercept::mark_tool_queue) when it is created; a callback that waits for it now waits until its own timeout",
+        st.agent.id
+    );
 }
 
 /// Kicks every listed queue of agent `handle`: a no-op barrier into its ring and its doorbell,

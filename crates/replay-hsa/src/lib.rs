@@ -66,13 +66,15 @@
 //! never blocks (what cannot run now is parked per queue, in order, and flushed when the
 //! window ends); every submission it does not replay is written under the reader side of the
 //! agent's gate; tool work is what runs on a tool's queue (created from a callback, or
-//! declared with [`queue::mark_tool_queue`]). A replayed dispatch's completion signal is
+//! declared with [`queue::mark_tool_queue`], which C and C++ tools call as
+//! `kreplay_hsa_mark_tool_queue` from `include/kernel_replay_hsa.h`). A replayed dispatch's completion signal is
 //! fired by a trailing barrier-AND, so profiling times read from that signal are the
 //! barrier's, after the last pass, not the kernel's. Not gated: device work that reaches the
 //! GPU without an intercepted queue (queues created before `OnLoad`, device-side enqueues
 //! into rings the runtime does not intercept), and tool work written into an application's
 //! queue (it is parked as application work while a window runs, so a tool must not wait for
-//! it inside a callback).
+//! it inside a callback; a submission parked on an application queue while a tool callback
+//! runs is named in a warning, once per queue, that says how to declare the queue).
 //!
 //! Module variables are enumerated per agent through the AMD loader extension and executable
 //! symbol iteration ([`module::HsaModules`]); the same walk names kernels
@@ -81,6 +83,42 @@
 //!
 //! Not yet: device digests (a digest kernel in a code object needs the AMD toolchain), so
 //! `restore=dirty` and the `arguments` scope check digest on the host.
+//!
+//! ## Memory classes: what declines, and what cannot be detected
+//!
+//! Decline rather than corrupt, where this layer can tell:
+//!
+//! - **IPC.** A block imported from another process (`hsa_amd_ipc_memory_attach`) and a local
+//!   block exported to others (`hsa_amd_ipc_memory_create`) are `IPC_IMPORTED`: peers write
+//!   them during a window, so they are never captured, and a kernel whose argument points into
+//!   one declines `untracked_memory` ([`tracker`]).
+//! - **Imported virtual-memory handles** (`hsa_amd_vmem_import_shareable_handle`) map as
+//!   uncapturable memory: an argument into them declines.
+//!
+//! Not detectable here (nothing this backend wraps or reads tells them apart), so users must
+//! exclude such kernels (`KREPLAY_KERNEL_EXCLUDE`) or accept what follows:
+//!
+//! - **Images written by kernels** (`hsa_ext_image_create`, `hsa_amd_image_create`: the image
+//!   extension table is not wrapped). A kernel writes an image through a handle, not a pointer
+//!   into the image's memory: scope `all` captures that memory where the application
+//!   allocated it through a wrapped entry; scope `arguments` does not, and only the after-pass
+//!   scope check (a host digest of the tracked memory outside the scope) finds the write,
+//!   truncating `write_outside_scope` and moving the kernel to scope `all`. Image memory no
+//!   wrapped entry allocated is invisible.
+//! - **The hostcall and printf buffers** of kernels that call the host (`printf`, `malloc`
+//!   through hostcall, sanitizer reports): each pass calls the host again, so output is
+//!   printed once per pass, and the buffers (ordinary allocations, reached through the hidden
+//!   kernel arguments of the kernarg segment) are captured and restored between passes while
+//!   the host's listener may still be reading them. Telling such kernels apart needs the code
+//!   object's kernel metadata (`hidden_hostcall_buffer`, `hidden_printf_buffer`), which this
+//!   backend does not parse.
+//! - **The device heap** (`malloc`/`free` in kernels, `hidden_heap_v1`): restored with the
+//!   memory an argument reaches, so a pass's allocations are undone with the heap's state; a
+//!   heap the runtime grows from memory no wrapped entry allocated is not.
+//! - **Other processes' writes** to memory they reach without IPC through this table (a
+//!   dma-buf or shareable handle exported by other means, a peer device's direct writes), and
+//!   device-side enqueues into rings the runtime does not intercept: not gated, not seen; a
+//!   restore undoes them.
 //!
 //! ## Design choices
 //!

@@ -65,6 +65,7 @@ pub struct Originals {
     pub memory_unlock: Option<sys::MemoryUnlockFn>,
     pub ipc_attach: Option<sys::IpcMemoryAttachFn>,
     pub ipc_detach: Option<sys::IpcMemoryDetachFn>,
+    pub ipc_create: Option<sys::IpcMemoryCreateFn>,
     pub memory_copy: Option<sys::MemoryCopyFn>,
     pub memory_fill: Option<sys::MemoryFillFn>,
     pub iterate_agents: Option<sys::IterateAgentsFn>,

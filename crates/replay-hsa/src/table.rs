@@ -131,6 +131,9 @@ pub struct Entries {
     /// IPC-imported memory (`hsa_amd_ipc_memory_attach` / `_detach`): wrapped together.
     pub ipc_attach: Option<Slot<sys::IpcMemoryAttachFn>>,
     pub ipc_detach: Option<Slot<sys::IpcMemoryDetachFn>>,
+    /// Local memory exported to other processes (`hsa_amd_ipc_memory_create`): wrapped where
+    /// present, so the exported allocation is marked as shared.
+    pub ipc_create: Option<Slot<sys::IpcMemoryCreateFn>>,
     /// Writes that are not replayed, gated on the agents they write (SPEC §6 step 4): core
     /// `hsa_memory_copy` and AMD `hsa_amd_memory_fill`, wrapped where present.
     pub memory_copy: Option<Slot<sys::MemoryCopyFn>>,
@@ -474,6 +477,10 @@ pub unsafe fn bind(root: *mut c_void) -> Result<Bound, TableError> {
             ipc_detach: amd.optional(
                 Some(offset!(amd, AmdExtTable, hsa_amd_ipc_memory_detach_fn)),
                 "hsa_amd_ipc_memory_detach",
+            ),
+            ipc_create: amd.optional(
+                Some(offset!(amd, AmdExtTable, hsa_amd_ipc_memory_create_fn)),
+                "hsa_amd_ipc_memory_create",
             ),
             memory_copy: core.optional(
                 Some(offset!(core, CoreApiTable, hsa_memory_copy_fn)),

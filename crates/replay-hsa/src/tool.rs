@@ -212,6 +212,7 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
         memory_unlock: orig_opt!(e.memory_unlock, wrap::memory_unlock, memory_unlock),
         ipc_attach: orig_opt!(e.ipc_attach, wrap::ipc_attach, ipc_attach),
         ipc_detach: orig_opt!(e.ipc_detach, wrap::ipc_detach, ipc_detach),
+        ipc_create: orig_opt!(e.ipc_create, wrap::ipc_create, ipc_create),
         memory_copy: orig_opt!(e.memory_copy, wrap::memory_copy, memory_copy),
         memory_fill: orig_opt!(e.memory_fill, wrap::memory_fill, memory_fill),
         // SAFETY: the caller's item 1; `bind` checked the slot.
@@ -410,6 +411,10 @@ unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, Tabl
             a.set(wrap::ipc_attach);
             d.set(wrap::ipc_detach);
             wrapped.extend([a.name, d.name]);
+        }
+        if let (Some(s), Some(_)) = (&e.ipc_create, originals.ipc_create) {
+            s.set(wrap::ipc_create);
+            wrapped.push(s.name);
         }
         if let (Some(s), Some(_)) = (&e.memory_copy, originals.memory_copy) {
             s.set(wrap::memory_copy);

@@ -38,8 +38,11 @@ pub(crate) fn capture(
 
     // Memory outside the scope that the scope check watches (SPEC §7.2): under every
     // scope, every tracked region of a captured or capturable class that is not captured,
-    // so a write through a pointer stored in device memory into fine-grained, managed or
-    // pinned memory is seen like one into coarse memory.
+    // so a write through a pointer stored in device memory into fine-grained memory is seen
+    // like one into coarse memory. Host-resident memory (pinned, registered, managed) is
+    // watched only where the plan captures it (an argument reaches it): the host writes it
+    // at any time (a loader's pin-memory thread), which is no write of the kernel's, and
+    // digesting all of it every pass would cross the host link for nothing.
     // Under scope `predicted` the plan captures parts of an allocation: the rest of it is
     // watched, on the allocation's chunk grid (the parts start and end on it).
     let pending = if plan.scope == Scope::Predicted {
@@ -62,6 +65,9 @@ pub(crate) fn capture(
                 Treatment::Captured | Treatment::CapturableUntracked
             )
         {
+            continue;
+        }
+        if crate::classify::host_resident(r.class) && !parts.contains_key(&r.generation) {
             continue;
         }
         match parts.get_mut(&r.generation) {

@@ -12,7 +12,8 @@ pub enum Treatment {
     /// the tool's own results.
     Excluded,
     /// Fine-grained, managed or pinned host memory: not in `all` by itself; captured under
-    /// every scope when an argument points into it, else watched by the scope check.
+    /// every scope when an argument points into it, else watched by the scope check (only
+    /// fine-grained memory: host-resident memory is never watched, [`host_resident`]).
     CapturableUntracked,
     /// IPC-imported or peer memory, or a class nobody described: no snapshot can cover it;
     /// reaching it declines `untracked_memory`.
@@ -55,6 +56,13 @@ pub fn classify(class: MemoryClass) -> Treatment {
     } else {
         Treatment::Uncapturable
     }
+}
+
+/// Whether `class` is host-resident memory (pinned, registered or managed): the host may write
+/// it during a window, so the scope check never watches it outside the snapshot (SPEC §7.2);
+/// it is captured where an argument reaches it.
+pub fn host_resident(class: MemoryClass) -> bool {
+    class.intersects(MemoryClass::PINNED_HOST | MemoryClass::MANAGED)
 }
 
 /// [`classify`] under the policy switch `decline_on_vmem` (SPEC §8): when set, every

@@ -166,6 +166,10 @@ impl Snapshotter for MemoryEngine {
         self.shared.pool.peak()
     }
 
+    fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.shared.device.read_to_host(addr, out)
+    }
+
     fn sync_ordered(&self, wait: &WaitSpec<'_>) -> Result<(), BackendError> {
         let dev = &*self.shared.device;
         bounded(

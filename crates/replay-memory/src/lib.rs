@@ -139,11 +139,17 @@
 //!   counted in `untracked.bytes/regions`. `Ok(None)` (not reachable: pageable host memory or
 //!   a scalar) is skipped. A word that happens to look like an address only makes the
 //!   snapshot larger (or declines): it never makes it smaller.
-//! - **Scope check.** Under every scope, tracked coarse, fine-grained, managed and pinned
-//!   regions outside the snapshot are digested before the first pass and compared after every
-//!   pass (`check_scope`), so a write through a pointer stored in device memory into them
+//! - **Scope check.** Under every scope, tracked coarse and fine-grained regions outside the
+//!   snapshot are digested before the first pass and compared after every pass
+//!   (`check_scope`), so a write through a pointer stored in device memory into them
 //!   truncates `write_outside_scope` instead of applying once per pass. Under `all` only
 //!   capturable regions no argument reached are watched; every coarse region is captured.
+//!   Host-resident memory (pinned, registered, managed: [`host_resident`]) is never watched
+//!   outside the snapshot: the host writes it whenever it likes (a loader's pin-memory
+//!   thread), and such a write is no kernel's, so it must neither truncate an unrelated
+//!   kernel nor force scope `all` on it; nor is all of it digested over the host link every
+//!   pass. It is captured where an argument reaches it. The cost: a kernel that writes
+//!   host-resident memory only through a pointer stored elsewhere is not seen.
 //! - **Scope `predicted`** (issue 18). A scope finer than a region, for pooled allocations (a
 //!   framework's one large pool, in which `arguments` would capture the whole pool per
 //!   dispatch). Under it the plan replaces each region of at least
@@ -210,7 +216,7 @@ mod snapshot;
 mod tiers;
 pub mod tracker;
 
-pub use classify::{classify, classify_under, Treatment};
+pub use classify::{classify, classify_under, host_resident, Treatment};
 pub use engine::MemoryEngine;
 pub use modules::{ModuleVariable, ModuleVariables, NoModuleVariables};
 pub use tracker::{MapAccess, MappedHandle, Tracker};

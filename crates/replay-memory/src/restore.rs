@@ -62,6 +62,7 @@ pub(crate) fn complete(
                 "the restore ordered on the device failed there: {e} (batch of {} regions, {} bytes, starting with this one)",
                 p.regions, p.bytes
             ),
+            cause: Some(e.kind),
         }),
     }
 }
@@ -81,6 +82,7 @@ pub(crate) fn restore(
             base,
             size,
             message: "the previous restore ordered on the device did not complete".into(),
+            cause: None,
         });
     }
     let sh = Arc::clone(&snap.shared);
@@ -149,6 +151,7 @@ pub(crate) fn restore(
                     "{stuck} (batch of {} regions, {bytes} bytes, starting with this one)",
                     per_region.len()
                 ),
+                cause: None,
             });
         }
         Err(WaitError::Backend(batch_err)) => {
@@ -158,16 +161,32 @@ pub(crate) fn restore(
                 "[kernel-replay] agent {}: restore batch failed ({batch_err}); retrying region by region",
                 sh.agent
             );
+            // A lost context fails every copy: the retry would only repeat the error.
+            if batch_err.kind == replay_core::BackendErrorKind::DeviceLost {
+                let (i, _) = per_region.first().expect("a non-empty batch has a region");
+                let r = snap.regions[*i].region;
+                return Err(RestoreError {
+                    base: r.base,
+                    size: r.size,
+                    message: batch_err.to_string(),
+                    cause: Some(batch_err.kind),
+                });
+            }
             for (i, ops) in &per_region {
                 let r = snap.regions[*i].region;
                 if let Err(e) = sh.copy_batch(ops, wait, "restore copy fence") {
-                    if matches!(e, WaitError::Stuck { .. }) {
-                        snap.poisoned = true;
-                    }
+                    let cause = match &e {
+                        WaitError::Stuck { .. } => {
+                            snap.poisoned = true;
+                            None
+                        }
+                        WaitError::Backend(b) => Some(b.kind),
+                    };
                     return Err(RestoreError {
                         base: r.base,
                         size: r.size,
                         message: e.to_string(),
+                        cause,
                     });
                 }
             }

@@ -590,6 +590,22 @@ impl Tracker {
         inv.tool_owned.insert(base, size);
     }
 
+    /// Live allocations of `agent` overlapping `[base, base + size)` are shared with other
+    /// processes (exported through IPC): they carry [`MemoryClass::IPC_IMPORTED`] from now on,
+    /// so they are never captured and an argument into them declines (peers write them while a
+    /// window runs; a restore would undo their writes). The mark dies with the allocation.
+    pub fn mark_shared(&self, agent: AgentId, base: u64, size: u64) {
+        let mut agents = self.agents.write();
+        let Some(inv) = agents.get_mut(&agent) else {
+            return;
+        };
+        for b in inv.overlapping(base, size.max(1)) {
+            if let Some(e) = inv.live.get_mut(&b) {
+                e.class |= MemoryClass::IPC_IMPORTED;
+            }
+        }
+    }
+
     /// Whether this exact region (base, size, generation) is still allocated.
     pub fn is_live(&self, agent: AgentId, region: &RegionRef) -> bool {
         self.agents

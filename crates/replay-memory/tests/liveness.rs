@@ -204,10 +204,11 @@ fn words_into_module_variables_are_not_asked_of_the_runtime() {
 }
 
 #[test]
-fn the_scope_check_watches_fine_grained_and_managed_memory_outside_the_scope() {
+fn the_scope_check_watches_fine_grained_memory_outside_the_scope() {
     // Issue 11 item 3: only coarse regions outside the scope were watched, so a write through
-    // a pointer stored in device memory into fine-grained or managed memory went unseen.
-    for class in [MemoryClass::FINE_GRAINED, MemoryClass::MANAGED] {
+    // a pointer stored in device memory into fine-grained memory went unseen.
+    {
+        let class = MemoryClass::FINE_GRAINED;
         let e = env();
         e.dev
             .app_alloc(&e.tracker, 0x1000, 256, MemoryClass::DEVICE_COARSE);
@@ -289,4 +290,54 @@ fn a_failed_dirty_digest_batch_restores_in_full() {
     let rs = snap.restore(&e.clock.wait()).unwrap();
     assert_eq!(rs.restored_bytes, 4096);
     assert_eq!(e.dev.memory(), before);
+}
+
+#[test]
+fn host_resident_memory_no_argument_reaches_is_not_watched() {
+    // A host thread writing pinned, registered or managed memory during a window (a loader's
+    // pin-memory thread) truncated unrelated kernels `write_outside_scope` and then forced
+    // scope `all` on them; and all of it was digested every pass.
+    for class in [
+        MemoryClass::PINNED_HOST,
+        MemoryClass::MANAGED,
+        MemoryClass::PINNED_HOST | MemoryClass::FINE_GRAINED,
+    ] {
+        for scope in [Scope::Arguments, Scope::All] {
+            let e = env();
+            e.dev
+                .app_alloc(&e.tracker, 0x1000, 256, MemoryClass::DEVICE_COARSE);
+            e.dev.app_alloc(&e.tracker, 0x5000, 256, class);
+            let kept = e.dev.read(0x1000, 1);
+            let p = policy();
+            let plan = e.plan(scope, &[0x1000]);
+            let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
+            // The host writes it between two passes; the kernel wrote its argument.
+            e.dev.write(0x5010, &[9]);
+            e.dev.write(0x1000, &[7]);
+            assert_eq!(
+                snap.check_scope(&e.clock.wait()).unwrap(),
+                ScopeCheck::Clean,
+                "{class:?} under {scope:?}"
+            );
+            snap.restore(&e.clock.wait()).unwrap();
+            assert_eq!(e.dev.read(0x5010, 1), vec![9], "the host's write stays");
+            assert_eq!(e.dev.read(0x1000, 1), kept, "the kernel's write is undone");
+        }
+    }
+}
+
+#[test]
+fn host_resident_memory_an_argument_reaches_is_captured_and_restored() {
+    for class in [MemoryClass::PINNED_HOST, MemoryClass::MANAGED] {
+        let e = env();
+        e.dev.app_alloc(&e.tracker, 0x5000, 256, class);
+        let before = e.dev.read(0x5000, 256);
+        let p = policy();
+        let plan = e.plan(Scope::Arguments, &[0x5000]);
+        assert_eq!(Env::bases(&plan), vec![0x5000], "{class:?}");
+        let mut snap = e.engine.capture(&plan, &p, &e.clock.wait()).unwrap();
+        e.dev.write(0x5010, &[9]);
+        snap.restore(&e.clock.wait()).unwrap();
+        assert_eq!(e.dev.read(0x5000, 256), before, "{class:?}");
+    }
 }

@@ -163,6 +163,40 @@ impl Agent for SimAgent {
         self.agent.id
     }
 
+    fn code_image(&self, dispatch: &Dispatch) -> Result<replay_core::CodeImage, BackendError> {
+        const OP: &str = "code image";
+        let (kernel, _, _) = self.pending_completion(dispatch, OP)?;
+        let kernel = kernel
+            .ok_or_else(|| BackendError::on(self.agent.id, OP).invalid("not a kernel dispatch"))?;
+        let loaded = self.gpu.modules.loaded.read();
+        let m = loaded
+            .iter()
+            .find(|m| m.code_object == kernel.code_object)
+            .ok_or_else(|| {
+                BackendError::on(self.agent.id, OP).error(
+                    replay_core::BackendErrorKind::Unsupported,
+                    format!(
+                        "kernel {:?} belongs to no loaded module (made outside one)",
+                        kernel.name
+                    ),
+                )
+            })?;
+        Ok(replay_core::CodeImage {
+            format: "sim-module".into(),
+            module: m.name.clone(),
+            symbol: kernel.name.to_string(),
+            bytes: m.image.clone().into_bytes(),
+        })
+    }
+
+    fn device_description(&self) -> replay_core::DeviceDescription {
+        replay_core::DeviceDescription {
+            backend: "sim".into(),
+            device: format!("simulated agent {}", self.agent.id),
+            driver: format!("replay-mock {}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.agent.config.capabilities
     }

@@ -424,6 +424,12 @@ impl DeviceMemory for SimMemory {
         self.agent.id
     }
 
+    fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.gpu
+            .device_read(self.agent.id, addr, out, true)
+            .map_err(|e| BackendError::on(self.agent.id, "read to host").invalid(e.to_string()))
+    }
+
     fn tier_info(&self, tier: Tier) -> Option<TierInfo> {
         let c = &self.agent.config;
         let gbps = match tier {

@@ -102,6 +102,29 @@ impl ModuleSpec {
         self
     }
 
+    /// The code object's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The simulator's stand-in for a code image (a capture's `code` file, SPEC §13): the
+    /// module's name, kernels and variables (with initial bytes) as text, one per line.
+    /// Kernels are Rust closures, so a replay finds them by name in a module the replaying
+    /// program provides, and this text says whether that module is the one captured.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = format!("sim-module {}\n", self.name);
+        for (k, _, d) in &self.kernels {
+            let _ = writeln!(s, "kernel {k} {}", d.map_or(0, |d| d.as_nanos()));
+        }
+        for v in &self.variables {
+            let init: String = v.init.iter().map(|b| format!("{b:02x}")).collect();
+            let ro = if v.read_only { "constant" } else { "variable" };
+            let _ = writeln!(s, "{ro} {} {} {init}", v.name, v.size);
+        }
+        s
+    }
+
     /// A kernel of this code object.
     pub fn kernel(
         mut self,
@@ -216,6 +239,8 @@ impl GpuShared {
             agent,
             code_object,
             variables: variables.clone(),
+            name: spec.name.clone(),
+            image: spec.describe(),
         });
         Ok(Module {
             agent,

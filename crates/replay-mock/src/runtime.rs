@@ -446,6 +446,20 @@ impl SimRuntime {
         }
     }
 
+    /// Allocates `size` bytes of `class` on `agent` at the address `base` (standalone replay of
+    /// a capture, SPEC §13: pointers stored in the data stay valid), reported to the tracker.
+    /// An address in use, or one of another agent, is [`SimError::AddressInUse`].
+    pub fn alloc_at(
+        &self,
+        agent: AgentId,
+        base: u64,
+        size: u64,
+        class: MemoryClass,
+    ) -> Result<u64, SimError> {
+        self.shared()
+            .alloc_mem(agent, size, class, true, Some(base))
+    }
+
     /// Allocates memory the backend does not see (never reported to the tracker): a
     /// virtual-memory mapping made through an unwrapped path, a device-side heap. The runtime
     /// still knows it ([`SimMemory`]'s `query_pointer`): an argument into it is captured when it

@@ -540,6 +540,9 @@ pub(crate) struct Loaded {
     pub(crate) agent: AgentId,
     pub(crate) code_object: u64,
     pub(crate) variables: Vec<ModuleVariable>,
+    /// The module's name and description ([`crate::ModuleSpec::describe`]): its code image.
+    pub(crate) name: String,
+    pub(crate) image: String,
 }
 
 /// Code objects loaded on the device.

@@ -77,10 +77,11 @@ fn row(
     value: &str,
     pass: &str,
 ) {
-    let kernel = if d.kernel_demangled.is_empty() {
-        &d.kernel
+    // As Nsight Compute spells it, so rows join with ncu's.
+    let kernel = &if d.kernel_demangled.is_empty() {
+        d.kernel.clone()
     } else {
-        &d.kernel_demangled
+        crate::names::ncu_demangled(&d.kernel_demangled)
     };
     let fields: [&str; 16] = [
         &d.dispatch_id.to_string(),

@@ -7,7 +7,9 @@
 //!
 //! The outputs:
 //! - [`table`]: the per-kernel table for the terminal (`table`);
-//! - [`csv()`]: Nsight Compute's `--csv` column layout plus a `Replay Pass` column (`csv`);
+//! - [`csv()`]: Nsight Compute's `--csv` column layout plus a `Replay Pass` column (`csv`),
+//!   the `Kernel Name` spelled as Nsight Compute demangles it ([`names`], which also gives
+//!   the short names `kreplay run`'s table shows);
 //! - [`to_json`] / [`from_json`]: the report as JSON (`json`);
 //! - [`write_rocpd`]: an SQLite database in rocprofv3's rocpd layout, schema 3.0.4 with
 //!   `replay_pass` (`rocpd`);
@@ -27,6 +29,7 @@
 mod csv;
 mod error;
 mod json;
+pub mod names;
 mod number;
 mod report;
 mod rocpd;

@@ -57,6 +57,18 @@ fn names_with_commas_and_quotes_are_quoted_and_read_back() {
 }
 
 #[test]
+fn the_kernel_name_is_spelled_as_nsight_compute_demangles_it() {
+    let mut r = common::ncu_head();
+    r.dispatches[0].kernel_demangled = "void at::native::(anonymous namespace)::k<at::native::(anonymous namespace)::f()::{lambda(float)#1}>(int)".into();
+    let text = csv(&r);
+    let fields = parse_record(text.lines().nth(1).unwrap());
+    assert_eq!(
+        fields[4],
+        "void at::native::<unnamed>::k<at::native::<unnamed>::f()::[lambda(float) (instance 1)]>(int)"
+    );
+}
+
+#[test]
 fn a_metric_several_passes_collected_is_one_row_per_pass_never_a_sum() {
     let text = csv(&common::repeated_counter());
     let rows: Vec<Vec<String>> = text.lines().skip(1).map(parse_record).collect();

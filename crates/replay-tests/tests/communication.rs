@@ -119,3 +119,41 @@ fn replayed_anyway_a_spinning_pass_truncates_at_the_bound_and_nothing_hangs() {
     memory_is_one_execution(&rt, &app);
     finish(&rt);
 }
+
+#[test]
+fn a_kernel_of_a_code_object_declared_communication_runs_once_whatever_its_name() {
+    // A backend that sees a module link NVSHMEM declares its code object: its kernels run
+    // once though no name on the list matches; forgetting the code object (its unload) ends it.
+    let rt = runtime(1);
+    let replay = ToolScript::passes(3).install(&rt, fast_policy());
+    let mut app = RmwApp::setup(&rt);
+    app.kernel = rmw_kernel("put_signal_block", app.inputs.clone());
+    app.kernel.code_object = 0x77;
+    rt.gpu().recorder().clear();
+    replay.svc.mark_communication_code_object(A0, 0x77);
+    assert!(replay
+        .svc
+        .is_communication(&app.kernel.key(A0), "put_signal_block"));
+    let c = app.launch(&rt);
+    c.wait().unwrap();
+    assert_eq!(c.record(), None, "no window opened for it");
+    assert_eq!(app.seen().len(), 1, "executed once");
+    assert_eq!(replay.svc.communication_runs(), 1);
+    assert_eq!(
+        rt.read_u32s(app.buf, RMW_N).unwrap(),
+        replay_tests::rmw_once(&RmwApp::initial())
+    );
+    replay.svc.forget_code_object(A0, 0x77);
+    assert!(!replay
+        .svc
+        .is_communication(&app.kernel.key(A0), "put_signal_block"));
+    let c = app.launch(&rt);
+    c.wait().unwrap();
+    assert_outcome(
+        &c.record().expect("a window"),
+        Outcome::Replayed,
+        Reason::None,
+    );
+    assert_eq!(replay.svc.communication_runs(), 1);
+    finish(&rt);
+}

@@ -200,9 +200,12 @@ fn stored_pointer_kernel() -> Kernel {
 #[test]
 fn a_stored_pointer_write_into_fine_grained_memory_outside_the_scope_truncates() {
     // Issue 11 item 3: under `arguments`, the scope check watched only coarse regions, so a
-    // write through a stored pointer into fine-grained or managed memory applied once per
-    // pass while the record said `replayed`. Now those regions are watched too.
-    for class in [MemoryClass::FINE_GRAINED, MemoryClass::MANAGED] {
+    // write through a stored pointer into fine-grained memory applied once per pass while the
+    // record said `replayed`. Now those regions are watched too. Host-resident memory
+    // (managed, pinned) is not watched: the host writes it during windows (replay-memory's
+    // crate docs, "Scope check").
+    {
+        let class = MemoryClass::FINE_GRAINED;
         let setup = |rt: &replay_mock::SimRuntime| {
             let table = rt.alloc(A0, 64, MemoryClass::DEVICE_COARSE).unwrap();
             let counter = rt.alloc(A0, 8, class).unwrap();

@@ -10,8 +10,9 @@
 //!   module wraps with the wrapper ([`wrapper_for`]) and forwards every other lookup;
 //! - `cuGetProcAddress` (the CUDA runtime resolves every driver entry this way, after one
 //!   `dlsym` of `cuGetProcAddress` itself): [`get_proc_address_v2`] asks the real driver, and
-//!   when its answer is one of the wrapped entries (by address, else by name and the
-//!   per-thread flag), substitutes the wrapper.
+//!   when its answer is one of the wrapped entries (by address, else by name, the
+//!   per-thread flag and the version asked for: a request for an older ABI than the wrapped
+//!   entry's keeps the driver's answer), substitutes the wrapper.
 //!
 //! A runtime launch (`cudaLaunchKernel`) reaches the driver's launch entry through the pointer
 //! `cuGetProcAddress` gave the runtime, so it passes through the wrapper exactly once: a
@@ -39,7 +40,15 @@
 //! `cuMemImportFromShareableHandle`, `cuMulticastCreate`, `cuMulticastBindMem`,
 //! `cuMulticastBindAddr`, `cuMemRelease`, `cuMemAddressReserve`, `cuMemAddressFree`,
 //! `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`) and `cuMemAllocFromPoolAsync` (both forms) feed
-//! the tracker (see `crate::state`). Not wrapped yet (they run once, untouched, and a restore
+//! the tracker (see `crate::state`), and so do `cuIpcOpenMemHandle` and
+//! `cuIpcCloseMemHandle`. `cuStreamCreate` and `cuStreamCreateWithPriority` register the new
+//! stream; `cuStreamDestroy` is gated; `cuStreamEndCapture` tells a capture ended. Arrays,
+//! surface objects and tensor maps (`cuArrayCreate`, `cuArray3DCreate`,
+//! `cuMipmappedArrayCreate`, their destroys, `cuSurfObjectCreate`, `cuSurfObjectDestroy`,
+//! `cuTensorMapEncodeTiled`, `cuTensorMapEncodeIm2col`, `cuTensorMapEncodeIm2colWide`,
+//! `cuTensorMapReplaceAddress`) feed `crate::state::unseen`; `cuDevicePrimaryCtxReset` (both
+//! forms) and `cuCtxDestroy` feed `crate::state::context`. Not wrapped yet (they run once,
+//! untouched, and a restore
 //! would undo what one of them writes during a window on another thread): array copies
 //! (`cuMemcpyAtoD` and friends: arrays are not tracked), `cuMemcpyBatchAsync`. See the crate
 //! docs.
@@ -257,6 +266,8 @@ entries! {
     cuMemHostRegister_v2 => mem_host_register, real_mem_host_register: fn(p: *mut c_void, n: usize, fl: c_uint), st::hook_mem_host_register;
     cuMemAllocAsync => mem_alloc_async, real_mem_alloc_async: fn(p: *mut CUdeviceptr, n: usize, s: CUstream), st::hook_mem_alloc_async;
     cuMemAllocAsync_ptsz => mem_alloc_async_ptsz, real_mem_alloc_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, s: CUstream), st::hook_mem_alloc_async;
+    cuIpcOpenMemHandle_v2 => ipc_open_mem_handle, real_ipc_open_mem_handle: fn(p: *mut CUdeviceptr, h: sys::CUipcMemHandle, fl: c_uint), st::hook_ipc_open_mem_handle;
+    cuIpcCloseMemHandle => ipc_close_mem_handle, real_ipc_close_mem_handle: fn(p: CUdeviceptr), st::hook_ipc_close_mem_handle;
     cuMemFree_v2 => mem_free, real_mem_free: fn(p: CUdeviceptr), st::hook_mem_free;
     cuMemFreeHost => mem_free_host, real_mem_free_host: fn(p: *mut c_void), st::hook_mem_free_host;
     cuMemHostUnregister => mem_host_unregister, real_mem_host_unregister: fn(p: *mut c_void), st::hook_mem_free_host;
@@ -277,6 +288,8 @@ entries! {
     cuMemSetAccess => mem_set_access, real_mem_set_access: fn(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize), st::hook_mem_set_access;
     cuStreamDestroy_v2 => stream_destroy, real_stream_destroy: fn(s: CUstream), st::hook_stream_destroy;
     cuStreamEndCapture => stream_end_capture, real_stream_end_capture: fn(s: CUstream, g: *mut CUgraph), st::hook_stream_end_capture;
+    cuStreamCreate => stream_create, real_stream_create: fn(s: *mut CUstream, fl: c_uint), st::hook_stream_create;
+    cuStreamCreateWithPriority => stream_create_with_priority, real_stream_create_with_priority: fn(s: *mut CUstream, fl: c_uint, prio: c_int), st::hook_stream_create_with_priority;
     cuMemcpyAsync => memcpy_async, real_memcpy_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
     cuMemcpyAsync_ptsz => memcpy_async_ptsz, real_memcpy_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
     cuMemcpyDtoDAsync_v2 => memcpy_dtod_async, real_memcpy_dtod_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
@@ -301,20 +314,20 @@ entries! {
     cuMemcpyDtoH_v2_ptds => memcpy_dtoh_ptds, real_memcpy_dtoh_ptds: fn(d: *mut c_void, src: CUdeviceptr, n: usize), st::gated_dtoh_sync;
     cuMemsetD8_v2_ptds => memset_d8_ptds, real_memset_d8_ptds: fn(d: CUdeviceptr, v: u8, n: usize), st::gated_memset8_sync;
     cuMemsetD32_v2_ptds => memset_d32_ptds, real_memset_d32_ptds: fn(d: CUdeviceptr, v: c_uint, n: usize), st::gated_memset32_sync;
-    cuMemcpy2D_v2 => memcpy_2d, real_memcpy_2d: fn(p: *const c_void), st::gated_param;
-    cuMemcpy2D_v2_ptds => memcpy_2d_ptds, real_memcpy_2d_ptds: fn(p: *const c_void), st::gated_param;
-    cuMemcpy2DUnaligned_v2 => memcpy_2d_unaligned, real_memcpy_2d_unaligned: fn(p: *const c_void), st::gated_param;
-    cuMemcpy2DUnaligned_v2_ptds => memcpy_2d_unaligned_ptds, real_memcpy_2d_unaligned_ptds: fn(p: *const c_void), st::gated_param;
-    cuMemcpy2DAsync_v2 => memcpy_2d_async, real_memcpy_2d_async: fn(p: *const c_void, s: CUstream), st::gated_param_async;
-    cuMemcpy2DAsync_v2_ptsz => memcpy_2d_async_ptsz, real_memcpy_2d_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_param_async;
-    cuMemcpy3D_v2 => memcpy_3d, real_memcpy_3d: fn(p: *const c_void), st::gated_param;
-    cuMemcpy3D_v2_ptds => memcpy_3d_ptds, real_memcpy_3d_ptds: fn(p: *const c_void), st::gated_param;
-    cuMemcpy3DAsync_v2 => memcpy_3d_async, real_memcpy_3d_async: fn(p: *const c_void, s: CUstream), st::gated_param_async;
-    cuMemcpy3DAsync_v2_ptsz => memcpy_3d_async_ptsz, real_memcpy_3d_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_param_async;
-    cuMemcpy3DPeer => memcpy_3d_peer, real_memcpy_3d_peer: fn(p: *const c_void), st::gated_param;
-    cuMemcpy3DPeer_ptds => memcpy_3d_peer_ptds, real_memcpy_3d_peer_ptds: fn(p: *const c_void), st::gated_param;
-    cuMemcpy3DPeerAsync => memcpy_3d_peer_async, real_memcpy_3d_peer_async: fn(p: *const c_void, s: CUstream), st::gated_param_async;
-    cuMemcpy3DPeerAsync_ptsz => memcpy_3d_peer_async_ptsz, real_memcpy_3d_peer_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_param_async;
+    cuMemcpy2D_v2 => memcpy_2d, real_memcpy_2d: fn(p: *const c_void), st::gated_desc::<{ st::DESC_2D }>;
+    cuMemcpy2D_v2_ptds => memcpy_2d_ptds, real_memcpy_2d_ptds: fn(p: *const c_void), st::gated_desc::<{ st::DESC_2D }>;
+    cuMemcpy2DUnaligned_v2 => memcpy_2d_unaligned, real_memcpy_2d_unaligned: fn(p: *const c_void), st::gated_desc::<{ st::DESC_2D }>;
+    cuMemcpy2DUnaligned_v2_ptds => memcpy_2d_unaligned_ptds, real_memcpy_2d_unaligned_ptds: fn(p: *const c_void), st::gated_desc::<{ st::DESC_2D }>;
+    cuMemcpy2DAsync_v2 => memcpy_2d_async, real_memcpy_2d_async: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_2D }>;
+    cuMemcpy2DAsync_v2_ptsz => memcpy_2d_async_ptsz, real_memcpy_2d_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_2D }>;
+    cuMemcpy3D_v2 => memcpy_3d, real_memcpy_3d: fn(p: *const c_void), st::gated_desc::<{ st::DESC_3D }>;
+    cuMemcpy3D_v2_ptds => memcpy_3d_ptds, real_memcpy_3d_ptds: fn(p: *const c_void), st::gated_desc::<{ st::DESC_3D }>;
+    cuMemcpy3DAsync_v2 => memcpy_3d_async, real_memcpy_3d_async: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_3D }>;
+    cuMemcpy3DAsync_v2_ptsz => memcpy_3d_async_ptsz, real_memcpy_3d_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_3D }>;
+    cuMemcpy3DPeer => memcpy_3d_peer, real_memcpy_3d_peer: fn(p: *const c_void), st::gated_desc::<{ st::DESC_3D_PEER }>;
+    cuMemcpy3DPeer_ptds => memcpy_3d_peer_ptds, real_memcpy_3d_peer_ptds: fn(p: *const c_void), st::gated_desc::<{ st::DESC_3D_PEER }>;
+    cuMemcpy3DPeerAsync => memcpy_3d_peer_async, real_memcpy_3d_peer_async: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_3D_PEER }>;
+    cuMemcpy3DPeerAsync_ptsz => memcpy_3d_peer_async_ptsz, real_memcpy_3d_peer_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_3D_PEER }>;
     cuMemcpyPeer => memcpy_peer, real_memcpy_peer: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize), st::gated_peer;
     cuMemcpyPeer_ptds => memcpy_peer_ptds, real_memcpy_peer_ptds: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize), st::gated_peer;
     cuMemcpyPeerAsync => memcpy_peer_async, real_memcpy_peer_async: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream), st::gated_peer_async;
@@ -335,6 +348,20 @@ entries! {
     cuMemsetD2D16Async_ptsz => memset_2d16_async_ptsz, real_memset_2d16_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream), st::gated_memset2d16;
     cuMemsetD2D32Async => memset_2d32_async, real_memset_2d32_async: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), st::gated_memset2d32;
     cuMemsetD2D32Async_ptsz => memset_2d32_async_ptsz, real_memset_2d32_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), st::gated_memset2d32;
+    cuDevicePrimaryCtxReset_v2 => primary_ctx_reset, real_primary_ctx_reset: fn(d: c_int), st::hook_primary_ctx_reset;
+    cuDevicePrimaryCtxReset => primary_ctx_reset_v1, real_primary_ctx_reset_v1: fn(d: c_int), st::hook_primary_ctx_reset;
+    cuCtxDestroy_v2 => ctx_destroy, real_ctx_destroy: fn(c: CUcontext), st::hook_ctx_destroy;
+    cuArrayCreate_v2 => array_create, real_array_create: fn(a: *mut u64, desc: *const c_void), st::unseen::hook_array_create;
+    cuArray3DCreate_v2 => array_3d_create, real_array_3d_create: fn(a: *mut u64, desc: *const c_void), st::unseen::hook_array_create;
+    cuMipmappedArrayCreate => mipmapped_array_create, real_mipmapped_array_create: fn(a: *mut u64, desc: *const c_void, levels: c_uint), st::unseen::hook_mipmapped_array_create;
+    cuArrayDestroy => array_destroy, real_array_destroy: fn(a: u64), st::unseen::hook_array_destroy;
+    cuMipmappedArrayDestroy => mipmapped_array_destroy, real_mipmapped_array_destroy: fn(a: u64), st::unseen::hook_array_destroy;
+    cuSurfObjectCreate => surf_object_create, real_surf_object_create: fn(s: *mut u64, desc: *const c_void), st::unseen::hook_surf_object_create;
+    cuSurfObjectDestroy => surf_object_destroy, real_surf_object_destroy: fn(s: u64), st::unseen::hook_surf_object_destroy;
+    cuTensorMapEncodeTiled => tensor_map_encode_tiled, real_tensor_map_encode_tiled: fn(m: *mut c_void, dt: c_uint, rank: c_uint, addr: *mut c_void, dims: *const u64, strides: *const u64, boxd: *const u32, estr: *const u32, il: c_uint, sw: c_uint, l2: c_uint, oob: c_uint), st::unseen::hook_tensor_map_tiled;
+    cuTensorMapEncodeIm2col => tensor_map_encode_im2col, real_tensor_map_encode_im2col: fn(m: *mut c_void, dt: c_uint, rank: c_uint, addr: *mut c_void, dims: *const u64, strides: *const u64, lower: *const c_int, upper: *const c_int, cpp: c_uint, ppc: c_uint, estr: *const u32, il: c_uint, sw: c_uint, l2: c_uint, oob: c_uint), st::unseen::hook_tensor_map_im2col;
+    cuTensorMapEncodeIm2colWide => tensor_map_encode_im2col_wide, real_tensor_map_encode_im2col_wide: fn(m: *mut c_void, dt: c_uint, rank: c_uint, addr: *mut c_void, dims: *const u64, strides: *const u64, lower: c_int, upper: c_int, cpp: c_uint, ppc: c_uint, estr: *const u32, il: c_uint, mode: c_uint, sw: c_uint, l2: c_uint, oob: c_uint), st::unseen::hook_tensor_map_im2col_wide;
+    cuTensorMapReplaceAddress => tensor_map_replace_address, real_tensor_map_replace_address: fn(m: *mut c_void, addr: *mut c_void), st::unseen::hook_tensor_map_replace_address;
 }
 
 /// The wrapper of the entry named `name`, when it is wrapped and the real driver has it.
@@ -348,11 +375,40 @@ pub fn wrapper_for(name: &CStr) -> Option<*mut c_void> {
 /// What `cuGetProcAddress` answered, with a wrapper substituted for a wrapped entry: by the
 /// address the driver gave (the entry `dlsym` finds), else by the base name the runtime asks
 /// for and the per-thread-default-stream flag.
-fn substitute(symbol: &CStr, found: *mut c_void, flags: u64) -> *mut c_void {
+fn substitute(symbol: &CStr, found: *mut c_void, flags: u64, version: c_int) -> *mut c_void {
+    substitute_in(table(), symbol, found, flags, version)
+}
+
+/// The CUDA version that introduced the wrapped entry `name` (its ABI): a request for an
+/// older version gets the driver's older entry, whose arguments may differ, untouched. The
+/// `_v2` forms of the memory entries came with CUDA 3.2; the others listed by their release.
+fn entry_version(name: &[u8]) -> c_int {
+    let base = name
+        .strip_suffix(b"_ptsz")
+        .or_else(|| name.strip_suffix(b"_ptds"))
+        .unwrap_or(name);
+    match base {
+        b"cuStreamDestroy_v2" => 4000,
+        b"cuMemHostRegister_v2" => 6050,
+        b"cuIpcOpenMemHandle_v2" => 11000,
+        b"cuMemcpy3DPeer" | b"cuMemcpyPeer" | b"cuMemcpyPeerAsync" | b"cuMemcpy3DPeerAsync" => 4000,
+        b"cuLaunchKernel" | b"cuMemcpyAsync" | b"cuMemcpy" => 4000,
+        b if b.ends_with(b"_v2") => 3020,
+        _ => 0,
+    }
+}
+
+/// [`substitute`] over `t` (the table; tests give their own).
+fn substitute_in(
+    t: &[(&'static CStr, usize, usize)],
+    symbol: &CStr,
+    found: *mut c_void,
+    flags: u64,
+    version: c_int,
+) -> *mut c_void {
     if found.is_null() {
         return found;
     }
-    let t = table();
     if let Some((_, w, _)) = t.iter().find(|(_, _, real)| *real == found as usize) {
         return *w as *mut c_void;
     }
@@ -370,9 +426,11 @@ fn substitute(symbol: &CStr, found: *mut c_void, flags: u64) -> *mut c_void {
     // A name match is trusted only when the driver's answer is not some other wrapped
     // entry's real address (it was not, above) and it agrees with the real entry of that
     // name, or the driver answers with an internal address for it.
+    // Only the entry of the version asked for: a request for an older ABI than the wrapped
+    // entry's (`cuMemAlloc` before CUDA 3.2) keeps the driver's answer.
     for c in candidates {
         if let Some((_, w, real)) = t.iter().find(|(n, _, _)| n.to_bytes() == c.as_slice()) {
-            if *real != 0 {
+            if *real != 0 && version >= entry_version(&c) {
                 return *w as *mut c_void;
             }
         }
@@ -409,7 +467,7 @@ pub unsafe extern "C" fn get_proc_address(
     let r = unsafe { real(symbol, pfn, version, flags) };
     if r == CUresult::CUDA_SUCCESS && !symbol.is_null() && !pfn.is_null() && intercepting() {
         // SAFETY: the caller's contract; the driver wrote `*pfn`.
-        unsafe { *pfn = answer(CStr::from_ptr(symbol), *pfn, flags) };
+        unsafe { *pfn = answer(CStr::from_ptr(symbol), *pfn, flags, version) };
     }
     r
 }
@@ -436,7 +494,7 @@ pub unsafe extern "C" fn get_proc_address_v2(
     let r = unsafe { real(symbol, pfn, version, flags, status) };
     if r == CUresult::CUDA_SUCCESS && !symbol.is_null() && !pfn.is_null() && intercepting() {
         // SAFETY: the caller's contract; the driver wrote `*pfn`.
-        unsafe { *pfn = answer(CStr::from_ptr(symbol), *pfn, flags) };
+        unsafe { *pfn = answer(CStr::from_ptr(symbol), *pfn, flags, version) };
     }
     r
 }
@@ -447,7 +505,7 @@ fn intercepting() -> bool {
 
 /// `cuGetProcAddress` answers itself with our wrappers too, so the runtime's later lookups
 /// come back here.
-fn answer(symbol: &CStr, found: *mut c_void, flags: u64) -> *mut c_void {
+fn answer(symbol: &CStr, found: *mut c_void, flags: u64, version: c_int) -> *mut c_void {
     match symbol.to_bytes() {
         b"cuGetProcAddress" if !found.is_null() => {
             // The runtime asks for the newest form it knows; both have a wrapper.
@@ -458,7 +516,7 @@ fn answer(symbol: &CStr, found: *mut c_void, flags: u64) -> *mut c_void {
                 get_proc_address as *mut c_void
             }
         }
-        _ => substitute(symbol, found, flags),
+        _ => substitute(symbol, found, flags, version),
     }
 }
 
@@ -503,6 +561,34 @@ pub use sys::CUlaunchAttributeID;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_match_substitutes_only_for_the_version_the_wrapper_wraps() {
+        // The driver answers with internal addresses (no table entry's), so only the name
+        // path can match.
+        let t: Vec<(&'static CStr, usize, usize)> = vec![
+            (c"cuMemAlloc_v2", 0x1000, 0x9000),
+            (c"cuStreamDestroy_v2", 0x2000, 0x9100),
+            (c"cuLaunchKernel", 0x3000, 0x9200),
+        ];
+        let internal = 0x7777 as *mut c_void;
+        let s = |name: &CStr, v: c_int| substitute_in(&t, name, internal, 0, v) as usize;
+        assert_eq!(s(c"cuMemAlloc", 12000), 0x1000);
+        assert_eq!(s(c"cuMemAlloc", 3020), 0x1000);
+        assert_eq!(
+            s(c"cuMemAlloc", 3000),
+            0x7777,
+            "the v1 ABI is not the wrapper's"
+        );
+        assert_eq!(s(c"cuStreamDestroy", 3020), 0x7777);
+        assert_eq!(s(c"cuStreamDestroy", 4000), 0x2000);
+        assert_eq!(s(c"cuLaunchKernel", 4000), 0x3000);
+        // The driver's answer is a wrapped entry's own address: that entry, whatever version.
+        assert_eq!(
+            substitute_in(&t, c"cuMemAlloc", 0x9000 as *mut c_void, 0, 3000) as usize,
+            0x1000
+        );
+    }
 
     #[test]
     fn every_entry_the_wrappers_cover_is_cross_checked() {

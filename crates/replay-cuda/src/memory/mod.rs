@@ -563,9 +563,13 @@ impl CudaMemory {
             if !matches!(wait_events(&refs, Duration::from_secs(10)), Ok(true)) {
                 log::warn!("[kernel-replay] copies before a failed copy did not finish in 10 s");
             }
-            return Err(
-                BackendError::on(self.agent, OP).error(BackendErrorKind::CopyFailed, e.to_string())
-            );
+            // A sticky error (the context is lost) stays one: the window then skips a restore
+            // instead of aborting on it.
+            let kind = match e.kind() {
+                BackendErrorKind::DeviceLost => BackendErrorKind::DeviceLost,
+                _ => BackendErrorKind::CopyFailed,
+            };
+            return Err(BackendError::on(self.agent, OP).error(kind, e.to_string()));
         }
         Ok(self.new_fence(Pending {
             events,

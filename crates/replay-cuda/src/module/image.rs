@@ -419,6 +419,7 @@ pub fn read_image(image: &[u8], sm: u32) -> Result<ImageInfo, ImageNote> {
         CodeFormat::Ptx => CubinInfo {
             layouts: HashMap::new(),
             globals: ptx::globals(&bytes).map_err(|e| ImageNote::Ptx(e.to_string()))?,
+            services: super::services::of_ptx(&bytes),
         },
     };
     Ok(ImageInfo {
@@ -435,6 +436,8 @@ pub struct CubinInfo {
     pub layouts: HashMap<String, Vec<ParamSlot>>,
     /// The module-scope variables of its symbol table.
     pub globals: Vec<elf::GlobalSymbol>,
+    /// Device-side services its code calls whose effects no snapshot sees.
+    pub services: Vec<super::services::DeviceService>,
 }
 
 /// Reads a cubin's parameter tables and globals.
@@ -455,6 +458,7 @@ pub fn read_cubin(cubin: &[u8]) -> Result<CubinInfo, ImageNote> {
     Ok(CubinInfo {
         layouts,
         globals: img.global_symbols(),
+        services: super::services::of_symbols(img.symbols.iter().map(|s| s.name.as_str())),
     })
 }
 

@@ -22,6 +22,7 @@ pub mod demangle;
 pub mod elf;
 pub mod image;
 pub mod ptx;
+pub mod services;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;

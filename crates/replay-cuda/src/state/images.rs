@@ -113,6 +113,26 @@ struct Image {
     pending: Mutex<Option<Vec<GlobalSymbol>>>,
     /// Where its globals went, once resolved.
     registered: Mutex<Option<Registered>>,
+    /// Device-side services its code calls whose effects no snapshot sees.
+    services: Vec<crate::module::services::DeviceService>,
+    /// Its code object id in [`replay_core::KernelKey`] (never 0, never reused): an unload
+    /// forgets only its kernels' memos and predictions.
+    code_object: u64,
+    /// It links NVSHMEM's device code (a kernel or global named `nvshmem*`): every kernel of
+    /// it is a communication kernel, whatever its name (SPEC §9.2).
+    nvshmem: bool,
+}
+
+/// Whether an image with these kernels and globals links NVSHMEM's device library: its device
+/// state and entry points are named `nvshmem*` / `nvshmemi_*`, whatever the kernels are named.
+pub(crate) fn links_nvshmem<'a>(
+    kernels: impl IntoIterator<Item = &'a str>,
+    globals: impl IntoIterator<Item = &'a str>,
+) -> bool {
+    kernels
+        .into_iter()
+        .chain(globals)
+        .any(|n| n.starts_with("nvshmem") || n.contains("nvshmemi_"))
 }
 
 /// The images, and which image and name each function or kernel handle belongs to.
@@ -202,16 +222,26 @@ fn record(handle: Handle, file: Option<String>, bytes: Result<&[u8], ImageNote>)
             (Default::default(), Some(note.to_string()))
         }
     };
+    let services = info.services.clone();
     let writable = info.globals.iter().any(|g| !g.read_only && g.size > 0);
     if writable && matches!(handle, Handle::Module(_)) {
         s.pending_modules.fetch_add(1, Ordering::AcqRel);
     }
+    // Above the ids the library's own module registry hands out, so the two never meet.
+    static NEXT_CODE_OBJECT: AtomicU64 = AtomicU64::new(1 << 32);
+    let nvshmem = links_nvshmem(
+        info.layouts.keys().map(String::as_str),
+        info.globals.iter().map(|g| g.name.as_str()),
+    );
     let img = Arc::new(Image {
         name,
         unknown,
         layouts: info.layouts,
         pending: Mutex::new(writable.then_some(info.globals)),
         registered: Mutex::new(None),
+        services,
+        code_object: NEXT_CODE_OBJECT.fetch_add(1, Ordering::Relaxed),
+        nvshmem,
     });
     let old = s.images.lock().insert(handle, img);
     if let Some(old) = old {
@@ -361,6 +391,30 @@ pub(crate) fn launch_image(f: CUfunction) -> LaunchImage {
     LaunchImage(image_of(f).map(|(h, img, _)| (h, img)))
 }
 
+impl LaunchImage {
+    /// The image's code object id for [`replay_core::KernelKey`]; 0 where the image is unknown
+    /// (those kernels decline, and share code object 0).
+    pub(crate) fn code_object(&self) -> u64 {
+        self.0.as_ref().map_or(0, |(_, img)| img.code_object)
+    }
+
+    /// Whether the image links NVSHMEM (its kernels are communication kernels).
+    pub(crate) fn links_nvshmem(&self) -> bool {
+        self.0.as_ref().is_some_and(|(_, img)| img.nvshmem)
+    }
+}
+
+/// The code object id of a loaded module or library (`None` when the hooks never saw it),
+/// asked before its unload forgets it.
+pub(crate) fn code_object_of(module: Option<usize>, library: Option<usize>) -> Option<u64> {
+    let h = match (module, library) {
+        (Some(m), _) => Handle::Module(m),
+        (None, Some(l)) => Handle::Library(l),
+        (None, None) => return None,
+    };
+    images().images.lock().get(&h).map(|img| img.code_object)
+}
+
 /// Whether launches of an image (`kernel` names the launch) meet unknown globals, and why.
 pub(crate) fn unknown_globals(image: &LaunchImage, kernel: &str) -> Option<Unknown> {
     let Some((_, img)) = &image.0 else {
@@ -374,6 +428,15 @@ pub(crate) fn unknown_globals(image: &LaunchImage, kernel: &str) -> Option<Unkno
         "globals of {} unknown ({why}): kernel {kernel} is not replayed blind",
         img.name
     )))
+}
+
+/// The device-side services the code of a launch's image calls (none when the image is
+/// unknown: that declines already), with the image's name.
+pub(crate) fn image_services(
+    image: &LaunchImage,
+) -> Option<(&str, &[crate::module::services::DeviceService])> {
+    let (_, img) = image.0.as_ref()?;
+    (!img.services.is_empty()).then(|| (img.name.as_str(), img.services.as_slice()))
 }
 
 static ALLOW: AtomicU8 = AtomicU8::new(0);
@@ -581,6 +644,28 @@ fn forget(handle: Handle) -> Vec<usize> {
         registry.remove_foreign(key(handle));
     });
     gone
+}
+
+/// Forgets, before a reset of `agent`'s primary context, every module (its context is not
+/// known, and the reset unloads those of that context) and every library whose globals were
+/// resolved on `agent` (their addresses die with the context). Returns their function and
+/// kernel handles, as [`forget`].
+pub(crate) fn forget_for_reset(agent: AgentId) -> Vec<usize> {
+    let handles: Vec<Handle> = images()
+        .images
+        .lock()
+        .iter()
+        .filter(|(h, img)| {
+            matches!(h, Handle::Module(_))
+                || img
+                    .registered
+                    .lock()
+                    .as_ref()
+                    .is_some_and(|(a, _, _)| *a == agent)
+        })
+        .map(|(h, _)| *h)
+        .collect();
+    handles.into_iter().flat_map(forget).collect()
 }
 
 fn file_name(name: *const c_char) -> Option<String> {

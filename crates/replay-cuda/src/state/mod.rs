@@ -22,12 +22,19 @@
 //!   (run once by the window's gate rule); cooperative launches (`cuLaunchCooperativeKernel`,
 //!   or the cooperative attribute) and graph launches run once under the agent's write gate,
 //!   counted by kind; communication kernels (the policy's `filter.communication` list,
-//!   `KREPLAY_COMMUNICATION_KERNELS`) reach the window, whose check runs them once, counted by
-//!   the service (`ReplayService::communication_runs`, the report's `communication`).
+//!   `KREPLAY_COMMUNICATION_KERNELS`, and every kernel of a module that links NVSHMEM, whose
+//!   code object is declared to the service: `ReplayService::mark_communication_code_object`)
+//!   reach the window, whose check runs them once, counted by the service
+//!   (`ReplayService::communication_runs`, the report's `communication`). Each image the
+//!   application loaded is its own code object in the launch's `KernelKey`, so an unload
+//!   forgets only that image's memos and predictions.
 //! - **Allocations** of every driver allocation entry are recorded with their class
 //!   (SPEC §7.1): `cuMemAlloc`, `cuMemAllocPitch` (device), `cuMemAllocManaged` (managed),
 //!   `cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister` (pinned host, at the host address
-//!   kernels use under unified addressing), `cuMemAllocAsync` and `cuMemAllocFromPoolAsync`
+//!   kernels use under unified addressing; a range registered `READ_ONLY` is also read-only,
+//!   one registered `IOMEMORY` is uncapturable: `host_register_class`),
+//!   `cuIpcOpenMemHandle` (another process's memory: `IPC_IMPORTED`, never captured; forgotten
+//!   at `cuIpcCloseMemHandle`), `cuMemAllocAsync` and `cuMemAllocFromPoolAsync`
 //!   (stream-ordered: captured like device memory until `cuMemFreeAsync` orders the free;
 //!   a pool located on the host or imported is not told apart yet), each under the agent of
 //!   the current context's device. Frees are recorded before the driver releases. An
@@ -47,12 +54,23 @@
 //!   `cuMemPoolImportPointer`).
 //! - **Copies and memsets** (1D, 2D, 3D, peer; see [`crate::intercept`] for the list) run
 //!   once under the agent's write gate, counted.
-//! - **Streams** a launch uses are registered with the backend, so drains see them; a
-//!   destroyed stream is forgotten before the driver destroys it.
+//! - **Streams** are registered with the backend, so the agent drain sees them: every stream
+//!   `cuStreamCreate` / `cuStreamCreateWithPriority` make, and every stream a launch, copy,
+//!   memset, graph launch or stream-ordered allocation (or free) is issued on (`note_stream`;
+//!   one seen before its device's backend opened is registered when it opens, if it belongs
+//!   to the primary context). `cuStreamDestroy` waits for a window in progress (the write
+//!   gate), then the stream is forgotten before the driver destroys it.
+//! - **Peer and UVA copies** take the write gate of the destination's agent too, when the
+//!   destination is tracked memory of another device than the current context's.
 //!
 //! A launch on a context that is not its device's primary context, or before any backend can
-//! be opened, runs untouched, counted. When no backend can be opened at all, one line says why
-//! and the program runs untouched.
+//! be opened, runs once under the device's write gate, counted. When no backend can be opened
+//! at all, one line says why and the program runs untouched. Context resets and destroys,
+//! other contexts' allocations and allocations into a capturing stream: see [`context`].
+//!
+//! - **Writes no snapshot sees** (surface objects over CUDA arrays, the device heap, device
+//!   `printf`, device-side graph launches, tensor maps): see [`unseen`]; such launches decline
+//!   `unseen_writes`.
 //!
 //! - **Code images** (`cuModuleLoad*`, `cuLibraryLoad*`, see [`images`]): their `.nv.info`
 //!   parameter tables are the second source of layouts (after the driver, before `extra`),
@@ -77,7 +95,9 @@ use replay_core::{
 use replay_memory::Tracker;
 use serde::Serialize;
 
+pub mod context;
 pub mod images;
+pub mod unseen;
 
 pub(crate) use images::{
     hook_kernel_get_function, hook_library_get_kernel, hook_library_load_data,
@@ -100,14 +120,19 @@ pub const TOOL_ENV: &str = "KREPLAY_CUDA_TOOL";
 static ENABLED: AtomicU8 = AtomicU8::new(0);
 
 /// Whether interception is on: the driver called the injection entry, or the environment
-/// names a tool. Checked by every wrapper; off means every call is forwarded untouched.
+/// names a tool, in a rank `KREPLAY_RANKS` selects ([`crate::job`]). Checked by every wrapper;
+/// off means every call is forwarded untouched.
 pub fn enabled() -> bool {
     match ENABLED.load(Ordering::Relaxed) {
         1 => true,
         2 => false,
         _ => {
-            let on =
-                std::env::var_os(BUILTIN_ENV).is_some() || std::env::var_os(TOOL_ENV).is_some();
+            let on = (std::env::var_os(BUILTIN_ENV).is_some()
+                || std::env::var_os(TOOL_ENV).is_some())
+                && crate::job::this_process_selected();
+            if on {
+                install_fork_handler();
+            }
             ENABLED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
             on
         }
@@ -116,7 +141,34 @@ pub fn enabled() -> bool {
 
 /// Turns interception on or off (the injection entry; tests).
 pub fn set_enabled(on: bool) {
+    if on {
+        install_fork_handler();
+    }
     ENABLED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+extern "C" {
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> std::ffi::c_int;
+}
+
+/// In a `fork()`ed child the interception is off: the child has only the forking thread, so a
+/// lock another thread of the parent held at the fork (the tracker's, a window's) is never
+/// released there, and the driver cannot serve a child anyway. Every wrapper then forwards at
+/// once, touching none of the state.
+unsafe extern "C" fn after_fork_in_child() {
+    ENABLED.store(2, Ordering::Relaxed);
+}
+
+fn install_fork_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a child handler that only stores an atomic (async-signal-safe).
+        let _ = unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
 }
 
 /// Counts by kind (the run summary's "seen / replayed / run once, by kind").
@@ -132,9 +184,9 @@ pub struct Counters {
     pub graph_launch: AtomicU64,
     /// Cooperative launches (run once, gated).
     pub cooperative: AtomicU64,
-    /// Launches on a context that is not the device's primary context (run untouched).
+    /// Launches on a context that is not the device's primary context (run once, gated).
     pub other_context: AtomicU64,
-    /// Launches before a backend could be opened (run untouched).
+    /// Launches before a backend could be opened (run once, gated).
     pub no_backend: AtomicU64,
     /// Launches whose layout the driver described.
     pub layout_driver: AtomicU64,
@@ -156,6 +208,8 @@ pub struct Counters {
     pub alloc_host: AtomicU64,
     /// `cuMemHostRegister`.
     pub host_register: AtomicU64,
+    /// `cuIpcOpenMemHandle` mappings recorded (another process's memory, never captured).
+    pub ipc_opened: AtomicU64,
     /// `cuMemAllocAsync`, `cuMemAllocFromPoolAsync`.
     pub alloc_async: AtomicU64,
     /// `cuMemMap` calls reported to the tracker (a handle the wrappers saw created or
@@ -212,6 +266,9 @@ pub struct InjectState {
     pub tracker: Arc<Tracker>,
     backends: Mutex<HashMap<i32, Result<Arc<CudaBackend>, String>>>,
     streams: Mutex<HashMap<usize, Arc<Queue>>>,
+    /// Streams seen (device ordinal, handle, context current then) before that device's
+    /// backend was opened.
+    pending_streams: Mutex<Vec<(i32, usize, usize)>>,
     funcs: RwLock<HashMap<usize, Arc<FuncInfo>>>,
     /// Layout source per kernel id of the last launch of it.
     sources: Mutex<HashMap<u64, LayoutSource>>,
@@ -246,6 +303,7 @@ pub fn state() -> &'static InjectState {
         tracker: Arc::new(Tracker::new()),
         backends: Mutex::new(HashMap::new()),
         streams: Mutex::new(HashMap::new()),
+        pending_streams: Mutex::new(Vec::new()),
         funcs: RwLock::new(HashMap::new()),
         sources: Mutex::new(HashMap::new()),
         handles: Mutex::new(HashMap::new()),
@@ -313,6 +371,22 @@ impl InjectState {
             .clone()
     }
 
+    /// Closes the backend of device `ordinal` (a context reset): the next launch opens a new
+    /// one. Returns it, so the caller drops it while the context still lives.
+    fn close_backend(&self, ordinal: i32) -> Option<Arc<CudaBackend>> {
+        self.backends.lock().remove(&ordinal)?.ok()
+    }
+
+    /// The device whose open backend uses `ctx` (its primary context), if any.
+    fn device_of_context(&self, ctx: CUcontext) -> Option<i32> {
+        self.backends.lock().iter().find_map(|(&d, b)| {
+            b.as_ref()
+                .ok()
+                .filter(|b| b.device().raw_context() == ctx)
+                .map(|_| d)
+        })
+    }
+
     /// The backend of `agent`, if opened.
     pub fn backend_of(&self, agent: AgentId) -> Option<Arc<CudaBackend>> {
         let b = self.backends.lock();
@@ -332,6 +406,11 @@ impl InjectState {
             (v.as_object_mut(), images::counters_json())
         {
             o.extend(i);
+        }
+        for extra in [unseen::counters_json(), context::counters_json()] {
+            if let (Some(o), serde_json::Value::Object(u)) = (v.as_object_mut(), extra) {
+                o.extend(u);
+            }
         }
         if let Some(o) = v.as_object_mut() {
             // Run once by the window's check (SPEC §9.2), counted by the service.
@@ -404,6 +483,28 @@ impl InjectState {
         let mut c = self.captures.lock();
         if !c.iter().any(|&(a, st)| a == agent && st == stream as usize) {
             c.push((agent, stream as usize));
+        }
+    }
+
+    /// Registers the streams [`note_stream`] saw on device `ord` before its backend opened.
+    fn adopt_pending_streams(&self, backend: &CudaBackend, ord: i32) {
+        let mine: Vec<usize> = {
+            let mut p = self.pending_streams.lock();
+            if p.is_empty() {
+                return;
+            }
+            let (mine, rest): (Vec<_>, Vec<_>) = p.drain(..).partition(|&(d, _, _)| d == ord);
+            *p = rest;
+            // Only the primary context's streams (the backend's): another context's stream
+            // cannot carry the backend's events.
+            let primary = backend.device().raw_context() as usize;
+            mine.into_iter()
+                .filter(|&(_, _, c)| c == primary)
+                .map(|(_, s, _)| s)
+                .collect()
+        };
+        for s in mine {
+            self.register_stream(backend, s as CUstream);
         }
     }
 
@@ -505,6 +606,7 @@ fn launch_backend(s: &InjectState) -> Option<Arc<CudaBackend>> {
                 s.counters.other_context.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
+            s.adopt_pending_streams(&b, ord);
             Some(b)
         }
         Err(why) => {
@@ -557,8 +659,9 @@ unsafe fn extra_block(extra: *mut *mut c_void) -> Option<Vec<u8>> {
 ///
 /// Scope `all` captures every coarse device region whatever the block says, but captures
 /// capturable host-visible memory only where an argument word reaches it; with no words
-/// known, such memory would only be watched, and a kernel that writes it would truncate after
-/// one pass. Naming every region makes the engine capture them all, which is safe whichever of
+/// known, such memory would be left to the scope check (which does not watch host-resident
+/// memory at all, `replay_memory::host_resident`), and a kernel writing it would go unseen or
+/// truncate after one pass. Naming every region makes the engine capture them all, which is safe whichever of
 /// them the kernel really reaches: a word that is not an argument only enlarges the snapshot.
 /// The driver still receives the application's own `kernelParams`.
 fn capturable_words(tracker: &Tracker, agent: AgentId) -> smallvec::SmallVec<[u8; 256]> {
@@ -609,6 +712,8 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     let _relaxed = RelaxedCapture::enter();
     crate::intercept::cupti::subscribe();
     let Some(backend) = launch_backend(s) else {
+        // Run once, but never inside another thread's window on the device (`context`).
+        let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
         return direct(reached);
     };
     let agent = backend.agent_id();
@@ -642,6 +747,10 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
         return r;
     }
     let image = images::launch_image(l.f);
+    if image.links_nvshmem() {
+        // Its kernels wait on peers that do not repeat their side: the window runs them once.
+        service.mark_communication_code_object(agent, image.code_object());
+    }
     images::resolve_globals(agent, &image, backend.modules(), &s.tracker);
     // An image whose globals are unknown declines in the window's admission (`images`).
     let unknown = images::unknown_globals(&image, &info.name);
@@ -682,6 +791,18 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     if capture {
         s.counters.stream_capture.fetch_add(1, Ordering::Relaxed);
     }
+    // Writes no snapshot sees (`unseen`): a reason to decline, or tensor-map targets the
+    // scope must reach (their addresses join the words it reads).
+    let unseen = unseen::check(
+        &kernarg,
+        source != LayoutSource::Unknown,
+        &image,
+        &info.name,
+    );
+    let mut kernarg = kernarg;
+    for w in unseen.target_words() {
+        kernarg.extend_from_slice(&w);
+    }
     let captured = Arc::new(CapturedLaunch {
         func: l.f,
         cfg: LaunchConfig {
@@ -714,7 +835,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
         },
         kernel: KernelKey {
             agent,
-            code_object: 0,
+            code_object: image.code_object(),
             symbol: l.f as u64,
         },
         kind: if capture {
@@ -733,7 +854,8 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     };
     s.counters.submitted.fetch_add(1, Ordering::Relaxed);
     *reached = true;
-    let memory = images::GlobalsGate::new(&**backend.engine(), unknown);
+    let globals = images::GlobalsGate::new(&**backend.engine(), unknown);
+    let memory = unseen::UnseenGate::new(&globals, unseen);
     let r = service.submit(&**backend.agent(), &memory, dispatch);
     backend.agent().unregister_launch(handle);
     backend.memory().release_deferred(false);
@@ -930,6 +1052,7 @@ pub(crate) unsafe fn hook_cooperative(
     let st = state();
     st.counters.launches_seen.fetch_add(1, Ordering::Relaxed);
     st.counters.cooperative.fetch_add(1, Ordering::Relaxed);
+    note_stream(s);
     let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
     *reached = true;
     // SAFETY: forwarded as given.
@@ -950,6 +1073,7 @@ pub(crate) unsafe fn hook_graph_launch(
         .counters
         .graph_launch
         .fetch_add(1, Ordering::Relaxed);
+    note_stream(s);
     let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
     *reached = true;
     // SAFETY: forwarded as given.
@@ -977,7 +1101,7 @@ fn with_oom_retry(mut alloc: impl FnMut() -> CUresult) -> CUresult {
 
 fn record(base: u64, size: u64, class: MemoryClass, counter: &AtomicU64) {
     let Some(d) = current_device() else { return };
-    if base == 0 || size == 0 {
+    if base == 0 || size == 0 || skip_other_context_alloc() {
         return;
     }
     state()
@@ -1135,7 +1259,27 @@ pub(crate) unsafe fn hook_mem_host_alloc(
     r
 }
 
-/// Hook of `cuMemHostRegister_v2`.
+/// `CU_MEMHOSTREGISTER_IOMEMORY`: the range is a device's I/O memory (a BAR), not RAM.
+const HOST_REGISTER_IOMEMORY: c_uint = 0x04;
+/// `CU_MEMHOSTREGISTER_READ_ONLY`: the device only reads the range.
+const HOST_REGISTER_READ_ONLY: c_uint = 0x08;
+
+/// The class of a `cuMemHostRegister` range under its flags: read-only memory is excluded
+/// (the kernel cannot change it: never digested, captured or restored); I/O memory is another
+/// device's registers or memory, where a read may have effects and a write cannot be undone:
+/// never digested, captured or restored, and an argument into it declines
+/// (`PINNED_HOST | PEER`, uncapturable).
+pub fn host_register_class(flags: c_uint) -> MemoryClass {
+    if flags & HOST_REGISTER_IOMEMORY != 0 {
+        MemoryClass::PINNED_HOST | MemoryClass::PEER
+    } else if flags & HOST_REGISTER_READ_ONLY != 0 {
+        MemoryClass::PINNED_HOST | MemoryClass::READ_ONLY
+    } else {
+        MemoryClass::PINNED_HOST
+    }
+}
+
+/// Hook of `cuMemHostRegister_v2`, recorded with [`host_register_class`].
 ///
 /// # Safety
 /// The entry's contract.
@@ -1153,7 +1297,7 @@ pub(crate) unsafe fn hook_mem_host_register(
         record(
             p as u64,
             n as u64,
-            MemoryClass::PINNED_HOST,
+            host_register_class(fl),
             &state().counters.host_register,
         );
     }
@@ -1176,9 +1320,61 @@ pub(crate) unsafe fn hook_mem_alloc_async(
     *reached = true;
     // SAFETY: forwarded as given.
     let r = with_oom_retry(|| unsafe { real(p, n, s) });
-    // SAFETY: `p` is the call's out pointer.
-    unsafe { record_stream_ordered(r, p, n) };
+    note_stream(s);
+    if r == CUresult::CUDA_SUCCESS && !context::skip_captured_alloc(s) {
+        // SAFETY: `p` is the call's out pointer.
+        unsafe { record_stream_ordered(r, p, n) };
+    }
     r
+}
+
+/// Hook of `cuIpcOpenMemHandle_v2`: another process's device memory, which it writes during
+/// any window: recorded as `IPC_IMPORTED` (never watched nor captured; an argument into it
+/// declines `untracked_memory`), with the size the driver gives for the mapping.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_ipc_open_mem_handle(
+    real: unsafe extern "C" fn(*mut CUdeviceptr, sys::CUipcMemHandle, c_uint) -> CUresult,
+    reached: &mut bool,
+    p: *mut CUdeviceptr,
+    handle: sys::CUipcMemHandle,
+    flags: c_uint,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(p, handle, flags) };
+    if r == CUresult::CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: the driver wrote the mapping's address.
+        let base = unsafe { *p };
+        let (mut b, mut size) = (0 as CUdeviceptr, 0usize);
+        // SAFETY: out pointers to live locals; an address the driver just mapped.
+        let q = unsafe { sys::cuMemGetAddressRange_v2(&mut b, &mut size, base) };
+        if q == CUresult::CUDA_SUCCESS && b == base {
+            record(
+                base,
+                size as u64,
+                MemoryClass::IPC_IMPORTED,
+                &state().counters.ipc_opened,
+            );
+        }
+    }
+    r
+}
+
+/// Hook of `cuIpcCloseMemHandle`: the mapping is forgotten before the driver closes it.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_ipc_close_mem_handle(
+    real: unsafe extern "C" fn(CUdeviceptr) -> CUresult,
+    reached: &mut bool,
+    p: CUdeviceptr,
+) -> CUresult {
+    record_free(p);
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(p) }
 }
 
 /// Hook of `cuMemFree_v2`: the free is recorded before the driver releases.
@@ -1223,6 +1419,7 @@ pub(crate) unsafe fn hook_mem_free_async(
     p: CUdeviceptr,
     s: CUstream,
 ) -> CUresult {
+    note_stream(s);
     let st = state();
     if let Some((agent, _)) = st.tracker.lookup_any(p) {
         crate::tracker::report_async_free(&st.tracker, agent, p);
@@ -1251,8 +1448,11 @@ pub(crate) unsafe fn hook_mem_alloc_from_pool_async(
     *reached = true;
     // SAFETY: forwarded as given.
     let r = with_oom_retry(|| unsafe { real(p, n, pool, s) });
-    // SAFETY: `p` is the call's out pointer.
-    unsafe { record_stream_ordered(r, p, n) };
+    note_stream(s);
+    if r == CUresult::CUDA_SUCCESS && !context::skip_captured_alloc(s) {
+        // SAFETY: `p` is the call's out pointer.
+        unsafe { record_stream_ordered(r, p, n) };
+    }
     r
 }
 
@@ -1267,7 +1467,8 @@ unsafe fn record_stream_ordered(r: CUresult, p: *const CUdeviceptr, n: usize) {
     }
     // SAFETY: the caller's contract: the driver wrote it.
     let base = unsafe { *p };
-    if let Some(d) = current_device().filter(|_| base != 0 && n != 0) {
+    if let Some(d) = current_device().filter(|_| base != 0 && n != 0 && !skip_other_context_alloc())
+    {
         let st = state();
         crate::tracker::report_async_alloc(&st.tracker, AgentId(d as u64), base, n as u64);
         st.counters.alloc_async.fetch_add(1, Ordering::Relaxed);
@@ -1542,7 +1743,8 @@ pub(crate) unsafe fn hook_module_unload(
     reached: &mut bool,
     m: sys::CUmodule,
 ) -> CUresult {
-    forget_functions(&images::forget_module(m as usize));
+    let code = images::code_object_of(Some(m as usize), None);
+    forget_functions(&images::forget_module(m as usize), code);
     *reached = true;
     // SAFETY: forwarded as given.
     unsafe { real(m) }
@@ -1557,7 +1759,8 @@ pub(crate) unsafe fn hook_library_unload(
     reached: &mut bool,
     l: sys::CUlibrary,
 ) -> CUresult {
-    forget_functions(&images::forget_library(l as usize));
+    let code = images::code_object_of(None, Some(l as usize));
+    forget_functions(&images::forget_library(l as usize), code);
     *reached = true;
     // SAFETY: forwarded as given.
     unsafe { real(l) }
@@ -1565,10 +1768,12 @@ pub(crate) unsafe fn hook_library_unload(
 
 /// Before an image's unload: its functions' cached names and argument layouts are dropped (a
 /// later load may hand out the same function handles for other kernels, whose layouts must be
-/// asked afresh), and, since intercepted kernels are keyed by function handle under code object
-/// 0, the service's per-kernel memos and the memory engines' predictions of code object 0 are
-/// forgotten on every agent (they are learned again; a stale one could only decline or miss).
-fn forget_functions(gone: &[usize]) {
+/// asked afresh), and the service's per-kernel memos and the memory engines' predictions of
+/// the image's own code object (`code`, each loaded image has its own) are forgotten on every
+/// agent; other images' memos stay. An image the hooks never saw (`None`) has its kernels
+/// under code object 0, which is forgotten then.
+fn forget_functions(gone: &[usize], code: Option<u64>) {
+    let code = code.unwrap_or(0);
     let s = state();
     if !gone.is_empty() {
         let mut f = s.funcs.write();
@@ -1584,9 +1789,9 @@ fn forget_functions(gone: &[usize]) {
         .collect();
     for a in agents {
         if let Some(svc) = service() {
-            svc.forget_code_object(a, 0);
+            svc.forget_code_object(a, code);
         }
-        s.tracker.record_unload(a, 0);
+        s.tracker.record_unload(a, code);
     }
 }
 
@@ -1709,7 +1914,8 @@ pub(crate) unsafe fn hook_mem_set_access(
     r
 }
 
-/// Hook of `cuStreamDestroy_v2`: the stream is forgotten first, so no drain records on it.
+/// Hook of `cuStreamDestroy_v2`: waits for a window in progress on the current device (the
+/// write gate), then the stream is forgotten first, so no drain records on it.
 ///
 /// # Safety
 /// The entry's contract.
@@ -1718,8 +1924,17 @@ pub(crate) unsafe fn hook_stream_destroy(
     reached: &mut bool,
     s: CUstream,
 ) -> CUresult {
+    // Gated: a window in progress may be draining this stream; it is forgotten once the
+    // window ended, before the driver destroys it.
+    let _gates = write_gates(None);
     let st = state();
     let q = st.streams.lock().remove(&(s as usize));
+    st.pending_streams
+        .lock()
+        .retain(|&(_, p, _)| p != s as usize);
+    if let Some(b) = current_agent().and_then(|a| st.backend_of(a)) {
+        b.agent().forget_stuck(s);
+    }
     drop(q);
     st.captures.lock().retain(|&(_, c)| c != s as usize);
     *reached = true;
@@ -1745,9 +1960,274 @@ pub(crate) unsafe fn hook_stream_end_capture(
     r
 }
 
-/// Hooks that run a copy or memset once under the agent's write gate (SPEC §6 step 4).
+/// The write gates a copy or memset takes (SPEC §6 step 4): the current device's agent and,
+/// when the destination is tracked memory of another agent (a peer copy, or a UVA copy into
+/// another device's memory), that agent's too, taken in ascending agent order so two such
+/// copies never wait on each other crosswise.
+fn write_gates(dst: Option<u64>) -> smallvec::SmallVec<[replay_core::WriteGate; 2]> {
+    let mut out = smallvec::SmallVec::new();
+    let Some(svc) = service() else { return out };
+    let mut agents: smallvec::SmallVec<[AgentId; 2]> = smallvec::SmallVec::new();
+    if let Some(d) = current_device() {
+        agents.push(AgentId(d as u64));
+    }
+    if let Some((owner, _)) = dst
+        .filter(|&d| d != 0)
+        .and_then(|d| state().tracker.lookup_any(d))
+    {
+        if !agents.contains(&owner) {
+            agents.push(owner);
+        }
+    }
+    agents.sort_unstable_by_key(|a| a.0);
+    for a in agents {
+        out.push(svc.enter_write(a));
+    }
+    out
+}
+
+/// A stream a copy, memset, graph launch or stream-ordered allocation was issued on: registered
+/// with the current device's backend (when it is open and the stream belongs to its primary
+/// context), so the window's agent drain waits for the work queued there too, not only for
+/// streams that carried an intercepted launch. Before the backend is opened the stream is
+/// remembered and registered when it opens ([`InjectState::adopt_pending_streams`]).
+pub(crate) fn note_stream(s: CUstream) {
+    if is_special_stream(s) {
+        return;
+    }
+    let st = state();
+    if st.streams.lock().contains_key(&(s as usize)) {
+        return;
+    }
+    let Some(d) = current_device() else { return };
+    match st.backend_of(AgentId(d as u64)) {
+        Some(b) if current_context() == b.device().raw_context() => st.register_stream(&b, s),
+        Some(_) => {}
+        None => {
+            let seen = (d, s as usize, current_context() as usize);
+            let mut p = st.pending_streams.lock();
+            if !p.contains(&seen) {
+                p.push(seen);
+            }
+        }
+    }
+}
+
+/// Hook of `cuStreamCreate`: the new stream is registered at once ([`note_stream`]), so work
+/// the application queues there through an entry the interception does not wrap is drained
+/// too.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_stream_create(
+    real: unsafe extern "C" fn(*mut CUstream, c_uint) -> CUresult,
+    reached: &mut bool,
+    s: *mut CUstream,
+    flags: c_uint,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(s, flags) };
+    if r == CUresult::CUDA_SUCCESS && !s.is_null() {
+        // SAFETY: the driver wrote the new stream there.
+        note_stream(unsafe { *s });
+    }
+    r
+}
+
+/// Hook of `cuStreamCreateWithPriority`: as [`hook_stream_create`].
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_stream_create_with_priority(
+    real: unsafe extern "C" fn(*mut CUstream, c_uint, std::ffi::c_int) -> CUresult,
+    reached: &mut bool,
+    s: *mut CUstream,
+    flags: c_uint,
+    priority: std::ffi::c_int,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(s, flags, priority) };
+    if r == CUresult::CUDA_SUCCESS && !s.is_null() {
+        // SAFETY: the driver wrote the new stream there.
+        note_stream(unsafe { *s });
+    }
+    r
+}
+
+/// Which copy descriptor a 2D / 3D copy entry takes: `CUDA_MEMCPY2D`.
+pub(crate) const DESC_2D: u8 = 0;
+/// `CUDA_MEMCPY3D`.
+pub(crate) const DESC_3D: u8 = 1;
+/// `CUDA_MEMCPY3D_PEER`.
+pub(crate) const DESC_3D_PEER: u8 = 2;
+
+/// The destination address a copy descriptor of kind `D` names (its host or device address
+/// by its memory type; `None` for an array or an unknown type), for [`write_gates`].
+///
+/// # Safety
+/// `p` is null or a valid descriptor of kind `D` (the entry's contract).
+unsafe fn desc_dst<const D: u8>(p: *const c_void) -> Option<u64> {
+    if p.is_null() {
+        return None;
+    }
+    macro_rules! dst {
+        ($t:ty) => {{
+            let q = p.cast::<$t>();
+            // SAFETY: the caller's contract; the memory type is read as the C enum's integer,
+            // so a value this code does not know is no invalid Rust enum.
+            let ty = unsafe { std::ptr::addr_of!((*q).dstMemoryType).cast::<u32>().read() };
+            match ty {
+                // SAFETY: as above; plain fields of a valid descriptor.
+                1 => Some(unsafe { (*q).dstHost } as u64),
+                // SAFETY: as above.
+                2 | 4 => Some(unsafe { (*q).dstDevice }),
+                _ => None,
+            }
+        }};
+    }
+    match D {
+        DESC_2D => dst!(sys::CUDA_MEMCPY2D),
+        DESC_3D => dst!(sys::CUDA_MEMCPY3D),
+        _ => dst!(sys::CUDA_MEMCPY3D_PEER),
+    }
+}
+
+/// Gated forward of a 2D / 3D / 3D-peer copy (`D`: its descriptor), gated on the
+/// destination's agent too ([`write_gates`]).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn gated_desc<const D: u8>(
+    real: unsafe extern "C" fn(*const c_void) -> CUresult,
+    reached: &mut bool,
+    p: *const c_void,
+) -> CUresult {
+    // SAFETY: the entry's contract: `p` is its descriptor.
+    let _gates = write_gates(unsafe { desc_dst::<D>(p) });
+    state()
+        .counters
+        .gated_writes
+        .fetch_add(1, Ordering::Relaxed);
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(p) }
+}
+
+/// [`gated_desc`] of the stream-ordered forms; the stream is registered ([`note_stream`]).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn gated_desc_async<const D: u8>(
+    real: unsafe extern "C" fn(*const c_void, CUstream) -> CUresult,
+    reached: &mut bool,
+    p: *const c_void,
+    s: CUstream,
+) -> CUresult {
+    note_stream(s);
+    // SAFETY: the entry's contract: `p` is its descriptor.
+    let _gates = write_gates(unsafe { desc_dst::<D>(p) });
+    state()
+        .counters
+        .gated_writes
+        .fetch_add(1, Ordering::Relaxed);
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(p, s) }
+}
+
+// ----- Context life (`context`) ------------------------------------------------------------
+
+/// Whether the current context is not the primary context of its device.
+fn in_other_context() -> bool {
+    let Some(d) = current_device() else {
+        return false;
+    };
+    let ctx = current_context();
+    let open = state()
+        .backend_of(AgentId(d as u64))
+        .map(|b| b.device().raw_context());
+    !ctx.is_null() && !context::is_primary(ctx, d, open)
+}
+
+/// Whether an allocation is not to be recorded because another context is current (counted).
+fn skip_other_context_alloc() -> bool {
+    let other = in_other_context();
+    if other {
+        context::count_other_context_alloc();
+    }
+    other
+}
+
+/// Forgets everything of device `ordinal`'s primary context, before the driver resets it
+/// (see [`context`]).
+fn forget_device(ordinal: i32) {
+    let s = state();
+    let agent = AgentId(ordinal as u64);
+    let backend = s.close_backend(ordinal);
+    if let Some(b) = &backend {
+        let ctx = b.device().raw_context();
+        s.streams
+            .lock()
+            .retain(|_, q| q.device().raw_context() != ctx);
+    }
+    // The reset images' own code objects are never reused: their memos cannot be hit again.
+    forget_functions(&images::forget_for_reset(agent), None);
+    let mut n = 0;
+    for r in s.tracker.regions(agent) {
+        if s.tracker.record_free(agent, r.base).is_some() {
+            n += 1;
+        }
+        if r.class.contains(MemoryClass::VIRTUAL_MAPPING) {
+            s.tracker.record_unmap(r.base, r.size);
+        }
+    }
+    context::note_reset(n);
+    // The backend's own streams, events and memory go with it, while the context still lives.
+    drop(backend);
+}
+
+/// Hook of `cuDevicePrimaryCtxReset_v2` (and `cuDevicePrimaryCtxReset`): the device's state
+/// is forgotten first ([`context`]).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_primary_ctx_reset(
+    real: unsafe extern "C" fn(std::ffi::c_int) -> CUresult,
+    reached: &mut bool,
+    dev: std::ffi::c_int,
+) -> CUresult {
+    forget_device(dev);
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(dev) }
+}
+
+/// Hook of `cuCtxDestroy_v2`: a device's primary context is forgotten as by a reset; another
+/// context is counted ([`context`]).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_ctx_destroy(
+    real: unsafe extern "C" fn(CUcontext) -> CUresult,
+    reached: &mut bool,
+    ctx: CUcontext,
+) -> CUresult {
+    let primary = state().device_of_context(ctx);
+    context::note_destroy(ctx, primary.is_some());
+    if let Some(ordinal) = primary {
+        forget_device(ordinal);
+    }
+    *reached = true;
+    // SAFETY: forwarded as given.
+    unsafe { real(ctx) }
+}
+
+/// Hooks that run a copy or memset once under the write gates ([`write_gates`]); the stream
+/// it is issued on is registered first ([`note_stream`]).
 macro_rules! gated {
-    ($( $hook:ident ( $($a:ident : $t:ty),* ); )*) => {$(
+    ($( $hook:ident ( $($a:ident : $t:ty),* ) $(to $d:ident)? $(on $s:ident)?; )*) => {$(
         #[doc = concat!("Gated forward (`", stringify!($hook), "`).")]
         ///
         /// # Safety
@@ -1758,7 +2238,11 @@ macro_rules! gated {
             reached: &mut bool,
             $($a: $t),*
         ) -> CUresult {
-            let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
+            $( note_stream($s); )?
+            #[allow(unused_mut, unused_assignments)]
+            let mut dst: Option<u64> = None;
+            $( dst = Some($d as u64); )?
+            let _gates = write_gates(dst);
             state().counters.gated_writes.fetch_add(1, Ordering::Relaxed);
             *reached = true;
             // SAFETY: forwarded as given.
@@ -1768,26 +2252,24 @@ macro_rules! gated {
 }
 
 gated! {
-    gated_copy(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
-    gated_htod(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
-    gated_dtoh(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
-    gated_memset8(d: CUdeviceptr, v: u8, n: usize, s: CUstream);
-    gated_memset32(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
-    gated_copy_sync(d: CUdeviceptr, src: CUdeviceptr, n: usize);
-    gated_htod_sync(d: CUdeviceptr, src: *const c_void, n: usize);
+    gated_copy(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) to d on s;
+    gated_htod(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) to d on s;
+    gated_dtoh(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) on s;
+    gated_memset8(d: CUdeviceptr, v: u8, n: usize, s: CUstream) to d on s;
+    gated_memset32(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream) to d on s;
+    gated_copy_sync(d: CUdeviceptr, src: CUdeviceptr, n: usize) to d;
+    gated_htod_sync(d: CUdeviceptr, src: *const c_void, n: usize) to d;
     gated_dtoh_sync(d: *mut c_void, src: CUdeviceptr, n: usize);
-    gated_memset8_sync(d: CUdeviceptr, v: u8, n: usize);
-    gated_memset32_sync(d: CUdeviceptr, v: c_uint, n: usize);
-    gated_param(p: *const c_void);
-    gated_param_async(p: *const c_void, s: CUstream);
-    gated_peer(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize);
-    gated_peer_async(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream);
-    gated_memset16(d: CUdeviceptr, v: u16, n: usize, s: CUstream);
-    gated_memset16_sync(d: CUdeviceptr, v: u16, n: usize);
-    gated_memset2d8(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream);
-    gated_memset2d16(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream);
-    gated_memset2d32(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
-    gated_memset2d8_sync(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize);
-    gated_memset2d16_sync(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize);
-    gated_memset2d32_sync(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
+    gated_memset8_sync(d: CUdeviceptr, v: u8, n: usize) to d;
+    gated_memset32_sync(d: CUdeviceptr, v: c_uint, n: usize) to d;
+    gated_peer(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) to d;
+    gated_peer_async(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) to d on s;
+    gated_memset16(d: CUdeviceptr, v: u16, n: usize, s: CUstream) to d on s;
+    gated_memset16_sync(d: CUdeviceptr, v: u16, n: usize) to d;
+    gated_memset2d8(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream) to d on s;
+    gated_memset2d16(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream) to d on s;
+    gated_memset2d32(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream) to d on s;
+    gated_memset2d8_sync(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize) to d;
+    gated_memset2d16_sync(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize) to d;
+    gated_memset2d32_sync(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize) to d;
 }

@@ -30,6 +30,14 @@
  * logged (fake_cuda_stream_waits, fake_cuda_stream_wait_at); fake_cuda_fail_default_waits(n)
  * makes the next n of them on the default stream fail (CUDA_ERROR_INVALID_VALUE, not logged);
  * fake_cuda_fail_host_registers(n) makes the next n cuMemHostRegister calls fail (out of memory).
+ * Sticky errors: fake_cuda_fault_launch(name, after) makes the launch of kernel `name` after
+ * `after` more launches of it fault on the device: the launch itself succeeds, as a real one
+ * does, and the next call that observes the device (an event or stream query, a
+ * synchronisation) makes CUDA_ERROR_ILLEGAL_ADDRESS (700) the context's sticky error, which
+ * every later query, synchronisation, record, copy, stream wait and launch returns;
+ * fake_cuda_set_sticky(code) sets it at once (4, CUDA_ERROR_DEINITIALIZED, is what the driver
+ * answers once its teardown ran at process exit), and 0 clears it.
+ * fake_cuda_records_on(s) counts the events recorded on stream s (which streams a drain covers).
  *
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
  * fails with CUDA_ERROR_NO_DEVICE).
@@ -208,6 +216,7 @@ struct stream {
     pthread_t owner;
     struct graph* graph;
     struct stream* next_stream;
+    int records; /* cuEventRecord calls that succeeded on it (fake_cuda_records_on) */
 };
 static struct stream legacy;
 static struct stream* streams; /* every created stream (never the legacy one) */
@@ -262,7 +271,51 @@ static int prohibited_locked(void) {
 }
 
 /* A potentially unsafe call: E_CAPTURE_UNSUPPORTED (and invalidated captures) if prohibited. */
+/* The context's sticky error (0: none), and a fault launched but not yet observed. */
+static CUresult sticky_error;
+static int fault_launched;
+static char fault_kernel[64];
+static int fault_after;
+
+/* The sticky error, once the host observes the device (a faulted launch becomes it). */
+static CUresult sticky_observed(void) {
+    pthread_mutex_lock(&lock);
+    if (fault_launched && sticky_error == OK) {
+        sticky_error = 700;
+    }
+    fault_launched = 0;
+    CUresult r = sticky_error;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static CUresult sticky_now(void) {
+    pthread_mutex_lock(&lock);
+    CUresult r = sticky_error;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+void fake_cuda_fault_launch(const char* kernel, int after) {
+    pthread_mutex_lock(&lock);
+    snprintf(fault_kernel, sizeof fault_kernel, "%s", kernel);
+    fault_after = after;
+    pthread_mutex_unlock(&lock);
+}
+
+void fake_cuda_set_sticky(int code) {
+    pthread_mutex_lock(&lock);
+    sticky_error = code;
+    fault_launched = 0;
+    fault_kernel[0] = 0;
+    pthread_mutex_unlock(&lock);
+}
+
 static CUresult unsafe_call(void) {
+    CUresult sticky = sticky_observed();
+    if (sticky != OK) {
+        return sticky;
+    }
     pthread_mutex_lock(&lock);
     int p = prohibited_locked();
     pthread_mutex_unlock(&lock);
@@ -276,6 +329,10 @@ static CUresult unsafe_call(void) {
  * while a blocking stream captures: that capture is invalidated). */
 #define CAPTURED (-1)
 static CUresult submit_to(struct stream* st) {
+    CUresult sticky = sticky_now();
+    if (sticky != OK) {
+        return sticky;
+    }
     pthread_mutex_lock(&lock);
     CUresult r = OK;
     if (st == &legacy) {
@@ -545,6 +602,8 @@ static const char* err_name(CUresult e) {
     case E_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
     case E_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
     case E_NOT_READY: return "CUDA_ERROR_NOT_READY";
+    case 4: return "CUDA_ERROR_DEINITIALIZED";
+    case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
     case E_CAPTURE_UNSUPPORTED: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
     case E_CAPTURE_INVALIDATED: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
     case E_CAPTURE_UNMATCHED: return "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED";
@@ -629,7 +688,13 @@ CUresult cuEventRecord(void* e, void* s) {
     ev->recorded = 1;
     ev->captured = NULL;
     ev->on = st;
+    __atomic_add_fetch(&st->records, 1, __ATOMIC_SEQ_CST);
     return OK;
+}
+
+/* How many events were recorded on stream `s` (null or a special handle: the default one). */
+int fake_cuda_records_on(void* s) {
+    return __atomic_load_n(&S(s)->records, __ATOMIC_SEQ_CST);
 }
 
 /* Work submitted to `s` later runs after the event's work: the stream is busy until then. */
@@ -637,6 +702,10 @@ CUresult cuStreamWaitEvent(void* s, void* e, unsigned flags) {
     (void)flags;
     struct event* ev = e;
     struct stream* st = S(s);
+    CUresult sticky = sticky_now();
+    if (sticky != OK) {
+        return sticky;
+    }
     pthread_mutex_lock(&lock);
     if (st == &legacy && fail_default_waits > 0) {
         fail_default_waits--;
@@ -1224,7 +1293,7 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
 static size_t param_count(const char* n) {
     size_t count = 0;
     if (strcmp(n, "kr_rmw") == 0 || strcmp(n, "kr_fill") == 0 || strcmp(n, "kr_indirect") == 0
-        || strcmp(n, "kr_read") == 0) {
+        || strcmp(n, "kr_read") == 0 || strcmp(n, "kr_surf_rmw") == 0) {
         count = 3;
     } else if (strcmp(n, "kr_spin") == 0) {
         count = 2;
@@ -1240,6 +1309,17 @@ static size_t param_count(const char* n) {
 }
 
 CUresult cuFuncGetParamInfo(void* f, size_t index, size_t* offset, size_t* size) {
+    if (strcmp(((struct function*)f)->name, "kr_tma") == 0) {
+        /* (CUtensorMap map, u64 n, u64 k): the map by value, 128 bytes. */
+        static const size_t offs[3] = {0, 128, 136};
+        static const size_t sizes[3] = {128, 8, 8};
+        if (index >= 3) {
+            return E_INVALID_VALUE;
+        }
+        *offset = offs[index];
+        *size = sizes[index];
+        return OK;
+    }
     size_t count = param_count(((struct function*)f)->name);
     if (index >= count) {
         return E_INVALID_VALUE;
@@ -1254,6 +1334,193 @@ CUresult cuFuncGetAttribute(int* v, int attr, void* f) {
     (void)f;
     *v = 0;
     return OK;
+}
+
+/* ---- CUDA arrays, surface objects, tensor maps, other contexts -------------------------- */
+/*
+ * An array is host memory of its size (no layout); a surface object is a small integer (as on
+ * a real driver) naming its array, and kr_surf_rmw(surface, n, k) read-modify-writes the
+ * array's first n words through it, as surf2Dread/surf2Dwrite would. A tensor map's 128 bytes
+ * hold its address XORed with TMAP_KEY (so no argument word is the address itself, as in a
+ * real encoding), its first dimension and its rank; kr_tma(map, n, k) read-modify-writes the
+ * first n words of its target. cuCtxCreate makes a context other than the primary one.
+ * cuDevicePrimaryCtxReset counts the resets (fake_cuda_primary_resets).
+ */
+struct fake_array {
+    u64 bytes;
+    unsigned char* data;
+};
+
+#define MAX_SURFACES 64
+static struct fake_array* surfaces[MAX_SURFACES + 1];
+static int primary_resets;
+
+static u64 format_bytes(unsigned f) {
+    switch (f) {
+    case 0x01: case 0x08: return 1;
+    case 0x02: case 0x09: case 0x10: return 2;
+    default: return 4;
+    }
+}
+
+static CUresult make_array(void** a, u64 w, u64 h, u64 d, unsigned fmt, unsigned ch) {
+    if (!a || w == 0) {
+        return E_INVALID_VALUE;
+    }
+    struct fake_array* arr = calloc(1, sizeof *arr);
+    arr->bytes = w * (h ? h : 1) * (d ? d : 1) * format_bytes(fmt) * (ch ? ch : 1);
+    arr->data = calloc(1, arr->bytes);
+    *a = arr;
+    return OK;
+}
+
+CUresult cuArrayCreate_v2(void** a, const void* desc) {
+    const size_t* wh = desc;
+    const unsigned* fc = (const unsigned*)(wh + 2);
+    return make_array(a, wh[0], wh[1], 1, fc[0], fc[1]);
+}
+
+CUresult cuArray3DCreate_v2(void** a, const void* desc) {
+    const size_t* whd = desc;
+    const unsigned* fc = (const unsigned*)(whd + 3);
+    return make_array(a, whd[0], whd[1], whd[2], fc[0], fc[1]);
+}
+
+CUresult cuMipmappedArrayCreate(void** a, const void* desc, unsigned levels) {
+    (void)levels;
+    return cuArray3DCreate_v2(a, desc);
+}
+
+CUresult cuArrayDestroy(void* a) {
+    struct fake_array* arr = a;
+    if (arr) {
+        free(arr->data);
+        free(arr);
+    }
+    return OK;
+}
+
+CUresult cuMipmappedArrayDestroy(void* a) {
+    return cuArrayDestroy(a);
+}
+
+CUresult cuSurfObjectCreate(u64* s, const void* desc) {
+    const unsigned* type = desc;
+    if (!s || !desc || (*type != 0 && *type != 1)) {
+        return E_INVALID_VALUE;
+    }
+    struct fake_array* arr = *(struct fake_array* const*)((const char*)desc + 8);
+    pthread_mutex_lock(&lock);
+    for (u64 i = 1; i <= MAX_SURFACES; ++i) {
+        if (!surfaces[i]) {
+            surfaces[i] = arr;
+            *s = i;
+            pthread_mutex_unlock(&lock);
+            return OK;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return E_OUT_OF_MEMORY;
+}
+
+CUresult cuSurfObjectDestroy(u64 s) {
+    if (s == 0 || s > MAX_SURFACES || !surfaces[s]) {
+        return E_INVALID_HANDLE;
+    }
+    surfaces[s] = NULL;
+    return OK;
+}
+
+#define TMAP_KEY 0x5a5a5a5a5a5a5a5aULL
+
+CUresult cuTensorMapEncodeTiled(void* m, unsigned dt, unsigned rank, void* addr, const u64* dims,
+                                const u64* strides, const unsigned* box, const unsigned* estr,
+                                unsigned il, unsigned sw, unsigned l2, unsigned oob) {
+    (void)dt;
+    (void)strides;
+    (void)box;
+    (void)estr;
+    (void)il;
+    (void)sw;
+    (void)l2;
+    (void)oob;
+    if (!m || rank == 0 || rank > 5 || ((uintptr_t)addr & 15)) {
+        return E_INVALID_VALUE;
+    }
+    u64* w = m;
+    memset(w, 0, 128);
+    w[0] = (u64)(uintptr_t)addr ^ TMAP_KEY;
+    w[1] = dims[0];
+    w[2] = rank;
+    return OK;
+}
+
+CUresult cuTensorMapEncodeIm2col(void* m, unsigned dt, unsigned rank, void* addr, const u64* dims,
+                                 const u64* strides, const int* lower, const int* upper,
+                                 unsigned cpp, unsigned ppc, const unsigned* estr, unsigned il,
+                                 unsigned sw, unsigned l2, unsigned oob) {
+    (void)lower;
+    (void)upper;
+    (void)cpp;
+    (void)ppc;
+    return cuTensorMapEncodeTiled(m, dt, rank, addr, dims, strides, NULL, estr, il, sw, l2, oob);
+}
+
+CUresult cuTensorMapEncodeIm2colWide(void* m, unsigned dt, unsigned rank, void* addr,
+                                     const u64* dims, const u64* strides, int lower, int upper,
+                                     unsigned cpp, unsigned ppc, const unsigned* estr,
+                                     unsigned il, unsigned mode, unsigned sw, unsigned l2,
+                                     unsigned oob) {
+    (void)lower;
+    (void)upper;
+    (void)cpp;
+    (void)ppc;
+    (void)mode;
+    return cuTensorMapEncodeTiled(m, dt, rank, addr, dims, strides, NULL, estr, il, sw, l2, oob);
+}
+
+CUresult cuTensorMapReplaceAddress(void* m, void* addr) {
+    if (!m || ((uintptr_t)addr & 15)) {
+        return E_INVALID_VALUE;
+    }
+    ((u64*)m)[0] = (u64)(uintptr_t)addr ^ TMAP_KEY;
+    return OK;
+}
+
+static int other_ctx_token;
+
+CUresult cuCtxCreate_v2(void** ctx, unsigned flags, CUdevice d) {
+    (void)flags;
+    (void)d;
+    *ctx = &other_ctx_token;
+    current_ctx = *ctx;
+    return OK;
+}
+
+CUresult cuCtxDestroy_v2(void* ctx) {
+    if (ctx == current_ctx) {
+        current_ctx = NULL;
+    }
+    return OK;
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned* flags, int* active) {
+    (void)d;
+    *flags = 0;
+    *active = 1;
+    return OK;
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+    (void)d;
+    pthread_mutex_lock(&lock);
+    primary_resets += 1;
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+int fake_cuda_primary_resets(void) {
+    return primary_resets;
 }
 
 /* ---- kernels -------------------------------------------------------------------------- */
@@ -1332,6 +1599,25 @@ static CUresult run_kernel(void* f, unsigned gx, unsigned bx, void* s, void** pa
         u64* p = ARG(u64*, 0);
         u64 cnt = ARG(u64, 1);
         u64 k = ARG(u64, 2);
+        for (u64 i = 0; i < cnt; ++i) {
+            p[i] = p[i] * 6364136223846793005ULL + (k ^ i);
+        }
+    } else if (strcmp(n, "kr_surf_rmw") == 0) {
+        u64 surf = ARG(u64, 0);
+        u64 cnt = ARG(u64, 1);
+        u64 k = ARG(u64, 2);
+        if (surf == 0 || surf > MAX_SURFACES || !surfaces[surf] || cnt * 8 > surfaces[surf]->bytes) {
+            return E_INVALID_VALUE;
+        }
+        u64* p = (u64*)surfaces[surf]->data;
+        for (u64 i = 0; i < cnt; ++i) {
+            p[i] = p[i] * 6364136223846793005ULL + (k ^ i);
+        }
+    } else if (strcmp(n, "kr_tma") == 0) {
+        const u64* map = params[0];
+        u64 cnt = ARG(u64, 1);
+        u64 k = ARG(u64, 2);
+        u64* p = (u64*)(uintptr_t)(map[0] ^ TMAP_KEY);
         for (u64 i = 0; i < cnt; ++i) {
             p[i] = p[i] * 6364136223846793005ULL + (k ^ i);
         }
@@ -1464,6 +1750,14 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
         if (fail_record_after[0] && strcmp(fail_record_after, name) == 0) {
             fail_record_after[0] = 0;
             fail_record_armed = 1;
+        }
+        if (fault_kernel[0] && strcmp(fault_kernel, name) == 0) {
+            if (fault_after == 0) {
+                fault_kernel[0] = 0;
+                fault_launched = 1;
+            } else {
+                fault_after--;
+            }
         }
         pthread_mutex_unlock(&lock);
     }

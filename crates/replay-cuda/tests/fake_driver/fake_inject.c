@@ -4,7 +4,11 @@
  * library's own entries, as the real driver does), the _ptsz and Ex launch forms (attributes
  * accepted; a cooperative launch runs like any other), cuLaunchCooperativeKernel,
  * cuFuncGetName / cuKernelGetName / cuKernelGetParamInfo, cuCtxGetDevice, cuMemAllocPitch,
- * cuGraphLaunch_ptsz, cuMemsetD2D32Async, cuModuleLoadFatBinary, the library entries
+ * cuGraphLaunch_ptsz, cuMemsetD2D32Async, cuModuleLoadFatBinary, cuStreamCreateWithPriority,
+ * cuMemcpyPeerAsync, cuMemcpy2DAsync_v2 and cuMemcpy3DPeerAsync (host, device and unified
+ * memory; no arrays), cuIpcOpenMemHandle_v2 / cuIpcCloseMemHandle (a 4 KiB allocation stands for the other
+ * process's memory), fake_cuda_set_thread_device (what cuCtxGetDevice answers on the calling
+ * thread, default 0), the library entries
  * (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction, cuLibraryGetGlobal,
  * cuLibraryUnload: a library is a module), cuFuncGetModule (the module each function was
  * fetched from), and the injection call of a real driver: cuInit calls InitializeInjection()
@@ -125,9 +129,129 @@ CUresult cuKernelGetName(const char** name, void* k) {
     return E_INVALID_HANDLE;
 }
 
+/* The device cuCtxGetDevice answers on this thread (fake_cuda_set_thread_device): a thread
+ * may pose as one whose current context is another device's, for peer copies. */
+static __thread int thread_device;
+
+void fake_cuda_set_thread_device(int d) {
+    thread_device = d;
+}
+
 CUresult cuCtxGetDevice(CUdevice* d) {
-    *d = 0;
+    *d = thread_device;
     return OK;
+}
+
+/* A peer copy: every device's memory is the one host address space. */
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void* dc, CUdeviceptr src, void* sc, size_t n, void* s) {
+    (void)dc;
+    (void)sc;
+    return cuMemcpyAsync(dst, src, n, s);
+}
+
+/* The CUDA headers' 2D and 3D-peer copy descriptors (memory type 1 host, 2 device, 4 unified;
+ * arrays are not modelled). Every address is the one host address space. */
+typedef struct {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void* srcHost;
+    CUdeviceptr srcDevice;
+    void* srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void* dstHost;
+    CUdeviceptr dstDevice;
+    void* dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} FakeMemcpy2D;
+
+typedef struct {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    int srcMemoryType;
+    const void* srcHost;
+    CUdeviceptr srcDevice;
+    void* srcArray;
+    void* srcContext;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    int dstMemoryType;
+    void* dstHost;
+    CUdeviceptr dstDevice;
+    void* dstArray;
+    void* dstContext;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} FakeMemcpy3DPeer;
+
+static char* addr_of(int type, const void* host, CUdeviceptr dev) {
+    return type == 1 ? (char*)host : (type == 2 || type == 4) ? (char*)(uintptr_t)dev : NULL;
+}
+
+static CUresult copy_rows(char* dst, size_t dpitch, const char* src, size_t spitch, size_t w,
+                          size_t rows, void* s) {
+    if (!dst || !src) {
+        return E_INVALID_VALUE;
+    }
+    CUresult r = submit_to(S(s));
+    if (r != OK) {
+        return r == CAPTURED ? E_CAPTURE_UNSUPPORTED : r;
+    }
+    for (size_t y = 0; y < rows; ++y) {
+        memmove(dst + y * dpitch, src + y * spitch, w);
+    }
+    return OK;
+}
+
+CUresult cuMemcpy2DAsync_v2(const FakeMemcpy2D* c, void* s) {
+    char* src = addr_of(c->srcMemoryType, c->srcHost, c->srcDevice);
+    char* dst = addr_of(c->dstMemoryType, c->dstHost, c->dstDevice);
+    if (!src || !dst) {
+        return E_INVALID_VALUE;
+    }
+    return copy_rows(dst + c->dstY * c->dstPitch + c->dstXInBytes, c->dstPitch,
+                     src + c->srcY * c->srcPitch + c->srcXInBytes, c->srcPitch, c->WidthInBytes,
+                     c->Height, s);
+}
+
+CUresult cuMemcpy3DPeerAsync(const FakeMemcpy3DPeer* c, void* s) {
+    char* src = addr_of(c->srcMemoryType, c->srcHost, c->srcDevice);
+    char* dst = addr_of(c->dstMemoryType, c->dstHost, c->dstDevice);
+    if (!src || !dst) {
+        return E_INVALID_VALUE;
+    }
+    size_t sslice = c->srcPitch * c->srcHeight, dslice = c->dstPitch * c->dstHeight;
+    for (size_t z = 0; z < c->Depth; ++z) {
+        CUresult r = copy_rows(
+            dst + (c->dstZ + z) * dslice + c->dstY * c->dstPitch + c->dstXInBytes, c->dstPitch,
+            src + (c->srcZ + z) * sslice + c->srcY * c->srcPitch + c->srcXInBytes, c->srcPitch,
+            c->WidthInBytes, c->Height, s);
+        if (r != OK) {
+            return r;
+        }
+    }
+    return OK;
+}
+
+CUresult cuStreamCreateWithPriority(void** s, unsigned flags, int priority) {
+    (void)priority;
+    return cuStreamCreate(s, flags);
+}
+
+/* IPC: the "other process's" memory is a fresh device allocation; the handle is ignored. */
+typedef struct {
+    char reserved[64];
+} CUipcMemHandle;
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle h, unsigned flags) {
+    (void)h;
+    (void)flags;
+    return cuMemAlloc_v2(p, 4096);
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+    return cuMemFree_v2(p);
 }
 
 CUresult cuLaunchKernel_ptsz(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

@@ -8,8 +8,9 @@
  * and status must equal a plain run's. With KR_APP_VMEM set it also does what PyTorch's
  * expandable segments and its cudaMallocAsync backend do (cuMemCreate, cuMemAddressReserve,
  * cuMemMap, cuMemSetAccess; cuMemAllocFromPoolAsync, cuMemFreeAsync) and launches kr_rmw
- * on each.
+ * on each. With KR_APP_CRASH set it raises SIGSEGV after its launches.
  */
+#include <signal.h>
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -250,6 +251,11 @@ int main(void) {
         CHECK(cuLaunchKernelEx(&c, f_rmw, args, NULL));
     }
     CHECK(cuCtxSynchronize());
+    if (getenv("KR_APP_CRASH")) {
+        /* A program that dies by a signal after its launches (kreplay run's crash report). */
+        fflush(stdout);
+        raise(SIGSEGV);
+    }
     if (getenv("KR_APP_VMEM") && vmem_part(f_rmw, h) != 0) {
         return 1;
     }

@@ -61,7 +61,7 @@ pub(crate) fn outcome_code(o: Outcome) -> kreplay_outcome_kind_t {
 }
 
 /// Every reason with its C value.
-pub(crate) const REASONS: [(Reason, kreplay_reason_t); 14] = [
+pub(crate) const REASONS: [(Reason, kreplay_reason_t); 17] = [
     (Reason::None, KREPLAY_REASON_NONE),
     (Reason::UntrackedMemory, KREPLAY_REASON_UNTRACKED_MEMORY),
     (Reason::FootprintBudget, KREPLAY_REASON_FOOTPRINT_BUDGET),
@@ -79,6 +79,9 @@ pub(crate) const REASONS: [(Reason, kreplay_reason_t); 14] = [
     ),
     (Reason::SubmitFailed, KREPLAY_REASON_SUBMIT_FAILED),
     (Reason::ScopeCheckFailed, KREPLAY_REASON_SCOPE_CHECK_FAILED),
+    (Reason::DeviceError, KREPLAY_REASON_DEVICE_ERROR),
+    (Reason::AgentBusy, KREPLAY_REASON_AGENT_BUSY),
+    (Reason::UnseenWrites, KREPLAY_REASON_UNSEEN_WRITES),
 ];
 
 /// The C value of a reason.
@@ -99,6 +102,9 @@ pub(crate) fn reason_code(r: Reason) -> kreplay_reason_t {
         Reason::WriteOutsideScope => KREPLAY_REASON_WRITE_OUTSIDE_SCOPE,
         Reason::SubmitFailed => KREPLAY_REASON_SUBMIT_FAILED,
         Reason::ScopeCheckFailed => KREPLAY_REASON_SCOPE_CHECK_FAILED,
+        Reason::DeviceError => KREPLAY_REASON_DEVICE_ERROR,
+        Reason::AgentBusy => KREPLAY_REASON_AGENT_BUSY,
+        Reason::UnseenWrites => KREPLAY_REASON_UNSEEN_WRITES,
     }
 }
 

@@ -13,6 +13,7 @@
 //! | AMD `hsa_amd_vmem_address_reserve` (`_align`), `_handle_release` (major 2) | nothing (the reservation's size is remembered for its free) |
 //! | AMD `hsa_amd_memory_lock` / `_lock_to_pool` / `_unlock` | a `PINNED_HOST` block at the agents' address, under the GPU agents given access (every GPU when none is named) / its removal, recorded first |
 //! | AMD `hsa_amd_ipc_memory_attach` / `_detach` | an `IPC_IMPORTED` block under the mapping agents / its removal, recorded first |
+//! | AMD `hsa_amd_ipc_memory_create` | the exported allocation is marked `IPC_IMPORTED` ([`replay_memory::Tracker::mark_shared`]): other processes write it during a window, so it is never captured and an argument into it declines |
 //! | AMD `hsa_amd_memory_async_copy` (and `_on_engine`, `_rect`) | a copy in flight on the copy fence ([`fence`], [`copy_fence`]), submitted holding the reader side of every GPU agent it writes |
 //! | core `hsa_memory_copy`, AMD `hsa_amd_memory_fill` | nothing recorded; the call runs holding the reader side of every GPU agent it writes |
 //!
@@ -1068,6 +1069,36 @@ pub(crate) unsafe extern "C" fn ipc_attach(
             let under = host_agents(&o, listed);
             let class = MemoryClass::IPC_IMPORTED;
             record_under(&under, None, at, len as u64, class);
+        });
+    }
+    st
+}
+
+/// Wrapper of AMD `hsa_amd_ipc_memory_create`: once the runtime exported the block, its
+/// allocation is marked shared (`IPC_IMPORTED`) on every agent that tracks it. Another
+/// process that attached it writes it whenever it likes; a restore would undo those writes, so
+/// a kernel whose argument points into it declines `untracked_memory` instead of replaying.
+///
+/// # Safety
+///
+/// The runtime's contract for `hsa_amd_ipc_memory_create`.
+pub(crate) unsafe extern "C" fn ipc_create(
+    ptr: *mut c_void,
+    len: usize,
+    handle: *mut sys::hsa_amd_ipc_memory_t,
+) -> hsa_status_t {
+    let (_o, create) = match original_entry(|o| o.ipc_create) {
+        Ok(v) => v,
+        Err(st) => return st,
+    };
+    // SAFETY: the original entry with the caller's arguments.
+    let st = unsafe { create(ptr, len, handle) };
+    if st == sys::HSA_STATUS_SUCCESS {
+        quietly("hsa_amd_ipc_memory_create", || {
+            let tracker = &backend().tracker;
+            for a in tracker.agents() {
+                tracker.mark_shared(a, ptr as u64, len as u64);
+            }
         });
     }
     st
