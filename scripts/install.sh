@@ -6,7 +6,8 @@
 # builds `cargo build --release -p replay-ffi` and copies into PREFIX:
 #   lib/libkernel_replay.so                         the shared library (SONAME libkernel_replay.so)
 #   lib/libkernel_replay.a                          the static archive
-#   include/kernel_replay.h                         the header
+#   include/kernel_replay.h                         the header, and beside it the backends'
+#   include/kernel_replay_cuda.h, kernel_replay_hsa.h   entry points (CUDA injection, HSA tool)
 #   lib/cmake/kernel_replay/kernel_replayConfig.cmake, kernel_replayConfigVersion.cmake
 #                                                   find_package(kernel_replay) ->
 #                                                   kernel_replay::kernel_replay
@@ -70,7 +71,9 @@ install -d "$prefix/lib" "$prefix/include" "$prefix/lib/cmake/kernel_replay" \
   "$prefix/lib/pkgconfig"
 install -m 0755 "$built/libkernel_replay.so" "$prefix/lib/libkernel_replay.so"
 install -m 0644 "$built/libkernel_replay.a" "$prefix/lib/libkernel_replay.a"
-install -m 0644 "$header" "$prefix/include/kernel_replay.h"
+for h in include/kernel_replay.h include/kernel_replay_cuda.h include/kernel_replay_hsa.h; do
+  install -m 0644 "$h" "$prefix/include/$(basename "$h")"
+done
 
 # Substitutes @NAME@ placeholders; values contain no '|'.
 render() {
@@ -95,6 +98,6 @@ render crates/replay-ffi/pkgconfig/kernel_replay.pc.in "$prefix/lib/pkgconfig/ke
 echo "installed kernel_replay $version into $prefix:"
 echo "  $prefix/lib/libkernel_replay.so"
 echo "  $prefix/lib/libkernel_replay.a"
-echo "  $prefix/include/kernel_replay.h"
+echo "  $prefix/include/kernel_replay.h, kernel_replay_cuda.h, kernel_replay_hsa.h"
 echo "  $prefix/lib/cmake/kernel_replay/kernel_replayConfig.cmake (find_package(kernel_replay))"
 echo "  $prefix/lib/pkgconfig/kernel_replay.pc"

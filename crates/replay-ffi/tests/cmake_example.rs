@@ -4,8 +4,9 @@
 //! - `examples/cpp-counter-tool` with CMake (`find_package(kernel_replay REQUIRED)`), runs it
 //!   and checks its per-pass results, outcome lines and the memory verdict; a project asking
 //!   for an incompatible version is refused; the static imported target links and runs;
-//! - `examples/hsa-cpp-tool` with CMake: its shared library builds, exports the HSA tool
-//!   entry points and loads with every symbol resolved;
+//! - `examples/hsa-cpp-tool` with CMake against the library installed with its HSA tool
+//!   entry points (`KREPLAY_CARGO_FLAGS=--features hsa`): its shared library builds, exports
+//!   the HSA tool entry points and loads with every symbol resolved;
 //! - a tiny C program through the pkg-config file (`pkg-config --cflags --libs kernel_replay`
 //!   with `PKG_CONFIG_PATH`), shared and static (`Libs.private`).
 //!
@@ -79,35 +80,59 @@ fn have(tool: &str) -> bool {
     found
 }
 
-/// Runs `scripts/install.sh` once for this test binary; the prefix.
+/// Serialises the installs: both build `target/release/libkernel_replay.so` (with different
+/// features) and copy it from there.
+static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `scripts/install.sh` into `work_dir()/NAME` with `KREPLAY_CARGO_FLAGS=flags`; the
+/// prefix, checked for every installed file.
+fn install(name: &str, flags: &str) -> PathBuf {
+    let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = work_dir().join(name);
+    let _ = std::fs::remove_dir_all(&prefix);
+    let out = run_ok(
+        Command::new("bash")
+            .arg(repo_root().join("scripts/install.sh"))
+            .arg(&prefix)
+            .env("KREPLAY_CARGO_FLAGS", flags),
+    );
+    for f in [
+        "lib/libkernel_replay.so",
+        "lib/libkernel_replay.a",
+        "include/kernel_replay.h",
+        "include/kernel_replay_cuda.h",
+        "include/kernel_replay_hsa.h",
+        "lib/cmake/kernel_replay/kernel_replayConfig.cmake",
+        "lib/cmake/kernel_replay/kernel_replayConfigVersion.cmake",
+        "lib/pkgconfig/kernel_replay.pc",
+    ] {
+        assert!(prefix.join(f).is_file(), "{f} is not installed:\n{out}");
+    }
+    for h in [
+        "kernel_replay.h",
+        "kernel_replay_cuda.h",
+        "kernel_replay_hsa.h",
+    ] {
+        assert_eq!(
+            std::fs::read(prefix.join("include").join(h)).unwrap(),
+            std::fs::read(repo_root().join("include").join(h)).unwrap(),
+            "the installed {h} is the repository's"
+        );
+    }
+    prefix
+}
+
+/// The default library, installed once for this test binary; the prefix.
 fn installed() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
-    PREFIX.get_or_init(|| {
-        let prefix = work_dir().join("prefix");
-        let _ = std::fs::remove_dir_all(&prefix);
-        let out = run_ok(
-            Command::new("bash")
-                .arg(repo_root().join("scripts/install.sh"))
-                .arg(&prefix),
-        );
-        for f in [
-            "lib/libkernel_replay.so",
-            "lib/libkernel_replay.a",
-            "include/kernel_replay.h",
-            "lib/cmake/kernel_replay/kernel_replayConfig.cmake",
-            "lib/cmake/kernel_replay/kernel_replayConfigVersion.cmake",
-            "lib/pkgconfig/kernel_replay.pc",
-        ] {
-            assert!(prefix.join(f).is_file(), "{f} is not installed:\n{out}");
-        }
-        let header = std::fs::read(prefix.join("include/kernel_replay.h")).unwrap();
-        assert_eq!(
-            header,
-            std::fs::read(repo_root().join("include/kernel_replay.h")).unwrap(),
-            "the installed header is the repository's"
-        );
-        prefix
-    })
+    PREFIX.get_or_init(|| install("prefix", ""))
+}
+
+/// The library with the HSA tool entry points (`--features hsa`), as an HSA tool deploys it:
+/// the example tool calls `kreplay_hsa_mark_tool_queue`, which only that build exports.
+fn installed_hsa() -> &'static Path {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    PREFIX.get_or_init(|| install("prefix-hsa", "--features hsa"))
 }
 
 /// Configures and builds a CMake project against the prefix; the build directory, or the
@@ -245,7 +270,7 @@ fn the_hsa_cpp_tool_builds_with_cmake_against_the_installed_package() {
     if !have("cmake") {
         return;
     }
-    let prefix = installed();
+    let prefix = installed_hsa();
     let build = cmake_build(
         &repo_root().join("examples/hsa-cpp-tool"),
         &work_dir().join("build-hsa-cpp-tool"),
@@ -254,20 +279,24 @@ fn the_hsa_cpp_tool_builds_with_cmake_against_the_installed_package() {
     .unwrap_or_else(|e| panic!("configuring the HSA C++ tool failed:\n{e}"));
     let so = build.join("libhsa-cpp-tool.so");
     assert!(so.is_file(), "{} was not built", so.display());
-    // SAFETY: the example's library; its initialisers are C++ static constructors of its own
-    // state. RTLD_NOW: every undefined symbol must resolve now.
-    let lib =
-        unsafe { libloading::os::unix::Library::open(Some(&so), libloading::os::unix::RTLD_NOW) }
-            .unwrap_or_else(|e| panic!("dlopen {}: {e:?}", so.display()));
-    for name in [
+    // Loaded in a process of its own, without this test's LD_LIBRARY_PATH (which names cargo's
+    // default-feature build of the library): the tool must find the installed one through its
+    // rpath, and RTLD_NOW resolves every undefined symbol against it now.
+    let loader = work_dir().join("load-hsa-cpp-tool");
+    std::fs::write(loader.with_extension("c"), LOADER_C).unwrap();
+    run_ok(
+        Command::new("cc")
+            .arg(loader.with_extension("c"))
+            .arg("-o")
+            .arg(&loader)
+            .arg("-ldl"),
+    );
+    let out = run_ok(Command::new(&loader).arg(&so).args([
         "kreplay_tool_init",
         "kreplay_tool_fini",
         "hsa_cpp_tool_report",
-    ] {
-        // SAFETY: only checking that the symbol exists; nothing is called or read through it.
-        let found = unsafe { lib.get::<*const ()>(name.as_bytes()) }.is_ok();
-        assert!(found, "{name} is not exported");
-    }
+    ]));
+    assert!(out.contains("loaded 3 symbols"), "{out}");
     let (_, needed) = run(Command::new("readelf").arg("-d").arg(&so));
     if !needed.is_empty() {
         assert!(
@@ -276,6 +305,28 @@ fn the_hsa_cpp_tool_builds_with_cmake_against_the_installed_package() {
         );
     }
 }
+
+/// Loads argv[1] with RTLD_NOW and looks up every further argument; prints "loaded N symbols".
+const LOADER_C: &str = r#"
+#include <dlfcn.h>
+#include <stdio.h>
+
+int main(int argc, char **argv) {
+    void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 1;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (!dlsym(h, argv[i])) {
+            fprintf(stderr, "%s is not exported\n", argv[i]);
+            return 1;
+        }
+    }
+    printf("loaded %d symbols\n", argc - 2);
+    return 0;
+}
+"#;
 
 /// A tiny C program: version, a simulator, one kernel, shutdown.
 const TINY_C: &str = r#"
