@@ -236,6 +236,10 @@ impl BuiltinTool {
 
 impl ReplayTool for BuiltinTool {
     fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
+        if (op, phase) == (Operation::Pass, Phase::Enter) {
+            // `kreplay capture`: the chosen launch's first pass is also its capture.
+            crate::capture::pass_enter(p);
+        }
         match (op, phase) {
             (Operation::Config, Phase::Enter) => {
                 let n = self.passes;
