@@ -92,7 +92,15 @@ turn. Every region is recreated at its captured address, the inputs written, the
 launched with the captured arguments and grid, N passes under replay (restored between
 passes, as `kreplay run` does). verify (the default) compares every pass's outputs with the
 captured ones and names the regions that differ; timing prints the passes' GPU time. A
-damaged folder is refused naming the file (exit 2); outputs that differ exit 1.";
+damaged folder is refused naming the file (exit 2); outputs that differ exit 1. A CUDA
+capture (from `kreplay capture`) runs on this machine's device, its regions reserved at
+their captured addresses (one the driver cannot give is named, exit 2).";
+
+const CAPTURE_AFTER: &str = "\
+Runs the program as `kreplay run --tool verify --passes 2` does and writes the chosen launch's
+first pass to DIR (a new or empty folder): manifest.json, the code image as loaded, every
+region of the snapshot scope before and after the pass. The program's output and exit status
+are unchanged; exit 1 when nothing was captured (the reason is printed).";
 
 const DEMO_AFTER: &str = "\
 Policy comes from the demo's defaults (scope all, restore full, 250 ms drain and pass
@@ -162,7 +170,7 @@ enum Sub {
     #[command(help_template = TEMPLATE, after_help = REPLAY_AFTER, args_override_self = true)]
     Replay(ReplayArgs),
     /// Runs an unmodified CUDA application and captures one launch to a folder.
-    #[command(help_template = TEMPLATE, args_override_self = true)]
+    #[command(help_template = TEMPLATE, after_help = CAPTURE_AFTER, args_override_self = true)]
     Capture(Box<crate::capture::CaptureOpts>),
 }
 

@@ -8,7 +8,7 @@
 //! | file | content |
 //! |---|---|
 //! | `manifest.json` | [`Manifest`]: format name and [`FORMAT_VERSION`], backend, device, driver, kernel, launch configuration, the argument block with each pointer word's region, module variables, every region's address, size, class and digests, and the files below with their sizes and digests |
-//! | `code.zst` | the code image as loaded (the simulator's module description, an HSA code object, a cubin or fat-binary entry) |
+//! | `code.zst` | the code image as loaded (the simulator's module description, an HSA code object, or on CUDA the PTX, cubin or fat binary the driver got) |
 //! | `regions/NNNN.in.zst` | a region's bytes as the captured pass began |
 //! | `regions/NNNN.out.zst` | its bytes after that pass (one execution) |
 //!
@@ -23,6 +23,12 @@
 //! not exist), and any file that is missing, shorter or longer than the manifest says (named
 //! "truncated"), undecodable, of the wrong decoded size, or whose digest differs: every error
 //! names the file.
+//!
+//! Per backend: `launch.grid` counts work-items on every backend (on CUDA, blocks times
+//! threads per block: a replay launches `grid / workgroup` blocks), `group_segment_size` is
+//! CUDA's dynamic shared memory, `kernel.symbol` the driver's (mangled) name that finds the
+//! function again, and `kernel.module` how the capturing run named the image. Addresses are
+//! the device addresses of the capturing process: a replay recreates the regions there.
 //!
 //! A capture holds only the regions of the dispatch's snapshot scope (the window reads nothing
 //! else); [`write`] writes a new folder (never into an existing non-empty one) through a
@@ -174,7 +180,7 @@ pub struct KernelEntry {
     pub module: String,
     /// The symbol in it.
     pub symbol: String,
-    /// What the code image is (`sim-module`, `hsa-code-object`, `cubin`, `fatbin`).
+    /// What the code image is (`sim-module`, `hsa-code-object`, `ptx`, `cubin`, `fatbin`).
     pub code_format: String,
     /// The code image.
     pub code: FileEntry,
