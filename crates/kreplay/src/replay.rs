@@ -437,6 +437,13 @@ fn replay_cuda(c: &LoadedCapture, passes: u64) -> Result<Replayed, ReplayError> 
         dir: c.dir.clone(),
         source,
     })?;
+    if !r.skipped_attributes.is_empty() {
+        log::warn!(
+            "[kernel-replay] replay {}: launch attributes not applied again (they hold handles of the capturing process): {}",
+            c.dir.display(),
+            r.skipped_attributes.join(", ")
+        );
+    }
     for (index, addr) in &r.moved_variables {
         log::info!(
             "[kernel-replay] replay {}: module variable region {index} was loaded at {addr:#x}",

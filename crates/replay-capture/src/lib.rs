@@ -41,7 +41,9 @@ use std::fs;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use replay_core::{ArgLayout, Capture, Digest128, DigestKey, Dim3, MemoryClass, Scope};
+use replay_core::{
+    ArgLayout, Capture, Digest128, DigestKey, Dim3, LaunchAttribute, MemoryClass, Scope,
+};
 use serde::{Deserialize, Serialize};
 
 /// The format's name in every manifest.
@@ -147,6 +149,10 @@ pub struct Launch {
     pub private_segment_size: u32,
     /// Group segment (shared memory) bytes per workgroup.
     pub group_segment_size: u32,
+    /// Launch attributes (CUDA: cluster dimensions, priority, ...); absent when none, so
+    /// version 1 manifests without it read as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<LaunchAttribute>,
 }
 
 /// One 8-byte-aligned word of the argument block that points into a captured region.
@@ -508,6 +514,7 @@ fn write_into(dir: &Path, c: &Capture) -> Result<Manifest, FormatError> {
             workgroup: c.info.workgroup,
             private_segment_size: c.info.private_segment_size,
             group_segment_size: c.info.group_segment_size,
+            attributes: c.code.launch_attributes.clone(),
         },
         arguments: Arguments {
             layout: c.arg_layout,

@@ -20,6 +20,8 @@ use std::sync::{Arc, OnceLock};
 use replay_core::contract::ReplayPayload;
 use replay_core::{Capture, CaptureRefused, CaptureRequest, DEFAULT_CAPTURE_MAX_BYTES};
 
+use crate::sys;
+
 /// Environment variable: the capture folder (arms the capture).
 pub const DIR_ENV: &str = "KREPLAY_CUDA_CAPTURE_DIR";
 /// Environment variable: the dispatch id to capture.
@@ -142,6 +144,91 @@ pub fn refusal_file(dir: &std::path::Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+use crate::sys::CUlaunchAttributeID as Id;
+
+/// The launch attributes a replay can name, and whether it applies them again: those whose
+/// value holds no handle or pointer of the capturing process (an event, an access window).
+const ATTRIBUTES: &[(Id, &str, bool)] = &[
+    (Id::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, "access_policy_window", false),
+    (Id::CU_LAUNCH_ATTRIBUTE_COOPERATIVE, "cooperative", true),
+    (Id::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, "synchronization_policy", true),
+    (Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, "cluster_dimension", true),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+        "cluster_scheduling_policy_preference",
+        true,
+    ),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        "programmatic_stream_serialization",
+        false,
+    ),
+    (Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, "programmatic_event", false),
+    (Id::CU_LAUNCH_ATTRIBUTE_PRIORITY, "priority", true),
+    (Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, "mem_sync_domain_map", true),
+    (Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, "mem_sync_domain", true),
+    (Id::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, "launch_completion_event", false),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+        "preferred_shared_memory_carveout",
+        true,
+    ),
+];
+
+/// Words of an attribute's value kept (cluster dimensions are three, most values one).
+const VALUE_WORDS: usize = 4;
+
+/// The known attribute of raw id `id`: its enum value and whether a replay applies it.
+pub fn known_attribute(id: u32) -> Option<(Id, &'static str, bool)> {
+    ATTRIBUTES.iter().copied().find(|(i, _, _)| *i as u32 == id)
+}
+
+/// The attributes of `n` `CUlaunchAttribute`s at `attrs`, read as raw words (an id this
+/// crate does not know is named by its number, never read as the enum).
+///
+/// # Safety
+/// `attrs` points to `n` attributes (or `n` is 0), alive for the call.
+pub unsafe fn read_attributes(
+    attrs: *const sys::CUlaunchAttribute,
+    n: usize,
+) -> Vec<replay_core::LaunchAttribute> {
+    if attrs.is_null() {
+        return Vec::new();
+    }
+    let value_at = std::mem::offset_of!(sys::CUlaunchAttribute, value);
+    (0..n)
+        .map(|i| {
+            // SAFETY: attribute `i` of the caller's array; read as bytes, since the id may be
+            // one the enum lacks.
+            let base = unsafe { attrs.add(i) }.cast::<u8>();
+            // SAFETY: the id is the attribute's first field (4 bytes).
+            let id = unsafe { std::ptr::read_unaligned(base.cast::<u32>()) };
+            let value = (0..VALUE_WORDS)
+                .map(|w| {
+                    // SAFETY: the value union is 64 bytes, of which the first 16 are read.
+                    unsafe { std::ptr::read_unaligned(base.add(value_at + 4 * w).cast::<u32>()) }
+                })
+                .collect();
+            let name = known_attribute(id).map_or_else(|| format!("id {id}"), |a| a.1.into());
+            replay_core::LaunchAttribute { name, id, value }
+        })
+        .collect()
+}
+
+/// The attributes of a captured launch (only `cuLaunchKernelEx` launches have any).
+pub(crate) fn attributes_of(l: &crate::agent::CapturedLaunch) -> Vec<replay_core::LaunchAttribute> {
+    match l.relaunch.as_ref().map(|r| &r.how) {
+        Some(crate::launch::How::Ex { config, .. }) if !config.is_null() => {
+            // SAFETY: the application's launch configuration, alive for its launch call, which
+            // the window (and so this capture) runs inside.
+            let c = unsafe { &**config };
+            // SAFETY: as above: the configuration's own attribute array.
+            unsafe { read_attributes(c.attrs, c.numAttrs as usize) }
+        }
+        _ => Vec::new(),
+    }
+}
+
 static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 static TAKEN: AtomicBool = AtomicBool::new(false);
 
@@ -210,6 +297,30 @@ mod tests {
             parse(&[(DISPATCH_ENV, "3")]),
             Err(ConfigError::NoDir(DISPATCH_ENV))
         );
+    }
+
+    #[test]
+    fn launch_attributes_are_read_as_words_and_named() {
+        // SAFETY: zeroed attributes are valid (an id of 0 and a value of zero bytes).
+        let mut a: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        a[0].id = Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        a[0].value.clusterDim.x = 2;
+        a[0].value.clusterDim.y = 1;
+        a[0].value.clusterDim.z = 1;
+        a[1].id = Id::CU_LAUNCH_ATTRIBUTE_PRIORITY;
+        a[1].value.priority = -3;
+        // SAFETY: two attributes, alive for the call.
+        let got = unsafe { read_attributes(a.as_ptr(), 2) };
+        assert_eq!(got[0].name, "cluster_dimension");
+        assert_eq!(got[0].id, 4);
+        assert_eq!(got[0].value[..3], [2, 1, 1]);
+        assert_eq!(got[1].name, "priority");
+        assert_eq!(got[1].value[0] as i32, -3);
+        assert!(known_attribute(4).is_some_and(|a| a.2));
+        assert!(known_attribute(7).is_some_and(|a| !a.2), "an event is never applied again");
+        assert!(known_attribute(9999).is_none());
+        // SAFETY: a null array.
+        assert!(unsafe { read_attributes(std::ptr::null(), 3) }.is_empty());
     }
 
     #[test]

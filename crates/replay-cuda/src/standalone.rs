@@ -14,7 +14,9 @@
 //! variables are looked up by symbol: one the load placed at another address is written there
 //! (the kernel reaches it by symbol), unless a pointer word of the argument block points into
 //! it, which is an error naming it. The launch uses the captured grid, block and dynamic
-//! shared memory, with the argument block split at the kernel's parameter offsets
+//! shared memory, and the captured launch attributes through `cuLaunchKernelEx` (those that
+//! hold no handle or pointer of the capturing process: cluster dimensions, priority, ...;
+//! the others are reported as not applied), with the argument block split at the kernel's parameter offsets
 //! (`cuFuncGetParamInfo`; without it, the block is handed whole as `extra`).
 //!
 //! Each pass writes the inputs, launches once on the legacy stream between two timing events,
@@ -63,6 +65,9 @@ pub struct Replayed {
     pub seconds: Vec<f64>,
     /// Module variables the load placed elsewhere than in the captured run: (region, address).
     pub moved_variables: Vec<(usize, u64)>,
+    /// Launch attributes not applied again (they hold a handle or pointer of the capturing
+    /// process, or this build does not know them), by name.
+    pub skipped_attributes: Vec<String>,
 }
 
 /// A reserved, mapped range; unmapped and released on drop.
@@ -361,6 +366,23 @@ pub fn replay(c: &LoadedCapture, passes: u64) -> Result<Replayed, StandaloneErro
         moved_variables: moved,
         ..Replayed::default()
     };
+    let mut attrs: Vec<sys::CUlaunchAttribute> = Vec::new();
+    for a in &l.attributes {
+        match crate::capture::known_attribute(a.id) {
+            Some((id, _, true)) => {
+                // SAFETY: an attribute of zero bytes is valid; its id is a value of the enum.
+                let mut raw: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+                raw.id = id;
+                let value = std::ptr::addr_of_mut!(raw.value).cast::<u32>();
+                for (w, v) in a.value.iter().take(4).enumerate() {
+                    // SAFETY: the value union is 64 bytes; its first 16 are written.
+                    unsafe { value.add(w).write_unaligned(*v) };
+                }
+                attrs.push(raw);
+            }
+            _ => out.skipped_attributes.push(a.name.clone()),
+        }
+    }
     let (start, end) = (Event::create(true)?, Event::create(true)?);
     for _ in 0..passes.max(1) {
         for (r, (input, _)) in m.regions.iter().zip(&c.data) {
@@ -387,25 +409,44 @@ pub fn replay(c: &LoadedCapture, passes: u64) -> Result<Replayed, StandaloneErro
             (std::ptr::null_mut(), extra.as_mut_ptr())
         };
         start.record(std::ptr::null_mut())?;
-        // SAFETY: the function of the module loaded above; the argument block is the captured
-        // one, whose pointers reach the regions recreated at their captured addresses; the
-        // parameter pointers (or the buffer) point into `kernarg`, alive until the wait.
-        unsafe {
-            sys::cuLaunchKernel(
-                f,
-                grid[0],
-                grid[1],
-                grid[2],
-                block[0],
-                block[1],
-                block[2],
-                l.group_segment_size,
-                std::ptr::null_mut(),
-                kp,
-                ex,
-            )
+        if attrs.is_empty() {
+            // SAFETY: the function of the module loaded above; the argument block is the
+            // captured one, whose pointers reach the regions recreated at their captured
+            // addresses; the parameter pointers (or the buffer) point into `kernarg`, alive
+            // until the wait.
+            unsafe {
+                sys::cuLaunchKernel(
+                    f,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    l.group_segment_size,
+                    std::ptr::null_mut(),
+                    kp,
+                    ex,
+                )
+            }
+            .call("cuLaunchKernel")?;
+        } else {
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid[0],
+                gridDimY: grid[1],
+                gridDimZ: grid[2],
+                blockDimX: block[0],
+                blockDimY: block[1],
+                blockDimZ: block[2],
+                sharedMemBytes: l.group_segment_size,
+                hStream: std::ptr::null_mut(),
+                attrs: attrs.as_mut_ptr(),
+                numAttrs: attrs.len() as u32,
+            };
+            // SAFETY: as for cuLaunchKernel above; the configuration and its attributes are
+            // alive for the call.
+            unsafe { sys::cuLaunchKernelEx(&config, f, kp, ex) }.call("cuLaunchKernelEx")?;
         }
-        .call("cuLaunchKernel")?;
         end.record(std::ptr::null_mut())?;
         device.synchronize()?;
         out.seconds
