@@ -80,7 +80,13 @@ fn kreplay(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
 
 /// Captures the first kr_rmw launch of the application into `dir/cap`.
 fn capture(dir: &Path) -> (PathBuf, Output) {
+    capture_index(dir, 0)
+}
+
+/// Captures kr_rmw launch `index` of the application into `dir/cap`.
+fn capture_index(dir: &Path, index: u32) -> (PathBuf, Output) {
     let cap = dir.join("cap");
+    let index = index.to_string();
     let lib = library();
     let out = kreplay(
         dir,
@@ -91,7 +97,7 @@ fn capture(dir: &Path) -> (PathBuf, Output) {
             "--kernel-include",
             "kr_rmw",
             "--launch-index",
-            "0",
+            &index,
             "--out",
             cap.to_str().unwrap(),
             "--",
@@ -239,5 +245,63 @@ fn a_capture_that_matches_no_launch_says_so_and_the_program_still_runs() {
     assert!(err.contains("nothing captured"), "{err}");
     assert!(text(&out.stdout).contains("done"));
     assert!(!cap.join("manifest.json").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_launch_through_cu_launch_kernel_ex_keeps_its_attributes_and_replays_with_them() {
+    let Some(dir) = build("attributes") else { return };
+    // The application's third kr_rmw launch goes through cuLaunchKernelEx with a cluster of
+    // one block.
+    let (cap, run) = capture_index(&dir, 2);
+    assert_eq!(run.status.code(), Some(7), "{}", text(&run.stderr));
+    let loaded = replay_capture::read(&cap).expect("a complete capture");
+    let attrs = &loaded.manifest.launch.attributes;
+    assert_eq!(attrs.len(), 1, "{attrs:?}");
+    assert_eq!(attrs[0].name, "cluster_dimension");
+    assert_eq!(attrs[0].value[..3], [1, 1, 1]);
+    let replay = kreplay(&dir, &["replay", cap.to_str().unwrap(), "--passes", "2"], &[]);
+    let out = text(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(0), "{out}{}", text(&replay.stderr));
+    assert!(out.contains("equal to the captured ones"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn outputs_that_differ_from_the_captured_ones_name_the_region() {
+    let Some(dir) = build("differ") else { return };
+    let (cap, run) = capture(&dir);
+    assert!(cap.join("manifest.json").is_file(), "{}", text(&run.stderr));
+    let loaded = replay_capture::read(&cap).unwrap();
+    let target = loaded.manifest.arguments.pointers[0].region;
+    // The captured outputs of the region kr_rmw writes, changed at byte 5 and stored
+    // uncompressed with their digest, as a capture of another result would hold them.
+    let mut want = loaded.data[target].1.clone();
+    want[5] ^= 0xff;
+    let file = format!("regions/{target:04}.out.raw");
+    std::fs::write(cap.join(&file), &want).unwrap();
+    let path = cap.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["regions"][target]["output"] = serde_json::json!({
+        "file": file,
+        "compression": "none",
+        "bytes": want.len(),
+        "stored_bytes": want.len(),
+        "digest": replay_capture::file_digest(&want).to_string(),
+    });
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    let replay = kreplay(&dir, &["replay", cap.to_str().unwrap(), "--passes", "2"], &[]);
+    let out = text(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(1), "{out}{}", text(&replay.stderr));
+    let base = loaded.manifest.regions[target].base;
+    assert!(
+        out.contains(&format!(
+            "pass 0: region {target} at {base:#x}: 1 bytes differ, the first at offset 5"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("outputs DIFFER"), "{out}");
+    // Every pass computed the same bytes: a deterministic kernel, a different capture.
+    assert!(!out.contains("non-deterministic"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
