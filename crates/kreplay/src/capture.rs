@@ -45,8 +45,11 @@ struct CaptureParser {
     opts: CaptureOpts,
 }
 
+/// Environment variables set for the program: name and value.
+type Vars = Vec<(&'static str, String)>;
+
 /// The `kreplay run` arguments and capture variables `args` stand for.
-pub fn plan(args: &[String]) -> Result<(Vec<String>, Vec<(&'static str, String)>), String> {
+pub fn plan(args: &[String]) -> Result<(Vec<String>, Vars), String> {
     use clap::Parser;
     let argv = std::iter::once("kreplay capture".to_owned()).chain(args.iter().cloned());
     let o = CaptureParser::try_parse_from(argv)
@@ -67,7 +70,12 @@ pub fn plan(args: &[String]) -> Result<(Vec<String>, Vec<(&'static str, String)>
         ));
     }
     let dir = std::path::absolute(&dir).unwrap_or(dir);
-    let mut run = vec!["--tool".into(), "verify".into(), "--passes".into(), "2".into()];
+    let mut run = vec![
+        "--tool".into(),
+        "verify".into(),
+        "--passes".into(),
+        "2".into(),
+    ];
     if let Some(p) = o.include {
         run.extend(["--kernel-include".into(), p]);
     }
@@ -149,7 +157,17 @@ mod tests {
         .unwrap();
         assert_eq!(
             run,
-            s(&["--tool", "verify", "--passes", "2", "--kernel-include", "gemm", "--", "./app", "-x"])
+            s(&[
+                "--tool",
+                "verify",
+                "--passes",
+                "2",
+                "--kernel-include",
+                "gemm",
+                "--",
+                "./app",
+                "-x"
+            ])
         );
         assert_eq!(env[0], (cap::DIR_ENV, dir.to_string_lossy().into_owned()));
         assert!(env.contains(&(cap::LAUNCH_INDEX_ENV, "3".into())));

@@ -19,7 +19,8 @@ fn cc() -> String {
 
 /// Builds the fake driver and the application in a fresh folder; `None` without a compiler.
 fn build(tag: &str) -> Option<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("kreplay-capture-fake-{}-{tag}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("kreplay-capture-fake-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).ok()?;
     let lib = dir.join("libcuda.so.1");
@@ -126,11 +127,20 @@ fn a_captured_launch_replays_standalone_equal_to_its_captured_outputs() {
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(cap.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["backend"], "cuda");
-    assert!(manifest["device"].as_str().unwrap().contains("sm_"), "{manifest}");
-    assert!(manifest["driver"].as_str().unwrap().starts_with("CUDA driver"));
+    assert!(
+        manifest["device"].as_str().unwrap().contains("sm_"),
+        "{manifest}"
+    );
+    assert!(manifest["driver"]
+        .as_str()
+        .unwrap()
+        .starts_with("CUDA driver"));
     // The driver's (mangled) name, by which the replay finds the function again.
     assert_eq!(manifest["kernel"]["symbol"], "_Z6kr_rmwPmmm");
-    assert!(manifest["kernel"]["name"].as_str().unwrap().starts_with("kr_rmw("));
+    assert!(manifest["kernel"]["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("kr_rmw("));
     assert_eq!(manifest["kernel"]["code_format"], "ptx");
     assert_eq!(manifest["launch"]["workgroup"]["x"], 64);
     let regions = manifest["regions"].as_array().unwrap();
@@ -154,11 +164,23 @@ fn a_captured_launch_replays_standalone_equal_to_its_captured_outputs() {
 
     let replay = kreplay(
         &dir,
-        &["replay", cap.to_str().unwrap(), "--tool", "verify", "--passes", "3"],
+        &[
+            "replay",
+            cap.to_str().unwrap(),
+            "--tool",
+            "verify",
+            "--passes",
+            "3",
+        ],
         &[],
     );
     let out = text(&replay.stdout);
-    assert_eq!(replay.status.code(), Some(0), "{out}{}", text(&replay.stderr));
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{out}{}",
+        text(&replay.stderr)
+    );
     assert!(out.contains("cuda backend"), "{out}");
     assert!(
         out.contains("3 passes, the outputs of every pass equal to the captured ones"),
@@ -166,11 +188,23 @@ fn a_captured_launch_replays_standalone_equal_to_its_captured_outputs() {
     );
     let timing = kreplay(
         &dir,
-        &["replay", cap.to_str().unwrap(), "--tool", "timing", "--passes", "4"],
+        &[
+            "replay",
+            cap.to_str().unwrap(),
+            "--tool",
+            "timing",
+            "--passes",
+            "4",
+        ],
         &[],
     );
     let out = text(&timing.stdout);
-    assert_eq!(timing.status.code(), Some(0), "{out}{}", text(&timing.stderr));
+    assert_eq!(
+        timing.status.code(),
+        Some(0),
+        "{out}{}",
+        text(&timing.stderr)
+    );
     assert!(out.contains("timing over 4 passes"), "{out}");
     assert!(out.contains("CUDA events"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -216,7 +250,10 @@ fn a_damaged_cuda_capture_is_refused_naming_the_file() {
     let replay = kreplay(&dir, &["replay", cap.to_str().unwrap()], &[]);
     let err = text(&replay.stderr);
     assert_eq!(replay.status.code(), Some(2), "{err}");
-    assert!(err.contains("0000.in.zst") && err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("0000.in.zst") && err.contains("truncated"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -250,7 +287,9 @@ fn a_capture_that_matches_no_launch_says_so_and_the_program_still_runs() {
 
 #[test]
 fn a_launch_through_cu_launch_kernel_ex_keeps_its_attributes_and_replays_with_them() {
-    let Some(dir) = build("attributes") else { return };
+    let Some(dir) = build("attributes") else {
+        return;
+    };
     // The application's third kr_rmw launch goes through cuLaunchKernelEx with a cluster of
     // one block.
     let (cap, run) = capture_index(&dir, 2);
@@ -260,9 +299,18 @@ fn a_launch_through_cu_launch_kernel_ex_keeps_its_attributes_and_replays_with_th
     assert_eq!(attrs.len(), 1, "{attrs:?}");
     assert_eq!(attrs[0].name, "cluster_dimension");
     assert_eq!(attrs[0].value[..3], [1, 1, 1]);
-    let replay = kreplay(&dir, &["replay", cap.to_str().unwrap(), "--passes", "2"], &[]);
+    let replay = kreplay(
+        &dir,
+        &["replay", cap.to_str().unwrap(), "--passes", "2"],
+        &[],
+    );
     let out = text(&replay.stdout);
-    assert_eq!(replay.status.code(), Some(0), "{out}{}", text(&replay.stderr));
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{out}{}",
+        text(&replay.stderr)
+    );
     assert!(out.contains("equal to the captured ones"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -290,9 +338,18 @@ fn outputs_that_differ_from_the_captured_ones_name_the_region() {
         "digest": replay_capture::file_digest(&want).to_string(),
     });
     std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
-    let replay = kreplay(&dir, &["replay", cap.to_str().unwrap(), "--passes", "2"], &[]);
+    let replay = kreplay(
+        &dir,
+        &["replay", cap.to_str().unwrap(), "--passes", "2"],
+        &[],
+    );
     let out = text(&replay.stdout);
-    assert_eq!(replay.status.code(), Some(1), "{out}{}", text(&replay.stderr));
+    assert_eq!(
+        replay.status.code(),
+        Some(1),
+        "{out}{}",
+        text(&replay.stderr)
+    );
     let base = loaded.manifest.regions[target].base;
     assert!(
         out.contains(&format!(

@@ -111,15 +111,15 @@ impl CaptureConfig {
 /// The process's armed capture (read once; an invalid one is logged and arms nothing).
 fn config() -> Option<&'static CaptureConfig> {
     static C: OnceLock<Option<CaptureConfig>> = OnceLock::new();
-    C.get_or_init(|| {
-        match CaptureConfig::from_lookup(|v| std::env::var(v).ok()) {
+    C.get_or_init(
+        || match CaptureConfig::from_lookup(|v| std::env::var(v).ok()) {
             Ok(c) => c,
             Err(e) => {
                 log::error!("[kernel-replay] capture: {e}; nothing is captured");
                 None
             }
-        }
-    })
+        },
+    )
     .as_ref()
 }
 
@@ -149,10 +149,22 @@ use crate::sys::CUlaunchAttributeID as Id;
 /// The launch attributes a replay can name, and whether it applies them again: those whose
 /// value holds no handle or pointer of the capturing process (an event, an access window).
 const ATTRIBUTES: &[(Id, &str, bool)] = &[
-    (Id::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, "access_policy_window", false),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
+        "access_policy_window",
+        false,
+    ),
     (Id::CU_LAUNCH_ATTRIBUTE_COOPERATIVE, "cooperative", true),
-    (Id::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, "synchronization_policy", true),
-    (Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, "cluster_dimension", true),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
+        "synchronization_policy",
+        true,
+    ),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        "cluster_dimension",
+        true,
+    ),
     (
         Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
         "cluster_scheduling_policy_preference",
@@ -163,11 +175,27 @@ const ATTRIBUTES: &[(Id, &str, bool)] = &[
         "programmatic_stream_serialization",
         false,
     ),
-    (Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, "programmatic_event", false),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT,
+        "programmatic_event",
+        false,
+    ),
     (Id::CU_LAUNCH_ATTRIBUTE_PRIORITY, "priority", true),
-    (Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, "mem_sync_domain_map", true),
-    (Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, "mem_sync_domain", true),
-    (Id::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, "launch_completion_event", false),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
+        "mem_sync_domain_map",
+        true,
+    ),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+        "mem_sync_domain",
+        true,
+    ),
+    (
+        Id::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT,
+        "launch_completion_event",
+        false,
+    ),
     (
         Id::CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
         "preferred_shared_memory_carveout",
@@ -292,7 +320,10 @@ mod tests {
             Err(ConfigError::Both)
         );
         let e = parse(&[(DIR_ENV, "d"), (LAUNCH_INDEX_ENV, "two")]).unwrap_err();
-        assert!(e.to_string().contains("KREPLAY_CUDA_CAPTURE_LAUNCH_INDEX"), "{e}");
+        assert!(
+            e.to_string().contains("KREPLAY_CUDA_CAPTURE_LAUNCH_INDEX"),
+            "{e}"
+        );
         assert_eq!(
             parse(&[(DISPATCH_ENV, "3")]),
             Err(ConfigError::NoDir(DISPATCH_ENV))
@@ -317,7 +348,10 @@ mod tests {
         assert_eq!(got[1].name, "priority");
         assert_eq!(got[1].value[0] as i32, -3);
         assert!(known_attribute(4).is_some_and(|a| a.2));
-        assert!(known_attribute(7).is_some_and(|a| !a.2), "an event is never applied again");
+        assert!(
+            known_attribute(7).is_some_and(|a| !a.2),
+            "an event is never applied again"
+        );
         assert!(known_attribute(9999).is_none());
         // SAFETY: a null array.
         assert!(unsafe { read_attributes(std::ptr::null(), 3) }.is_empty());

@@ -40,7 +40,9 @@ pub enum StandaloneError {
     #[error(transparent)]
     Driver(#[from] CudaError),
     /// A region cannot be had at its captured address.
-    #[error("region {index} at {base:#x} ({size} bytes) cannot be recreated at its address: {why}")]
+    #[error(
+        "region {index} at {base:#x} ({size} bytes) cannot be recreated at its address: {why}"
+    )]
     Address {
         /// Region index.
         index: usize,
@@ -203,8 +205,13 @@ fn write(addr: u64, bytes: &[u8]) -> Result<(), CudaError> {
     // SAFETY: `addr` is a range this replay mapped (or the module's variable) of at least
     // `bytes.len()` bytes; the copy is waited for before `bytes` is dropped.
     unsafe {
-        sys::cuMemcpyHtoDAsync_v2(addr, bytes.as_ptr().cast(), bytes.len(), std::ptr::null_mut())
-            .call("cuMemcpyHtoDAsync")?;
+        sys::cuMemcpyHtoDAsync_v2(
+            addr,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            std::ptr::null_mut(),
+        )
+        .call("cuMemcpyHtoDAsync")?;
         sys::cuCtxSynchronize().call("cuCtxSynchronize")
     }
 }
@@ -216,8 +223,13 @@ fn read(addr: u64, len: u64) -> Result<Vec<u8>, CudaError> {
     }
     // SAFETY: as in `write`; `out` has `len` bytes and outlives the wait.
     unsafe {
-        sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), addr, len as usize, std::ptr::null_mut())
-            .call("cuMemcpyDtoHAsync")?;
+        sys::cuMemcpyDtoHAsync_v2(
+            out.as_mut_ptr().cast(),
+            addr,
+            len as usize,
+            std::ptr::null_mut(),
+        )
+        .call("cuMemcpyDtoHAsync")?;
         sys::cuCtxSynchronize().call("cuCtxSynchronize")?;
     }
     Ok(out)
@@ -392,14 +404,15 @@ pub fn replay(c: &LoadedCapture, passes: u64) -> Result<Replayed, StandaloneErro
         let mut params: Vec<*mut c_void> = slots
             .iter()
             .flatten()
-            // SAFETY (pointer arithmetic): every slot lies inside the block (checked above).
-            .map(|&(off, _)| unsafe { base.add(off) }.cast::<c_void>())
+            // No unsafe offset: every slot lies inside the block (checked above).
+            .map(|&(off, _)| base.wrapping_add(off).cast::<c_void>())
             .collect();
         let mut size = kernarg.len();
         let mut extra: [*mut c_void; 5] = [
-            1 as *mut c_void, // CU_LAUNCH_PARAM_BUFFER_POINTER
+            // The markers are small integers cuda.h defines as pointers.
+            std::ptr::without_provenance_mut(1), // CU_LAUNCH_PARAM_BUFFER_POINTER
             base.cast(),
-            2 as *mut c_void, // CU_LAUNCH_PARAM_BUFFER_SIZE
+            std::ptr::without_provenance_mut(2), // CU_LAUNCH_PARAM_BUFFER_SIZE
             (&mut size as *mut usize).cast(),
             std::ptr::null_mut(), // CU_LAUNCH_PARAM_END
         ];
