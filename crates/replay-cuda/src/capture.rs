@@ -308,7 +308,7 @@ mod tests {
     #[test]
     fn the_capture_variables_select_one_launch_or_say_what_is_wrong() {
         assert_eq!(parse(&[]), Ok(None));
-        let c = parse(&[(DIR_ENV, "/tmp/c")]).unwrap().unwrap();
+        let c = parse(&[(DIR_ENV, "caps/c")]).unwrap().unwrap();
         assert_eq!(c.select, Selection::LaunchIndex(0));
         assert_eq!(c.max_bytes, DEFAULT_CAPTURE_MAX_BYTES);
         let c = parse(&[(DIR_ENV, "d"), (DISPATCH_ENV, "12"), (MAX_BYTES_ENV, "99")])
