@@ -110,6 +110,16 @@ pub fn main(args: &[String]) -> u8 {
         }
     };
     let dir = PathBuf::from(&env[0].1);
+    // The folder is written beside itself and renamed into place: its parent must exist.
+    if let Some(parent) = dir.parent() {
+        if let Err(e) = std::fs::create_dir_all(parent) {
+            crate::say(format_args!(
+                "kreplay capture: cannot make {}: {e}; the program was not started",
+                parent.display()
+            ));
+            return 1;
+        }
+    }
     let refused = cap::refusal_file(&dir);
     let _ = std::fs::remove_file(&refused);
     let code = crate::run::main_with_env(&run, &env);

@@ -86,7 +86,8 @@ fn capture(dir: &Path) -> (PathBuf, Output) {
 
 /// Captures kr_rmw launch `index` of the application into `dir/cap`.
 fn capture_index(dir: &Path, index: u32) -> (PathBuf, Output) {
-    let cap = dir.join("cap");
+    // A folder whose parent does not exist yet.
+    let cap = dir.join("caps").join("cap");
     let index = index.to_string();
     let lib = library();
     let out = kreplay(
