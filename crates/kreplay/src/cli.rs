@@ -47,6 +47,9 @@ pub enum Command {
     Run(Vec<String>),
     /// `kreplay replay DIR`.
     Replay(ReplayArgs),
+    /// `kreplay capture ARGS...`: the arguments after `capture`, as given, for
+    /// [`crate::capture::main`].
+    Capture(Vec<String>),
     /// `--help` (or `-h`, or `kreplay help [COMMAND]`) on any command: the text to print.
     Help(String),
     /// `kreplay --version`: the text to print.
@@ -56,6 +59,7 @@ pub enum Command {
 /// One line per command, with the forms of `bench`.
 const USAGE: &str = "kreplay demo [--passes N] [--json] [--inject FAULT] [--scope auto|all|arguments|predicted] [--restore auto|full|dirty] [--capture DIR [--max-bytes N]]
   kreplay replay DIR [--tool verify|timing] [--passes N]
+  kreplay capture [--kernel-include P] [--dispatch N | --launch-index K] [--out DIR] -- APP ARGS...
   kreplay bench --backend cuda [run] [--cases LIST] [--out FILE] [--big] [--alloc-gib LIST] [OPTIONS]
   kreplay bench --backend cuda check
   kreplay bench --backend cuda merge FILE... --out FILE
@@ -88,7 +92,15 @@ turn. Every region is recreated at its captured address, the inputs written, the
 launched with the captured arguments and grid, N passes under replay (restored between
 passes, as `kreplay run` does). verify (the default) compares every pass's outputs with the
 captured ones and names the regions that differ; timing prints the passes' GPU time. A
-damaged folder is refused naming the file (exit 2); outputs that differ exit 1.";
+damaged folder is refused naming the file (exit 2); outputs that differ exit 1. A CUDA
+capture (from `kreplay capture`) runs on this machine's device, its regions reserved at
+their captured addresses (one the driver cannot give is named, exit 2).";
+
+const CAPTURE_AFTER: &str = "\
+Runs the program as `kreplay run --tool verify --passes 2` does and writes the chosen launch's
+first pass to DIR (a new or empty folder): manifest.json, the code image as loaded, every
+region of the snapshot scope before and after the pass. The program's output and exit status
+are unchanged; exit 1 when nothing was captured (the reason is printed).";
 
 const DEMO_AFTER: &str = "\
 Policy comes from the demo's defaults (scope all, restore full, 250 ms drain and pass
@@ -157,6 +169,9 @@ enum Sub {
     /// Replays captured dispatches standalone and checks their outputs.
     #[command(help_template = TEMPLATE, after_help = REPLAY_AFTER, args_override_self = true)]
     Replay(ReplayArgs),
+    /// Runs an unmodified CUDA application and captures one launch to a folder.
+    #[command(help_template = TEMPLATE, after_help = CAPTURE_AFTER, args_override_self = true)]
+    Capture(Box<crate::capture::CaptureOpts>),
 }
 
 /// Tools `kreplay replay` runs.
@@ -366,6 +381,8 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, UsageEr
         // way to reach this command).
         Sub::Run(_) => Ok(Command::Run(args[1..].to_vec())),
         Sub::Replay(a) => Ok(Command::Replay(a)),
+        // As `run`: the program's arguments are taken from the command line itself.
+        Sub::Capture(_) => Ok(Command::Capture(args[1..].to_vec())),
     }
 }
 
@@ -476,7 +493,7 @@ pub(crate) fn run_error(e: &clap::Error) -> String {
 fn from_clap(e: &clap::Error, first: Option<&str>) -> Result<Command, UsageError> {
     // The command concerned: every error below the top level is about the subcommand the
     // first argument names (the top level takes no option with a value).
-    let command = first.filter(|c| ["demo", "bench", "run", "replay"].contains(c));
+    let command = first.filter(|c| ["demo", "bench", "run", "replay", "capture"].contains(c));
     let error = match e.kind() {
         ErrorKind::DisplayHelp => return Ok(Command::Help(e.render().to_string())),
         ErrorKind::DisplayVersion => return Ok(Command::Version(e.render().to_string())),

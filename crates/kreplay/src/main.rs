@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod capture;
 mod cli;
 mod collect;
 mod demo;
@@ -80,7 +81,7 @@ fn run() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    if !matches!(cmd, cli::Command::Run(_)) {
+    if !matches!(cmd, cli::Command::Run(_) | cli::Command::Capture(_)) {
         // The default sink: warnings unless KREPLAY_LOG says otherwise (outcome lines are
         // printed by the demo itself).
         let level = match log_level() {
@@ -107,6 +108,10 @@ fn run() -> ExitCode {
             // KREPLAY_LOG (run.rs sets it for the child).
             replay_core::log_sink::install(LogLevel::Warn);
             ExitCode::from(run::main(&rest))
+        }
+        cli::Command::Capture(rest) => {
+            replay_core::log_sink::install(LogLevel::Warn);
+            ExitCode::from(capture::main(&rest))
         }
         cli::Command::Bench(b) => {
             // Only "cuda" gets past the parser. The ncu case re-invokes this executable as

@@ -11,8 +11,10 @@
 //! the captured ones (a region that differs in some passes only is the mark of a
 //! non-deterministic kernel); `timing` prints the passes' GPU time on the simulator's clock.
 //!
-//! Captures of other backends (CUDA, HSA) are refused with a message saying so: replaying
-//! them needs their device.
+//! A CUDA capture is replayed on this machine's CUDA device by `replay_cuda::standalone`
+//! (regions at their captured addresses through the driver's virtual memory calls, the code
+//! image loaded as captured, every pass's outputs read back and compared here; `timing` is
+//! the CUDA events' time of each launch). HSA captures are refused with a message saying so.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -76,6 +78,14 @@ pub enum ReplayError {
         /// What failed.
         why: String,
     },
+    /// The CUDA replay failed.
+    #[error("{}: CUDA: {source}", .dir.display())]
+    Cuda {
+        /// The capture.
+        dir: PathBuf,
+        /// What failed.
+        source: replay_cuda::standalone::StandaloneError,
+    },
     /// Writing the report failed.
     #[error("output: {0}")]
     Output(#[from] std::io::Error),
@@ -86,6 +96,10 @@ impl ReplayError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Sim { .. } | Self::Output(_) => 1,
+            Self::Cuda {
+                source: replay_cuda::standalone::StandaloneError::Driver(_),
+                ..
+            } => 1,
             _ => 2,
         }
     }
@@ -124,6 +138,15 @@ struct Replayed {
     pass_diffs: Vec<Vec<RegionDiff>>,
     /// After the dispatch.
     final_diffs: Vec<RegionDiff>,
+    /// Whether every pass left the same bytes (a kernel that does not is non-deterministic).
+    passes_agree: bool,
+    /// Per pass GPU seconds where the backend measured them outside a record, and the clock's name.
+    seconds: Option<(Vec<f64>, &'static str)>,
+}
+
+/// Whether every pass's outputs equal the first pass's.
+fn passes_agree(outputs: &[Vec<Vec<u8>>]) -> bool {
+    outputs.windows(2).all(|w| w[0] == w[1])
 }
 
 /// Runs `kreplay replay`; the exit status (0: every output equal, 1: some differ).
@@ -136,7 +159,11 @@ pub fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<u8, ReplayError> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut all_equal = true;
     for c in &captures {
-        let r = replay_one(c, args.passes)?;
+        let r = if c.manifest.backend == "cuda" {
+            replay_cuda(c, args.passes)?
+        } else {
+            replay_one(c, args.passes)?
+        };
         let m = &c.manifest;
         writeln!(
             out,
@@ -150,17 +177,25 @@ pub fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<u8, ReplayError> {
             m.regions.len(),
             m.region_bytes()
         )?;
-        let executed = r.record.as_ref().map_or(1, |rec| rec.executed_passes);
+        let executed = r
+            .record
+            .as_ref()
+            .map_or(r.pass_diffs.len().max(1) as u32, |rec| rec.executed_passes);
         if let Some(rec) = &r.record {
             writeln!(out, "  {rec}")?;
         }
         match args.tool.as_str() {
             "timing" => {
-                let mut t: Vec<f64> = r
-                    .record
-                    .as_ref()
-                    .map(|rec| rec.pass_gpu_seconds.iter().copied().collect())
-                    .unwrap_or_default();
+                let (mut t, clock): (Vec<f64>, &str) = match &r.seconds {
+                    Some((s, clock)) => (s.clone(), clock),
+                    None => (
+                        r.record
+                            .as_ref()
+                            .map(|rec| rec.pass_gpu_seconds.iter().copied().collect())
+                            .unwrap_or_default(),
+                        "simulator clock",
+                    ),
+                };
                 t.sort_by(f64::total_cmp);
                 if t.is_empty() {
                     writeln!(
@@ -170,7 +205,7 @@ pub fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<u8, ReplayError> {
                 } else {
                     writeln!(
                         out,
-                        "  timing over {} passes: min {:.3} µs, median {:.3} µs, max {:.3} µs (simulator clock)",
+                        "  timing over {} passes: min {:.3} µs, median {:.3} µs, max {:.3} µs ({clock})",
                         t.len(),
                         t[0] * 1e6,
                         t[t.len() / 2] * 1e6,
@@ -192,7 +227,8 @@ pub fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<u8, ReplayError> {
                     )?;
                 } else {
                     all_equal = false;
-                    let some_only = !differing.is_empty() && differing.len() < r.pass_diffs.len();
+                    let some_only = (!differing.is_empty() && differing.len() < r.pass_diffs.len())
+                        || !r.passes_agree;
                     for (pass, diffs) in &differing {
                         for d in diffs.iter() {
                             writeln!(out, "  verify: pass {pass}: {d}")?;
@@ -205,7 +241,7 @@ pub fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<u8, ReplayError> {
                         out,
                         "  verify: outputs DIFFER from the captured ones{}",
                         if some_only {
-                            " in some passes only: the kernel is non-deterministic"
+                            " and the passes differ among themselves: the kernel is non-deterministic"
                         } else {
                             ""
                         }
@@ -385,9 +421,42 @@ fn replay_one(c: &LoadedCapture, passes: u64) -> Result<Replayed, ReplayError> {
         .map(|o| compare_outputs(c, o))
         .collect();
     let record = records.lock().first().cloned();
+    let agree = passes_agree(&tool.outputs.lock());
     Ok(Replayed {
         record,
         pass_diffs,
         final_diffs: compare_outputs(c, &after),
+        passes_agree: agree,
+        seconds: None,
+    })
+}
+
+/// A CUDA capture on this machine's device: each pass's outputs compared here.
+fn replay_cuda(c: &LoadedCapture, passes: u64) -> Result<Replayed, ReplayError> {
+    let r = replay_cuda::standalone::replay(c, passes).map_err(|source| ReplayError::Cuda {
+        dir: c.dir.clone(),
+        source,
+    })?;
+    if !r.skipped_attributes.is_empty() {
+        log::warn!(
+            "[kernel-replay] replay {}: launch attributes not applied again (they hold handles of the capturing process): {}",
+            c.dir.display(),
+            r.skipped_attributes.join(", ")
+        );
+    }
+    for (index, addr) in &r.moved_variables {
+        log::info!(
+            "[kernel-replay] replay {}: module variable region {index} was loaded at {addr:#x}",
+            c.dir.display()
+        );
+    }
+    let pass_diffs: Vec<Vec<RegionDiff>> =
+        r.outputs.iter().map(|o| compare_outputs(c, o)).collect();
+    Ok(Replayed {
+        record: None,
+        final_diffs: Vec::new(),
+        pass_diffs,
+        passes_agree: passes_agree(&r.outputs),
+        seconds: Some((r.seconds, "CUDA events")),
     })
 }

@@ -449,6 +449,11 @@ fn find_library(a: &RunArgs) -> Option<PathBuf> {
 
 /// Runs `kreplay run ARGS`; returns the exit status.
 pub fn main(args: &[String]) -> u8 {
+    main_with_env(args, &[])
+}
+
+/// [`main`], with `env` also set for the program (`kreplay capture`'s variables).
+pub fn main_with_env(args: &[String], env: &[(&str, String)]) -> u8 {
     let a = match parse(args) {
         Ok(a) => a,
         Err(e) => {
@@ -498,6 +503,7 @@ pub fn main(args: &[String]) -> u8 {
     }
     let mut cmd = Command::new(&a.app[0]);
     cmd.args(&a.app[1..]);
+    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     match find_library(&a) {
         Some(lib) => {
             let lib = std::fs::canonicalize(&lib).unwrap_or(lib);

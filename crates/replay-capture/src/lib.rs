@@ -8,7 +8,7 @@
 //! | file | content |
 //! |---|---|
 //! | `manifest.json` | [`Manifest`]: format name and [`FORMAT_VERSION`], backend, device, driver, kernel, launch configuration, the argument block with each pointer word's region, module variables, every region's address, size, class and digests, and the files below with their sizes and digests |
-//! | `code.zst` | the code image as loaded (the simulator's module description, an HSA code object, a cubin or fat-binary entry) |
+//! | `code.zst` | the code image as loaded (the simulator's module description, an HSA code object, or on CUDA the PTX, cubin or fat binary the driver got) |
 //! | `regions/NNNN.in.zst` | a region's bytes as the captured pass began |
 //! | `regions/NNNN.out.zst` | its bytes after that pass (one execution) |
 //!
@@ -24,6 +24,12 @@
 //! "truncated"), undecodable, of the wrong decoded size, or whose digest differs: every error
 //! names the file.
 //!
+//! Per backend: `launch.grid` counts work-items on every backend (on CUDA, blocks times
+//! threads per block: a replay launches `grid / workgroup` blocks), `group_segment_size` is
+//! CUDA's dynamic shared memory, `kernel.symbol` the driver's (mangled) name that finds the
+//! function again, and `kernel.module` how the capturing run named the image. Addresses are
+//! the device addresses of the capturing process: a replay recreates the regions there.
+//!
 //! A capture holds only the regions of the dispatch's snapshot scope (the window reads nothing
 //! else); [`write`] writes a new folder (never into an existing non-empty one) through a
 //! temporary sibling renamed into place, so a folder that exists is complete.
@@ -35,7 +41,9 @@ use std::fs;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use replay_core::{ArgLayout, Capture, Digest128, DigestKey, Dim3, MemoryClass, Scope};
+use replay_core::{
+    ArgLayout, Capture, Digest128, DigestKey, Dim3, LaunchAttribute, MemoryClass, Scope,
+};
 use serde::{Deserialize, Serialize};
 
 /// The format's name in every manifest.
@@ -141,6 +149,10 @@ pub struct Launch {
     pub private_segment_size: u32,
     /// Group segment (shared memory) bytes per workgroup.
     pub group_segment_size: u32,
+    /// Launch attributes (CUDA: cluster dimensions, priority, ...); absent when none, so
+    /// version 1 manifests without it read as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<LaunchAttribute>,
 }
 
 /// One 8-byte-aligned word of the argument block that points into a captured region.
@@ -174,7 +186,7 @@ pub struct KernelEntry {
     pub module: String,
     /// The symbol in it.
     pub symbol: String,
-    /// What the code image is (`sim-module`, `hsa-code-object`, `cubin`, `fatbin`).
+    /// What the code image is (`sim-module`, `hsa-code-object`, `ptx`, `cubin`, `fatbin`).
     pub code_format: String,
     /// The code image.
     pub code: FileEntry,
@@ -502,6 +514,7 @@ fn write_into(dir: &Path, c: &Capture) -> Result<Manifest, FormatError> {
             workgroup: c.info.workgroup,
             private_segment_size: c.info.private_segment_size,
             group_segment_size: c.info.group_segment_size,
+            attributes: c.code.launch_attributes.clone(),
         },
         arguments: Arguments {
             layout: c.arg_layout,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use replay_capture::{compare_outputs, read, write, FormatError, FORMAT_VERSION, MANIFEST};
 use replay_core::{
     AgentId, ArgLayout, Capture, CapturedRegion, CodeImage, DeviceDescription, Dim3, DispatchId,
-    DispatchInfo, KernelId, KernelKey, MemoryClass, QueueId, Scope,
+    DispatchInfo, KernelId, KernelKey, LaunchAttribute, MemoryClass, QueueId, Scope,
 };
 
 fn scratch(name: &str) -> PathBuf {
@@ -54,6 +54,11 @@ fn sample() -> Capture {
             module: "m".into(),
             symbol: "k".into(),
             bytes: b"sim-module m\n".to_vec(),
+            launch_attributes: vec![LaunchAttribute {
+                name: "cluster_dimension".into(),
+                id: 4,
+                value: vec![2, 1, 1, 0],
+            }],
         },
         regions: vec![
             CapturedRegion {
@@ -103,6 +108,7 @@ fn a_capture_reads_back_as_written_in_address_order_with_its_pointer_words() {
     assert_eq!(c.data[1].0, vec![1; 4096]);
     assert_eq!(c.kernarg, sample().kernarg);
     assert_eq!(c.code, b"sim-module m\n");
+    assert_eq!(m.launch.attributes, sample().code.launch_attributes);
     // Words 0 and 2 point into regions 0 and 1; the scalar does not.
     let p: Vec<(u64, usize)> = m
         .arguments
@@ -217,4 +223,15 @@ fn an_inconsistent_manifest_is_refused() {
     assert!(e.to_string().contains("outside the capture folder"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&d2);
+}
+
+#[test]
+fn a_manifest_without_launch_attributes_reads_as_having_none() {
+    let d = written("no-attributes");
+    edit_manifest(&d, |v| {
+        v["launch"].as_object_mut().unwrap().remove("attributes");
+    });
+    let c = read(&d).expect("an older manifest without attributes");
+    assert!(c.manifest.launch.attributes.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
 }

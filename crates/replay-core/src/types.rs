@@ -268,6 +268,22 @@ pub struct CodeImage {
     pub symbol: String,
     /// The image.
     pub bytes: Vec<u8>,
+    /// The launch attributes the dispatch was submitted with, handed over with the image
+    /// (CUDA's `cuLaunchKernelEx` attributes; empty elsewhere).
+    #[serde(default)]
+    pub launch_attributes: Vec<LaunchAttribute>,
+}
+
+/// One launch attribute of a captured dispatch: CUDA's `CUlaunchAttribute`, its id and the
+/// first words of its value (cluster dimensions, a priority, a policy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchAttribute {
+    /// The attribute's name (`cluster_dimension`, `priority`, ...; `id N` when unknown).
+    pub name: String,
+    /// The backend's id of it.
+    pub id: u32,
+    /// The value's first 32-bit words.
+    pub value: Vec<u32>,
 }
 
 /// What a backend says about the device and its driver, for the manifest.

@@ -397,6 +397,48 @@ impl Agent for CudaAgent {
         self.id
     }
 
+    /// The image the hooks kept (only while a capture is armed, [`crate::capture`]) for the
+    /// launch's code object, and the driver's name of its function.
+    fn code_image(&self, dispatch: &Dispatch) -> Result<replay_core::CodeImage, BackendError> {
+        const OP: &str = "code image";
+        let l = self.launch_of(dispatch, OP)?;
+        let (module, bytes, symbol) =
+            crate::state::images::code_image(dispatch.kernel.code_object, l.func).ok_or_else(
+                || {
+                    BackendError::on(self.id, OP).error(
+                        replay_core::BackendErrorKind::Unsupported,
+                        format!(
+                            "the code image of kernel {:?} was not kept (loaded before the capture was armed, or unreadable)",
+                            dispatch.info.kernel_name
+                        ),
+                    )
+                },
+            )?;
+        Ok(replay_core::CodeImage {
+            format: crate::capture::code_format(&bytes).into(),
+            module,
+            symbol: symbol.to_string(),
+            bytes: bytes.to_vec(),
+            launch_attributes: crate::capture::attributes_of(&l),
+        })
+    }
+
+    fn device_description(&self) -> replay_core::DeviceDescription {
+        let info = self.device.info();
+        replay_core::DeviceDescription {
+            backend: "cuda".into(),
+            device: format!(
+                "{} (sm_{}{}, device {})",
+                info.name, info.compute_capability.0, info.compute_capability.1, info.ordinal
+            ),
+            driver: format!(
+                "CUDA driver {}.{}",
+                info.driver_version / 1000,
+                (info.driver_version % 1000) / 10
+            ),
+        }
+    }
+
     /// `DEVICE_DIGESTS` once the digest kernels compiled: `auto` then resolves to
     /// `arguments` + `dirty` (`all` for a launch whose argument layout is unknown); without
     /// them, to `all` + `full` (`replay_core::policy`). `ORDERED_RESTORE` while the memory

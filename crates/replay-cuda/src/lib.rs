@@ -213,6 +213,7 @@
 
 pub mod agent;
 pub mod backend;
+pub mod capture;
 pub mod counters;
 mod device;
 pub mod error;
@@ -224,6 +225,7 @@ pub mod module;
 pub mod queue;
 pub mod result;
 pub mod signals;
+pub mod standalone;
 pub mod state;
 pub mod sys;
 pub mod tool;

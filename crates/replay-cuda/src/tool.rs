@@ -28,6 +28,9 @@
 //!   `counters` member is a serialized `replay_report::CounterReport`; `counter_plan` says
 //!   which metrics share which pass, `counter_errors` what could not be collected.
 //!
+//! Under `kreplay capture` (`KREPLAY_CUDA_CAPTURE_DIR` set) the built-in tool also asks for
+//! the chosen launch's capture in its first PASS ENTER ([`crate::capture`]).
+//!
 //! At exit the records, the per-kernel table, the service's summary, the interception's
 //! counts and the CUPTI cross-check ([`crate::intercept::cupti`]) are written as JSON to
 //! `KREPLAY_CUDA_OUT` (when set; through a temporary file and a rename). Under `kreplay run`
@@ -236,6 +239,10 @@ impl BuiltinTool {
 
 impl ReplayTool for BuiltinTool {
     fn callback(&self, op: Operation, phase: Phase, p: &mut ReplayPayload<'_>, _: &mut UserData) {
+        if (op, phase) == (Operation::Pass, Phase::Enter) {
+            // `kreplay capture`: the chosen launch's first pass is also its capture.
+            crate::capture::pass_enter(p);
+        }
         match (op, phase) {
             (Operation::Config, Phase::Enter) => {
                 let n = self.passes;

@@ -186,6 +186,7 @@ impl Agent for SimAgent {
             module: m.name.clone(),
             symbol: kernel.name.to_string(),
             bytes: m.image.clone().into_bytes(),
+            launch_attributes: Vec::new(),
         })
     }
 

@@ -584,6 +584,16 @@ impl DeviceMemory for CudaMemory {
         self.agent
     }
 
+    /// A capture's read (SPEC §13): ordered after every restore, like the digests.
+    fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        const OP: &str = "read to host";
+        let bytes = self
+            .read_device(addr, out.len() as u64, Duration::from_secs(60))
+            .map_err(|e| e.to_backend(self.agent, OP))?;
+        out.copy_from_slice(&bytes);
+        Ok(())
+    }
+
     fn query_pointer(&self, addr: u64) -> Result<Option<PointerInfo>, BackendError> {
         const OP: &str = "query pointer";
         self.device

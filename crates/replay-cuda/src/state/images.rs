@@ -121,6 +121,9 @@ struct Image {
     /// It links NVSHMEM's device code (a kernel or global named `nvshmem*`): every kernel of
     /// it is a communication kernel, whatever its name (SPEC §9.2).
     nvshmem: bool,
+    /// The image's bytes as the driver got them, kept only while a capture is armed
+    /// ([`crate::capture`]): a program's images can be hundreds of MiB.
+    code: Option<Arc<[u8]>>,
 }
 
 /// Whether an image with these kernels and globals links NVSHMEM's device library: its device
@@ -195,6 +198,10 @@ fn record(handle: Handle, file: Option<String>, bytes: Result<&[u8], ImageNote>)
         Handle::Library(l) => format!("library {l:#x}"),
     });
     let sm = current_sm().unwrap_or(u32::MAX);
+    let code = match &bytes {
+        Ok(b) if crate::capture::armed() => Some(Arc::<[u8]>::from(*b)),
+        _ => None,
+    };
     let (info, unknown) = match bytes.and_then(|b| image::read_image(b, sm)) {
         Ok(i) => {
             c.images_read.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +249,7 @@ fn record(handle: Handle, file: Option<String>, bytes: Result<&[u8], ImageNote>)
         services,
         code_object: NEXT_CODE_OBJECT.fetch_add(1, Ordering::Relaxed),
         nvshmem,
+        code,
     });
     let old = s.images.lock().insert(handle, img);
     if let Some(old) = old {
@@ -404,6 +412,21 @@ impl LaunchImage {
     }
 }
 
+/// The kept code image of code object `code_object` and the driver's name of `f` in it, for a
+/// capture: (the image's name, its bytes, the kernel's symbol). `None` when no image of that id
+/// is loaded or its bytes were not kept.
+pub(crate) fn code_image(code_object: u64, f: CUfunction) -> Option<(String, Arc<[u8]>, Arc<str>)> {
+    let img = images()
+        .images
+        .lock()
+        .values()
+        .find(|i| i.code_object == code_object)
+        .cloned()?;
+    let code = img.code.clone()?;
+    let symbol = raw_name(f)?;
+    Some((img.name.clone(), code, symbol))
+}
+
 /// The code object id of a loaded module or library (`None` when the hooks never saw it),
 /// asked before its unload forgets it.
 pub(crate) fn code_object_of(module: Option<usize>, library: Option<usize>) -> Option<u64> {
@@ -533,6 +556,11 @@ impl Snapshotter for GlobalsGate<'_> {
 
     fn pooled_peak_bytes(&self) -> u64 {
         self.inner.pooled_peak_bytes()
+    }
+
+    // A capture's reads (SPEC §13) go to the memory layer under the gate.
+    fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read_to_host(addr, out)
     }
 }
 

@@ -252,6 +252,11 @@ impl Snapshotter for UnseenGate<'_> {
     fn pooled_peak_bytes(&self) -> u64 {
         self.inner.pooled_peak_bytes()
     }
+
+    // A capture's reads (SPEC §13) go to the memory layer under the gate.
+    fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read_to_host(addr, out)
+    }
 }
 
 // ----- Arrays and surface objects --------------------------------------------------------

@@ -98,6 +98,9 @@ struct alloc {
     /* K_VMM_RESERVE: bytes mapped from its start (cuMemMap / cuMemUnmap); a copy into the
      * part not mapped is refused, as the device would fault. */
     u64 mapped;
+    /* Placed at a fixed address by mmap (cuMemAddressReserve with an address): unmapped on
+     * free. */
+    int fixed;
     struct alloc* next;
 };
 static struct alloc* allocs;
@@ -151,6 +154,7 @@ static CUresult do_alloc_kind(void** out, u64 size, int device, int kind) {
     a->device = device;
     a->kind = kind;
     a->mapped = 0;
+    a->fixed = 0;
     a->next = allocs;
     allocs = a;
     if (device) {
@@ -176,6 +180,8 @@ static CUresult do_free(void* p) {
                 if (e0 > s0) {
                     madvise((void*)s0, e0 - s0, MADV_DONTNEED);
                 }
+            } else if (a->fixed) {
+                munmap(a->p, a->size);
             } else {
                 free(a->p);
             }
@@ -950,11 +956,38 @@ CUresult cuMemCreate(u64* handle, size_t size, const void* prop, u64 flags) {
 }
 
 /* A reserved range is backed by the handle mapped into it: the reservation itself is host
- * memory that cuMemMap does not need to move, so the fake reserves by allocating. */
+ * memory that cuMemMap does not need to move, so the fake reserves by allocating. An address
+ * asked for is a hint, as on the device: honoured where that range is free (mmap without
+ * replacing anything), else another range is returned; KR_FAKE_IGNORE_ADDRESS_HINT set
+ * ignores every hint. */
 CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t align, CUdeviceptr addr, u64 flags) {
     (void)align;
-    (void)addr;
     (void)flags;
+    if (size == 0) {
+        return E_INVALID_VALUE;
+    }
+    if (addr != 0 && addr % 4096 == 0 && !getenv("KR_FAKE_IGNORE_ADDRESS_HINT")) {
+        void* q = mmap((void*)(uintptr_t)addr, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        if (q != MAP_FAILED && (u64)(uintptr_t)q == addr) {
+            struct alloc* a = malloc(sizeof *a);
+            pthread_mutex_lock(&lock);
+            a->p = q;
+            a->size = size;
+            a->device = 0;
+            a->kind = K_VMM_RESERVE;
+            a->mapped = 0;
+            a->fixed = 1;
+            a->next = allocs;
+            allocs = a;
+            pthread_mutex_unlock(&lock);
+            *p = addr;
+            return OK;
+        }
+        if (q != MAP_FAILED) {
+            munmap(q, size);
+        }
+    }
     void* q;
     CUresult r = do_alloc_kind(&q, size, 0, K_VMM_RESERVE);
     if (r == OK) {

@@ -18,7 +18,7 @@
  * A function fetched as "opaque_NAME" runs kernel NAME but the driver cannot describe its
  * parameters (cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED), as for PyTorch's
  * precompiled kernels on a real driver. cuFuncGetName answers kr_rmw's name mangled, as a
- * real driver answers a C++ kernel's.
+ * real driver answers a C++ kernel's, and cuModuleGetFunction finds it by that name.
  *
  * Build with -Wl,-Bsymbolic: the fake's entries call each other directly, as the real
  * driver's do, not through a library loaded in front of it.
@@ -72,6 +72,10 @@ static unsigned n_owners;
 static pthread_mutex_t owners_lock = PTHREAD_MUTEX_INITIALIZER;
 
 CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
+    /* The name cuFuncGetName answers finds the function too, as on a real driver. */
+    if (strcmp(name, "_Z6kr_rmwPmmm") == 0) {
+        name = "kr_rmw";
+    }
     int op = strncmp(name, "opaque_", 7) == 0;
     CUresult r = fake_base_cuModuleGetFunction(f, m, op ? name + 7 : name);
     if (r == OK && op && n_opaque < 64) {

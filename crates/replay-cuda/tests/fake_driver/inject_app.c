@@ -31,6 +31,7 @@ typedef struct {
     union {
         char pad[64];
         int cooperative;
+        unsigned dims[3];
     } value;
 } launch_attr;
 
@@ -198,7 +199,12 @@ int main(void) {
     {
         unsigned long long n = N, k = 3;
         void* args[] = {&pitched, &n, &k};
-        launch_config c = {1, 1, 1, 64, 1, 1, 0, s, NULL, 0};
+        /* A cluster of one block: an attribute a capture keeps and a replay applies again. */
+        launch_attr at;
+        memset(&at, 0, sizeof at);
+        at.id = 4; /* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION */
+        at.value.dims[0] = at.value.dims[1] = at.value.dims[2] = 1;
+        launch_config c = {1, 1, 1, 64, 1, 1, 0, s, &at, 1};
         CHECK(cuLaunchKernelEx(&c, f_rmw, args, NULL));
     }
     /* Through cuGetProcAddress, as the runtime reaches the driver. */
