@@ -96,6 +96,7 @@ use replay_memory::Tracker;
 use serde::Serialize;
 
 pub mod context;
+pub mod graph;
 pub mod images;
 pub mod unseen;
 
@@ -407,7 +408,11 @@ impl InjectState {
         {
             o.extend(i);
         }
-        for extra in [unseen::counters_json(), context::counters_json()] {
+        for extra in [
+            unseen::counters_json(),
+            context::counters_json(),
+            graph::counters_json(),
+        ] {
             if let (Some(o), serde_json::Value::Object(u)) = (v.as_object_mut(), extra) {
                 o.extend(u);
             }
@@ -1059,11 +1064,12 @@ pub(crate) unsafe fn hook_cooperative(
     unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, s, params) }
 }
 
-/// Hook of `cuGraphLaunch` (both forms): runs once under the write gate, counted.
+/// Hook of `cuGraphLaunch` (`PTSZ`: `cuGraphLaunch_ptsz`): counted, then as [`graph`] says
+/// (node by node, whole inside one window, or once under the write gate).
 ///
 /// # Safety
 /// The entry's contract.
-pub(crate) unsafe fn hook_graph_launch(
+pub(crate) unsafe fn hook_graph_launch<const PTSZ: bool>(
     real: unsafe extern "C" fn(CUgraphExec, CUstream) -> CUresult,
     reached: &mut bool,
     g: CUgraphExec,
@@ -1074,10 +1080,8 @@ pub(crate) unsafe fn hook_graph_launch(
         .graph_launch
         .fetch_add(1, Ordering::Relaxed);
     note_stream(s);
-    let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
-    *reached = true;
-    // SAFETY: forwarded as given.
-    unsafe { real(g, s) }
+    // SAFETY: the caller's contract.
+    unsafe { graph::launch(real, reached, g, s, effective_stream::<PTSZ>(s)) }
 }
 
 /// Calls `alloc`; on out-of-memory releases the pooled backing of the current device's
