@@ -980,7 +980,7 @@ fn write_json(
 /// named as Nsight Compute names it.
 fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> {
     atomically(path, |w| {
-        w.write_all(b"process,rank,dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical\n")?;
+        w.write_all(b"process,rank,dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical,graph,node\n")?;
         for pid in pids {
             let rank = col.procs[pid]
                 .rank()
@@ -996,7 +996,7 @@ fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> 
                 for p in 0..passes.len().max(1) {
                     writeln!(
                         w,
-                        "{pid},{rank},{},\"{kernel}\",{},{},{},{},{},{},{},{}",
+                        "{pid},{rank},{},\"{kernel}\",{},{},{},{},{},{},{},{},{},{}",
                         r["dispatch_id"],
                         r["outcome"].as_str().unwrap_or(""),
                         r["reason"].as_str().unwrap_or(""),
@@ -1006,6 +1006,8 @@ fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> 
                         passes.get(p).map(|x| x.to_string()).unwrap_or_default(),
                         r["inputs_identical"],
                         r["outputs_identical"],
+                        r["graph"].as_u64().map(|g| g.to_string()).unwrap_or_default(),
+                        r["node"].as_u64().map(|n| n.to_string()).unwrap_or_default(),
                     )?;
                 }
                 Ok(())
