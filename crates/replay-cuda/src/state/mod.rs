@@ -20,8 +20,9 @@
 //!   block names every tracked managed and pinned region, so all of them are captured (see
 //!   `capturable_words`) instead of only watched. Launches into a capturing stream are `SubmissionKind::StreamCapture`
 //!   (run once by the window's gate rule); cooperative launches (`cuLaunchCooperativeKernel`,
-//!   or the cooperative attribute) and graph launches run once under the agent's write gate,
-//!   counted by kind; communication kernels (the policy's `filter.communication` list,
+//!   or the cooperative attribute) run once under the agent's write gate, counted by kind;
+//!   graph launches are unrolled node by node, profiled whole, or run once by a named reason
+//!   ([`graph`]); communication kernels (the policy's `filter.communication` list,
 //!   `KREPLAY_COMMUNICATION_KERNELS`, and every kernel of a module that links NVSHMEM, whose
 //!   code object is declared to the service: `ReplayService::mark_communication_code_object`)
 //!   reach the window, whose check runs them once, counted by the service
