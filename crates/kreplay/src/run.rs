@@ -492,7 +492,9 @@ pub fn main(args: &[String]) -> u8 {
     // silent fallback inside it.
     if a.graph_profiling.is_none() {
         if let Err(e) = replay_cuda::state::graph::GraphProfiling::from_env() {
-            crate::say(format_args!("kreplay run: {e}; the program was not started"));
+            crate::say(format_args!(
+                "kreplay run: {e}; the program was not started"
+            ));
             return 2;
         }
     }
@@ -1006,8 +1008,14 @@ fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> 
                         passes.get(p).map(|x| x.to_string()).unwrap_or_default(),
                         r["inputs_identical"],
                         r["outputs_identical"],
-                        r["graph"].as_u64().map(|g| g.to_string()).unwrap_or_default(),
-                        r["node"].as_u64().map(|n| n.to_string()).unwrap_or_default(),
+                        r["graph"]
+                            .as_u64()
+                            .map(|g| g.to_string())
+                            .unwrap_or_default(),
+                        r["node"]
+                            .as_u64()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default(),
                     )?;
                 }
                 Ok(())

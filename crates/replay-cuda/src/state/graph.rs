@@ -267,12 +267,7 @@ impl Topo {
     }
 
     fn find_mut(&mut self, handle: usize) -> Option<&mut Node> {
-        for n in &mut self.nodes {
-            if n.handles.contains(&handle) {
-                return Some(n);
-            }
-        }
-        None
+        self.nodes.iter_mut().find(|n| n.handles.contains(&handle))
     }
 
     /// Whether independent branches exist (some node is not ordered after the one before).
@@ -649,10 +644,10 @@ pub(crate) unsafe fn hook_instantiate_with_params(
     // SAFETY: forwarded as given.
     let r = unsafe { real(out, g, p) };
     if r == CUresult::CUDA_SUCCESS && !out.is_null() {
-        // SAFETY: the caller's parameters (read after the call, as the driver left them).
         let flags = if p.is_null() {
             0
         } else {
+            // SAFETY: the caller's parameters (read after the call, as the driver left them).
             unsafe { (*p).flags }
         };
         // SAFETY: as in `hook_instantiate_with_flags`.

@@ -489,6 +489,18 @@ fn display(d: &CounterDispatch) -> &str {
     }
 }
 
+/// An event's `extdata`: its pass, and the CUDA graph and node it ran from, if any.
+fn extdata(d: &crate::report::CounterDispatch, pass: u32) -> String {
+    let mut v = json!({"replay_pass": pass});
+    if let Some(g) = d.graph {
+        v["graph"] = g.into();
+    }
+    if let Some(n) = d.node {
+        v["node"] = n.into();
+    }
+    v.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::truncated;
@@ -503,16 +515,4 @@ mod tests {
         );
         assert_eq!(truncated("void k<(int)3>(float)"), "k<(int)3>");
     }
-}
-
-/// An event's `extdata`: its pass, and the CUDA graph and node it ran from, if any.
-fn extdata(d: &crate::report::CounterDispatch, pass: u32) -> String {
-    let mut v = json!({"replay_pass": pass});
-    if let Some(g) = d.graph {
-        v["graph"] = g.into();
-    }
-    if let Some(n) = d.node {
-        v["node"] = n.into();
-    }
-    v.to_string()
 }
