@@ -256,8 +256,8 @@ entries! {
     cuLaunchKernelEx_ptsz => launch_kernel_ex_ptsz, real_launch_kernel_ex_ptsz: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel_ex::<true>;
     cuLaunchCooperativeKernel => launch_cooperative, real_launch_cooperative: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
     cuLaunchCooperativeKernel_ptsz => launch_cooperative_ptsz, real_launch_cooperative_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
-    cuGraphLaunch => graph_launch, real_graph_launch: fn(g: CUgraphExec, s: CUstream), st::hook_graph_launch::<false>;
-    cuGraphLaunch_ptsz => graph_launch_ptsz, real_graph_launch_ptsz: fn(g: CUgraphExec, s: CUstream), st::hook_graph_launch::<true>;
+    cuGraphLaunch => graph_launch, real_graph_launch: fn(g: CUgraphExec, s: CUstream), st::graph::hook_graph_launch::<false>;
+    cuGraphLaunch_ptsz => graph_launch_ptsz, real_graph_launch_ptsz: fn(g: CUgraphExec, s: CUstream), st::graph::hook_graph_launch::<true>;
     cuGraphInstantiateWithFlags => graph_instantiate_with_flags, real_graph_instantiate_with_flags: fn(e: *mut CUgraphExec, g: CUgraph, fl: u64), st::graph::hook_instantiate_with_flags;
     cuGraphInstantiateWithParams => graph_instantiate_with_params, real_graph_instantiate_with_params: fn(e: *mut CUgraphExec, g: CUgraph, p: *mut sys::CUDA_GRAPH_INSTANTIATE_PARAMS), st::graph::hook_instantiate_with_params;
     cuGraphExecDestroy => graph_exec_destroy, real_graph_exec_destroy: fn(e: CUgraphExec), st::graph::hook_exec_destroy;

@@ -47,8 +47,8 @@
 //! once, kernels replayed with memory restored between passes.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap};
-use std::ffi::{c_uint, c_void, CStr};
+use std::collections::HashMap;
+use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -303,35 +303,13 @@ fn execs() -> &'static Mutex<HashMap<usize, Arc<Exec>>> {
     E.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn run_once_counts() -> &'static Mutex<BTreeMap<&'static str, u64>> {
-    static C: OnceLock<Mutex<BTreeMap<&'static str, u64>>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(BTreeMap::new()))
-}
-
-static UNROLLED: AtomicU64 = AtomicU64::new(0);
-static NODE_KERNELS: AtomicU64 = AtomicU64::new(0);
-static WHOLE: AtomicU64 = AtomicU64::new(0);
+/// The next executable graph's number.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// The counts: graph launches unrolled, kernel nodes launched from them, graph-mode launches,
-/// and launches run once by reason.
-pub fn counters_json() -> serde_json::Value {
-    let once: serde_json::Map<String, serde_json::Value> = run_once_counts()
-        .lock()
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), (*v).into()))
-        .collect();
-    serde_json::json!({
-        "graph_unrolled": UNROLLED.load(Ordering::Relaxed),
-        "graph_node_kernels": NODE_KERNELS.load(Ordering::Relaxed),
-        "graph_whole": WHOLE.load(Ordering::Relaxed),
-        "graph_run_once": once,
-    })
-}
 
 /// How many graph launches ran once for `reason` so far.
 pub fn run_once_count(reason: RunOnce) -> u64 {
-    run_once_counts()
+    state()
+        .graph_run_once
         .lock()
         .get(reason.as_str())
         .copied()
@@ -339,25 +317,22 @@ pub fn run_once_count(reason: RunOnce) -> u64 {
 }
 
 fn count_once(reason: RunOnce) {
-    *run_once_counts().lock().entry(reason.as_str()).or_insert(0) += 1;
+    *state()
+        .graph_run_once
+        .lock()
+        .entry(reason.as_str())
+        .or_insert(0) += 1;
 }
 
-/// A driver entry the model needs that is not wrapped, found once (null: missing).
+/// A driver entry the model needs that is not wrapped, looked up in the driver itself (never
+/// one of the interception's wrappers); `None` where the driver lacks it.
 macro_rules! entry {
-    ($name:literal : fn($($t:ty),*)) => {{
-        static P: AtomicU64 = AtomicU64::new(u64::MAX);
-        let mut p = P.load(Ordering::Acquire);
-        if p == u64::MAX {
-            p = crate::intercept::real_symbol(
-                CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()).unwrap_or_default(),
-            ) as u64;
-            P.store(p, Ordering::Release);
-        }
-        // SAFETY: the driver's entry of this name has this signature (the CUDA headers).
-        (p != 0).then(|| unsafe {
-            std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> CUresult>(p as usize)
+    ($name:literal : fn($($t:ty),*)) => {
+        super::images::optional_entry($name).map(|p| {
+            // SAFETY: the driver's entry of this name has this signature (the CUDA headers).
+            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> CUresult>(p) }
         })
-    }};
+    };
 }
 
 fn ok(r: CUresult) -> Result<(), RunOnce> {
@@ -376,12 +351,12 @@ unsafe fn read_graph(g: CUgraph, depth: u32) -> Result<Topo, RunOnce> {
     if depth > 16 {
         return Err(RunOnce::NodeType);
     }
-    let get_nodes = entry!("cuGraphGetNodes": fn(CUgraph, *mut CUgraphNode, *mut usize))
+    let get_nodes = entry!(c"cuGraphGetNodes": fn(CUgraph, *mut CUgraphNode, *mut usize))
         .ok_or(RunOnce::Introspection)?;
-    let get_type =
-        entry!("cuGraphNodeGetType": fn(CUgraphNode, *mut c_uint)).ok_or(RunOnce::Introspection)?;
+    let get_type = entry!(c"cuGraphNodeGetType": fn(CUgraphNode, *mut c_uint))
+        .ok_or(RunOnce::Introspection)?;
     let get_deps =
-        entry!("cuGraphNodeGetDependencies": fn(CUgraphNode, *mut CUgraphNode, *mut usize))
+        entry!(c"cuGraphNodeGetDependencies": fn(CUgraphNode, *mut CUgraphNode, *mut usize))
             .ok_or(RunOnce::Introspection)?;
     let mut n = 0usize;
     // SAFETY: the caller's live graph; a null array asks for the count.
@@ -428,7 +403,7 @@ unsafe fn read_graph(g: CUgraph, depth: u32) -> Result<Topo, RunOnce> {
 unsafe fn read_node(h: CUgraphNode, ty: c_uint, depth: u32) -> Result<Work, RunOnce> {
     Ok(match ty {
         0 => {
-            let get = entry!("cuGraphKernelNodeGetParams_v2": fn(CUgraphNode, *mut sys::CUDA_KERNEL_NODE_PARAMS))
+            let get = entry!(c"cuGraphKernelNodeGetParams_v2": fn(CUgraphNode, *mut sys::CUDA_KERNEL_NODE_PARAMS))
                 .ok_or(RunOnce::Introspection)?;
             // SAFETY: plain data the driver fills.
             let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
@@ -440,7 +415,7 @@ unsafe fn read_node(h: CUgraphNode, ty: c_uint, depth: u32) -> Result<Work, RunO
         }
         1 => {
             let get =
-                entry!("cuGraphMemcpyNodeGetParams": fn(CUgraphNode, *mut [u64; MEMCPY3D_WORDS]))
+                entry!(c"cuGraphMemcpyNodeGetParams": fn(CUgraphNode, *mut [u64; MEMCPY3D_WORDS]))
                     .ok_or(RunOnce::Introspection)?;
             let mut c = Box::new([0u64; MEMCPY3D_WORDS]);
             // SAFETY: a memcpy node; the buffer is at least a CUDA_MEMCPY3D, suitably aligned.
@@ -448,7 +423,7 @@ unsafe fn read_node(h: CUgraphNode, ty: c_uint, depth: u32) -> Result<Work, RunO
             Work::Memcpy(c)
         }
         2 => {
-            let get = entry!("cuGraphMemsetNodeGetParams": fn(CUgraphNode, *mut sys::CUDA_MEMSET_NODE_PARAMS))
+            let get = entry!(c"cuGraphMemsetNodeGetParams": fn(CUgraphNode, *mut sys::CUDA_MEMSET_NODE_PARAMS))
                 .ok_or(RunOnce::Introspection)?;
             // SAFETY: plain data the driver fills.
             let mut m: sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
@@ -460,7 +435,7 @@ unsafe fn read_node(h: CUgraphNode, ty: c_uint, depth: u32) -> Result<Work, RunO
             Work::Memset(m)
         }
         3 => {
-            let get = entry!("cuGraphHostNodeGetParams": fn(CUgraphNode, *mut [usize; 2]))
+            let get = entry!(c"cuGraphHostNodeGetParams": fn(CUgraphNode, *mut [usize; 2]))
                 .ok_or(RunOnce::Introspection)?;
             let mut p = [0usize; 2];
             // SAFETY: a host node; CUDA_HOST_NODE_PARAMS begins with the function and its
@@ -472,7 +447,7 @@ unsafe fn read_node(h: CUgraphNode, ty: c_uint, depth: u32) -> Result<Work, RunO
             }
         }
         4 => {
-            let get = entry!("cuGraphChildGraphNodeGetGraph": fn(CUgraphNode, *mut CUgraph))
+            let get = entry!(c"cuGraphChildGraphNodeGetGraph": fn(CUgraphNode, *mut CUgraph))
                 .ok_or(RunOnce::Introspection)?;
             let mut child: CUgraph = std::ptr::null_mut();
             // SAFETY: a child-graph node; out pointer to a live local.
@@ -483,9 +458,9 @@ unsafe fn read_node(h: CUgraphNode, ty: c_uint, depth: u32) -> Result<Work, RunO
         5 => Work::Empty,
         6 | 7 => {
             let get = if ty == 6 {
-                entry!("cuGraphEventWaitNodeGetEvent": fn(CUgraphNode, *mut usize))
+                entry!(c"cuGraphEventWaitNodeGetEvent": fn(CUgraphNode, *mut usize))
             } else {
-                entry!("cuGraphEventRecordNodeGetEvent": fn(CUgraphNode, *mut usize))
+                entry!(c"cuGraphEventRecordNodeGetEvent": fn(CUgraphNode, *mut usize))
             }
             .ok_or(RunOnce::Introspection)?;
             let mut e = 0usize;
@@ -504,7 +479,8 @@ unsafe fn read_node(h: CUgraphNode, ty: c_uint, depth: u32) -> Result<Work, RunO
 /// A cluster shape or the cooperative attribute would be lost by a plain relaunch. A driver
 /// without the entry has no attributes to lose.
 fn kernel_attributes_ok(h: CUgraphNode) -> Result<(), RunOnce> {
-    let Some(get) = entry!("cuGraphKernelNodeGetAttribute": fn(CUgraphNode, c_uint, *mut [u8; 64]))
+    let Some(get) =
+        entry!(c"cuGraphKernelNodeGetAttribute": fn(CUgraphNode, c_uint, *mut [u8; 64]))
     else {
         return Ok(());
     };
@@ -902,7 +878,10 @@ unsafe fn unroll(
     stream: CUstream,
     reached: &mut bool,
 ) -> CUresult {
-    UNROLLED.fetch_add(1, Ordering::Relaxed);
+    state()
+        .counters
+        .graph_unrolled
+        .fetch_add(1, Ordering::Relaxed);
     let Some(order) = topo.order() else {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     };
@@ -950,7 +929,8 @@ unsafe fn run_nodes(
                 block_bytes,
                 offsets,
             } => {
-                let Some(real) = crate::intercept::real_launch_kernel() else {
+                let Some(real) = entry!(c"cuLaunchKernel": fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void))
+                else {
                     return CUresult::CUDA_ERROR_NOT_FOUND;
                 };
                 // The arguments of this launch: a copy, since a pass may launch it again.
@@ -985,7 +965,10 @@ unsafe fn run_nodes(
                     params: pp,
                     extra: std::ptr::null_mut(),
                 };
-                NODE_KERNELS.fetch_add(1, Ordering::Relaxed);
+                state()
+                    .counters
+                    .graph_node_kernels
+                    .fetch_add(1, Ordering::Relaxed);
                 let previous = CURRENT.with(|c| {
                     c.replace(Some(NodeTag {
                         graph,
@@ -1033,7 +1016,7 @@ unsafe fn run_plain(w: &Work, stream: CUstream, reached: &mut bool) -> CUresult 
     let missing = CUresult::CUDA_ERROR_NOT_FOUND;
     match w {
         Work::Memcpy(c) => {
-            match entry!("cuMemcpy3DAsync_v2": fn(*const [u64; MEMCPY3D_WORDS], CUstream)) {
+            match entry!(c"cuMemcpy3DAsync_v2": fn(*const [u64; MEMCPY3D_WORDS], CUstream)) {
                 // SAFETY: the node's copy as the driver described it.
                 Some(f) => unsafe { f(&**c, stream) },
                 None => missing,
@@ -1041,9 +1024,9 @@ unsafe fn run_plain(w: &Work, stream: CUstream, reached: &mut bool) -> CUresult 
         }
         Work::Memset(m) => {
             let pitch = m.pitch.max(m.width * m.elementSize as usize);
-            let d8 = entry!("cuMemsetD2D8Async": fn(u64, usize, u8, usize, usize, CUstream));
-            let d16 = entry!("cuMemsetD2D16Async": fn(u64, usize, u16, usize, usize, CUstream));
-            let d32 = entry!("cuMemsetD2D32Async": fn(u64, usize, c_uint, usize, usize, CUstream));
+            let d8 = entry!(c"cuMemsetD2D8Async": fn(u64, usize, u8, usize, usize, CUstream));
+            let d16 = entry!(c"cuMemsetD2D16Async": fn(u64, usize, u16, usize, usize, CUstream));
+            let d32 = entry!(c"cuMemsetD2D32Async": fn(u64, usize, c_uint, usize, usize, CUstream));
             let (dst, v, w, h) = (m.dst, m.value, m.width, m.height);
             // SAFETY: the node's memset as the driver described it (element size checked).
             unsafe {
@@ -1055,17 +1038,19 @@ unsafe fn run_plain(w: &Work, stream: CUstream, reached: &mut bool) -> CUresult 
                 }
             }
         }
-        Work::Host { func, data } => match entry!("cuLaunchHostFunc": fn(CUstream, usize, usize)) {
-            // SAFETY: the application's host function and its data, as the node held them.
-            Some(f) => unsafe { f(stream, *func, *data) },
-            None => missing,
-        },
-        Work::EventRecord(e) => match entry!("cuEventRecord": fn(usize, CUstream)) {
+        Work::Host { func, data } => {
+            match entry!(c"cuLaunchHostFunc": fn(CUstream, usize, usize)) {
+                // SAFETY: the application's host function and its data, as the node held them.
+                Some(f) => unsafe { f(stream, *func, *data) },
+                None => missing,
+            }
+        }
+        Work::EventRecord(e) => match entry!(c"cuEventRecord": fn(usize, CUstream)) {
             // SAFETY: the node's event, on the launch stream.
             Some(f) => unsafe { f(*e, stream) },
             None => missing,
         },
-        Work::EventWait(e) => match entry!("cuStreamWaitEvent": fn(CUstream, usize, c_uint)) {
+        Work::EventWait(e) => match entry!(c"cuStreamWaitEvent": fn(CUstream, usize, c_uint)) {
             // SAFETY: as above.
             Some(f) => unsafe { f(stream, *e, 0) },
             None => missing,
@@ -1106,6 +1091,26 @@ fn first_kernel(topo: &Topo) -> Option<CUfunction> {
         Work::Child(c) => first_kernel(c),
         _ => None,
     })
+}
+
+/// Hook of `cuGraphLaunch` (`PTSZ`: `cuGraphLaunch_ptsz`): counted, then as the mode says
+/// (node by node, whole inside one window, or once under the write gate).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_graph_launch<const PTSZ: bool>(
+    real: unsafe extern "C" fn(CUgraphExec, CUstream) -> CUresult,
+    reached: &mut bool,
+    g: CUgraphExec,
+    s: CUstream,
+) -> CUresult {
+    state()
+        .counters
+        .graph_launch
+        .fetch_add(1, Ordering::Relaxed);
+    super::note_stream(s);
+    // SAFETY: the caller's contract.
+    unsafe { launch(real, reached, g, s, super::effective_stream::<PTSZ>(s)) }
 }
 
 /// `cuGraphLaunch` of `exec` on `stream` (`effective`: the same, with the per-thread default
@@ -1188,7 +1193,7 @@ unsafe fn whole(
     use replay_core::{
         Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, Origin, SubmissionKind,
     };
-    WHOLE.fetch_add(1, Ordering::Relaxed);
+    state().counters.graph_whole.fetch_add(1, Ordering::Relaxed);
     let s = state();
     let agent = backend.agent_id();
     let mut kernarg = smallvec::SmallVec::<[u8; 256]>::new();

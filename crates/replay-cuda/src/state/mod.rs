@@ -86,7 +86,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{
-    self, CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
+    self, CUcontext, CUdeviceptr, CUfunction, CUlaunchConfig, CUresult, CUstream,
 };
 use parking_lot::{Mutex, RwLock};
 use replay_core::{
@@ -235,6 +235,12 @@ pub struct Counters {
     /// Launches on other streams run once, without a window, while a stream capture the
     /// library saw launches go into was live (see [`InjectState::beside_live_capture`]).
     pub beside_capture: AtomicU64,
+    /// Graph launches run node by node ([`graph`]).
+    pub graph_unrolled: AtomicU64,
+    /// Kernel nodes launched from them.
+    pub graph_node_kernels: AtomicU64,
+    /// Graph launches profiled whole (graph mode).
+    pub graph_whole: AtomicU64,
 }
 
 /// What the library knows of one function's argument block.
@@ -284,6 +290,8 @@ pub struct InjectState {
     host_waits: Mutex<Vec<(AgentId, crate::device::Event)>>,
     /// Streams launches were captured into, by agent, until their capture is seen ended.
     captures: Mutex<Vec<(AgentId, usize)>>,
+    /// Graph launches run once, by reason ([`graph`]).
+    graph_run_once: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     service: RwLock<Option<Arc<ReplayService>>>,
     source: OnceLock<fn() -> Arc<ReplayService>>,
     on_first: OnceLock<fn(&Arc<ReplayService>)>,
@@ -312,6 +320,7 @@ pub fn state() -> &'static InjectState {
         counters: Counters::default(),
         host_waits: Mutex::new(Vec::new()),
         captures: Mutex::new(Vec::new()),
+        graph_run_once: Mutex::new(std::collections::BTreeMap::new()),
         service: RwLock::new(None),
         source: OnceLock::new(),
         on_first: OnceLock::new(),
@@ -409,14 +418,19 @@ impl InjectState {
         {
             o.extend(i);
         }
-        for extra in [
-            unseen::counters_json(),
-            context::counters_json(),
-            graph::counters_json(),
-        ] {
+        for extra in [unseen::counters_json(), context::counters_json()] {
             if let (Some(o), serde_json::Value::Object(u)) = (v.as_object_mut(), extra) {
                 o.extend(u);
             }
+        }
+        if let Some(o) = v.as_object_mut() {
+            let once: serde_json::Map<String, serde_json::Value> = self
+                .graph_run_once
+                .lock()
+                .iter()
+                .map(|(k, n)| ((*k).to_string(), (*n).into()))
+                .collect();
+            o.insert("graph_run_once".into(), once.into());
         }
         if let Some(o) = v.as_object_mut() {
             // Run once by the window's check (SPEC §9.2), counted by the service.
@@ -889,7 +903,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
 }
 
 /// Per-thread streams: a `_ptsz` entry's null stream is the calling thread's default stream.
-fn effective_stream<const PTSZ: bool>(s: CUstream) -> CUstream {
+pub(crate) fn effective_stream<const PTSZ: bool>(s: CUstream) -> CUstream {
     if PTSZ && s.is_null() {
         2usize as CUstream // CU_STREAM_PER_THREAD
     } else {
@@ -1063,26 +1077,6 @@ pub(crate) unsafe fn hook_cooperative(
     *reached = true;
     // SAFETY: forwarded as given.
     unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, s, params) }
-}
-
-/// Hook of `cuGraphLaunch` (`PTSZ`: `cuGraphLaunch_ptsz`): counted, then as [`graph`] says
-/// (node by node, whole inside one window, or once under the write gate).
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_graph_launch<const PTSZ: bool>(
-    real: unsafe extern "C" fn(CUgraphExec, CUstream) -> CUresult,
-    reached: &mut bool,
-    g: CUgraphExec,
-    s: CUstream,
-) -> CUresult {
-    state()
-        .counters
-        .graph_launch
-        .fetch_add(1, Ordering::Relaxed);
-    note_stream(s);
-    // SAFETY: the caller's contract.
-    unsafe { graph::launch(real, reached, g, s, effective_stream::<PTSZ>(s)) }
 }
 
 /// Calls `alloc`; on out-of-memory releases the pooled backing of the current device's
