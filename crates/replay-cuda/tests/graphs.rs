@@ -8,6 +8,8 @@
 //!   no real graph launch, and memory equal to one launch of the same graph;
 //! - an executable graph updated (`cuGraphExecKernelNodeSetParams`, `cuGraphExecUpdate`)
 //!   replays the updated parameters;
+//! - a child graph is unrolled in place, an event record node records its event, and a node
+//!   disabled in the executable graph (`cuGraphNodeSetEnabled`) does not run;
 //! - graph mode: one window, the graph launched once per pass, memory equal to one launch; a
 //!   graph with a host node runs once there (`host_node`);
 //! - a graph launched while another thread captures runs once (`beside_capture`) and leaves
@@ -621,4 +623,74 @@ fn a_graph_launched_while_another_thread_captures_runs_once_and_leaves_it_valid(
     free(&r);
     free(&p);
     free(&[b]);
+}
+
+#[test]
+fn a_child_graph_event_and_disabled_nodes_keep_their_semantics_when_unrolled() {
+    let Some((_g, tool, f)) = setup() else { return };
+    let (r, p) = buffers();
+    // graph: child (the diamond) -> event record -> empty; the child's join kernel disabled.
+    let build = |b: [u64; 3], ev: sys::CUevent| -> sys::CUgraph {
+        let child = diamond(f, b[0], b[1], b[2], false);
+        let mut g: sys::CUgraph = std::ptr::null_mut();
+        let (mut c, mut e, mut z): (sys::CUgraphNode, sys::CUgraphNode, sys::CUgraphNode) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        // SAFETY: the fake driver's graph entries on live graphs and a live event.
+        unsafe {
+            ok(sys::cuGraphCreate(&mut g, 0));
+            ok(sys::cuGraphAddChildGraphNode(
+                &mut c,
+                g,
+                std::ptr::null(),
+                0,
+                child.graph,
+            ));
+            ok(sys::cuGraphAddEventRecordNode(&mut e, g, &c, 1, ev));
+            ok(sys::cuGraphAddEmptyNode(&mut z, g, &e, 1));
+        }
+        g
+    };
+    let mut ev: sys::CUevent = std::ptr::null_mut();
+    // SAFETY: an out pointer to a live local.
+    ok(unsafe { sys::cuEventCreate(&mut ev, 0) });
+    let er = instantiate(build(r, ev), 0, true);
+    let ep = instantiate(build(p, ev), 0, false);
+    let replayed = tool.replayed.load(Ordering::SeqCst);
+    ok(launch(er));
+    ok(launch(ep));
+    for i in 0..3 {
+        assert_eq!(
+            read(r[i]),
+            read(p[i]),
+            "buffer {i}: the child graph unrolled in place"
+        );
+    }
+    assert_eq!(tool.replayed.load(Ordering::SeqCst), replayed + 3);
+    // SAFETY: the event the graph recorded.
+    ok(unsafe { sys::cuEventQuery(ev) });
+    // A top-level node disabled in the executable graph does not run: here the child.
+    let child_of = |g: sys::CUgraph| -> sys::CUgraphNode {
+        let mut n = [std::ptr::null_mut(); 3];
+        let mut count = 3usize;
+        // SAFETY: a live graph; an array of three handles.
+        ok(unsafe { sys::cuGraphGetNodes(g, n.as_mut_ptr(), &mut count) });
+        n[0]
+    };
+    let (gr, gp) = (build(r, ev), build(p, ev));
+    let (er, ep) = (instantiate(gr, 0, true), instantiate(gp, 0, false));
+    // SAFETY: live executable graphs and their templates' nodes.
+    unsafe {
+        ok(intercept::graph_node_set_enabled(er, child_of(gr), 0));
+        ok(sys::cuGraphNodeSetEnabled(ep, child_of(gp), 0));
+    }
+    let before = read(r[0]);
+    ok(launch(er));
+    ok(launch(ep));
+    assert_eq!(read(r[0]), before, "the disabled child did not run");
+    assert_eq!(tool.replayed.load(Ordering::SeqCst), replayed + 3);
+    free(&r);
+    free(&p);
 }
