@@ -37,7 +37,8 @@
 //! memory-operation nodes, or types this module does not know), `layout_unknown` (a kernel
 //! node whose argument sizes neither the driver nor its image describe, or that passes its
 //! arguments through `extra`), `kernel_attributes` (a node with a cluster shape or the
-//! cooperative attribute, which a plain relaunch would drop), `introspection` (the driver
+//! cooperative attribute, which a plain relaunch would drop), `other_context` (a kernel node
+//! bound to another context than the current one at instantiation), `introspection` (the driver
 //! lacks or refused an entry the model needs), `updated_unmodelled`, `capture` (launched
 //! into a capturing stream: it becomes a node of that capture), `beside_capture` (another
 //! stream's capture is live) and `behind_host_wait`.
@@ -178,6 +179,8 @@ pub enum RunOnce {
     BehindHostWait,
     /// Graph mode: the graph has host nodes.
     HostNode,
+    /// A kernel node bound to another context than the one it was instantiated on.
+    OtherContext,
     /// The mode is `off`.
     Off,
 }
@@ -197,6 +200,7 @@ impl RunOnce {
             Self::BesideCapture => "beside_capture",
             Self::BehindHostWait => "behind_host_wait",
             Self::HostNode => "host_node",
+            Self::OtherContext => "other_context",
             Self::Off => "off",
         }
     }
@@ -515,6 +519,10 @@ unsafe fn kernel_work(p: &sys::CUDA_KERNEL_NODE_PARAMS) -> Result<Work, RunOnce>
     };
     if func.is_null() {
         return Err(RunOnce::Introspection);
+    }
+    // The unrolled launch runs on the launch's context; a node bound elsewhere would not.
+    if !p.ctx.is_null() && p.ctx != super::current_context() {
+        return Err(RunOnce::OtherContext);
     }
     if !p.extra.is_null() {
         return Err(RunOnce::LayoutUnknown);
