@@ -95,12 +95,14 @@ pub struct RunArgs {
     pub ranks: Option<String>,
     /// The program and its arguments.
     pub app: Vec<String>,
+    /// `--graph-profiling`: `node`, `graph` or `off` (none: the environment's, else `node`).
+    pub graph_profiling: Option<String>,
 }
 
 /// Usage of `kreplay run`.
 pub const USAGE: &str = "usage: kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] \
 [--set NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv] \
-[--library PATH] [--check-launches] [--ranks LIST] -- APP ARGS...
+[--library PATH] [--check-launches] [--ranks LIST] [--graph-profiling node|graph|off] -- APP ARGS...
        kreplay run --list-sass [--metrics LIST] [--set NAME]";
 
 /// `kreplay run`'s options, declared for clap (the top-level command line flattens them for
@@ -149,6 +151,12 @@ pub struct RunOpts {
     /// SLURM_PROCID; none: rank 0); the others run untouched.
     #[arg(long, value_name = "LIST", value_parser = ranks_value)]
     pub ranks: Option<String>,
+    /// CUDA graph launches: every kernel node a dispatch of its own (node, the default, as
+    /// Nsight Compute's), the whole graph one dispatch (graph), or run once (off)
+    /// [KREPLAY_GRAPH_PROFILING].
+    #[arg(long = "graph-profiling", value_name = "node|graph|off",
+          value_parser = clap::builder::PossibleValuesParser::new(["node", "graph", "off"]))]
+    pub graph_profiling: Option<String>,
     /// The program and its arguments (after `--`, or from the first argument that is not an
     /// option).
     #[arg(value_name = "APP ARGS", trailing_var_arg = true, num_args = 0..)]
@@ -225,6 +233,7 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
         check_launches: o.check_launches,
         ranks: o.ranks,
         app: o.app,
+        graph_profiling: o.graph_profiling,
     };
     if a.list_sass {
         if !a.app.is_empty() {
@@ -484,6 +493,16 @@ pub fn main_with_env(args: &[String], env: &[(&str, String)]) -> u8 {
         crate::say(format_args!("kreplay run: {e}\n{USAGE}"));
         return 2;
     }
+    // A bad value in the environment is an error before the program starts, not a
+    // silent fallback inside it.
+    if a.graph_profiling.is_none() {
+        if let Err(e) = replay_cuda::state::graph::GraphProfiling::from_env() {
+            crate::say(format_args!(
+                "kreplay run: {e}; the program was not started"
+            ));
+            return 2;
+        }
+    }
     let (passes, metrics) = if a.tool == "counters" {
         match plan_counters(&a) {
             Ok(p) => p,
@@ -518,6 +537,9 @@ pub fn main_with_env(args: &[String], env: &[(&str, String)]) -> u8 {
                 .env("KREPLAY_CUDA_PASSES", passes.to_string())
                 .env(job::OUT_DIR_ENV, &dir)
                 .env_remove(replay_cuda::tool::OUT_ENV);
+            if let Some(g) = &a.graph_profiling {
+                cmd.env(replay_cuda::state::graph::GRAPH_PROFILING_ENV, g);
+            }
             if a.tool == "counters" {
                 cmd.env("KREPLAY_CUDA_METRICS", metrics.join(","));
                 if std::env::var_os("KREPLAY_CACHE_CONTROL").is_none()
@@ -966,7 +988,7 @@ fn write_json(
 /// named as Nsight Compute names it.
 fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> {
     atomically(path, |w| {
-        w.write_all(b"process,rank,dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical\n")?;
+        w.write_all(b"process,rank,dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical,graph,node\n")?;
         for pid in pids {
             let rank = col.procs[pid]
                 .rank()
@@ -982,7 +1004,7 @@ fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> 
                 for p in 0..passes.len().max(1) {
                     writeln!(
                         w,
-                        "{pid},{rank},{},\"{kernel}\",{},{},{},{},{},{},{},{}",
+                        "{pid},{rank},{},\"{kernel}\",{},{},{},{},{},{},{},{},{},{}",
                         r["dispatch_id"],
                         r["outcome"].as_str().unwrap_or(""),
                         r["reason"].as_str().unwrap_or(""),
@@ -992,6 +1014,14 @@ fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> 
                         passes.get(p).map(|x| x.to_string()).unwrap_or_default(),
                         r["inputs_identical"],
                         r["outputs_identical"],
+                        r["graph"]
+                            .as_u64()
+                            .map(|g| g.to_string())
+                            .unwrap_or_default(),
+                        r["node"]
+                            .as_u64()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default(),
                     )?;
                 }
                 Ok(())
@@ -1126,6 +1156,20 @@ fn interception_notes(i: &serde_json::Value) -> String {
              thread (no window runs beside a live capture)\n"
         ));
     }
+    // Graph launches that ran once, by reason (an unrolled graph's kernels are records).
+    if let Some(once) = i["graph_run_once"].as_object() {
+        let mut why: Vec<String> = once
+            .iter()
+            .filter_map(|(k, v)| v.as_u64().filter(|n| *n > 0).map(|n| format!("{k} {n}")))
+            .collect();
+        if !why.is_empty() {
+            why.sort();
+            s.push_str(&format!(
+                "note: graph launches ran once, untouched: {}\n",
+                why.join(", ")
+            ));
+        }
+    }
     s
 }
 
@@ -1199,6 +1243,21 @@ mod tests {
                 .starts_with("note: 4 launches ran once"),
             "{n}"
         );
+    }
+
+    #[test]
+    fn graph_launches_run_once_are_told_by_reason_and_the_mode_option_is_read() {
+        let n = interception_notes(&serde_json::json!({
+            "graph_run_once": {"unseen_graph": 2, "node_type": 0, "device_launch": 1}
+        }));
+        assert_eq!(
+            n,
+            "note: graph launches ran once, untouched: device_launch 1, unseen_graph 2\n"
+        );
+        let a = parse(&s(&["--graph-profiling", "graph", "--", "app"])).unwrap();
+        assert_eq!(a.graph_profiling.as_deref(), Some("graph"));
+        assert!(parse(&s(&["--graph-profiling", "nodes", "--", "app"])).is_err());
+        assert_eq!(parse(&s(&["--", "app"])).unwrap().graph_profiling, None);
     }
 
     fn s(v: &[&str]) -> Vec<String> {

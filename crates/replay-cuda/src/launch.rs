@@ -349,6 +349,12 @@ pub(crate) enum How {
         params: *mut *mut c_void,
         extra: *mut *mut c_void,
     },
+    /// A whole graph launch (graph profiling mode `graph`).
+    Graph {
+        real: unsafe extern "C" fn(sys::CUgraphExec, sys::CUstream) -> sys::CUresult,
+        exec: sys::CUgraphExec,
+        stream: sys::CUstream,
+    },
 }
 
 // SAFETY: a relaunch lives only for the duration of the application's launch call that made it
@@ -393,6 +399,7 @@ impl Relaunch {
                     params,
                     extra,
                 } => real(*config, *f, *params, *extra),
+                How::Graph { real, exec, stream } => real(*exec, *stream),
             }
         };
         self.launches

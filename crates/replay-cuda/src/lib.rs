@@ -85,7 +85,9 @@
 //! stream captures) is a `SubmissionKind::StreamCapture`: it runs once, unchanged, into the
 //! graph, and is never replayed. [`CudaBackend::begin_capture`], [`CudaBackend::end_capture`]
 //! and [`CudaBackend::launch_graph`] are the library API for captures; a graph launch is gated
-//! like any write that is not replayed. The window never disturbs a capture:
+//! like any write that is not replayed. Under interception, graph launches are unrolled node by
+//! node or profiled whole (SPEC §9.2 "Graphs", [`state::graph`]). The window never disturbs a
+//! capture:
 //!
 //! - its driver calls run with the thread in the relaxed capture mode ([`RelaxedCapture`]),
 //!   so an allocation, free or event query never fails and never invalidates a capture that

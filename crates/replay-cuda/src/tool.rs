@@ -116,6 +116,19 @@ pub struct DispatchRecord {
     pub differing_regions: Vec<(u64, u64)>,
     /// verify: bytes digested per pass (inputs and outputs each).
     pub digested_bytes: u64,
+    /// The executable graph this dispatch ran from (numbered from 1), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph: Option<u64>,
+    /// Its node (the position in the order the graph was unrolled); absent for a whole graph
+    /// under graph profiling mode `graph`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+    /// Which launch of the graph, from 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_launch: Option<u64>,
+    /// Independent branches of the graph ran one after another while it was profiled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_serialized: Option<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -285,6 +298,8 @@ impl ReplayTool for BuiltinTool {
                     }
                     None => (None, None, Vec::new(), 0),
                 };
+                // CONFIG EXIT runs on the thread that runs the graph's node.
+                let tag = crate::state::graph::current_node();
                 let record = DispatchRecord {
                     dispatch_id: o.dispatch_id.0,
                     kernel: o.kernel.clone(),
@@ -299,6 +314,10 @@ impl ReplayTool for BuiltinTool {
                     outputs_identical: outputs,
                     differing_regions: differing,
                     digested_bytes: digested,
+                    graph: tag.map(|t| t.graph),
+                    node: tag.and_then(|t| (t.node != u32::MAX).then_some(t.node)),
+                    graph_launch: tag.map(|t| t.launch),
+                    graph_serialized: tag.map(|t| t.serialized),
                 };
                 // Under `kreplay run` each record goes to disk as it is made and is not kept.
                 if !crate::job::stream_record(record.dispatch_id, &record) {

@@ -5,6 +5,10 @@
 //! `HSA_TOOLS_LIB` and calls its `OnLoad` with the runtime's API table; this crate is what that
 //! `OnLoad` does. Nothing of ROCm is needed at build time.
 //!
+//! HIP graphs need nothing of their own here: the HIP runtime launches a graph's nodes as
+//! ordinary AQL packets on its queues, so each kernel node reaches the write interceptor as a
+//! kernel dispatch and is replayed like any other (SPEC §9.2 "Graphs").
+//!
 //! ## Layers (STYLE)
 //!
 //! A file imports only files of its own layer or below, and no file reaches itself through

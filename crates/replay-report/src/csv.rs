@@ -29,7 +29,7 @@ use crate::report::{CounterDispatch, CounterReport};
 /// The header row, with its line end.
 pub const HEADER: &str = "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\
 \"Context\",\"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\
-\"Metric Name\",\"Metric Unit\",\"Metric Value\",\"Replay Pass\"\n";
+\"Metric Name\",\"Metric Unit\",\"Metric Value\",\"Replay Pass\",\"Graph\",\"Node\"\n";
 
 /// The section Nsight Compute files `--metrics` values under.
 pub const SECTION: &str = "Command line profiler metrics";
@@ -83,7 +83,9 @@ fn row(
     } else {
         crate::names::ncu_demangled(&d.kernel_demangled)
     };
-    let fields: [&str; 16] = [
+    let graph = d.graph.map(|g| g.to_string()).unwrap_or_default();
+    let node = d.node.map(|n| n.to_string()).unwrap_or_default();
+    let fields: [&str; 18] = [
         &d.dispatch_id.to_string(),
         &r.process_id.to_string(),
         &r.process_name,
@@ -100,6 +102,8 @@ fn row(
         unit,
         value,
         pass,
+        &graph,
+        &node,
     ];
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {

@@ -52,6 +52,13 @@ pub struct CounterDispatch {
     /// `start_ns`/`end_ns`). Added after the first version of the type, hence the default.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pass_ns: Vec<[u64; 2]>,
+    /// The CUDA graph the kernel ran from (numbered from 1 per process), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<u64>,
+    /// Its node in that graph (the position in the order the graph was unrolled); `None` for
+    /// a kernel outside a graph, or a whole graph profiled as one workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
 }
 
 /// A metric's description.

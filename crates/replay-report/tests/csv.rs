@@ -21,19 +21,23 @@ fn the_csv_is_byte_for_byte_the_expected_file() {
 
 #[test]
 fn without_the_replay_pass_column_every_line_is_nsight_computes() {
-    // The expected file is Nsight Compute's lines with one quoted field appended, so what we
-    // write up to `Metric Value` is exactly what ncu wrote for the same launches and values.
+    // The expected file is Nsight Compute's lines with three quoted fields appended (pass,
+    // graph, node), so what we write up to `Metric Value` is exactly what ncu wrote for the
+    // same launches and values.
     let got = csv(&common::ncu_head());
     let ours: Vec<&str> = got.lines().collect();
     let theirs: Vec<&str> = NCU.lines().collect();
     assert_eq!(ours.len(), theirs.len());
     for (o, t) in ours.iter().zip(&theirs) {
-        let cut = o.rfind(",\"").expect("a last field");
+        let mut cut = o.len();
+        for _ in 0..3 {
+            cut = o[..cut].rfind(",\"").expect("a last field");
+        }
         assert_eq!(&o[..cut], *t);
     }
     assert_eq!(
         CSV_HEADER.trim_end(),
-        format!("{},\"Replay Pass\"", theirs[0])
+        format!("{},\"Replay Pass\",\"Graph\",\"Node\"", theirs[0])
     );
 }
 
@@ -51,9 +55,21 @@ fn names_with_commas_and_quotes_are_quoted_and_read_back() {
         "{line}"
     );
     let fields = parse_record(line);
-    assert_eq!(fields.len(), 16, "{fields:?}");
+    assert_eq!(fields.len(), 18, "{fields:?}");
     assert_eq!(fields[2], "my,app \"v2\"");
     assert_eq!(fields[4], odd);
+}
+
+#[test]
+fn a_graph_kernel_names_its_graph_and_node_in_the_last_columns() {
+    let mut r = common::ncu_head();
+    r.dispatches[0].graph = Some(2);
+    r.dispatches[0].node = Some(5);
+    let text = csv(&r);
+    let fields = parse_record(text.lines().nth(1).unwrap());
+    assert_eq!(&fields[16..], ["2", "5"]);
+    let other = parse_record(text.lines().last().unwrap());
+    assert_eq!(&other[16..], ["", ""], "a kernel outside a graph");
 }
 
 #[test]

@@ -401,6 +401,7 @@ impl CounterCollector {
                 .unwrap_or(usize::MAX)
         };
         p.samples.sort_by_key(|s| (order(s), s.pass));
+        let tag = crate::state::graph::current_node();
         c.dispatches.push(CounterDispatch {
             dispatch_id: id,
             kernel: info.kernel_name.to_string(),
@@ -415,6 +416,9 @@ impl CounterCollector {
             start_ns: 0,
             end_ns: 0,
             pass_ns: Vec::new(),
+            // CONFIG EXIT runs on the thread that runs a graph's node.
+            graph: tag.map(|t| t.graph),
+            node: tag.and_then(|t| (t.node != u32::MAX).then_some(t.node)),
         });
         c.samples.append(&mut p.samples);
     }

@@ -62,8 +62,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use cudarc::driver::sys::{
-    self, CUcontext, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUkernel, CUlaunchConfig,
-    CUlibrary, CUmemoryPool, CUmodule, CUresult, CUstream,
+    self, CUcontext, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUkernel,
+    CUlaunchConfig, CUlibrary, CUmemoryPool, CUmodule, CUresult, CUstream,
 };
 
 /// `CUDA_ERROR_NOT_FOUND`: what a wrapper answers when the real driver lacks the entry.
@@ -256,8 +256,23 @@ entries! {
     cuLaunchKernelEx_ptsz => launch_kernel_ex_ptsz, real_launch_kernel_ex_ptsz: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel_ex::<true>;
     cuLaunchCooperativeKernel => launch_cooperative, real_launch_cooperative: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
     cuLaunchCooperativeKernel_ptsz => launch_cooperative_ptsz, real_launch_cooperative_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
-    cuGraphLaunch => graph_launch, real_graph_launch: fn(g: CUgraphExec, s: CUstream), st::hook_graph_launch;
-    cuGraphLaunch_ptsz => graph_launch_ptsz, real_graph_launch_ptsz: fn(g: CUgraphExec, s: CUstream), st::hook_graph_launch;
+    cuGraphLaunch => graph_launch, real_graph_launch: fn(g: CUgraphExec, s: CUstream), st::graph::hook_graph_launch::<false>;
+    cuGraphLaunch_ptsz => graph_launch_ptsz, real_graph_launch_ptsz: fn(g: CUgraphExec, s: CUstream), st::graph::hook_graph_launch::<true>;
+    cuGraphInstantiateWithFlags => graph_instantiate_with_flags, real_graph_instantiate_with_flags: fn(e: *mut CUgraphExec, g: CUgraph, fl: u64), st::graph::hook_instantiate_with_flags;
+    cuGraphInstantiateWithParams => graph_instantiate_with_params, real_graph_instantiate_with_params: fn(e: *mut CUgraphExec, g: CUgraph, p: *mut sys::CUDA_GRAPH_INSTANTIATE_PARAMS), st::graph::hook_instantiate_with_params;
+    cuGraphExecDestroy => graph_exec_destroy, real_graph_exec_destroy: fn(e: CUgraphExec), st::graph::hook_exec_destroy;
+    cuGraphExecKernelNodeSetParams_v2 => graph_exec_kernel_set_v2, real_graph_exec_kernel_set_v2: fn(e: CUgraphExec, n: CUgraphNode, p: *const sys::CUDA_KERNEL_NODE_PARAMS), st::graph::hook_exec_kernel_set::<true>;
+    cuGraphExecKernelNodeSetParams => graph_exec_kernel_set, real_graph_exec_kernel_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const sys::CUDA_KERNEL_NODE_PARAMS), st::graph::hook_exec_kernel_set::<false>;
+    cuGraphNodeSetEnabled => graph_node_set_enabled, real_graph_node_set_enabled: fn(e: CUgraphExec, n: CUgraphNode, on: c_uint), st::graph::hook_node_set_enabled;
+    cuGraphExecUpdate_v2 => graph_exec_update_v2, real_graph_exec_update_v2: fn(e: CUgraphExec, g: CUgraph, info: *mut c_void), st::graph::hook_exec_update_v2;
+    cuGraphExecUpdate => graph_exec_update, real_graph_exec_update: fn(e: CUgraphExec, g: CUgraph, err: *mut CUgraphNode, res: *mut c_void), st::graph::hook_exec_update;
+    cuGraphExecMemcpyNodeSetParams => graph_exec_memcpy_set, real_graph_exec_memcpy_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void, c: *mut c_void), st::graph::hook_exec_set_unmodelled4;
+    cuGraphExecMemsetNodeSetParams => graph_exec_memset_set, real_graph_exec_memset_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void, c: *mut c_void), st::graph::hook_exec_set_unmodelled4;
+    cuGraphExecHostNodeSetParams => graph_exec_host_set, real_graph_exec_host_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void), st::graph::hook_exec_set_unmodelled3;
+    cuGraphExecChildGraphNodeSetParams => graph_exec_child_set, real_graph_exec_child_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void), st::graph::hook_exec_set_unmodelled3;
+    cuGraphExecEventRecordNodeSetEvent => graph_exec_event_record_set, real_graph_exec_event_record_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void), st::graph::hook_exec_set_unmodelled3;
+    cuGraphExecEventWaitNodeSetEvent => graph_exec_event_wait_set, real_graph_exec_event_wait_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void), st::graph::hook_exec_set_unmodelled3;
+    cuGraphExecNodeSetParams => graph_exec_node_set, real_graph_exec_node_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void), st::graph::hook_exec_set_unmodelled3;
     cuMemAlloc_v2 => mem_alloc, real_mem_alloc: fn(p: *mut CUdeviceptr, n: usize), st::hook_mem_alloc;
     cuMemAllocPitch_v2 => mem_alloc_pitch, real_mem_alloc_pitch: fn(p: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, e: c_uint), st::hook_mem_alloc_pitch;
     cuMemAllocManaged => mem_alloc_managed, real_mem_alloc_managed: fn(p: *mut CUdeviceptr, n: usize, fl: c_uint), st::hook_mem_alloc_managed;
@@ -393,6 +408,8 @@ fn entry_version(name: &[u8]) -> c_int {
         b"cuIpcOpenMemHandle_v2" => 11000,
         b"cuMemcpy3DPeer" | b"cuMemcpyPeer" | b"cuMemcpyPeerAsync" | b"cuMemcpy3DPeerAsync" => 4000,
         b"cuLaunchKernel" | b"cuMemcpyAsync" | b"cuMemcpy" => 4000,
+        // Graph entries whose `_v2` came with CUDA 12 (the older form keeps its own wrapper).
+        b"cuGraphExecKernelNodeSetParams_v2" | b"cuGraphExecUpdate_v2" => 12000,
         b if b.ends_with(b"_v2") => 3020,
         _ => 0,
     }

@@ -261,7 +261,7 @@ fn record(handle: Handle, file: Option<String>, bytes: Result<&[u8], ImageNote>)
 
 /// A driver entry that older drivers may lack, looked up in the loaded driver itself (so never
 /// one of the interception's own exported wrappers); `None` where it is absent.
-fn optional_entry(name: &'static CStr) -> Option<usize> {
+pub(crate) fn optional_entry(name: &'static CStr) -> Option<usize> {
     use libloading::os::unix::{Library, RTLD_NOW};
     static DRIVER: OnceLock<Option<Library>> = OnceLock::new();
     static ENTRIES: Mutex<Vec<(&'static CStr, Option<usize>)>> = Mutex::new(Vec::new());

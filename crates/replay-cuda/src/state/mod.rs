@@ -20,8 +20,9 @@
 //!   block names every tracked managed and pinned region, so all of them are captured (see
 //!   `capturable_words`) instead of only watched. Launches into a capturing stream are `SubmissionKind::StreamCapture`
 //!   (run once by the window's gate rule); cooperative launches (`cuLaunchCooperativeKernel`,
-//!   or the cooperative attribute) and graph launches run once under the agent's write gate,
-//!   counted by kind; communication kernels (the policy's `filter.communication` list,
+//!   or the cooperative attribute) run once under the agent's write gate, counted by kind;
+//!   graph launches are unrolled node by node, profiled whole, or run once by a named reason
+//!   ([`graph`]); communication kernels (the policy's `filter.communication` list,
 //!   `KREPLAY_COMMUNICATION_KERNELS`, and every kernel of a module that links NVSHMEM, whose
 //!   code object is declared to the service: `ReplayService::mark_communication_code_object`)
 //!   reach the window, whose check runs them once, counted by the service
@@ -85,7 +86,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{
-    self, CUcontext, CUdeviceptr, CUfunction, CUgraphExec, CUlaunchConfig, CUresult, CUstream,
+    self, CUcontext, CUdeviceptr, CUfunction, CUlaunchConfig, CUresult, CUstream,
 };
 use parking_lot::{Mutex, RwLock};
 use replay_core::{
@@ -96,6 +97,7 @@ use replay_memory::Tracker;
 use serde::Serialize;
 
 pub mod context;
+pub mod graph;
 pub mod images;
 pub mod unseen;
 
@@ -233,6 +235,12 @@ pub struct Counters {
     /// Launches on other streams run once, without a window, while a stream capture the
     /// library saw launches go into was live (see [`InjectState::beside_live_capture`]).
     pub beside_capture: AtomicU64,
+    /// Graph launches run node by node ([`graph`]).
+    pub graph_unrolled: AtomicU64,
+    /// Kernel nodes launched from them.
+    pub graph_node_kernels: AtomicU64,
+    /// Graph launches profiled whole (graph mode).
+    pub graph_whole: AtomicU64,
 }
 
 /// What the library knows of one function's argument block.
@@ -282,6 +290,8 @@ pub struct InjectState {
     host_waits: Mutex<Vec<(AgentId, crate::device::Event)>>,
     /// Streams launches were captured into, by agent, until their capture is seen ended.
     captures: Mutex<Vec<(AgentId, usize)>>,
+    /// Graph launches run once, by reason ([`graph`]).
+    graph_run_once: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     service: RwLock<Option<Arc<ReplayService>>>,
     source: OnceLock<fn() -> Arc<ReplayService>>,
     on_first: OnceLock<fn(&Arc<ReplayService>)>,
@@ -310,6 +320,7 @@ pub fn state() -> &'static InjectState {
         counters: Counters::default(),
         host_waits: Mutex::new(Vec::new()),
         captures: Mutex::new(Vec::new()),
+        graph_run_once: Mutex::new(std::collections::BTreeMap::new()),
         service: RwLock::new(None),
         source: OnceLock::new(),
         on_first: OnceLock::new(),
@@ -411,6 +422,15 @@ impl InjectState {
             if let (Some(o), serde_json::Value::Object(u)) = (v.as_object_mut(), extra) {
                 o.extend(u);
             }
+        }
+        if let Some(o) = v.as_object_mut() {
+            let once: serde_json::Map<String, serde_json::Value> = self
+                .graph_run_once
+                .lock()
+                .iter()
+                .map(|(k, n)| ((*k).to_string(), (*n).into()))
+                .collect();
+            o.insert("graph_run_once".into(), once.into());
         }
         if let Some(o) = v.as_object_mut() {
             // Run once by the window's check (SPEC §9.2), counted by the service.
@@ -883,7 +903,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
 }
 
 /// Per-thread streams: a `_ptsz` entry's null stream is the calling thread's default stream.
-fn effective_stream<const PTSZ: bool>(s: CUstream) -> CUstream {
+pub(crate) fn effective_stream<const PTSZ: bool>(s: CUstream) -> CUstream {
     if PTSZ && s.is_null() {
         2usize as CUstream // CU_STREAM_PER_THREAD
     } else {
@@ -1057,27 +1077,6 @@ pub(crate) unsafe fn hook_cooperative(
     *reached = true;
     // SAFETY: forwarded as given.
     unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, s, params) }
-}
-
-/// Hook of `cuGraphLaunch` (both forms): runs once under the write gate, counted.
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_graph_launch(
-    real: unsafe extern "C" fn(CUgraphExec, CUstream) -> CUresult,
-    reached: &mut bool,
-    g: CUgraphExec,
-    s: CUstream,
-) -> CUresult {
-    state()
-        .counters
-        .graph_launch
-        .fetch_add(1, Ordering::Relaxed);
-    note_stream(s);
-    let _gate = gate_agent().map(|(svc, a)| svc.enter_write(a));
-    *reached = true;
-    // SAFETY: forwarded as given.
-    unsafe { real(g, s) }
 }
 
 /// Calls `alloc`; on out-of-memory releases the pooled backing of the current device's

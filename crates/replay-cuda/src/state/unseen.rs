@@ -107,6 +107,14 @@ impl Check {
     pub(crate) fn target_words(&self) -> impl Iterator<Item = [u8; 8]> + '_ {
         self.targets.iter().map(|t| t.base.to_le_bytes())
     }
+
+    /// Both launches' findings, as one (a whole graph under one window): the first reason to
+    /// decline, every target.
+    pub(crate) fn merge(mut self, other: Check) -> Check {
+        self.why = self.why.or(other.why);
+        self.targets.extend(other.targets);
+        self
+    }
 }
 
 fn words(kernarg: &[u8]) -> impl Iterator<Item = (usize, u64)> + '_ {

@@ -395,7 +395,7 @@ fn fill(conn: &mut Connection, r: &CounterReport) -> rusqlite::Result<()> {
                     guid,
                     category,
                     i64_of(d.dispatch_id),
-                    json!({"replay_pass": pass}).to_string()
+                    extdata(d, pass)
                 ])?;
                 dispatch.execute(params![
                     id,
@@ -487,6 +487,18 @@ fn display(d: &CounterDispatch) -> &str {
     } else {
         &d.kernel_demangled
     }
+}
+
+/// An event's `extdata`: its pass, and the CUDA graph and node it ran from, if any.
+fn extdata(d: &crate::report::CounterDispatch, pass: u32) -> String {
+    let mut v = json!({"replay_pass": pass});
+    if let Some(g) = d.graph {
+        v["graph"] = g.into();
+    }
+    if let Some(n) = d.node {
+        v["node"] = n.into();
+    }
+    v.to_string()
 }
 
 #[cfg(test)]

@@ -38,6 +38,8 @@ pub fn dispatch(
         start_ns: 1_000 * (id + 1),
         end_ns: 1_000 * (id + 1) + 500,
         pass_ns: Vec::new(),
+        graph: None,
+        node: None,
     }
 }
 
