@@ -146,16 +146,16 @@ fn run_under_verify_equals_a_plain_run_and_sees_every_entry() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("report written")).unwrap();
     let i = &v["interception"];
-    // 11 launches: 3 direct entries, 2 through cuGetProcAddress (plain and per-thread),
+    // 12 launches: 3 direct entries, 2 through cuGetProcAddress (plain and per-thread),
     // 1 through dlsym, 1 of unknown layout, 2 into managed/pinned memory, 1 into a capture,
-    // 1 cooperative; the graph launch is counted apart.
-    assert_eq!(i["launches_seen"], 11, "{i}");
-    assert_eq!(i["submitted"], 10, "{i}");
+    // 1 cooperative, and the graph's kernel node, unrolled at its launch (node mode).
+    assert_eq!(i["launches_seen"], 12, "{i}");
+    assert_eq!(i["submitted"], 11, "{i}");
     assert_eq!(i["stream_capture"], 1, "{i}");
     assert_eq!(i["graph_launch"], 1, "{i}");
     assert_eq!(i["cooperative"], 1, "{i}");
     assert_eq!(i["layout_unknown"], 1, "{i}");
-    assert_eq!(i["layout_driver"], 9, "{i}");
+    assert_eq!(i["layout_driver"], 10, "{i}");
     assert_eq!(i["alloc_device"], 2, "{i}");
     assert_eq!(i["alloc_pitch"], 1, "{i}");
     assert_eq!(i["alloc_managed"], 1, "{i}");
@@ -165,9 +165,9 @@ fn run_under_verify_equals_a_plain_run_and_sees_every_entry() {
     // 3 host-to-device and 3 device-to-host copies, each under the write gate.
     assert_eq!(i["gated_writes"], 6, "{i}");
     let s = &v["summary"];
-    assert_eq!(s["replayed"], 9, "{s}");
+    assert_eq!(s["replayed"], 10, "{s}");
     let recs = v["records"].as_array().expect("records");
-    assert_eq!(recs.len(), 9);
+    assert_eq!(recs.len(), 10);
     for r in recs {
         assert_eq!(r["outcome"], "replayed", "{r}");
         assert_eq!(r["executed_passes"], 3, "{r}");
@@ -180,6 +180,12 @@ fn run_under_verify_equals_a_plain_run_and_sees_every_entry() {
         1,
         "the opaque kernel's record says its layout is unknown"
     );
+    // The graph's kernel node is a dispatch of its own, named by its graph and node.
+    let nodes: Vec<_> = recs.iter().filter(|r| !r["graph"].is_null()).collect();
+    assert_eq!(nodes.len(), 1, "{recs:?}");
+    assert!(!nodes[0]["node"].is_null(), "{:?}", nodes[0]);
+    assert_eq!(i["graph_unrolled"], 1, "{i}");
+    assert_eq!(i["graph_node_kernels"], 1, "{i}");
     // The managed and pinned buffers reached through arguments were captured too.
     assert!(
         recs.iter()
@@ -242,7 +248,7 @@ fn timing_writes_one_csv_row_per_dispatch_and_pass() {
     assert_eq!(run.status.code(), Some(7));
     let csv = std::fs::read_to_string(&out).expect("csv written");
     let rows: Vec<&str> = csv.lines().skip(1).collect();
-    assert_eq!(rows.len(), 9 * 4, "{csv}");
+    assert_eq!(rows.len(), 10 * 4, "{csv}");
     assert!(rows.iter().all(|r| r.contains(",replayed,")), "{csv}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -293,9 +299,9 @@ fn an_expandable_segment_and_a_pool_allocation_are_replayed_equal_to_a_plain_run
     assert_eq!(run.status.code(), Some(7), "{stderr}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("report written")).unwrap();
-    // The 9 dispatches of the plain program, then the segment's and the pool allocation's.
+    // The 10 dispatches of the plain program, then the segment's and the pool allocation's.
     let recs = v["records"].as_array().expect("records");
-    assert_eq!(recs.len(), 11, "{recs:?}");
+    assert_eq!(recs.len(), 12, "{recs:?}");
     for r in recs {
         assert_eq!(r["outcome"], "replayed", "{r}");
         assert_eq!(r["executed_passes"], 3, "{r}");
@@ -417,12 +423,12 @@ fn a_program_that_crashes_after_its_launches_keeps_the_records_it_made() {
     let recs = v["records"].as_array().expect("records");
     assert_eq!(
         recs.len(),
-        9,
+        10,
         "every replayed launch before the crash: {stderr}"
     );
     let last = recs.last().unwrap()["dispatch_id"].as_u64().unwrap();
     assert!(
-        line.ends_with(&format!("after 9 launches; records up to dispatch {last}")),
+        line.ends_with(&format!("after 10 launches; records up to dispatch {last}")),
         "{line}"
     );
     assert_eq!(v["processes"][0]["report"], false, "{}", v["processes"]);
@@ -470,17 +476,17 @@ fn two_processes_write_two_reports_merged_into_one_with_process_and_rank() {
     assert_eq!(ranks, vec![0, 1]);
     assert!(procs.iter().all(|p| p["report"] == true), "{procs:?}");
     let recs = v["records"].as_array().expect("records");
-    assert_eq!(recs.len(), 18, "9 per process");
+    assert_eq!(recs.len(), 20, "10 per process");
     for rank in [0, 1] {
         let mine: Vec<_> = recs.iter().filter(|r| r["rank"] == rank).collect();
-        assert_eq!(mine.len(), 9, "rank {rank}");
+        assert_eq!(mine.len(), 10, "rank {rank}");
         let pid = &mine[0]["process"];
         assert!(mine.iter().all(|r| &r["process"] == pid));
     }
     // The summaries add up.
-    assert_eq!(v["summary"]["replayed"], 18, "{}", v["summary"]);
+    assert_eq!(v["summary"]["replayed"], 20, "{}", v["summary"]);
     assert_eq!(
-        v["interception"]["launches_seen"], 22,
+        v["interception"]["launches_seen"], 24,
         "{}",
         v["interception"]
     );
@@ -531,7 +537,7 @@ fn an_out_template_gives_each_rank_its_file_and_ranks_selects_who_replays() {
         .unwrap()
         .starts_with("process,rank,dispatch_id,kernel,"));
     let rows: Vec<&str> = lines.collect();
-    assert_eq!(rows.len(), 9 * 2, "{csv}");
+    assert_eq!(rows.len(), 10 * 2, "{csv}");
     assert!(
         rows.iter().all(|r| r.split(',').nth(1) == Some("1")),
         "{csv}"
@@ -572,7 +578,7 @@ fn an_existing_injection_is_chained_after_ours_or_refused_never_dropped() {
     assert!(stderr.contains("is chained"), "{stderr}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!(v["summary"]["replayed"], 9, "ours ran too: {stderr}");
+    assert_eq!(v["summary"]["replayed"], 10, "ours ran too: {stderr}");
     // One that names no file: refused, the program not started.
     let run = kreplay(
         &dir,
@@ -626,7 +632,7 @@ fn a_terminal_gets_a_progress_line_of_dispatches_seen_and_replayed() {
         return;
     }
     let Some(dir) = build("progress") else { return };
-    // The application, then a pause during which the line shows its 9 dispatches.
+    // The application, then a pause during which the line shows its 10 dispatches.
     let inner = format!(
         "LD_LIBRARY_PATH={d} {k} run --library {l} -- sh -c '{d}/app > /dev/null; sleep 1'",
         d = dir.display(),
@@ -641,7 +647,7 @@ fn a_terminal_gets_a_progress_line_of_dispatches_seen_and_replayed() {
         .unwrap();
     let all = text(&out.stdout);
     assert!(
-        all.contains("kreplay run: 9 dispatches seen, 9 replayed (1 processes)"),
+        all.contains("kreplay run: 10 dispatches seen, 10 replayed (1 processes)"),
         "{all}"
     );
     // Without a terminal (every other test), no such line.
