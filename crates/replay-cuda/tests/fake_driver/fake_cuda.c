@@ -39,6 +39,8 @@
  * answers once its teardown ran at process exit), and 0 clears it.
  * fake_cuda_records_on(s) counts the events recorded on stream s (which streams a drain covers).
  *
+ * fake_cuda_set_mem(bytes) sets the device's memory (an allocation past it fails with out of
+ * memory) and fake_cuda_mem_used() says how much is allocated.
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
  * fails with CUDA_ERROR_NO_DEVICE).
  */
@@ -372,6 +374,19 @@ static u64 device_busy_until(void) {
     }
     pthread_mutex_unlock(&lock);
     return b;
+}
+
+void fake_cuda_set_mem(u64 bytes) {
+    pthread_mutex_lock(&lock);
+    mem_total = bytes;
+    pthread_mutex_unlock(&lock);
+}
+
+u64 fake_cuda_mem_used(void) {
+    pthread_mutex_lock(&lock);
+    u64 u = mem_used;
+    pthread_mutex_unlock(&lock);
+    return u;
 }
 
 /* ---- the initialisation and device queries -------------------------------------------- */
