@@ -1490,9 +1490,9 @@ fn backing_gives_way(b: &Bench) -> Result<Value, String> {
         .map_err(|e| e.to_string())?
         .device_free;
     let want = free + held / 2;
-    let big = b.alloc(want).map_err(|e| {
-        format!("{want} bytes ({free} free, {held} of backing held): {e}")
-    })?;
+    let big = b
+        .alloc(want)
+        .map_err(|e| format!("{want} bytes ({free} free, {held} of backing held): {e}"))?;
     let left = b.backend.engine().pooled_bytes() + b.backend.memory().deferred_bytes();
     drop(big);
     ensure(left == 0, || format!("{left} bytes of backing still held"))?;

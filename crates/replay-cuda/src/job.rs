@@ -66,11 +66,26 @@ pub const LAUNCHERS: &[&str] = &[
 /// Variables that bound how long a collective waits for the slowest rank, with what the
 /// program gets when none is set.
 pub const COLLECTIVE_TIMEOUT_VARS: &[(&str, &str)] = &[
-    ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "PyTorch's NCCL watchdog, default 480 s"),
-    ("TORCH_NCCL_BLOCKING_WAIT", "PyTorch: collectives time out by init_process_group's timeout (default 10 min)"),
-    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "PyTorch: what a timed-out collective does (default: abort the process)"),
-    ("NCCL_TIMEOUT", "NCCL's own bound where the framework sets none"),
-    ("NCCL_IB_TIMEOUT", "NCCL's InfiniBand retransmission timeout"),
+    (
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+        "PyTorch's NCCL watchdog, default 480 s",
+    ),
+    (
+        "TORCH_NCCL_BLOCKING_WAIT",
+        "PyTorch: collectives time out by init_process_group's timeout (default 10 min)",
+    ),
+    (
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "PyTorch: what a timed-out collective does (default: abort the process)",
+    ),
+    (
+        "NCCL_TIMEOUT",
+        "NCCL's own bound where the framework sets none",
+    ),
+    (
+        "NCCL_IB_TIMEOUT",
+        "NCCL's InfiniBand retransmission timeout",
+    ),
     ("GLOO_TIMEOUT_SECONDS", "gloo collectives"),
 ];
 
@@ -81,7 +96,10 @@ pub fn multi_rank_reason(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Option<String> {
     if let Some(p) = program {
-        let name = Path::new(p).file_name().and_then(|n| n.to_str()).unwrap_or(p);
+        let name = Path::new(p)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(p);
         if LAUNCHERS.contains(&name) {
             return Some(format!("the program is {name}"));
         }
@@ -379,9 +397,15 @@ mod tests {
         let none = |_: &str| None;
         let secs = std::time::Duration::from_secs(60);
         // A single process, or no replay: no warning.
-        assert_eq!(collective_timeout_warning(Some("python"), &none, 5, secs, None), None);
+        assert_eq!(
+            collective_timeout_warning(Some("python"), &none, 5, secs, None),
+            None
+        );
         let world1 = |v: &str| (v == "WORLD_SIZE").then(|| "1".to_string());
-        assert_eq!(collective_timeout_warning(Some("./app"), &world1, 5, secs, None), None);
+        assert_eq!(
+            collective_timeout_warning(Some("./app"), &world1, 5, secs, None),
+            None
+        );
         assert_eq!(
             collective_timeout_warning(Some("/usr/bin/torchrun"), &none, 1, secs, None),
             None

@@ -17,7 +17,10 @@ fn load_fake_cupti() -> Option<libloading::os::unix::Library> {
         .args(["-shared", "-fPIC", "-O1", "-o"])
         .arg(&lib)
         .arg("-Wl,-soname,libcupti.so.13")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_cupti/fake_cupti.c"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fake_cupti/fake_cupti.c"
+        ))
         .arg("-lpthread")
         .status()
         .is_ok_and(|s| s.success());
@@ -34,12 +37,16 @@ fn load_fake_cupti() -> Option<libloading::os::unix::Library> {
 
 #[test]
 fn the_cross_check_subscribes_only_when_asked_for_and_steps_aside_for_the_program() {
-    let Some(fake) = load_fake_cupti() else { return };
+    let Some(fake) = load_fake_cupti() else {
+        return;
+    };
     // SAFETY: the fake's exports with their signatures.
     let (program_subscribe, subscribers) = unsafe {
         (
             *fake.get::<Subscribe>(b"cuptiSubscribe\0").unwrap(),
-            *fake.get::<unsafe extern "C" fn() -> i32>(b"fake_cupti_subscribers\0").unwrap(),
+            *fake
+                .get::<unsafe extern "C" fn() -> i32>(b"fake_cupti_subscribers\0")
+                .unwrap(),
         )
     };
     // SAFETY: reads a number under the fake's lock.
@@ -58,7 +65,11 @@ fn the_cross_check_subscribes_only_when_asked_for_and_steps_aside_for_the_progra
     assert!(cupti::step_aside(), "the live subscription is given up");
     assert_eq!(count(), 0);
     // SAFETY: an out pointer to a live local; the fake ignores the callback.
-    assert_eq!(unsafe { program_subscribe(&mut h, 0, 0) }, 0, "the program gets CUPTI");
+    assert_eq!(
+        unsafe { program_subscribe(&mut h, 0, 0) },
+        0,
+        "the program gets CUPTI"
+    );
     let r = cupti::report();
     assert_eq!(r.status, "stepped_aside", "{r:?}");
     assert!(!cupti::step_aside(), "nothing left to give up");

@@ -1154,15 +1154,21 @@ fn replay_leaving_backing(s: &Setup, idle: Duration) -> (u64, Vec<u64>, u64) {
     let mut once = read(a);
     rmw_host(&mut once, 3);
     assert_eq!(launch_rmw(s.func, a, 3), sys::CUresult::CUDA_SUCCESS);
-    assert!(s.tool.last.lock().contains("Replayed"), "{}", s.tool.last.lock());
+    assert!(
+        s.tool.last.lock().contains("Replayed"),
+        "{}",
+        s.tool.last.lock()
+    );
     let held = bind_device0().engine().pooled_bytes();
-    assert!(held >= (N * 8) as u64, "the snapshot's backing stays pooled: {held}");
+    assert!(
+        held >= (N * 8) as u64,
+        "the snapshot's backing stays pooled: {held}"
+    );
     (a, once, held)
 }
 
 #[test]
-fn an_application_allocation_out_of_memory_while_backing_is_pooled_is_retried_after_its_release()
-{
+fn an_application_allocation_out_of_memory_while_backing_is_pooled_is_retried_after_its_release() {
     let Some((_g, s)) = setup() else { return };
     let before = state::service().unwrap().policy();
     let (a, once, held) = replay_leaving_backing(&s, Duration::ZERO);
@@ -1205,14 +1211,31 @@ fn pooled_backing_unused_past_the_idle_bound_is_released_by_the_next_intercepted
     // Within the bound an allocation keeps the pool.
     let mut p: sys::CUdeviceptr = 0;
     // SAFETY: the wrapper's contract is the driver's: an out pointer.
-    assert_eq!(unsafe { intercept::mem_alloc(&mut p, 64) }, sys::CUresult::CUDA_SUCCESS);
-    assert!(backend.engine().pooled_bytes() > 0, "still within the bound");
+    assert_eq!(
+        unsafe { intercept::mem_alloc(&mut p, 64) },
+        sys::CUresult::CUDA_SUCCESS
+    );
+    assert!(
+        backend.engine().pooled_bytes() > 0,
+        "still within the bound"
+    );
     std::thread::sleep(idle + Duration::from_millis(50));
     let mut q: sys::CUdeviceptr = 0;
     // SAFETY: as above.
-    assert_eq!(unsafe { intercept::mem_alloc(&mut q, 64) }, sys::CUresult::CUDA_SUCCESS);
-    assert_eq!(backend.engine().pooled_bytes(), 0, "released after the bound");
-    assert_eq!(backend.memory().deferred_bytes(), 0, "freed: no stream is busy");
+    assert_eq!(
+        unsafe { intercept::mem_alloc(&mut q, 64) },
+        sys::CUresult::CUDA_SUCCESS
+    );
+    assert_eq!(
+        backend.engine().pooled_bytes(),
+        0,
+        "released after the bound"
+    );
+    assert_eq!(
+        backend.memory().deferred_bytes(),
+        0,
+        "freed: no stream is busy"
+    );
     assert_eq!(read(a), once, "memory equals one execution");
     state::service()
         .unwrap()

@@ -12,9 +12,9 @@ use std::time::Duration;
 use replay_core::policy::{Policy, Scope};
 use replay_core::wait::{bounded, WaitError};
 use replay_core::{
-    AgentId, BackendError, BackendErrorKind, CaptureStats, Clock, DeviceMemory, DigestKey, Dispatch,
-    KernelKey, RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan,
-    Snapshotter, Tier, WaitSpec,
+    AgentId, BackendError, BackendErrorKind, CaptureStats, Clock, DeviceMemory, DigestKey,
+    Dispatch, KernelKey, RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError,
+    SnapshotPlan, Snapshotter, Tier, WaitSpec,
 };
 
 use crate::modules::ModuleVariables;

@@ -335,7 +335,11 @@ fn pooled_backing_unused_for_the_idle_bound_is_released_on_the_simulators_clock(
     assert_outcome(&app.run(&rt), Outcome::Replayed, Reason::None);
     clock.advance(idle - std::time::Duration::from_millis(1));
     rt.alloc(A0, 4 * KIB, MemoryClass::DEVICE_COARSE).unwrap();
-    assert_eq!(engine.pooled_bytes(), APP + 4 * KIB, "the window used the pool");
+    assert_eq!(
+        engine.pooled_bytes(),
+        APP + 4 * KIB,
+        "the window used the pool"
+    );
 
     // Past the bound: the next call releases every block.
     clock.advance(std::time::Duration::from_millis(2));

@@ -37,7 +37,12 @@ pub const CUPTI_ENV: &str = "KREPLAY_CUDA_CUPTI";
 
 /// Whether the cross-check was asked for: the variable's value `1` (or `true`, `on`, `yes`).
 pub fn wanted(value: Option<&str>) -> bool {
-    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "on" | "yes"))
+    value.is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "on" | "yes"
+        )
+    })
 }
 
 /// CUPTI's driver-API callback domain (`CUPTI_CB_DOMAIN_DRIVER_API`).
@@ -152,7 +157,10 @@ fn give_up(status: &'static str, why: &str) -> bool {
     let r = unsafe { (live.unsubscribe)(live.handle) };
     let mut st = STATE.lock();
     let detail = st.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
-    *st = Some((status, format!("{why} ({detail}; cuptiUnsubscribe returned {r})")));
+    *st = Some((
+        status,
+        format!("{why} ({detail}; cuptiUnsubscribe returned {r})"),
+    ));
     true
 }
 
@@ -161,7 +169,9 @@ fn give_up(status: &'static str, why: &str) -> bool {
 pub fn step_aside() -> bool {
     let gave = give_up("stepped_aside", "the program subscribed to CUPTI");
     if gave {
-        log::info!("[kernel-replay] CUPTI cross-check stepped aside: the program subscribes to CUPTI");
+        log::info!(
+            "[kernel-replay] CUPTI cross-check stepped aside: the program subscribes to CUPTI"
+        );
     }
     gave
 }

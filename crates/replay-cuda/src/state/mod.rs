@@ -390,7 +390,9 @@ impl InjectState {
     /// Every backend opened.
     pub fn open_backends(&self) -> Vec<Arc<CudaBackend>> {
         let b = self.backends.lock();
-        b.values().filter_map(|r| r.as_ref().ok().cloned()).collect()
+        b.values()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect()
     }
 
     /// The backend of `agent`, if opened.
@@ -1583,7 +1585,9 @@ pub(crate) unsafe fn hook_mem_create(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = with_oom_retry(Competes::Device, || unsafe { real(handle, size, prop, flags) });
+    let r = with_oom_retry(Competes::Device, || unsafe {
+        real(handle, size, prop, flags)
+    });
     if r == CUresult::CUDA_SUCCESS && !prop.is_null() {
         // SAFETY: the call succeeded, so `prop` points to a valid `CUmemAllocationProp`,
         // whose head has this layout.
