@@ -65,11 +65,8 @@ fn the_cross_check_subscribes_only_when_asked_for_and_steps_aside_for_the_progra
     assert!(cupti::step_aside(), "the live subscription is given up");
     assert_eq!(count(), 0);
     // SAFETY: an out pointer to a live local; the fake ignores the callback.
-    assert_eq!(
-        unsafe { program_subscribe(&mut h, 0, 0) },
-        0,
-        "the program gets CUPTI"
-    );
+    let r = unsafe { program_subscribe(&mut h, 0, 0) };
+    assert_eq!(r, 0, "the program gets CUPTI");
     let r = cupti::report();
     assert_eq!(r.status, "stepped_aside", "{r:?}");
     assert!(!cupti::step_aside(), "nothing left to give up");

@@ -1205,27 +1205,23 @@ fn an_application_allocation_out_of_memory_while_backing_is_pooled_is_retried_af
 fn pooled_backing_unused_past_the_idle_bound_is_released_by_the_next_intercepted_call() {
     let Some((_g, s)) = setup() else { return };
     let before = state::service().unwrap().policy();
-    let idle = Duration::from_millis(150);
+    let idle = Duration::from_millis(400);
     let (a, once, _) = replay_leaving_backing(&s, idle);
     let backend = bind_device0();
     // Within the bound an allocation keeps the pool.
     let mut p: sys::CUdeviceptr = 0;
     // SAFETY: the wrapper's contract is the driver's: an out pointer.
-    assert_eq!(
-        unsafe { intercept::mem_alloc(&mut p, 64) },
-        sys::CUresult::CUDA_SUCCESS
-    );
+    let r = unsafe { intercept::mem_alloc(&mut p, 64) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
     assert!(
         backend.engine().pooled_bytes() > 0,
         "still within the bound"
     );
-    std::thread::sleep(idle + Duration::from_millis(50));
+    std::thread::sleep(idle + Duration::from_millis(100));
     let mut q: sys::CUdeviceptr = 0;
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { intercept::mem_alloc(&mut q, 64) },
-        sys::CUresult::CUDA_SUCCESS
-    );
+    let r = unsafe { intercept::mem_alloc(&mut q, 64) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
     assert_eq!(
         backend.engine().pooled_bytes(),
         0,
