@@ -1127,6 +1127,40 @@ pub(crate) fn with_oom_retry(competes: Competes, mut alloc: impl FnMut() -> CUre
     alloc()
 }
 
+/// Hook of `cuArrayCreate_v2` and `cuArray3DCreate_v2`: device memory too, so retried
+/// after a release on out of memory (`unseen::hook_array_create` counts it).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_array_create(
+    real: unsafe extern "C" fn(*mut u64, *const c_void) -> CUresult,
+    reached: &mut bool,
+    a: *mut u64,
+    desc: *const c_void,
+) -> CUresult {
+    // SAFETY: forwarded as given.
+    with_oom_retry(Competes::Device, || unsafe {
+        unseen::hook_array_create(real, reached, a, desc)
+    })
+}
+
+/// Hook of `cuMipmappedArrayCreate`: as [`hook_array_create`].
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mipmapped_array_create(
+    real: unsafe extern "C" fn(*mut u64, *const c_void, c_uint) -> CUresult,
+    reached: &mut bool,
+    a: *mut u64,
+    desc: *const c_void,
+    levels: c_uint,
+) -> CUresult {
+    // SAFETY: forwarded as given.
+    with_oom_retry(Competes::Device, || unsafe {
+        unseen::hook_mipmapped_array_create(real, reached, a, desc, levels)
+    })
+}
+
 fn record(base: u64, size: u64, class: MemoryClass, counter: &AtomicU64) {
     let Some(d) = current_device() else { return };
     if base == 0 || size == 0 || skip_other_context_alloc() {

@@ -268,7 +268,7 @@ pub(crate) unsafe fn hook_array_create(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = super::with_oom_retry(super::Competes::Device, || unsafe { real(a, desc) });
+    let r = unsafe { real(a, desc) };
     if r == CUresult::CUDA_SUCCESS {
         unseen()
             .counters
@@ -291,7 +291,7 @@ pub(crate) unsafe fn hook_mipmapped_array_create(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = super::with_oom_retry(super::Competes::Device, || unsafe { real(a, desc, levels) });
+    let r = unsafe { real(a, desc, levels) };
     if r == CUresult::CUDA_SUCCESS {
         unseen()
             .counters
