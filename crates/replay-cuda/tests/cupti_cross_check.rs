@@ -70,6 +70,11 @@ fn the_cross_check_subscribes_only_when_asked_for_and_steps_aside_for_the_progra
     let r = cupti::report();
     assert_eq!(r.status, "stepped_aside", "{r:?}");
     assert!(!cupti::step_aside(), "nothing left to give up");
+    // The library's own cuptiSubscribe forwards to the CUPTI the process loaded.
+    assert_eq!(
+        cupti::loaded_entry("cuptiSubscribe"),
+        Some(program_subscribe as usize)
+    );
     cupti::unsubscribe();
     assert_eq!(count(), 1, "the program's subscription is left alone");
 }

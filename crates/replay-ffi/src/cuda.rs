@@ -118,7 +118,12 @@ pub unsafe extern "C" fn cuptiSubscribe(
         const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
         // SAFETY: the C library's dlsym with a NUL-terminated name.
         let p = unsafe { dlsym(RTLD_NEXT, c"cuptiSubscribe".as_ptr()) };
-        (!p.is_null()).then_some(p as usize)
+        if !p.is_null() {
+            return Some(p as usize);
+        }
+        // A CUPTI loaded locally (a Python extension's dependency) is not in the global
+        // scope RTLD_NEXT searches.
+        replay_cuda::intercept::cupti::loaded_entry("cuptiSubscribe")
     });
     match next {
         Ok(Some(p)) => {

@@ -176,6 +176,24 @@ pub fn step_aside() -> bool {
     gave
 }
 
+/// The address of CUPTI's entry `name` in a CUPTI the process already loaded (by soname,
+/// whatever scope it was loaded in), without loading one.
+pub fn loaded_entry(name: &str) -> Option<usize> {
+    let sym = std::ffi::CString::new(name).ok()?;
+    ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
+        .iter()
+        .find_map(|lib| {
+            use libloading::os::unix::{Library, RTLD_NOW};
+            const RTLD_NOLOAD: c_int = 4;
+            // SAFETY: RTLD_NOLOAD only finds a library already loaded; nothing runs.
+            let l = unsafe { Library::open(Some(*lib), RTLD_NOW | RTLD_NOLOAD) }.ok()?;
+            // SAFETY: read as an address only.
+            let f = unsafe { l.get::<*mut c_void>(sym.as_bytes_with_nul()) }.ok()?;
+            // Loaded before this call: dropping this handle leaves it loaded.
+            Some(*f as usize).filter(|p| *p != 0)
+        })
+}
+
 /// Gives up the subscription at exit (the report's writer calls it first).
 pub fn unsubscribe() {
     give_up("unsubscribed", "given up at exit");
