@@ -1105,7 +1105,7 @@ pub(crate) fn with_oom_retry(competes: Competes, mut alloc: impl FnMut() -> CUre
     // Not from a tool's callback: a window is open there, and its frees wait for the device.
     let in_window = replay_core::locks::thread_in_callback();
     if let (Some(b), Some(svc), false) = (&device, service(), in_window) {
-        let _relaxed = RelaxedCapture::enter();
+        // Driver frees only where something waits for release, in relaxed mode there.
         b.release_idle(svc.policy().pool_idle_release);
     }
     let r = alloc();
