@@ -19,7 +19,10 @@
 //!   execution; one unmapped on another thread during the window is never written after; a
 //!   mapping of a handle imported from a shareable handle, or one whose access for the
 //!   device is withdrawn (`cuMemSetAccess`), declines `untracked_memory`; a
-//!   `cuMemAllocFromPoolAsync` allocation is captured until `cuMemFreeAsync` orders its free.
+//!   `cuMemAllocFromPoolAsync` allocation is captured until `cuMemFreeAsync` orders its free;
+//! - the library's backing gives way to the program: an allocation or array creation that
+//!   runs out of memory while backing is pooled is retried after its release, and backing
+//!   unused past `pool_idle_release` is released by the next intercepted allocation.
 //!
 //! Skipped where no C compiler is found, or where a real driver is present.
 
@@ -1241,6 +1244,47 @@ fn pooled_backing_unused_past_the_idle_bound_is_released_by_the_next_intercepted
     unsafe {
         intercept::mem_free(q);
         intercept::mem_free(p);
+        intercept::mem_free(a);
+    }
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR`.
+#[repr(C)]
+struct ArrayDesc {
+    width: usize,
+    height: usize,
+    format: u32,
+    channels: u32,
+}
+
+#[test]
+fn an_array_creation_out_of_memory_while_backing_is_pooled_is_retried_after_its_release() {
+    let Some((_g, s)) = setup() else { return };
+    let before = state::service().unwrap().policy();
+    let (a, once, held) = replay_leaving_backing(&s, Duration::ZERO);
+    let backend = bind_device0();
+    fake_set_mem(fake_mem_used() + 1024);
+    // One 32-bit channel: `held` bytes, which fit only once the backing is gone.
+    let desc = ArrayDesc {
+        width: (held / 4) as usize,
+        height: 1,
+        format: 0x03,
+        channels: 1,
+    };
+    let mut array = 0u64;
+    // SAFETY: the wrapper's contract is the driver's: an out pointer and a descriptor.
+    let r = unsafe { intercept::array_create(&mut array, (&desc as *const ArrayDesc).cast()) };
+    fake_set_mem(FAKE_MEM);
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "retried after the release");
+    assert_eq!(backend.engine().pooled_bytes(), 0);
+    assert_eq!(read(a), once, "memory equals one execution");
+    state::service()
+        .unwrap()
+        .set_policy((*before).clone())
+        .unwrap();
+    // SAFETY: the array and the allocation the wrappers made.
+    unsafe {
+        intercept::array_destroy(array);
         intercept::mem_free(a);
     }
 }

@@ -1382,8 +1382,17 @@ static CUresult make_array(void** a, u64 w, u64 h, u64 d, unsigned fmt, unsigned
     if (!a || w == 0) {
         return E_INVALID_VALUE;
     }
+    u64 bytes = w * (h ? h : 1) * (d ? d : 1) * format_bytes(fmt) * (ch ? ch : 1);
+    /* Arrays are device memory: they count against it as allocations do. */
+    pthread_mutex_lock(&lock);
+    if (mem_used + bytes > mem_total) {
+        pthread_mutex_unlock(&lock);
+        return E_OUT_OF_MEMORY;
+    }
+    mem_used += bytes;
+    pthread_mutex_unlock(&lock);
     struct fake_array* arr = calloc(1, sizeof *arr);
-    arr->bytes = w * (h ? h : 1) * (d ? d : 1) * format_bytes(fmt) * (ch ? ch : 1);
+    arr->bytes = bytes;
     arr->data = calloc(1, arr->bytes);
     *a = arr;
     return OK;
@@ -1409,6 +1418,9 @@ CUresult cuMipmappedArrayCreate(void** a, const void* desc, unsigned levels) {
 CUresult cuArrayDestroy(void* a) {
     struct fake_array* arr = a;
     if (arr) {
+        pthread_mutex_lock(&lock);
+        mem_used -= arr->bytes;
+        pthread_mutex_unlock(&lock);
         free(arr->data);
         free(arr);
     }
