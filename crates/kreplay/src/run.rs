@@ -581,6 +581,20 @@ pub fn main_with_env(args: &[String], env: &[(&str, String)]) -> u8 {
             "kreplay run: {LIB_NAME} not found (give --library or KREPLAY_LIBRARY); running the program untouched"
         )),
     }
+    // Ranks that replay fall behind the others, which wait for them inside collectives:
+    // said before the job starts, with the timeouts that could end it.
+    let pass_timeout = replay_core::Policy::from_env()
+        .map(|p| p.pass_timeout)
+        .unwrap_or_else(|_| replay_core::Policy::default().pass_timeout);
+    if let Some(w) = job::collective_timeout_warning(
+        a.app.first().map(String::as_str),
+        &|v| std::env::var(v).ok(),
+        a.passes,
+        pass_timeout,
+        a.ranks.as_deref(),
+    ) {
+        crate::say(format_args!("kreplay run: warning: {w}"));
+    }
     // The program gets a process group of its own, which the signals this command gets are
     // passed on to: a scheduler's SIGTERM stops all of it, and this command lives on to
     // report what ran.

@@ -41,6 +41,7 @@ pub fn run_all(b: &Bench, rows: &mut Vec<Row>) {
         ));
     }
     rows.push(Row::check(C, "write_outside_scope", write_outside_scope(b)));
+    rows.push(Row::check(C, "backing_gives_way", backing_gives_way(b)));
     rows.push(Row::check(
         C,
         "managed_argument",
@@ -1454,4 +1455,49 @@ fn free_behind_spin(b: &Bench) -> Result<Value, String> {
         "deferred_bytes": deferred,
         "release_seconds_when_idle": release,
     }))
+}
+
+/// The library's pooled backing gives way to the program: after a replay whose backing stays
+/// pooled (the bench's policy keeps it), an allocation of all the free memory plus half of
+/// that backing succeeds (out of memory, released, retried), and memory equals one execution.
+fn backing_gives_way(b: &Bench) -> Result<Value, String> {
+    b.backend.release_backing();
+    let a = b.alloc(512 * MIB)?;
+    let words = a.len() / 8;
+    let k = 0x77;
+    b.fill(&a, 41)?;
+    b.rmw_plain(a.ptr(), words, k)?;
+    let reference = b.digests(&[&a])?;
+    b.fill(&a, 41)?;
+    b.sync()?;
+    b.set_policy(Bench::policy(Scope::All, RestoreMode::Full))?;
+    let run = b.replay(
+        "backing_gives_way",
+        &b.k.rmw,
+        b.grid(words),
+        &Bench::rmw_args(a.ptr(), words, k),
+        3,
+        vec![],
+    )?;
+    let rec = run.rec()?.clone();
+    expect_outcome(&rec, Outcome::Replayed, None, 3)?;
+    let held = b.backend.engine().pooled_bytes() + b.backend.memory().deferred_bytes();
+    ensure(held >= a.len(), || format!("{held} bytes of backing held"))?;
+    let free = b
+        .backend
+        .memory()
+        .capacity_report()
+        .map_err(|e| e.to_string())?
+        .device_free;
+    let want = free + held / 2;
+    let big = b
+        .alloc(want)
+        .map_err(|e| format!("{want} bytes ({free} free, {held} of backing held): {e}"))?;
+    let left = b.backend.engine().pooled_bytes() + b.backend.memory().deferred_bytes();
+    drop(big);
+    ensure(left == 0, || format!("{left} bytes of backing still held"))?;
+    ensure(b.digests(&[&a])? == reference, || {
+        "memory after the replay differs from one execution".into()
+    })?;
+    Ok(json!({ "held_bytes": held, "allocated_bytes": want, "record": record_json(&rec) }))
 }

@@ -601,7 +601,7 @@ fn run(o: &Opts, args: &[String], me: &SelfInvocation) -> i32 {
     if has("ncu") {
         progress("== ncu");
         // Free what this process pools before ncu's processes need the device.
-        bench.backend.engine().release_pools();
+        bench.backend.release_backing();
         ncu::run(
             &mut rows,
             o.ncu.as_deref(),

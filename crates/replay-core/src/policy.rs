@@ -286,6 +286,11 @@ pub struct Policy {
     pub pageable_tier_bytes: u64,
     /// Bytes the device pool keeps after a window (trimmed to this).
     pub pool_keep_bytes: u64,
+    /// How long pooled backing may sit unused before it is released (the next call into the
+    /// library after that frees it); zero keeps it until the application runs out of memory.
+    /// Another process sharing the device cannot ask for it back, so it is bounded.
+    #[serde(default = "default_pool_idle_release")]
+    pub pool_idle_release: Duration,
     /// Decline when the agent has virtual-memory mappings or stream-ordered allocations
     /// (SPEC §7.1), instead of capturing them like device memory: the behaviour before they
     /// were captured. Default false.
@@ -332,6 +337,7 @@ impl Default for Policy {
             pinned_tier_bytes: 0,
             pageable_tier_bytes: 0,
             pool_keep_bytes: 256 << 20,
+            pool_idle_release: default_pool_idle_release(),
             decline_on_vmem: false,
             decline_on_untracked: false,
             warn_seconds: 10.0,
@@ -350,6 +356,15 @@ impl Default for Policy {
             log_level: LogLevel::Info,
         }
     }
+}
+
+/// The default of [`Policy::pool_idle_release`]: long enough that back-to-back dispatches
+/// of a training step reuse the pool, short enough that a process started after this one's
+/// replay finds the device's memory free.
+pub const DEFAULT_POOL_IDLE_RELEASE: Duration = Duration::from_secs(5);
+
+fn default_pool_idle_release() -> Duration {
+    DEFAULT_POOL_IDLE_RELEASE
 }
 
 /// A rejected policy value.
@@ -444,6 +459,12 @@ const VARS: &[Var] =
             [],
             "a byte count such as 1048576, 64KiB, 16MiB or 2GiB",
             |p, v| p.pool_keep_bytes = parse_bytes(v)?
+        ),
+        var!(
+            "POOL_IDLE_RELEASE",
+            [],
+            "a duration such as 5s, 500ms or 2m, or 0 / off (keep until out of memory)",
+            |p, v| p.pool_idle_release = parse_duration_or_off(v)?
         ),
         var!(
             "DECLINE_ON_VMEM",
@@ -791,6 +812,14 @@ pub fn parse_duration(v: &str) -> Option<Duration> {
     }
     // A positive value below one nanosecond would round to a zero Duration.
     Some(Duration::from_secs_f64(secs)).filter(|d| !d.is_zero())
+}
+
+/// [`parse_duration`], or zero for `0`, `off` and `never`.
+pub fn parse_duration_or_off(v: &str) -> Option<Duration> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "0" | "off" | "never" => Some(Duration::ZERO),
+        _ => parse_duration(v),
+    }
 }
 
 fn parse_nonneg_f64(v: &str) -> Option<f64> {

@@ -68,6 +68,12 @@ const CASES: &[Case] = &[
         bad: &["half", "0x100"],
     },
     Case {
+        suffix: "POOL_IDLE_RELEASE",
+        valid: "off",
+        expect: |p| p.pool_idle_release = Duration::ZERO,
+        bad: &["soon", "-1s", "5h", ""],
+    },
+    Case {
         suffix: "DECLINE_ON_VMEM",
         valid: "on",
         expect: |p| p.decline_on_vmem = true,

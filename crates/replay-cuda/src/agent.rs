@@ -419,7 +419,7 @@ impl Agent for CudaAgent {
             module,
             symbol: symbol.to_string(),
             bytes: bytes.to_vec(),
-            launch_attributes: crate::capture::attributes_of(&l),
+            launch_attributes: crate::capture::attributes_of(l.relaunch.as_ref()),
         })
     }
 

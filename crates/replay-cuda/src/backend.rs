@@ -103,6 +103,7 @@ impl CudaBackend {
             let weak = Arc::downgrade(&engine);
             let mem = Arc::downgrade(&memory);
             allocator.set_oom_hook(Some(Arc::new(move || {
+                let _relaxed = RelaxedCapture::enter();
                 if let Some(e) = weak.upgrade() {
                     e.release_pools();
                 }
@@ -260,8 +261,30 @@ impl CudaBackend {
         let r = service.submit(&*self.agent, &*self.engine, dispatch);
         self.agent.unregister_launch(handle);
         // Backing the window gave back is released here, outside it, once nothing is running.
-        self.memory.release_deferred(false);
+        self.release_idle(service.policy().pool_idle_release);
         r
+    }
+
+    /// Frees the backing memory the library holds for this device, now: the memory layer's
+    /// pool (blocks a live snapshot holds follow when it ends) and what waits for release,
+    /// even behind busy streams. What an application allocation that ran out of memory calls
+    /// before its retry, and what a tool calls before handing the device to another process.
+    /// Returns the bytes that were pooled or waiting.
+    pub fn release_backing(&self) -> u64 {
+        let held = self.engine.pooled_bytes() + self.memory.deferred_bytes();
+        // The library's frees must not invalidate another thread's capture.
+        let _relaxed = RelaxedCapture::enter();
+        self.engine.release_pools();
+        self.memory.release_deferred(true);
+        held
+    }
+
+    /// Outside a window: the pool is released when it sat unused for `after`
+    /// (`Policy::pool_idle_release`; zero: never), and backing given back is freed once no
+    /// stream the backend knows has work (a free waits for the whole device).
+    pub fn release_idle(&self, after: std::time::Duration) {
+        self.engine.release_idle(after);
+        self.memory.release_deferred(false);
     }
 
     /// What a launch into `queue` is for the window: a kernel dispatch, or (the stream is

@@ -243,9 +243,12 @@ pub unsafe fn read_attributes(
         .collect()
 }
 
-/// The attributes of a captured launch (only `cuLaunchKernelEx` launches have any).
-pub(crate) fn attributes_of(l: &crate::agent::CapturedLaunch) -> Vec<replay_core::LaunchAttribute> {
-    match l.relaunch.as_ref().map(|r| &r.how) {
+/// The attributes of a captured launch, given its relaunch (only `cuLaunchKernelEx` launches
+/// have any).
+pub(crate) fn attributes_of(
+    relaunch: Option<&crate::launch::Relaunch>,
+) -> Vec<replay_core::LaunchAttribute> {
+    match relaunch.map(|r| &r.how) {
         Some(crate::launch::How::Ex { config, .. }) if !config.is_null() => {
             // SAFETY: the application's launch configuration, alive for its launch call, which
             // the window (and so this capture) runs inside.

@@ -41,6 +41,109 @@ pub const LOCAL_RANK_VARS: &[&str] = &[
     "SLURM_LOCALID",
 ];
 
+/// Variables naming how many processes a job has: PyTorch's launchers, Open MPI, MPICH/PMI,
+/// Slurm.
+pub const WORLD_SIZE_VARS: &[&str] = &[
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+];
+
+/// Launchers whose program is a multi-process job.
+pub const LAUNCHERS: &[&str] = &[
+    "torchrun",
+    "mpirun",
+    "mpiexec",
+    "srun",
+    "deepspeed",
+    "accelerate",
+    "horovodrun",
+    "jsrun",
+];
+
+/// Variables that bound how long a collective waits for the slowest rank, with what the
+/// program gets when none is set.
+pub const COLLECTIVE_TIMEOUT_VARS: &[(&str, &str)] = &[
+    (
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+        "PyTorch's NCCL watchdog, default 480 s",
+    ),
+    (
+        "TORCH_NCCL_BLOCKING_WAIT",
+        "PyTorch: collectives time out by init_process_group's timeout (default 10 min)",
+    ),
+    (
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "PyTorch: what a timed-out collective does (default: abort the process)",
+    ),
+    (
+        "NCCL_TIMEOUT",
+        "NCCL's own bound where the framework sets none",
+    ),
+    (
+        "NCCL_IB_TIMEOUT",
+        "NCCL's InfiniBand retransmission timeout",
+    ),
+    ("GLOO_TIMEOUT_SECONDS", "gloo collectives"),
+];
+
+/// Why a program looks like one rank of several: the launcher it starts (its first word's
+/// file name) or a world-size variable above 1. `None` for a single process.
+pub fn multi_rank_reason(
+    program: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<String> {
+    if let Some(p) = program {
+        let name = Path::new(p)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(p);
+        if LAUNCHERS.contains(&name) {
+            return Some(format!("the program is {name}"));
+        }
+    }
+    WORLD_SIZE_VARS.iter().find_map(|v| {
+        let n: u64 = env(v)?.trim().parse().ok()?;
+        (n > 1).then(|| format!("{v}={n}"))
+    })
+}
+
+/// The warning `kreplay run` prints before a multi-rank job starts: ranks that replay run
+/// every candidate dispatch `passes` times (a window may wait up to `pass_timeout` per pass),
+/// while the others wait for them in their next collective, so a collective timeout may end
+/// the job. Names each variable that bounds it, with its value where set. `None` for a single
+/// process, or when no rank replays more than once.
+pub fn collective_timeout_warning(
+    program: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+    passes: u64,
+    pass_timeout: std::time::Duration,
+    ranks: Option<&str>,
+) -> Option<String> {
+    let why = multi_rank_reason(program, env)?;
+    if passes < 2 {
+        return None;
+    }
+    let set: Vec<String> = COLLECTIVE_TIMEOUT_VARS
+        .iter()
+        .map(|(v, what)| match env(v) {
+            Some(val) => format!("{v}={val} ({what})"),
+            None => format!("{v} unset ({what})"),
+        })
+        .collect();
+    let which = match ranks {
+        Some(r) => format!("ranks {r} replay, the others do not"),
+        None => "every rank replays, each at its own pace".into(),
+    };
+    Some(format!(
+        "this looks like a multi-rank job ({why}); {which}: each candidate dispatch runs {passes} passes (a pass may wait up to {:.0} s), so ranks reach their collectives unevenly and the others wait in them. If that wait exceeds a collective timeout the job is aborted: raise it, or limit replay (--ranks, --kernel-include, --dispatch-range). Bounds in force: {}",
+        pass_timeout.as_secs_f64(),
+        set.join("; ")
+    ))
+}
+
 fn first_number(vars: &[&str], env: &dyn Fn(&str) -> Option<String>) -> Option<u32> {
     vars.iter()
         .find_map(|v| env(v))
@@ -288,6 +391,44 @@ pub fn chain_injection() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_multi_rank_job_is_warned_about_collective_timeouts_naming_the_variables() {
+        let none = |_: &str| None;
+        let secs = std::time::Duration::from_secs(60);
+        // A single process, or no replay: no warning.
+        assert_eq!(
+            collective_timeout_warning(Some("python"), &none, 5, secs, None),
+            None
+        );
+        let world1 = |v: &str| (v == "WORLD_SIZE").then(|| "1".to_string());
+        assert_eq!(
+            collective_timeout_warning(Some("./app"), &world1, 5, secs, None),
+            None
+        );
+        assert_eq!(
+            collective_timeout_warning(Some("/usr/bin/torchrun"), &none, 1, secs, None),
+            None
+        );
+        // The launcher by name.
+        let w = collective_timeout_warning(Some("/usr/bin/torchrun"), &none, 5, secs, Some("0"))
+            .expect("torchrun starts ranks");
+        assert!(w.contains("the program is torchrun"), "{w}");
+        assert!(w.contains("ranks 0 replay"), "{w}");
+        assert!(w.contains("5 passes"), "{w}");
+        assert!(w.contains("NCCL_TIMEOUT unset"), "{w}");
+        assert!(w.contains("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC unset"), "{w}");
+        // A world size from the environment, with a timeout the user set.
+        let env = |v: &str| match v {
+            "SLURM_NTASKS" => Some("8".to_string()),
+            "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC" => Some("60".to_string()),
+            _ => None,
+        };
+        let w = collective_timeout_warning(Some("python"), &env, 38, secs, None).unwrap();
+        assert!(w.contains("SLURM_NTASKS=8"), "{w}");
+        assert!(w.contains("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=60"), "{w}");
+        assert!(w.contains("every rank replays"), "{w}");
+    }
 
     #[test]
     fn ranks_come_from_the_launchers_variables_in_order() {

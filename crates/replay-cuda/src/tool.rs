@@ -463,6 +463,17 @@ extern "C" {
     fn atexit(f: extern "C" fn()) -> c_int;
 }
 
+/// Gives up the CUPTI cross-check's subscription when dropped (after the report is written).
+fn scopeguard_unsubscribe() -> impl Drop {
+    struct G;
+    impl Drop for G {
+        fn drop(&mut self) {
+            crate::intercept::cupti::unsubscribe();
+        }
+    }
+    G
+}
+
 fn register_exit_report() {
     if std::env::var_os(OUT_ENV).is_none() && crate::job::out_dir().is_none() {
         return;
@@ -474,6 +485,8 @@ fn register_exit_report() {
 extern "C" fn exit_report() {
     let _inside = crate::intercept::Internal::enter();
     let _ = std::panic::catch_unwind(|| {
+        // CUPTI is not kept past the program's end (the report keeps the counts).
+        let _g = scopeguard_unsubscribe();
         if let Some(dir) = crate::job::out_dir() {
             let path = crate::job::report_path(&dir, std::process::id());
             let mut json = report_json();

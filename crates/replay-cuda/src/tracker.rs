@@ -22,9 +22,10 @@
 //! with unified addressing, the host address), which is also what an argument word holds and
 //! what the device memory's copies and digests read and write.
 //!
-//! When the driver reports out of memory for an application allocation, the allocator first
-//! calls its out-of-memory hook (the backend releases the memory layer's pooled backing there,
-//! SPEC §7.3), then retries once.
+//! When the driver reports out of memory for an application allocation (every entry above:
+//! device, managed, pinned, registered, stream-ordered and virtual), the allocator first calls
+//! its out-of-memory hook (the backend releases the memory layer's pooled backing and the
+//! backing waiting for release there, SPEC §7.3), then retries once.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -302,8 +303,10 @@ impl CudaAllocator {
         self.inner.device.bind()?;
         let size = size_of(bytes)?;
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
-        // SAFETY: a plain allocation, owned by the returned value.
-        let host = unsafe { result::malloc_host(size, flags) }.call("cuMemHostAlloc")?;
+        let host = self.with_retry(|| {
+            // SAFETY: a plain allocation, owned by the returned value.
+            unsafe { result::malloc_host(size, flags) }.call("cuMemHostAlloc")
+        })?;
         let dptr = mapped_pointer(host);
         let mut a = self.track(dptr, bytes, AllocKind::PinnedHost);
         a.host = Some(SendPtr(host));
@@ -316,8 +319,11 @@ impl CudaAllocator {
         self.inner.device.bind()?;
         let size = size_of(bytes)?;
         let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a plain allocation, owned by the returned value; out pointer to a live local.
-        unsafe { sys::cuMemAllocHost_v2(&mut host, size) }.call("cuMemAllocHost")?;
+        self.with_retry(|| {
+            // SAFETY: a plain allocation, owned by the returned value; out pointer to a live
+            // local.
+            unsafe { sys::cuMemAllocHost_v2(&mut host, size) }.call("cuMemAllocHost")
+        })?;
         let dptr = mapped_pointer(host);
         let mut a = self.track(dptr, bytes, AllocKind::PinnedHost);
         a.host = Some(SendPtr(host));
@@ -334,8 +340,10 @@ impl CudaAllocator {
         self.inner.device.bind()?;
         let size = size_of(bytes)?;
         let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
-        // SAFETY: the caller guarantees the range; it is unregistered once, on drop.
-        unsafe { sys::cuMemHostRegister_v2(host, size, flags) }.call("cuMemHostRegister")?;
+        self.with_retry(|| {
+            // SAFETY: the caller guarantees the range; it is unregistered once, on drop.
+            unsafe { sys::cuMemHostRegister_v2(host, size, flags) }.call("cuMemHostRegister")
+        })?;
         let dptr = mapped_pointer(host);
         let mut a = self.track(dptr, bytes, AllocKind::RegisteredHost);
         a.host = Some(SendPtr(host));

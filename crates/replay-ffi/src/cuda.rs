@@ -96,6 +96,46 @@ unsafe extern "C" fn dlsym_wrapped(handle: *mut c_void, name: *const c_char) -> 
     unsafe { ic::dlsym_answer(handle, name) }
 }
 
+/// `cuptiSubscribe` as the program calls it (its own profiler: PyTorch's Kineto): the
+/// launch cross-check gives up its subscription first
+/// ([`replay_cuda::intercept::cupti::step_aside`]), so the program gets the one CUPTI allows;
+/// then the call goes on to CUPTI (the next object defining it). `CUPTI_ERROR_UNKNOWN` (999)
+/// when none does.
+///
+/// # Safety
+/// CUPTI's contract for `cuptiSubscribe`.
+#[no_mangle]
+pub unsafe extern "C" fn cuptiSubscribe(
+    subscriber: *mut *mut c_void,
+    callback: *mut c_void,
+    userdata: *mut c_void,
+) -> c_int {
+    type Subscribe = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *mut c_void) -> c_int;
+    let next = std::panic::catch_unwind(|| {
+        replay_cuda::intercept::cupti::step_aside();
+        let dlsym = ic::real_dlsym()?;
+        // RTLD_NEXT from here: the next object after this library, CUPTI itself.
+        const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+        // SAFETY: the C library's dlsym with a NUL-terminated name.
+        let p = unsafe { dlsym(RTLD_NEXT, c"cuptiSubscribe".as_ptr()) };
+        if !p.is_null() {
+            return Some(p as usize);
+        }
+        // A CUPTI loaded locally (a Python extension's dependency) is not in the global
+        // scope RTLD_NEXT searches.
+        replay_cuda::intercept::cupti::loaded_entry("cuptiSubscribe")
+    });
+    match next {
+        Ok(Some(p)) => {
+            // SAFETY: CUPTI's cuptiSubscribe, which has this signature.
+            let f: Subscribe = unsafe { std::mem::transmute::<usize, Subscribe>(p) };
+            // SAFETY: the caller's arguments, forwarded.
+            unsafe { f(subscriber, callback, userdata) }
+        }
+        _ => 999,
+    }
+}
+
 /// `cuGetProcAddress` (4 arguments).
 ///
 /// # Safety

@@ -426,6 +426,17 @@ pub fn release_pools() -> u64 {
         .sum()
 }
 
+/// Frees the pooled backing of every agent's engine that sat unused for the service's
+/// `pool_idle_release` (SPEC §7.3); the allocation wrappers call it before each application
+/// allocation, so a process that stopped replaying gives the memory back. The bytes freed.
+pub fn release_idle() -> u64 {
+    let Some(after) = service().map(|s| s.policy().pool_idle_release) else {
+        return 0;
+    };
+    let engines: Vec<Arc<MemoryEngine>> = ENGINES.lock().values().cloned().collect();
+    engines.iter().map(|e| e.release_idle(after)).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

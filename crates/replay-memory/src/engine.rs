@@ -7,13 +7,14 @@
 //! snapshot, so at most one snapshot of an agent is alive at a time.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use replay_core::policy::{Policy, Scope};
 use replay_core::wait::{bounded, WaitError};
 use replay_core::{
-    AgentId, BackendError, BackendErrorKind, CaptureStats, DeviceMemory, DigestKey, Dispatch,
-    KernelKey, RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan,
-    Snapshotter, Tier, WaitSpec,
+    AgentId, BackendError, BackendErrorKind, CaptureStats, Clock, DeviceMemory, DigestKey,
+    Dispatch, KernelKey, RestoreError, RestoreStats, ScopeCheck, Snapshot, SnapshotError,
+    SnapshotPlan, Snapshotter, Tier, WaitSpec,
 };
 
 use crate::modules::ModuleVariables;
@@ -77,6 +78,16 @@ impl MemoryEngine {
         self
     }
 
+    /// Measures the pool's idle time ([`MemoryEngine::release_idle`]) on `clock` (the
+    /// service's; default the wall clock). Call before the first capture.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        Arc::get_mut(&mut self.shared)
+            .expect("no snapshot exists before the first capture")
+            .pool
+            .clock = clock;
+        self
+    }
+
     /// Uses `bytes` as the host's available memory instead of `/proc/meminfo` (tests, hosts
     /// without procfs).
     pub fn with_host_available_bytes(mut self, bytes: u64) -> Self {
@@ -94,6 +105,15 @@ impl MemoryEngine {
     /// of memory (SPEC §7.3), before it retries.
     pub fn release_pools(&self) {
         self.shared.pool.release();
+    }
+
+    /// Frees the pooled backing when no snapshot holds any of it and none came back for
+    /// `after` or longer (`Policy::pool_idle_release`; zero: never); returns the bytes given
+    /// to [`DeviceMemory::free_backing`]. Nothing runs on its own: the backend calls this from
+    /// its entry points (a launch, an allocation), so an application that stopped replaying
+    /// does not keep the memory from another process (SPEC §7.3).
+    pub fn release_idle(&self, after: Duration) -> u64 {
+        self.shared.pool.release_idle(after)
     }
 
     /// Backing bytes held now: pooled, in use, and quarantined.

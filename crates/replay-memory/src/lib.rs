@@ -80,7 +80,11 @@
 //!   dropped its blocks return to the pool, which is then trimmed per tier to
 //!   `policy.pool_keep_bytes` (largest blocks kept). [`MemoryEngine::release_pools`] frees the
 //!   pool at once when an application allocation fails for lack of memory; blocks a live
-//!   snapshot holds are freed when it is dropped. `pooled_peak_bytes` counts every backing
+//!   snapshot holds are freed when it is dropped. [`MemoryEngine::release_idle`] frees it once
+//!   no block came back for `policy.pool_idle_release` (default 5 s, on the clock given with
+//!   [`MemoryEngine::with_clock`]): there is no thread of the library's own, so the backend
+//!   calls it from its entry points (launches, allocations), and another process sharing the
+//!   device finds the memory free. `pooled_peak_bytes` counts every backing
 //!   allocation held at once.
 //! - **Abandoned copies leak on purpose.** A copy whose fence did not complete in time may
 //!   still write its backing memory; those blocks are neither freed nor reused (counted by

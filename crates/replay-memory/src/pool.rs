@@ -1,13 +1,15 @@
 //! Backing memory pooled per agent (SPEC §7.3): blocks a capture takes (smallest free block
 //! that fits, else largest first plus one new allocation for the rest), gives back when its
 //! snapshot is dropped or a capture fails, trims per tier to a keep limit, releases at once
-//! when the application runs out of memory, and leaks on purpose when an abandoned copy may
-//! still write them (quarantine).
+//! when the application runs out of memory or after the pool sat unused for the policy's
+//! bound (`release_idle`), and leaks on purpose when an abandoned copy may still write them
+//! (quarantine).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
-use replay_core::{AgentId, BackendError, BackingId, DeviceMemory, Tier};
+use replay_core::{AgentId, BackendError, BackingId, Clock, DeviceMemory, SystemClock, Tier};
 
 /// A backing allocation, in use by a snapshot or free in the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,9 +30,15 @@ pub(crate) struct Pool {
     quarantined: u64,
     /// `release_pools` ran while a snapshot held blocks: free them when they come back.
     release_returning: bool,
+    /// When blocks last came back (the pool's clock): the start of its idle time.
+    returned_at: Option<Duration>,
 }
 
 impl Pool {
+    fn free_total(&self) -> u64 {
+        self.free.iter().map(|b| b.size).sum()
+    }
+
     /// Free pooled bytes of `tier`.
     pub(crate) fn free_bytes(&self, tier: Tier) -> u64 {
         self.free
@@ -112,6 +120,8 @@ pub(crate) struct BackingPool {
     agent: AgentId,
     device: Arc<dyn DeviceMemory>,
     state: Mutex<Pool>,
+    /// Measures idle time (the service's clock, so the simulator's virtual time too).
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for BackingPool {
@@ -126,6 +136,7 @@ impl BackingPool {
             agent,
             device,
             state: Mutex::new(Pool::default()),
+            clock: Arc::new(SystemClock::new()),
         }
     }
 
@@ -158,9 +169,11 @@ impl BackingPool {
 
     /// Returns blocks to the pool, then trims it to `keep` (when given).
     pub(crate) fn give_back(&self, blocks: Vec<Block>, keep: Option<u64>) {
+        let now = self.clock.now();
         let to_free = {
             let mut pool = self.state.lock();
             pool.free.extend(blocks);
+            pool.returned_at = Some(now);
             if std::mem::take(&mut pool.release_returning) {
                 pool.trim(0)
             } else {
@@ -190,14 +203,43 @@ impl BackingPool {
     pub(crate) fn release(&self) {
         let to_free = {
             let mut pool = self.state.lock();
-            let in_use =
-                pool.held - pool.quarantined - pool.free.iter().map(|b| b.size).sum::<u64>();
+            let in_use = pool.held - pool.quarantined - pool.free_total();
             pool.release_returning = in_use > 0;
             pool.trim(0)
         };
         for b in to_free {
             self.device.free_backing(b.id);
         }
+    }
+
+    /// Frees every free block when no snapshot holds any and none came back for `after` or
+    /// longer; zero `after` never does. Returns the bytes freed.
+    pub(crate) fn release_idle(&self, after: Duration) -> u64 {
+        if after.is_zero() {
+            return 0;
+        }
+        let now = self.clock.now();
+        let to_free = {
+            let mut pool = self.state.lock();
+            let free = pool.free_total();
+            let in_use = pool.held - pool.quarantined - free;
+            let idle = pool
+                .returned_at
+                .is_some_and(|t| now.saturating_sub(t) >= after);
+            if free == 0 || in_use > 0 || !idle {
+                return 0;
+            }
+            pool.trim(0)
+        };
+        let bytes = to_free.iter().map(|b| b.size).sum();
+        log::debug!(
+            "[kernel-replay] agent {}: releasing {bytes} bytes of backing memory unused for {after:?}",
+            self.agent
+        );
+        for b in to_free {
+            self.device.free_backing(b.id);
+        }
+        bytes
     }
 
     /// Backing bytes held now: pooled, in use, and quarantined.

@@ -367,7 +367,8 @@ impl SimRuntime {
             memory,
             Arc::clone(&self.inner.modules) as Arc<dyn replay_memory::ModuleVariables>,
         )
-        .with_host_available_bytes(pageable);
+        .with_host_available_bytes(pageable)
+        .with_clock(Arc::clone(self.inner.gpu.clock()) as Arc<dyn replay_core::Clock>);
         if let Some(k) = self.inner.digest_key {
             engine = engine.with_digest_key(k);
         }
@@ -437,6 +438,7 @@ impl SimRuntime {
     /// `TOOL_OWNED` memory is marked as the tool's. When the device is full, the memory layer's
     /// pools are released and the allocation retried once.
     pub fn alloc(&self, agent: AgentId, size: u64, class: MemoryClass) -> Result<u64, SimError> {
+        self.release_idle(agent);
         match self.shared().alloc_mem(agent, size, class, true, None) {
             Err(SimError::OutOfMemory { .. }) if self.shared().agent_shared(agent).is_some() => {
                 self.engine(agent).release_pools();
@@ -774,7 +776,21 @@ impl SimRuntime {
         let r = Self::submit_now(self.shared(), &agent, &engine, service.as_deref(), dispatch);
         let _ = completion.report.set(r.clone());
         r?;
+        self.release_idle(queue.agent);
         Ok(completion)
+    }
+
+    /// Releases `agent`'s pooled backing when it sat unused for the service's
+    /// `pool_idle_release`, as a backend does from its entry points.
+    fn release_idle(&self, agent: AgentId) {
+        if let (Some(svc), Some(engine)) = (
+            self.service(),
+            usize::try_from(agent.0)
+                .ok()
+                .and_then(|i| self.inner.engines.read().get(i).cloned()),
+        ) {
+            engine.release_idle(svc.policy().pool_idle_release);
+        }
     }
 
     /// Launches `kernel` on `queue` with argument block `args` over `grid` work-items, through

@@ -309,3 +309,76 @@ fn a_tier_that_runs_out_mid_plan_spills_to_the_next() {
         finish(&rt);
     }
 }
+
+#[test]
+fn pooled_backing_unused_for_the_idle_bound_is_released_on_the_simulators_clock() {
+    let idle = std::time::Duration::from_secs(5);
+    let policy = Policy {
+        device_tier_bytes: 8 * MIB,
+        pool_keep_bytes: u64::MAX,
+        pool_idle_release: idle,
+        ..fast_policy()
+    };
+    let rt = runtime(1);
+    ToolScript::passes(3).install(&rt, policy);
+    let app = RmwApp::setup(&rt);
+    let (mem, engine, clock) = (rt.memory(A0), rt.engine(A0), rt.clock());
+    assert_outcome(&app.run(&rt), Outcome::Replayed, Reason::None);
+    assert_eq!(engine.pooled_bytes(), APP, "kept after the window");
+
+    // Short of the bound: a later call into the library keeps the pool.
+    clock.advance(idle / 2);
+    let other = rt.alloc(A0, 4 * KIB, MemoryClass::DEVICE_COARSE).unwrap();
+    assert_eq!(engine.pooled_bytes(), APP);
+    assert_eq!(mem.backing_count(), 1);
+    // A window in between restarts the idle time.
+    assert_outcome(&app.run(&rt), Outcome::Replayed, Reason::None);
+    clock.advance(idle - std::time::Duration::from_millis(1));
+    rt.alloc(A0, 4 * KIB, MemoryClass::DEVICE_COARSE).unwrap();
+    assert_eq!(
+        engine.pooled_bytes(),
+        APP + 4 * KIB,
+        "the window used the pool"
+    );
+
+    // Past the bound: the next call releases every block.
+    clock.advance(std::time::Duration::from_millis(2));
+    rt.alloc(A0, 4 * KIB, MemoryClass::DEVICE_COARSE).unwrap();
+    assert_eq!(engine.pooled_bytes(), 0);
+    assert_eq!(mem.backing_count(), 0);
+    for tier in Tier::ALL {
+        assert_eq!(mem.backing_bytes(tier), 0, "{tier:?}");
+    }
+
+    // Replay goes on with fresh backing, and memory equals one execution of each dispatch.
+    assert_outcome(&app.run(&rt), Outcome::Replayed, Reason::None);
+    let reference = reference(1, |rt| {
+        let app = RmwApp::setup(rt);
+        app.run_plain(rt);
+        rt.alloc(A0, 4 * KIB, MemoryClass::DEVICE_COARSE).unwrap();
+        app.run_plain(rt);
+        rt.alloc(A0, 4 * KIB, MemoryClass::DEVICE_COARSE).unwrap();
+        rt.alloc(A0, 4 * KIB, MemoryClass::DEVICE_COARSE).unwrap();
+        app.run_plain(rt);
+    });
+    assert_matches_reference(&rt, &reference);
+    let _ = other;
+    finish(&rt);
+}
+
+#[test]
+fn an_idle_bound_of_zero_keeps_the_pool() {
+    let policy = Policy {
+        pool_keep_bytes: u64::MAX,
+        pool_idle_release: std::time::Duration::ZERO,
+        ..fast_policy()
+    };
+    let rt = runtime(1);
+    ToolScript::passes(2).install(&rt, policy);
+    let app = RmwApp::setup(&rt);
+    assert_outcome(&app.run(&rt), Outcome::Replayed, Reason::None);
+    rt.clock().advance(std::time::Duration::from_secs(3600));
+    rt.alloc(A0, 4 * KIB, MemoryClass::DEVICE_COARSE).unwrap();
+    assert_eq!(rt.engine(A0).pooled_bytes(), APP);
+    finish(&rt);
+}

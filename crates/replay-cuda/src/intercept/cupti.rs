@@ -11,7 +11,14 @@
 //! library's own kernels are *inside*; an application launch that reached the driver by a
 //! path no wrapper covers is *outside*, counted per entry. Without CUPTI, or when another
 //! subscriber holds it (CUPTI allows one), the report says so and nothing is counted.
-//! `KREPLAY_CUDA_CUPTI=0` turns the cross-check off.
+//!
+//! CUPTI takes one subscriber and the program's own profiler (PyTorch's Kineto, Nsight
+//! Systems) may need it, so the cross-check runs only when asked for: `KREPLAY_CUDA_CUPTI=1`
+//! (`kreplay run --check-launches`); unset or `0` it is off. Its subscription is given up
+//! when the report is written at exit ([`unsubscribe`]), and at once when the program
+//! subscribes itself: the library exports `cuptiSubscribe`, which steps aside
+//! ([`step_aside`]: unsubscribes ours, the report says `stepped_aside` with the counts up to
+//! then) before the program's call goes on to CUPTI.
 //!
 //! Subscribing runs at the first intercepted launch (outside `cuInit`), so launches before
 //! it are not cross-checked.
@@ -25,8 +32,18 @@ use serde::Serialize;
 
 use super::internal::Internal;
 
-/// Environment variable: `0` turns the CUPTI cross-check off.
+/// Environment variable: `1` turns the CUPTI cross-check on (default off).
 pub const CUPTI_ENV: &str = "KREPLAY_CUDA_CUPTI";
+
+/// Whether the cross-check was asked for: the variable's value `1` (or `true`, `on`, `yes`).
+pub fn wanted(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "on" | "yes"
+        )
+    })
+}
 
 /// CUPTI's driver-API callback domain (`CUPTI_CB_DOMAIN_DRIVER_API`).
 pub const DOMAIN_DRIVER_API: u32 = 1;
@@ -102,7 +119,8 @@ impl Census {
 /// What the report says of the cross-check.
 #[derive(Debug, Clone, Serialize)]
 pub struct CuptiReport {
-    /// `subscribed`, `off`, `unavailable` or `not_started` (no launch was intercepted).
+    /// `subscribed`, `off`, `unavailable`, `not_started` (no launch was intercepted),
+    /// `stepped_aside` (the program subscribed; counts up to then) or `unsubscribed` (at exit).
     pub status: &'static str,
     /// Why not subscribed, or the library subscribed with.
     pub detail: String,
@@ -116,6 +134,70 @@ pub struct CuptiReport {
 
 static CENSUS: OnceLock<Census> = OnceLock::new();
 static STATE: Mutex<Option<(&'static str, String)>> = Mutex::new(None);
+
+type Unsubscribe = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// The live subscription: its handle and CUPTI's `cuptiUnsubscribe`.
+struct Live {
+    handle: *mut c_void,
+    unsubscribe: Unsubscribe,
+}
+
+// SAFETY: a CUPTI subscriber handle is an opaque value CUPTI accepts from any thread.
+unsafe impl Send for Live {}
+
+static LIVE: Mutex<Option<Live>> = Mutex::new(None);
+
+/// Gives up the subscription, if one is live, and says why in the report (`status`).
+fn give_up(status: &'static str, why: &str) -> bool {
+    let Some(live) = LIVE.lock().take() else {
+        return false;
+    };
+    // SAFETY: the handle cuptiSubscribe gave, unsubscribed once (taken out above).
+    let r = unsafe { (live.unsubscribe)(live.handle) };
+    let mut st = STATE.lock();
+    let detail = st.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
+    *st = Some((
+        status,
+        format!("{why} ({detail}; cuptiUnsubscribe returned {r})"),
+    ));
+    true
+}
+
+/// The program subscribes to CUPTI itself: ours goes first, so its profiler gets the one
+/// subscription CUPTI allows. Returns whether one was given up. No driver call.
+pub fn step_aside() -> bool {
+    let gave = give_up("stepped_aside", "the program subscribed to CUPTI");
+    if gave {
+        log::info!(
+            "[kernel-replay] CUPTI cross-check stepped aside: the program subscribes to CUPTI"
+        );
+    }
+    gave
+}
+
+/// The address of CUPTI's entry `name` in a CUPTI the process already loaded (by soname,
+/// whatever scope it was loaded in), without loading one.
+pub fn loaded_entry(name: &str) -> Option<usize> {
+    let sym = std::ffi::CString::new(name).ok()?;
+    ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
+        .iter()
+        .find_map(|lib| {
+            use libloading::os::unix::{Library, RTLD_NOW};
+            const RTLD_NOLOAD: c_int = 4;
+            // SAFETY: RTLD_NOLOAD only finds a library already loaded; nothing runs.
+            let l = unsafe { Library::open(Some(*lib), RTLD_NOW | RTLD_NOLOAD) }.ok()?;
+            // SAFETY: read as an address only.
+            let f = unsafe { l.get::<*mut c_void>(sym.as_bytes_with_nul()) }.ok()?;
+            // Loaded before this call: dropping this handle leaves it loaded.
+            Some(*f as usize).filter(|p| *p != 0)
+        })
+}
+
+/// Gives up the subscription at exit (the report's writer calls it first).
+pub fn unsubscribe() {
+    give_up("unsubscribed", "given up at exit");
+}
 
 fn census() -> &'static Census {
     CENSUS.get_or_init(Census::default)
@@ -174,11 +256,12 @@ type Subscribe = unsafe extern "C" fn(
 type EnableCallback = unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> c_int;
 type ResultString = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
 
+static SUBSCRIBED: OnceLock<()> = OnceLock::new();
+
 /// Subscribes the cross-check once (the first intercepted launch calls it, with
 /// [`Internal`] held, so CUPTI's own driver calls go straight to the driver).
 pub fn subscribe() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
+    SUBSCRIBED.get_or_init(|| {
         let r = try_subscribe();
         if let Err((status, why)) = &r {
             log::info!("[kernel-replay] CUPTI cross-check {status}: {why}");
@@ -188,8 +271,11 @@ pub fn subscribe() {
 }
 
 fn try_subscribe() -> Result<(&'static str, String), (&'static str, String)> {
-    if std::env::var(CUPTI_ENV).is_ok_and(|v| v == "0") {
-        return Err(("off", format!("{CUPTI_ENV}=0")));
+    if !wanted(std::env::var(CUPTI_ENV).ok().as_deref()) {
+        return Err((
+            "off",
+            format!("not asked for ({CUPTI_ENV}=1, kreplay run --check-launches)"),
+        ));
     }
     let mut tried = Vec::new();
     let mut found = None;
@@ -224,9 +310,10 @@ fn try_subscribe() -> Result<(&'static str, String), (&'static str, String)> {
         ));
     };
     // SAFETY: CUPTI's documented entries with their documented signatures.
-    let (sub, enable, rstr) = unsafe {
+    let (sub, unsub, enable, rstr) = unsafe {
         (
             lib.get::<Subscribe>(b"cuptiSubscribe\0").map(|f| *f),
+            lib.get::<Unsubscribe>(b"cuptiUnsubscribe\0").map(|f| *f),
             lib.get::<EnableCallback>(b"cuptiEnableCallback\0")
                 .map(|f| *f),
             lib.get::<ResultString>(b"cuptiGetResultString\0")
@@ -234,11 +321,11 @@ fn try_subscribe() -> Result<(&'static str, String), (&'static str, String)> {
                 .ok(),
         )
     };
-    let (Ok(sub), Ok(enable)) = (sub, enable) else {
+    let (Ok(sub), Ok(unsub), Ok(enable)) = (sub, unsub, enable) else {
         return Err((
             "unavailable",
             format!(
-                "{} lacks cuptiSubscribe/cuptiEnableCallback",
+                "{} lacks cuptiSubscribe/cuptiUnsubscribe/cuptiEnableCallback",
                 path.display()
             ),
         ));
@@ -269,7 +356,11 @@ fn try_subscribe() -> Result<(&'static str, String), (&'static str, String)> {
             log::debug!("[kernel-replay] CUPTI: {name} not enabled: {}", why(r));
         }
     }
-    // The callback stays registered for the life of the process.
+    *LIVE.lock() = Some(Live {
+        handle,
+        unsubscribe: unsub,
+    });
+    // Kept loaded: the callback may still run on another thread while it is given up.
     std::mem::forget(lib);
     Ok(("subscribed", path.display().to_string()))
 }
@@ -277,6 +368,17 @@ fn try_subscribe() -> Result<(&'static str, String), (&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cross_check_runs_only_when_asked_for() {
+        assert!(!wanted(None));
+        for v in ["0", "", "off", "no", "2"] {
+            assert!(!wanted(Some(v)), "{v:?}");
+        }
+        for v in ["1", "true", "ON", " yes "] {
+            assert!(wanted(Some(v)), "{v:?}");
+        }
+    }
 
     #[test]
     fn counts_launch_entries_inside_and_outside_by_entry_and_ignores_the_rest() {

@@ -366,9 +366,9 @@ entries! {
     cuDevicePrimaryCtxReset_v2 => primary_ctx_reset, real_primary_ctx_reset: fn(d: c_int), st::hook_primary_ctx_reset;
     cuDevicePrimaryCtxReset => primary_ctx_reset_v1, real_primary_ctx_reset_v1: fn(d: c_int), st::hook_primary_ctx_reset;
     cuCtxDestroy_v2 => ctx_destroy, real_ctx_destroy: fn(c: CUcontext), st::hook_ctx_destroy;
-    cuArrayCreate_v2 => array_create, real_array_create: fn(a: *mut u64, desc: *const c_void), st::unseen::hook_array_create;
-    cuArray3DCreate_v2 => array_3d_create, real_array_3d_create: fn(a: *mut u64, desc: *const c_void), st::unseen::hook_array_create;
-    cuMipmappedArrayCreate => mipmapped_array_create, real_mipmapped_array_create: fn(a: *mut u64, desc: *const c_void, levels: c_uint), st::unseen::hook_mipmapped_array_create;
+    cuArrayCreate_v2 => array_create, real_array_create: fn(a: *mut u64, desc: *const c_void), st::hook_array_create;
+    cuArray3DCreate_v2 => array_3d_create, real_array_3d_create: fn(a: *mut u64, desc: *const c_void), st::hook_array_create;
+    cuMipmappedArrayCreate => mipmapped_array_create, real_mipmapped_array_create: fn(a: *mut u64, desc: *const c_void, levels: c_uint), st::hook_mipmapped_array_create;
     cuArrayDestroy => array_destroy, real_array_destroy: fn(a: u64), st::unseen::hook_array_destroy;
     cuMipmappedArrayDestroy => mipmapped_array_destroy, real_mipmapped_array_destroy: fn(a: u64), st::unseen::hook_array_destroy;
     cuSurfObjectCreate => surf_object_create, real_surf_object_create: fn(s: *mut u64, desc: *const c_void), st::unseen::hook_surf_object_create;

@@ -398,6 +398,14 @@ impl InjectState {
         })
     }
 
+    /// Every backend opened.
+    pub fn open_backends(&self) -> Vec<Arc<CudaBackend>> {
+        let b = self.backends.lock();
+        b.values()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect()
+    }
+
     /// The backend of `agent`, if opened.
     pub fn backend_of(&self, agent: AgentId) -> Option<Arc<CudaBackend>> {
         let b = self.backends.lock();
@@ -878,7 +886,7 @@ unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) -> CUresult {
     let memory = unseen::UnseenGate::new(&globals, unseen);
     let r = service.submit(&**backend.agent(), &memory, dispatch);
     backend.agent().unregister_launch(handle);
-    backend.memory().release_deferred(false);
+    backend.release_idle(service.policy().pool_idle_release);
     let rl = captured.relaunch.as_ref().expect("set above");
     if rl.launches.load(Ordering::Relaxed) == 0 {
         // The window returned without submitting (an error before any launch): the
@@ -1079,23 +1087,77 @@ pub(crate) unsafe fn hook_cooperative(
     unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, s, params) }
 }
 
-/// Calls `alloc`; on out-of-memory releases the pooled backing of the current device's
-/// backend and calls it once more.
-fn with_oom_retry(mut alloc: impl FnMut() -> CUresult) -> CUresult {
+/// Which backing an allocation competes with: the current device's memory, or the host's
+/// page-locked memory (every device's pinned backing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Competes {
+    Device,
+    Host,
+}
+
+/// Calls `alloc` after releasing backing that sat unused past the policy's bound; on
+/// out-of-memory releases the backing it competes with (the current device's backend, or every
+/// backend for host memory) and calls it once more.
+pub(crate) fn with_oom_retry(competes: Competes, mut alloc: impl FnMut() -> CUresult) -> CUresult {
+    let s = state();
+    let device = current_device().and_then(|d| s.backend_of(AgentId(d as u64)));
+    // Not from a tool's callback: a window is open there, and its frees wait for the device.
+    let in_window = replay_core::locks::thread_in_callback();
+    if let (Some(b), Some(svc), false) = (&device, service(), in_window) {
+        // Driver frees only where something waits for release, in relaxed mode there.
+        b.release_idle(svc.policy().pool_idle_release);
+    }
     let r = alloc();
     if r != CUresult::CUDA_ERROR_OUT_OF_MEMORY {
         return r;
     }
-    let s = state();
-    let Some(b) = current_device().and_then(|d| s.backend_of(AgentId(d as u64))) else {
-        return r;
+    let holders = match competes {
+        Competes::Device => device.into_iter().collect(),
+        Competes::Host => s.open_backends(),
     };
-    // The library's frees of its own backing must not invalidate another thread's capture.
-    let _relaxed = RelaxedCapture::enter();
-    b.engine().release_pools();
-    b.memory().release_deferred(true);
+    if holders.is_empty() {
+        return r;
+    }
+    let freed: u64 = holders.iter().map(|b| b.release_backing()).sum();
+    log::info!(
+        "[kernel-replay] an application allocation ran out of memory: released {freed} bytes of backing memory, retrying"
+    );
     s.counters.oom_retries.fetch_add(1, Ordering::Relaxed);
     alloc()
+}
+
+/// Hook of `cuArrayCreate_v2` and `cuArray3DCreate_v2`: device memory too, so retried
+/// after a release on out of memory (`unseen::hook_array_create` counts it).
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_array_create(
+    real: unsafe extern "C" fn(*mut u64, *const c_void) -> CUresult,
+    reached: &mut bool,
+    a: *mut u64,
+    desc: *const c_void,
+) -> CUresult {
+    // SAFETY: forwarded as given.
+    with_oom_retry(Competes::Device, || unsafe {
+        unseen::hook_array_create(real, reached, a, desc)
+    })
+}
+
+/// Hook of `cuMipmappedArrayCreate`: as [`hook_array_create`].
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mipmapped_array_create(
+    real: unsafe extern "C" fn(*mut u64, *const c_void, c_uint) -> CUresult,
+    reached: &mut bool,
+    a: *mut u64,
+    desc: *const c_void,
+    levels: c_uint,
+) -> CUresult {
+    // SAFETY: forwarded as given.
+    with_oom_retry(Competes::Device, || unsafe {
+        unseen::hook_mipmapped_array_create(real, reached, a, desc, levels)
+    })
 }
 
 fn record(base: u64, size: u64, class: MemoryClass, counter: &AtomicU64) {
@@ -1162,7 +1224,7 @@ pub(crate) unsafe fn hook_mem_alloc(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = with_oom_retry(|| unsafe { real(p, n) });
+    let r = with_oom_retry(Competes::Device, || unsafe { real(p, n) });
     let c = &state().counters.alloc_device;
     // SAFETY: `p` is the call's out pointer.
     unsafe { record_written(r, p, device_addr, n as u64, MemoryClass::DEVICE_COARSE, c) };
@@ -1184,7 +1246,7 @@ pub(crate) unsafe fn hook_mem_alloc_pitch(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = with_oom_retry(|| unsafe { real(p, pitch, w, h, e) });
+    let r = with_oom_retry(Competes::Device, || unsafe { real(p, pitch, w, h, e) });
     if r == CUresult::CUDA_SUCCESS && !p.is_null() && !pitch.is_null() {
         // SAFETY: the driver wrote both.
         let (base, pitch) = unsafe { (*p, *pitch) };
@@ -1212,7 +1274,7 @@ pub(crate) unsafe fn hook_mem_alloc_managed(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = with_oom_retry(|| unsafe { real(p, n, fl) });
+    let r = with_oom_retry(Competes::Device, || unsafe { real(p, n, fl) });
     let c = &state().counters.alloc_managed;
     // SAFETY: `p` is the call's out pointer.
     unsafe { record_written(r, p, device_addr, n as u64, MemoryClass::MANAGED, c) };
@@ -1231,7 +1293,7 @@ pub(crate) unsafe fn hook_mem_alloc_host(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = with_oom_retry(|| unsafe { real(p, n) });
+    let r = with_oom_retry(Competes::Host, || unsafe { real(p, n) });
     let c = &state().counters.alloc_host;
     // SAFETY: `p` is the call's out pointer.
     unsafe { record_written(r, p, host_addr, n as u64, MemoryClass::PINNED_HOST, c) };
@@ -1251,7 +1313,7 @@ pub(crate) unsafe fn hook_mem_host_alloc(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = with_oom_retry(|| unsafe { real(p, n, fl) });
+    let r = with_oom_retry(Competes::Host, || unsafe { real(p, n, fl) });
     let c = &state().counters.alloc_host;
     // SAFETY: `p` is the call's out pointer.
     unsafe { record_written(r, p, host_addr, n as u64, MemoryClass::PINNED_HOST, c) };
@@ -1291,7 +1353,7 @@ pub(crate) unsafe fn hook_mem_host_register(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = unsafe { real(p, n, fl) };
+    let r = with_oom_retry(Competes::Host, || unsafe { real(p, n, fl) });
     if r == CUresult::CUDA_SUCCESS {
         record(
             p as u64,
@@ -1318,7 +1380,7 @@ pub(crate) unsafe fn hook_mem_alloc_async(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = with_oom_retry(|| unsafe { real(p, n, s) });
+    let r = with_oom_retry(Competes::Device, || unsafe { real(p, n, s) });
     note_stream(s);
     if r == CUresult::CUDA_SUCCESS && !context::skip_captured_alloc(s) {
         // SAFETY: `p` is the call's out pointer.
@@ -1446,7 +1508,7 @@ pub(crate) unsafe fn hook_mem_alloc_from_pool_async(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = with_oom_retry(|| unsafe { real(p, n, pool, s) });
+    let r = with_oom_retry(Competes::Device, || unsafe { real(p, n, pool, s) });
     note_stream(s);
     if r == CUresult::CUDA_SUCCESS && !context::skip_captured_alloc(s) {
         // SAFETY: `p` is the call's out pointer.
@@ -1556,7 +1618,9 @@ pub(crate) unsafe fn hook_mem_create(
 ) -> CUresult {
     *reached = true;
     // SAFETY: forwarded as given.
-    let r = with_oom_retry(|| unsafe { real(handle, size, prop, flags) });
+    let r = with_oom_retry(Competes::Device, || unsafe {
+        real(handle, size, prop, flags)
+    });
     if r == CUresult::CUDA_SUCCESS && !prop.is_null() {
         // SAFETY: the call succeeded, so `prop` points to a valid `CUmemAllocationProp`,
         // whose head has this layout.

@@ -39,6 +39,8 @@
  * answers once its teardown ran at process exit), and 0 clears it.
  * fake_cuda_records_on(s) counts the events recorded on stream s (which streams a drain covers).
  *
+ * fake_cuda_set_mem(bytes) sets the device's memory (an allocation past it fails with out of
+ * memory) and fake_cuda_mem_used() says how much is allocated.
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
  * fails with CUDA_ERROR_NO_DEVICE).
  */
@@ -399,6 +401,19 @@ static u64 device_busy_until(void) {
     }
     pthread_mutex_unlock(&lock);
     return b;
+}
+
+void fake_cuda_set_mem(u64 bytes) {
+    pthread_mutex_lock(&lock);
+    mem_total = bytes;
+    pthread_mutex_unlock(&lock);
+}
+
+u64 fake_cuda_mem_used(void) {
+    pthread_mutex_lock(&lock);
+    u64 u = mem_used;
+    pthread_mutex_unlock(&lock);
+    return u;
 }
 
 /* ---- the initialisation and device queries -------------------------------------------- */
@@ -1422,8 +1437,17 @@ static CUresult make_array(void** a, u64 w, u64 h, u64 d, unsigned fmt, unsigned
     if (!a || w == 0) {
         return E_INVALID_VALUE;
     }
+    u64 bytes = w * (h ? h : 1) * (d ? d : 1) * format_bytes(fmt) * (ch ? ch : 1);
+    /* Arrays are device memory: they count against it as allocations do. */
+    pthread_mutex_lock(&lock);
+    if (mem_used + bytes > mem_total) {
+        pthread_mutex_unlock(&lock);
+        return E_OUT_OF_MEMORY;
+    }
+    mem_used += bytes;
+    pthread_mutex_unlock(&lock);
     struct fake_array* arr = calloc(1, sizeof *arr);
-    arr->bytes = w * (h ? h : 1) * (d ? d : 1) * format_bytes(fmt) * (ch ? ch : 1);
+    arr->bytes = bytes;
     arr->data = calloc(1, arr->bytes);
     *a = arr;
     return OK;
@@ -1449,6 +1473,9 @@ CUresult cuMipmappedArrayCreate(void** a, const void* desc, unsigned levels) {
 CUresult cuArrayDestroy(void* a) {
     struct fake_array* arr = a;
     if (arr) {
+        pthread_mutex_lock(&lock);
+        mem_used -= arr->bytes;
+        pthread_mutex_unlock(&lock);
         free(arr->data);
         free(arr);
     }

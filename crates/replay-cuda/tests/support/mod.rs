@@ -159,3 +159,30 @@ pub fn launch_globals(f: replay_cuda::sys::CUfunction) -> replay_cuda::sys::CUre
     // SAFETY: kr_globals' one 8-byte parameter, a live argument.
     unsafe { launch_block(f, 1, &mut [(&mut k as *mut u64).cast()]) }
 }
+
+/// The fake's default device memory, restored after a test that limits it.
+#[allow(dead_code)] // the tests that limit the device's memory
+pub const FAKE_MEM: u64 = 8 << 30;
+
+/// Sets the fake device's memory (`fake_cuda_set_mem`): an allocation past it fails with out
+/// of memory.
+#[allow(dead_code)] // the tests that limit the device's memory
+pub fn fake_set_mem(bytes: u64) {
+    let this = libloading::os::unix::Library::this();
+    // SAFETY: the fake driver is loaded globally and exports this setter.
+    let f = unsafe { this.get::<unsafe extern "C" fn(u64)>(b"fake_cuda_set_mem\0") }
+        .expect("a fake driver export");
+    // SAFETY: sets a number under the fake's lock.
+    unsafe { f(bytes) }
+}
+
+/// The fake device's allocated bytes (`fake_cuda_mem_used`).
+#[allow(dead_code)] // the tests that limit the device's memory
+pub fn fake_mem_used() -> u64 {
+    let this = libloading::os::unix::Library::this();
+    // SAFETY: the fake driver is loaded globally and exports this reader.
+    let f = unsafe { this.get::<unsafe extern "C" fn() -> u64>(b"fake_cuda_mem_used\0") }
+        .expect("a fake driver export");
+    // SAFETY: reads a number under the fake's lock.
+    unsafe { f() }
+}

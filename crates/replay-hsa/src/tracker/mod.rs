@@ -397,6 +397,10 @@ fn original_entry<F>(
 /// layer holds pooled backing memory, that memory is released (SPEC §7.3: the application's
 /// memory comes first) and the allocation runs once more.
 fn allocate_or_release(what: &str, alloc: impl Fn() -> hsa_status_t) -> hsa_status_t {
+    // Not from a tool's callback: a window is open there.
+    if !replay_core::locks::thread_in_callback() {
+        let _ = catch_unwind(state::release_idle);
+    }
     let st = alloc();
     if st != sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES {
         return st;
