@@ -585,12 +585,7 @@ impl Window<'_> {
             Some(Err(())) => return self.run_once(Outcome::Declined, Reason::CallbackFailed),
         };
         let plan = PassPlan::new(count, continue_fn.is_some(), self.policy.max_passes);
-        self.config_enter = self
-            .svc
-            .clock
-            .now()
-            .saturating_sub(config_at)
-            .as_secs_f64();
+        self.config_enter = self.svc.clock.now().saturating_sub(config_at).as_secs_f64();
         self.record.requested_passes = plan.requested();
         if let PassPlan::NoReplay {
             zero_without_continue,

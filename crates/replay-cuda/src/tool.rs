@@ -113,6 +113,12 @@ pub struct DispatchRecord {
     pub differing_regions: Vec<(u64, u64)>,
     /// verify: bytes digested per pass (inputs and outputs each).
     pub digested_bytes: u64,
+    /// The window's time by phase up to CONFIG EXIT (`replay_core::phases`).
+    pub phases: replay_core::PhaseSeconds,
+    /// Each pass's launch, seconds on the window's clock.
+    pub pass_launch_seconds: Vec<f64>,
+    /// Each pass's wait, seconds on the window's clock.
+    pub pass_wait_seconds: Vec<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -292,6 +298,9 @@ impl ReplayTool for BuiltinTool {
                     outputs_identical: outputs,
                     differing_regions: differing,
                     digested_bytes: digested,
+                    phases: o.phases,
+                    pass_launch_seconds: o.pass_launch_seconds.to_vec(),
+                    pass_wait_seconds: o.pass_wait_seconds.to_vec(),
                 };
                 // Under `kreplay run` each record goes to disk as it is made and is not kept.
                 if !crate::job::stream_record(record.dispatch_id, &record) {

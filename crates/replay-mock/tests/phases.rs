@@ -60,8 +60,14 @@ fn run(rt: &SimRuntime, policy: Policy, passes: u64) -> (OutcomeRecord, OutcomeR
     let summary = svc.summary();
     let emitted = emitted.lock().clone().expect("an emitted record");
     // The summary's window time is the sum of the records' windows, and so are its phases.
-    assert!(close(summary.phases.window, summary.replay_seconds), "{summary:?}");
-    assert!(close(summary.phases.sum(), summary.replay_seconds), "{summary:?}");
+    assert!(
+        close(summary.phases.window, summary.replay_seconds),
+        "{summary:?}"
+    );
+    assert!(
+        close(summary.phases.sum(), summary.replay_seconds),
+        "{summary:?}"
+    );
     let shown = shown.lock().clone().expect("CONFIG EXIT's record");
     (shown, emitted)
 }
@@ -96,13 +102,21 @@ fn phases_add_up_to_the_window_and_waits_cover_each_pass() {
         assert_eq!(r.pass_wait_seconds.len(), 5);
         // Each pass's wait on the virtual clock holds the kernel's whole run.
         for w in &r.pass_wait_seconds {
-            assert!(*w >= KERNEL.as_secs_f64() - 1e-12, "{:?}", r.pass_wait_seconds);
+            assert!(
+                *w >= KERNEL.as_secs_f64() - 1e-12,
+                "{:?}",
+                r.pass_wait_seconds
+            );
         }
         let waits: f64 = r.pass_wait_seconds.iter().sum();
         let launches: f64 = r.pass_launch_seconds.iter().sum();
         assert!(close(waits, r.phases.wait), "{r:?}");
         assert!(close(launches, r.phases.launch), "{r:?}");
-        assert!(r.phases.wait >= 5.0 * KERNEL.as_secs_f64() - 1e-12, "{:?}", r.phases);
+        assert!(
+            r.phases.wait >= 5.0 * KERNEL.as_secs_f64() - 1e-12,
+            "{:?}",
+            r.phases
+        );
         // Nothing in the window is left unattributed: the passes' GPU time is inside it.
         let gpu: f64 = r.pass_gpu_seconds.iter().sum();
         assert!(r.phases.window >= gpu - 1e-12, "{r:?}");
