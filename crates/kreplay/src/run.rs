@@ -1002,7 +1002,7 @@ fn write_json(
 /// named as Nsight Compute names it.
 fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> {
     atomically(path, |w| {
-        w.write_all(b"process,rank,dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical,graph,node\n")?;
+        w.write_all(b"process,rank,dispatch_id,kernel,outcome,reason,scope,layout,pass,gpu_seconds,inputs_identical,outputs_identical,graph,node,launch_seconds,wait_seconds,window_seconds\n")?;
         for pid in pids {
             let rank = col.procs[pid]
                 .rank()
@@ -1015,10 +1015,16 @@ fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> 
                     .unwrap_or_default();
                 let kernel =
                     names::ncu_demangled(r["kernel"].as_str().unwrap_or("")).replace('"', "\"\"");
+                let per = |k: &str, p: usize| {
+                    r[k].get(p)
+                        .and_then(serde_json::Value::as_f64)
+                        .map(|x| x.to_string())
+                        .unwrap_or_default()
+                };
                 for p in 0..passes.len().max(1) {
                     writeln!(
                         w,
-                        "{pid},{rank},{},\"{kernel}\",{},{},{},{},{},{},{},{},{},{}",
+                        "{pid},{rank},{},\"{kernel}\",{},{},{},{},{},{},{},{},{},{},{},{},{}",
                         r["dispatch_id"],
                         r["outcome"].as_str().unwrap_or(""),
                         r["reason"].as_str().unwrap_or(""),
@@ -1036,6 +1042,9 @@ fn write_csv(path: &Path, col: &Collector, pids: &[u32]) -> std::io::Result<()> 
                             .as_u64()
                             .map(|n| n.to_string())
                             .unwrap_or_default(),
+                        per("pass_launch_seconds", p),
+                        per("pass_wait_seconds", p),
+                        r["phases"]["window"].as_f64().unwrap_or(0.0),
                     )?;
                 }
                 Ok(())
@@ -1108,9 +1117,38 @@ pub fn table(a: &RunArgs, passes: u64, col: &Collector) -> String {
         serde_json::to_string(&merged(col, &pids, "summary")).unwrap_or_default(),
         serde_json::to_string(&merged(col, &pids, "interception")).unwrap_or_default()
     ));
+    s.push_str(&phase_line(&merged(col, &pids, "summary")));
     s.push_str(&cupti_line(&merged(col, &pids, "cupti")));
     s.push_str(&interception_notes(&merged(col, &pids, "interception")));
     s
+}
+
+/// Where the replay windows' time went, from the summary's `phases` (seconds summed over
+/// every window): one line, each phase in ms and as a share of the windows' time.
+pub fn phase_line(summary: &serde_json::Value) -> String {
+    let p = &summary["phases"];
+    let window = p["window"].as_f64().unwrap_or(0.0);
+    if window <= 0.0 {
+        return String::new();
+    }
+    let parts: Vec<String> = [
+        "drain",
+        "plan",
+        "capture",
+        "launch",
+        "wait",
+        "check",
+        "restore",
+        "callbacks",
+        "finish",
+    ]
+    .iter()
+    .map(|k| {
+        let v = p[*k].as_f64().unwrap_or(0.0);
+        format!("{k} {:.3} ms ({:.0}%)", v * 1e3, 100.0 * v / window)
+    })
+    .collect();
+    format!("replay time {:.3} ms: {}\n", window * 1e3, parts.join(", "))
 }
 
 /// `LD_PRELOAD` for the program: the library first, before what the environment preloads,
@@ -1217,6 +1255,17 @@ fn cupti_line(c: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_phase_line_gives_each_phase_its_share_of_the_windows() {
+        let s = serde_json::json!({"phases": {"window": 0.01, "wait": 0.005, "capture": 0.0025}});
+        let line = phase_line(&s);
+        assert!(line.starts_with("replay time 10.000 ms: "), "{line}");
+        assert!(line.contains("wait 5.000 ms (50%)"), "{line}");
+        assert!(line.contains("capture 2.500 ms (25%)"), "{line}");
+        assert!(line.contains("drain 0.000 ms (0%)"), "{line}");
+        assert_eq!(phase_line(&serde_json::json!({})), "");
+    }
 
     #[test]
     fn sanitizer_runtimes_stay_first_in_ld_preload_and_the_library_comes_next() {

@@ -52,6 +52,7 @@ pub mod filter;
 pub mod locks;
 pub mod log_sink;
 pub mod outcome;
+pub mod phases;
 pub mod plan;
 pub mod policy;
 pub mod service;
@@ -77,6 +78,7 @@ pub use locks::WriteGate;
 pub use outcome::{
     Outcome, OutcomeRecord, PredictFallback, PredictSource, Reason, RunSummary, TierBytes,
 };
+pub use phases::PhaseSeconds;
 pub use plan::PassPlan;
 pub use policy::{CacheControl, Policy, PolicyError, PredictWhen, RestoreMode, Scope};
 pub use service::{DispatchReport, KernelMemo, ReplayService};

@@ -30,6 +30,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
+use crate::phases::PhaseSeconds;
 use crate::policy::{RestoreMode, Scope};
 use crate::types::Tier;
 use crate::types::{AgentId, DispatchId};
@@ -297,6 +298,15 @@ pub struct OutcomeRecord {
     /// Why scope `predicted` planned a region scope instead.
     #[serde(default)]
     pub predict_fallback: PredictFallback,
+    /// Where the window's time went, by phase ([`crate::phases`]).
+    #[serde(default)]
+    pub phases: PhaseSeconds,
+    /// Each executed pass's launch (cache flush and submission), seconds on the window's clock.
+    #[serde(default)]
+    pub pass_launch_seconds: SmallVec<[f64; 8]>,
+    /// Each completed pass's wait, seconds on the window's clock.
+    #[serde(default)]
+    pub pass_wait_seconds: SmallVec<[f64; 8]>,
 }
 
 impl OutcomeRecord {
@@ -332,6 +342,9 @@ impl OutcomeRecord {
             prediction_misses: 0,
             predict_source: PredictSource::None,
             predict_fallback: PredictFallback::None,
+            phases: PhaseSeconds::default(),
+            pass_launch_seconds: SmallVec::new(),
+            pass_wait_seconds: SmallVec::new(),
         }
     }
 
@@ -443,6 +456,10 @@ pub struct RunSummary {
     /// Dispatches whose scope `predicted` planned a region scope, by reason.
     #[serde(default)]
     pub predict_fallback: BTreeMap<String, u64>,
+    /// The windows' time by phase, summed over every record; `phases.window` is
+    /// `replay_seconds` where every window was timed by the service's own records.
+    #[serde(default)]
+    pub phases: PhaseSeconds,
 }
 
 impl RunSummary {
@@ -492,6 +509,7 @@ impl RunSummary {
         bump(&mut self.compared_bytes, r.compared_bytes);
         bump(&mut self.restored_bytes, r.restored_bytes);
         self.replay_seconds += window_seconds;
+        self.phases.add(&r.phases);
     }
 
     /// Declines of all reasons (saturating).

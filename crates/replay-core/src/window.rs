@@ -61,6 +61,7 @@ use crate::contract::{
 use crate::error::{BackendError, BackendErrorKind};
 use crate::locks::{thread_in_callback, AgentGate, CallbackScope, WindowOpen};
 use crate::outcome::{Outcome, OutcomeRecord, Reason};
+use crate::phases::{Phase as Ph, PhaseTimer};
 use crate::plan::{PassPlan, Step};
 use crate::policy::{resolve, CacheControl, Policy, RestoreMode, Scope};
 use crate::service::{DispatchReport, KernelMemo, Registration, ReplayService};
@@ -204,6 +205,9 @@ pub(crate) fn submit(
         context_lost: false,
         scope_regions: Vec::new(),
         pending_capture: None,
+        timer: None,
+        current: Ph::Drain,
+        config_enter: 0.0,
     };
     // What the policy says until the window resolves `auto` (before planning).
     w.record.scope = policy.scope;
@@ -330,6 +334,12 @@ struct Window<'a> {
     scope_regions: Vec<crate::backend::RegionRef>,
     /// A capture asked for in this pass's PASS ENTER, its inputs read.
     pending_capture: Option<PendingCapture>,
+    /// The window's phases, from the writer lock on (`crate::phases`).
+    timer: Option<PhaseTimer>,
+    /// The phase in progress.
+    current: Ph,
+    /// Seconds of CONFIG ENTER and the pass-count callback, before the lock.
+    config_enter: f64,
 }
 
 /// A capture whose inputs were read when its pass began; its outputs are read after the pass.
@@ -357,6 +367,27 @@ fn deliver_capture(
 impl Window<'_> {
     fn info(&self) -> &crate::types::DispatchInfo {
         &self.dispatch.info
+    }
+
+    /// Ends the phase in progress and starts `next`; returns how long the ended one took.
+    fn phase(&mut self, next: Ph) -> std::time::Duration {
+        let d = match &mut self.timer {
+            Some(t) => t.lap(&*self.svc.clock, self.current),
+            None => std::time::Duration::ZERO,
+        };
+        self.current = next;
+        d
+    }
+
+    /// Ends the phase in progress and writes the phases so far into the record.
+    fn stamp_phases(&mut self) {
+        let cur = self.current;
+        self.phase(cur);
+        if let Some(t) = &self.timer {
+            self.record.phases = t.seconds(self.config_enter);
+        } else {
+            self.record.phases.config_enter = self.config_enter;
+        }
     }
 
     /// Calls the tool with the markers set; `Err(())` when it panicked.
@@ -534,6 +565,7 @@ impl Window<'_> {
         early: Option<(parking_lot::RwLockWriteGuard<'_, ()>, WindowOpen<'_>)>,
     ) -> Result<OutcomeRecord, BackendError> {
         // Step 2: CONFIG ENTER, then the pass-count callback, then the plan.
+        let config_at = self.svc.clock.now();
         let mut seq: UserData = 0;
         let (pass_count_fn, continue_fn, entered) = {
             let mut p = self.payload(0, 0);
@@ -553,6 +585,7 @@ impl Window<'_> {
             Some(Err(())) => return self.run_once(Outcome::Declined, Reason::CallbackFailed),
         };
         let plan = PassPlan::new(count, continue_fn.is_some(), self.policy.max_passes);
+        self.config_enter = self.svc.clock.now().saturating_sub(config_at).as_secs_f64();
         self.record.requested_passes = plan.requested();
         if let PassPlan::NoReplay {
             zero_without_continue,
@@ -589,6 +622,8 @@ impl Window<'_> {
             }
         };
         let locked_at = self.svc.clock.now();
+        self.timer = Some(PhaseTimer::new(locked_at));
+        self.current = Ph::Drain;
         // Gated writes that checked before the window was counted took no lock: let them finish
         // their submission, so the drains below see their work.
         if let Err(e) = self.wait_ungated_writes() {
@@ -597,6 +632,7 @@ impl Window<'_> {
         }
 
         // `auto` resolved for this agent and dispatch, before anything below reads the policy.
+        self.phase(Ph::Plan);
         if let Some(p) = resolve_auto(&self.policy, self.agent, self.dispatch, &mut self.record) {
             self.policy = p;
         }
@@ -671,6 +707,7 @@ impl Window<'_> {
         }
 
         // Step 6: the three drains.
+        self.phase(Ph::Drain);
         for (target, reason) in [
             (
                 DrainTarget::Queue(self.info().queue),
@@ -695,6 +732,7 @@ impl Window<'_> {
         }
 
         // Step 7: the snapshot.
+        self.phase(Ph::Capture);
         let mut snapshot = match self
             .memory
             .capture(&snap_plan, &self.policy, &self.wait_spec())
@@ -718,6 +756,8 @@ impl Window<'_> {
             let _loop = LoopScope::begin(&*self.svc.contexts);
             self.pass_loop(&plan, continue_fn, &mut *snapshot)
         };
+        // Releasing the snapshot returns its backing to the pools.
+        self.phase(Ph::Finish);
         drop(snapshot);
 
         // Step 9: finish.
@@ -818,6 +858,7 @@ impl Window<'_> {
     /// Runs one pass and waits for it; a restore ordered on the device ahead of it is
     /// completed as soon as the wait returned (its hold against frees ends there).
     fn run_pass(&mut self, pass: u32, snapshot: &mut dyn Snapshot) -> PassRun {
+        self.phase(Ph::Launch);
         if self.policy.cache_control == CacheControl::Flush {
             if let Err(e) = self.agent.flush_caches() {
                 log::warn!("[kernel-replay] cache flush before pass {pass} failed: {e}");
@@ -832,10 +873,14 @@ impl Window<'_> {
                     self.record.dispatch_id
                 );
                 self.record.executed_passes += 1;
+                let launch = self.phase(Ph::Callbacks);
+                self.record.pass_launch_seconds.push(launch.as_secs_f64());
                 return PassRun::Launched;
             }
             Err(e) => return PassRun::Refused(e),
         };
+        let launch = self.phase(Ph::Wait);
+        self.record.pass_launch_seconds.push(launch.as_secs_f64());
         let waited = bounded(
             &*self.svc.clock,
             self.bounds(self.policy.pass_timeout),
@@ -843,10 +888,13 @@ impl Window<'_> {
             |budget| self.agent.poll_pass(ticket, budget),
         );
         self.record.executed_passes += 1;
+        let wait = self.phase(Ph::Callbacks);
+        self.record.pass_wait_seconds.push(wait.as_secs_f64());
         match waited {
             Ok(done) => {
                 self.record.pass_gpu_seconds.push(done.gpu_seconds);
                 if snapshot.restore_pending() {
+                    self.phase(Ph::Restore);
                     // The pass waited for the restore on the device: its fence is done, or the
                     // restore failed and the pass ran on what it left.
                     match snapshot.complete_restore(&self.wait_spec()) {
@@ -872,6 +920,7 @@ impl Window<'_> {
                         Err(e) => abort_restore(self.dispatch, &e),
                     }
                 }
+                self.phase(Ph::Callbacks);
                 PassRun::Completed
             }
             // A poll error is not a stall: the kernel is not remembered as one.
@@ -921,6 +970,7 @@ impl Window<'_> {
         }
         if snapshot.restore_pending() {
             let stuck = matches!(end, LoopEnd::Truncated(Reason::PassDrainStuck));
+            self.phase(Ph::Restore);
             self.settle_restore(snapshot, stuck);
         }
         end
@@ -973,6 +1023,7 @@ impl Window<'_> {
         self.record.pass_compared_bytes.push(0);
         loop {
             // PASS ENTER on this pass's own copy of the sequence value.
+            self.phase(Ph::Callbacks);
             let mut ud = self.seq;
             let entered = {
                 let sync = PassSync {
@@ -1043,8 +1094,10 @@ impl Window<'_> {
 
             // Scope check (SPEC §7.2); the memory layer takes what a restore would compare in
             // the same batch unless no restore can follow (the last pass).
+            self.phase(Ph::Check);
             snapshot.restore_may_follow(plan.after_pass(pass, Some(true)) == Step::Next);
             let checked = snapshot.check_scope(&self.wait_spec());
+            self.phase(Ph::Callbacks);
             match &checked {
                 Ok(ScopeCheck::Clean) => self.capture_finish(Ok(())),
                 Ok(ScopeCheck::Changed { base }) => {
@@ -1109,6 +1162,7 @@ impl Window<'_> {
             }
 
             // Restore before the next pass; a failure here cannot be repaired.
+            self.phase(Ph::Restore);
             match snapshot.restore(&self.wait_spec()) {
                 Ok(st) => {
                     self.record.compared_bytes += st.compared_bytes;
@@ -1235,6 +1289,7 @@ impl Window<'_> {
         // Under the reader lock, or under the writer lock a forwarded submission already holds.
         let _reader = (!self.early).then(|| self.gate.lock.read());
         self.agent.submit_ordinary(self.dispatch)?;
+        self.record.phases.config_enter = self.config_enter;
         self.svc.emit(&self.record, 0.0, 0);
         Ok(self.record.clone())
     }
@@ -1251,11 +1306,14 @@ impl Window<'_> {
         self.record.pass_gpu_seconds.clear();
         self.record.pass_restored_bytes.clear();
         self.record.pass_compared_bytes.clear();
+        self.record.pass_launch_seconds.clear();
+        self.record.pass_wait_seconds.clear();
+        self.phase(Ph::Callbacks);
+        self.stamp_phases();
         self.config_exit();
+        self.phase(Ph::Finish);
         let r = self.agent.submit_ordinary(self.dispatch);
-        let secs = (self.svc.clock.now().saturating_sub(locked_at)).as_secs_f64();
-        self.svc
-            .emit(&self.record, secs, self.memory.pooled_peak_bytes());
+        self.emit_window(locked_at);
         r.map(|()| self.record.clone())
     }
 
@@ -1268,7 +1326,10 @@ impl Window<'_> {
     ) -> Result<OutcomeRecord, BackendError> {
         self.record.outcome = outcome;
         self.record.reason = reason;
+        self.phase(Ph::Callbacks);
+        self.stamp_phases();
         self.config_exit();
+        self.phase(Ph::Finish);
         if signal {
             if let Err(e) = self.agent.signal_completion(self.dispatch) {
                 log::error!(
@@ -1277,10 +1338,20 @@ impl Window<'_> {
                 );
             }
         }
-        let secs = (self.svc.clock.now().saturating_sub(locked_at)).as_secs_f64();
+        self.emit_window(locked_at);
+        Ok(self.record.clone())
+    }
+
+    /// Ends the window's last phase and emits the record with the whole window's phases; the
+    /// summary's `replay_seconds` gets the same window.
+    fn emit_window(&mut self, locked_at: std::time::Duration) {
+        self.stamp_phases();
+        let secs = match &self.timer {
+            Some(_) => self.record.phases.window,
+            None => (self.svc.clock.now().saturating_sub(locked_at)).as_secs_f64(),
+        };
         self.svc
             .emit(&self.record, secs, self.memory.pooled_peak_bytes());
-        Ok(self.record.clone())
     }
 }
 

@@ -135,6 +135,16 @@ fn full_record() -> OutcomeRecord {
         prediction_misses: 2,
         predict_source: PredictSource::Learned,
         predict_fallback: PredictFallback::None,
+        phases: replay_core::PhaseSeconds {
+            window: 0.75,
+            drain: 0.125,
+            capture: 0.5,
+            wait: 0.125,
+            config_enter: 0.0625,
+            ..replay_core::PhaseSeconds::default()
+        },
+        pass_launch_seconds: smallvec![0.25, 0.5, 0.125, 0.0625],
+        pass_wait_seconds: smallvec![0.125, 0.0625, 0.03125, 1.5],
     }
 }
 

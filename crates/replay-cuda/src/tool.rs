@@ -129,6 +129,12 @@ pub struct DispatchRecord {
     /// Independent branches of the graph ran one after another while it was profiled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub graph_serialized: Option<bool>,
+    /// The window's time by phase up to CONFIG EXIT (`replay_core::phases`).
+    pub phases: replay_core::PhaseSeconds,
+    /// Each pass's launch, seconds on the window's clock.
+    pub pass_launch_seconds: Vec<f64>,
+    /// Each pass's wait, seconds on the window's clock.
+    pub pass_wait_seconds: Vec<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -318,6 +324,9 @@ impl ReplayTool for BuiltinTool {
                     node: tag.and_then(|t| (t.node != u32::MAX).then_some(t.node)),
                     graph_launch: tag.map(|t| t.launch),
                     graph_serialized: tag.map(|t| t.serialized),
+                    phases: o.phases,
+                    pass_launch_seconds: o.pass_launch_seconds.to_vec(),
+                    pass_wait_seconds: o.pass_wait_seconds.to_vec(),
                 };
                 // Under `kreplay run` each record goes to disk as it is made and is not kept.
                 if !crate::job::stream_record(record.dispatch_id, &record) {
