@@ -77,6 +77,8 @@ pub struct RunArgs {
     pub metrics: Vec<String>,
     /// `--set` (counters).
     pub set: Option<String>,
+    /// `--section` (counters): Nsight Compute section identifiers, in order.
+    pub sections: Vec<String>,
     /// `--kernel-include`.
     pub include: Option<String>,
     /// `--kernel-exclude`.
@@ -101,7 +103,7 @@ pub struct RunArgs {
 
 /// Usage of `kreplay run`.
 pub const USAGE: &str = "usage: kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] \
-[--set NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv] \
+[--set NAME] [--section NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv] \
 [--library PATH] [--check-launches] [--ranks LIST] [--graph-profiling node|graph|off] -- APP ARGS...
        kreplay run --list-sass [--metrics LIST] [--set NAME]";
 
@@ -120,9 +122,12 @@ pub struct RunOpts {
     /// counters: Nsight Compute metric names, comma-separated; may be repeated.
     #[arg(long, value_name = "LIST", value_parser = metrics_value)]
     pub metrics: Vec<String>,
-    /// counters: a built-in metric set (basic, memory).
+    /// counters: a metric set (basic, memory; Nsight Compute's detailed, full, roofline).
     #[arg(long, value_name = "NAME", value_parser = set_value)]
     pub set: Option<String>,
+    /// counters: an Nsight Compute section (LaunchStats, SpeedOfLight, ...); may be repeated.
+    #[arg(long = "section", value_name = "NAME", value_parser = section_value)]
+    pub sections: Vec<String>,
     /// Replay only kernels whose name matches P (the policy's KREPLAY_KERNEL_INCLUDE).
     #[arg(long = "kernel-include", value_name = "P")]
     pub include: Option<String>,
@@ -177,12 +182,27 @@ fn metrics_value(v: &str) -> Result<String, String> {
     Ok(v.to_owned())
 }
 
+fn section_value(v: &str) -> Result<String, String> {
+    use replay_cuda::counters::sections;
+    if sections::section(v).is_none() {
+        let known: Vec<&str> = sections::SECTIONS.iter().map(|s| s.name).collect();
+        return Err(format!("one of {}", known.join(", ")));
+    }
+    Ok(v.to_owned())
+}
+
 fn set_value(v: &str) -> Result<String, String> {
-    if replay_cuda::counters::metric_set(v).is_none() {
-        let sets: Vec<&str> = replay_cuda::counters::METRIC_SETS
+    use replay_cuda::counters::sections;
+    if replay_cuda::counters::metric_set(v).is_none() && sections::section_set(v).is_none() {
+        let mut sets: Vec<&str> = replay_cuda::counters::METRIC_SETS
             .iter()
             .map(|(n, _)| *n)
             .collect();
+        for (n, _) in sections::SECTION_SETS {
+            if !sets.contains(n) {
+                sets.push(n);
+            }
+        }
         return Err(format!("one of {}", sets.join(", ")));
     }
     Ok(v.to_owned())
@@ -224,6 +244,7 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
             .flat_map(|m| replay_cuda::counters::parse_metric_list(m))
             .collect(),
         set: o.set,
+        sections: o.sections,
         include: o.include,
         exclude: o.exclude,
         range: o.range,
@@ -245,12 +266,12 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
         return Err("no program given (after --)".into());
     }
     if a.tool == "counters" {
-        if a.metrics.is_empty() && a.set.is_none() {
+        if a.metrics.is_empty() && a.set.is_none() && a.sections.is_empty() {
             return Err("--tool counters needs --metrics LIST or --set NAME".into());
         }
-    } else if !a.metrics.is_empty() || a.set.is_some() {
+    } else if !a.metrics.is_empty() || a.set.is_some() || !a.sections.is_empty() {
         return Err(format!(
-            "--metrics and --set are for --tool counters, not {}",
+            "--metrics, --set and --section are for --tool counters, not {}",
             a.tool
         ));
     }
@@ -265,7 +286,22 @@ impl RunArgs {
             .and_then(|o| Template::parse(&o.to_string_lossy()).ok())
     }
 
-    /// The counters tool's metrics: `--set`'s, then `--metrics`', without repeats.
+    /// What `--set` and `--section` ask of Nsight Compute's sections (a kreplay set such as
+    /// `basic` or `memory` is a plain list, not sections).
+    pub fn resolved_sections(&self) -> replay_cuda::counters::sections::Resolved {
+        use replay_cuda::counters::{metric_set, sections};
+        let sets: Vec<String> = self
+            .set
+            .iter()
+            .filter(|s| metric_set(s).is_none())
+            .cloned()
+            .collect();
+        // Both were checked when parsed.
+        sections::resolve(&sets, &self.sections).unwrap_or_default()
+    }
+
+    /// The counters tool's metrics: `--set`'s, the sections' raw metrics, then `--metrics`',
+    /// without repeats.
     pub fn metric_list(&self) -> Vec<String> {
         let mut all: Vec<String> = self
             .set
@@ -275,6 +311,11 @@ impl RunArgs {
             .iter()
             .map(|s| s.to_string())
             .collect();
+        for m in self.resolved_sections().raw {
+            if !all.contains(&m) {
+                all.push(m);
+            }
+        }
         for m in &self.metrics {
             if !all.contains(m) {
                 all.push(m.clone());
@@ -375,7 +416,10 @@ fn without_unavailable_set_metrics(
     chip: &str,
     bad: &[(String, String)],
 ) -> Option<Vec<String>> {
-    let set = a.set.as_deref()?;
+    let set = a
+        .set
+        .as_deref()
+        .or(a.sections.first().map(String::as_str))?;
     if bad.is_empty() || bad.iter().any(|(m, _)| a.metrics.contains(m)) {
         return None;
     }
@@ -402,6 +446,9 @@ fn without_unavailable_set_metrics(
 fn plan_counters(a: &RunArgs) -> Result<(u64, Vec<String>), u8> {
     use replay_cuda::counters::{plan_for_device, CounterError};
     let mut names = a.metric_list();
+    if let Some(line) = a.resolved_sections().not_collectable_line() {
+        crate::say(format_args!("kreplay run: counters: {line}"));
+    }
     let mut planned = plan_for_device(0, &names);
     if let Err(CounterError::Metrics { chip, bad }) = &planned {
         if let Some(rest) = without_unavailable_set_metrics(a, &names, chip, bad) {
@@ -1364,6 +1411,44 @@ mod tests {
             a.out = Some(PathBuf::from(ok));
             assert!(check_out(&a).is_ok(), "{ok}");
         }
+    }
+
+    #[test]
+    fn sections_and_ncu_sets_expand_to_their_raw_metrics() {
+        let a = parse(&s(&[
+            "--tool",
+            "counters",
+            "--section",
+            "LaunchStats",
+            "--section",
+            "MemoryWorkloadAnalysis",
+            "--",
+            "app",
+        ]))
+        .unwrap();
+        let m = a.metric_list();
+        assert_eq!(m[0], "launch__block_size");
+        assert!(m.contains(&"l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum".to_string()));
+        assert!(!m.iter().any(|x| x.starts_with("device__attribute_")));
+        let r = a.resolved_sections();
+        assert_eq!(r.sections, ["LaunchStats", "MemoryWorkloadAnalysis"]);
+        let full = parse(&s(&["--tool", "counters", "--set", "full", "--", "app"])).unwrap();
+        assert!(full.resolved_sections().not_collectable_line().is_some());
+        assert!(full
+            .metric_list()
+            .contains(&"smsp__warps_eligible.avg.per_cycle_active".into()));
+        let e = parse(&s(&[
+            "--tool",
+            "counters",
+            "--section",
+            "Nope",
+            "--",
+            "app",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("SpeedOfLight"), "{e}");
+        let e = parse(&s(&["--section", "Occupancy", "--", "app"])).unwrap_err();
+        assert!(e.contains("for --tool counters"), "{e}");
     }
 
     #[test]

@@ -192,6 +192,9 @@ impl Profiler for Fake {
             "byte"
         } else if metric.ends_with(".pct") {
             "%"
+        } else if metric.contains("__t_sectors") {
+            // As the real host API was seen labelling L1/TEX sectors too.
+            "l2_sector"
         } else {
             ""
         };
@@ -528,6 +531,7 @@ fn metrics_are_packed_first_fit_into_one_pass_groups_and_a_ratio_keeps_its_count
         .collect();
     assert_eq!(info[0], ("launch__grid_size", 0, ""));
     assert_eq!(info[2], ("dram__bytes_read.sum", 0, "byte"));
+    assert_eq!(info[5], ("lts__t_sectors.sum", 0, "lts_sector"));
     assert_eq!(info[4], ("lts__t_sector_hit_rate.pct", 1, "%"));
     assert_eq!(info[7], ("big__two_pass.sum", 2, ""));
     assert_eq!(info[8], ("gpu__time_duration.sum", 4, ""));
@@ -1350,4 +1354,11 @@ fn registers_per_thread_read_as_allocated_at_least_sixteen() {
         .map(|s| s.value)
         .collect();
     assert_eq!(regs, [16.0, 30.0]);
+}
+
+#[test]
+fn a_sectors_unit_is_the_counters_own_whatever_the_host_api_labels_it() {
+    let fake = Fake::default();
+    let l1 = MetricPlan::compile(&fake, CHIP, &names(&["l1tex__t_sectors.sum"])).unwrap();
+    assert_eq!(l1.metrics[0].unit, "l1tex_sector");
 }

@@ -105,6 +105,7 @@ pub mod sys;
 mod collect;
 mod cupti;
 mod plan;
+pub mod sections;
 
 pub use collect::{CounterCollector, ReportHeader};
 pub use cupti::CuptiProfiler;

@@ -643,6 +643,11 @@ impl MetricPlan {
                         .find(|g| g.config.metrics.contains(n))
                         .map_or(0, |g| g.first_pass);
                     let (u, d) = p.describe(chip, n).unwrap_or_default();
+                    // The sector's unit is the counter's own (`l1tex__t_sectors*` counts L1/TEX
+                    // sectors): CUPTI's dimension unit was seen naming L2's for them.
+                    let u = super::sections::unit_of(n)
+                        .filter(|x| x.ends_with("sector"))
+                        .map_or(u, str::to_string);
                     (u, d, pass)
                 };
             metrics.push(MetricInfo {
