@@ -1,6 +1,6 @@
 //! Where a window's time goes (SPEC §11: every record splits the window's time into phases).
 //!
-//! The window measures its phases on the service's [`Clock`] (virtual time on the simulator),
+//! The window measures its phases on the service's [`Clock`](crate::backend::Clock) (virtual time on the simulator),
 //! as laps: every phase boundary reads the clock once and the time since the previous boundary
 //! goes to the phase that just ended. So the phases partition the window exactly, from the
 //! writer lock to the end of the window, and add up to [`PhaseSeconds::window`] within the
@@ -16,8 +16,6 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-
-use crate::backend::Clock;
 
 /// A window's time by phase, in seconds on the window's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -127,8 +125,9 @@ impl PhaseTimer {
     }
 
     /// Gives the time since the last boundary to `phase`; returns it.
-    pub(crate) fn lap(&mut self, clock: &dyn Clock, phase: Phase) -> Duration {
-        let now = clock.now().max(self.last);
+    /// `now` is the window's clock read at the boundary.
+    pub(crate) fn lap(&mut self, now: Duration, phase: Phase) -> Duration {
+        let now = now.max(self.last);
         let d = now - self.last;
         self.last = now;
         self.acc[phase as usize] += d;
@@ -158,28 +157,28 @@ impl PhaseTimer {
 mod tests {
     use super::*;
 
-    #[derive(Debug)]
-    struct Fixed(std::sync::Mutex<Duration>);
-    impl Clock for Fixed {
+    /// A clock that moves only when told.
+    struct Fixed(std::cell::Cell<Duration>);
+    impl Fixed {
         fn now(&self) -> Duration {
-            *self.0.lock().unwrap()
+            self.0.get()
         }
         fn sleep(&self, d: Duration) {
-            *self.0.lock().unwrap() += d;
+            self.0.set(self.0.get() + d);
         }
     }
 
     #[test]
     fn laps_partition_the_window_and_go_to_the_phase_that_ended() {
-        let c = Fixed(std::sync::Mutex::new(Duration::from_millis(5)));
+        let c = Fixed(std::cell::Cell::new(Duration::from_millis(5)));
         let mut t = PhaseTimer::new(c.now());
         c.sleep(Duration::from_micros(30));
-        t.lap(&c, Phase::Drain);
+        t.lap(c.now(), Phase::Drain);
         c.sleep(Duration::from_micros(7));
-        assert_eq!(t.lap(&c, Phase::Launch), Duration::from_micros(7));
+        assert_eq!(t.lap(c.now(), Phase::Launch), Duration::from_micros(7));
         c.sleep(Duration::from_micros(11));
-        t.lap(&c, Phase::Launch);
-        t.lap(&c, Phase::Wait);
+        t.lap(c.now(), Phase::Launch);
+        t.lap(c.now(), Phase::Wait);
         let p = t.seconds(0.25);
         assert_eq!(p.drain, 30e-6);
         assert_eq!(p.launch, 18e-6);

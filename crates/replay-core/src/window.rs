@@ -372,7 +372,7 @@ impl Window<'_> {
     /// Ends the phase in progress and starts `next`; returns how long the ended one took.
     fn phase(&mut self, next: Ph) -> std::time::Duration {
         let d = match &mut self.timer {
-            Some(t) => t.lap(&*self.svc.clock, self.current),
+            Some(t) => t.lap(self.svc.clock.now(), self.current),
             None => std::time::Duration::ZERO,
         };
         self.current = next;
