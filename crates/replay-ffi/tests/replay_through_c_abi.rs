@@ -121,6 +121,7 @@ static SNAPSHOTTER: InstantSnapshotter = InstantSnapshotter {
     footprint_bytes: 0,
     restored_bytes: 64,
     compared_bytes: 32,
+    sync_fails: false,
 };
 static TOOL_DATA: u64 = 0x5eed;
 

@@ -5,8 +5,8 @@
 //! restored and compared bytes, so the outcome's per-pass figures can be checked.
 
 use replay_core::{
-    BackendError, CaptureStats, Dispatch, Policy, RestoreError, RestoreStats, Scope, ScopeCheck,
-    Snapshot, SnapshotError, SnapshotPlan, Snapshotter, WaitSpec,
+    AgentId, BackendError, BackendErrorKind, CaptureStats, Dispatch, Policy, RestoreError,
+    RestoreStats, Scope, ScopeCheck, Snapshot, SnapshotError, SnapshotPlan, Snapshotter, WaitSpec,
 };
 
 /// See the module documentation.
@@ -18,6 +18,9 @@ pub struct InstantSnapshotter {
     pub restored_bytes: u64,
     /// Bytes each restore reports compared.
     pub compared_bytes: u64,
+    /// `sync_ordered` fails (a restore ordered on the device that did not finish), so a
+    /// decorator's test can tell it forwards the call.
+    pub sync_fails: bool,
 }
 
 /// The snapshot of an [`InstantSnapshotter`].
@@ -46,6 +49,16 @@ impl Snapshotter for InstantSnapshotter {
 
     fn pooled_peak_bytes(&self) -> u64 {
         0
+    }
+
+    fn sync_ordered(&self, _: &WaitSpec<'_>) -> Result<(), BackendError> {
+        if self.sync_fails {
+            return Err(BackendError::on(AgentId(0), "sync ordered restores").error(
+                BackendErrorKind::CopyFailed,
+                "an ordered restore did not finish",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -107,7 +107,7 @@ const fn none(name: &'static str, why: &'static str) -> SectionMetric {
 
 // CUdevice_attribute values (cuda.h).
 const ATTR_SM_COUNT: i32 = 16;
-const ATTR_MAX_WARPS_PER_SM: i32 = 39; // max threads per multiprocessor; /32 on the host
+const ATTR_MAX_THREADS_PER_SM: i32 = 39; // CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
 const ATTR_L2_CACHE_SIZE: i32 = 38;
 const ATTR_CLOCK_RATE: i32 = 13;
 
@@ -133,7 +133,7 @@ const OCCUPANCY: &[SectionMetric] = &[
     raw("sm__maximum_warps_per_active_cycle_pct"),
     attr(
         "device__attribute_max_threads_per_multiprocessor",
-        ATTR_MAX_WARPS_PER_SM,
+        ATTR_MAX_THREADS_PER_SM,
     ),
     none(
         "launch__occupancy_limit_registers",

@@ -562,6 +562,11 @@ impl Snapshotter for GlobalsGate<'_> {
     fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
         self.inner.read_to_host(addr, out)
     }
+
+    // A tool's `sync_memory()` in PASS ENTER waits for the memory layer's ordered restores.
+    fn sync_ordered(&self, wait: &WaitSpec<'_>) -> Result<(), BackendError> {
+        self.inner.sync_ordered(wait)
+    }
 }
 
 /// Resolves the globals of every loaded module, and of the library `f` belongs to, into
@@ -966,6 +971,27 @@ pub(crate) unsafe fn hook_kernel_get_function(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_forwards_a_tools_wait_for_ordered_restores() {
+        use replay_mock::instant::InstantSnapshotter;
+        let clock = replay_core::SystemClock::new();
+        let wait = WaitSpec {
+            clock: &clock,
+            timeout: std::time::Duration::from_millis(10),
+            slice: std::time::Duration::from_millis(1),
+            progress: std::time::Duration::from_secs(1),
+        };
+        let failing = InstantSnapshotter {
+            sync_fails: true,
+            ..InstantSnapshotter::default()
+        };
+        assert!(GlobalsGate::new(&failing, None)
+            .sync_ordered(&wait)
+            .is_err());
+        let fine = InstantSnapshotter::default();
+        assert!(GlobalsGate::new(&fine, None).sync_ordered(&wait).is_ok());
+    }
 
     #[test]
     fn a_librarys_unload_forgets_its_kernel_handles_as_well_as_its_functions() {

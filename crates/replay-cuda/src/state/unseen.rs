@@ -265,6 +265,11 @@ impl Snapshotter for UnseenGate<'_> {
     fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
         self.inner.read_to_host(addr, out)
     }
+
+    // A tool's `sync_memory()` in PASS ENTER waits for the memory layer's ordered restores.
+    fn sync_ordered(&self, wait: &WaitSpec<'_>) -> Result<(), BackendError> {
+        self.inner.sync_ordered(wait)
+    }
 }
 
 // ----- Arrays and surface objects --------------------------------------------------------
@@ -688,4 +693,34 @@ pub(crate) unsafe fn hook_tensor_map_replace_address(
         };
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use replay_core::SystemClock;
+    use replay_mock::instant::InstantSnapshotter;
+    use std::time::Duration;
+
+    #[test]
+    fn the_gate_forwards_a_tools_wait_for_ordered_restores() {
+        let clock = SystemClock::new();
+        let wait = WaitSpec {
+            clock: &clock,
+            timeout: Duration::from_millis(10),
+            slice: Duration::from_millis(1),
+            progress: Duration::from_secs(1),
+        };
+        let failing = InstantSnapshotter {
+            sync_fails: true,
+            ..InstantSnapshotter::default()
+        };
+        assert!(UnseenGate::new(&failing, Check::default())
+            .sync_ordered(&wait)
+            .is_err());
+        let fine = InstantSnapshotter::default();
+        assert!(UnseenGate::new(&fine, Check::default())
+            .sync_ordered(&wait)
+            .is_ok());
+    }
 }
