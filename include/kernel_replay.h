@@ -219,12 +219,12 @@ enum kreplay_scope {
     /** The policy default, resolved per dispatch (SPEC 7.2); an outcome names what ran, never
      *  this (its JSON's scope_auto says that auto chose it). */
     KREPLAY_SCOPE_AUTO = 2,
-    /** Predicted chunks inside the regions the arguments reach (issue 18); what `auto`
+    /** Predicted chunks inside the regions the arguments reach; what `auto`
      *  resolves to where it would pick `arguments`. */
     KREPLAY_SCOPE_PREDICTED = 3
 };
 
-/** kreplay_predict_source: how scope `predicted` chose its chunks (issue 18). */
+/** kreplay_predict_source: how scope `predicted` chose its chunks. */
 typedef uint32_t kreplay_predict_source_t;
 enum kreplay_predict_source {
     KREPLAY_PREDICT_SOURCE_NONE = 0,
@@ -232,7 +232,7 @@ enum kreplay_predict_source {
     KREPLAY_PREDICT_SOURCE_LEARNED = 2
 };
 
-/** kreplay_predict_fallback: why scope `predicted` planned a region scope (issue 18). */
+/** kreplay_predict_fallback: why scope `predicted` planned a region scope. */
 typedef uint32_t kreplay_predict_fallback_t;
 enum kreplay_predict_fallback {
     KREPLAY_PREDICT_FALLBACK_NONE = 0,
@@ -373,7 +373,7 @@ typedef struct kreplay_outcome_t {
      *  scope check (0 before the first): pass_compared_bytes_count values. */
     const uint64_t* pass_compared_bytes;
     uint64_t pass_compared_bytes_count;
-    /* Scope `predicted` (issue 18); present when `size` reaches them. */
+    /* Scope `predicted`; present when `size` reaches them. */
     /** Bytes captured because the prediction named them. */
     uint64_t predicted_bytes;
     /** Digest chunks found written outside the prediction (the dispatch then truncated). */
@@ -411,7 +411,7 @@ typedef struct kreplay_summary_t {
     /** Declines and truncations by reason, indexed by kreplay_reason values. */
     uint64_t declined_by_reason[KREPLAY_REASON_CAPACITY];
     uint64_t truncated_by_reason[KREPLAY_REASON_CAPACITY];
-    /* Second version (issue 18): a caller whose size ends here still gets the fields above. */
+    /* Second version: a caller whose size ends here still gets the fields above. */
     /** Windows that ran passes under scope `predicted`. */
     uint64_t predicted;
     /** Bytes they captured because the prediction named them. */

@@ -1,4 +1,4 @@
-//! Correctness on the GPU (issue 7): each check prints PASS or FAIL and returns a JSON row.
+//! Correctness on the GPU: each check prints PASS or FAIL and returns a JSON row.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

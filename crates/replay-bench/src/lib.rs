@@ -1,6 +1,6 @@
 //! # replay-bench
 //!
-//! The GPU bench of the CUDA backend (issue 7; it checks SPEC §6–§8 and §9.2 on hardware):
+//! The GPU bench of the CUDA backend (it checks SPEC §6–§8 and §9.2 on hardware):
 //! correctness checks and measurements on a real GPU, reachable as `kreplay bench --backend
 //! cuda` and as the `cuda_bench` binary. Both are built on the CPU machine and run on the GPU
 //! machine as single binaries that link only glibc (CUDA is loaded at run time).
@@ -30,7 +30,7 @@
 //! footprint followed by Nsight Compute on the same dispatch unless `--ncu off`),
 //! `pinning` (`--pinned-gib` of pinned backing pinned both ways the backend can), and `pooled`
 //! (not in the default: one `--alloc-gib` allocation with sub-buffers, scope `predicted`,
-//! `--pooled-dispatches 20`, then ncu on the same program; issue 18).
+//! `--pooled-dispatches 20`, then ncu on the same program).
 //! `pass38`, `ncu`, `defaults` and `pooled` use `--alloc-gib` (default 1,40; `--big` adds
 //! 100,120). `pass38` runs every scope × restore at every footprint unless
 //! `--skip-all-full-from-gib` says otherwise. Progress goes to
@@ -820,7 +820,7 @@ mod tests {
         assert!(parse(&args("--cases bogus")).is_err());
         let (_, o, _) = parse(&args("--cases defaults --alloc-gib 100 --kernel-mib 16")).unwrap();
         assert_eq!(o.cases, vec!["defaults"]);
-        // Issue 15: scope all with full restore runs at every footprint unless told otherwise.
+        // Scope all with full restore runs at every footprint unless told otherwise.
         assert_eq!(o.skip_all_full_from_gib, u64::MAX);
         assert!(parse(&args("--passes")).is_err());
         assert!(parse(&args("--wat")).is_err());

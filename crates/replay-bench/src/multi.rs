@@ -1,4 +1,4 @@
-//! `PROG multi` (issue 17, SPEC §6): two GPUs replayed at once from two threads in library
+//! `PROG multi` (SPEC §6): two GPUs replayed at once from two threads in library
 //! mode. One service, one backend per device, one tracker; each thread fills its own buffer,
 //! runs `kr_rmw` over it once outside the service (the reference, on a second buffer) and then
 //! `--pooled-dispatches` times under replay with `--passes` passes, and compares the replayed

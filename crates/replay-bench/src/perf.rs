@@ -1,4 +1,4 @@
-//! Measurements (SPEC §11, issues 7 and 15): copy ceilings, window overhead, tier throughput,
+//! Measurements (SPEC §11): copy ceilings, window overhead, tier throughput,
 //! full vs dirty restore, the 38-pass replay at large footprints, and the 38-pass replay under
 //! the default policy with its first dispatch (pool warm-up) included, beside Nsight Compute
 //! (`defaults`). Every replayed configuration is checked for correctness (per-pass input
@@ -646,7 +646,7 @@ pub fn pass38(b: &Bench, rows: &mut Vec<Row>, o: &Pass38) -> Result<(), String> 
     Ok(())
 }
 
-/// Pool warm-up of the pinned tier (issue 15): `gib` GiB of pinned backing allocated through
+/// Pool warm-up of the pinned tier: `gib` GiB of pinned backing allocated through
 /// one `cuMemHostAlloc` and by registration after a parallel first touch (the default), each
 /// timed alone (allocation to a usable block), then freed.
 pub fn pinning(b: &Bench, rows: &mut Vec<Row>, gib: u64) -> Result<(), String> {
@@ -722,7 +722,7 @@ fn alloc_all(
     bufs
 }
 
-/// The 38-pass replay under the default policy (issue 15, SPEC §11: the defaults win with the
+/// The 38-pass replay under the default policy (SPEC §11: the defaults win with the
 /// first dispatch's warm-up included): per footprint, every pool released first, then the
 /// first dispatch (capture with pool warm-up, passes; checked: identical inputs, final memory
 /// equal to one execution) and a second one (steady state, checked too). `then` runs after

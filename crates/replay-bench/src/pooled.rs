@@ -1,4 +1,4 @@
-//! The `pooled` case (issue 18): one large allocation carved into sub-buffers as a pooled
+//! The `pooled` case: one large allocation carved into sub-buffers as a pooled
 //! allocator makes them (PyTorch's caching allocator, JAX's preallocation), and `kr_rmw`
 //! read-modify-writing `--kernel-mib` of one sub-buffer, dispatched `--pooled-dispatches`
 //! times (default 20) with the sub-buffer moving inside the pool, under scope `predicted`

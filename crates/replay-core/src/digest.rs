@@ -46,7 +46,7 @@
 //!
 //! A run that compares `n` changed chunks then misses one with probability about `n`·2^-64
 //! (10^6 changed chunks: about 5·10^-14). Under [`key_from_seed`] an adversary who knows the
-//! seed can do far better. (Until issue 15 a second, independently keyed lane gave about
+//! seed can do far better. (An earlier digest's second, independently keyed lane gave about
 //! 2^-127; it doubled the multiplies, and one host core then digested at a third of its read
 //! speed.)
 //!
@@ -56,7 +56,7 @@
 //! before the last pass changes that pass's inputs). The scope check misses one write outside
 //! the scope: nothing undoes it, and later passes (and the final memory) include it.
 //!
-//! **Speed on a host** (issue 15: at least 85% of a one-core read). One 64×64→128 product per
+//! **Speed on a host** (at least 85% of a one-core read). One 64×64→128 product per
 //! 16-byte word is what one core's multiplier sustains at about the speed it reads
 //! (`BENCHMARKS.md`); `replay-core` has no `unsafe` for SIMD intrinsics, and baseline x86-64
 //! has no vector 64-bit multiply. The host loop masks a block of eight words in vector
@@ -275,7 +275,7 @@ fn sums(k: &[u64; 4], first: u64, data: &[u8]) -> u128 {
 /// The sum of `data` (whole blocks of [`BLOCK_WORDS`] words), whose first word is word
 /// `first` of its range.
 ///
-/// Fast on one core (issue 15), in two steps per block of 128 bytes. First every word's two
+/// Fast on one core, in two steps per block of 128 bytes. First every word's two
 /// halves XOR the key and XOR the word's salts (one salt pair per position in the block, each
 /// advanced by `BLOCK_WORDS·C` per block) into a small buffer: pairs of 64-bit operations,
 /// which the compiler does two at a time in vector registers. Then the products, each `mul`
@@ -497,7 +497,7 @@ mod tests {
 
     #[test]
     fn the_digest_is_one_salted_product_per_word_and_keyed_feistel_rounds() {
-        // Issue 15: the formula with a known answer, so any implementation that computes
+        // The formula with a known answer, so any implementation that computes
         // something else (the former second product per word, another masking) fails. The
         // pinned values are what `by_hand` gives; the CUDA kernels' ports and the GPU check
         // pin the same numbers.
@@ -540,7 +540,7 @@ mod tests {
 
     #[test]
     fn the_host_loop_equals_the_formula_for_every_length_to_257_and_across_threads() {
-        // Issue 15: the fast loop (blocks masked in a buffer, then multiplied; the tail word by
+        // The fast loop (blocks masked in a buffer, then multiplied; the tail word by
         // word; threads over large inputs) against the per-word loop of `by_hand`.
         let data = pattern(257 + 16);
         for len in 0..=257 {

@@ -12,7 +12,7 @@
 //! counts the windows that ran passes by `scope+restore` (`ran`), and how many of them `auto`
 //! chose in part or in full (`ran_auto`).
 //!
-//! Scope `predicted` (issue 18) adds four fields, in JSON and at the end of the line:
+//! Scope `predicted` adds four fields, in JSON and at the end of the line:
 //! `predicted_bytes` (bytes captured because the prediction named them, inside the large
 //! regions it predicts; the rest of `captured_bytes` is whole small regions and module
 //! variables), `prediction_misses` (digest chunks the scope check found written outside the
@@ -138,7 +138,7 @@ impl Reason {
     }
 }
 
-/// How scope `predicted` chose the chunks it captured (issue 18).
+/// How scope `predicted` chose the chunks it captured.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
 )]
@@ -167,7 +167,7 @@ impl PredictSource {
 }
 
 /// Why scope `predicted` planned a region scope (`arguments` or `all`) for a dispatch
-/// instead of predicted chunks (issue 18).
+/// instead of predicted chunks.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
 )]
@@ -285,7 +285,7 @@ pub struct OutcomeRecord {
     pub pass_compared_bytes: SmallVec<[u64; 8]>,
     /// 1 for tool work launched from inside a callback.
     pub reentrancy: u8,
-    /// Scope `predicted`: bytes captured because the prediction named them (issue 18).
+    /// Scope `predicted`: bytes captured because the prediction named them.
     #[serde(default)]
     pub predicted_bytes: u64,
     /// Scope `predicted`: chunks found written outside the prediction (the dispatch then

@@ -11,7 +11,7 @@
 //! | `AUTO_ARGUMENTS`, host digests (HSA) | known | `predicted` | `full` |
 //! | neither (CUDA without NVRTC) | any | `all` | `full` |
 //!
-//! `predicted` (issue 18) is `arguments` unless the regions the arguments reach would not fit
+//! `predicted` is `arguments` unless the regions the arguments reach would not fit
 //! the device tier whole ([`PredictWhen::Spill`], the default): a pooled allocation of tens
 //! of GiB. Only then does it capture predicted chunks and watch the rest of the pool by
 //! digest, so where `arguments` fits nothing changes (the record says `arguments`, with
@@ -28,7 +28,7 @@
 //! tier, so that ratio stands for the host tiers only; it is why `auto` is `predicted` on HSA
 //! too, with `spill` deciding per dispatch.
 //!
-//! SPEC §7.2 asks for device digests before `auto` picks `arguments`; issue 15 decides that HSA,
+//! SPEC §7.2 asks for device digests before `auto` picks `arguments`; this module decides that HSA,
 //! whose digests are host ones, resolves to `arguments` + `full` anyway (restoring every tracked
 //! byte each pass costs more than digesting what lies outside the arguments), until its digests
 //! become cheap (device digests: then `DEVICE_DIGESTS`, and `dirty` follows). A backend opts in
@@ -68,7 +68,7 @@ pub enum Scope {
     All,
     /// What the argument block points into, plus module variables.
     Arguments,
-    /// Chunks inside the regions the arguments reach (issue 18): a predicted set of chunks
+    /// Chunks inside the regions the arguments reach: a predicted set of chunks
     /// of each large region (learned per kernel from what its earlier dispatches wrote,
     /// relative to the argument pointers; a first-seen kernel gets a window of chunks at
     /// each pointer), the small regions whole, plus module variables; every other byte the
@@ -143,7 +143,7 @@ impl RestoreMode {
     }
 }
 
-/// Which large regions scope `predicted` predicts chunks of (issue 18); the others it
+/// Which large regions scope `predicted` predicts chunks of; the others it
 /// captures whole, as `arguments` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -244,7 +244,7 @@ bitflags::bitflags! {
         /// Passes carry system-scope acquire and release fences.
         const SYSTEM_SCOPE_FENCES = 1 << 3;
         /// `scope=auto` resolves to `arguments` (for a dispatch whose argument layout is known)
-        /// although digests are host ones: HSA, by issue 15's decision (see
+        /// although digests are host ones: HSA, by the policy's design (see
         /// [`crate::policy`]); `restore=auto` still resolves to `full` without
         /// `DEVICE_DIGESTS`.
         const AUTO_ARGUMENTS = 1 << 4;

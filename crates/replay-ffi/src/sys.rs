@@ -382,7 +382,7 @@ pub struct kreplay_summary_t {
     pub declined_by_reason: [u64; KREPLAY_REASON_CAPACITY as usize],
     /// Truncations by reason.
     pub truncated_by_reason: [u64; KREPLAY_REASON_CAPACITY as usize],
-    /// Windows under scope `predicted` (second version, issue 18).
+    /// Windows under scope `predicted` (second version).
     pub predicted: u64,
     /// Bytes captured because the prediction named them.
     pub predicted_bytes: u64,

@@ -1,6 +1,6 @@
 //! # replay-hsa-sim
 //!
-//! A simulated HSA runtime (SPEC §9.1, issue 6): an `HsaApiTable` of the **current major**
+//! A simulated HSA runtime (SPEC §9.1): an `HsaApiTable` of the **current major**
 //! (root 3, core 2, AMD extension 2, bound by [`replay_hsa::sys::v2`]) whose entries are
 //! `extern "C"` Rust functions over a simulated GPU, so that `replay-hsa`'s `OnLoad` and its
 //! wrappers can be driven the way a HIP runtime drives the real one, on a machine without an

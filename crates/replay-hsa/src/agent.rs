@@ -178,7 +178,7 @@ impl replay_core::Agent for QueueAgent {
         self.st.agent.id
     }
 
-    /// Host digests (no `DEVICE_DIGESTS`), and `AUTO_ARGUMENTS`: by issue 15's decision,
+    /// Host digests (no `DEVICE_DIGESTS`), and `AUTO_ARGUMENTS`: by the policy's design,
     /// `scope=auto` resolves to `arguments` here, with `restore=auto` resolving to `full`,
     /// until digests run on the device (`replay_core::policy`).
     fn capabilities(&self) -> Capabilities {

@@ -3,7 +3,7 @@
 //! (a region split where a tier's budget runs out, a tier that cannot allocate handing its
 //! share on), copies them to pooled backing memory in one fenced batch, and digests what
 //! `dirty` compares, what scope `predicted` learns from, and what the scope check watches
-//! (every tracked byte outside the captured parts, issue 18).
+//! (every tracked byte outside the captured parts).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The scope check after every pass (SPEC §7.2, issue 18): under a hold against frees and
+//! The scope check after every pass (SPEC §7.2): under a hold against frees and
 //! unloads, digests the watched regions outside the snapshot that are still live and compares
 //! them with their digests before the first pass; the first that changed names where the
 //! kernel wrote outside its scope. Under scope `predicted` the first check also digests the

@@ -24,7 +24,7 @@
 //!   - `restore` (§7.4): restore `full` and `dirty`, the dirty fallback, the per-region retry;
 //!   - `tiers` (§7.3): the budgets of the device, pinned-host and pageable-host tiers;
 //!   - `snapshot` (§7.2–§7.4): a live snapshot's captured regions, watched regions and blocks;
-//!   - `predict` (§7.2, issue 18): the per-kernel predictions of scope `predicted`: the first
+//!   - `predict` (§7.2): the per-kernel predictions of scope `predicted`: the first
 //!     rule, learning, the bounds, forgetting on unload;
 //!   - `shared` (§7.1): the state an engine and its snapshot share, the liveness check and the
 //!     hold;
@@ -49,7 +49,7 @@
 //!   launch and one wait per pass on a GPU, SPEC §11's one read of the footprint), and the
 //!   restore that follows uses them; after the last pass, which no restore follows (the
 //!   window says so through `Snapshot::restore_may_follow`), only the check's are taken.
-//! - **Restores ordered on the device** (SPEC §6 step 8, issue 15). Where the agent claims
+//! - **Restores ordered on the device** (SPEC §6 step 8). Where the agent claims
 //!   `Capabilities::ORDERED_RESTORE` the window asks (`Snapshot::order_restores`), and a
 //!   restore submits its batch, hands the fence to [`replay_core::DeviceMemory::order_after`]
 //!   and returns: the next pass, flush and the backend's own reads and digests wait for it on
@@ -154,7 +154,7 @@
 //!   kernel nor force scope `all` on it; nor is all of it digested over the host link every
 //!   pass. It is captured where an argument reaches it. The cost: a kernel that writes
 //!   host-resident memory only through a pointer stored elsewhere is not seen.
-//! - **Scope `predicted`** (issue 18). A scope finer than a region, for pooled allocations (a
+//! - **Scope `predicted`**. A scope finer than a region, for pooled allocations (a
 //!   framework's one large pool, in which `arguments` would capture the whole pool per
 //!   dispatch). Under it the plan replaces each region of at least
 //!   [`engine::MIN_REGION_CHUNKS`] digest chunks that the arguments reach by the chunks the

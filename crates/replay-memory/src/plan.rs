@@ -1,4 +1,4 @@
-//! Scope planning (SPEC §7.1, §7.2, issue 18): which regions a snapshot of one dispatch holds
+//! Scope planning (SPEC §7.1, §7.2): which regions a snapshot of one dispatch holds
 //! under scope `all`, `arguments` or `predicted`: the allocations the argument words reach
 //! (tracked, or described by the runtime when the tracker never saw them), under `predicted`
 //! the predicted chunks of the large ones instead of the whole, module variables not already

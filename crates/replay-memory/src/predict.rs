@@ -1,4 +1,4 @@
-//! Scope `predicted` (SPEC §7.2, issue 18): per-kernel predictions of the digest chunks a
+//! Scope `predicted` (SPEC §7.2): per-kernel predictions of the digest chunks a
 //! dispatch writes inside large regions, learned from what the kernel's earlier dispatches
 //! wrote, so a snapshot inside a pooled allocation costs what the kernel writes.
 //!

@@ -1,6 +1,6 @@
 //! A live snapshot's contents (SPEC §7.2–§7.4): each captured region and where its bytes lie in
 //! the backing blocks, the regions the scope check watches with their digests before the first
-//! pass, under scope `predicted` what the plan predicted and what the checks found (issue 18),
+//! pass, under scope `predicted` what the plan predicted and what the checks found,
 //! the blocks it holds, which go back to the pool (or to quarantine, when a restore copy
 //! was abandoned) when it is dropped, and a restore ordered on the device and not yet seen
 //! complete, with its hold against frees (SPEC §6 step 8, §7.1).

@@ -968,7 +968,7 @@ mod tests {
 
     #[test]
     fn a_free_waits_for_a_hold_over_its_region() {
-        // Issue 11 item 7: a free on another thread could release memory between a restore's
+        // A free on another thread could release memory between a restore's
         // liveness check and its copy.
         let t = std::sync::Arc::new(Tracker::new());
         t.record_alloc(A, 0x1000, 0x100, C);

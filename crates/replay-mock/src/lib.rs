@@ -33,7 +33,7 @@
 //!   [`double`] (an instant agent, a fake device memory, a scripted tool with its log, a fake
 //!   clock) and [`instant`] (a snapshotter that finishes at once).
 //!
-//! Files use each other one way (issue 12), bottom to top: `clock`, `counters`, `fault`,
+//! Files use each other one way, bottom to top: `clock`, `counters`, `fault`,
 //! `expect`; `kernel` (kernels and their context, which reaches memory through a trait the
 //! state implements); `error`, `heap`, `queue`, `invariant`; `state`; the roles `agent`,
 //! `memory`, `tracker`; `gpu` (the device and its workers); `runtime`; `vmem` (the runtime's

@@ -1,4 +1,4 @@
-//! A crate's layout, checked from its sources (issue 12): which file uses which, whether any
+//! A crate's layout, checked from its sources: which file uses which, whether any
 //! file uses a file that uses it (directly or through others), and whether every file's top
 //! doc names its SPEC section.
 //!

@@ -4,14 +4,14 @@
 //! pinned host (portable, mapped), the Rust allocator (pageable host: `alloc_zeroed`, so lazily
 //! zeroed pages and an error rather than an abort when the host is out of memory).
 //!
-//! **Pinning** is the first dispatch's warm-up (issue 15: about 1.6 GB/s through one
+//! **Pinning** is the first dispatch's warm-up (about 1.6 GB/s through one
 //! `cuMemHostAlloc`, 38 s for a 61 GiB share). A block of at least [`PIN_PARALLEL_MIN`] is
 //! allocated from the host allocator aligned to 2 MiB, advised as transparent huge pages,
 //! its pages first touched by up to [`TierConfig::pin_threads`] threads at once (the kernel's
 //! page allocation and zeroing run in parallel), then page-locked and mapped with one
 //! `cuMemHostRegister` (one registration, so every copy into the block stays inside it). On
 //! the H200 machine 16 GiB took 0.85 s this way (20 GB/s) against 10.8 s through
-//! `cuMemHostAlloc` (`BENCHMARKS.md`, issue 15). The pinning still precedes the capture
+//! `cuMemHostAlloc` (`BENCHMARKS.md`). The pinning still precedes the capture
 //! copies; it is not overlapped with them.
 //! When any step fails the block comes from `cuMemHostAlloc` as before; `pin_threads = 0`
 //! always takes that path.
