@@ -8,64 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const FAKE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../replay-cuda/tests/fake_driver"
-);
+mod support;
+use support::{library, text};
 
-fn cc() -> String {
-    std::env::var("CC").unwrap_or_else(|_| "cc".into())
-}
-
-/// Builds the fake driver and the application in a fresh folder; `None` without a compiler.
 fn build(tag: &str) -> Option<PathBuf> {
-    let dir =
-        std::env::temp_dir().join(format!("kreplay-capture-fake-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).ok()?;
-    let lib = dir.join("libcuda.so.1");
-    let ok = Command::new(cc())
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&lib)
-        .args(["-Wl,-soname,libcuda.so.1", "-Wl,-Bsymbolic"])
-        .arg(format!("{FAKE}/fake_inject.c"))
-        .args(["-lpthread", "-ldl"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("skipped: could not compile the fake driver with {}", cc());
-        return None;
-    }
-    std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).ok()?;
-    let ok = Command::new(cc())
-        .args(["-O1", "-o"])
-        .arg(dir.join("app"))
-        .arg(format!("{FAKE}/inject_app.c"))
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lcuda", "-ldl"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(ok, "the fake driver compiled, so the application must");
-    Some(dir)
-}
-
-/// The shared object this test's dev-dependency built, with the CUDA entries.
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let deps = exe.parent().expect("deps folder");
-    [
-        deps.join("libkernel_replay.so"),
-        deps.join("../libkernel_replay.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libkernel_replay.so beside the test (replay-ffi dev-dependency)")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    support::build("kreplay-capture-fake", tag)
 }
 
 fn kreplay(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -9,65 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const FAKE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../replay-cuda/tests/fake_driver"
-);
+mod support;
+use support::{cc, library, text};
 
-fn cc() -> String {
-    std::env::var("CC").unwrap_or_else(|_| "cc".into())
-}
-
-/// Builds the fake driver and the application in a fresh folder; `None` without a compiler.
 fn build(tag: &str) -> Option<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("kreplay-run-fake-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let lib = dir.join("libcuda.so.1");
-    let ok = Command::new(cc())
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&lib)
-        .args(["-Wl,-soname,libcuda.so.1", "-Wl,-Bsymbolic"])
-        .arg(format!("{FAKE}/fake_inject.c"))
-        .args(["-lpthread", "-ldl"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("skipped: could not compile the fake driver with {}", cc());
-        return None;
-    }
-    std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).ok()?;
-    let ok = Command::new(cc())
-        .args(["-O1", "-o"])
-        .arg(dir.join("app"))
-        .arg(format!("{FAKE}/inject_app.c"))
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lcuda", "-ldl"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(ok, "the fake driver compiled, so the application must");
-    Some(dir)
-}
-
-/// The shared object this test's dev-dependency built, with the CUDA entries.
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let deps = exe.parent().expect("deps folder");
-    let lib = [
-        deps.join("libkernel_replay.so"),
-        deps.join("../libkernel_replay.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libkernel_replay.so beside the test (replay-ffi dev-dependency)");
-    let bytes = std::fs::read(&lib).expect("read the library");
-    assert!(
-        bytes.windows(19).any(|w| w == b"InitializeInjection"),
-        "{} lacks the cuda feature's entries",
-        lib.display()
-    );
-    lib
+    support::build("kreplay-run-fake", tag)
 }
 
 fn plain(dir: &Path, env: &[(&str, &str)]) -> Output {
@@ -106,10 +52,6 @@ fn cupti_installed() -> bool {
         .filter_map(Result::ok)
         .any(|f| f.file_name().to_string_lossy().starts_with("libcupti.so"))
         || std::env::var_os("KREPLAY_CUDA_LIB_DIR").is_some()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]
