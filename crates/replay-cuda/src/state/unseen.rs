@@ -438,6 +438,37 @@ unsafe fn extent(dtype: c_uint, rank: c_uint, dims: *const u64, strides: *const 
     last.saturating_add(elem)
 }
 
+/// After a `cuTensorMapEncode*` call: a map the driver wrote is remembered as targeting
+/// `[addr, +extent)` of its dimensions and strides.
+///
+/// # Safety
+/// The encode entry's arguments as given, `r` its result: on success `dims`/`strides` are as
+/// the entry requires and the driver wrote the 128-byte map at `m`.
+unsafe fn encoded(
+    r: CUresult,
+    m: *mut c_void,
+    dtype: c_uint,
+    rank: c_uint,
+    addr: *mut c_void,
+    dims: *const u64,
+    strides: *const u64,
+) {
+    if r != CUresult::CUDA_SUCCESS || m.is_null() {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        let extent = extent(dtype, rank, dims, strides);
+        remember_map(
+            m,
+            Target {
+                base: addr as u64,
+                extent,
+            },
+        );
+    }
+}
+
 /// Remembers the map at `m` (just written by the driver) as targeting `t`.
 ///
 /// # Safety
@@ -518,20 +549,8 @@ pub(crate) unsafe fn hook_tensor_map_tiled(
             m, dtype, rank, addr, dims, strides, boxd, estr, il, sw, l2, oob,
         )
     };
-    if r == CUresult::CUDA_SUCCESS && !m.is_null() {
-        // SAFETY: the call succeeded: `dims`/`strides` are as the entry requires and the
-        // driver wrote the 128-byte map at `m`.
-        unsafe {
-            let extent = extent(dtype, rank, dims, strides);
-            remember_map(
-                m,
-                Target {
-                    base: addr as u64,
-                    extent,
-                },
-            );
-        }
-    }
+    // SAFETY: the encode entry's own arguments, after its call.
+    unsafe { encoded(r, m, dtype, rank, addr, dims, strides) };
     r
 }
 
@@ -582,19 +601,8 @@ pub(crate) unsafe fn hook_tensor_map_im2col(
             m, dtype, rank, addr, dims, strides, lower, upper, cpp, ppc, estr, il, sw, l2, oob,
         )
     };
-    if r == CUresult::CUDA_SUCCESS && !m.is_null() {
-        // SAFETY: as in `hook_tensor_map_tiled`.
-        unsafe {
-            let extent = extent(dtype, rank, dims, strides);
-            remember_map(
-                m,
-                Target {
-                    base: addr as u64,
-                    extent,
-                },
-            );
-        }
-    }
+    // SAFETY: the encode entry's own arguments, after its call.
+    unsafe { encoded(r, m, dtype, rank, addr, dims, strides) };
     r
 }
 
@@ -648,19 +656,8 @@ pub(crate) unsafe fn hook_tensor_map_im2col_wide(
             oob,
         )
     };
-    if r == CUresult::CUDA_SUCCESS && !m.is_null() {
-        // SAFETY: as in `hook_tensor_map_tiled`.
-        unsafe {
-            let extent = extent(dtype, rank, dims, strides);
-            remember_map(
-                m,
-                Target {
-                    base: addr as u64,
-                    extent,
-                },
-            );
-        }
-    }
+    // SAFETY: the encode entry's own arguments, after its call.
+    unsafe { encoded(r, m, dtype, rank, addr, dims, strides) };
     r
 }
 
