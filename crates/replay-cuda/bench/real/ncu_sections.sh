@@ -11,13 +11,13 @@ kreplay=${KREPLAY:-target/release/kreplay}
 clock=${CLOCK_CONTROL:-none}
 start=$(date +%s.%N)
 "$@" >/dev/null
-plain=$(echo "$(date +%s.%N) - $start" | bc)
+plain=$(awk "BEGIN{print $(date +%s.%N) - $start}")
 start=$(date +%s.%N)
 "$kreplay" run --tool counters --set full --out "$out/kreplay.csv" -- "$@" >"$out/kreplay.log" 2>&1
-ours=$(echo "$(date +%s.%N) - $start" | bc)
+ours=$(awk "BEGIN{print $(date +%s.%N) - $start}")
 start=$(date +%s.%N)
 ncu --set full --csv --clock-control "$clock" --metrics profiler__replayer_passes "$@" >"$out/ncu.csv" 2>"$out/ncu.log"
-theirs=$(echo "$(date +%s.%N) - $start" | bc)
+theirs=$(awk "BEGIN{print $(date +%s.%N) - $start}")
 echo "plain ${plain}s, kreplay ${ours}s, ncu ${theirs}s"
 python3 - "$out/kreplay.csv" "$out/ncu.csv" <<'PY'
 import csv, sys, collections, statistics

@@ -13,6 +13,7 @@ a plain run and a run under replay compare bit for bit.
   another thread launches ordinary kernels; the graph is then replayed.
 - surface: a kernel that read-modify-writes a CUDA array through surf2Dread/surf2Dwrite (CuPy).
 - jax: a three-step JAX MLP training loop.
+- small: six CuPy kernels (elementwise, reduction, matmul) for comparing counters with ncu's.
 """
 import os
 import sys
@@ -166,4 +167,17 @@ def jax_big():
     print("%.10f" % float(loss), hexf(float(loss)))
 
 
-{"grow": grow, "jax_big": jax_big, "capture_thread": capture_thread, "surface": surface, "jax": jax_mlp}[NAME]()
+def small():
+    import cupy as cp
+    cp.random.seed(0)
+    a = cp.random.rand(1 << 20, dtype=cp.float32)
+    b = cp.random.rand(1 << 20, dtype=cp.float32)
+    c = a * b + 1.0
+    s = float(c.sum())
+    m = cp.random.rand(512, 512, dtype=cp.float32)
+    p = m @ m
+    cp.cuda.Device().synchronize()
+    print(hexf(s + float(p.sum())))
+
+
+{"grow": grow, "small": small, "jax_big": jax_big, "capture_thread": capture_thread, "surface": surface, "jax": jax_mlp}[NAME]()
