@@ -35,6 +35,7 @@ pub(crate) fn capture(
 ) -> Result<EngineSnapshot, SnapshotError> {
     let start = wait.clock.now();
     let fail = |message: String| SnapshotError { message };
+    let mut sw = crate::stopwatch::Stopwatch::new();
 
     // Memory outside the scope that the scope check watches (SPEC §7.2): under every
     // scope, every tracked region of a captured or capturable class that is not captured,
@@ -94,6 +95,7 @@ pub(crate) fn capture(
         }
     }
 
+    sw.lap("watched");
     // Frees and unloads of this memory wait until the copies and digests below are done;
     // taken before the liveness re-check so that its answer stays true meanwhile.
     let hold = sh.hold(plan.regions.iter().chain(watched.iter().map(|w| &w.region)));
@@ -124,6 +126,7 @@ pub(crate) fn capture(
         }
     }
 
+    sw.lap("hold+live");
     // Placement: device, then pinned, then pageable, splitting a region where a tier runs out;
     // a tier that fails to allocate hands its share to the later ones.
     let caps = tier_caps(sh, host_available, policy);
@@ -134,6 +137,7 @@ pub(crate) fn capture(
             caps[0], caps[1], caps[2]
         )));
     }
+    sw.lap("caps");
     let mut need = [0u64; 3];
     {
         let mut left = total;
@@ -182,6 +186,7 @@ pub(crate) fn capture(
         }
     }
 
+    sw.lap("acquire");
     // Assign pieces: regions in order fill the device tier, then pinned, then pageable.
     let mut regions: Vec<CapturedRegion> = Vec::with_capacity(live.len());
     let mut ops: Vec<CopyOp> = Vec::with_capacity(live.len());
@@ -234,7 +239,10 @@ pub(crate) fn capture(
     }
     let blocks: Vec<Block> = cursors.into_iter().flat_map(|c| c.blocks).collect();
 
-    if let Err(e) = sh.copy_batch(&ops, wait, "snapshot copy fence") {
+    sw.lap("pieces");
+    let copied = sh.copy_batch(&ops, wait, "snapshot copy fence");
+    sw.lap("copy");
+    if let Err(e) = copied {
         let message = format!(
             "copying {total} bytes in {} regions to backing memory failed: {e}",
             live.len()
@@ -267,8 +275,18 @@ pub(crate) fn capture(
             watch_ops(w.region.base, w.region.size, &mut dops)
         });
     }
+    sw.lap("digest ops");
     let digested = sh.digest_batch(&dops, wait);
+    sw.lap("digest");
     drop(hold);
+    sw.report(format_args!(
+        "capture: {} regions ({total} bytes, {} copies), {} watched ({} bytes), {} digests",
+        live.len(),
+        ops.len(),
+        watched.len(),
+        watched.iter().map(|w| w.region.size).sum::<u64>(),
+        dops.len()
+    ));
     match digested {
         Ok(digests) => {
             let mut it = digests.into_iter();

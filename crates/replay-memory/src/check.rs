@@ -21,6 +21,7 @@ pub(crate) fn check_scope(
     wait: &WaitSpec<'_>,
 ) -> Result<ScopeCheck, BackendError> {
     snap.prefetched = None;
+    let mut sw = crate::stopwatch::Stopwatch::new();
     // The predicted chunks are digested once, after the first pass: enough to learn what the
     // kernel writes (later passes run on the same inputs).
     let learn = snap.prediction.as_ref().is_some_and(|p| !p.learned);
@@ -71,7 +72,16 @@ pub(crate) fn check_scope(
     }
     let mine = dops.len();
     let dirty = fused.then(|| restore::dirty_ops(snap, &mut dops));
-    let now = sh.digest_batch(&dops, wait).map_err(|e| match e {
+    sw.lap("ops");
+    let now = sh.digest_batch(&dops, wait);
+    sw.lap("digest");
+    sw.report(format_args!(
+        "check: {} watched, {} digests ({} of the watched)",
+        snap.watched.len(),
+        dops.len(),
+        mine
+    ));
+    let now = now.map_err(|e| match e {
         WaitError::Backend(b) => b,
         stuck @ WaitError::Stuck { .. } => BackendError::new(
             BackendErrorKind::Other,

@@ -217,6 +217,7 @@ mod predict;
 mod restore;
 mod shared;
 mod snapshot;
+mod stopwatch;
 mod tiers;
 pub mod tracker;
 

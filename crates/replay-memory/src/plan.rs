@@ -67,7 +67,9 @@ pub(crate) fn plan(
             ),
         ));
     }
+    let mut sw = crate::stopwatch::Stopwatch::new();
     let all = sh.tracker.regions(agent);
+    sw.lap("regions");
     let vmem = policy.decline_on_vmem;
     let classify = |c: MemoryClass| classify_under(c, vmem);
     let mut plan = SnapshotPlan {
@@ -87,6 +89,7 @@ pub(crate) fn plan(
         Ok(v) => v,
     };
     let var_ranges = &view.ranges;
+    sw.lap("module view");
 
     // Under every scope, the capturable memory the arguments reach is captured, and
     // memory they reach that nothing can capture declines (SPEC §7.1).
@@ -116,7 +119,9 @@ pub(crate) fn plan(
         Scope::Arguments | Scope::Predicted => reach,
     };
     regions.retain(|r| r.size > 0);
+    sw.lap("reach");
     let caps = tier_caps(sh, host_available, policy);
+    sw.lap("caps");
     let mut pending = None;
     if scope == Scope::Predicted {
         match predicted(
@@ -171,6 +176,12 @@ pub(crate) fn plan(
         }
     }
     plan.untracked = untracked;
+    sw.lap("predict+summary");
+    sw.report(format_args!(
+        "plan: {} tracked regions, {} argument words",
+        all.len(),
+        dispatch.argument_words().count()
+    ));
 
     // Module variables: what the scope does not already cover, each part once.
     let mut covered: Vec<(u64, u64)> = regions

@@ -14,11 +14,14 @@ use std::time::Duration;
 use replay_core::{CopyOp, MemLoc};
 use smallvec::SmallVec;
 
+use super::kernels::{self, CopyPiece};
 use super::tier::Backing;
-use crate::device::{wait_events, Device};
+use crate::device::{wait_events, Device, SendPtr};
 use crate::error::{CudaError, CudaResult};
+use crate::launch::{launch_raw, ArgBlock, DevicePtr, LaunchConfig};
+use crate::module::CudaFunction;
 use crate::queue::{Direction, ResolvedCopy, Stream};
-use crate::result::DriverCall;
+use crate::result::{self, mapped_pointer, DriverCall};
 use crate::sys;
 
 /// Which stream lane a copy runs on.
@@ -112,6 +115,81 @@ impl CopyStreams {
         // batch's fence completed. `cuMemcpyAsync` infers each end's kind from the unified
         // address space, so device, managed, mapped pinned and pageable memory all work.
         unsafe { sys::cuMemcpyAsync(c.dst, c.src, c.len as usize, stream) }.call("cuMemcpyAsync")
+    }
+}
+
+/// Whether `c` goes through the gather kernel ([`kernels::COPY_KERNEL`]) rather than its own
+/// `cuMemcpyAsync`: a device-to-device copy of at most [`kernels::KERNEL_COPY_MAX`] bytes.
+pub fn gathered(c: &ResolvedCopy) -> bool {
+    c.dir == Direction::DeviceToDevice && c.len > 0 && c.len <= kernels::KERNEL_COPY_MAX
+}
+
+/// A table of [`CopyPiece`]s in mapped pinned memory, which `kr_copy` reads directly; pooled,
+/// and out of the pool until its batch's fence completed.
+#[derive(Debug)]
+pub(super) struct CopyTable {
+    host: SendPtr,
+    dptr: u64,
+    /// Capacity in pieces.
+    pub(super) cap: usize,
+}
+
+impl CopyTable {
+    /// A table for at least `pieces` pieces (a power of two, at least 128).
+    pub(super) fn alloc(device: &Device, pieces: usize) -> CudaResult<Self> {
+        device.bind()?;
+        let cap = pieces.next_power_of_two().max(128);
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: a plain allocation of `cap` entries; owned by the table, freed in its Drop.
+        let h = unsafe { result::malloc_host(cap * std::mem::size_of::<CopyPiece>(), flags) }
+            .call("cuMemHostAlloc")?;
+        Ok(Self {
+            host: SendPtr(h),
+            dptr: mapped_pointer(h),
+            cap,
+        })
+    }
+}
+
+impl Drop for CopyTable {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc in `alloc`; no kernel reads it any more (a table
+        // whose batch was abandoned is leaked with `mem::forget` instead of dropped).
+        let _ = unsafe { result::free_host(self.host.0) };
+    }
+}
+
+/// Writes `pieces` into `table` and launches `kr_copy` (`f`) over them on `stream`. On an
+/// error, whatever was enqueued may still run: the caller leaks the table rather than reuse it.
+pub(super) fn launch_gather(
+    f: &CudaFunction,
+    table: &CopyTable,
+    pieces: &[CopyPiece],
+    stream: sys::CUstream,
+) -> CudaResult<()> {
+    assert!(pieces.len() <= table.cap, "copy table too small");
+    let blocks = u32::try_from(pieces.len())
+        .map_err(|_| CudaError::InvalidArgument(format!("{} copy pieces", pieces.len())))?;
+    // SAFETY: the table holds `cap >= pieces.len()` entries of pinned memory no kernel uses
+    // (taken out of the pool until its fence completes); `CopyPiece` is plain `repr(C)` data.
+    unsafe {
+        std::ptr::copy_nonoverlapping(pieces.as_ptr(), table.host.0.cast::<CopyPiece>(), pieces.len());
+    }
+    let args = ArgBlock::new()
+        .arg(DevicePtr(table.dptr))
+        .arg(pieces.len() as u64);
+    // SAFETY: `kr_copy(const KrCopy*, u64)` reads `pieces.len()` table entries (mapped pinned
+    // memory written above) and copies each piece between two live device ranges: both ends
+    // of every op were resolved against memory the memory layer checked live or backing
+    // blocks it holds until the fence completes, and a piece lies inside its op.
+    unsafe {
+        launch_raw(
+            f.raw(),
+            &LaunchConfig::linear(blocks, kernels::BLOCK),
+            stream,
+            args.params(),
+            args.bytes(),
+        )
     }
 }
 

@@ -126,12 +126,13 @@ pub(super) struct DigestJob {
     pub(super) key: DigestKey,
 }
 
-/// The compiled digest kernels.
+/// The compiled digest kernels and the gather copy of the same module.
 #[derive(Debug)]
 pub(super) struct DigestKernels {
     _module: Arc<CudaModule>,
     seg: CudaFunction,
     fin: CudaFunction,
+    pub(super) copy: CudaFunction,
 }
 
 impl DigestKernels {
@@ -151,12 +152,19 @@ impl DigestKernels {
             }
             Err(e) => return Err(e),
         };
-        let m = modules.load_private(&cubin, "kr_digest")?;
-        Ok(Some(Self {
+        Self::load(modules, &cubin).map(Some)
+    }
+
+    /// Loads the kernels from a compiled image of [`kernels::DIGEST_SOURCE`] as a private
+    /// module of `modules`.
+    pub(super) fn load(modules: &ModuleRegistry, cubin: &[u8]) -> CudaResult<Self> {
+        let m = modules.load_private(cubin, "kr_digest")?;
+        Ok(Self {
             seg: m.function(kernels::DIGEST_SEG)?,
             fin: m.function(kernels::DIGEST_FIN)?,
+            copy: m.function(kernels::COPY_KERNEL)?,
             _module: m,
-        }))
+        })
     }
 }
 

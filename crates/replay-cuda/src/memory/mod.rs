@@ -17,7 +17,10 @@
 //!   tiers overlap). Operations are never merged: each `cuMemcpyAsync` stays inside the ops as
 //!   given, because two application allocations (or two module variables) that happen to be
 //!   adjacent in the address space cannot be copied by one call (the driver answers
-//!   `CUDA_ERROR_INVALID_VALUE`). A batch's fence is one event per stream it used. A pageable device-to-host copy returns only when it is done (the driver stages it);
+//!   `CUDA_ERROR_INVALID_VALUE`). Small device-to-device copies (at most
+//!   [`kernels::KERNEL_COPY_MAX`] bytes) of a batch of several are instead one launch of the
+//!   gather kernel `kr_copy` on the device lane, over a table in mapped pinned memory (pooled
+//!   like the digests' scratch; pieces never cross an op either). A batch's fence is one event per stream it used. A pageable device-to-host copy returns only when it is done (the driver stages it);
 //!   that is the last-resort tier's cost.
 //! - **Digests** run on a fourth stream: the host splits the batch into segments
 //!   ([`kernels::plan`]) in mapped pinned memory, `kr_digest_seg` (and `kr_digest_fin` when an
@@ -85,7 +88,7 @@ use crate::queue::{QueueRegistry, RelaxedCapture, Stream};
 use crate::result::DriverCall;
 use crate::sys;
 
-use copy::CopyStreams;
+use copy::{CopyStreams, CopyTable};
 use digest::{Batch, DigestJob, DigestKernels, Scratch, Staging};
 use tier::{tier_index, Backing};
 
@@ -98,6 +101,8 @@ pub use tier::{host_mem_available, report_tiers, CapacityReport, TierConfig, CAP
 struct Pending {
     events: SmallVec<[Event; 4]>,
     digests: Option<DigestJob>,
+    /// The gather copy's table, back to the pool once the fence completed.
+    table: Option<CopyTable>,
     done: bool,
 }
 
@@ -115,10 +120,13 @@ struct State {
     /// with the deferred backing for the same reason.
     deferred_scratch: Vec<Scratch>,
     deferred_staging: Vec<Staging>,
+    deferred_tables: Vec<CopyTable>,
     next_backing: u64,
     fences: HashMap<u64, Pending>,
     next_fence: u64,
     scratch: Vec<Scratch>,
+    /// Free gather-copy tables.
+    tables: Vec<CopyTable>,
 }
 
 /// Device memory of one agent (see the module docs).
@@ -128,7 +136,9 @@ pub struct CudaMemory {
     agent: AgentId,
     copies: CopyStreams,
     digest_stream: Stream,
-    kernels: Option<DigestKernels>,
+    /// The digest and gather-copy kernels: compiled at creation, or loaded later from an
+    /// image ([`CudaMemory::load_device_code`]); unset, digests run on the host.
+    kernels: std::sync::OnceLock<DigestKernels>,
     config: TierConfig,
     state: Mutex<State>,
     /// Bit i set: tier `Tier::ALL[i]` disabled.
@@ -164,7 +174,10 @@ impl CudaMemory {
         modules: &ModuleRegistry,
         config: TierConfig,
     ) -> CudaResult<Self> {
-        let kernels = DigestKernels::compile(device, modules)?;
+        let kernels = std::sync::OnceLock::new();
+        if let Some(k) = DigestKernels::compile(device, modules)? {
+            let _ = kernels.set(k);
+        }
         let pin_threads = config.pin_threads;
         Ok(Self {
             copies: CopyStreams::new(device)?,
@@ -261,7 +274,19 @@ impl CudaMemory {
 
     /// Whether digests run on the device.
     pub fn device_digests(&self) -> bool {
-        self.kernels.is_some()
+        self.kernels.get().is_some()
+    }
+
+    /// Loads the digest and gather-copy kernels from `image` (a cubin of
+    /// [`kernels::DIGEST_SOURCE`] built for this device) where NVRTC was not there to compile
+    /// them: `Ok(false)` when kernels are already loaded. Takes effect at the next batch; the
+    /// capabilities the agent claimed at creation stay as they were.
+    pub fn load_device_code(&self, modules: &ModuleRegistry, image: &[u8]) -> CudaResult<bool> {
+        if self.kernels.get().is_some() {
+            return Ok(false);
+        }
+        let k = DigestKernels::load(modules, image)?;
+        Ok(self.kernels.set(k).is_ok())
     }
 
     /// Gives the memory the backend's queues (stream captures and idle checks see them).
@@ -296,6 +321,7 @@ impl CudaMemory {
             if st.deferred.is_empty()
                 && st.deferred_scratch.is_empty()
                 && st.deferred_staging.is_empty()
+                && st.deferred_tables.is_empty()
             {
                 return 0;
             }
@@ -304,12 +330,13 @@ impl CudaMemory {
         if !force && !self.device_idle() {
             return self.deferred_bytes();
         }
-        let (blocks, scratch, staging) = {
+        let (blocks, scratch, staging, tables) = {
             let mut st = self.state.lock();
             (
                 std::mem::take(&mut st.deferred),
                 std::mem::take(&mut st.deferred_scratch),
                 std::mem::take(&mut st.deferred_staging),
+                std::mem::take(&mut st.deferred_tables),
             )
         };
         self.invalidate_capacity();
@@ -319,9 +346,11 @@ impl CudaMemory {
         if self.device.bind().is_ok() {
             drop(scratch);
             drop(staging);
+            drop(tables);
         } else {
             scratch.into_iter().for_each(std::mem::forget);
             staging.into_iter().for_each(std::mem::forget);
+            tables.into_iter().for_each(std::mem::forget);
         }
         self.deferred_bytes()
     }
@@ -439,6 +468,27 @@ impl CudaMemory {
         }
     }
 
+    fn take_table(&self, pieces: usize) -> CudaResult<CopyTable> {
+        {
+            let mut st = self.state.lock();
+            if let Some(i) = st.tables.iter().position(|t| t.cap >= pieces) {
+                return Ok(st.tables.swap_remove(i));
+            }
+        }
+        CopyTable::alloc(&self.device, pieces)
+    }
+
+    /// Back to the pool (the largest four kept; the others released with the deferred
+    /// backing, since `cuMemFreeHost` waits for the device).
+    fn give_table(st: &mut State, t: CopyTable) {
+        st.tables.push(t);
+        if st.tables.len() > 4 {
+            st.tables.sort_by_key(|t| std::cmp::Reverse(t.cap));
+            let extra = st.tables.split_off(4);
+            st.deferred_tables.extend(extra);
+        }
+    }
+
     /// Digests `ranges` of device memory and waits at most `timeout` (tools and benchmarks;
     /// the memory layer uses the asynchronous interface).
     pub fn digest_blocking(
@@ -518,12 +568,13 @@ impl CudaMemory {
             return Ok(self.new_fence(Pending {
                 events: SmallVec::new(),
                 digests: Some(job),
+                table: None,
                 done: true,
             }));
         }
         // Digests read what a restore ordered on the device wrote.
         self.order_stream(s)?;
-        match &self.kernels {
+        match self.kernels.get() {
             Some(k) => {
                 let batch = Batch::plan(&dev, self.segment.load(Ordering::Relaxed))?;
                 let scratch = self.take_scratch(batch.need)?;
@@ -540,6 +591,7 @@ impl CudaMemory {
         Ok(self.new_fence(Pending {
             events,
             digests: Some(job),
+            table: None,
             done: false,
         }))
     }
@@ -551,8 +603,38 @@ impl CudaMemory {
         self.device
             .bind()
             .map_err(|e| e.to_backend(self.agent, OP))?;
-        let plan = schedule(&resolved, self.config.host_chunk_bytes);
-        let (used, failure) = copy::enqueue_all(&self.copies, &plan);
+        // Small device-to-device copies: one gather launch on the device lane (when the
+        // kernels compiled and there are several); the rest one `cuMemcpyAsync` each.
+        let (gather, rest): (Vec<ResolvedCopy>, Vec<ResolvedCopy>) = match self.kernels.get() {
+            Some(_) if resolved.iter().filter(|c| copy::gathered(c)).count() > 1 => {
+                resolved.iter().partition(|c| copy::gathered(c))
+            }
+            _ => (Vec::new(), resolved),
+        };
+        let mut table = None;
+        let mut used: SmallVec<[sys::CUstream; 4]> = SmallVec::new();
+        if let (Some(k), false) = (self.kernels.get(), gather.is_empty()) {
+            let ops: Vec<(u64, u64, u64)> = gather.iter().map(|c| (c.src, c.dst, c.len)).collect();
+            let pieces = kernels::copy_pieces(&ops);
+            let t = self
+                .take_table(pieces.len())
+                .map_err(|e| e.to_backend(self.agent, OP))?;
+            let s = self.copies.stream(Lane::Device, 0);
+            if let Err(e) = copy::launch_gather(&k.copy, &t, &pieces, s) {
+                // Whatever was enqueued may still read the table: leak it rather than reuse it.
+                std::mem::forget(t);
+                return Err(e.to_backend(self.agent, OP));
+            }
+            table = Some(t);
+            used.push(s);
+        }
+        let plan = schedule(&rest, self.config.host_chunk_bytes);
+        let (more, failure) = copy::enqueue_all(&self.copies, &plan);
+        for s in more {
+            if !used.contains(&s) {
+                used.push(s);
+            }
+        }
         let events = self
             .fence_events(&used)
             .map_err(|e| e.to_backend(self.agent, OP))?;
@@ -569,11 +651,16 @@ impl CudaMemory {
                 BackendErrorKind::DeviceLost => BackendErrorKind::DeviceLost,
                 _ => BackendErrorKind::CopyFailed,
             };
+            if let Some(t) = table {
+                // Waited for above when the wait succeeded; either way never reused.
+                std::mem::forget(t);
+            }
             return Err(BackendError::on(self.agent, OP).error(kind, e.to_string()));
         }
         Ok(self.new_fence(Pending {
             events,
             digests: None,
+            table,
             done: false,
         }))
     }
@@ -685,6 +772,7 @@ impl DeviceMemory for CudaMemory {
             return Ok(self.new_fence(Pending {
                 events: SmallVec::new(),
                 digests: None,
+                table: None,
                 done: true,
             }));
         }
@@ -775,12 +863,16 @@ impl DeviceMemory for CudaMemory {
         match st.fences.get_mut(&fence.0) {
             Some(p) if done => {
                 p.done = true;
+                let table = p.table.take();
                 drop(refs);
                 for e in events {
                     self.device.recycle_event(e);
                 }
                 if !is_digest {
                     st.fences.remove(&fence.0);
+                }
+                if let Some(t) = table {
+                    Self::give_table(&mut st, t);
                 }
             }
             Some(p) => p.events = events,
@@ -825,7 +917,11 @@ impl DeviceMemory for CudaMemory {
                 .store(!st.ordered.is_empty(), Ordering::Release);
             st.fences.remove(&fence.0)
         };
-        if let Some(p) = p {
+        if let Some(mut p) = p {
+            if let Some(t) = p.table.take() {
+                // The device may still read it: leak, never reuse.
+                std::mem::forget(t);
+            }
             if let Some(mut job) = p.digests {
                 // The device may still write them: leak, never reuse (as the memory layer does
                 // with backing blocks of an abandoned copy).
@@ -851,10 +947,14 @@ impl Drop for CudaMemory {
             drop(st.scratch);
             drop(st.deferred_scratch);
             drop(st.deferred_staging);
+            drop(st.tables);
+            drop(st.deferred_tables);
         } else {
             st.scratch.into_iter().for_each(std::mem::forget);
             st.deferred_scratch.into_iter().for_each(std::mem::forget);
             st.deferred_staging.into_iter().for_each(std::mem::forget);
+            st.tables.into_iter().for_each(std::mem::forget);
+            st.deferred_tables.into_iter().for_each(std::mem::forget);
         }
     }
 }

@@ -1102,6 +1102,18 @@ static int mapped_ok(u64 p, u64 n) {
     return ok;
 }
 
+/* Launches of the gather copy kernel and the pieces they copied. */
+static u64 kernel_copies;
+static u64 kernel_copied_pieces;
+
+/* How many pieces the gather copy kernel (kr_copy) copied so far; *launches gets its launches. */
+u64 fake_cuda_kernel_copies(u64* launches) {
+    if (launches) {
+        *launches = __atomic_load_n(&kernel_copies, __ATOMIC_SEQ_CST);
+    }
+    return __atomic_load_n(&kernel_copied_pieces, __ATOMIC_SEQ_CST);
+}
+
 /* How many copies reached unmapped memory so far (a restore after an unmap would). */
 int fake_cuda_unmapped_copies(void) {
     pthread_mutex_lock(&lock);
@@ -1374,6 +1386,8 @@ static size_t param_count(const char* n) {
         count = 8;
     } else if (strcmp(n, "kr_digest_fin") == 0) {
         count = 6;
+    } else if (strcmp(n, "kr_copy") == 0) {
+        count = 2;
     }
     return count;
 }
@@ -1788,6 +1802,22 @@ static CUresult run_kernel(void* f, unsigned gx, unsigned bx, void* s, void** pa
             }
             finish(a, e[2], k2, k3, out + 2 * e[3]);
         }
+    } else if (strcmp(n, "kr_copy") == 0) {
+        /* struct KrCopy { u64 src, dst, len, pad; }: one block per piece. */
+        const u64* pieces = ARG(const u64*, 0);
+        u64 cnt = ARG(u64, 1);
+        if (gx < cnt || bx != 256) {
+            return E_INVALID_VALUE;
+        }
+        for (u64 i = 0; i < cnt; ++i) {
+            const u64* e = pieces + 4 * i;
+            if (!end_ok(e[0], e[2]) || !end_ok(e[1], e[2])) {
+                return E_INVALID_VALUE;
+            }
+            memmove((void*)(uintptr_t)e[1], (const void*)(uintptr_t)e[0], (size_t)e[2]);
+        }
+        __atomic_add_fetch(&kernel_copies, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&kernel_copied_pieces, cnt, __ATOMIC_SEQ_CST);
     } else {
         fprintf(stderr, "fake_cuda: unknown kernel %s\n", n);
         return E_INVALID_VALUE;
