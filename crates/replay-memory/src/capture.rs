@@ -101,7 +101,9 @@ pub(crate) fn capture(
     let hold = sh.hold(plan.regions.iter().chain(watched.iter().map(|w| &w.region)));
     watched.retain(|w| sh.is_live(&w.region, None));
 
-    // Liveness re-check: the plan may be stale.
+    // Liveness re-check: the plan may be stale. Read under the hold: a later load or unload
+    // changes the stamp, and the restores' liveness then looks each module region up again.
+    let module_stamp = sh.modules.generation(sh.agent);
     let mut stats = CaptureStats::default();
     let mut live: Vec<RegionRef> = Vec::with_capacity(plan.regions.len());
     let mut loads: Vec<Option<u64>> = Vec::with_capacity(plan.regions.len());
@@ -111,8 +113,13 @@ pub(crate) fn capture(
         } else {
             None
         };
-        let unloaded = r.generation == MODULE_GENERATION && load.is_none();
-        if !unloaded && sh.is_live(r, load) {
+        // A module region is live when its code object is loaded (the load just read).
+        let live_now = if r.generation == MODULE_GENERATION {
+            load.is_some()
+        } else {
+            sh.is_live(r, load)
+        };
+        if live_now {
             live.push(*r);
             loads.push(load);
         } else {
@@ -325,6 +332,7 @@ pub(crate) fn capture(
             misses: 0,
         }),
         restore_may_follow: true,
+        module_stamp,
         prefetched: None,
         ordered: false,
         pending: None,

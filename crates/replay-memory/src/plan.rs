@@ -177,22 +177,24 @@ pub(crate) fn plan(
     }
     plan.untracked = untracked;
     sw.lap("predict+summary");
-    sw.report(format_args!(
-        "plan: {} tracked regions, {} argument words",
-        all.len(),
-        dispatch.argument_words().count()
-    ));
 
-    // Module variables: what the scope does not already cover, each part once.
+    // Module variables: what the scope does not already cover, each part once. The runs are
+    // sorted by base (an application's images give a thousand): the covered list is sorted
+    // once, and `done` (where the runs taken so far end) keeps an overlap from counting twice.
     let mut covered: Vec<(u64, u64)> = regions
         .iter()
         .map(|r| (r.base, r.base.saturating_add(r.size)))
         .collect();
+    covered.sort_unstable();
+    let mut done = 0u64;
     for &(base, end) in &view.runs {
-        covered.sort_unstable();
-        let parts = predict::uncovered(base, end - base, &covered);
+        let start = base.max(done);
+        if start >= end {
+            continue;
+        }
+        done = done.max(end);
+        let parts = predict::uncovered(start, end - start, &covered);
         for (base, size) in parts {
-            covered.push((base, base + size));
             regions.push(RegionRef {
                 base,
                 size,
@@ -202,6 +204,13 @@ pub(crate) fn plan(
         }
     }
     regions.sort_by_key(|r| r.base);
+    sw.lap("module variables");
+    sw.report(format_args!(
+        "plan: {} tracked regions, {} argument words, {} variable runs",
+        all.len(),
+        dispatch.argument_words().count(),
+        view.runs.len()
+    ));
     plan.captured_bytes = regions.iter().map(|r| r.size).sum();
     plan.regions = regions;
     plan.capacity_bytes = caps.iter().sum();

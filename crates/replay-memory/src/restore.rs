@@ -206,10 +206,10 @@ pub(crate) fn compares(snap: &EngineSnapshot) -> bool {
 /// Appends `dirty`'s chunk digest operations of `snap`'s live regions to `out` (call under a
 /// hold of those regions); returns, per region, its index and how many ops it added.
 pub(crate) fn dirty_ops(snap: &EngineSnapshot, out: &mut Vec<DigestOp>) -> Vec<(usize, usize)> {
-    let sh = &*snap.shared;
+    let live = snap.shared.liveness(snap.module_stamp);
     let mut plan = Vec::with_capacity(snap.regions.len());
     for (i, c) in snap.regions.iter().enumerate() {
-        if sh.is_live(&c.region, c.load) {
+        if live(&c.region, c.load) {
             plan.push((i, chunk_ops(c.region.base, c.region.size, snap.chunk, out)));
         }
     }
@@ -248,9 +248,10 @@ fn restore_plan(
     stats: &mut RestoreStats,
 ) -> Result<Vec<(usize, Vec<CopyOp>)>, RestoreError> {
     let sh = &*snap.shared;
+    let is_live = sh.liveness(snap.module_stamp);
     let mut live: Vec<usize> = Vec::with_capacity(snap.regions.len());
     for (i, c) in snap.regions.iter().enumerate() {
-        if sh.is_live(&c.region, c.load) {
+        if is_live(&c.region, c.load) {
             live.push(i);
         } else {
             log::warn!(

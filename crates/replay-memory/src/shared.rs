@@ -49,6 +49,21 @@ impl Shared {
     /// of its allocation (scope `predicted` captures chunks): it is live while the allocation
     /// holding its base has its generation and still contains it. Call under a hold
     /// ([`Tracker::hold`]) so that the answer stays true until the copies are done.
+    /// A liveness test for many regions of one step: [`Shared::is_live`], except that module
+    /// variables need no lookup while the module registry's generation is still `stamp` (no
+    /// load or unload since it was read: every load a region was captured under still
+    /// stands). A thousand module-variable runs otherwise cost two index lookups each, per
+    /// pass.
+    pub(crate) fn liveness(
+        &self,
+        stamp: Option<u64>,
+    ) -> impl Fn(&RegionRef, Option<u64>) -> bool + '_ {
+        let same = stamp.is_some() && self.modules.generation(self.agent) == stamp;
+        move |r, load| {
+            (same && r.generation == MODULE_GENERATION && load.is_some()) || self.is_live(r, load)
+        }
+    }
+
     pub(crate) fn is_live(&self, r: &RegionRef, load: Option<u64>) -> bool {
         match r.generation {
             MODULE_GENERATION => match load {

@@ -119,6 +119,8 @@ pub(crate) struct EngineSnapshot {
     /// Whether a restore may follow the next scope check (the window's hint; `true` unless
     /// told otherwise): `dirty`'s digests are then taken in the check's batch.
     pub(crate) restore_may_follow: bool,
+    /// The module registry's generation at capture ([`crate::shared::Shared::liveness`]).
+    pub(crate) module_stamp: Option<u64>,
     /// `dirty`'s chunk digests taken with the last scope check, per captured region index
     /// (regions live then), for the restore that follows it.
     pub(crate) prefetched: Option<Prefetched>,

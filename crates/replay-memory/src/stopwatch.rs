@@ -1,5 +1,6 @@
-//! Laps of one engine step, logged at `trace` level: where a capture's or a check's time goes
-//! on a real program (the window's phases say how long the step took, not why).
+//! Laps of one engine step (SPEC §11: where the time goes), logged at `trace` level: where a
+//! capture's, a plan's or a check's time goes on a real program (the window's phases say how long
+//! the step took, not why).
 
 use std::fmt::Arguments;
 use std::time::Instant;

@@ -173,7 +173,11 @@ pub(super) fn launch_gather(
     // SAFETY: the table holds `cap >= pieces.len()` entries of pinned memory no kernel uses
     // (taken out of the pool until its fence completes); `CopyPiece` is plain `repr(C)` data.
     unsafe {
-        std::ptr::copy_nonoverlapping(pieces.as_ptr(), table.host.0.cast::<CopyPiece>(), pieces.len());
+        std::ptr::copy_nonoverlapping(
+            pieces.as_ptr(),
+            table.host.0.cast::<CopyPiece>(),
+            pieces.len(),
+        );
     }
     let args = ArgBlock::new()
         .arg(DevicePtr(table.dptr))

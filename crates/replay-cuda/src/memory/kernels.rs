@@ -419,7 +419,11 @@ mod copy_tests {
 
     #[test]
     fn pieces_cover_each_op_exactly_and_never_cross_one() {
-        let ops = [(0x1000, 0x9000, 10), (0x2000, 0xa000, 2 * COPY_PIECE + 3), (0x50, 0x60, 0)];
+        let ops = [
+            (0x1000, 0x9000, 10),
+            (0x2000, 0xa000, 2 * COPY_PIECE + 3),
+            (0x50, 0x60, 0),
+        ];
         let p = copy_pieces(&ops);
         assert_eq!(p.len(), 1 + 3);
         assert_eq!((p[0].src, p[0].dst, p[0].len), (0x1000, 0x9000, 10));
@@ -427,13 +431,18 @@ mod copy_tests {
         assert_eq!(p[2].src, 0x2000 + COPY_PIECE);
         assert_eq!(p[2].dst, 0xa000 + COPY_PIECE);
         assert_eq!(p[3].len, 3);
-        assert_eq!(p.iter().map(|c| c.len).sum::<u64>(), 10 + 2 * COPY_PIECE + 3);
+        assert_eq!(
+            p.iter().map(|c| c.len).sum::<u64>(),
+            10 + 2 * COPY_PIECE + 3
+        );
         assert_eq!(std::mem::size_of::<CopyPiece>(), 32);
     }
 
     #[test]
     fn the_copy_kernel_is_in_the_source_with_its_table_layout() {
-        assert!(DIGEST_SOURCE.contains(&format!("void __launch_bounds__(KR_THREADS)\n{COPY_KERNEL}(")));
+        assert!(DIGEST_SOURCE.contains(&format!(
+            "void __launch_bounds__(KR_THREADS)\n{COPY_KERNEL}("
+        )));
         assert!(DIGEST_SOURCE.contains("struct KrCopy { u64 src; u64 dst; u64 len; u64 pad; };"));
     }
 }
