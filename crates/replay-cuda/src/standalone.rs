@@ -195,7 +195,7 @@ fn not_placed(placed: Placed, lo: u64, hi: u64, holds: &Placeholders) -> String 
     };
     if let Some(r) = holds.refusal(lo, hi) {
         why.push_str(&format!(
-            "; {:#x}-{:#x} was already taken when the replay started, before the driver was loaded: {}",
+            "; {:#x}-{:#x} was already taken when the replay started, before the driver was loaded ({})",
             r.lo, r.hi, r.why
         ));
     }
@@ -361,7 +361,9 @@ fn replay_held(
     let pieces = placeholder::plan_pieces(&plain, granule);
     let mut ranges = Vec::new();
     for range in placeholder::plan_ranges(&plain, granule) {
-        ranges.extend(reserve(ordinal, range, &pieces, granule, &m.regions, holds)?);
+        ranges.extend(reserve(
+            ordinal, range, &pieces, granule, &m.regions, holds,
+        )?);
     }
 
     let mut code = c.code.clone();

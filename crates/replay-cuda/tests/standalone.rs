@@ -377,7 +377,10 @@ fn a_range_the_driver_will_not_place_whole_is_reserved_per_region() {
     unsafe { limit(0) };
     match r {
         Err(StandaloneError::Address { index, why, .. }) => {
-            assert_eq!(index, 0, "the piece of two granules starts with region 0: {why}");
+            assert_eq!(
+                index, 0,
+                "the piece of two granules starts with region 0: {why}"
+            );
             assert!(why.contains("not at"), "{why}");
         }
         other => panic!("expected an address error, got {other:?}"),

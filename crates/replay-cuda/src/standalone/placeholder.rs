@@ -223,14 +223,21 @@ fn map_placeholder(lo: u64, hi: u64) -> Result<(), String> {
             std::ptr::without_provenance_mut::<c_void>(want),
             len,
             libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+            libc::MAP_PRIVATE
+                | libc::MAP_ANONYMOUS
+                | libc::MAP_NORESERVE
+                | libc::MAP_FIXED_NOREPLACE,
             -1,
             0,
         )
     };
     if p == libc::MAP_FAILED {
         let e = std::io::Error::last_os_error();
-        return Err(format!("{e}; {}", describe_holders(lo, hi)));
+        return Err(if e.raw_os_error() == Some(libc::EEXIST) {
+            describe_holders(lo, hi)
+        } else {
+            format!("{e}; {}", describe_holders(lo, hi))
+        });
     }
     if p.addr() != want {
         let why = format!(
@@ -420,8 +427,7 @@ mod tests {
     /// Maps `[lo, hi)` read-write from a file named `name` (so /proc/self/maps names it).
     fn map_file(lo: u64, len: u64, name: &str) -> (std::path::PathBuf, *mut c_void) {
         use std::os::fd::AsRawFd;
-        let path =
-            std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -470,7 +476,11 @@ mod tests {
         );
         assert_eq!(
             plan_pieces(&regions, G),
-            vec![(10 * G, 12 * G, 0), (12 * G, 13 * G, 3), (20 * G, 21 * G, 4)]
+            vec![
+                (10 * G, 12 * G, 0),
+                (12 * G, 13 * G, 3),
+                (20 * G, 21 * G, 4)
+            ]
         );
     }
 
@@ -491,7 +501,10 @@ mod tests {
         );
         assert_eq!(m.len(), 3);
         assert_eq!(m[0].name, "/usr/lib/lib x.so");
-        assert_eq!((m[0].lo, m[0].hi, m[0].inode), (0x7fbc29800000, 0x7fbc29c00000, 1234));
+        assert_eq!(
+            (m[0].lo, m[0].hi, m[0].inode),
+            (0x7fbc29800000, 0x7fbc29c00000, 1234)
+        );
         assert!(m[1].is_placeholder_like() && !m[0].is_placeholder_like());
         assert_eq!(m[2].name, "[heap]");
         assert!(m[1].to_string().contains("anonymous"), "{}", m[1]);
@@ -510,7 +523,9 @@ mod tests {
         assert!(p.refused().is_empty());
         // Held: a mapping asked for there cannot have it, and maps shows ours.
         assert!(map_placeholder(lo, lo + G).is_err());
-        assert!(holders(lo, lo + 2 * G).iter().all(|m| m.is_placeholder_like()));
+        assert!(holders(lo, lo + 2 * G)
+            .iter()
+            .all(|m| m.is_placeholder_like()));
         // Released for the driver: the first granule is free again, the second still held.
         p.release(lo, lo + G);
         assert_eq!(p.held(), &[(lo + G, lo + 2 * G)]);
