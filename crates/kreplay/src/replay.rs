@@ -15,6 +15,15 @@
 //! (regions at their captured addresses through the driver's virtual memory calls, the code
 //! image loaded as captured, every pass's outputs read back and compared here; `timing` is
 //! the CUDA events' time of each launch). HSA captures are refused with a message saying so.
+//!
+//! The order of a CUDA replay is fixed, because device addresses share this process's
+//! address space with host mappings: every folder is read first; then, before anything loads
+//! or initialises the driver (nothing in `kreplay` touches CUDA before `replay_cuda` opens
+//! the device), the address ranges of every CUDA capture are held as host placeholders
+//! (`replay_cuda::standalone::Placeholders`), so neither the libraries loaded later, nor host
+//! allocations, nor the driver's own reservations at `cuInit` and context creation can take
+//! them; each range's placeholder is released immediately before the driver is asked for it,
+//! and restored after that capture's replay for the captures after it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -157,10 +166,20 @@ pub fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<u8, ReplayError> {
         .iter()
         .map(|d| replay_capture::read(d))
         .collect::<Result<Vec<_>, _>>()?;
+    // The CUDA captures' address ranges are held in this process's address space now, after
+    // the manifests are read and before anything loads or initialises the driver (the first
+    // `replay_cuda` below opens the device): the shared libraries, host allocations and the
+    // driver's own reservations made from here on go elsewhere.
+    let cuda: Vec<&replay_capture::Manifest> = captures
+        .iter()
+        .map(|c| &c.manifest)
+        .filter(|m| m.backend == "cuda")
+        .collect();
+    let mut holds = replay_cuda::standalone::Placeholders::hold(&cuda);
     let mut all_equal = true;
     for c in &captures {
         let r = if c.manifest.backend == "cuda" {
-            replay_cuda(c, args.passes)?
+            replay_cuda(c, args.passes, &mut holds)?
         } else {
             replay_one(c, args.passes)?
         };
@@ -432,10 +451,16 @@ fn replay_one(c: &LoadedCapture, passes: u64) -> Result<Replayed, ReplayError> {
 }
 
 /// A CUDA capture on this machine's device: each pass's outputs compared here.
-fn replay_cuda(c: &LoadedCapture, passes: u64) -> Result<Replayed, ReplayError> {
-    let r = replay_cuda::standalone::replay(c, passes).map_err(|source| ReplayError::Cuda {
-        dir: c.dir.clone(),
-        source,
+fn replay_cuda(
+    c: &LoadedCapture,
+    passes: u64,
+    holds: &mut replay_cuda::standalone::Placeholders,
+) -> Result<Replayed, ReplayError> {
+    let r = replay_cuda::standalone::replay_with(c, passes, holds).map_err(|source| {
+        ReplayError::Cuda {
+            dir: c.dir.clone(),
+            source,
+        }
     })?;
     if !r.skipped_attributes.is_empty() {
         log::warn!(

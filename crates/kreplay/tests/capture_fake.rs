@@ -188,6 +188,43 @@ fn an_address_that_cannot_be_reserved_is_an_error_naming_the_region() {
 }
 
 #[test]
+fn the_drivers_own_reservations_at_start_up_do_not_take_the_captured_addresses() {
+    let Some(dir) = build("startup") else { return };
+    let (cap, run) = capture(&dir);
+    assert!(cap.join("manifest.json").is_file(), "{}", text(&run.stderr));
+    let loaded = replay_capture::read(&cap).unwrap();
+    // The fake driver's cuInit reserves, with the first region's granules as its hint, what
+    // the real driver may reserve for itself when it starts: the replay held them before.
+    const G: u64 = 2 << 20;
+    let first = loaded
+        .manifest
+        .regions
+        .iter()
+        .find(|r| !r.class.contains(replay_core::MemoryClass::MODULE_VARIABLE))
+        .unwrap();
+    let lo = first.base / G * G;
+    let len = (first.base + first.size).div_ceil(G) * G - lo;
+    let hint = format!("{lo:#x}:{len}");
+    let replay = kreplay(
+        &dir,
+        &["replay", cap.to_str().unwrap(), "--passes", "2"],
+        &[("KR_FAKE_INIT_RESERVE", &hint)],
+    );
+    let (out, err) = (text(&replay.stdout), text(&replay.stderr));
+    let line = err
+        .lines()
+        .find(|l| l.contains("fake_cuda: own reservation"))
+        .unwrap_or_else(|| panic!("the fake's cuInit reserved: {err}"));
+    assert!(
+        line.ends_with(&format!("(hint {lo:#x})")) && !line.contains(&format!(" at {lo:#x} ")),
+        "the driver's reservation went elsewhere: {line}"
+    );
+    assert_eq!(replay.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("equal to the captured ones"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_damaged_cuda_capture_is_refused_naming_the_file() {
     let Some(dir) = build("damaged") else { return };
     let (cap, run) = capture(&dir);

@@ -6,9 +6,22 @@
 //! mapping granularity) are merged into ranges, each reserved at its address
 //! (`cuMemAddressReserve` with the address, a hint the driver may not honour), backed by a
 //! physical allocation (`cuMemCreate`, `cuMemMap`) and opened read-write to the device
-//! (`cuMemSetAccess`). A range the driver places elsewhere is released and is an error naming
-//! the first region in it. All ranges are reserved before anything else is allocated, so the
+//! (`cuMemSetAccess`). All ranges are reserved before anything else is allocated, so the
 //! replay's own allocations cannot take the addresses first.
+//!
+//! The order, and why: under unified addressing a device address is a virtual address of
+//! this process, shared with the shared libraries, the host heap and the driver's own
+//! reservations (made when libcuda is loaded, at `cuInit`, at context creation). So the
+//! caller reads the manifests first and holds every range as a host placeholder
+//! ([`Placeholders::hold`], [`placeholder`]) *before* anything loads or initialises the
+//! driver; this module then opens the device, and releases each range's placeholder
+//! immediately before `cuMemAddressReserve` asks for it ([`replay_with`]; [`replay`] holds
+//! them itself, for a process whose driver may already be loaded). A range the driver
+//! still places elsewhere (or refuses) is released and tried again per region
+//! ([`plan_pieces`]: regions that share a granule stay together); a piece that cannot be had
+//! either is an [`StandaloneError::Address`] naming its first region and what holds the
+//! range (`/proc/self/maps`), and whether it was taken before the driver was loaded. A region
+//! is never replayed at another address.
 //!
 //! The code image is loaded as the driver got it (`cuModuleLoadData`; PTX gets its NUL). Module
 //! variables are looked up by symbol: one the load placed at another address is written there
@@ -32,6 +45,9 @@ use crate::device::{Device, Event};
 use crate::error::CudaError;
 use crate::result::DriverCall;
 use crate::sys;
+
+pub mod placeholder;
+pub use placeholder::{plan_pieces, plan_ranges, Placeholders};
 
 /// Why a capture could not be replayed on the CUDA device.
 #[derive(Debug, thiserror::Error)]
@@ -118,48 +134,27 @@ fn prop(ordinal: i32) -> sys::CUmemAllocationProp {
     }
 }
 
-/// The ranges to reserve: each region's granules, merged; with the first region of each.
-pub fn plan_ranges(regions: &[(usize, u64, u64)], granule: u64) -> Vec<(u64, u64, usize)> {
-    let g = granule.max(1);
-    let mut spans: Vec<(u64, u64, usize)> = regions
-        .iter()
-        .filter(|r| r.2 > 0)
-        .map(|&(i, base, size)| {
-            let lo = base / g * g;
-            let hi = base.saturating_add(size).div_ceil(g).saturating_mul(g);
-            (lo, hi, i)
-        })
-        .collect();
-    spans.sort();
-    let mut out: Vec<(u64, u64, usize)> = Vec::new();
-    for (lo, hi, i) in spans {
-        match out.last_mut() {
-            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
-            _ => out.push((lo, hi, i)),
-        }
-    }
-    out
+/// Where the driver put a reservation asked for at an address.
+enum Placed {
+    /// At the address: reserved, backed and open to the device.
+    At(Range),
+    /// Elsewhere (released again).
+    Elsewhere(u64),
+    /// Not at all.
+    Refused(CudaError),
 }
 
-fn reserve(
-    ordinal: i32,
-    lo: u64,
-    hi: u64,
-    granule: u64,
-    first: &replay_capture::RegionEntry,
-) -> Result<Range, StandaloneError> {
+/// Reserves `[lo, hi)` at its address and backs it; a driver error after the reservation is
+/// the caller's error, the reservation itself is `Placed`.
+fn reserve_one(ordinal: i32, lo: u64, hi: u64, granule: u64) -> Result<Placed, CudaError> {
     let size = hi - lo;
-    let address = |why: String| StandaloneError::Address {
-        index: first.index,
-        base: first.base,
-        size: first.size,
-        why,
-    };
     let mut got: sys::CUdeviceptr = 0;
     // SAFETY: an out pointer to a live local; the address is only a request.
-    unsafe { sys::cuMemAddressReserve(&mut got, size as usize, granule as usize, lo, 0) }
-        .call("cuMemAddressReserve")
-        .map_err(|e| address(format!("reserving {size} bytes at {lo:#x}: {e}")))?;
+    let r = unsafe { sys::cuMemAddressReserve(&mut got, size as usize, granule as usize, lo, 0) }
+        .call("cuMemAddressReserve");
+    if let Err(e) = r {
+        return Ok(Placed::Refused(e));
+    }
     let mut range = Range {
         base: got,
         size,
@@ -167,9 +162,8 @@ fn reserve(
         mapped: false,
     };
     if got != lo {
-        return Err(address(format!(
-            "the driver reserved {size} bytes at {got:#x}, not at {lo:#x} (that range is taken in this process)"
-        )));
+        // Released by the drop.
+        return Ok(Placed::Elsewhere(got));
     }
     let p = prop(ordinal);
     let mut h = 0u64;
@@ -185,7 +179,70 @@ fn reserve(
     };
     // SAFETY: the range is mapped; one descriptor.
     unsafe { sys::cuMemSetAccess(lo, size as usize, &access, 1) }.call("cuMemSetAccess")?;
-    Ok(range)
+    Ok(Placed::At(range))
+}
+
+/// Why `[lo, hi)` was not placed at its address, naming what holds it.
+fn not_placed(placed: Placed, lo: u64, hi: u64, holds: &Placeholders) -> String {
+    let size = hi - lo;
+    let now = placeholder::describe_holders(lo, hi);
+    let mut why = match placed {
+        Placed::Elsewhere(got) => format!(
+            "the driver reserved {size} bytes at {got:#x}, not at {lo:#x} (that range is taken in this process: {now})"
+        ),
+        Placed::Refused(e) => format!("reserving {size} bytes at {lo:#x}: {e} ({now})"),
+        Placed::At(_) => String::new(),
+    };
+    if let Some(r) = holds.refusal(lo, hi) {
+        why.push_str(&format!(
+            "; {:#x}-{:#x} was already taken when the replay started, before the driver was loaded ({})",
+            r.lo, r.hi, r.why
+        ));
+    }
+    why
+}
+
+/// Reserves the range `[lo, hi)` at its address (its placeholder released just before), else
+/// each of its pieces; an address error names the first region of the piece that cannot be
+/// had and what holds it.
+fn reserve(
+    ordinal: i32,
+    (lo, hi, first): (u64, u64, usize),
+    pieces: &[(u64, u64, usize)],
+    granule: u64,
+    regions: &[replay_capture::RegionEntry],
+    holds: &mut Placeholders,
+) -> Result<Vec<Range>, StandaloneError> {
+    let address = |index: usize, why: String| {
+        let r = &regions[index];
+        StandaloneError::Address {
+            index: r.index,
+            base: r.base,
+            size: r.size,
+            why,
+        }
+    };
+    holds.release(lo, hi);
+    let whole = match reserve_one(ordinal, lo, hi, granule)? {
+        Placed::At(range) => return Ok(vec![range]),
+        other => other,
+    };
+    let pieces: Vec<(u64, u64, usize)> = pieces
+        .iter()
+        .copied()
+        .filter(|&(a, b, _)| lo <= a && b <= hi)
+        .collect();
+    if pieces.len() < 2 {
+        return Err(address(first, not_placed(whole, lo, hi, holds)));
+    }
+    let mut out = Vec::with_capacity(pieces.len());
+    for (a, b, i) in pieces {
+        match reserve_one(ordinal, a, b, granule)? {
+            Placed::At(range) => out.push(range),
+            other => return Err(address(i, not_placed(other, a, b, holds))),
+        }
+    }
+    Ok(out)
 }
 
 /// The loaded code image; unloaded on drop.
@@ -250,8 +307,33 @@ fn param_slots(f: sys::CUfunction) -> Option<Vec<(usize, usize)>> {
     (!slots.is_empty()).then_some(slots)
 }
 
-/// Replays `c` on its device for `passes` passes (at least one).
+/// Replays `c` on its device for `passes` passes (at least one), holding its address ranges
+/// first ([`Placeholders::hold`]); where the driver is already loaded in this process, its
+/// own reservations were made before (`kreplay replay` holds them earlier, [`replay_with`]).
 pub fn replay(c: &LoadedCapture, passes: u64) -> Result<Replayed, StandaloneError> {
+    let mut holds = Placeholders::hold(&[&c.manifest]);
+    replay_with(c, passes, &mut holds)
+}
+
+/// Replays `c` with the address ranges `holds` keeps for it (made before the driver was
+/// loaded): each range's placeholder is released immediately before the driver is asked for
+/// it, and restored once the replay freed its reservations.
+pub fn replay_with(
+    c: &LoadedCapture,
+    passes: u64,
+    holds: &mut Placeholders,
+) -> Result<Replayed, StandaloneError> {
+    let r = replay_held(c, passes, holds);
+    // Every reservation of the replay is freed by now (the ranges are dropped on return).
+    holds.restore();
+    r
+}
+
+fn replay_held(
+    c: &LoadedCapture,
+    passes: u64,
+    holds: &mut Placeholders,
+) -> Result<Replayed, StandaloneError> {
     let m = &c.manifest;
     if m.backend != "cuda" {
         return Err(StandaloneError::Unsupported(format!(
@@ -275,15 +357,13 @@ pub fn replay(c: &LoadedCapture, passes: u64) -> Result<Replayed, StandaloneErro
     let granule = (granule as u64).max(4096);
 
     // The addresses first, before the module or any allocation of ours can take them.
-    let plain: Vec<(usize, u64, u64)> = m
-        .regions
-        .iter()
-        .filter(|r| !r.class.contains(MemoryClass::MODULE_VARIABLE))
-        .map(|r| (r.index, r.base, r.size))
-        .collect();
+    let plain = placeholder::plain_regions(m);
+    let pieces = placeholder::plan_pieces(&plain, granule);
     let mut ranges = Vec::new();
-    for (lo, hi, first) in plan_ranges(&plain, granule) {
-        ranges.push(reserve(ordinal, lo, hi, granule, &m.regions[first])?);
+    for range in placeholder::plan_ranges(&plain, granule) {
+        ranges.extend(reserve(
+            ordinal, range, &pieces, granule, &m.regions, holds,
+        )?);
     }
 
     let mut code = c.code.clone();
@@ -474,25 +554,4 @@ pub fn replay(c: &LoadedCapture, passes: u64) -> Result<Replayed, StandaloneErro
     drop(module);
     drop(ranges);
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn regions_sharing_a_granule_are_reserved_as_one_range() {
-        const G: u64 = 2 << 20;
-        let r = plan_ranges(
-            &[
-                (0, 10 * G + 512, 1024),
-                (1, 10 * G + 4096, 100),
-                (2, 11 * G - 8, 16),
-                (3, 20 * G, G),
-                (4, 30 * G, 0),
-            ],
-            G,
-        );
-        assert_eq!(r, vec![(10 * G, 12 * G, 0), (20 * G, 21 * G, 3)]);
-    }
 }

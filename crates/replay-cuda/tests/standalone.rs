@@ -1,7 +1,9 @@
 //! Standalone replay of CUDA captures (`replay_cuda::standalone`) against the fake driver
 //! (`tests/fake_driver/fake_cuda.c`, whose kernels run on the host at the device addresses):
 //! a region recreated at its captured address, a module variable the load placed elsewhere,
-//! and one an argument points into. Skipped without a C compiler.
+//! and one an argument points into; the address ranges held before the driver's own
+//! reservations could take them, a range taken before the replay named in its error, and a
+//! range the driver will not place whole reserved per region. Skipped without a C compiler.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use replay_core::{
     AgentId, ArgLayout, Capture, CapturedRegion, CodeImage, DeviceDescription, Dim3, DispatchId,
     DispatchInfo, KernelId, KernelKey, MemoryClass, QueueId, Scope,
 };
-use replay_cuda::standalone::{replay, StandaloneError};
+use replay_cuda::standalone::{replay, replay_with, Placeholders, StandaloneError};
 
 mod support;
 use support::{load_fake, Fake};
@@ -18,6 +20,8 @@ use support::{load_fake, Fake};
 /// A captured address no mapping of a test process is near (2 MiB-aligned).
 const BASE: u64 = 0x5a5a_0000_0000;
 const WORDS: usize = 512;
+/// The driver's mapping granule (the fake's, as the real one's).
+const G: u64 = 2 << 20;
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
@@ -183,4 +187,204 @@ fn a_module_variable_loaded_elsewhere_is_written_there_unless_an_argument_points
         other => panic!("expected an address error, got {other:?}"),
     }
     let _ = std::fs::remove_dir_all(&c.dir);
+}
+
+/// A kr_rmw capture of one region at `at` (`pad` bytes before the words the kernel writes),
+/// with `more` regions of untouched bytes after it.
+fn rmw_capture(name: &str, at: u64, more: &[(u64, u64)]) -> replay_capture::LoadedCapture {
+    let input: Vec<u64> = (0..WORDS as u64).map(|i| i * 3 + 2).collect();
+    let k = 11u64;
+    let output: Vec<u64> = input
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.wrapping_mul(6364136223846793005)
+                .wrapping_add(k ^ i as u64)
+        })
+        .collect();
+    let mut regions = vec![CapturedRegion {
+        base: at,
+        size: (WORDS * 8) as u64,
+        class: MemoryClass::DEVICE_COARSE,
+        symbol: None,
+        input: words(&input),
+        output: words(&output),
+    }];
+    for &(base, size) in more {
+        let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        regions.push(CapturedRegion {
+            base,
+            size,
+            class: MemoryClass::DEVICE_COARSE,
+            symbol: None,
+            input: bytes.clone(),
+            output: bytes,
+        });
+    }
+    written(
+        name,
+        &capture("kr_rmw", words(&[at, WORDS as u64, k]), regions),
+    )
+}
+
+/// An inaccessible mapping of `len` bytes with `at` as a hint, as the driver makes its own
+/// reservations; where it went.
+fn driver_like_reservation(at: u64, len: u64) -> u64 {
+    // SAFETY: fresh anonymous memory at an address of the kernel's choosing (a hint only:
+    // nothing is replaced).
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::without_provenance_mut(at as usize),
+            len as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p.addr() as u64
+}
+
+fn unmap(at: u64, len: u64) {
+    // SAFETY: a mapping this test made, of `len` bytes, that no Rust object lives in.
+    unsafe { libc::munmap(std::ptr::without_provenance_mut(at as usize), len as usize) };
+}
+
+#[test]
+fn ranges_held_before_the_drivers_own_reservations_are_recreated_at_their_addresses() {
+    if load_fake(Fake::Library).is_none() {
+        return;
+    }
+    let at = BASE + (1 << 32);
+    let c = rmw_capture("held", at, &[]);
+    // Held first; a reservation of the driver's made after it goes elsewhere...
+    let mut holds = Placeholders::hold(&[&c.manifest]);
+    assert_eq!(holds.held(), &[(at, at + G)]);
+    let theirs = driver_like_reservation(at, G);
+    assert_ne!(theirs, at, "the placeholder holds the range");
+    // ...and the replay has the range at its address, its placeholder released just before.
+    let r = replay_with(&c, 2, &mut holds).expect("replay");
+    for o in &r.outputs {
+        assert!(replay_capture::compare_outputs(&c, o).is_empty());
+    }
+    // Restored for a next capture once the replay freed its reservation.
+    assert_eq!(holds.held(), &[(at, at + G)]);
+    drop(holds);
+    unmap(theirs, G);
+
+    // Without the placeholder, the driver's reservation takes the range, and the replay
+    // cannot have it: an error naming what holds it.
+    let theirs = driver_like_reservation(at, G);
+    assert_eq!(theirs, at, "the range is free again");
+    match replay_with(&c, 1, &mut Placeholders::none()) {
+        Err(StandaloneError::Address {
+            index, base, why, ..
+        }) => {
+            assert_eq!((index, base), (0, at));
+            assert!(
+                why.contains("taken in this process") && why.contains("anonymous mapping"),
+                "{why}"
+            );
+        }
+        other => panic!("expected an address error, got {other:?}"),
+    }
+    unmap(theirs, G);
+    let _ = std::fs::remove_dir_all(&c.dir);
+}
+
+#[test]
+fn a_range_a_file_holds_before_the_replay_is_an_error_naming_the_file() {
+    if load_fake(Fake::Library).is_none() {
+        return;
+    }
+    use std::os::fd::AsRawFd;
+    let at = BASE + (2 << 32);
+    let c = rmw_capture("file", at, &[]);
+    let path = scratch("holder.bin");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    f.set_len(4096).unwrap();
+    // SAFETY: a shared read-only mapping of the test's own file where nothing is mapped
+    // (MAP_FIXED_NOREPLACE replaces nothing).
+    let q = unsafe {
+        libc::mmap(
+            std::ptr::without_provenance_mut((at + 8192) as usize),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_eq!(q.addr() as u64, at + 8192);
+    match replay(&c, 1) {
+        Err(StandaloneError::Address {
+            index, base, why, ..
+        }) => {
+            assert_eq!((index, base), (0, at));
+            let name = path.file_name().unwrap().to_str().unwrap();
+            assert!(why.contains(name), "{why}");
+            assert!(
+                why.contains("already taken when the replay started"),
+                "{why}"
+            );
+        }
+        other => panic!("expected an address error, got {other:?}"),
+    }
+    // The file's mapping is left as it was.
+    // SAFETY: reads the first byte of the test's own readable mapping.
+    assert_eq!(unsafe { *q.cast::<u8>() }, 0);
+    // SAFETY: the test's own mapping, unmapped once.
+    unsafe { libc::munmap(q, 4096) };
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(&c.dir);
+}
+
+#[test]
+fn a_range_the_driver_will_not_place_whole_is_reserved_per_region() {
+    if load_fake(Fake::Library).is_none() {
+        return;
+    }
+    let this = libloading::os::unix::Library::this();
+    // SAFETY: the fake driver is loaded globally and exports this setter.
+    let limit = unsafe { this.get::<unsafe extern "C" fn(u64)>(b"fake_cuda_max_placed_reserve\0") }
+        .expect("a fake driver export");
+    // Two regions in adjacent granules: one range of two granules, which the driver places
+    // elsewhere; each region's granule is placed where asked.
+    let at = BASE + (3 << 32);
+    let c = rmw_capture("pieces", at, &[(at + G, 4096)]);
+    // SAFETY: sets a limit under the fake's lock (the other tests reserve one granule at most).
+    unsafe { limit(G) };
+    let r = replay(&c, 2);
+    // SAFETY: as above; no limit again.
+    unsafe { limit(0) };
+    let r = r.expect("replay per region");
+    for o in &r.outputs {
+        assert!(replay_capture::compare_outputs(&c, o).is_empty());
+    }
+    // A region that shares a granule with another cannot be split off: one piece, refused.
+    let c2 = rmw_capture("one-piece", at, &[(at + G - 8, 16)]);
+    // SAFETY: as above.
+    unsafe { limit(G) };
+    let r = replay(&c2, 1);
+    // SAFETY: as above.
+    unsafe { limit(0) };
+    match r {
+        Err(StandaloneError::Address { index, why, .. }) => {
+            assert_eq!(
+                index, 0,
+                "the piece of two granules starts with region 0: {why}"
+            );
+            assert!(why.contains("not at"), "{why}");
+        }
+        other => panic!("expected an address error, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&c.dir);
+    let _ = std::fs::remove_dir_all(&c2.dir);
 }

@@ -42,7 +42,10 @@
  * fake_cuda_set_mem(bytes) sets the device's memory (an allocation past it fails with out of
  * memory) and fake_cuda_mem_used() says how much is allocated.
  * Environment: FAKE_CUDA_MEM (device bytes, default 8 GiB), FAKE_CUDA_NO_DEVICE=1 (cuInit
- * fails with CUDA_ERROR_NO_DEVICE).
+ * fails with CUDA_ERROR_NO_DEVICE), KR_FAKE_INIT_RESERVE=ADDR:BYTES (cuInit maps BYTES of
+ * inaccessible memory with ADDR as a hint, as the real driver makes reservations of its own
+ * when it starts, and says on stderr where it went), KR_FAKE_IGNORE_ADDRESS_HINT (see
+ * cuMemAddressReserve).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -426,6 +429,22 @@ CUresult cuInit(unsigned flags) {
     const char* m = getenv("FAKE_CUDA_MEM");
     if (m) {
         mem_total = strtoull(m, NULL, 10);
+    }
+    /* The driver's own reservations at start-up: where the hint is free, they take it. */
+    const char* r = getenv("KR_FAKE_INIT_RESERVE");
+    static int reserved;
+    if (r && !reserved) {
+        char* end = NULL;
+        u64 want = strtoull(r, &end, 0);
+        u64 len = end && *end == ':' ? strtoull(end + 1, NULL, 0) : 0;
+        if (len) {
+            void* q = mmap((void*)(uintptr_t)want, len, PROT_NONE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            fprintf(stderr, "fake_cuda: own reservation of %llu bytes at 0x%llx (hint 0x%llx)\n",
+                    (unsigned long long)len, (unsigned long long)(uintptr_t)q,
+                    (unsigned long long)want);
+            reserved = 1;
+        }
     }
     initialised = 1;
     return OK;
@@ -995,14 +1014,27 @@ CUresult cuMemCreate(u64* handle, size_t size, const void* prop, u64 flags) {
  * memory that cuMemMap does not need to move, so the fake reserves by allocating. An address
  * asked for is a hint, as on the device: honoured where that range is free (mmap without
  * replacing anything), else another range is returned; KR_FAKE_IGNORE_ADDRESS_HINT set
- * ignores every hint. */
+ * ignores every hint, and fake_cuda_max_placed_reserve(bytes) ignores the hint of larger
+ * reservations (as a driver does that cannot place one across two of its own chunks; 0, the
+ * default: no limit). */
+static u64 max_placed_reserve;
+
+void fake_cuda_max_placed_reserve(u64 bytes) {
+    pthread_mutex_lock(&lock);
+    max_placed_reserve = bytes;
+    pthread_mutex_unlock(&lock);
+}
+
 CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t align, CUdeviceptr addr, u64 flags) {
     (void)align;
     (void)flags;
     if (size == 0) {
         return E_INVALID_VALUE;
     }
-    if (addr != 0 && addr % 4096 == 0 && !getenv("KR_FAKE_IGNORE_ADDRESS_HINT")) {
+    pthread_mutex_lock(&lock);
+    int too_large = max_placed_reserve != 0 && size > max_placed_reserve;
+    pthread_mutex_unlock(&lock);
+    if (addr != 0 && addr % 4096 == 0 && !too_large && !getenv("KR_FAKE_IGNORE_ADDRESS_HINT")) {
         void* q = mmap((void*)(uintptr_t)addr, size, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
         if (q != MAP_FAILED && (u64)(uintptr_t)q == addr) {
