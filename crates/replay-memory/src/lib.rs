@@ -190,6 +190,17 @@
 //!   outside the scope; either changes the next pass's inputs, and when that is the last pass,
 //!   the application's final memory: digests do decide it, with that probability.
 //!
+//! - **The cost floor** (SPEC §11). Under the strict default each pass reads what the scope
+//!   check watches (every tracked byte outside the snapshot) and what `dirty` compares (the
+//!   captured bytes), once, in one batch; each dispatch adds one copy of the captured bytes and
+//!   one read of the watched ones before the first pass. The watched read cannot move out of
+//!   the loop without giving up the guarantee: a kernel whose writes differ between passes
+//!   (races, atomics, clocks) may write outside its scope in any pass, and only a check before
+//!   the next pass keeps a repeat from landing. On an application with a thousand small
+//!   module-variable runs the floor's other half is host work per region: the runs' liveness
+//!   is looked up once per capture and reused while no code object loads or unloads
+//!   (`Shared::liveness`), and the backend copies small runs with one launch rather than a
+//!   call each. Measured splits: `BENCHMARKS.md`, "Cost per dispatch on real programs".
 //! ## What no scope can see
 //!
 //! No scope (`all`, `arguments`, `predicted`) covers memory nobody tracks: host memory reached through

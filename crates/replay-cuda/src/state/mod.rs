@@ -1009,7 +1009,11 @@ pub(crate) unsafe fn hook_launch_kernel_ex<const PTSZ: bool>(
         for i in 0..cfg.numAttrs as usize {
             // SAFETY: `numAttrs` attributes at `attrs` (the entry's contract).
             let a = unsafe { &*cfg.attrs.add(i) };
-            if a.id == sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            // The id as the C enum's 32 bits: an id newer than the bindings is no value of
+            // their Rust enum, and reading it as one would be undefined behaviour.
+            // SAFETY: `id` is the attribute's first member, a 4-byte C enum.
+            let id = unsafe { std::ptr::addr_of!(a.id).cast::<u32>().read() };
+            if id == sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE as u32
                 // SAFETY: the cooperative attribute's value is the `cooperative` member.
                 && unsafe { a.value.cooperative } != 0
             {
