@@ -10,15 +10,19 @@
 //! invalidated runs nothing either. Only the work enqueued before the capture began can still
 //! be running there. So the interception's hook of every begin-capture entry records one event
 //! on a known stream just before the driver's begin-capture call
-//! ([`Queue::fence_before_capture`]); it marks all of the stream's pre-capture work. An agent
+//! (`Queue::fence_before_capture`); it marks all of the stream's pre-capture work. An agent
 //! drain that meets the stream capturing (active or invalidated) waits on that event instead of
-//! recording one there ([`Queue::capture_fence`]): querying an event recorded before a capture
+//! recording one there (`Queue::capture_fence`): querying an event recorded before a capture
 //! is allowed during it (from a thread in relaxed capture mode, as the window's are; see
 //! [`RelaxedCapture`]). The fence is dropped when the capture ends (the end-capture hook, or
 //! the stream's destruction), and a stream capturing without one (a capture begun before the
-//! wrappers saw the stream, or outside them) still declines the drain. The begin-capture hook
+//! wrappers saw the stream, or outside them; a stream that joined another stream's capture
+//! through an event wait) still declines the drain. The legacy default stream cannot be
+//! captured (the driver refuses); the per-thread default stream can, and then implicates the
+//! legacy stream as a blocking stream's capture does, so a drain beside it declines (it has no
+//! fence: the backend registers neither default stream). The begin-capture hook
 //! and the start of a drain (its capture-status checks and the events it records) exclude each
-//! other ([`capture_begin_lock`]), so a drain never records on a stream whose capture, begun
+//! other (`capture_begin_lock`), so a drain never records on a stream whose capture, begun
 //! through the wrappers, started between its check and its record. Work another thread submits
 //! to the stream while its capture begins (the application racing with itself) may land before
 //! the capture and after the fence: it is not waited for.
@@ -105,6 +109,9 @@ impl Queue {
     }
 
     fn set_fence(&self, fence: Option<Arc<Event>>) {
+        // Called on application threads (the end-capture hook): the query below must not
+        // invalidate a capture another thread runs in global mode.
+        let _relaxed = RelaxedCapture::enter();
         let old = std::mem::replace(&mut *self.pre_capture.lock(), fence);
         // A completed fence no drain holds any more goes back to the pool; otherwise the last
         // holder destroys it (the driver releases an event still pending when it completes).

@@ -8,7 +8,8 @@
 //! - stream capture beside a window: a capture another thread began through the wrappers
 //!   leaves a pre-capture fence, so a window on another stream replays, its drain waiting for
 //!   the capturing stream's pre-capture work (and recording nothing there), and the capture
-//!   stays valid; a capture begun past the wrappers still declines the window;
+//!   stays valid; a capture begun past the wrappers still declines the window; ending one
+//!   capture through the wrappers leaves another thread's global capture valid;
 //! - peer and UVA copies issued from another device's context into this device's memory wait
 //!   for this device's window;
 //! - host-resident memory: a host write into pinned memory during a window does not truncate
@@ -1040,4 +1041,25 @@ fn a_window_beside_a_capture_begun_outside_the_wrappers_sight_still_declines() {
     destroy(stream_a);
     destroy(stream_b);
     free(a);
+}
+
+/// Two threads capture in global mode, both begun through the wrappers: the first one's end
+/// (its hook drops the stream's pre-capture fence, querying it) leaves the other's capture
+/// valid.
+#[test]
+fn ending_one_capture_through_the_wrappers_leaves_another_threads_global_capture_valid() {
+    let Some((_g, _s)) = setup() else { return };
+    let (stream_a, stream_c) = (new_stream(), new_stream());
+    let (begun_a, go_a, first) = capture_on_thread(stream_a, true);
+    begun_a.recv().unwrap();
+    let (begun_c, go_c, second) = capture_on_thread(stream_c, true);
+    begun_c.recv().unwrap();
+    go_a.send(()).unwrap();
+    let first = first.join().unwrap();
+    go_c.send(()).unwrap();
+    let second = second.join().unwrap();
+    first.expect("the first capture ended valid");
+    second.expect("the second capture ended valid after the first one's end");
+    destroy(stream_a);
+    destroy(stream_c);
 }
