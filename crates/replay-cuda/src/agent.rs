@@ -8,8 +8,13 @@
 //!   digest streams (copy fence). Streams the application created without registering them
 //!   and that are non-blocking are invisible to the agent drain; in library mode every stream
 //!   the launch API sees is registered, under interception every stream the wrappers see. A
-//!   drain that would record on a capturing stream declines instead (see the crate docs,
-//!   "Stream capture"). A drain abandoned at its bound remembers the streams whose events had
+//!   capturing stream (capture active or invalidated) runs nothing new on the device, so the
+//!   drain waits there on its pre-capture fence instead, the event the begin-capture hook
+//!   recorded just before the capture began ([`crate::queue`], "Pre-capture fence"); no event is
+//!   recorded on, and nothing is submitted to, a capturing stream. A capturing stream without
+//!   a fence (its capture began before the wrappers saw it, or outside them), or the legacy
+//!   stream while a blocking stream captures, declines the drain (see the crate docs, "Stream
+//!   capture"). A drain abandoned at its bound remembers the streams whose events had
 //!   not completed, with those events: a later drain covering such a stream whose event is
 //!   still not complete fails at once (the window declines with the drain's reason) instead
 //!   of waiting its bound again; the memo ends when the event completes or the stream is
@@ -64,7 +69,9 @@ use crate::error::CudaError;
 use crate::launch::{launch_raw, LaunchConfig, ParamSlot};
 use crate::memory::CudaMemory;
 use crate::module::CudaModule;
-use crate::queue::{CompletionEvent, QueueKind, QueueRegistry};
+use crate::queue::{
+    capture_begin_lock, capture_status, CaptureStatus, CompletionEvent, QueueKind, QueueRegistry,
+};
 use crate::sys;
 
 /// The L2 flush kernel (CUDA C, compiled with NVRTC at the first flush): every thread reads
@@ -121,9 +128,42 @@ unsafe impl Send for CapturedLaunch {}
 // SAFETY: as above.
 unsafe impl Sync for CapturedLaunch {}
 
+/// What a drain waits on for one stream.
+#[derive(Debug)]
+enum Mark {
+    /// An event the drain recorded there (back to the pool once complete).
+    Own(Event),
+    /// The stream's pre-capture fence: the stream captures, and only the work enqueued
+    /// before the capture began can still run there (shared with the stream's queue).
+    Fence(Arc<Event>),
+}
+
+impl Mark {
+    fn event(&self) -> &Event {
+        match self {
+            Self::Own(e) => e,
+            Self::Fence(e) => e,
+        }
+    }
+}
+
+/// Where a drain waits for one stream: record a new event, or wait on its pre-capture fence.
+enum Plan {
+    Record(sys::CUstream),
+    Fence(sys::CUstream, Arc<Event>),
+}
+
+impl Plan {
+    fn stream(&self) -> sys::CUstream {
+        match self {
+            Self::Record(s) | Self::Fence(s, _) => *s,
+        }
+    }
+}
+
 enum TicketState {
-    /// A drain's events, each with the stream it was recorded on.
-    Drain(SmallVec<[Event; 4]>, SmallVec<[usize; 4]>),
+    /// A drain's marks, each with the stream it covers.
+    Drain(SmallVec<[Mark; 4]>, SmallVec<[usize; 4]>),
     Pass {
         start: Event,
         end: Event,
@@ -143,7 +183,7 @@ pub struct CudaAgent {
     /// Streams a drain timed out on, with the event it waited for there: a later drain that
     /// covers one whose event is still not complete declines at once instead of waiting its
     /// whole bound again (the memo ends when the event completes, or the stream is forgotten).
-    stuck: Mutex<Vec<(usize, Event)>>,
+    stuck: Mutex<Vec<(usize, Mark)>>,
 }
 
 impl std::fmt::Debug for CudaAgent {
@@ -205,7 +245,7 @@ impl CudaAgent {
             return None;
         }
         // An event whose query fails is kept: the drain would fail on it too.
-        stuck.retain(|(_, e)| !matches!(e.query(), Ok(true)));
+        stuck.retain(|(_, e)| !matches!(e.event().query(), Ok(true)));
         stuck
             .iter()
             .map(|(s, _)| *s)
@@ -262,14 +302,14 @@ impl CudaAgent {
         unsafe { launch_raw(l.func, &l.cfg, l.stream, &l.layout, kernarg) }
     }
 
-    /// The streams a drain of `target` records events on. A capturing stream among them
-    /// declines the drain: an event recorded there joins the capture instead of marking the
-    /// stream's progress, and querying it invalidates the capture; the work submitted there
-    /// before the capture began cannot be waited for otherwise.
-    fn streams_for(
-        &self,
-        target: DrainTarget,
-    ) -> Result<SmallVec<[sys::CUstream; 8]>, BackendError> {
+    /// Where a drain of `target` waits, stream by stream. A capturing stream among them
+    /// (capture active or invalidated) is waited for on its pre-capture fence (see the module
+    /// docs): an event recorded there would join the capture instead of marking the stream's
+    /// progress, and querying it would invalidate the capture. A capturing stream without a
+    /// fence, or the legacy stream implicated in a blocking stream's capture, declines the
+    /// drain: the work submitted there before the capture began cannot be waited for
+    /// otherwise.
+    fn plan_for(&self, target: DrainTarget) -> Result<SmallVec<[Plan; 8]>, BackendError> {
         let mut v: SmallVec<[sys::CUstream; 8]> = SmallVec::new();
         match target {
             DrainTarget::Queue(q) => v.push(q.0 as sys::CUstream),
@@ -283,23 +323,38 @@ impl CudaAgent {
                 v.extend(self.memory.internal_streams());
             }
         }
-        let mut seen: SmallVec<[sys::CUstream; 8]> = SmallVec::new();
+        let op = target.as_str();
+        let mut plan: SmallVec<[Plan; 8]> = SmallVec::new();
         for s in v {
-            if !seen.contains(&s) {
-                seen.push(s);
+            if plan.iter().any(|p| p.stream() == s) {
+                continue;
+            }
+            let status = capture_status(s).map_err(|e| e.to_backend(self.id, op))?;
+            let fence = match status {
+                CaptureStatus::None => None,
+                CaptureStatus::Active | CaptureStatus::Invalidated => self.queues.capture_fence(s),
+                CaptureStatus::ImplicitLegacy => None,
+            };
+            match (status, fence) {
+                (CaptureStatus::None, _) => plan.push(Plan::Record(s)),
+                (_, Some(f)) => plan.push(Plan::Fence(s, f)),
+                (st, None) => {
+                    let why = if st == CaptureStatus::ImplicitLegacy {
+                        "a blocking stream's capture holds the legacy default stream"
+                    } else {
+                        "no pre-capture fence was recorded for it (its capture began before the stream was known, or past the interception's begin-capture hooks)"
+                    };
+                    return Err(BackendError::on(self.id, op).error(
+                        BackendErrorKind::Unsupported,
+                        format!(
+                            "stream {:#x} is capturing ({st:?}): {why}; its earlier work cannot be waited for without invalidating the capture",
+                            s as u64
+                        ),
+                    ));
+                }
             }
         }
-        let op = target.as_str();
-        match self.queues.capturing_stream(&seen) {
-            Ok(None) => Ok(seen),
-            Ok(Some(why)) => Err(BackendError::on(self.id, op).error(
-                BackendErrorKind::Unsupported,
-                format!(
-                    "{why}: its earlier work cannot be waited for without invalidating the capture"
-                ),
-            )),
-            Err(e) => Err(e.to_backend(self.id, op)),
-        }
+        Ok(plan)
     }
 
     fn make_flusher(&self) -> Result<Flusher, CudaError> {
@@ -457,7 +512,10 @@ impl Agent for CudaAgent {
     fn begin_drain(&self, target: DrainTarget) -> Result<Ticket, BackendError> {
         let op = target.as_str();
         self.device.bind().map_err(|e| e.to_backend(self.id, op))?;
-        let streams = self.streams_for(target)?;
+        // No capture begins through the wrappers between the checks and the records.
+        let _no_capture_begins = capture_begin_lock();
+        let plan = self.plan_for(target)?;
+        let streams: SmallVec<[sys::CUstream; 8]> = plan.iter().map(Plan::stream).collect();
         if let Some(s) = self.still_stuck(&streams) {
             return Err(BackendError::on(self.id, op).error(
                 BackendErrorKind::Other,
@@ -468,13 +526,19 @@ impl Agent for CudaAgent {
         }
         let mut events = SmallVec::new();
         let mut on = SmallVec::new();
-        for s in streams {
-            let e = self
-                .device
-                .event(false)
-                .map_err(|e| e.to_backend(self.id, op))?;
-            e.record(s).map_err(|e| e.to_backend(self.id, op))?;
-            events.push(e);
+        for p in plan {
+            let s = p.stream();
+            match p {
+                Plan::Record(s) => {
+                    let e = self
+                        .device
+                        .event(false)
+                        .map_err(|e| e.to_backend(self.id, op))?;
+                    e.record(s).map_err(|e| e.to_backend(self.id, op))?;
+                    events.push(Mark::Own(e));
+                }
+                Plan::Fence(_, f) => events.push(Mark::Fence(f)),
+            }
             on.push(s as usize);
         }
         Ok(self.ticket(TicketState::Drain(events, on)))
@@ -487,14 +551,15 @@ impl Agent for CudaAgent {
             other => Err(other),
         })?;
         // The wait holds no lock.
-        let r = self
-            .device
-            .bind()
-            .and_then(|()| wait_events(&events.iter().collect::<Vec<_>>(), budget));
+        let r = self.device.bind().and_then(|()| {
+            wait_events(&events.iter().map(Mark::event).collect::<Vec<_>>(), budget)
+        });
         match r {
             Ok(true) => {
-                for e in events {
-                    self.device.recycle_event(e);
+                for m in events {
+                    if let Mark::Own(e) = m {
+                        self.device.recycle_event(e);
+                    }
                 }
                 Ok(true)
             }
@@ -588,7 +653,7 @@ impl Agent for CudaAgent {
         if let Some(TicketState::Drain(events, on)) = t {
             let mut stuck = self.stuck.lock();
             for (e, s) in events.into_iter().zip(on) {
-                if !matches!(e.query(), Ok(true)) {
+                if !matches!(e.event().query(), Ok(true)) {
                     stuck.retain(|(o, _)| *o != s);
                     stuck.push((s, e));
                 }

@@ -94,9 +94,14 @@
 //!   another thread runs in global mode (PyTorch's default). The mode covers the whole
 //!   [`CudaBackend::launch`] call, the tool's callbacks of the window included, and is restored
 //!   when it returns;
-//! - a drain that would record an event on a capturing stream (one the backend knows, or the
-//!   legacy stream implicated in a capture) declines the window instead: such an event joins
-//!   the capture, querying it invalidates the capture, and the work submitted there before the
+//! - a drain never records an event on a capturing stream (such an event joins the capture,
+//!   and querying it invalidates the capture). A capturing stream runs nothing new on the
+//!   device, so the drain waits there on the stream's pre-capture fence, the event the
+//!   interception's begin-capture hook recorded just before the capture began ([`queue`],
+//!   "Pre-capture fence"). A capturing stream without one (begun through
+//!   [`CudaBackend::begin_capture`], before the wrappers saw the stream, or outside them), or
+//!   the legacy stream implicated in a blocking stream's capture (the per-thread default
+//!   stream's among them), declines the window instead: the work submitted there before the
 //!   capture began cannot be waited for otherwise;
 //! - no device or pinned backing is allocated while a capture the backend can see is live
 //!   (the snapshot falls back to pooled or pageable memory, or declines), and no backing is

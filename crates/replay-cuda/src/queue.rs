@@ -1,8 +1,31 @@
 //! Streams (SPEC §9.2): the queues the backend knows, so drains can reach every stream of the
 //! device; the streams it owns; what a stream capture looks like to it (a stream's capture
-//! status, the thread's relaxed capture mode, captured graphs); what a copy submitted to a
-//! queue looks like; and the events marking points of a stream (a launch's completion, GPU
-//! timers).
+//! status, the thread's relaxed capture mode, captured graphs, the pre-capture fence); what a
+//! copy submitted to a queue looks like; and the events marking points of a stream (a launch's
+//! completion, GPU timers).
+//!
+//! **Pre-capture fence.** A stream that captures runs nothing new on the device: work
+//! submitted to it during the capture becomes graph nodes (a graph launched later runs on the
+//! stream it is launched on, and is drained as that stream's work), and a capture that was
+//! invalidated runs nothing either. Only the work enqueued before the capture began can still
+//! be running there. So the interception's hook of every begin-capture entry records one event
+//! on a known stream just before the driver's begin-capture call
+//! (`Queue::fence_before_capture`); it marks all of the stream's pre-capture work. An agent
+//! drain that meets the stream capturing (active or invalidated) waits on that event instead of
+//! recording one there (`Queue::capture_fence`): querying an event recorded before a capture
+//! is allowed during it (from a thread in relaxed capture mode, as the window's are; see
+//! [`RelaxedCapture`]). The fence is dropped when the capture ends (the end-capture hook, or
+//! the stream's destruction), and a stream capturing without one (a capture begun before the
+//! wrappers saw the stream, or outside them; a stream that joined another stream's capture
+//! through an event wait) still declines the drain. The legacy default stream cannot be
+//! captured (the driver refuses); the per-thread default stream can, and then implicates the
+//! legacy stream as a blocking stream's capture does, so a drain beside it declines (it has no
+//! fence: the backend registers neither default stream). The begin-capture hook
+//! and the start of a drain (its capture-status checks and the events it records) exclude each
+//! other (`capture_begin_lock`), so a drain never records on a stream whose capture, begun
+//! through the wrappers, started between its check and its record. Work another thread submits
+//! to the stream while its capture begins (the application racing with itself) may land before
+//! the capture and after the fence: it is not waited for.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -32,6 +55,9 @@ pub struct Queue {
     kind: QueueKind,
     _owned: Option<Stream>,
     device: Arc<Device>,
+    /// The pre-capture fence (see the module docs): recorded just before a capture of the
+    /// stream began, kept until that capture ends.
+    pre_capture: Mutex<Option<Arc<Event>>>,
 }
 
 // SAFETY: the raw stream is a driver handle, used only in driver calls, which are thread-safe.
@@ -58,6 +84,47 @@ impl Queue {
     /// The device.
     pub fn device(&self) -> &Arc<Device> {
         &self.device
+    }
+
+    /// Records the pre-capture fence (see the module docs) on the stream, replacing any
+    /// earlier one: called just before the driver's begin-capture call on it, on the
+    /// capturing thread, with the stream's context current. Made in relaxed capture mode (the
+    /// thread's own mode is restored before the caller begins the capture), so another
+    /// thread's global capture is never disturbed.
+    pub(crate) fn fence_before_capture(&self) -> CudaResult<()> {
+        let _relaxed = RelaxedCapture::enter();
+        let e = self.device.event(false)?;
+        if let Err(err) = e.record(self.raw) {
+            self.device.recycle_event(e);
+            return Err(err);
+        }
+        self.set_fence(Some(Arc::new(e)));
+        Ok(())
+    }
+
+    /// Drops the pre-capture fence (the capture ended, or did not begin): a drain that meets
+    /// the stream capturing again without a new fence declines.
+    pub(crate) fn drop_capture_fence(&self) {
+        self.set_fence(None);
+    }
+
+    fn set_fence(&self, fence: Option<Arc<Event>>) {
+        // Called on application threads (the end-capture hook): the query below must not
+        // invalidate a capture another thread runs in global mode.
+        let _relaxed = RelaxedCapture::enter();
+        let old = std::mem::replace(&mut *self.pre_capture.lock(), fence);
+        // A completed fence no drain holds any more goes back to the pool; otherwise the last
+        // holder destroys it (the driver releases an event still pending when it completes).
+        if let Some(e) = old.and_then(|a| Arc::try_unwrap(a).ok()) {
+            if matches!(e.query(), Ok(true)) {
+                self.device.recycle_event(e);
+            }
+        }
+    }
+
+    /// The pre-capture fence, while the capture it was recorded for has not been seen ending.
+    pub(crate) fn capture_fence(&self) -> Option<Arc<Event>> {
+        self.pre_capture.lock().clone()
     }
 
     /// Enqueues one copy on the queue (benchmarks measuring copy ceilings, tools outside a
@@ -102,6 +169,7 @@ impl QueueRegistry {
             kind,
             _owned: Some(s),
             device: Arc::clone(device),
+            pre_capture: Mutex::new(None),
         });
         self.queues.lock().push(Arc::downgrade(&q));
         Ok(q)
@@ -124,6 +192,7 @@ impl QueueRegistry {
             kind,
             _owned: None,
             device: Arc::clone(device),
+            pre_capture: Mutex::new(None),
         });
         self.queues.lock().push(Arc::downgrade(&q));
         q
@@ -157,6 +226,16 @@ impl QueueRegistry {
             }
         }
         Ok(None)
+    }
+
+    /// The pre-capture fence of the known stream `stream` (see the module docs), if one is
+    /// kept.
+    pub(crate) fn capture_fence(&self, stream: sys::CUstream) -> Option<Arc<Event>> {
+        let qs = self.queues.lock();
+        qs.iter()
+            .filter_map(Weak::upgrade)
+            .filter(|q| q.raw == stream)
+            .find_map(|q| q.capture_fence())
     }
 
     /// Every known stream, the legacy default stream first.
@@ -242,6 +321,14 @@ impl Drop for Stream {
             }
         }
     }
+}
+
+/// Held across the begin-capture hook (fence and the driver's call) and across the start of a
+/// drain (capture-status checks and the events recorded): neither waits inside (a drain's
+/// polling happens after), and nothing else is locked before it.
+pub(crate) fn capture_begin_lock() -> parking_lot::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock()
 }
 
 /// What `cuStreamIsCapturing` says about a stream.

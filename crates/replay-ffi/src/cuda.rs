@@ -16,8 +16,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use replay_cuda::intercept as ic;
 use replay_cuda::sys::{
-    CUcontext, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUipcMemHandle, CUkernel,
-    CUlaunchConfig, CUlibrary, CUmemoryPool, CUmodule, CUresult, CUstream,
+    CUcontext, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUipcMemHandle,
+    CUkernel, CUlaunchConfig, CUlibrary, CUmemoryPool, CUmodule, CUresult, CUstream,
 };
 
 fn source() {
@@ -236,6 +236,13 @@ exports! {
     cuMemSetAccess => mem_set_access(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize);
     cuStreamDestroy_v2 => stream_destroy(s: CUstream);
     cuStreamEndCapture => stream_end_capture(s: CUstream, g: *mut CUgraph);
+    cuStreamEndCapture_ptsz => stream_end_capture_ptsz(s: CUstream, g: *mut CUgraph);
+    cuStreamBeginCapture => stream_begin_capture_v1(s: CUstream);
+    cuStreamBeginCapture_ptsz => stream_begin_capture_v1_ptsz(s: CUstream);
+    cuStreamBeginCapture_v2 => stream_begin_capture(s: CUstream, mode: c_uint);
+    cuStreamBeginCapture_v2_ptsz => stream_begin_capture_ptsz(s: CUstream, mode: c_uint);
+    cuStreamBeginCaptureToGraph => stream_begin_capture_to_graph(s: CUstream, g: CUgraph, deps: *const CUgraphNode, data: *const c_void, n: usize, mode: c_uint);
+    cuStreamBeginCaptureToGraph_ptsz => stream_begin_capture_to_graph_ptsz(s: CUstream, g: CUgraph, deps: *const CUgraphNode, data: *const c_void, n: usize, mode: c_uint);
     cuDevicePrimaryCtxReset_v2 => primary_ctx_reset(d: c_int);
     cuDevicePrimaryCtxReset => primary_ctx_reset_v1(d: c_int);
     cuCtxDestroy_v2 => ctx_destroy(c: CUcontext);

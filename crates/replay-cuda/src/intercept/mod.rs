@@ -42,7 +42,10 @@
 //! `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`) and `cuMemAllocFromPoolAsync` (both forms) feed
 //! the tracker (see `crate::state`), and so do `cuIpcOpenMemHandle` and
 //! `cuIpcCloseMemHandle`. `cuStreamCreate` and `cuStreamCreateWithPriority` register the new
-//! stream; `cuStreamDestroy` is gated; `cuStreamEndCapture` tells a capture ended. Arrays,
+//! stream; `cuStreamDestroy` is gated; the begin-capture entries (`cuStreamBeginCapture`,
+//! `cuStreamBeginCapture_v2`, `cuStreamBeginCaptureToGraph`, each with its `_ptsz` form) record
+//! the stream's pre-capture fence first, and `cuStreamEndCapture` (both forms) tells a capture
+//! ended (see `crate::queue`, "Pre-capture fence"). Arrays,
 //! surface objects and tensor maps (`cuArrayCreate`, `cuArray3DCreate`,
 //! `cuMipmappedArrayCreate`, their destroys, `cuSurfObjectCreate`, `cuSurfObjectDestroy`,
 //! `cuTensorMapEncodeTiled`, `cuTensorMapEncodeIm2col`, `cuTensorMapEncodeIm2colWide`,
@@ -303,6 +306,13 @@ entries! {
     cuMemSetAccess => mem_set_access, real_mem_set_access: fn(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize), st::hook_mem_set_access;
     cuStreamDestroy_v2 => stream_destroy, real_stream_destroy: fn(s: CUstream), st::hook_stream_destroy;
     cuStreamEndCapture => stream_end_capture, real_stream_end_capture: fn(s: CUstream, g: *mut CUgraph), st::hook_stream_end_capture;
+    cuStreamEndCapture_ptsz => stream_end_capture_ptsz, real_stream_end_capture_ptsz: fn(s: CUstream, g: *mut CUgraph), st::hook_stream_end_capture;
+    cuStreamBeginCapture => stream_begin_capture_v1, real_stream_begin_capture_v1: fn(s: CUstream), st::hook_stream_begin_capture_v1;
+    cuStreamBeginCapture_ptsz => stream_begin_capture_v1_ptsz, real_stream_begin_capture_v1_ptsz: fn(s: CUstream), st::hook_stream_begin_capture_v1;
+    cuStreamBeginCapture_v2 => stream_begin_capture, real_stream_begin_capture: fn(s: CUstream, mode: c_uint), st::hook_stream_begin_capture;
+    cuStreamBeginCapture_v2_ptsz => stream_begin_capture_ptsz, real_stream_begin_capture_ptsz: fn(s: CUstream, mode: c_uint), st::hook_stream_begin_capture;
+    cuStreamBeginCaptureToGraph => stream_begin_capture_to_graph, real_stream_begin_capture_to_graph: fn(s: CUstream, g: CUgraph, deps: *const CUgraphNode, data: *const c_void, n: usize, mode: c_uint), st::hook_stream_begin_capture_to_graph;
+    cuStreamBeginCaptureToGraph_ptsz => stream_begin_capture_to_graph_ptsz, real_stream_begin_capture_to_graph_ptsz: fn(s: CUstream, g: CUgraph, deps: *const CUgraphNode, data: *const c_void, n: usize, mode: c_uint), st::hook_stream_begin_capture_to_graph;
     cuStreamCreate => stream_create, real_stream_create: fn(s: *mut CUstream, fl: c_uint), st::hook_stream_create;
     cuStreamCreateWithPriority => stream_create_with_priority, real_stream_create_with_priority: fn(s: *mut CUstream, fl: c_uint, prio: c_int), st::hook_stream_create_with_priority;
     cuMemcpyAsync => memcpy_async, real_memcpy_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
@@ -408,6 +418,9 @@ fn entry_version(name: &[u8]) -> c_int {
         b"cuIpcOpenMemHandle_v2" => 11000,
         b"cuMemcpy3DPeer" | b"cuMemcpyPeer" | b"cuMemcpyPeerAsync" | b"cuMemcpy3DPeerAsync" => 4000,
         b"cuLaunchKernel" | b"cuMemcpyAsync" | b"cuMemcpy" => 4000,
+        b"cuStreamBeginCapture" => 10000,
+        b"cuStreamBeginCapture_v2" => 10010,
+        b"cuStreamBeginCaptureToGraph" => 12030,
         // Graph entries whose `_v2` came with CUDA 12 (the older form keeps its own wrapper).
         b"cuGraphExecKernelNodeSetParams_v2" | b"cuGraphExecUpdate_v2" => 12000,
         b if b.ends_with(b"_v2") => 3020,
@@ -604,6 +617,34 @@ mod tests {
         assert_eq!(
             substitute_in(&t, c"cuMemAlloc", 0x9000 as *mut c_void, 0, 3000) as usize,
             0x1000
+        );
+    }
+
+    #[test]
+    fn the_runtime_asking_for_begin_capture_gets_the_wrapper_of_the_abi_it_asked_for() {
+        let t: Vec<(&'static CStr, usize, usize)> = vec![
+            (c"cuStreamBeginCapture", 0x1000, 0x9000),
+            (c"cuStreamBeginCapture_v2", 0x2000, 0x9100),
+            (c"cuStreamBeginCapture_v2_ptsz", 0x3000, 0x9200),
+            (c"cuStreamBeginCaptureToGraph", 0x4000, 0x9300),
+        ];
+        let internal = 0x7777 as *mut c_void;
+        let s = |name: &CStr, flags: u64, v: c_int| {
+            substitute_in(&t, name, internal, flags, v) as usize
+        };
+        // CUDA 10.0's one-argument form, before the mode argument came with 10.1.
+        assert_eq!(s(c"cuStreamBeginCapture", 0, 10000), 0x1000);
+        assert_eq!(s(c"cuStreamBeginCapture", 0, 12000), 0x2000);
+        assert_eq!(
+            s(c"cuStreamBeginCapture", 1 << 1, 12000),
+            0x3000,
+            "per-thread"
+        );
+        assert_eq!(s(c"cuStreamBeginCaptureToGraph", 0, 12030), 0x4000);
+        assert_eq!(
+            s(c"cuStreamBeginCaptureToGraph", 0, 12000),
+            0x7777,
+            "older than the entry"
         );
     }
 
