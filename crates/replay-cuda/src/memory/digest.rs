@@ -13,7 +13,7 @@ use replay_core::{Digest128, DigestKey, DigestOp, MemLoc};
 
 use super::kernels;
 use super::tier::Backing;
-use crate::device::{Device, SendPtr};
+use crate::device::{Device, Event, SendPtr};
 use crate::error::{CudaError, CudaResult};
 use crate::launch::{launch_raw, ArgBlock, DevicePtr, LaunchConfig};
 use crate::module::{compile_cubin, CudaFunction, CudaModule, ModuleRegistry};
@@ -124,6 +124,9 @@ pub(super) struct DigestJob {
     pub(super) scratch: Option<Scratch>,
     pub(super) staging: Option<Staging>,
     pub(super) key: DigestKey,
+    /// Timing events around the kernels and the batch's size (bytes, segments), at `trace`
+    /// level only: the kernels' own time beside the host's.
+    pub(super) timing: Option<(Event, Event, u64, usize)>,
 }
 
 /// The compiled digest kernels and the gather copy of the same module.
@@ -224,7 +227,7 @@ pub(super) struct Batch {
     segs: Vec<kernels::Seg>,
     fins: Vec<kernels::Fin>,
     /// Blocks of `kr_digest_seg`: one per segment.
-    blocks: u32,
+    pub(super) blocks: u32,
     /// Scratch the batch needs, in bytes: table, results, partial sums.
     pub(super) need: [usize; 3],
 }
@@ -378,6 +381,15 @@ impl DigestJob {
     /// the pool) and staging (released later) it used.
     pub(super) fn finish(mut self) -> (Vec<Digest128>, Option<Scratch>, Option<Staging>) {
         let job = &mut self;
+        if let Some((a, b, bytes, segs)) = job.timing.take() {
+            if let Ok(ms) = Event::elapsed_ms(&a, &b) {
+                log::trace!(
+                    "[kernel-replay] digest kernels: {} ops, {bytes} bytes, {segs} segments: {:.1} us on the device",
+                    job.device_ops.len(),
+                    ms * 1000.0
+                );
+            }
+        }
         let mut out = vec![Digest128(0); job.n];
         for &(i, d) in &job.host {
             out[i] = d;

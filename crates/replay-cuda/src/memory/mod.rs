@@ -562,6 +562,7 @@ impl CudaMemory {
             scratch: None,
             staging: None,
             key,
+            timing: None,
         };
         let s = self.digest_stream.raw();
         if dev.is_empty() {
@@ -578,12 +579,25 @@ impl CudaMemory {
             Some(k) => {
                 let batch = Batch::plan(&dev, self.segment.load(Ordering::Relaxed))?;
                 let scratch = self.take_scratch(batch.need)?;
+                let before = if log::log_enabled!(log::Level::Trace) {
+                    let e = self.device.event(true)?;
+                    e.record(s)?;
+                    Some(e)
+                } else {
+                    None
+                };
                 if let Err(e) = batch.launch(k, &scratch, key, s) {
                     // Whatever was enqueued may still run: leak the scratch rather than reuse it.
                     std::mem::forget(scratch);
                     return Err(e);
                 }
                 job.scratch = Some(scratch);
+                if let Some(a) = before {
+                    let b = self.device.event(true)?;
+                    b.record(s)?;
+                    let bytes = dev.iter().map(|d| d.2).sum();
+                    job.timing = Some((a, b, bytes, batch.blocks as usize));
+                }
             }
             None => job.staging = Some(Staging::stage(&dev, s)?),
         }
