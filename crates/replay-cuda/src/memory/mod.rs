@@ -103,6 +103,9 @@ struct Pending {
     digests: Option<DigestJob>,
     /// The gather copy's table, back to the pool once the fence completed.
     table: Option<CopyTable>,
+    /// Timing events on the device lane around a copy batch (`trace` level only), its ops
+    /// gathered and copied by call, and its bytes.
+    timing: Option<(Event, Event, usize, usize, u64)>,
     done: bool,
 }
 
@@ -570,6 +573,7 @@ impl CudaMemory {
                 events: SmallVec::new(),
                 digests: Some(job),
                 table: None,
+                timing: None,
                 done: true,
             }));
         }
@@ -606,6 +610,7 @@ impl CudaMemory {
             events,
             digests: Some(job),
             table: None,
+                timing: None,
             done: false,
         }))
     }
@@ -627,6 +632,16 @@ impl CudaMemory {
         };
         let mut table = None;
         let mut used: SmallVec<[sys::CUstream; 4]> = SmallVec::new();
+        let trace = log::log_enabled!(log::Level::Trace);
+        let lane = self.copies.stream(Lane::Device, 0);
+        let before = match trace {
+            true => {
+                let e = self.device.event(true).map_err(|e| e.to_backend(self.agent, OP))?;
+                e.record(lane).map_err(|e| e.to_backend(self.agent, OP))?;
+                Some(e)
+            }
+            false => None,
+        };
         if let (Some(k), false) = (self.kernels.get(), gather.is_empty()) {
             let ops: Vec<(u64, u64, u64)> = gather.iter().map(|c| (c.src, c.dst, c.len)).collect();
             let pieces = kernels::copy_pieces(&ops);
@@ -644,6 +659,15 @@ impl CudaMemory {
         }
         let plan = schedule(&rest, self.config.host_chunk_bytes);
         let (more, failure) = copy::enqueue_all(&self.copies, &plan);
+        let timing = match before {
+            Some(a) if failure.is_none() => {
+                let b = self.device.event(true).map_err(|e| e.to_backend(self.agent, OP))?;
+                b.record(lane).map_err(|e| e.to_backend(self.agent, OP))?;
+                let bytes = gather.iter().chain(&rest).map(|c| c.len).sum();
+                Some((a, b, gather.len(), rest.len(), bytes))
+            }
+            _ => None,
+        };
         for s in more {
             if !used.contains(&s) {
                 used.push(s);
@@ -675,6 +699,7 @@ impl CudaMemory {
             events,
             digests: None,
             table,
+            timing,
             done: false,
         }))
     }
@@ -787,6 +812,7 @@ impl DeviceMemory for CudaMemory {
                 events: SmallVec::new(),
                 digests: None,
                 table: None,
+                timing: None,
                 done: true,
             }));
         }
@@ -878,6 +904,14 @@ impl DeviceMemory for CudaMemory {
             Some(p) if done => {
                 p.done = true;
                 let table = p.table.take();
+                if let Some((a, b, gathered, called, bytes)) = p.timing.take() {
+                    if let Ok(ms) = Event::elapsed_ms(&a, &b) {
+                        log::trace!(
+                            "[kernel-replay] copy batch: {gathered} gathered, {called} by call, {bytes} bytes: {:.1} us on the device lane",
+                            ms * 1000.0
+                        );
+                    }
+                }
                 drop(refs);
                 for e in events {
                     self.device.recycle_event(e);
