@@ -36,6 +36,10 @@
 //! hold counters (member `counters`), the counters' table follows and `--out` gets them
 //! instead, one file per process, in the format its extension names (`.csv`, `.json`, `.db`:
 //! `replay_report::write_counters`; an unknown extension is refused before the program starts).
+//! When sections were asked (`--section`, or `--set` naming one of Nsight Compute's sets), a
+//! `.csv` is `replay_report::sections_csv`: each launch's section rows under ncu's display
+//! names, `ID` the launch's index from 0 (`replay_cuda::counters::display`), then the raw
+//! metrics under the section `raw`; `.json` and `.db` hold the raw metrics either way.
 //!
 //! The program runs in a process group of its own, which SIGINT, SIGTERM, SIGHUP and SIGQUIT
 //! sent to this command are passed on to (`replay_cuda::signals`); on a terminal the group
@@ -850,7 +854,7 @@ fn report(a: &RunArgs, passes: u64, col: &Collector, pid: u32, killed: Option<i3
                 crate::say(format_args!("process {} (rank {}):", p.pid, p.rank_text()));
             }
             let Some(r) = &p.report else { continue };
-            match replay_report::counters_output(r, out.as_deref()) {
+            match counters_output(a, r, out.as_deref()) {
                 Some(Ok(o)) => {
                     crate::say(format_args!("{}", o.table.trim_end()));
                     if let Some(Err(e)) = o.written {
@@ -888,6 +892,24 @@ fn report(a: &RunArgs, passes: u64, col: &Collector, pid: u32, killed: Option<i3
             ));
         }
     }
+}
+
+/// The counters' table and `--out` of one process's report: with sections asked (`--set full`,
+/// `--section X`), a `.csv` gets their rows under Nsight Compute's display names
+/// (`replay_cuda::counters::display`), then the raw metrics.
+fn counters_output(
+    a: &RunArgs,
+    tool_report: &serde_json::Value,
+    out: Option<&Path>,
+) -> Option<Result<replay_report::RunOutput, replay_report::ReportError>> {
+    let resolved = a.resolved_sections();
+    let sections: Vec<&str> = resolved.sections.clone();
+    let rows = move |r: &replay_report::CounterReport| {
+        replay_cuda::counters::display::section_rows(r, &sections)
+    };
+    let display: Option<replay_report::SectionsOf<'_>> =
+        (!resolved.sections.is_empty()).then_some(&rows);
+    replay_report::counters_output_with(tool_report, out, display)
 }
 
 /// The template's subject for process `p`.
@@ -1411,6 +1433,140 @@ mod tests {
             a.out = Some(PathBuf::from(ok));
             assert!(check_out(&a).is_ok(), "{ok}");
         }
+    }
+
+    /// A counter report of two launches with the raw metrics `--set full` asks, as the
+    /// library's JSON report holds it.
+    fn full_set_report(metrics: &[String]) -> serde_json::Value {
+        use replay_report::{CounterDispatch, CounterReport, CounterSample, MetricInfo};
+        let dispatch = |id: u64| CounterDispatch {
+            dispatch_id: id,
+            kernel: "_Z4fillPf".into(),
+            kernel_demangled: "fill(float*)".into(),
+            device: 0,
+            context: 1,
+            stream: 7,
+            grid: [4, 1, 1],
+            block: [128, 1, 1],
+            passes: 5,
+            snapshot_bytes: 0,
+            start_ns: 0,
+            end_ns: 0,
+            pass_ns: Vec::new(),
+            graph: None,
+            node: None,
+        };
+        let value = |m: &str, id: u64| match m {
+            "gpu__time_duration.sum" => 1_000.0 * id as f64,
+            "gpc__cycles_elapsed.avg" => 1_980.0 * id as f64,
+            "smsp__inst_executed.sum" => 256.0,
+            "smsp__thread_inst_executed.sum" => 8_192.0,
+            _ => 1.0,
+        };
+        let r = CounterReport {
+            process_id: 42,
+            process_name: "app".into(),
+            compute_capability: "9.0".into(),
+            metrics: metrics
+                .iter()
+                .map(|m| MetricInfo {
+                    name: m.clone(),
+                    unit: String::new(),
+                    description: String::new(),
+                    pass: 1,
+                })
+                .collect(),
+            // Dispatch ids as the service gives them: not from 0, not contiguous.
+            dispatches: vec![dispatch(3), dispatch(11)],
+            samples: [3u64, 11]
+                .iter()
+                .flat_map(|id| {
+                    metrics.iter().map(move |m| CounterSample {
+                        dispatch_id: *id,
+                        pass: 1,
+                        metric: m.clone(),
+                        value: value(m, *id),
+                    })
+                })
+                .collect(),
+            ..CounterReport::default()
+        };
+        serde_json::json!({ "counters": r })
+    }
+
+    #[test]
+    fn set_full_writes_nsight_computes_section_rows_keyed_by_launch_index() {
+        let a = parse(&s(&[
+            "--tool", "counters", "--set", "full", "--out", "k.csv", "--", "app",
+        ]))
+        .unwrap();
+        let tool = full_set_report(&a.metric_list());
+        let d = std::env::temp_dir().join(format!("kreplay-sections-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let out = d.join("k.csv");
+        let o = counters_output(&a, &tool, Some(&out)).unwrap().unwrap();
+        assert_eq!(o.written.unwrap().unwrap(), replay_report::Format::Csv);
+        let text = std::fs::read_to_string(&out).unwrap();
+        let mut lines = text.lines();
+        let header = replay_report::parse_record(lines.next().unwrap());
+        let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+        let recs: Vec<Vec<String>> = lines.map(replay_report::parse_record).collect();
+        let get = |id: &str, section: &str, name: &str| {
+            recs.iter()
+                .find(|f| {
+                    f[col("ID")] == id
+                        && f[col("Section Name")] == section
+                        && f[col("Metric Name")] == name
+                })
+                .map(|f| {
+                    (
+                        f[col("Metric Unit")].clone(),
+                        f[col("Metric Value")].clone(),
+                    )
+                })
+        };
+        let sol = "GPU Speed Of Light Throughput";
+        assert_eq!(
+            get("0", sol, "Duration"),
+            Some(("ns".into(), "3,000".into()))
+        );
+        assert_eq!(
+            get("1", sol, "Duration"),
+            Some(("ns".into(), "11,000".into()))
+        );
+        assert_eq!(
+            get("0", sol, "SM Frequency"),
+            Some(("hz".into(), "1,980,000,000".into()))
+        );
+        assert_eq!(
+            get("0", "Warp State Statistics", "Avg. Active Threads Per Warp"),
+            Some((String::new(), "32".into()))
+        );
+        // Not collectable through CUPTI: absent, not 0.
+        assert_eq!(get("0", "Occupancy", "Block Limit Registers"), None);
+        assert_eq!(get("0", "Launch Statistics", "Waves Per SM"), None);
+        // The raw metrics follow under "raw".
+        assert!(get("1", "raw", "smsp__inst_executed.sum").is_some());
+        // The dispatch ids stay in a column of ours.
+        assert!(recs
+            .iter()
+            .any(|f| f[col("ID")] == "1" && f[col("Dispatch ID")] == "11"));
+        // Without sections (a plain --metrics list) the file is the raw layout.
+        let plain = parse(&s(&[
+            "--tool",
+            "counters",
+            "--metrics",
+            "gpu__time_duration.sum",
+            "--",
+            "app",
+        ]))
+        .unwrap();
+        let o = counters_output(&plain, &tool, Some(&out)).unwrap().unwrap();
+        assert!(o.written.unwrap().is_ok());
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.starts_with(replay_report::CSV_HEADER));
+        assert!(!text.contains("GPU Speed Of Light Throughput"));
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -22,6 +22,16 @@
 //! collector recorded (driver handles), where ncu prints its own small ids; values are in
 //! the metric's base unit, never scaled to `Kbyte` or `us` (the reference file's are
 //! unscaled too).
+//!
+//! A collection asked by Nsight Compute's sections (`--set full`) is written by
+//! [`sections_csv`] instead, as `ncu --set full --csv` lays it out: `ID` the launch's index
+//! from 0 in launch order (ncu's numbering, so rows join on `(ID, Section Name, Metric Name)`),
+//! each section's rows ([`SectionRow`], which the counter tool derives from its raw metrics)
+//! under ncu's section and metric display names, then the raw metrics under the section
+//! [`RAW_SECTION`] (`raw`), one row per pass as above; after ncu's fifteen columns come
+//! `Replay Pass`, `Graph`, `Node`, `Dispatch ID` (kernel-replay's id) and `Passes`. Section
+//! values are in base units too (`ns`, `hz`, `byte/s`, as `--print-units base` spells them), where ncu's CSV scales
+//! them by default (`us`, `Ghz`, `Mbyte/s`).
 
 use crate::number::ncu_value;
 use crate::report::{CounterDispatch, CounterReport};
@@ -77,6 +87,36 @@ fn row(
     value: &str,
     pass: &str,
 ) {
+    let id = d.dispatch_id.to_string();
+    let at = Row {
+        id: &id,
+        section: SECTION,
+        metric,
+        unit,
+        value,
+        pass,
+    };
+    write_row(out, r, d, &at, &[]);
+}
+
+/// The fields of a row that are not the dispatch's.
+struct Row<'a> {
+    id: &'a str,
+    section: &'a str,
+    metric: &'a str,
+    unit: &'a str,
+    value: &'a str,
+    pass: &'a str,
+}
+
+/// One record: ncu's fifteen columns, `Replay Pass`, `Graph`, `Node`, then `extra`.
+fn write_row(
+    out: &mut String,
+    r: &CounterReport,
+    d: &CounterDispatch,
+    at: &Row<'_>,
+    extra: &[String],
+) {
     // As Nsight Compute spells it, so rows join with ncu's.
     let kernel = &if d.kernel_demangled.is_empty() {
         d.kernel.clone()
@@ -86,7 +126,7 @@ fn row(
     let graph = d.graph.map(|g| g.to_string()).unwrap_or_default();
     let node = d.node.map(|n| n.to_string()).unwrap_or_default();
     let fields: [&str; 18] = [
-        &d.dispatch_id.to_string(),
+        at.id,
         &r.process_id.to_string(),
         &r.process_name,
         &r.host_name,
@@ -97,21 +137,114 @@ fn row(
         &dims(d.grid),
         &d.device.to_string(),
         &r.compute_capability,
-        SECTION,
-        metric,
-        unit,
-        value,
-        pass,
+        at.section,
+        at.metric,
+        at.unit,
+        at.value,
+        at.pass,
         &graph,
         &node,
     ];
-    for (i, f) in fields.iter().enumerate() {
+    for (i, f) in fields
+        .iter()
+        .copied()
+        .chain(extra.iter().map(String::as_str))
+        .enumerate()
+    {
         if i > 0 {
             out.push(',');
         }
         quote(out, f);
     }
     out.push('\n');
+}
+
+/// One row of an Nsight Compute section for one dispatch: what `ncu --set/--section --csv`
+/// prints, as the counter tool derived it from its raw metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SectionRow {
+    /// The section's display name (`GPU Speed Of Light Throughput`).
+    pub section: String,
+    /// The row's label (`Duration`).
+    pub name: String,
+    /// Its unit (a base unit: `ns`, `hz`, `byte/s`, `%`; empty for counts).
+    pub unit: String,
+    /// Its value.
+    pub value: f64,
+    /// The replay passes its raw metrics were collected in, ascending.
+    pub passes: Vec<u32>,
+}
+
+/// Section rows by dispatch id.
+pub type SectionRows = std::collections::BTreeMap<u64, Vec<SectionRow>>;
+
+/// The header of [`sections_csv`], with its line end: Nsight Compute's fifteen columns, then
+/// ours.
+pub const SECTIONS_HEADER: &str = "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\
+\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\
+\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\",\"Replay Pass\",\"Graph\",\
+\"Node\",\"Dispatch ID\",\"Passes\"\n";
+
+/// The *Section Name* of the raw metrics in [`sections_csv`].
+pub const RAW_SECTION: &str = "raw";
+
+/// The CSV of a collection asked by Nsight Compute sections (`--set full`, `--section X`),
+/// laid out as `ncu --set full --csv` prints it, so rows join with ncu's on
+/// `(ID, Section Name, Metric Name)`: per dispatch, first its `rows` (each section's display
+/// rows under the section's display name), then every raw metric as [`csv`] writes it, under
+/// the *Section Name* [`RAW_SECTION`]. `ID` is the dispatch's index in the report, from 0 in
+/// launch order (ncu numbers its results so), not the dispatch id; the columns after ncu's
+/// fifteen are `Replay Pass` (a section row's: the passes of its inputs, `;`-separated),
+/// `Graph`, `Node`, `Dispatch ID` (kernel-replay's) and `Passes` (the replay passes the
+/// dispatch ran). A dispatch without rows in `rows` has only its raw rows. Call
+/// [`CounterReport::check`] first (the file writers do).
+pub fn sections_csv(report: &CounterReport, rows: &SectionRows) -> String {
+    let index = report.index();
+    let mut names = report.metric_names();
+    names.sort_unstable();
+    let units: Vec<&str> = names
+        .iter()
+        .map(|n| ncu_unit(report.metric(n).map_or("", |m| m.unit.as_str())))
+        .collect();
+    let mut out = String::from(SECTIONS_HEADER);
+    for (i, d) in report.dispatches.iter().enumerate() {
+        let id = i.to_string();
+        let extra = [d.dispatch_id.to_string(), d.passes.to_string()];
+        for r in rows.get(&d.dispatch_id).into_iter().flatten() {
+            let passes: Vec<String> = r.passes.iter().map(u32::to_string).collect();
+            let at = Row {
+                id: &id,
+                section: &r.section,
+                metric: &r.name,
+                unit: &r.unit,
+                value: &ncu_value(r.value),
+                pass: &passes.join(";"),
+            };
+            write_row(&mut out, report, d, &at, &extra);
+        }
+        for (name, unit) in names.iter().zip(&units) {
+            let mut raw = |value: &str, pass: &str| {
+                let at = Row {
+                    id: &id,
+                    section: RAW_SECTION,
+                    metric: name,
+                    unit,
+                    value,
+                    pass,
+                };
+                write_row(&mut out, report, d, &at, &extra);
+            };
+            match index.by_pass(d.dispatch_id, name) {
+                Some(passes) if !passes.is_empty() => {
+                    for (pass, s) in passes {
+                        raw(&ncu_value(s.value), &pass.to_string());
+                    }
+                }
+                _ => raw("n/a", ""),
+            }
+        }
+    }
+    out
 }
 
 /// A unit in Nsight Compute's spelling: the long time units of the metrics API shortened as

@@ -9,7 +9,10 @@
 //! - [`table`]: the per-kernel table for the terminal (`table`);
 //! - [`csv()`]: Nsight Compute's `--csv` column layout plus a `Replay Pass` column (`csv`),
 //!   the `Kernel Name` spelled as Nsight Compute demangles it ([`names`], which also gives
-//!   the short names `kreplay run`'s table shows);
+//!   the short names `kreplay run`'s table shows); [`sections_csv`]: the same columns for a
+//!   collection asked by Nsight Compute sections, each section's rows under ncu's display
+//!   names ([`SectionRow`], computed by the counter tool) keyed by the launch's index, then the
+//!   raw metrics under the section name `raw`;
 //! - [`to_json`] / [`from_json`]: the report as JSON (`json`);
 //! - [`write_rocpd`]: an SQLite database in rocprofv3's rocpd layout, schema 3.0.4 with
 //!   `replay_pass` (`rocpd`);
@@ -36,7 +39,10 @@ mod rocpd;
 mod table;
 mod write;
 
-pub use csv::{csv, ncu_unit, parse_record, HEADER as CSV_HEADER, SECTION as CSV_SECTION};
+pub use csv::{
+    csv, ncu_unit, parse_record, sections_csv, SectionRow, SectionRows, HEADER as CSV_HEADER,
+    RAW_SECTION, SECTION as CSV_SECTION, SECTIONS_HEADER,
+};
 pub use error::ReportError;
 pub use json::{from_json, from_tool_report, to_json, TOOL_MEMBER};
 pub use number::ncu_value;
@@ -46,4 +52,7 @@ pub use rocpd::{
     SCHEMA_VERSION as ROCPD_SCHEMA_VERSION,
 };
 pub use table::table;
-pub use write::{counters_output, write_counters, Format, RunOutput};
+pub use write::{
+    counters_output, counters_output_with, write_counters, write_counters_with, Format, RunOutput,
+    SectionsOf,
+};

@@ -176,6 +176,23 @@ impl CounterReport {
         out
     }
 
+    /// Every dispatch's metrics with the value that stands for each ([`Self::value`]: the
+    /// collecting pass's) and that pass, by dispatch id; a dispatch without samples is absent.
+    /// Built in one go (for every dispatch at once, where [`Self::value`] scans).
+    pub fn values(&self) -> BTreeMap<u64, BTreeMap<String, (f64, u32)>> {
+        let index = self.index();
+        let mut out: BTreeMap<u64, BTreeMap<String, (f64, u32)>> = BTreeMap::new();
+        for (id, metrics) in &index.by {
+            let mine = out.entry(*id).or_default();
+            for name in metrics.keys() {
+                if let Some(s) = index.value(*id, name) {
+                    mine.insert(name.to_string(), (s.value, s.pass));
+                }
+            }
+        }
+        out
+    }
+
     /// The samples indexed by dispatch and metric, built once by the writers (the look-ups
     /// above scan the samples, which is fine for one question, not for a whole report).
     pub(crate) fn index(&self) -> Index<'_> {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::csv::csv;
+use crate::csv::{csv, sections_csv, SectionRows};
 use crate::error::ReportError;
 use crate::json::to_json;
 use crate::report::CounterReport;
@@ -42,12 +42,24 @@ impl Format {
 /// Writes `report` to `path` in the format its extension names, replacing any file there;
 /// returns the format. The unknown extension is refused before anything is written.
 pub fn write_counters(path: &Path, report: &CounterReport) -> Result<Format, ReportError> {
+    write_counters_with(path, report, None)
+}
+
+/// [`write_counters`], with the rows of Nsight Compute sections when the collection was asked
+/// by sections: a `.csv` is then [`sections_csv`] (ncu's section rows, then the raw metrics
+/// under the section `raw`); JSON and rocpd hold the raw metrics either way.
+pub fn write_counters_with(
+    path: &Path,
+    report: &CounterReport,
+    sections: Option<&SectionRows>,
+) -> Result<Format, ReportError> {
     let format = Format::of(path)?;
     report.check()?;
-    let text = match format {
-        Format::Rocpd => return write_rocpd(path, report).map(|()| format),
-        Format::Csv => csv(report),
-        Format::Json => to_json(report)?,
+    let text = match (format, sections) {
+        (Format::Rocpd, _) => return write_rocpd(path, report).map(|()| format),
+        (Format::Csv, Some(rows)) => sections_csv(report, rows),
+        (Format::Csv, None) => csv(report),
+        (Format::Json, _) => to_json(report)?,
     };
     let tmp = temp_beside(path);
     let io = |source| ReportError::Io {
@@ -77,12 +89,28 @@ pub fn counters_output(
     tool_report: &serde_json::Value,
     out: Option<&Path>,
 ) -> Option<Result<RunOutput, ReportError>> {
+    counters_output_with(tool_report, out, None)
+}
+
+/// The function that computes a report's section rows ([`counters_output_with`]).
+pub type SectionsOf<'a> = &'a dyn Fn(&CounterReport) -> SectionRows;
+
+/// [`counters_output`] for a collection asked by Nsight Compute sections: `sections` computes
+/// the report's section rows, which a `.csv` gets ([`write_counters_with`]).
+pub fn counters_output_with(
+    tool_report: &serde_json::Value,
+    out: Option<&Path>,
+    sections: Option<SectionsOf<'_>>,
+) -> Option<Result<RunOutput, ReportError>> {
     let report = match crate::json::from_tool_report(tool_report)? {
         Ok(r) => r,
         Err(e) => return Some(Err(e)),
     };
     Some(Ok(RunOutput {
         table: crate::table::table(&report),
-        written: out.map(|p| write_counters(p, &report)),
+        written: out.map(|p| {
+            let rows = sections.map(|f| f(&report));
+            write_counters_with(p, &report, rows.as_ref())
+        }),
     }))
 }

@@ -98,3 +98,163 @@ fn a_metric_several_passes_collected_is_one_row_per_pass_never_a_sum() {
     // One row per launch, metric and pass: 3 passes of the repeated metric + 3 unique ones.
     assert_eq!(rows.len(), 6);
 }
+
+/// Section rows for dispatches 0 and 8 of [`common::ncu_head`], as the counter tool would
+/// derive them.
+fn head_sections() -> replay_report::SectionRows {
+    let row = |section: &str, name: &str, unit: &str, value: f64, passes: &[u32]| {
+        replay_report::SectionRow {
+            section: section.into(),
+            name: name.into(),
+            unit: unit.into(),
+            value,
+            passes: passes.to_vec(),
+        }
+    };
+    let mut rows = replay_report::SectionRows::new();
+    rows.insert(
+        0,
+        vec![
+            row(
+                "GPU Speed Of Light Throughput",
+                "Duration",
+                "ns",
+                2_144.0,
+                &[0],
+            ),
+            row(
+                "Memory Workload Analysis",
+                "Memory Throughput",
+                "byte/s",
+                1_910_447_761.19,
+                &[0, 2],
+            ),
+        ],
+    );
+    rows.insert(
+        8,
+        vec![row(
+            "Instruction Statistics",
+            "Executed Instructions",
+            "inst",
+            3_308_736.0,
+            &[1],
+        )],
+    );
+    rows
+}
+
+#[test]
+fn the_sections_csv_has_ncus_columns_keyed_by_launch_index_then_the_raw_metrics() {
+    let r = common::ncu_head();
+    let text = replay_report::sections_csv(&r, &head_sections());
+    let mut lines = text.lines();
+    let header = parse_record(lines.next().unwrap());
+    let ncu_cols = parse_record(NCU.lines().next().unwrap());
+    // ncu's fifteen columns first, in its order; ours after.
+    assert_eq!(header[..15], ncu_cols[..]);
+    assert_eq!(
+        header[15..],
+        ["Replay Pass", "Graph", "Node", "Dispatch ID", "Passes"]
+    );
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let recs: Vec<Vec<String>> = lines.map(parse_record).collect();
+    assert!(recs.iter().all(|f| f.len() == header.len()));
+    let find = |id: &str, section: &str, metric: &str| {
+        recs.iter()
+            .filter(|f| {
+                f[col("ID")] == id
+                    && f[col("Section Name")] == section
+                    && f[col("Metric Name")] == metric
+            })
+            .collect::<Vec<_>>()
+    };
+    let d = find("0", "GPU Speed Of Light Throughput", "Duration");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0][col("Metric Unit")], "ns");
+    assert_eq!(d[0][col("Metric Value")], "2,144");
+    assert_eq!(d[0][col("Dispatch ID")], "0");
+    assert_eq!(d[0][col("Passes")], "3");
+    let bw = find("0", "Memory Workload Analysis", "Memory Throughput");
+    assert_eq!(bw[0][col("Metric Value")], "1,910,447,761.19");
+    assert_eq!(bw[0][col("Replay Pass")], "0;2");
+    // Dispatch 8 is the second launch: ID 1, its own id in our column.
+    let e = find("1", "Instruction Statistics", "Executed Instructions");
+    assert_eq!(e[0][col("Dispatch ID")], "8");
+    assert_eq!(e[0][col("Metric Value")], "3,308,736");
+    assert_eq!(e[0][col("Block Size")], "(8, 8, 1)");
+    assert_eq!(e[0][col("Grid Size")], "(1024, 1, 1)");
+    assert!(find("8", "Instruction Statistics", "Executed Instructions").is_empty());
+    // Every raw metric of every launch is there too, under "raw", with the collecting pass.
+    let raw = find("1", replay_report::RAW_SECTION, "smsp__inst_executed.sum");
+    assert_eq!(raw.len(), 1);
+    assert_eq!(raw[0][col("Metric Value")], "3,308,736");
+    assert_eq!(raw[0][col("Replay Pass")], "1");
+    let raws = recs
+        .iter()
+        .filter(|f| f[col("Section Name")] == "raw")
+        .count();
+    // Ten metrics per launch (one without a value: its row says n/a).
+    assert_eq!(raws, r.metrics.len() * 2);
+    assert_eq!(r.metrics.len(), 10);
+    assert!(
+        find("0", "raw", "profiler__replayer_bytes_mem_backed_up")[0][col("Metric Value")] == "n/a"
+    );
+    // A launch without section rows keeps its raw rows; none of its section rows are made up.
+    let mut only_first = head_sections();
+    only_first.remove(&8);
+    let t = replay_report::sections_csv(&r, &only_first);
+    assert!(t
+        .lines()
+        .skip(1)
+        .map(parse_record)
+        .all(|f| f[col("ID")] == "0" || f[col("Section Name")] == "raw"));
+}
+
+#[test]
+fn python_reads_the_sections_csv_as_the_comparison_script_does() {
+    let Ok(py) = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!("no python3: skipped");
+        return;
+    };
+    assert!(py.status.success());
+    let d = std::env::temp_dir().join(format!("replay-report-sections-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let path = d.join("k.csv");
+    let fmt =
+        replay_report::write_counters_with(&path, &common::ncu_head(), Some(&head_sections()))
+            .unwrap();
+    assert_eq!(fmt, replay_report::Format::Csv);
+    // What bench/real/ncu_sections.sh does: the lines starting with a quote, DictReader,
+    // keyed by (ID, Section Name, Metric Name), values without thousands separators.
+    let script = r#"
+import csv, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+by = {}
+for r in csv.DictReader(lines):
+    by[(int(r["ID"]), r["Section Name"], r["Metric Name"])] = (r["Metric Unit"], float(r["Metric Value"].replace(",", "")) if r["Metric Value"] != "n/a" else None)
+print(by[(0, "GPU Speed Of Light Throughput", "Duration")])
+print(by[(1, "Instruction Statistics", "Executed Instructions")])
+print(by[(0, "raw", "dram__bytes_read.sum")])
+print(len({k[0] for k in by}))
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "('ns', 2144.0)\n('inst', 3308736.0)\n('byte', 4096.0)\n2\n"
+    );
+}

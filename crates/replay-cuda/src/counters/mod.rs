@@ -68,6 +68,14 @@
 //! any other's are left out. `smsp__sass_inst_executed` is always configured beside the
 //! asked metrics, so a kernel with no record at all was not patched: an error, not a 0.
 //!
+//! ## Sections
+//!
+//! [`sections`] resolves Nsight Compute's sections and sets (`--section`, `--set full`) into
+//! the raw metrics to collect; [`display`] turns a dispatch's raw values into the rows ncu
+//! prints for those sections (display names, base units, ncu's formulas), which `kreplay run`
+//! writes as ncu's CSV ([`replay_report::sections_csv`]). A row whose raw metric is missing
+//! is left out, never invented.
+//!
 //! CUPTI forbids driver calls inside its callbacks; this runs in the window, inside the
 //! library's own launch wrapper, never in a CUPTI callback.
 //!
@@ -104,6 +112,7 @@ pub mod sys;
 
 mod collect;
 mod cupti;
+pub mod display;
 mod plan;
 pub mod sections;
 

@@ -2,6 +2,10 @@
 //! which the range profiler collects, which are derived on the host from collected ones (as
 //! ncu derives them), and which CUPTI cannot give at all (named, never silently dropped).
 //!
+//! What ncu *prints* for each section (labels such as "Duration", units, which metric or
+//! formula each row shows) is [`super::display`]; every raw metric a display row reads is
+//! among its section's metrics here (a test checks).
+//!
 //! A set resolves to its sections; a section to raw metrics (handed to [`MetricPlan`]'s
 //! packing, so passes are planned as for `--metrics`), derived metrics (computed after the
 //! replay from the raw values and device attributes) and not-collectable ones.
@@ -124,6 +128,22 @@ const LAUNCH_STATS: &[SectionMetric] = &[
         "launch__waves_per_multiprocessor",
         "needs ncu's occupancy calculator",
     ),
+    none(
+        "launch__shared_mem_per_block_dynamic",
+        "not among the launch's attributes the backend records",
+    ),
+    none(
+        "launch__shared_mem_per_block_driver",
+        "not among the launch's attributes the backend records",
+    ),
+    none(
+        "launch__shared_mem_config_size",
+        "not among the launch's attributes the backend records",
+    ),
+    none(
+        "launch__func_cache_config",
+        "not among the launch's attributes the backend records",
+    ),
     attr("device__attribute_multiprocessor_count", ATTR_SM_COUNT),
 ];
 
@@ -131,6 +151,7 @@ const OCCUPANCY: &[SectionMetric] = &[
     raw("sm__warps_active.avg.pct_of_peak_sustained_active"),
     raw("sm__warps_active.avg.per_cycle_active"),
     raw("sm__maximum_warps_per_active_cycle_pct"),
+    raw("sm__maximum_warps_avg_per_active_cycle"),
     attr(
         "device__attribute_max_threads_per_multiprocessor",
         ATTR_MAX_THREADS_PER_SM,
@@ -164,9 +185,10 @@ const SPEED_OF_LIGHT: &[SectionMetric] = &[
     raw("sm__cycles_active.avg"),
     raw("gpc__cycles_elapsed.max"),
     raw("dram__cycles_elapsed.avg"),
+    // "SM Frequency": the GPC clock, as ncu's section names it.
     derived(
-        "smsp__cycles_elapsed.avg.per_second",
-        Formula::PerSecond("sm__cycles_elapsed.avg"),
+        "gpc__cycles_elapsed.avg.per_second",
+        Formula::PerSecond("gpc__cycles_elapsed.avg"),
     ),
     derived(
         "dram__cycles_elapsed.avg.per_second",
@@ -217,6 +239,12 @@ const MEMORY_WORKLOAD: &[SectionMetric] = &[
     raw("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"),
     raw("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"),
     raw("gpu__compute_memory_access_throughput.avg.pct_of_peak_sustained_elapsed"),
+    raw("gpu__compute_memory_request_throughput.avg.pct_of_peak_sustained_elapsed"),
+    raw("sm__memory_throughput.avg.pct_of_peak_sustained_elapsed"),
+    // L2 compression on Hopper (ncu's options for CC 9.0).
+    raw("lrc__ilc_input_sectors.sum"),
+    raw("lrc__average_ilc_input_sector_success_rate.pct"),
+    raw("lrc__average_ilc_output_sector_compression_achieved_rate.pct"),
     raw("gpu__time_duration.sum"),
     derived(
         "dram__bytes.sum.per_second",
@@ -238,13 +266,23 @@ const MEMORY_WORKLOAD: &[SectionMetric] = &[
         ),
     ),
     attr("device__attribute_l2_cache_size", ATTR_L2_CACHE_SIZE),
+    none(
+        "derived__local_spilling_requests",
+        "SASS register-spilling counts (sass__*), not the range profiler's",
+    ),
+    none(
+        "launch__persisting_l2_cache_size",
+        "not among the launch's attributes the backend records",
+    ),
 ];
 
 const COMPUTE_WORKLOAD: &[SectionMetric] = &[
     raw("sm__inst_executed.avg.per_cycle_elapsed"),
     raw("sm__inst_executed.avg.per_cycle_active"),
     raw("sm__instruction_throughput.avg.pct_of_peak_sustained_active"),
+    raw("sm__instruction_throughput.avg.pct_of_peak_sustained_elapsed"),
     raw("sm__inst_issued.avg.per_cycle_active"),
+    raw("sm__inst_issued.avg.pct_of_peak_sustained_elapsed"),
     raw("sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"),
     raw("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
     raw("sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active"),
@@ -254,6 +292,7 @@ const COMPUTE_WORKLOAD: &[SectionMetric] = &[
 
 const SCHEDULER_STATS: &[SectionMetric] = &[
     raw("smsp__issue_active.avg.per_cycle_active"),
+    raw("smsp__issue_active.avg.pct_of_peak_sustained_active"),
     raw("smsp__inst_issued.avg.per_cycle_active"),
     raw("smsp__warps_active.avg.per_cycle_active"),
     raw("smsp__warps_eligible.avg.per_cycle_active"),
@@ -269,12 +308,24 @@ const SCHEDULER_STATS: &[SectionMetric] = &[
 
 const WARP_STATE_STATS: &[SectionMetric] = &[
     raw("smsp__average_warp_latency_per_inst_issued.ratio"),
+    raw("smsp__average_warps_active_per_inst_executed.ratio"),
     raw("smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"),
     raw("smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"),
     raw("smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio"),
     raw("smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio"),
     raw("smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"),
     raw("smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio"),
+    derived(
+        "smsp__thread_inst_executed_per_inst_executed.ratio",
+        Formula::Ratio("smsp__thread_inst_executed.sum", "smsp__inst_executed.sum"),
+    ),
+    derived(
+        "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio",
+        Formula::Ratio(
+            "smsp__thread_inst_executed_pred_on.sum",
+            "smsp__inst_executed.sum",
+        ),
+    ),
     derived(
         "smsp__cycles_per_issue_active.ratio",
         Formula::Ratio("smsp__cycles_active.sum", "smsp__issue_active.sum"),
@@ -287,7 +338,9 @@ const WARP_STATE_STATS: &[SectionMetric] = &[
 
 const INSTRUCTION_STATS: &[SectionMetric] = &[
     raw("smsp__inst_executed.sum"),
+    raw("smsp__inst_executed.avg"),
     raw("smsp__inst_issued.sum"),
+    raw("smsp__inst_issued.avg"),
     raw("smsp__thread_inst_executed.sum"),
     derived(
         "smsp__thread_inst_executed_per_inst_executed.ratio",
@@ -299,10 +352,43 @@ const INSTRUCTION_STATS: &[SectionMetric] = &[
     ),
 ];
 
-const SOURCE_COUNTERS: &[SectionMetric] = &[none(
-    "source counters (per-instruction SASS)",
-    "kernel totals only: no per-instruction output",
-)];
+const SOURCE_COUNTERS: &[SectionMetric] = &[
+    raw("smsp__inst_executed_op_branch.sum"),
+    raw("smsp__inst_executed.sum"),
+    // ncu's "Branch Instructions Ratio": a fraction, though ncu labels it %.
+    derived(
+        "derived__smsp__inst_executed_op_branch_pct",
+        Formula::Ratio(
+            "smsp__inst_executed_op_branch.sum",
+            "smsp__inst_executed.sum",
+        ),
+    ),
+    none(
+        "smsp__sass_average_branch_targets_threads_uniform.pct",
+        "a ratio of SASS metrics, which the SASS path refuses",
+    ),
+    none(
+        "smsp__sass_branch_targets_threads_divergent.avg",
+        "a per-unit average of a SASS metric, which the SASS path refuses",
+    ),
+    none(
+        "source counters (per-instruction SASS)",
+        "kernel totals only: no per-instruction output",
+    ),
+];
+
+const WORKLOAD_DISTRIBUTION: &[SectionMetric] = &[
+    raw("sm__cycles_active.avg"),
+    raw("l1tex__cycles_active.avg"),
+    raw("lts__cycles_active.avg"),
+    raw("smsp__cycles_active.avg"),
+    raw("dram__cycles_active.avg"),
+    raw("sm__cycles_elapsed.sum"),
+    raw("l1tex__cycles_elapsed.sum"),
+    raw("lts__cycles_elapsed.sum"),
+    raw("smsp__cycles_elapsed.sum"),
+    raw("dram__cycles_elapsed.sum"),
+];
 
 /// Nsight Compute's sections kreplay knows, by ncu's identifiers.
 pub const SECTIONS: &[Section] = &[
@@ -346,11 +432,23 @@ pub const SECTIONS: &[Section] = &[
         name: "SourceCounters",
         metrics: SOURCE_COUNTERS,
     },
+    Section {
+        name: "WorkloadDistribution",
+        metrics: WORKLOAD_DISTRIBUTION,
+    },
 ];
 
 /// ncu's sets by their sections.
 pub const SECTION_SETS: &[(&str, &[&str])] = &[
-    ("basic", &["LaunchStats", "Occupancy", "SpeedOfLight"]),
+    (
+        "basic",
+        &[
+            "LaunchStats",
+            "Occupancy",
+            "SpeedOfLight",
+            "WorkloadDistribution",
+        ],
+    ),
     (
         "detailed",
         &[
@@ -360,6 +458,8 @@ pub const SECTION_SETS: &[(&str, &[&str])] = &[
             "ComputeWorkloadAnalysis",
             "MemoryWorkloadAnalysis",
             "SourceCounters",
+            "SpeedOfLight_RooflineChart",
+            "WorkloadDistribution",
         ],
     ),
     (
@@ -375,9 +475,17 @@ pub const SECTION_SETS: &[(&str, &[&str])] = &[
             "WarpStateStats",
             "InstructionStats",
             "SourceCounters",
+            "WorkloadDistribution",
         ],
     ),
-    ("roofline", &["SpeedOfLight", "SpeedOfLight_RooflineChart"]),
+    (
+        "roofline",
+        &[
+            "SpeedOfLight",
+            "SpeedOfLight_RooflineChart",
+            "WorkloadDistribution",
+        ],
+    ),
 ];
 
 /// A section name ncu has that is not here, or an unknown set.
