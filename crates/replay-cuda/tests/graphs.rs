@@ -15,7 +15,14 @@
 //! - a graph launched while another thread captures runs once (`beside_capture`) and leaves
 //!   the capture valid;
 //! - graphs that cannot be unrolled (a conditional node, device launch, instantiated past the
-//!   interception) run once through the driver's `cuGraphLaunch`, counted by reason.
+//!   interception) run once through the driver's `cuGraphLaunch`, counted by reason;
+//! - a graph captured from launches of a library kernel by its `CUkernel` handle (as the CUDA
+//!   runtime launches), whose nodes hold the context's function of the kernel (a handle no
+//!   hook saw), replays node by node with memory equal to one launch: mapped through the
+//!   node's `kern`, and, where the driver leaves `kern` null, through the library whose
+//!   module in the context (`cuLibraryGetModule`) is the function's (`cuFuncGetModule`);
+//! - a node whose function's module no recorded library gives still declines
+//!   `untracked_memory`, counted `declined_image_unknown`, the libraries asked once each.
 //!
 //! Skipped where no C compiler is found, or where a real driver is present.
 
@@ -25,6 +32,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
+use replay_core::{Outcome, OutcomeRecord, Reason};
 use replay_cuda::state;
 use replay_cuda::state::graph::{self, GraphProfiling, NodeTag, RunOnce};
 use replay_cuda::{intercept, sys};
@@ -32,12 +40,13 @@ use replay_cuda::{intercept, sys};
 mod support;
 use support::{bind_device0, intercept_with, load_fake, Fake};
 
-/// Three passes; the graph tag of every dispatch, seen in CONFIG EXIT.
+/// Three passes; the graph tag of every dispatch, seen in CONFIG EXIT, and its outcome.
 #[derive(Default)]
 struct Tool {
     replayed: AtomicU32,
     tags: Mutex<Vec<Option<NodeTag>>>,
     kernels: Mutex<Vec<String>>,
+    outcomes: Mutex<Vec<Option<OutcomeRecord>>>,
 }
 
 impl ReplayTool for Tool {
@@ -51,6 +60,7 @@ impl ReplayTool for Tool {
                 self.kernels
                     .lock()
                     .push(p.dispatch_info.kernel_name.to_string());
+                self.outcomes.lock().push(p.outcome.cloned());
                 if p.outcome.map(|o| o.executed_passes) == Some(3) {
                     self.replayed.fetch_add(1, Ordering::SeqCst);
                 }
@@ -80,6 +90,7 @@ fn setup() -> Option<(
     }));
     tool.tags.lock().clear();
     tool.kernels.lock().clear();
+    tool.outcomes.lock().clear();
     graph::set_mode(GraphProfiling::Node);
     bind_device0();
     let mut module: sys::CUmodule = std::ptr::null_mut();
@@ -693,4 +704,260 @@ fn a_child_graph_event_and_disabled_nodes_keep_their_semantics_when_unrolled() {
     assert_eq!(tool.replayed.load(Ordering::SeqCst), replayed + 3);
     free(&r);
     free(&p);
+}
+
+fn count(name: &str) -> u64 {
+    state::state().counters_json()[name].as_u64().unwrap_or(0)
+}
+
+fn library_module_calls() -> i32 {
+    let f = fake::<unsafe extern "C" fn() -> i32>(c"fake_cuda_library_module_calls");
+    // SAFETY: the fake's counter, no arguments.
+    unsafe { f() }
+}
+
+/// Whether the fake's `cuGraphKernelNodeGetParams_v2` fills `kern`; back to filling it when
+/// dropped.
+struct NodeKern;
+
+impl NodeKern {
+    fn set(on: bool) -> Self {
+        let f = fake::<unsafe extern "C" fn(i32)>(c"fake_cuda_node_params_kern");
+        // SAFETY: the fake's switch, an int.
+        unsafe { f(i32::from(on)) };
+        NodeKern
+    }
+}
+
+impl Drop for NodeKern {
+    fn drop(&mut self) {
+        let f = fake::<unsafe extern "C" fn(i32)>(c"fake_cuda_node_params_kern");
+        // SAFETY: as in `set`.
+        unsafe { f(1) };
+    }
+}
+
+/// kr_rmw's name as the driver reports it, and as the CUDA runtime asks for the kernel.
+const RMW_MANGLED: &std::ffi::CStr = c"_Z6kr_rmwPmmm";
+
+/// A library loaded and its kernel fetched through the hooks, as the CUDA runtime does
+/// (`cuLibraryLoadData`, `cuLibraryGetKernel` by the mangled name; no `cuKernelGetFunction`).
+fn load_library() -> (sys::CUlibrary, sys::CUkernel) {
+    let (mut lib, mut k): (sys::CUlibrary, sys::CUkernel) =
+        (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: a complete image in a live buffer; out pointers to live locals.
+    unsafe {
+        let n = std::ptr::null_mut();
+        ok(intercept::library_load_data(
+            &mut lib,
+            APP_PTX.as_ptr().cast(),
+            n,
+            n.cast(),
+            0,
+            n,
+            n.cast(),
+            0,
+        ));
+        ok(intercept::library_get_kernel(
+            &mut k,
+            lib,
+            RMW_MANGLED.as_ptr(),
+        ));
+    }
+    (lib, k)
+}
+
+fn unload_library(lib: sys::CUlibrary) {
+    // SAFETY: a library the test loaded through the wrapper.
+    ok(unsafe { intercept::library_unload(lib) });
+}
+
+/// A graph captured from `rmw(a, 3)` then `rmw(b, 5)`, launched through the wrapper by the
+/// kernel's handle cast to a function, as the runtime launches.
+fn captured(k: sys::CUkernel, a: u64, b: u64) -> sys::CUgraph {
+    let mut st: sys::CUstream = std::ptr::null_mut();
+    let mut g: sys::CUgraph = std::ptr::null_mut();
+    let mut args = [rmw_args(a, N as u64, 3), rmw_args(b, N as u64, 5)];
+    // SAFETY: driver calls on a stream this function creates and destroys; kr_rmw's three
+    // 8-byte parameters, live arguments.
+    unsafe {
+        ok(sys::cuStreamCreate(&mut st, 1));
+        ok(sys::cuStreamBeginCapture_v2(
+            st,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        ));
+        for a in &mut args {
+            ok(intercept::launch_kernel(
+                k as sys::CUfunction,
+                1,
+                1,
+                1,
+                64,
+                1,
+                1,
+                0,
+                st,
+                a.ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            ));
+        }
+        ok(intercept::stream_end_capture(st, &mut g));
+        intercept::stream_destroy(st);
+    }
+    assert!(!g.is_null());
+    g
+}
+
+/// Launches the graph captured from the library kernel on `r` (instantiated through the
+/// hooks) and on `p` (past them, run once by the driver), and checks that both kernel nodes
+/// replayed, nothing declined, and memory equals one launch. Returns how many times the
+/// driver was asked for a library's module meanwhile.
+fn replay_captured(tool: &Tool, k: sys::CUkernel) -> i32 {
+    let (r, p) = buffers();
+    let calls = library_module_calls();
+    let (replayed, declined) = (
+        tool.replayed.load(Ordering::SeqCst),
+        count("declined_image_unknown"),
+    );
+    let e = instantiate(captured(k, r[0], r[1]), 0, true);
+    let pe = instantiate(captured(k, p[0], p[1]), 0, false);
+    let launches = real_graph_launches();
+    ok(launch(e));
+    ok(launch(pe));
+    assert_eq!(
+        real_graph_launches(),
+        launches + 1,
+        "only the plain graph ran whole"
+    );
+    assert_eq!(
+        tool.replayed.load(Ordering::SeqCst),
+        replayed + 2,
+        "both kernel nodes replayed: {:?}",
+        tool.outcomes.lock()
+    );
+    assert!(tool
+        .outcomes
+        .lock()
+        .iter()
+        .all(|o| o.as_ref().is_some_and(|o| o.outcome == Outcome::Replayed)));
+    assert_eq!(count("declined_image_unknown"), declined);
+    for i in 0..2 {
+        assert_eq!(read(r[i]), read(p[i]), "buffer {i} equals one launch");
+    }
+    let asked = library_module_calls() - calls;
+    // A second launch maps from what the first remembered.
+    ok(launch(e));
+    ok(launch(pe));
+    assert_eq!(tool.replayed.load(Ordering::SeqCst), replayed + 4);
+    for i in 0..2 {
+        assert_eq!(read(r[i]), read(p[i]), "buffer {i} after two launches");
+    }
+    assert_eq!(library_module_calls() - calls, asked, "nothing asked again");
+    free(&r);
+    free(&p);
+    asked
+}
+
+#[test]
+fn a_graph_captured_from_library_kernel_launches_replays_through_the_nodes_kernel() {
+    let Some((_g, tool, _)) = setup() else { return };
+    let _kern = NodeKern::set(true);
+    let (lib, k) = load_library();
+    assert_eq!(
+        replay_captured(&tool, k),
+        0,
+        "the node's `kern` mapped its function: no library was asked for its module"
+    );
+    unload_library(lib);
+}
+
+#[test]
+fn a_graph_node_without_its_kernel_maps_through_the_librarys_module_in_the_context() {
+    let Some((_g, tool, _)) = setup() else { return };
+    let _kern = NodeKern::set(false);
+    let (lib, k) = load_library();
+    assert_eq!(
+        replay_captured(&tool, k),
+        1,
+        "the one library defining the kernel was asked once"
+    );
+    unload_library(lib);
+}
+
+#[test]
+fn a_node_function_whose_module_no_recorded_library_gives_declines_image_unknown() {
+    let Some((_g, tool, _)) = setup() else { return };
+    // A recorded library defining the kernel's name, and a module loaded outside the hooks
+    // whose functions the driver's own entry fetches.
+    let (lib, _) = load_library();
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    let fetch = |m: sys::CUmodule| {
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: the driver's own entry (no hook sees it); an out pointer to a live local.
+        ok(unsafe { sys::cuModuleGetFunction(&mut f, m, RMW_MANGLED.as_ptr()) });
+        f
+    };
+    // SAFETY: the driver's own entry with an image in a live buffer and an out pointer.
+    ok(unsafe { sys::cuModuleLoadData(&mut m, APP_PTX.as_ptr().cast()) });
+    // One kernel node `rmw(a, 3)` of function `f`.
+    let one_node = |f: sys::CUfunction, a: u64| -> sys::CUgraph {
+        let mut g: sys::CUgraph = std::ptr::null_mut();
+        let mut n: sys::CUgraphNode = std::ptr::null_mut();
+        let mut args = rmw_args(a, N as u64, 3);
+        let p = kernel_params(f, &mut args);
+        // SAFETY: the fake's graph entries; the parameters live across the call.
+        unsafe {
+            ok(sys::cuGraphCreate(&mut g, 0));
+            ok(sys::cuGraphAddKernelNode_v2(
+                &mut n,
+                g,
+                std::ptr::null(),
+                0,
+                &p,
+            ));
+        }
+        g
+    };
+    let (r, p) = (alloc_filled(4), alloc_filled(4));
+    let check = |e: sys::CUgraphExec, pe: sys::CUgraphExec, declined: u64, asked: i32| {
+        tool.outcomes.lock().clear();
+        let replayed = tool.replayed.load(Ordering::SeqCst);
+        ok(launch(e));
+        ok(launch(pe));
+        assert_eq!(
+            tool.replayed.load(Ordering::SeqCst),
+            replayed,
+            "not replayed"
+        );
+        let outcomes = tool.outcomes.lock().clone();
+        assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+        let rec = outcomes[0].clone().expect("an outcome");
+        assert_eq!(rec.outcome, Outcome::Declined, "{rec:?}");
+        assert_eq!(rec.reason, Reason::UntrackedMemory, "{rec:?}");
+        assert_eq!(count("declined_image_unknown"), declined);
+        assert_eq!(library_module_calls(), asked);
+        assert_eq!(read(r), read(p), "ran once, as the plain launch");
+    };
+    let (declined, calls) = (count("declined_image_unknown"), library_module_calls());
+    let f = fetch(m);
+    let e = instantiate(one_node(f, r), 0, true);
+    let pe = instantiate(one_node(f, p), 0, false);
+    check(e, pe, declined + 1, calls + 1);
+    // Asked once: the next launch asks nothing.
+    check(e, pe, declined + 2, calls + 1);
+    // Another function of the same module: its module is not looked for again.
+    let f2 = fetch(m);
+    assert_ne!(f2, f);
+    let e2 = instantiate(one_node(f2, r), 0, true);
+    let pe2 = instantiate(one_node(f2, p), 0, false);
+    check(e2, pe2, declined + 3, calls + 1);
+    // A library loaded since is asked (once), the first one not again; still no match.
+    let (lib2, _) = load_library();
+    check(e2, pe2, declined + 4, calls + 2);
+    check(e, pe, declined + 5, calls + 2);
+    unload_library(lib2);
+    unload_library(lib);
+    // SAFETY: the driver's own unload of the module loaded above.
+    ok(unsafe { sys::cuModuleUnload(m) });
+    free(&[r, p]);
 }

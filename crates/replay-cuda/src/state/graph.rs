@@ -5,7 +5,12 @@
 //! `cuGraphInstantiateWithParams`) the template's nodes, their
 //! dependencies and their parameters are read through the driver's introspection entries
 //! (a graph from `cuStreamEndCapture` is a template like any other), kernel arguments copied
-//! by value while the driver still holds them. Updates of the executable graph change the
+//! by value while the driver still holds them. A kernel node's parameters are read in their
+//! v2 form (`cuGraphKernelNodeGetParams_v2`, `CUDA_KERNEL_NODE_PARAMS_v2`): its function
+//! runs, and where the driver also gives the node's kernel (`kern`), as for a node captured
+//! from a launch by a library kernel's handle whose function is the context's own, the
+//! function takes that kernel's image ([`super::images::note_node_kernel`]); else its image
+//! is found as any function's ([`super::images`]). Updates of the executable graph change the
 //! model: `cuGraphExecKernelNodeSetParams` (both forms) the node's launch,
 //! `cuGraphNodeSetEnabled` whether it runs, `cuGraphExecUpdate` (both forms) every node's
 //! parameters from the new template, paired node by node (the driver requires the same
@@ -527,6 +532,9 @@ unsafe fn kernel_work(p: &sys::CUDA_KERNEL_NODE_PARAMS) -> Result<Work, RunOnce>
     if !p.extra.is_null() {
         return Err(RunOnce::LayoutUnknown);
     }
+    // A node captured from a launch by a library kernel's handle holds the context's function
+    // of that kernel, which the hooks never saw: the kernel maps it to its image.
+    super::images::note_node_kernel(func, p.kern);
     let info = state().func_info(func);
     let layout = info.layout.as_ref().ok_or(RunOnce::LayoutUnknown)?;
     if !layout.is_empty() && p.kernelParams.is_null() {

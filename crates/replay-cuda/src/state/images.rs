@@ -1,7 +1,7 @@
 //! The application's code images under interception (SPEC §9.2 "Unmodified applications":
 //! code): the hooks of `cuModuleLoad*`, `cuLibraryLoad*`, their unloads, and of
 //! `cuModuleGetFunction` / `cuLibraryGetKernel` / `cuKernelGetFunction`, which map a launch's
-//! function to its image.
+//! function to its image (and a graph kernel node's function, through the node's kernel).
 //!
 //! After a load succeeds the image is read in place ([`crate::module::image::image_at`], or
 //! the file read), the device's code chosen (a cubin, else PTX; a compressed fat-binary entry
@@ -29,7 +29,19 @@
 //! `declined_image_unknown`; before declining, the driver is asked which module
 //! (`cuFuncGetModule`, also remembered for each library function `cuKernelGetFunction` gives)
 //! or library (`cuKernelGetLibrary`, CUDA 12.5+, where the driver has it) the function belongs
-//! to. `KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS=1` (default `0`; a malformed value is reported on
+//! to, and, for a module no hook saw, the recorded libraries that define a kernel of the
+//! function's name (their image's tables name it, or `cuLibraryGetKernel` fetched it) for
+//! their module in the current context (`cuLibraryGetModule`): one that gives the function's
+//! module is its image. That is the case of a CUDA graph's kernel node captured from a
+//! launch by a library kernel's `CUkernel` handle, as the CUDA runtime launches: the node
+//! holds the context's function of the kernel, a handle no hook saw. Its node parameters'
+//! `kern` (`CUDA_KERNEL_NODE_PARAMS_v2`, where the driver fills it) maps it first
+//! ([`note_node_kernel`], from [`super::graph`]). Each library is asked at most once per
+//! context, and a module none of them gives is not looked for again (with that name) until a
+//! library is loaded; libraries not defining the name are never asked (asking may load a
+//! lazily loaded library into the context). A function is never mapped by its name alone: an
+//! image loaded before the interception or outside its hooks may define the same name.
+//! `KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS=1` (default `0`; a malformed value is reported on
 //! stderr and keeps the default) replays them anyway, counted `allowed_globals_unknown`, for a
 //! user who knows those kernels write no module global. Not covered either way: another
 //! image's kernel writing such an image's globals through a pointer stored in device memory
@@ -39,7 +51,7 @@
 //! Not read: fat-binary wrappers of version 2 (prelinked lists), and a library's globals
 //! before any of its kernels runs (they are resolved then).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_uint, c_void, CStr, CString};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -150,7 +162,13 @@ struct Images {
     /// Functions the driver mapped to no image the hooks saw (asked once, not at every launch;
     /// emptied whenever an image or a library's module is recorded or forgotten, since the
     /// answer may change then).
-    unmapped: Mutex<std::collections::HashSet<usize>>,
+    unmapped: Mutex<HashSet<usize>>,
+    /// Libraries asked for their module in a context (`cuLibraryGetModule`), by (context,
+    /// library): each at most once, its answer kept in `aliases` ([`library_with_module`]).
+    asked: Mutex<HashSet<(usize, usize)>>,
+    /// Modules, with the function name looked for, that no recorded library defining that
+    /// name gave in the current context: not looked for again until a library is loaded.
+    missed: Mutex<HashSet<(usize, Arc<str>)>>,
     /// Modules whose globals await resolution, so a launch finding none skips the scan of
     /// every image ([`resolve_globals`]); kept by [`take_pending`].
     pending_modules: std::sync::atomic::AtomicUsize,
@@ -257,6 +275,10 @@ fn record(handle: Handle, file: Option<String>, bytes: Result<&[u8], ImageNote>)
     }
     // A function asked before may belong to it.
     s.unmapped.lock().clear();
+    if matches!(handle, Handle::Library(_)) {
+        // A module no library gave may be this one's.
+        s.missed.lock().clear();
+    }
 }
 
 /// A driver entry that older drivers may lack, looked up in the loaded driver itself (so never
@@ -307,6 +329,85 @@ fn library_of(k: sys::CUkernel) -> Option<usize> {
     (r == CUresult::CUDA_SUCCESS && !l.is_null()).then_some(l as usize)
 }
 
+/// `cuLibraryGetModule(l)`: the library's module in the current context, where the driver
+/// has the entry and answers.
+fn library_module(l: usize) -> Option<usize> {
+    type F = unsafe extern "C" fn(*mut sys::CUmodule, sys::CUlibrary) -> CUresult;
+    let p = optional_entry(c"cuLibraryGetModule")?;
+    // SAFETY: the driver's entry of this name has this type (cuda.h).
+    let call: F = unsafe { std::mem::transmute::<usize, F>(p) };
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: a library handle the hooks saw loaded (and not unloaded since); an out pointer
+    // to a live local.
+    let r = unsafe { call(&mut m, l as sys::CUlibrary) };
+    (r == CUresult::CUDA_SUCCESS && !m.is_null()).then_some(m as usize)
+}
+
+/// The recorded library whose module in the current context is `m`, a module the hooks never
+/// saw (what `cuFuncGetModule` answers for the context's function of a library kernel the
+/// CUDA runtime launched by its `CUkernel` handle, such as a graph's kernel node holds).
+///
+/// Only libraries that define a kernel named `name` are asked (their image's parameter
+/// tables name it, or the hooks saw `cuLibraryGetKernel` fetch it; those first), since asking
+/// may load a lazily loaded library into the context; each, once it answers, at most once
+/// per context, its answer kept as an alias of the library. A module none of them gives is
+/// remembered with `name` and not looked for again until a library is loaded.
+fn library_with_module(m: usize, name: &Arc<str>) -> Option<Handle> {
+    let s = images();
+    let miss = (m, Arc::clone(name));
+    if s.missed.lock().contains(&miss) {
+        return None;
+    }
+    let ctx = super::current_context() as usize;
+    let fetched: HashSet<usize> = s
+        .kernels
+        .lock()
+        .values()
+        .filter(|(_, n)| n == name)
+        .filter_map(|(h, _)| match h {
+            Handle::Library(l) => Some(*l),
+            Handle::Module(_) => None,
+        })
+        .collect();
+    let mut candidates: Vec<usize> = s
+        .images
+        .lock()
+        .iter()
+        .filter_map(|(h, img)| match h {
+            Handle::Library(l) if fetched.contains(l) || img.layouts.contains_key(&**name) => {
+                Some(*l)
+            }
+            _ => None,
+        })
+        .collect();
+    {
+        let asked = s.asked.lock();
+        candidates.retain(|&l| !asked.contains(&(ctx, l)));
+    }
+    // Those whose kernel of that name the program fetched first.
+    candidates.sort_by_key(|l| !fetched.contains(l));
+    let mut found = None;
+    for l in candidates {
+        // A library without a module in this context (yet) is asked again later.
+        let Some(lm) = library_module(l) else {
+            continue;
+        };
+        s.asked.lock().insert((ctx, l));
+        if s.aliases.lock().insert(lm, Handle::Library(l)).is_none() {
+            // A function asked before may be of this module.
+            s.unmapped.lock().clear();
+        }
+        if lm == m {
+            found = Some(Handle::Library(l));
+            break;
+        }
+    }
+    if found.is_none() {
+        s.missed.lock().insert(miss);
+    }
+    found
+}
+
 /// The driver's (mangled) name of `f`, what the image's tables are keyed by.
 fn raw_name(f: CUfunction) -> Option<Arc<str>> {
     let mut p: *const c_char = std::ptr::null();
@@ -342,9 +443,13 @@ fn take_pending(h: Handle, img: &Image) -> Option<Vec<GlobalSymbol>> {
 }
 
 /// The image and name of function (or kernel) `f`: what the hooks saw, else what the driver
-/// says it belongs to (then remembered); `None` when no image the hooks recorded holds it (a
-/// module loaded outside them, or one `cuLibraryGetModule` gave and nothing tied to its
-/// library).
+/// says it belongs to (then remembered): its module (`cuFuncGetModule`) when the hooks
+/// recorded it or tied it to a library, its library (`cuKernelGetLibrary`, for a kernel
+/// handle), else the recorded library that gives that module in the current context
+/// ([`library_with_module`]). `None` when no image the hooks recorded holds it (a module
+/// loaded outside them, or one `cuLibraryGetModule` gave and nothing tied to its library).
+/// Never guessed by name alone: an image loaded before the interception, or outside its
+/// hooks, may define the same name.
 fn image_of(f: CUfunction) -> Option<(Handle, Arc<Image>, Arc<str>)> {
     let s = images();
     let seen = s.funcs.lock().get(&(f as usize)).cloned();
@@ -357,15 +462,24 @@ fn image_of(f: CUfunction) -> Option<(Handle, Arc<Image>, Arc<str>)> {
     if s.unmapped.lock().contains(&(f as usize)) {
         return None;
     }
-    let Some((handle, img)) = module_of(f)
+    let module = module_of(f);
+    let mut name = seen.map(|(_, n)| n);
+    let found = module
         .and_then(|m| canonical(Handle::Module(m)))
         .or_else(|| library_of(f as sys::CUkernel).and_then(|l| canonical(Handle::Library(l))))
-    else {
+        .or_else(|| {
+            let m = module?;
+            if name.is_none() {
+                name = raw_name(f);
+            }
+            canonical(library_with_module(m, name.as_ref()?)?)
+        });
+    let Some((handle, img)) = found else {
         s.unmapped.lock().insert(f as usize);
         return None;
     };
-    let name = match seen {
-        Some((_, n)) => n,
+    let name = match name {
+        Some(n) => n,
         None => raw_name(f)?,
     };
     s.funcs
@@ -666,6 +780,9 @@ fn forget(handle: Handle) -> Vec<usize> {
         keep
     });
     s.aliases.lock().retain(|_, h| *h != handle);
+    if let Handle::Library(l) = handle {
+        s.asked.lock().retain(|&(_, asked)| asked != l);
+    }
     s.unmapped.lock().clear();
     let Some(img) = img else { return gone };
     take_pending(handle, &img);
@@ -698,6 +815,10 @@ pub(crate) fn forget_for_reset(agent: AgentId) -> Vec<usize> {
         })
         .map(|(h, _)| *h)
         .collect();
+    // The context's library modules die with it (a new context may reuse their handles).
+    let s = images();
+    s.asked.lock().clear();
+    s.missed.lock().clear();
     handles.into_iter().flat_map(forget).collect()
 }
 
@@ -929,6 +1050,32 @@ pub(crate) unsafe fn hook_library_get_kernel(
         images().kernels.lock().insert(k, e);
     }
     r
+}
+
+/// A graph kernel node's function `f` (the context's function of its kernel, a handle the
+/// hooks never saw) takes the image and name of the node's kernel `k`
+/// (`CUDA_KERNEL_NODE_PARAMS_v2::kern`, where the driver gives it), as from
+/// `cuKernelGetFunction`; its module in this context then maps to that library too. Nothing
+/// is noted when `k` maps to no image.
+pub(crate) fn note_node_kernel(f: CUfunction, k: sys::CUkernel) {
+    if f.is_null() || k.is_null() || std::ptr::addr_eq(f, k) {
+        return;
+    }
+    let s = images();
+    if s.funcs.lock().contains_key(&(f as usize)) {
+        return;
+    }
+    let Some((h, _, name)) = image_of(k as CUfunction) else {
+        return;
+    };
+    s.funcs.lock().insert(f as usize, (h, name));
+    s.unmapped.lock().remove(&(f as usize));
+    if let (Handle::Library(_), Some(m)) = (h, module_of(f)) {
+        if s.aliases.lock().insert(m, h).is_none() {
+            // A function asked before may be of this module.
+            s.unmapped.lock().clear();
+        }
+    }
 }
 
 /// Hook of `cuKernelGetFunction`: the function takes its kernel's image and name.

@@ -211,6 +211,7 @@ struct node {
     int type;
     int is_copy; /* a captured or added 1D copy (type NT_MEMCPY) */
     void* f;
+    void* kern; /* the kernel a captured launch named, when f is its context's function */
     unsigned gx, bx;
     int nparams;
     u64 vals[8];
@@ -377,6 +378,10 @@ static CUresult submit_to(struct stream* st) {
     pthread_mutex_unlock(&lock);
     return r;
 }
+
+/* The context's function of a launch handle that is a library's kernel, NULL for a plain
+ * function (fake_inject.c sets it): a captured launch's node holds that function. */
+static void* (*context_function_of)(void* f);
 
 static struct node* add_node(struct stream* st) {
     pthread_mutex_lock(&lock);
@@ -1876,7 +1881,9 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
         if (!nd) {
             return E_OUT_OF_MEMORY;
         }
-        nd->f = f;
+        void* cf = context_function_of ? context_function_of(f) : NULL;
+        nd->f = cf ? cf : f;
+        nd->kern = cf ? f : NULL;
         nd->gx = gx;
         nd->bx = bx;
         nd->nparams = (int)param_count(name);
@@ -1916,7 +1923,10 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
  * graph; cuGraphExecKernelNodeSetParams_v2 and cuGraphExecUpdate_v2 change the executable
  * graph only. cuGraphLaunch runs the nodes in a topological order, at once;
  * fake_cuda_graph_launches() counts the launches that ran. A graph instantiated with
- * CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH (4) launches from the host as any other. */
+ * CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH (4) launches from the host as any other.
+ * A captured launch by a library kernel's handle (fake_inject.c) becomes a node holding the
+ * context's function of that kernel, the kernel in `kern` of cuGraphKernelNodeGetParams_v2
+ * (fake_cuda_node_params_kern(0): left null, as a driver that does not fill it). */
 
 typedef struct {
     void* func;
@@ -1965,6 +1975,14 @@ int fake_cuda_graph_launches(void) {
     return __atomic_load_n(&graph_launches, __ATOMIC_SEQ_CST);
 }
 
+/* Whether cuGraphKernelNodeGetParams_v2 fills `kern` (default 1; 0 as a driver that leaves it
+ * null). */
+static int node_params_kern = 1;
+
+void fake_cuda_node_params_kern(int on) {
+    __atomic_store_n(&node_params_kern, on, __ATOMIC_SEQ_CST);
+}
+
 CUresult cuGraphCreate(void** g, unsigned flags) {
     (void)flags;
     *g = calloc(1, sizeof(struct graph));
@@ -1990,6 +2008,7 @@ static CUresult add_node_to(void** out, struct graph* g, void** deps, size_t nde
 
 static void set_kernel(struct node* n, const FakeKernelNodeParams* p) {
     n->f = p->func;
+    n->kern = p->kern;
     n->gx = p->gx;
     n->bx = p->bx;
     n->nparams = (int)param_count(((struct function*)p->func)->name);
@@ -2162,6 +2181,7 @@ CUresult cuGraphKernelNodeGetParams_v2(void* n, FakeKernelNodeParams* p) {
         ptrs[i] = &nd->vals[i];
     }
     p->func = nd->f;
+    p->kern = __atomic_load_n(&node_params_kern, __ATOMIC_SEQ_CST) ? nd->kern : NULL;
     p->gx = nd->gx;
     p->gy = p->gz = p->by = p->bz = 1;
     p->bx = nd->bx;

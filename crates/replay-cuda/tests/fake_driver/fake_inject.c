@@ -10,8 +10,9 @@
  * process's memory), fake_cuda_set_thread_device (what cuCtxGetDevice answers on the calling
  * thread, default 0), the library entries
  * (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction, cuLibraryGetGlobal,
- * cuLibraryUnload: a library is a module), cuFuncGetModule (the module each function was
- * fetched from), and the injection call of a real driver: cuInit calls InitializeInjection()
+ * cuLibraryGetModule, cuLibraryUnload: a library is a module, with a module of its own for the
+ * context; a kernel's function is another handle than the kernel), cuFuncGetModule (the module
+ * each function was fetched from, or its library's module in the context), and the injection call of a real driver: cuInit calls InitializeInjection()
  * of the library named in CUDA_INJECTION64_PATH, once. cuKernelGetLibrary is absent, as in
  * drivers before CUDA 12.5.
  *
@@ -301,19 +302,112 @@ CUresult cuModuleLoadFatBinary(void** m, const void* fat) {
     return cuModuleLoadData(m, fat);
 }
 
-/* Libraries are modules here: a kernel is the module's function, its function itself. */
+/* Libraries are modules here, each with a module of its own for the (one) context, distinct
+ * from the library handle (cuLibraryGetModule; fake_cuda_library_module_calls() counts the
+ * calls). A kernel is the library's function (cuFuncGetModule answers the library); its
+ * context's function (cuKernelGetFunction, and what a captured launch by the kernel's handle
+ * puts in its graph node) is another function of the same kernel, made once per kernel, whose
+ * module is the library's module in the context, as on a real driver. */
+#define N_LIBS 256
+static void* lib_handle[N_LIBS];
+static void* lib_module[N_LIBS];
+static int library_module_calls;
+#define N_KFN 1024
+static void* kfn_kernel[N_KFN];
+static void* kfn_func[N_KFN];
+static unsigned n_kfn;
+
 CUresult cuLibraryLoadData(void** lib, const void* code, void* jo, void** jv, unsigned nj,
                            void* lo, void** lv, unsigned nl) {
     (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
-    return cuModuleLoadData(lib, code);
+    CUresult r = cuModuleLoadData(lib, code);
+    if (r != OK) {
+        return r;
+    }
+    pthread_mutex_lock(&owners_lock);
+    for (int i = 0; i < N_LIBS; ++i) {
+        if (!lib_handle[i]) {
+            lib_handle[i] = *lib;
+            lib_module[i] = calloc(1, sizeof(struct module));
+            break;
+        }
+    }
+    pthread_mutex_unlock(&owners_lock);
+    return OK;
+}
+
+/* Called with owners_lock held: the library's module in the context, NULL if `lib` is none. */
+static void* module_of_library(void* lib) {
+    for (int i = 0; lib && i < N_LIBS; ++i) {
+        if (lib_handle[i] == lib) {
+            return lib_module[i];
+        }
+    }
+    return NULL;
+}
+
+CUresult cuLibraryGetModule(void** m, void* lib) {
+    __atomic_add_fetch(&library_module_calls, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&owners_lock);
+    void* mod = module_of_library(lib);
+    pthread_mutex_unlock(&owners_lock);
+    if (!mod) {
+        return E_INVALID_HANDLE;
+    }
+    *m = mod;
+    return OK;
+}
+
+int fake_cuda_library_module_calls(void) {
+    return __atomic_load_n(&library_module_calls, __ATOMIC_SEQ_CST);
 }
 
 CUresult cuLibraryGetKernel(void** k, void* lib, const char* name) {
     return cuModuleGetFunction(k, lib, name);
 }
 
+/* The context's function of library kernel `k` (made at the first call), NULL when `k` is not
+ * a library's kernel. */
+static void* context_function(void* k) {
+    void* f = NULL;
+    pthread_mutex_lock(&owners_lock);
+    for (unsigned i = 0; i < n_kfn && i < N_KFN; ++i) {
+        if (kfn_kernel[i] == k) {
+            f = kfn_func[i];
+        }
+    }
+    void* ctx_module = NULL;
+    for (unsigned i = 0; !f && i < N_OWNERS && i < n_owners; ++i) {
+        if (owner_fn[i] == k) {
+            ctx_module = module_of_library(owner_mod[i]);
+            break;
+        }
+    }
+    if (!f && ctx_module && n_kfn < N_KFN) {
+        struct function* fn = calloc(1, sizeof *fn);
+        memcpy(fn, k, sizeof *fn);
+        f = fn;
+        kfn_kernel[n_kfn] = k;
+        kfn_func[n_kfn] = f;
+        n_kfn++;
+        owner_fn[n_owners % N_OWNERS] = f;
+        owner_mod[n_owners % N_OWNERS] = ctx_module;
+        n_owners++;
+        if (is_opaque(k) && n_opaque < 64) {
+            opaque[n_opaque++] = f;
+        }
+    }
+    pthread_mutex_unlock(&owners_lock);
+    return f;
+}
+
+__attribute__((constructor)) static void install_context_functions(void) {
+    context_function_of = context_function;
+}
+
 CUresult cuKernelGetFunction(void** f, void* k) {
-    *f = k;
+    void* cf = context_function(k);
+    *f = cf ? cf : k;
     return OK;
 }
 
@@ -322,6 +416,15 @@ CUresult cuLibraryGetGlobal(CUdeviceptr* p, size_t* bytes, void* lib, const char
 }
 
 CUresult cuLibraryUnload(void* lib) {
+    pthread_mutex_lock(&owners_lock);
+    for (int i = 0; i < N_LIBS; ++i) {
+        if (lib_handle[i] == lib) {
+            lib_handle[i] = NULL;
+            free(lib_module[i]);
+            lib_module[i] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&owners_lock);
     return cuModuleUnload(lib);
 }
 
