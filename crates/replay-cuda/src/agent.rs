@@ -8,8 +8,10 @@
 //!   digest streams (copy fence). Streams the application created without registering them
 //!   and that are non-blocking are invisible to the agent drain; in library mode every stream
 //!   the launch API sees is registered, under interception every stream the wrappers see. A
-//!   capturing stream (capture active or invalidated) runs nothing new on the device, so the
-//!   drain waits there on its pre-capture fence instead, the event the begin-capture hook
+//!   capturing stream (capture active or invalidated) runs nothing new on the device, so,
+//!   where `KREPLAY_CUDA_DRAIN_BESIDE_CAPTURE=1` ([`crate::queue::drain_beside_capture`]; off by
+//!   default until an H200 failure beside a capture is explained), the drain waits there on
+//!   its pre-capture fence instead, the event the begin-capture hook
 //!   recorded just before the capture began ([`crate::queue`], "Pre-capture fence"); no event is
 //!   recorded on, and nothing is submitted to, a capturing stream. A capturing stream without
 //!   a fence (its capture began before the wrappers saw it, or outside them), or the legacy

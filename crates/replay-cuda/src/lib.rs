@@ -247,8 +247,8 @@ pub use memory::kernels;
 pub use memory::{CudaMemory, PointerAttributes, TierConfig};
 pub use module::{compile_cubin, nvrtc_available, CudaFunction, CudaModule, ModuleRegistry};
 pub use queue::{
-    CaptureStatus, CapturedGraph, CompletionEvent, GpuTimer, Queue, QueueKind, RelaxedCapture,
-    Stream,
+    drain_beside_capture, set_drain_beside_capture, CaptureStatus, CapturedGraph, CompletionEvent,
+    GpuTimer, Queue, QueueKind, RelaxedCapture, Stream, DRAIN_BESIDE_CAPTURE_ENV,
 };
 pub use result::MIN_DRIVER_VERSION;
 pub use tracker::{AllocKind, Allocation, CudaAllocator, MemPool};

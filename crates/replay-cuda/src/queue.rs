@@ -65,6 +65,48 @@ unsafe impl Send for Queue {}
 // SAFETY: as above.
 unsafe impl Sync for Queue {}
 
+/// `KREPLAY_CUDA_DRAIN_BESIDE_CAPTURE=1` lets a drain wait on a capturing stream's pre-capture
+/// fence; by default (`0`) such a drain declines, as before fences existed. Off by default:
+/// on the H200 a PyTorch program capturing graphs on one thread while another launched
+/// (`bench/real/programs.py capture_thread`) lost its context to an illegal address with the
+/// fences in use, and the cause is not isolated yet; declining kept that program correct.
+pub const DRAIN_BESIDE_CAPTURE_ENV: &str = "KREPLAY_CUDA_DRAIN_BESIDE_CAPTURE";
+
+/// 0: not read yet; 1: off; 2: on.
+static BESIDE_CAPTURE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether drains wait on pre-capture fences ([`DRAIN_BESIDE_CAPTURE_ENV`], or
+/// [`set_drain_beside_capture`]); a value other than `0` or `1` is reported and keeps `0`.
+pub fn drain_beside_capture() -> bool {
+    use std::sync::atomic::Ordering;
+    match BESIDE_CAPTURE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let on = match std::env::var(DRAIN_BESIDE_CAPTURE_ENV)
+                .as_deref()
+                .map(str::trim)
+            {
+                Ok("1") => true,
+                Err(_) | Ok("0") | Ok("") => false,
+                Ok(v) => {
+                    log::warn!(
+                        "[kernel-replay] {DRAIN_BESIDE_CAPTURE_ENV}={v:?}: expected 0 or 1; drains beside a capture decline"
+                    );
+                    false
+                }
+            };
+            BESIDE_CAPTURE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// Turns waiting on pre-capture fences on or off for the process (library users, tests).
+pub fn set_drain_beside_capture(on: bool) {
+    BESIDE_CAPTURE.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Queue {
     /// The raw stream (null for the legacy default stream).
     pub fn raw(&self) -> sys::CUstream {
@@ -124,6 +166,9 @@ impl Queue {
 
     /// The pre-capture fence, while the capture it was recorded for has not been seen ending.
     pub(crate) fn capture_fence(&self) -> Option<Arc<Event>> {
+        if !drain_beside_capture() {
+            return None;
+        }
         self.pre_capture.lock().clone()
     }
 

@@ -933,9 +933,21 @@ fn capture_on_thread(
 /// A), so the snapshot is taken after A's work, and memory ends equal to one execution after
 /// it; the capture stays valid. Once the capture ended the fence is dropped and drains record
 /// on A again.
+/// Turns waiting on pre-capture fences back off (the default) when a test that turned it on
+/// ends, however it ends.
+struct Off;
+
+impl Drop for Off {
+    fn drop(&mut self) {
+        replay_cuda::set_drain_beside_capture(false);
+    }
+}
+
 #[test]
 fn a_window_beside_a_capture_begun_through_the_wrappers_waits_for_its_pre_capture_work() {
     let Some((_g, s)) = setup() else { return };
+    replay_cuda::set_drain_beside_capture(true);
+    let _off = Off;
     let (stream_a, stream_b) = (new_stream(), new_stream());
     let a = alloc_filled(41);
     // A's pre-capture work: busy for 600 ms, its write landing at 300 ms.
@@ -1029,6 +1041,36 @@ fn a_window_beside_a_capture_begun_outside_the_wrappers_sight_still_declines() {
     begun.recv().unwrap();
     let records_a = records_on(stream_a);
     let r = launch_rmw_on(s.rmw, stream_b, a, 4);
+    let last = s.tool.last();
+    let records_during = records_on(stream_a);
+    go.send(()).unwrap();
+    let captured = capturer.join().unwrap();
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    captured.unwrap_or_else(|e| panic!("{e}; window: {last:?}"));
+    assert_eq!(last, (1, "agent_drain_stuck".into()), "declined, run once");
+    assert_eq!(records_during, records_a, "nothing recorded on the capture");
+    assert_eq!(read(a), once, "memory equals one execution");
+    destroy(stream_a);
+    destroy(stream_b);
+    free(a);
+}
+
+/// By default (`KREPLAY_CUDA_DRAIN_BESIDE_CAPTURE` unset) a window beside a capture begun
+/// through the wrappers declines as it did before fences existed: the launch runs once, the
+/// capture stays valid and memory equals one execution.
+#[test]
+fn by_default_a_window_beside_a_capture_with_a_fence_declines_and_runs_once() {
+    let Some((_g, s)) = setup() else { return };
+    replay_cuda::set_drain_beside_capture(false);
+    assert!(!replay_cuda::drain_beside_capture());
+    let (stream_a, stream_b) = (new_stream(), new_stream());
+    let a = alloc_filled(47);
+    let mut once = read(a);
+    rmw_host(&mut once, 6);
+    let (begun, go, capturer) = capture_on_thread(stream_a, true);
+    begun.recv().unwrap();
+    let records_a = records_on(stream_a);
+    let r = launch_rmw_on(s.rmw, stream_b, a, 6);
     let last = s.tool.last();
     let records_during = records_on(stream_a);
     go.send(()).unwrap();

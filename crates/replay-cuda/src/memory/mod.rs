@@ -97,6 +97,24 @@ pub use copy::{schedule, Lane};
 pub use pointer::PointerAttributes;
 pub use tier::{host_mem_available, report_tiers, CapacityReport, TierConfig, CAPACITY_TTL};
 
+/// `KREPLAY_CUDA_GATHER_COPIES=0` sends every copy through its own `cuMemcpyAsync` (default
+/// `1`: small device-to-device copies of a batch are one gather launch).
+pub const GATHER_ENV: &str = "KREPLAY_CUDA_GATHER_COPIES";
+
+/// [`GATHER_ENV`] as set: a value other than `0` or `1` is reported and keeps the default.
+fn gather_from_env() -> bool {
+    match std::env::var(GATHER_ENV).as_deref().map(str::trim) {
+        Err(_) | Ok("1") | Ok("") => true,
+        Ok("0") => false,
+        Ok(v) => {
+            log::warn!(
+                "[kernel-replay] {GATHER_ENV}={v:?}: expected 0 or 1; gather copies stay on"
+            );
+            true
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Pending {
     events: SmallVec<[Event; 4]>,
@@ -159,6 +177,8 @@ pub struct CudaMemory {
     pin_threads: std::sync::atomic::AtomicUsize,
     /// Restores are ordered on the device ([`CudaMemory::set_ordered_restores`]).
     ordered_restores: std::sync::atomic::AtomicBool,
+    /// Small device-to-device copies go through the gather kernel ([`GATHER_ENV`]).
+    gather: std::sync::atomic::AtomicBool,
     /// `State::ordered` is not empty (set and cleared under the state lock): every launch of
     /// the agent asks, so the common answer costs one load.
     any_ordered: std::sync::atomic::AtomicBool,
@@ -197,6 +217,7 @@ impl CudaMemory {
             queues: std::sync::OnceLock::new(),
             pin_threads: std::sync::atomic::AtomicUsize::new(pin_threads),
             ordered_restores: std::sync::atomic::AtomicBool::new(true),
+            gather: std::sync::atomic::AtomicBool::new(gather_from_env()),
             any_ordered: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -273,6 +294,12 @@ impl CudaMemory {
     /// `cuMemHostAlloc`).
     pub fn set_pin_threads(&self, threads: usize) {
         self.pin_threads.store(threads, Ordering::Relaxed);
+    }
+
+    /// Sends small device-to-device copies through the gather kernel (the default) or each
+    /// through its own `cuMemcpyAsync` (a benchmark comparing both).
+    pub fn set_gather_copies(&self, on: bool) {
+        self.gather.store(on, Ordering::Relaxed);
     }
 
     /// Whether digests run on the device.
@@ -610,7 +637,7 @@ impl CudaMemory {
             events,
             digests: Some(job),
             table: None,
-                timing: None,
+            timing: None,
             done: false,
         }))
     }
@@ -625,7 +652,10 @@ impl CudaMemory {
         // Small device-to-device copies: one gather launch on the device lane (when the
         // kernels compiled and there are several); the rest one `cuMemcpyAsync` each.
         let (gather, rest): (Vec<ResolvedCopy>, Vec<ResolvedCopy>) = match self.kernels.get() {
-            Some(_) if resolved.iter().filter(|c| copy::gathered(c)).count() > 1 => {
+            Some(_)
+                if self.gather.load(Ordering::Relaxed)
+                    && resolved.iter().filter(|c| copy::gathered(c)).count() > 1 =>
+            {
                 resolved.iter().partition(|c| copy::gathered(c))
             }
             _ => (Vec::new(), resolved),
@@ -636,7 +666,10 @@ impl CudaMemory {
         let lane = self.copies.stream(Lane::Device, 0);
         let before = match trace {
             true => {
-                let e = self.device.event(true).map_err(|e| e.to_backend(self.agent, OP))?;
+                let e = self
+                    .device
+                    .event(true)
+                    .map_err(|e| e.to_backend(self.agent, OP))?;
                 e.record(lane).map_err(|e| e.to_backend(self.agent, OP))?;
                 Some(e)
             }
@@ -661,7 +694,10 @@ impl CudaMemory {
         let (more, failure) = copy::enqueue_all(&self.copies, &plan);
         let timing = match before {
             Some(a) if failure.is_none() => {
-                let b = self.device.event(true).map_err(|e| e.to_backend(self.agent, OP))?;
+                let b = self
+                    .device
+                    .event(true)
+                    .map_err(|e| e.to_backend(self.agent, OP))?;
                 b.record(lane).map_err(|e| e.to_backend(self.agent, OP))?;
                 let bytes = gather.iter().chain(&rest).map(|c| c.len).sum();
                 Some((a, b, gather.len(), rest.len(), bytes))

@@ -358,7 +358,13 @@ fn library_with_module(m: usize, name: &Arc<str>) -> Option<Handle> {
     if s.missed.lock().contains(&miss) {
         return None;
     }
-    let ctx = super::current_context() as usize;
+    let ctx = {
+        let mut c: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: out pointer to a live local (asked here rather than of `state`, which uses
+        // this file).
+        let _ = unsafe { sys::cuCtxGetCurrent(&mut c) };
+        c as usize
+    };
     let fetched: HashSet<usize> = s
         .kernels
         .lock()
