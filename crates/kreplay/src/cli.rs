@@ -189,6 +189,10 @@ pub struct ReplayArgs {
     /// Passes under replay (1: one plain execution).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = passes)]
     pub passes: u64,
+    /// Fail when a CUDA region cannot be had at its captured address, instead of relocating
+    /// it (argument pointers rewritten, the relocation reported).
+    #[arg(long = "exact-addresses")]
+    pub exact_addresses: bool,
 }
 
 /// Options of `kreplay demo`.

@@ -179,7 +179,7 @@ pub fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<u8, ReplayError> {
     let mut all_equal = true;
     for c in &captures {
         let r = if c.manifest.backend == "cuda" {
-            replay_cuda(c, args.passes, &mut holds)?
+            replay_cuda(c, args.passes, &mut holds, args.exact_addresses)?
         } else {
             replay_one(c, args.passes)?
         };
@@ -455,18 +455,45 @@ fn replay_cuda(
     c: &LoadedCapture,
     passes: u64,
     holds: &mut replay_cuda::standalone::Placeholders,
+    exact: bool,
 ) -> Result<Replayed, ReplayError> {
-    let r = replay_cuda::standalone::replay_with(c, passes, holds).map_err(|source| {
-        ReplayError::Cuda {
+    use replay_cuda::standalone::Relocation;
+    let relocation = if exact {
+        Relocation::Refuse
+    } else {
+        Relocation::Allow
+    };
+    let r = replay_cuda::standalone::replay_relocating(c, passes, holds, relocation).map_err(
+        |source| ReplayError::Cuda {
             dir: c.dir.clone(),
             source,
-        }
-    })?;
+        },
+    )?;
     if !r.skipped_attributes.is_empty() {
         log::warn!(
             "[kernel-replay] replay {}: launch attributes not applied again (they hold handles of the capturing process): {}",
             c.dir.display(),
             r.skipped_attributes.join(", ")
+        );
+    }
+    if !r.relocated.is_empty() {
+        let ranges: Vec<String> = r
+            .relocated
+            .iter()
+            .map(|(lo, hi, at)| format!("{lo:#x}-{hi:#x} to {at:#x}"))
+            .collect();
+        log::warn!(
+            "[kernel-replay] replay {}: {} range(s) could not be had at their captured addresses and were relocated ({}); {} argument word(s) rewritten; {} word(s) inside the regions look like pointers into them and were not rewritten{}",
+            c.dir.display(),
+            r.relocated.len(),
+            ranges.join(", "),
+            r.rewritten_words,
+            r.stored_pointers,
+            if r.stored_pointers > 0 {
+                " (outputs may differ where the kernel follows them; --exact-addresses refuses instead)"
+            } else {
+                ""
+            }
         );
     }
     for (index, addr) in &r.moved_variables {

@@ -159,13 +159,25 @@ fn a_captured_launch_replays_standalone_equal_to_its_captured_outputs() {
 }
 
 #[test]
-fn an_address_that_cannot_be_reserved_is_an_error_naming_the_region() {
+fn an_address_that_cannot_be_reserved_is_relocated_or_with_exact_addresses_an_error_naming_the_region(
+) {
     let Some(dir) = build("address") else { return };
     let (cap, run) = capture(&dir);
     assert!(cap.join("manifest.json").is_file(), "{}", text(&run.stderr));
-    let replay = kreplay(
+    // By default the range is recreated where the driver puts it, the argument pointers
+    // follow, the relocation is said, and the outputs still match.
+    let moved = kreplay(
         &dir,
         &["replay", cap.to_str().unwrap()],
+        &[("KR_FAKE_IGNORE_ADDRESS_HINT", "1")],
+    );
+    let err = text(&moved.stderr);
+    assert_eq!(moved.status.code(), Some(0), "{}{err}", text(&moved.stdout));
+    assert!(err.contains("were relocated"), "{err}");
+    assert!(err.contains("argument word(s) rewritten"), "{err}");
+    let replay = kreplay(
+        &dir,
+        &["replay", cap.to_str().unwrap(), "--exact-addresses"],
         &[("KR_FAKE_IGNORE_ADDRESS_HINT", "1")],
     );
     let err = text(&replay.stderr);

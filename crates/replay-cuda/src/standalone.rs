@@ -32,6 +32,17 @@
 //! the others are reported as not applied), with the argument block split at the kernel's parameter offsets
 //! (`cuFuncGetParamInfo`; without it, the block is handed whole as `extra`).
 //!
+//! **Relocation.** The driver honours an address hint only inside its own virtual-address
+//! reservations, which a new process places elsewhere (measured on the H200: the range of a
+//! CuPy capture was free in the replay process and the driver still reserved it elsewhere).
+//! Under [`Relocation::Allow`] (what `kreplay replay` asks for) a range it will not give is recreated where it
+//! places it; the argument block's pointer words into it (the capture names each) are
+//! rewritten, and the replay reports the relocation and how many 8-byte words inside the
+//! regions' inputs look like pointers into a relocated range ([`Replayed::stored_pointers`]):
+//! those are not rewritten (a data word cannot be told from a pointer), so a kernel that
+//! follows them reads the captured addresses, which the output comparison shows.
+//! [`Relocation::Refuse`] fails with the address error instead.
+//!
 //! Each pass writes the inputs, launches once on the legacy stream between two timing events,
 //! waits, and reads every region back; the caller compares them with the captured outputs.
 
@@ -86,6 +97,28 @@ pub struct Replayed {
     /// Launch attributes not applied again (they hold a handle or pointer of the capturing
     /// process, or this build does not know them), by name.
     pub skipped_attributes: Vec<String>,
+    /// Address ranges this process could not have at their captured addresses, recreated
+    /// elsewhere ([`Relocation`]): (captured start, end, start here).
+    pub relocated: Vec<(u64, u64, u64)>,
+    /// Argument-block words rewritten to the relocated addresses.
+    pub rewritten_words: usize,
+    /// 8-byte-aligned words inside the regions' input bytes whose value falls in a relocated
+    /// range: pointers the kernel may follow, not rewritten (a data word cannot be told from
+    /// one), so the outputs may differ from the captured ones where the kernel follows them.
+    pub stored_pointers: usize,
+}
+
+/// What a replay does with a range the driver will not place at its captured address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relocation {
+    /// Recreate it wherever the driver places it, rewrite the argument block's pointer words
+    /// into it and report both, with the words inside memory that look like pointers into it
+    /// ([`Replayed::relocated`]): what `kreplay replay` does unless told `--exact-addresses`
+    /// (the driver honours an address hint only inside its own reservations, which another
+    /// process places elsewhere).
+    Allow,
+    /// Fail with [`StandaloneError::Address`] ([`replay`] and [`replay_with`]).
+    Refuse,
 }
 
 /// A reserved, mapped range; unmapped and released on drop.
@@ -245,6 +278,54 @@ fn reserve(
     Ok(out)
 }
 
+/// Reserves `size` bytes wherever the driver places them and backs them (the relocation of a
+/// range it would not give at its captured address).
+fn reserve_anywhere(ordinal: i32, size: u64, granule: u64) -> Result<Range, CudaError> {
+    let mut got: sys::CUdeviceptr = 0;
+    // SAFETY: an out pointer to a live local; no address asked for.
+    unsafe { sys::cuMemAddressReserve(&mut got, size as usize, granule as usize, 0, 0) }
+        .call("cuMemAddressReserve")?;
+    let mut range = Range {
+        base: got,
+        size,
+        handle: None,
+        mapped: false,
+    };
+    let p = prop(ordinal);
+    let mut h = 0u64;
+    // SAFETY: a fully initialised property block and an out pointer to a live local.
+    unsafe { sys::cuMemCreate(&mut h, size as usize, &p, 0) }.call("cuMemCreate")?;
+    range.handle = Some(h);
+    // SAFETY: the whole reservation just made, the handle just created of the same size.
+    unsafe { sys::cuMemMap(got, size as usize, 0, h, 0) }.call("cuMemMap")?;
+    range.mapped = true;
+    let access = sys::CUmemAccessDesc {
+        location: location(ordinal),
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: the range is mapped; one descriptor.
+    unsafe { sys::cuMemSetAccess(got, size as usize, &access, 1) }.call("cuMemSetAccess")?;
+    Ok(range)
+}
+
+/// Where `addr` of the capturing run lives here: moved by the relocation whose captured range
+/// holds it, else unchanged.
+pub fn relocate(addr: u64, relocated: &[(u64, u64, u64)]) -> u64 {
+    relocated
+        .iter()
+        .find(|&&(lo, hi, _)| lo <= addr && addr < hi)
+        .map_or(addr, |&(lo, _, at)| at + (addr - lo))
+}
+
+/// 8-byte-aligned words of `bytes` whose value falls in a relocated captured range.
+pub fn pointer_like_words(bytes: &[u8], relocated: &[(u64, u64, u64)]) -> usize {
+    bytes
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        .filter(|&v| relocated.iter().any(|&(lo, hi, _)| lo <= v && v < hi))
+        .count()
+}
+
 /// The loaded code image; unloaded on drop.
 struct Module(sys::CUmodule);
 
@@ -323,7 +404,17 @@ pub fn replay_with(
     passes: u64,
     holds: &mut Placeholders,
 ) -> Result<Replayed, StandaloneError> {
-    let r = replay_held(c, passes, holds);
+    replay_relocating(c, passes, holds, Relocation::Refuse)
+}
+
+/// [`replay_with`], with what to do about a range that cannot be had at its address.
+pub fn replay_relocating(
+    c: &LoadedCapture,
+    passes: u64,
+    holds: &mut Placeholders,
+    relocation: Relocation,
+) -> Result<Replayed, StandaloneError> {
+    let r = replay_held(c, passes, holds, relocation);
     // Every reservation of the replay is freed by now (the ranges are dropped on return).
     holds.restore();
     r
@@ -333,6 +424,7 @@ fn replay_held(
     c: &LoadedCapture,
     passes: u64,
     holds: &mut Placeholders,
+    relocation: Relocation,
 ) -> Result<Replayed, StandaloneError> {
     let m = &c.manifest;
     if m.backend != "cuda" {
@@ -360,10 +452,22 @@ fn replay_held(
     let plain = placeholder::plain_regions(m);
     let pieces = placeholder::plan_pieces(&plain, granule);
     let mut ranges = Vec::new();
+    let mut relocated: Vec<(u64, u64, u64)> = Vec::new();
     for range in placeholder::plan_ranges(&plain, granule) {
-        ranges.extend(reserve(
-            ordinal, range, &pieces, granule, &m.regions, holds,
-        )?);
+        match reserve(ordinal, range, &pieces, granule, &m.regions, holds) {
+            Ok(r) => ranges.extend(r),
+            Err(StandaloneError::Address { index, why, .. }) if relocation == Relocation::Allow => {
+                let (lo, hi, _) = range;
+                let r = reserve_anywhere(ordinal, hi - lo, granule)?;
+                log::info!(
+                    "[kernel-replay] replay: region {index}'s range {lo:#x}-{hi:#x} relocated to {:#x} ({why})",
+                    r.base
+                );
+                relocated.push((lo, hi, r.base));
+                ranges.push(r);
+            }
+            Err(e) => return Err(e),
+        }
     }
 
     let mut code = c.code.clone();
@@ -377,7 +481,11 @@ fn replay_held(
     let module = Module(raw);
 
     // Where each region lives in this process.
-    let mut at: Vec<u64> = m.regions.iter().map(|r| r.base).collect();
+    let mut at: Vec<u64> = m
+        .regions
+        .iter()
+        .map(|r| relocate(r.base, &relocated))
+        .collect();
     let mut moved = Vec::new();
     for r in m
         .regions
@@ -444,6 +552,24 @@ fn replay_held(
         [l.workgroup.x, l.workgroup.y, l.workgroup.z],
     );
     let mut kernarg = c.kernarg.clone();
+    // The argument block's pointers into relocated ranges follow them.
+    let mut rewritten_words = 0;
+    for w in &m.arguments.pointers {
+        let moved = relocate(w.value, &relocated);
+        let o = w.offset as usize;
+        if moved != w.value && o + 8 <= kernarg.len() {
+            kernarg[o..o + 8].copy_from_slice(&moved.to_le_bytes());
+            rewritten_words += 1;
+        }
+    }
+    let stored_pointers = if relocated.is_empty() {
+        0
+    } else {
+        c.data
+            .iter()
+            .map(|(input, _)| pointer_like_words(input, &relocated))
+            .sum()
+    };
     let slots = param_slots(f);
     if let Some(s) = &slots {
         if let Some(&(off, size)) = s.iter().find(|&&(o, n)| o + n > kernarg.len()) {
@@ -456,6 +582,9 @@ fn replay_held(
 
     let mut out = Replayed {
         moved_variables: moved,
+        relocated,
+        rewritten_words,
+        stored_pointers,
         ..Replayed::default()
     };
     let mut attrs: Vec<sys::CUlaunchAttribute> = Vec::new();
@@ -504,8 +633,8 @@ fn replay_held(
         start.record(std::ptr::null_mut())?;
         if attrs.is_empty() {
             // SAFETY: the function of the module loaded above; the argument block is the
-            // captured one, whose pointers reach the regions recreated at their captured
-            // addresses; the parameter pointers (or the buffer) point into `kernarg`, alive
+            // captured one (its pointer words into relocated ranges rewritten), whose pointers
+            // reach the regions recreated at their captured addresses or relocated; the parameter pointers (or the buffer) point into `kernarg`, alive
             // until the wait.
             unsafe {
                 sys::cuLaunchKernel(

@@ -12,7 +12,9 @@ use replay_core::{
     AgentId, ArgLayout, Capture, CapturedRegion, CodeImage, DeviceDescription, Dim3, DispatchId,
     DispatchInfo, KernelId, KernelKey, MemoryClass, QueueId, Scope,
 };
-use replay_cuda::standalone::{replay, replay_with, Placeholders, StandaloneError};
+use replay_cuda::standalone::{
+    replay, replay_relocating, replay_with, Placeholders, Relocation, StandaloneError,
+};
 
 mod support;
 use support::{load_fake, Fake};
@@ -387,4 +389,52 @@ fn a_range_the_driver_will_not_place_whole_is_reserved_per_region() {
     }
     let _ = std::fs::remove_dir_all(&c.dir);
     let _ = std::fs::remove_dir_all(&c2.dir);
+}
+
+/// A range the driver will not place at its captured address, under `Relocation::Allow`: it
+/// is recreated where the driver puts it, the argument block's pointer into it is rewritten,
+/// and the replay equals the captured outputs; a word inside a region that points into the
+/// relocated range is counted, not rewritten. Under `Refuse` the same capture is an address
+/// error.
+#[test]
+fn a_range_the_driver_will_not_place_is_relocated_with_its_argument_pointers_rewritten() {
+    if load_fake(Fake::Library).is_none() {
+        return;
+    }
+    let this = libloading::os::unix::Library::this();
+    // SAFETY: the fake driver is loaded globally and exports this setter.
+    let limit = unsafe { this.get::<unsafe extern "C" fn(u64)>(b"fake_cuda_max_placed_reserve\0") }
+        .expect("a fake driver export");
+    let at = BASE + (5 << 32);
+    // Region 1 shares region 0's granule pair (one piece of two granules), and holds a word
+    // pointing into region 0: a pointer stored in memory.
+    let c = rmw_capture("relocated", at, &[(at + G - 8, 16)]);
+    let mut c = c;
+    c.data[1].0[..8].copy_from_slice(&(at + 64).to_le_bytes());
+    c.data[1].1[..8].copy_from_slice(&(at + 64).to_le_bytes());
+    // SAFETY: sets a limit under the fake's lock (the other tests reserve one granule at most).
+    unsafe { limit(G) };
+    let refused = replay_relocating(&c, 1, &mut Placeholders::none(), Relocation::Refuse);
+    let moved = replay_relocating(&c, 2, &mut Placeholders::none(), Relocation::Allow);
+    // SAFETY: as above; no limit again.
+    unsafe { limit(0) };
+    assert!(
+        matches!(refused, Err(StandaloneError::Address { index: 0, .. })),
+        "{refused:?}"
+    );
+    let r = moved.expect("relocated replay");
+    assert_eq!(r.relocated.len(), 1, "{:?}", r.relocated);
+    let (lo, hi, there) = r.relocated[0];
+    assert_eq!((lo, hi), (at, at + 2 * G));
+    assert_ne!(there, at, "placed elsewhere");
+    assert_eq!(r.rewritten_words, 1, "the kernel's pointer argument");
+    assert_eq!(r.stored_pointers, 1, "region 1's word into region 0");
+    assert_eq!(r.outputs.len(), 2);
+    for o in &r.outputs {
+        assert!(
+            replay_capture::compare_outputs(&c, o).is_empty(),
+            "the kernel wrote the relocated words as it wrote the captured ones"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&c.dir);
 }
