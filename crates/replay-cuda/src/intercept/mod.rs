@@ -58,6 +58,7 @@
 
 pub mod cupti;
 mod internal;
+pub(crate) mod launch;
 
 pub use internal::Internal;
 
@@ -253,12 +254,12 @@ entries! {
     cuLibraryUnload => library_unload, real_library_unload: fn(l: CUlibrary), st::hook_library_unload;
     cuLibraryGetKernel => library_get_kernel, real_library_get_kernel: fn(k: *mut CUkernel, l: CUlibrary, name: *const c_char), st::hook_library_get_kernel;
     cuKernelGetFunction => kernel_get_function, real_kernel_get_function: fn(f: *mut CUfunction, k: CUkernel), st::hook_kernel_get_function;
-    cuLaunchKernel => launch_kernel, real_launch_kernel: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel::<false>;
-    cuLaunchKernel_ptsz => launch_kernel_ptsz, real_launch_kernel_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel::<true>;
-    cuLaunchKernelEx => launch_kernel_ex, real_launch_kernel_ex: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel_ex::<false>;
-    cuLaunchKernelEx_ptsz => launch_kernel_ex_ptsz, real_launch_kernel_ex_ptsz: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel_ex::<true>;
-    cuLaunchCooperativeKernel => launch_cooperative, real_launch_cooperative: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
-    cuLaunchCooperativeKernel_ptsz => launch_cooperative_ptsz, real_launch_cooperative_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
+    cuLaunchKernel => launch_kernel, real_launch_kernel: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel::<false>;
+    cuLaunchKernel_ptsz => launch_kernel_ptsz, real_launch_kernel_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel::<true>;
+    cuLaunchKernelEx => launch_kernel_ex, real_launch_kernel_ex: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel_ex::<false>;
+    cuLaunchKernelEx_ptsz => launch_kernel_ex_ptsz, real_launch_kernel_ex_ptsz: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel_ex::<true>;
+    cuLaunchCooperativeKernel => launch_cooperative, real_launch_cooperative: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), launch::hook_cooperative;
+    cuLaunchCooperativeKernel_ptsz => launch_cooperative_ptsz, real_launch_cooperative_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), launch::hook_cooperative;
     cuGraphLaunch => graph_launch, real_graph_launch: fn(g: CUgraphExec, s: CUstream), st::graph::hook_graph_launch::<false>;
     cuGraphLaunch_ptsz => graph_launch_ptsz, real_graph_launch_ptsz: fn(g: CUgraphExec, s: CUstream), st::graph::hook_graph_launch::<true>;
     cuGraphInstantiateWithFlags => graph_instantiate_with_flags, real_graph_instantiate_with_flags: fn(e: *mut CUgraphExec, g: CUgraph, fl: u64), st::graph::hook_instantiate_with_flags;
