@@ -60,6 +60,7 @@ pub(crate) mod copy;
 pub mod cupti;
 mod internal;
 pub(crate) mod launch;
+pub(crate) mod vmem;
 
 pub use internal::Internal;
 
@@ -295,17 +296,17 @@ entries! {
     cuMemFreeAsync_ptsz => mem_free_async_ptsz, real_mem_free_async_ptsz: fn(p: CUdeviceptr, s: CUstream), st::hook_mem_free_async;
     cuMemAllocFromPoolAsync => mem_alloc_from_pool_async, real_mem_alloc_from_pool_async: fn(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream), st::hook_mem_alloc_from_pool_async;
     cuMemAllocFromPoolAsync_ptsz => mem_alloc_from_pool_async_ptsz, real_mem_alloc_from_pool_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream), st::hook_mem_alloc_from_pool_async;
-    cuMemCreate => mem_create, real_mem_create: fn(h: *mut u64, n: usize, prop: *const c_void, fl: u64), st::hook_mem_create;
-    cuMemImportFromShareableHandle => mem_import_from_shareable_handle, real_mem_import_from_shareable_handle: fn(h: *mut u64, os: *mut c_void, ty: c_uint), st::hook_mem_import;
-    cuMulticastCreate => multicast_create, real_multicast_create: fn(h: *mut u64, prop: *const c_void), st::hook_multicast_create;
-    cuMulticastBindMem => multicast_bind_mem, real_multicast_bind_mem: fn(mc: u64, mo: usize, mem: u64, off: usize, n: usize, fl: u64), st::hook_multicast_bind_mem;
-    cuMulticastBindAddr => multicast_bind_addr, real_multicast_bind_addr: fn(mc: u64, mo: usize, p: CUdeviceptr, n: usize, fl: u64), st::hook_multicast_bind_addr;
-    cuMemRelease => mem_release, real_mem_release: fn(h: u64), st::hook_mem_release;
-    cuMemAddressReserve => mem_address_reserve, real_mem_address_reserve: fn(p: *mut CUdeviceptr, n: usize, align: usize, addr: CUdeviceptr, fl: u64), st::hook_mem_address_reserve;
-    cuMemAddressFree => mem_address_free, real_mem_address_free: fn(p: CUdeviceptr, n: usize), st::hook_mem_address_free;
-    cuMemMap => mem_map, real_mem_map: fn(p: CUdeviceptr, n: usize, off: usize, h: u64, fl: u64), st::hook_mem_map;
-    cuMemUnmap => mem_unmap, real_mem_unmap: fn(p: CUdeviceptr, n: usize), st::hook_mem_unmap;
-    cuMemSetAccess => mem_set_access, real_mem_set_access: fn(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize), st::hook_mem_set_access;
+    cuMemCreate => mem_create, real_mem_create: fn(h: *mut u64, n: usize, prop: *const c_void, fl: u64), vmem::hook_mem_create;
+    cuMemImportFromShareableHandle => mem_import_from_shareable_handle, real_mem_import_from_shareable_handle: fn(h: *mut u64, os: *mut c_void, ty: c_uint), vmem::hook_mem_import;
+    cuMulticastCreate => multicast_create, real_multicast_create: fn(h: *mut u64, prop: *const c_void), vmem::hook_multicast_create;
+    cuMulticastBindMem => multicast_bind_mem, real_multicast_bind_mem: fn(mc: u64, mo: usize, mem: u64, off: usize, n: usize, fl: u64), vmem::hook_multicast_bind_mem;
+    cuMulticastBindAddr => multicast_bind_addr, real_multicast_bind_addr: fn(mc: u64, mo: usize, p: CUdeviceptr, n: usize, fl: u64), vmem::hook_multicast_bind_addr;
+    cuMemRelease => mem_release, real_mem_release: fn(h: u64), vmem::hook_mem_release;
+    cuMemAddressReserve => mem_address_reserve, real_mem_address_reserve: fn(p: *mut CUdeviceptr, n: usize, align: usize, addr: CUdeviceptr, fl: u64), vmem::hook_mem_address_reserve;
+    cuMemAddressFree => mem_address_free, real_mem_address_free: fn(p: CUdeviceptr, n: usize), vmem::hook_mem_address_free;
+    cuMemMap => mem_map, real_mem_map: fn(p: CUdeviceptr, n: usize, off: usize, h: u64, fl: u64), vmem::hook_mem_map;
+    cuMemUnmap => mem_unmap, real_mem_unmap: fn(p: CUdeviceptr, n: usize), vmem::hook_mem_unmap;
+    cuMemSetAccess => mem_set_access, real_mem_set_access: fn(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize), vmem::hook_mem_set_access;
     cuStreamDestroy_v2 => stream_destroy, real_stream_destroy: fn(s: CUstream), st::hook_stream_destroy;
     cuStreamEndCapture => stream_end_capture, real_stream_end_capture: fn(s: CUstream, g: *mut CUgraph), st::hook_stream_end_capture;
     cuStreamEndCapture_ptsz => stream_end_capture_ptsz, real_stream_end_capture_ptsz: fn(s: CUstream, g: *mut CUgraph), st::hook_stream_end_capture;
