@@ -20,7 +20,8 @@ use std::sync::atomic::Ordering;
 use cudarc::driver::sys::{CUdeviceptr, CUresult};
 use replay_core::{AgentId, MemoryClass};
 
-use crate::state::{current_agent, state, with_oom_retry, Competes, HandleInfo};
+use super::memory::{with_oom_retry, Competes};
+use crate::state::{current_agent, state, HandleInfo};
 
 /// The head of `CUmemAllocationProp` (the CUDA headers' layout), read with plain integers so
 /// a location type this code does not know is not an invalid Rust enum.
