@@ -22,9 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cudarc::driver::sys::{self, CUdeviceptr, CUresult, CUstream};
 use replay_core::{AgentId, MemoryClass};
 
+use super::context::skip_other_context_alloc;
 use crate::queue::RelaxedCapture;
 use crate::state::{context, unseen};
-use crate::state::{current_device, note_stream, service, skip_other_context_alloc, state};
+use crate::state::{current_device, note_stream, service, state};
 
 /// Which backing an allocation competes with: the current device's memory, or the host's
 /// page-locked memory (every device's pinned backing).

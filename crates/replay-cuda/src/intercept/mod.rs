@@ -56,6 +56,7 @@
 //! (`cuMemcpyAtoD` and friends: arrays are not tracked), `cuMemcpyBatchAsync`. See the crate
 //! docs.
 
+pub(crate) mod context;
 pub(crate) mod copy;
 pub mod cupti;
 mod internal;
@@ -377,9 +378,9 @@ entries! {
     cuMemsetD2D16Async_ptsz => memset_2d16_async_ptsz, real_memset_2d16_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream), copy::gated_memset2d16;
     cuMemsetD2D32Async => memset_2d32_async, real_memset_2d32_async: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), copy::gated_memset2d32;
     cuMemsetD2D32Async_ptsz => memset_2d32_async_ptsz, real_memset_2d32_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), copy::gated_memset2d32;
-    cuDevicePrimaryCtxReset_v2 => primary_ctx_reset, real_primary_ctx_reset: fn(d: c_int), st::hook_primary_ctx_reset;
-    cuDevicePrimaryCtxReset => primary_ctx_reset_v1, real_primary_ctx_reset_v1: fn(d: c_int), st::hook_primary_ctx_reset;
-    cuCtxDestroy_v2 => ctx_destroy, real_ctx_destroy: fn(c: CUcontext), st::hook_ctx_destroy;
+    cuDevicePrimaryCtxReset_v2 => primary_ctx_reset, real_primary_ctx_reset: fn(d: c_int), context::hook_primary_ctx_reset;
+    cuDevicePrimaryCtxReset => primary_ctx_reset_v1, real_primary_ctx_reset_v1: fn(d: c_int), context::hook_primary_ctx_reset;
+    cuCtxDestroy_v2 => ctx_destroy, real_ctx_destroy: fn(c: CUcontext), context::hook_ctx_destroy;
     cuArrayCreate_v2 => array_create, real_array_create: fn(a: *mut u64, desc: *const c_void), memory::hook_array_create;
     cuArray3DCreate_v2 => array_3d_create, real_array_3d_create: fn(a: *mut u64, desc: *const c_void), memory::hook_array_create;
     cuMipmappedArrayCreate => mipmapped_array_create, real_mipmapped_array_create: fn(a: *mut u64, desc: *const c_void, levels: c_uint), memory::hook_mipmapped_array_create;

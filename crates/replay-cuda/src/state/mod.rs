@@ -27,8 +27,8 @@
 //!   drop it. An agent drain waits on that fence for a capturing stream instead of declining
 //!   ([`crate::queue`], "Pre-capture fence").
 //!
-//! Context resets and destroys,
-//! other contexts' allocations and allocations into a capturing stream: see [`context`].
+//! Context resets and destroys, other contexts' allocations and allocations into a capturing
+//! stream: see [`context`] (their hooks are `crate::intercept::context`'s).
 //!
 //! - **Writes no snapshot sees** (surface objects over CUDA arrays, the device heap, device
 //!   `printf`, device-side graph launches, tensor maps): see [`unseen`]; such launches decline
@@ -227,7 +227,7 @@ pub struct InjectState {
     /// Every allocation the wrappers saw.
     pub tracker: Arc<Tracker>,
     backends: Mutex<HashMap<i32, Result<Arc<CudaBackend>, String>>>,
-    streams: Mutex<HashMap<usize, Arc<Queue>>>,
+    pub(crate) streams: Mutex<HashMap<usize, Arc<Queue>>>,
     /// Streams seen (device ordinal, handle, context current then) before that device's
     /// backend was opened.
     pending_streams: Mutex<Vec<(i32, usize, usize)>>,
@@ -338,12 +338,12 @@ impl InjectState {
 
     /// Closes the backend of device `ordinal` (a context reset): the next launch opens a new
     /// one. Returns it, so the caller drops it while the context still lives.
-    fn close_backend(&self, ordinal: i32) -> Option<Arc<CudaBackend>> {
+    pub(crate) fn close_backend(&self, ordinal: i32) -> Option<Arc<CudaBackend>> {
         self.backends.lock().remove(&ordinal)?.ok()
     }
 
     /// The device whose open backend uses `ctx` (its primary context), if any.
-    fn device_of_context(&self, ctx: CUcontext) -> Option<i32> {
+    pub(crate) fn device_of_context(&self, ctx: CUcontext) -> Option<i32> {
         self.backends.lock().iter().find_map(|(&d, b)| {
             b.as_ref()
                 .ok()
@@ -642,7 +642,7 @@ pub(crate) unsafe fn hook_library_unload(
 /// the image's own code object (`code`, each loaded image has its own) are forgotten on every
 /// agent; other images' memos stay. An image the hooks never saw (`None`) has its kernels
 /// under code object 0, which is forgotten then.
-fn forget_functions(gone: &[usize], code: Option<u64>) {
+pub(crate) fn forget_functions(gone: &[usize], code: Option<u64>) {
     let code = code.unwrap_or(0);
     let s = state();
     if !gone.is_empty() {
@@ -931,91 +931,4 @@ pub(crate) unsafe fn hook_stream_create_with_priority(
         note_stream(unsafe { *s });
     }
     r
-}
-
-// ----- Context life (`context`) ------------------------------------------------------------
-
-/// Whether the current context is not the primary context of its device.
-fn in_other_context() -> bool {
-    let Some(d) = current_device() else {
-        return false;
-    };
-    let ctx = current_context();
-    let open = state()
-        .backend_of(AgentId(d as u64))
-        .map(|b| b.device().raw_context());
-    !ctx.is_null() && !context::is_primary(ctx, d, open)
-}
-
-/// Whether an allocation is not to be recorded because another context is current (counted).
-pub(crate) fn skip_other_context_alloc() -> bool {
-    let other = in_other_context();
-    if other {
-        context::count_other_context_alloc();
-    }
-    other
-}
-
-/// Forgets everything of device `ordinal`'s primary context, before the driver resets it
-/// (see [`context`]).
-fn forget_device(ordinal: i32) {
-    let s = state();
-    let agent = AgentId(ordinal as u64);
-    let backend = s.close_backend(ordinal);
-    if let Some(b) = &backend {
-        let ctx = b.device().raw_context();
-        s.streams
-            .lock()
-            .retain(|_, q| q.device().raw_context() != ctx);
-    }
-    // The reset images' own code objects are never reused: their memos cannot be hit again.
-    forget_functions(&images::forget_for_reset(agent), None);
-    let mut n = 0;
-    for r in s.tracker.regions(agent) {
-        if s.tracker.record_free(agent, r.base).is_some() {
-            n += 1;
-        }
-        if r.class.contains(MemoryClass::VIRTUAL_MAPPING) {
-            s.tracker.record_unmap(r.base, r.size);
-        }
-    }
-    context::note_reset(n);
-    // The backend's own streams, events and memory go with it, while the context still lives.
-    drop(backend);
-}
-
-/// Hook of `cuDevicePrimaryCtxReset_v2` (and `cuDevicePrimaryCtxReset`): the device's state
-/// is forgotten first ([`context`]).
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_primary_ctx_reset(
-    real: unsafe extern "C" fn(std::ffi::c_int) -> CUresult,
-    reached: &mut bool,
-    dev: std::ffi::c_int,
-) -> CUresult {
-    forget_device(dev);
-    *reached = true;
-    // SAFETY: forwarded as given.
-    unsafe { real(dev) }
-}
-
-/// Hook of `cuCtxDestroy_v2`: a device's primary context is forgotten as by a reset; another
-/// context is counted ([`context`]).
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_ctx_destroy(
-    real: unsafe extern "C" fn(CUcontext) -> CUresult,
-    reached: &mut bool,
-    ctx: CUcontext,
-) -> CUresult {
-    let primary = state().device_of_context(ctx);
-    context::note_destroy(ctx, primary.is_some());
-    if let Some(ordinal) = primary {
-        forget_device(ordinal);
-    }
-    *reached = true;
-    // SAFETY: forwarded as given.
-    unsafe { real(ctx) }
 }
