@@ -8,8 +8,9 @@
 use cudarc::driver::sys::{CUcontext, CUresult};
 use replay_core::{AgentId, MemoryClass};
 
+use super::code::forget_functions;
 use crate::state::{context, images};
-use crate::state::{current_context, current_device, forget_functions, state};
+use crate::state::{current_context, current_device, state};
 
 /// Whether the current context is not the primary context of its device.
 fn in_other_context() -> bool {

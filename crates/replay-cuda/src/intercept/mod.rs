@@ -56,6 +56,7 @@
 //! (`cuMemcpyAtoD` and friends: arrays are not tracked), `cuMemcpyBatchAsync`. See the crate
 //! docs.
 
+pub(crate) mod code;
 pub(crate) mod context;
 pub(crate) mod copy;
 pub mod cupti;
@@ -247,17 +248,17 @@ macro_rules! entries {
 use crate::state as st;
 
 entries! {
-    cuModuleLoad => module_load, real_module_load: fn(m: *mut CUmodule, fname: *const c_char), st::hook_module_load;
-    cuModuleLoadData => module_load_data, real_module_load_data: fn(m: *mut CUmodule, image: *const c_void), st::hook_module_load_data;
-    cuModuleLoadDataEx => module_load_data_ex, real_module_load_data_ex: fn(m: *mut CUmodule, image: *const c_void, n: c_uint, opts: *mut c_void, vals: *mut *mut c_void), st::hook_module_load_data_ex;
-    cuModuleLoadFatBinary => module_load_fat_binary, real_module_load_fat_binary: fn(m: *mut CUmodule, fat: *const c_void), st::hook_module_load_data;
-    cuModuleUnload => module_unload, real_module_unload: fn(m: CUmodule), st::hook_module_unload;
-    cuModuleGetFunction => module_get_function, real_module_get_function: fn(f: *mut CUfunction, m: CUmodule, name: *const c_char), st::hook_module_get_function;
-    cuLibraryLoadData => library_load_data, real_library_load_data: fn(l: *mut CUlibrary, code: *const c_void, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), st::hook_library_load_data;
-    cuLibraryLoadFromFile => library_load_from_file, real_library_load_from_file: fn(l: *mut CUlibrary, fname: *const c_char, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), st::hook_library_load_file;
-    cuLibraryUnload => library_unload, real_library_unload: fn(l: CUlibrary), st::hook_library_unload;
-    cuLibraryGetKernel => library_get_kernel, real_library_get_kernel: fn(k: *mut CUkernel, l: CUlibrary, name: *const c_char), st::hook_library_get_kernel;
-    cuKernelGetFunction => kernel_get_function, real_kernel_get_function: fn(f: *mut CUfunction, k: CUkernel), st::hook_kernel_get_function;
+    cuModuleLoad => module_load, real_module_load: fn(m: *mut CUmodule, fname: *const c_char), code::hook_module_load;
+    cuModuleLoadData => module_load_data, real_module_load_data: fn(m: *mut CUmodule, image: *const c_void), code::hook_module_load_data;
+    cuModuleLoadDataEx => module_load_data_ex, real_module_load_data_ex: fn(m: *mut CUmodule, image: *const c_void, n: c_uint, opts: *mut c_void, vals: *mut *mut c_void), code::hook_module_load_data_ex;
+    cuModuleLoadFatBinary => module_load_fat_binary, real_module_load_fat_binary: fn(m: *mut CUmodule, fat: *const c_void), code::hook_module_load_data;
+    cuModuleUnload => module_unload, real_module_unload: fn(m: CUmodule), code::hook_module_unload;
+    cuModuleGetFunction => module_get_function, real_module_get_function: fn(f: *mut CUfunction, m: CUmodule, name: *const c_char), code::hook_module_get_function;
+    cuLibraryLoadData => library_load_data, real_library_load_data: fn(l: *mut CUlibrary, code: *const c_void, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), code::hook_library_load_data;
+    cuLibraryLoadFromFile => library_load_from_file, real_library_load_from_file: fn(l: *mut CUlibrary, fname: *const c_char, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), code::hook_library_load_file;
+    cuLibraryUnload => library_unload, real_library_unload: fn(l: CUlibrary), code::hook_library_unload;
+    cuLibraryGetKernel => library_get_kernel, real_library_get_kernel: fn(k: *mut CUkernel, l: CUlibrary, name: *const c_char), code::hook_library_get_kernel;
+    cuKernelGetFunction => kernel_get_function, real_kernel_get_function: fn(f: *mut CUfunction, k: CUkernel), code::hook_kernel_get_function;
     cuLaunchKernel => launch_kernel, real_launch_kernel: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel::<false>;
     cuLaunchKernel_ptsz => launch_kernel_ptsz, real_launch_kernel_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel::<true>;
     cuLaunchKernelEx => launch_kernel_ex, real_launch_kernel_ex: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel_ex::<false>;

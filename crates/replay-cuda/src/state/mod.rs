@@ -36,7 +36,8 @@
 //!
 //! - **Code images** (`cuModuleLoad*`, `cuLibraryLoad*`, see [`images`]): their `.nv.info`
 //!   parameter tables are the second source of layouts (after the driver, before `extra`),
-//!   their globals go to the backend's [`crate::ModuleRegistry`] for the memory engine.
+//!   their globals go to the backend's [`crate::ModuleRegistry`] for the memory engine
+//!   (the hooks are `crate::intercept::code`'s, the loads' re-exported from [`images`]).
 //!
 //! Kernel names are the driver's
 //! (`cuFuncGetName`), demangled ([`crate::module::demangle`]) for the filter and the output.
@@ -56,12 +57,6 @@ pub mod context;
 pub mod graph;
 pub mod images;
 pub mod unseen;
-
-pub(crate) use images::{
-    hook_kernel_get_function, hook_library_get_kernel, hook_library_load_data,
-    hook_library_load_file, hook_module_get_function, hook_module_load, hook_module_load_data,
-    hook_module_load_data_ex,
-};
 
 use crate::launch::ParamSlot;
 use crate::queue::capture_status;
@@ -226,12 +221,12 @@ pub enum LayoutSource {
 pub struct InjectState {
     /// Every allocation the wrappers saw.
     pub tracker: Arc<Tracker>,
-    backends: Mutex<HashMap<i32, Result<Arc<CudaBackend>, String>>>,
+    pub(crate) backends: Mutex<HashMap<i32, Result<Arc<CudaBackend>, String>>>,
     pub(crate) streams: Mutex<HashMap<usize, Arc<Queue>>>,
     /// Streams seen (device ordinal, handle, context current then) before that device's
     /// backend was opened.
     pending_streams: Mutex<Vec<(i32, usize, usize)>>,
-    funcs: RwLock<HashMap<usize, Arc<FuncInfo>>>,
+    pub(crate) funcs: RwLock<HashMap<usize, Arc<FuncInfo>>>,
     /// Layout source per kernel id of the last launch of it.
     pub(crate) sources: Mutex<HashMap<u64, LayoutSource>>,
     /// Physical handles the wrappers saw created, imported or bound into a multicast object,
@@ -601,68 +596,6 @@ impl HandleInfo {
 
 pub(crate) fn current_agent() -> Option<AgentId> {
     current_device().map(|d| AgentId(d as u64))
-}
-
-/// Hook of `cuModuleUnload`: the image's globals are forgotten first, then what was cached of
-/// its functions ([`forget_functions`]).
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_module_unload(
-    real: unsafe extern "C" fn(sys::CUmodule) -> CUresult,
-    reached: &mut bool,
-    m: sys::CUmodule,
-) -> CUresult {
-    let code = images::code_object_of(Some(m as usize), None);
-    forget_functions(&images::forget_module(m as usize), code);
-    *reached = true;
-    // SAFETY: forwarded as given.
-    unsafe { real(m) }
-}
-
-/// Hook of `cuLibraryUnload`: as [`hook_module_unload`].
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_library_unload(
-    real: unsafe extern "C" fn(sys::CUlibrary) -> CUresult,
-    reached: &mut bool,
-    l: sys::CUlibrary,
-) -> CUresult {
-    let code = images::code_object_of(None, Some(l as usize));
-    forget_functions(&images::forget_library(l as usize), code);
-    *reached = true;
-    // SAFETY: forwarded as given.
-    unsafe { real(l) }
-}
-
-/// Before an image's unload: its functions' cached names and argument layouts are dropped (a
-/// later load may hand out the same function handles for other kernels, whose layouts must be
-/// asked afresh), and the service's per-kernel memos and the memory engines' predictions of
-/// the image's own code object (`code`, each loaded image has its own) are forgotten on every
-/// agent; other images' memos stay. An image the hooks never saw (`None`) has its kernels
-/// under code object 0, which is forgotten then.
-pub(crate) fn forget_functions(gone: &[usize], code: Option<u64>) {
-    let code = code.unwrap_or(0);
-    let s = state();
-    if !gone.is_empty() {
-        let mut f = s.funcs.write();
-        for g in gone {
-            f.remove(g);
-        }
-    }
-    let agents: Vec<AgentId> = s
-        .backends
-        .lock()
-        .values()
-        .filter_map(|b| b.as_ref().ok().map(|b| b.agent_id()))
-        .collect();
-    for a in agents {
-        if let Some(svc) = service() {
-            svc.forget_code_object(a, code);
-        }
-        s.tracker.record_unload(a, code);
-    }
 }
 
 /// Hook of `cuStreamDestroy_v2`: waits for a window in progress on the current device (the
