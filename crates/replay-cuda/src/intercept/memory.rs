@@ -23,9 +23,10 @@ use cudarc::driver::sys::{self, CUdeviceptr, CUresult, CUstream};
 use replay_core::{AgentId, MemoryClass};
 
 use super::context::skip_other_context_alloc;
+use super::stream::note_stream;
 use crate::queue::RelaxedCapture;
 use crate::state::{context, unseen};
-use crate::state::{current_device, note_stream, service, state};
+use crate::state::{current_device, service, state};
 
 /// Which backing an allocation competes with: the current device's memory, or the host's
 /// page-locked memory (every device's pinned backing).

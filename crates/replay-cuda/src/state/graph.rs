@@ -1125,7 +1125,7 @@ pub(crate) unsafe fn hook_graph_launch<const PTSZ: bool>(
         .counters
         .graph_launch
         .fetch_add(1, Ordering::Relaxed);
-    super::note_stream(s);
+    crate::intercept::stream::note_stream(s);
     // SAFETY: the caller's contract.
     unsafe { launch(real, reached, g, s, hooks::effective_stream::<PTSZ>(s)) }
 }
