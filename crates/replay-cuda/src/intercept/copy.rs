@@ -14,8 +14,9 @@ use std::sync::atomic::Ordering;
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUresult, CUstream};
 
+use super::gate::write_gates;
 use super::stream::note_stream;
-use crate::state::{state, write_gates};
+use crate::state::state;
 
 /// Which copy descriptor a 2D / 3D copy entry takes: `CUDA_MEMCPY2D`.
 pub(crate) const DESC_2D: u8 = 0;

@@ -45,12 +45,13 @@ use replay_core::{
 };
 use replay_memory::Tracker;
 
+use super::gate::gate_agent;
 use super::stream::note_stream;
 use crate::agent::CapturedLaunch;
 use crate::launch::{ArgBlock, LaunchConfig};
 use crate::launch::{How, Relaunch};
 use crate::queue::{capture_status, RelaxedCapture};
-use crate::state::{current_context, current_device, gate_agent, service};
+use crate::state::{current_context, current_device, service};
 use crate::state::{images, state, unseen, InjectState, LayoutSource};
 use crate::CudaBackend;
 

@@ -60,6 +60,7 @@ pub(crate) mod code;
 pub(crate) mod context;
 pub(crate) mod copy;
 pub mod cupti;
+pub(crate) mod gate;
 mod internal;
 pub(crate) mod launch;
 pub(crate) mod memory;

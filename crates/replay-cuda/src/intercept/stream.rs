@@ -19,8 +19,8 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUresult, CUstream};
 use replay_core::AgentId;
 
+use super::gate::write_gates;
 use crate::queue::{capture_status, Queue};
-use crate::state::write_gates;
 use crate::state::{current_agent, current_context, current_device, is_special_stream, state};
 
 /// Hook of `cuStreamDestroy_v2`: waits for a window in progress on the current device (the

@@ -1028,7 +1028,7 @@ unsafe fn run_nodes(
 /// # Safety
 /// The node's parameters are as the driver gave them; `stream` the application's.
 unsafe fn run_plain(w: &Work, stream: CUstream, reached: &mut bool) -> CUresult {
-    let _gate = super::gate_agent().map(|(svc, a)| svc.enter_write(a));
+    let _gate = crate::intercept::gate::gate_agent().map(|(svc, a)| svc.enter_write(a));
     *reached = true;
     let missing = CUresult::CUDA_ERROR_NOT_FOUND;
     match w {
@@ -1146,7 +1146,7 @@ pub(crate) unsafe fn launch(
         if let Some(why) = why {
             count_once(why);
         }
-        let _gate = super::gate_agent().map(|(svc, a)| svc.enter_write(a));
+        let _gate = crate::intercept::gate::gate_agent().map(|(svc, a)| svc.enter_write(a));
         *reached = true;
         // SAFETY: forwarded as given.
         unsafe { real(exec, stream) }

@@ -453,7 +453,8 @@ impl InjectState {
         }
     }
 
-    /// Registers the streams [`crate::intercept::stream::note_stream`] saw on device `ord` before its backend opened.
+    /// Registers the streams [`crate::intercept::stream::note_stream`] saw on device `ord`
+    /// before its backend opened.
     pub(crate) fn adopt_pending_streams(&self, backend: &CudaBackend, ord: i32) {
         let mine: Vec<usize> = {
             let mut p = self.pending_streams.lock();
@@ -554,13 +555,6 @@ pub(crate) fn current_context() -> sys::CUcontext {
     c
 }
 
-/// The agent of the current context, for gating a write that is not replayed.
-pub(crate) fn gate_agent() -> Option<(Arc<ReplayService>, AgentId)> {
-    let svc = service()?;
-    let ord = current_device()?;
-    Some((svc, AgentId(ord as u64)))
-}
-
 /// What a mapping of a physical handle is, remembered from the call that made the handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HandleInfo {
@@ -586,30 +580,4 @@ impl HandleInfo {
 
 pub(crate) fn current_agent() -> Option<AgentId> {
     current_device().map(|d| AgentId(d as u64))
-}
-
-/// The write gates a copy or memset takes (SPEC §6 step 4): the current device's agent and,
-/// when the destination is tracked memory of another agent (a peer copy, or a UVA copy into
-/// another device's memory), that agent's too, taken in ascending agent order so two such
-/// copies never wait on each other crosswise.
-pub(crate) fn write_gates(dst: Option<u64>) -> smallvec::SmallVec<[replay_core::WriteGate; 2]> {
-    let mut out = smallvec::SmallVec::new();
-    let Some(svc) = service() else { return out };
-    let mut agents: smallvec::SmallVec<[AgentId; 2]> = smallvec::SmallVec::new();
-    if let Some(d) = current_device() {
-        agents.push(AgentId(d as u64));
-    }
-    if let Some((owner, _)) = dst
-        .filter(|&d| d != 0)
-        .and_then(|d| state().tracker.lookup_any(d))
-    {
-        if !agents.contains(&owner) {
-            agents.push(owner);
-        }
-    }
-    agents.sort_unstable_by_key(|a| a.0);
-    for a in agents {
-        out.push(svc.enter_write(a));
-    }
-    out
 }
