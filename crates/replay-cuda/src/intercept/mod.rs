@@ -22,8 +22,9 @@
 //! at once when the interception is off ([`crate::state::enabled`]) or when the calling
 //! thread is already inside the library ([`Internal`]): the backend's own driver calls (cudarc
 //! resolves its entries lazily through `dlsym`, which lands here too) never re-enter the
-//! window. Otherwise the wrapper hands the call to [`crate::state`], which runs the window
-//! (launches) or feeds the tracker (allocations, frees) and returns the driver's status code.
+//! window. Otherwise the wrapper hands the call to its hook, in this folder by API family (the
+//! table below), which runs the window (launches) or feeds the tracker (allocations, frees)
+//! over the process state of [`crate::state`] and returns the driver's status code.
 //! No panic leaves a wrapper: each body runs under `catch_unwind` and, should it panic before
 //! the call reached the driver, the call is forwarded once.
 //!
@@ -36,11 +37,12 @@
 //! `cuModuleLoadFatBinary`, `cuLibraryLoadData`, `cuLibraryLoadFromFile`, `cuModuleUnload`,
 //! `cuLibraryUnload`) and the lookups that map a function to its image
 //! (`cuModuleGetFunction`, `cuLibraryGetKernel`, `cuKernelGetFunction`) are wrapped too (see
-//! `crate::state`'s `images`). Virtual-memory entries (`cuMemCreate`,
+//! `code`, over the registry of [`crate::state::images`]). Virtual-memory entries
+//! (`cuMemCreate`,
 //! `cuMemImportFromShareableHandle`, `cuMulticastCreate`, `cuMulticastBindMem`,
 //! `cuMulticastBindAddr`, `cuMemRelease`, `cuMemAddressReserve`, `cuMemAddressFree`,
 //! `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`) and `cuMemAllocFromPoolAsync` (both forms) feed
-//! the tracker (see `crate::state`), and so do `cuIpcOpenMemHandle` and
+//! the tracker (see `vmem` and `memory`), and so do `cuIpcOpenMemHandle` and
 //! `cuIpcCloseMemHandle`. `cuStreamCreate` and `cuStreamCreateWithPriority` register the new
 //! stream; `cuStreamDestroy` is gated; the begin-capture entries (`cuStreamBeginCapture`,
 //! `cuStreamBeginCapture_v2`, `cuStreamBeginCaptureToGraph`, each with its `_ptsz` form) record
@@ -50,11 +52,29 @@
 //! `cuMipmappedArrayCreate`, their destroys, `cuSurfObjectCreate`, `cuSurfObjectDestroy`,
 //! `cuTensorMapEncodeTiled`, `cuTensorMapEncodeIm2col`, `cuTensorMapEncodeIm2colWide`,
 //! `cuTensorMapReplaceAddress`) feed `crate::state::unseen`; `cuDevicePrimaryCtxReset` (both
-//! forms) and `cuCtxDestroy` feed `crate::state::context`. Not wrapped yet (they run once,
-//! untouched, and a restore
-//! would undo what one of them writes during a window on another thread): array copies
+//! forms) and `cuCtxDestroy` feed `crate::state::context` (through `context`). Not wrapped
+//! yet (they run once, untouched, and a restore would undo what one of them writes during a window on another thread): array copies
 //! (`cuMemcpyAtoD` and friends: arrays are not tracked), `cuMemcpyBatchAsync`. See the crate
 //! docs.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `mod.rs` | the wrapper table (`entries!`: each driver entry, its real entry resolved once, its wrapper under `catch_unwind`, its hook), [`wrapper_for`], the `cuGetProcAddress` and `dlsym` answers |
+//! | `launch` | `run_launch`, the one path of every intercepted launch (graph nodes included), and the hooks of the launch entries (`cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`, their `_ptsz` forms) |
+//! | `memory` | allocation, free and host-register hooks (and arrays' creation), recorded with their class; the out-of-memory retry |
+//! | `vmem` | virtual-memory hooks: `cuMemCreate`, imports, multicast, `cuMemMap` / `cuMemUnmap`, `cuMemSetAccess`, `cuMemAddressReserve` / `cuMemAddressFree`, `cuMemRelease` |
+//! | `copy` | gated copies and memsets (1D, 2D, 3D, peer) |
+//! | `code` | module and library unloads; names the load and get-function hooks of [`crate::state::images`] |
+//! | `stream` | stream create and destroy, begin and end capture with the pre-capture fence, the streams a call names registered (`note_stream`) |
+//! | `context` | primary-context reset and context destroy, allocations in another context |
+//! | `gate` | the write gates a write that is not replayed takes |
+//! | `internal`, [`cupti`] | the library's own calls let through ([`Internal`]); CUPTI's count of launches past the wrappers |
+//!
+//! Graph entries (`cuGraphLaunch`, instantiation, updates) have their hooks in
+//! [`crate::state::graph`], array, surface and tensor-map entries in [`crate::state::unseen`],
+//! beside the state they model. Adding an entry: a line in `entries!` naming its hook, the hook
+//! in its family's file (`unsafe fn(real, &mut reached, args..) -> CUresult`), and, for a launch
+//! entry, its name in `cupti::LAUNCH_ENTRIES` (the test below checks it).
 
 pub(crate) mod code;
 pub(crate) mod context;

@@ -1,33 +1,30 @@
-//! Process-wide state of the interception (SPEC §9.2 "Unmodified applications"): the service,
-//! one [`CudaBackend`] per device met (created at its first intercepted launch), the tracker
-//! every intercepted allocation feeds, the streams seen, what each function's argument block
-//! looks like, and the counts by kind the run summary prints.
+//! Process-wide state of the interception (SPEC §9.2 "Unmodified applications"): whether it
+//! is on ([`enabled`], off in a `fork()`ed child), the service ([`service`]), one
+//! [`CudaBackend`] per device met (opened at its first intercepted launch), the tracker every
+//! intercepted allocation feeds, the streams seen (registered with their device's backend, or
+//! pending until it opens) and the captures launches went into, the physical handles of
+//! virtual-memory mappings (`HandleInfo`), what each function's argument block looks like
+//! ([`FuncInfo`], [`LayoutSource`]), and the counts by kind the run summary prints
+//! ([`Counters`]). The driver itself is loaded once per process by [`crate::result`].
 //!
-//! The hooks here are what the wrappers of [`crate::intercept`] call, on the application's
-//! thread, with [`crate::intercept::Internal`] held (so the backend's own driver calls go
-//! straight to the driver):
+//! The hooks that read and change this state are [`crate::intercept`]'s, one file per API
+//! family (`launch`, `memory`, `vmem`, `copy`, `code`, `stream`, `context`, `gate`); they run
+//! on the application's thread with [`crate::intercept::Internal`] held (so the backend's own
+//! driver calls go straight to the driver). Beside this file, the state of one concern each,
+//! with the hooks that are that concern's alone:
 //!
-//! - **Launches**: see `crate::intercept::launch` (`run_launch`, the one path of every
-//!   intercepted launch).
-//! - **Allocations** (SPEC §7.1) are recorded in the tracker by `crate::intercept::memory`'s
-//!   hooks, with their class.
-//! - **Virtual-memory mappings** (SPEC §7.1 mapping row): the handles seen (`HandleInfo`);
-//!   the hooks are `crate::intercept::vmem`'s.
-//! - **Copies and memsets**: see `crate::intercept::copy`.
-//! - **Streams** seen (registered with their device's backend, or pending until it opens)
-//!   and the captures launches went into; the hooks are `crate::intercept::stream`'s.
-//!
-//! Context resets and destroys, other contexts' allocations and allocations into a capturing
-//! stream: see [`context`] (their hooks are `crate::intercept::context`'s).
-//!
-//! - **Writes no snapshot sees** (surface objects over CUDA arrays, the device heap, device
-//!   `printf`, device-side graph launches, tensor maps): see [`unseen`]; such launches decline
-//!   `unseen_writes`.
-//!
-//! - **Code images** (`cuModuleLoad*`, `cuLibraryLoad*`, see [`images`]): their `.nv.info`
-//!   parameter tables are the second source of layouts (after the driver, before `extra`),
-//!   their globals go to the backend's [`crate::ModuleRegistry`] for the memory engine
-//!   (the hooks are `crate::intercept::code`'s, the loads' re-exported from [`images`]).
+//! - [`graph`]: CUDA graphs modelled at instantiation and update, unrolled node by node or
+//!   profiled whole at launch (SPEC §9.2 "Graphs");
+//! - [`images`]: the registry of loaded code images (`cuModuleLoad*`, `cuLibraryLoad*`): their
+//!   `.nv.info` parameter tables are the second source of layouts (after the driver, before
+//!   `extra`), their globals go to the backend's [`crate::ModuleRegistry`] for the memory
+//!   engine; its load and lookup hooks are named by `crate::intercept::code`;
+//! - [`unseen`]: writes no snapshot sees (surface objects over CUDA arrays, the device heap,
+//!   device `printf`, device-side graph launches, tensor maps); such launches decline
+//!   `unseen_writes`;
+//! - [`context`]: context life (resets and destroys, other contexts' allocations,
+//!   allocations into a capturing stream), counted; its hooks are
+//!   `crate::intercept::context`'s.
 //!
 //! Kernel names are the driver's
 //! (`cuFuncGetName`), demangled ([`crate::module::demangle`]) for the filter and the output.
