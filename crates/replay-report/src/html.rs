@@ -173,7 +173,8 @@ fn kernel_table(out: &mut String, r: &CounterReport, rows: &SectionRows, roofs: 
         for name in r
             .metric_names()
             .into_iter()
-            .filter(|n| *n != crate::roofline::DURATION)
+            // Not the duration (a column already) nor device peaks (constants).
+            .filter(|n| *n != crate::roofline::DURATION && !n.ends_with(".peak_sustained"))
             .take(RAW_COLUMNS)
         {
             let unit = ncu_unit(r.metric(name).map_or("", |m| m.unit.as_str())).to_string();
@@ -259,7 +260,7 @@ fn kernel_table(out: &mut String, r: &CounterReport, rows: &SectionRows, roofs: 
         let _ = write!(
             out,
             "<tr data-dispatch=\"{id}\"><td data-v=\"{id}\"><a href=\"#d-{id}\">{id}</a></td>\
-             <td class=\"name\" title=\"{0}\">{0}</td><td>{1}</td><td>{2}</td>",
+             <td class=\"name\" title=\"{0}\">{0}</td><td class=\"dims\">{1}</td><td class=\"dims\">{2}</td>",
             esc(&name),
             dims(d.grid),
             dims(d.block)
@@ -529,10 +530,14 @@ fn chart(
             );
         }
     }
+    // Each roof's label below its line, moved down past the one before where they would meet.
+    let mut last_label = f64::NEG_INFINITY;
     for p in Precision::ALL {
         let Some(peak) = c.compute(p) else { continue };
         let start = c.memory.map_or(x_lo, |bw| (peak / bw).max(x_lo));
         if start < x_hi {
+            let label_y = (py(peak) + 14.0).max(last_label + 14.0);
+            last_label = label_y;
             let _ = writeln!(
                 out,
                 "<path class=\"roof {0}\" d=\"M{1:.1} {2:.1}L{3:.1} {2:.1}\"><title>{4} peak {5}</title></path>\
@@ -543,7 +548,7 @@ fn chart(
                 px(x_hi) - 4.0,
                 p.label(),
                 esc(&si(peak, "FLOP/s")),
-                py(peak) - 6.0
+                label_y
             );
         }
     }
@@ -763,7 +768,7 @@ body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:1.5em;co
 h1{font-size:1.4em;margin:0 0 .3em}h2{font-size:1.15em;margin:1.4em 0 .4em}h3{font-size:1em;margin:1em 0 .3em}
 .facts span{display:inline-block;margin-right:1.2em}.note{color:#555}
 table{border-collapse:collapse;margin:.3em 0}th,td{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
-th{background:#f3f3f5}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th{background:#f3f3f5}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}td.dims{white-space:nowrap}
 table.sortable th{cursor:pointer;user-select:none;white-space:nowrap}
 table.sortable th[aria-sort=ascending]::after{content:' \\25B2'}table.sortable th[aria-sort=descending]::after{content:' \\25BC'}
 td.name{max-width:44em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;font-family:ui-monospace,monospace;font-size:.92em}

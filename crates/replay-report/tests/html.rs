@@ -8,7 +8,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{dispatch, metric, sample};
 use replay_report::roofline::{rooflines, Precision};
@@ -397,8 +398,11 @@ fn browser() -> Option<PathBuf> {
 }
 
 /// Loads `page` headless and returns (the DOM after its scripts ran, the browser's stderr).
+/// A browser that has not finished within a minute is killed and the test fails.
 fn load(browser: &Path, page: &Path, profile: &Path) -> (String, String) {
-    let out = Command::new(browser)
+    let out_file = profile.with_extension("dom");
+    let err_file = profile.with_extension("log");
+    let mut child = Command::new(browser)
         .args([
             "--headless",
             "--disable-gpu",
@@ -412,19 +416,35 @@ fn load(browser: &Path, page: &Path, profile: &Path) -> (String, String) {
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg("--dump-dom")
         .arg(format!("file://{}", page.display()))
-        .output()
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_file).unwrap())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
         .expect("the browser starts");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("the browser can be waited for") {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{} did not finish loading the page within 60 s: {}",
+                browser.display(),
+                std::fs::read_to_string(&err_file).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let dom = std::fs::read_to_string(&out_file).unwrap();
+    let log = std::fs::read_to_string(&err_file).unwrap();
     assert!(
-        out.status.success(),
-        "{} exited with {}: {}",
-        browser.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        status.success(),
+        "{} exited with {status}: {log}",
+        browser.display()
     );
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (dom, log)
 }
 
 #[test]
@@ -474,6 +494,45 @@ fn the_page_renders_in_a_headless_browser_and_its_script_runs() {
     // The escaped name came through the parser as text.
     assert!(
         dom.contains("gemm&lt;float, 128&gt;(Tile&lt;A&amp;B&gt;"),
+        "{dom}"
+    );
+
+    // Clicks, by a script the test adds after the page's: a header sorts by its column
+    // (ascending first for text, the other way on the next click), a point opens its
+    // dispatch and marks its row.
+    let page = std::fs::read_to_string(&path).unwrap();
+    let clicks = r#"<script>
+(function () {
+  var th = document.querySelectorAll('#kernels-table th');
+  function order() {
+    return Array.prototype.map.call(document.querySelectorAll('#kernels-table tbody tr'),
+      function (r) { return r.getAttribute('data-dispatch'); }).join(',');
+  }
+  th[1].click();
+  document.body.setAttribute('data-by-name', order());
+  th[1].click();
+  document.body.setAttribute('data-by-name-desc', order());
+  th[0].click();
+  document.body.setAttribute('data-by-id', order());
+  document.querySelector('#roofline-all circle[data-dispatch="20"]')
+    .dispatchEvent(new MouseEvent('click', {bubbles: true}));
+  document.body.setAttribute('data-marked',
+    document.querySelector('#kernels-table tr.marked').getAttribute('data-dispatch'));
+})();
+</script>
+</body>"#;
+    let clicked = d.join("clicked.html");
+    std::fs::write(&clicked, page.replace("</body>", clicks)).unwrap();
+    let (dom, log) = load(&browser, &clicked, &d.join("profile3"));
+    assert!(!log.contains("Uncaught"), "{log}");
+    // Names: dgemm, saxpy, sgemm, void gemm.
+    assert!(dom.contains("data-by-name=\"20,3,11,7\""), "{dom}");
+    assert!(dom.contains("data-by-name-desc=\"7,11,3,20\""), "{dom}");
+    // A number column sorts descending first.
+    assert!(dom.contains("data-by-id=\"20,11,7,3\""), "{dom}");
+    assert!(dom.contains("data-marked=\"20\""), "{dom}");
+    assert!(
+        dom.contains("<details id=\"d-20\" data-dispatch=\"20\" open=\"\">"),
         "{dom}"
     );
 
