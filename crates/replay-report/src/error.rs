@@ -8,7 +8,7 @@ use std::path::PathBuf;
 pub enum ReportError {
     /// The output path's extension names no format.
     #[error(
-        "{}: unknown output format {ext:?} (expected .csv, .json, .db, .sqlite or .sqlite3)",
+        "{}: unknown output format {ext:?} (expected .csv, .json, .db, .sqlite, .sqlite3, .html or .htm)",
         path.display()
     )]
     UnknownFormat {

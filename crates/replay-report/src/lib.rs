@@ -16,7 +16,15 @@
 //! - [`to_json`] / [`from_json`]: the report as JSON (`json`);
 //! - [`write_rocpd`]: an SQLite database in rocprofv3's rocpd layout, schema 3.0.4 with
 //!   `replay_pass` (`rocpd`);
-//! - [`write_counters`]: one of the files by the path's extension, written to a temporary file
+//! - [`html()`]: one self-contained HTML page (`html`; inline CSS, SVG and script, no
+//!   network reference): the kernels as a table sortable by any column (duration, longest
+//!   first, to begin with), a roofline chart of every dispatch and one per dispatch (inline
+//!   SVG from [`roofline`]: achieved FLOP/s against FLOP per DRAM byte, the memory and
+//!   compute ceilings from the device's peak values where they were collected; a dispatch
+//!   without the metrics has no point and the page says which are missing), and each
+//!   dispatch's section rows and raw metrics in a collapsible `<details>`;
+//! - [`write_counters`]: one of the files by the path's extension (`.csv`, `.json`, `.db` /
+//!   `.sqlite` / `.sqlite3`, `.html` / `.htm`), written to a temporary file
 //!   beside it and renamed into place, so a failed write never leaves a partial file under
 //!   the asked name; [`counters_output`] is `kreplay run`'s whole output step on top of it
 //!   (`write`).
@@ -31,11 +39,13 @@
 
 mod csv;
 mod error;
+mod html;
 mod json;
 pub mod names;
 mod number;
 mod report;
 mod rocpd;
+pub mod roofline;
 mod table;
 mod write;
 
@@ -44,6 +54,7 @@ pub use csv::{
     RAW_SECTION, SECTION as CSV_SECTION, SECTIONS_HEADER,
 };
 pub use error::ReportError;
+pub use html::{esc as html_escape, html, OVERVIEW_ID as HTML_OVERVIEW_ID};
 pub use json::{from_json, from_tool_report, to_json, TOOL_MEMBER};
 pub use number::ncu_value;
 pub use report::{CounterDispatch, CounterReport, CounterSample, MetricInfo};
