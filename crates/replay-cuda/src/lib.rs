@@ -22,7 +22,7 @@
 //! | [`tool`] | entry points a runtime calls (`InitializeInjection`'s body) and the tools attached there, the built-in `verify`, `timing` and `counters` of `kreplay run` |
 //! | [`job`] | the process's place in a job: its rank and whether it replays (`KREPLAY_RANKS`), its records streamed to a file of its own and its report written atomically (`KREPLAY_CUDA_OUT_DIR`), another tool's injection chained after ours |
 //! | [`signals`] | for a launcher (`kreplay run`): termination signals passed on to the program's process group, the terminal handed to it |
-//! | [`counters`] | hardware counters of replayed dispatches: CUPTI's range profiler loaded at run time, metric lists compiled into one-pass groups on the host, profiler passes inside replay passes; `__sass_` metrics through the SASS Metrics API in a pass of their own (SPEC §12.1) |
+//! | [`counters`] | hardware counters of replayed dispatches: CUPTI's range profiler loaded at run time, metric lists compiled into one-pass groups on the host, profiler passes inside replay passes; `__sass_` metrics through the SASS Metrics API in a pass of their own (SPEC §12.1); the values go into `replay-report-types`' plain report, never through `replay-report`'s writers (this crate is linked into the preloaded library, which carries no SQLite) |
 //! | [`sys`], [`result`] | raw bindings, checked calls (and the driver loaded and initialised once, [`is_available`]) |
 //!
 //! and, beside the roles: [`launch`] (argument blocks, launch configuration, the raw launch),

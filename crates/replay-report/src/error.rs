@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use replay_report_types::InconsistentReport;
+
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -41,4 +43,11 @@ pub enum ReportError {
     /// Serializing or parsing the JSON form failed.
     #[error("counter report JSON: {0}")]
     Json(#[from] serde_json::Error),
+}
+
+/// [`crate::CounterReport::check`]'s finding, as the writers report it.
+impl From<InconsistentReport> for ReportError {
+    fn from(e: InconsistentReport) -> Self {
+        ReportError::Inconsistent(e.0)
+    }
 }

@@ -5,6 +5,12 @@
 //! (`replay-cuda`'s `counters`) produces a [`CounterReport`]; `kreplay run --tool counters`
 //! and tool authors with their own front end write it out. Nothing here touches a GPU.
 //!
+//! The report's types ([`CounterReport`], [`CounterDispatch`], [`CounterSample`],
+//! [`MetricInfo`], [`SectionRow`]) live below the backends in `replay-report-types` and are
+//! re-exported here: the collector runs inside `libkernel_replay.so`, which `kreplay run`
+//! preloads into every application, and that library must not carry this crate's writers
+//! (SQLite above all). No backend depends on this crate; `kreplay` does.
+//!
 //! The outputs:
 //! - [`table`]: the per-kernel table for the terminal (`table`);
 //! - [`csv()`]: Nsight Compute's `--csv` column layout plus a `Replay Pass` column (`csv`),
@@ -43,21 +49,23 @@ mod html;
 mod json;
 pub mod names;
 mod number;
-mod report;
 mod rocpd;
 pub mod roofline;
 mod table;
 mod write;
 
 pub use csv::{
-    csv, ncu_unit, parse_record, sections_csv, SectionRow, SectionRows, HEADER as CSV_HEADER,
-    RAW_SECTION, SECTION as CSV_SECTION, SECTIONS_HEADER,
+    csv, ncu_unit, parse_record, sections_csv, HEADER as CSV_HEADER, RAW_SECTION,
+    SECTION as CSV_SECTION, SECTIONS_HEADER,
 };
 pub use error::ReportError;
 pub use html::{esc as html_escape, html, OVERVIEW_ID as HTML_OVERVIEW_ID};
 pub use json::{from_json, from_tool_report, to_json, TOOL_MEMBER};
 pub use number::ncu_value;
-pub use report::{CounterDispatch, CounterReport, CounterSample, MetricInfo};
+pub use replay_report_types::{
+    ByPass, CounterDispatch, CounterReport, CounterSample, InconsistentReport, MetricInfo,
+    SampleIndex, SectionRow, SectionRows,
+};
 pub use rocpd::{
     guid_and_uuid, write_rocpd, DISPATCH_CATEGORY, SCHEMA as ROCPD_SCHEMA,
     SCHEMA_VERSION as ROCPD_SCHEMA_VERSION,

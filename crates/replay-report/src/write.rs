@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use crate::csv::{csv, sections_csv, SectionRows};
+use crate::csv::{csv, sections_csv};
 use crate::error::ReportError;
 use crate::html::html;
 use crate::json::to_json;
-use crate::report::CounterReport;
 use crate::rocpd::{temp_beside, write_rocpd};
+use replay_report_types::{CounterReport, SectionRows};
 
 /// The output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
 use replay_core::{DispatchId, DispatchInfo, Outcome, OutcomeRecord};
-use replay_report::{CounterDispatch, CounterReport, CounterSample};
+use replay_report_types::{CounterDispatch, CounterReport, CounterSample};
 
 use super::plan::{CounterError, MetricPlan, Profiler};
 

@@ -38,7 +38,7 @@ use serde_json::json;
 
 use crate::csv::ncu_unit;
 use crate::error::ReportError;
-use crate::report::{CounterDispatch, CounterReport};
+use replay_report_types::{CounterDispatch, CounterReport};
 
 /// The schema, with `{{uuid}}` and `{{guid}}` to substitute.
 pub const SCHEMA: &str = include_str!("schema.sql");
@@ -490,7 +490,7 @@ fn display(d: &CounterDispatch) -> &str {
 }
 
 /// An event's `extdata`: its pass, and the CUDA graph and node it ran from, if any.
-fn extdata(d: &crate::report::CounterDispatch, pass: u32) -> String {
+fn extdata(d: &CounterDispatch, pass: u32) -> String {
     let mut v = json!({"replay_pass": pass});
     if let Some(g) = d.graph {
         v["graph"] = g.into();
