@@ -33,9 +33,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::csv::{ncu_unit, SectionRow, SectionRows};
+use crate::csv::ncu_unit;
+use replay_report_types::{SectionRow, SectionRows};
 use crate::number::ncu_value;
-use crate::report::{CounterDispatch, CounterReport};
+use replay_report_types::{CounterDispatch, CounterReport};
 use crate::roofline::{rooflines, Ceilings, Precision, Roofline};
 
 /// The key section values of the kernel table: (section display name, row label, header).

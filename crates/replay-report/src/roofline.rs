@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::report::CounterReport;
+use replay_report_types::CounterReport;
 
 /// GPU time of the dispatch (ns).
 pub const DURATION: &str = "gpu__time_duration.sum";
