@@ -7,7 +7,7 @@
 //!
 //! `OnLoad`: [`crate::table::bind`] checks the versions and resolves every needed slot first;
 //! any [`crate::result::TableError`] installs nothing, logs why and answers `false`, so the
-//! runtime runs the application untouched. Otherwise [`crate::intercept::install`] saves the
+//! runtime runs the application untouched. Otherwise `crate::intercept::install` saves the
 //! originals (a slot that already holds our wrapper, from an earlier `OnLoad` on the same
 //! table, keeps the original saved then) and writes the wrappers of [`crate::intercept`], and
 //! the tool named by [`TOOL_ENV`] is attached. Where the table has every queue, signal and

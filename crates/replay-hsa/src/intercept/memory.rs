@@ -19,7 +19,7 @@
 //! [`replay_memory::Tracker::record_async_alloc`] is not used here.
 //!
 //! An allocation the runtime refuses for lack of memory while the memory layer holds pooled
-//! backing releases that backing and runs once more (SPEC §7.3, [`allocate_or_release`]).
+//! backing releases that backing and runs once more (SPEC §7.3, `allocate_or_release`).
 
 use std::ffi::c_void;
 use std::panic::catch_unwind;
@@ -55,7 +55,7 @@ fn allocate_or_release(what: &str, alloc: impl Fn() -> hsa_status_t) -> hsa_stat
     alloc()
 }
 
-/// Runs an application allocation through [`allocate_or_release`] and, when it succeeded,
+/// Runs an application allocation through `allocate_or_release` and, when it succeeded,
 /// records the block with the facts `facts` gives (the bookkeeping never fails the call).
 ///
 /// # Safety

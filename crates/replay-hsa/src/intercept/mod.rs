@@ -1,5 +1,5 @@
 //! Interception (SPEC §9.1): the wrappers `OnLoad` installs in the runtime's API table, one
-//! file per API family, and their installation ([`install`]).
+//! file per API family, and their installation (`install`).
 //!
 //! | file | entries wrapped |
 //! |---|---|
@@ -13,7 +13,7 @@
 //! `catch_unwind` guard of its bookkeeping. The classification and the records the wrappers
 //! make are [`crate::tracker`]'s, the queues' state [`crate::queue`]'s.
 //!
-//! [`install`] saves the originals (a slot that already holds our wrapper, from an earlier
+//! `install` saves the originals (a slot that already holds our wrapper, from an earlier
 //! `OnLoad` on the same table, keeps the original saved then), publishes them, then writes the
 //! wrappers; nothing is written until every original is known. Entries installed only as a
 //! group: map / unmap / set-access / address-free (with the other `vmem` entries), lock /
