@@ -34,10 +34,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::csv::ncu_unit;
-use replay_report_types::{SectionRow, SectionRows};
 use crate::number::ncu_value;
-use replay_report_types::{CounterDispatch, CounterReport};
 use crate::roofline::{rooflines, Ceilings, Precision, Roofline};
+use replay_report_types::{CounterDispatch, CounterReport};
+use replay_report_types::{SectionRow, SectionRows};
 
 /// The key section values of the kernel table: (section display name, row label, header).
 pub const KEY_SECTION_VALUES: &[(&str, &str, &str)] = &[
