@@ -40,13 +40,13 @@ mod table;
 mod write;
 
 pub use csv::{
-    csv, ncu_unit, parse_record, sections_csv, SectionRow, SectionRows, HEADER as CSV_HEADER,
-    RAW_SECTION, SECTION as CSV_SECTION, SECTIONS_HEADER,
+    csv, ncu_unit, parse_record, sections_csv, SectionRow, SectionRows, DISPATCH_COLUMNS,
+    HEADER as CSV_HEADER, RAW_SECTION, SECTION as CSV_SECTION, SECTIONS_HEADER,
 };
 pub use error::ReportError;
 pub use json::{from_json, from_tool_report, to_json, TOOL_MEMBER};
 pub use number::ncu_value;
-pub use report::{CounterDispatch, CounterReport, CounterSample, MetricInfo};
+pub use report::{CounterDispatch, CounterReport, CounterSample, MetricInfo, WindowPhases};
 pub use rocpd::{
     guid_and_uuid, write_rocpd, DISPATCH_CATEGORY, SCHEMA as ROCPD_SCHEMA,
     SCHEMA_VERSION as ROCPD_SCHEMA_VERSION,
