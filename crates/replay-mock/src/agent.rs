@@ -15,7 +15,8 @@
 //!   ([`crate::SimMemory`]'s `order_after`): the restore is ordered on the device.
 //!
 //! - `graph_node` names the graph node [`with_graph_node`] set on the submitting thread, as a
-//!   backend that unrolls a graph does for each kernel node it runs.
+//!   backend that unrolls a graph does for each kernel node it runs (the test double
+//!   `InstantAgent` does the same).
 //!
 //! The calls also feed the recorder (window-facing events, in call order) and the invariant
 //! checker (window open/closed per agent, wait durations on the simulator's clock).
@@ -40,6 +41,12 @@ pub use crate::state::SIM_CAPABILITIES;
 thread_local! {
     static GRAPH_NODE: std::cell::Cell<Option<replay_core::GraphNode>> =
         const { std::cell::Cell::new(None) };
+}
+
+/// The tag [`with_graph_node`] set on this thread, if any (the agents' `graph_node`, the
+/// test doubles' too).
+pub(crate) fn current_graph_node() -> Option<replay_core::GraphNode> {
+    GRAPH_NODE.try_with(std::cell::Cell::get).ok().flatten()
 }
 
 /// Runs `f` with every dispatch this thread submits meanwhile tagged as `node` of a graph
@@ -213,7 +220,7 @@ impl Agent for SimAgent {
     }
 
     fn graph_node(&self) -> Option<replay_core::GraphNode> {
-        GRAPH_NODE.try_with(std::cell::Cell::get).ok().flatten()
+        current_graph_node()
     }
 
     fn device_description(&self) -> replay_core::DeviceDescription {
