@@ -49,16 +49,16 @@ pub fn dispatch(
 pub fn phases() -> replay_report::WindowPhases {
     replay_report::WindowPhases {
         window: 0.015625,
-        drain: 0.000976_562_5,
-        plan: 0.000488_281_25,
+        drain: 0.000_976_562_5,
+        plan: 0.000_488_281_25,
         capture: 0.001953_125,
-        launch: 0.000244_140_625,
+        launch: 0.000_244_140_625,
         wait: 0.0078125,
-        check: 0.000488_281_25,
+        check: 0.000_488_281_25,
         restore: 0.001953_125,
-        callbacks: 0.000976_562_5,
-        finish: 0.000732_421_875,
-        config_enter: 0.000122_070_312_5,
+        callbacks: 0.000_976_562_5,
+        finish: 0.000_732_421_875,
+        config_enter: 0.000_122_070_312_5,
     }
 }
 
