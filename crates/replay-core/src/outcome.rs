@@ -26,8 +26,10 @@
 //!
 //! Every record has the window's time by phase (`phases`, [`crate::phases`]), and a dispatch
 //! the backend ran as a node of a graph (a CUDA graph unrolled node by node) names it
-//! (`graph`, a [`GraphNode`]: graph, node, graph launch; absent in JSON otherwise). The
-//! backend names it through [`crate::Agent::graph_node`] when the window opens.
+//! (`graph`, a [`GraphNode`]: graph, node, graph launch; absent in JSON otherwise), where
+//! its agent names it through [`crate::Agent::graph_node`] when the window opens (the
+//! simulator does; the CUDA interception keeps its node tag on the running thread, which its
+//! built-in tools, its counter collection and the C ABI's outcome views read).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -480,16 +480,6 @@ impl Agent for CudaAgent {
         })
     }
 
-    fn graph_node(&self) -> Option<replay_core::GraphNode> {
-        // The window runs on the thread that runs the graph's kernel node.
-        crate::state::graph::current_node().map(|t| replay_core::GraphNode {
-            graph: t.graph,
-            node: (t.node != u32::MAX).then_some(t.node),
-            launch: t.launch,
-            serialized: t.serialized,
-        })
-    }
-
     fn device_description(&self) -> replay_core::DeviceDescription {
         let info = self.device.info();
         replay_core::DeviceDescription {
