@@ -1278,6 +1278,15 @@ kreplay_status_t kreplay_sim_dispatch(kreplay_sim_t sim, uint32_t agent, uint32_
 kreplay_status_t kreplay_sim_wait(kreplay_sim_dispatch_t dispatch, kreplay_sim_result_t* result);
 
 /**
+ * Tags every kreplay_sim_dispatch() this thread makes from now on, on any simulator, as the
+ * graph node `*node` (copied; NULL removes the tag), as a GPU backend unrolling a graph does
+ * for each kernel node: the dispatches' outcomes then answer kreplay_outcome_graph_node()
+ * with it, and their JSON has it as `graph`. Lets a tool test its graph handling without a GPU.
+ * Errors: BAD_SIZE, BAD_ARGUMENT (`graph` 0, `serialized` not 0/1, misaligned), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_graph_node_set(const kreplay_graph_node_t* node);
+
+/**
  * Selects the counter group executions on `agent` collect from now on
  * (KREPLAY_SIM_COUNTER_NONE: none). A tool calls it in PASS ENTER with the group of that pass:
  * the pass is submitted after PASS ENTER returns.

@@ -1569,6 +1569,56 @@ static kreplay_sim_t kr_check_sim_replay(kr_contexts* c, kr_tool* t) {
     kr_check_sim_dispatch_inputs(sim, scratch, &w, t);
     kr_check_sim_faults_and_counters(sim, &w, t, seen->dispatch_id);
 
+    /* A dispatch tagged as a graph's node: CONFIG EXIT reads its graph, node and launch. */
+    {
+        kreplay_graph_node_t node;
+        kreplay_sim_result_t r;
+        kreplay_sim_kernel_t k;
+        uint64_t cell = 0;
+        KR_OK(kreplay_sim_kernel_create(scratch, "increment_u64", &k));
+        KR_OK(kreplay_sim_alloc(scratch, 0, 8, KREPLAY_SIM_MEMORY_DEVICE_COARSE, &cell));
+        memset(&node, 0, sizeof(node));
+        node.size = sizeof(node);
+        KR_EXPECT(kreplay_sim_graph_node_set(&node), KREPLAY_STATUS_BAD_ARGUMENT); /* graph 0 */
+        KR_ERROR_MENTIONS("graph");
+        node.graph = 3;
+        node.node = 5;
+        node.launch = 2;
+        node.serialized = 2;
+        KR_EXPECT(kreplay_sim_graph_node_set(&node), KREPLAY_STATUS_BAD_ARGUMENT);
+        node.serialized = 1;
+        node.size = 8;
+        KR_EXPECT(kreplay_sim_graph_node_set(&node), KREPLAY_STATUS_BAD_SIZE);
+        node.size = sizeof(node);
+        KR_OK(kreplay_sim_graph_node_set(&node));
+        kr_tool_reset(t);
+        KR_OK(kr_run(scratch, k, cell, 1, 0, 0, 1, &r));
+        KR_OK(kreplay_sim_graph_node_set(NULL));
+        KR_CHECK(r.outcome == KREPLAY_OUTCOME_REPLAYED && r.executed_passes == 4);
+        KR_EXPECT(t->graph_status, KREPLAY_STATUS_OK);
+        KR_CHECK(t->graph.size == sizeof(node) && t->graph.graph == 3 && t->graph.node == 5 &&
+                 t->graph.launch == 2 && t->graph.serialized == 1);
+        /* A whole graph as one workload: no node. */
+        node.node = KREPLAY_GRAPH_NODE_NONE;
+        node.serialized = 0;
+        KR_OK(kreplay_sim_graph_node_set(&node));
+        kr_tool_reset(t);
+        KR_OK(kr_run(scratch, k, cell, 1, 0, 0, 1, &r));
+        KR_OK(kreplay_sim_graph_node_set(NULL));
+        KR_EXPECT(t->graph_status, KREPLAY_STATUS_OK);
+        KR_CHECK(t->graph.node == KREPLAY_GRAPH_NODE_NONE && t->graph.serialized == 0);
+        /* Untagged again: not a graph node. */
+        kr_tool_reset(t);
+        KR_OK(kr_run(scratch, k, cell, 1, 0, 0, 1, &r));
+        KR_EXPECT(t->graph_status, KREPLAY_STATUS_NOT_FOUND);
+        KR_EXPECT(t->phases_status, KREPLAY_STATUS_OK);
+        {
+            uint64_t v = 0;
+            KR_OK(kreplay_sim_read(scratch, cell, &v, sizeof(v)));
+            KR_CHECK(v == 3); /* three dispatches, each one execution's worth */
+        }
+    }
+
     /* Destroy: every handle of the simulator goes stale. */
     KR_OK(kreplay_sim_kernel_create(scratch, "increment_u64", &stale_kernel));
     KR_OK(kreplay_sim_alloc(scratch, 0, 8, KREPLAY_SIM_MEMORY_DEVICE_COARSE, &a));

@@ -49,6 +49,12 @@ pub(crate) fn current_graph_node() -> Option<replay_core::GraphNode> {
     GRAPH_NODE.try_with(std::cell::Cell::get).ok().flatten()
 }
 
+/// Tags every dispatch this thread submits from now on as `node` of a graph (`None`: no
+/// tag), as [`with_graph_node`] does for a closure; returns the tag it replaces.
+pub fn set_graph_node(node: Option<replay_core::GraphNode>) -> Option<replay_core::GraphNode> {
+    GRAPH_NODE.with(|c| c.replace(node))
+}
+
 /// Runs `f` with every dispatch this thread submits meanwhile tagged as `node` of a graph
 /// (the record's `graph`), as a backend running a graph node by node tags its nodes' kernels;
 /// the previous tag comes back afterwards (also on unwind).
