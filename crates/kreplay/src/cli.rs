@@ -50,6 +50,8 @@ pub enum Command {
     /// `kreplay capture ARGS...`: the arguments after `capture`, as given, for
     /// [`crate::capture::main`].
     Capture(Vec<String>),
+    /// `kreplay report FILE --html OUT`.
+    Report(ReportArgs),
     /// `--help` (or `-h`, or `kreplay help [COMMAND]`) on any command: the text to print.
     Help(String),
     /// `kreplay --version`: the text to print.
@@ -65,6 +67,7 @@ const USAGE: &str = "kreplay demo [--passes N] [--json] [--inject FAULT] [--scop
   kreplay bench --backend cuda merge FILE... --out FILE
   kreplay bench --backend cuda app --alloc-gib N --kernel-mib M [--buffers 4]
   kreplay run [OPTIONS] -- APP ARGS...
+  kreplay report FILE.json --html OUT.html
   kreplay help [COMMAND] | --help | COMMAND --help
   kreplay --version";
 
@@ -82,6 +85,9 @@ JSON results of several runs, `app` is the child process the ncu case profiles. 
 simulator's benches are `cargo bench -p replay-mock`.
 
 run runs an unmodified CUDA application under replay; `kreplay run --help` shows its options.
+
+report turns a counters JSON (`kreplay run --tool counters --out FILE.json`) into the HTML
+report that `--out FILE.html` writes.
 
 replay re-runs captured dispatches (`kreplay demo --capture DIR`) standalone and checks their
 outputs against the captured ones.";
@@ -101,6 +107,13 @@ Runs the program as `kreplay run --tool verify --passes 2` does and writes the c
 first pass to DIR (a new or empty folder): manifest.json, the code image as loaded, every
 region of the snapshot scope before and after the pass. The program's output and exit status
 are unchanged; exit 1 when nothing was captured (the reason is printed).";
+
+const REPORT_AFTER: &str = "\
+FILE is what `kreplay run --tool counters --out FILE.json` wrote (or the library's whole JSON
+report, with its `counters` member). OUT gets the page `--out OUT.html` would have: the kernel
+table sortable by column, the roofline charts, each dispatch's sections and raw metrics. The
+section rows are those of every Nsight Compute section whose metrics FILE holds. A FILE that
+cannot be read or parsed is exit 2; a page that cannot be written, exit 1.";
 
 const DEMO_AFTER: &str = "\
 Policy comes from the demo's defaults (scope all, restore full, 250 ms drain and pass
@@ -172,6 +185,20 @@ enum Sub {
     /// Runs an unmodified CUDA application and captures one launch to a folder.
     #[command(help_template = TEMPLATE, after_help = CAPTURE_AFTER, args_override_self = true)]
     Capture(Box<crate::capture::CaptureOpts>),
+    /// Writes the HTML report of a saved counters JSON.
+    #[command(help_template = TEMPLATE, after_help = REPORT_AFTER, args_override_self = true)]
+    Report(ReportArgs),
+}
+
+/// Options of `kreplay report`.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct ReportArgs {
+    /// A counters JSON (`kreplay run --tool counters --out FILE.json`).
+    #[arg(value_name = "FILE")]
+    pub file: std::path::PathBuf,
+    /// The HTML page to write.
+    #[arg(long, value_name = "OUT", required = true)]
+    pub html: std::path::PathBuf,
 }
 
 /// Tools `kreplay replay` runs.
@@ -301,7 +328,7 @@ pub enum CliError {
     #[error("no command given; try `kreplay demo` or `kreplay help`")]
     NoCommand,
     /// An unknown command.
-    #[error("unknown command {0:?}; commands: demo, bench, run, replay, help")]
+    #[error("unknown command {0:?}; commands: demo, bench, run, replay, capture, report, help")]
     UnknownCommand(String),
     /// `kreplay bench` without `--backend`.
     #[error("`kreplay bench` needs --backend BACKEND; accepted: {BENCH_BACKENDS_EXPECTED}")]
@@ -387,6 +414,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, UsageEr
         Sub::Replay(a) => Ok(Command::Replay(a)),
         // As `run`: the program's arguments are taken from the command line itself.
         Sub::Capture(_) => Ok(Command::Capture(args[1..].to_vec())),
+        Sub::Report(a) => Ok(Command::Report(a)),
     }
 }
 
@@ -497,7 +525,8 @@ pub(crate) fn run_error(e: &clap::Error) -> String {
 fn from_clap(e: &clap::Error, first: Option<&str>) -> Result<Command, UsageError> {
     // The command concerned: every error below the top level is about the subcommand the
     // first argument names (the top level takes no option with a value).
-    let command = first.filter(|c| ["demo", "bench", "run", "replay", "capture"].contains(c));
+    let command =
+        first.filter(|c| ["demo", "bench", "run", "replay", "capture", "report"].contains(c));
     let error = match e.kind() {
         ErrorKind::DisplayHelp => return Ok(Command::Help(e.render().to_string())),
         ErrorKind::DisplayVersion => return Ok(Command::Version(e.render().to_string())),
@@ -531,6 +560,11 @@ fn from_clap(e: &clap::Error, first: Option<&str>) -> Result<Command, UsageError
                 }
             }
         }
+        // clap's text puts the missing arguments on the lines after the first.
+        ErrorKind::MissingRequiredArgument => CliError::Other(format!(
+            "missing {}",
+            context_str(e, ContextKind::InvalidArg).unwrap_or_else(|| "an argument".into())
+        )),
         _ => {
             let text = e.render().to_string();
             let first_line = text.lines().next().unwrap_or_default();
@@ -723,6 +757,20 @@ mod tests {
         );
         let e = p(&["demo", "--json=yes"]).unwrap_err();
         assert!(e.to_string().contains("--json"), "{e}");
+    }
+
+    #[test]
+    fn report_takes_a_file_and_the_page_to_write() {
+        assert_eq!(
+            p(&["report", "c.json", "--html", "c.html"]),
+            Ok(Command::Report(ReportArgs {
+                file: "c.json".into(),
+                html: "c.html".into(),
+            }))
+        );
+        let e = p(&["report", "c.json"]).unwrap_err().to_string();
+        assert!(e.contains("missing") && e.contains("--html"), "{e}");
+        assert!(help(&["report", "--help"]).contains("kreplay report"));
     }
 
     #[test]

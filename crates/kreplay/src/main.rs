@@ -5,7 +5,8 @@
 //! runs the CUDA backend's checks and measurements on a real GPU ([`replay_bench`]);
 //! `kreplay run` runs an unmodified CUDA application under replay; `kreplay demo --capture DIR`
 //! captures the demo's replayed dispatches ([`replay_capture`], SPEC §13) and
-//! `kreplay replay DIR` replays them standalone and checks their outputs. The command line is parsed
+//! `kreplay replay DIR` replays them standalone and checks their outputs; `kreplay report FILE
+//! --html OUT` writes the HTML report of a saved counters JSON ([`report`]). The command line is parsed
 //! in [`cli`] (clap's derive API); `--help` works on every command.
 //!
 //! Bad input never panics: an argument or a `KREPLAY_*` value that is not UTF-8 is an error
@@ -21,6 +22,7 @@ mod cli;
 mod collect;
 mod demo;
 mod replay;
+mod report;
 mod run;
 mod template;
 
@@ -120,6 +122,19 @@ fn run() -> ExitCode {
             let code = replay_bench::main_with_args(b.args, me);
             ExitCode::from(u8::try_from(code).unwrap_or(EXIT_FAILED))
         }
+        cli::Command::Report(a) => match report::run(&a) {
+            Ok(n) => {
+                say(format_args!(
+                    "kreplay report: {} ({n} dispatch(es))",
+                    a.html.display()
+                ));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                say(format_args!("kreplay report: {e}"));
+                ExitCode::from(e.exit_code())
+            }
+        },
         cli::Command::Replay(a) => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

@@ -3,7 +3,7 @@
 //! ```text
 //! kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] [--set NAME]
 //!             [--kernel-include P] [--kernel-exclude P] [--dispatch-range R]
-//!             [--out FILE.json|FILE.csv] [--library PATH] [--check-launches] [--ranks LIST]
+//!             [--out FILE.json|FILE.csv|FILE.html] [--library PATH] [--check-launches] [--ranks LIST]
 //!             -- APP ARGS...
 //! ```
 //!
@@ -34,8 +34,11 @@
 //! (the processes, their summaries summed, the kernels, then every record with its process
 //! and rank, read again from the files) or one CSV row per dispatch and pass. When the reports
 //! hold counters (member `counters`), the counters' table follows and `--out` gets them
-//! instead, one file per process, in the format its extension names (`.csv`, `.json`, `.db`:
-//! `replay_report::write_counters`; an unknown extension is refused before the program starts).
+//! instead, one file per process, in the format its extension names (`.csv`, `.json`, `.db`,
+//! `.html`: `replay_report::write_counters`; an unknown extension is refused before the
+//! program starts). An `.html` is one self-contained page: the kernels sortable by column,
+//! roofline charts, each dispatch's sections (`kreplay report FILE.json --html OUT.html` makes
+//! the same page later from a saved `.json`).
 //! When sections were asked (`--section`, or `--set` naming one of Nsight Compute's sets), a
 //! `.csv` is `replay_report::sections_csv`: each launch's section rows under ncu's display
 //! names, `ID` the launch's index from 0 (`replay_cuda::counters::display`), then the raw
@@ -107,7 +110,7 @@ pub struct RunArgs {
 
 /// Usage of `kreplay run`.
 pub const USAGE: &str = "usage: kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] \
-[--set NAME] [--section NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv] \
+[--set NAME] [--section NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv|FILE.html] \
 [--library PATH] [--check-launches] [--ranks LIST] [--graph-profiling node|graph|off] -- APP ARGS...
        kreplay run --list-sass [--metrics LIST] [--set NAME]";
 
@@ -141,7 +144,7 @@ pub struct RunOpts {
     /// Replay only the dispatches in R (KREPLAY_DISPATCH_RANGE).
     #[arg(long = "dispatch-range", value_name = "R")]
     pub range: Option<String>,
-    /// Output file: .json or .csv (counters: .csv, .json, .db). A name template: %p pid,
+    /// Output file: .json or .csv (counters: .csv, .json, .db, .html). A name template: %p pid,
     /// %h host, %q{NAME} a variable's value, %i lowest free number, %rank% rank, %% a %;
     /// processes whose names come out equal share one file.
     #[arg(long, value_name = "FILE", value_parser = out_value)]
@@ -1429,7 +1432,7 @@ mod tests {
             e.contains("c.xlsx") && e.contains(".csv, .json, .db"),
             "{e}"
         );
-        for ok in ["c.csv", "c.json", "c.db"] {
+        for ok in ["c.csv", "c.json", "c.db", "c.html"] {
             a.out = Some(PathBuf::from(ok));
             assert!(check_out(&a).is_ok(), "{ok}");
         }
@@ -1568,6 +1571,31 @@ mod tests {
         let text = std::fs::read_to_string(&out).unwrap();
         assert!(text.starts_with(replay_report::CSV_HEADER));
         assert!(!text.contains("GPU Speed Of Light Throughput"));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn an_html_out_gets_the_page_with_the_section_rows() {
+        let a = parse(&s(&[
+            "--tool", "counters", "--set", "full", "--out", "k.html", "--", "app",
+        ]))
+        .unwrap();
+        assert!(check_out(&a).is_ok());
+        let tool = full_set_report(&a.metric_list());
+        let d = std::env::temp_dir().join(format!("kreplay-html-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let out = d.join("k.html");
+        let o = counters_output(&a, &tool, Some(&out)).unwrap().unwrap();
+        assert_eq!(o.written.unwrap().unwrap(), replay_report::Format::Html);
+        let page = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(page.matches("<tr data-dispatch=").count(), 2, "{page}");
+        // The table's key values and each dispatch's sections come from the section rows.
+        assert!(page.contains(">SM %</th>"), "{page}");
+        let d11 = &page[page.find("<details id=\"d-11\"").unwrap()..];
+        assert!(
+            d11.contains("<tr><td>Duration</td><td>ns</td><td class=\"num\">11,000</td>"),
+            "{d11}"
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 

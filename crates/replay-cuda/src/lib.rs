@@ -17,12 +17,12 @@
 //! | [`queue`] | the streams the backend knows and owns, stream capture, what a copy submitted to a stream looks like, completion events and timers |
 //! | [`tracker`] | allocation API reporting to [`replay_memory::Tracker`] with the classes of SPEC §7.1 |
 //! | [`module`] | code objects: NVRTC compilation, cubin loading, kernel names and parameter layouts, module globals from the ELF symbol table |
-//! | [`intercept`] | where an unmodified application hands the backend a submission: wrappers of the driver's launch, allocation, free, copy and memset entries, handed out by `dlsym` and `cuGetProcAddress` |
-//! | [`state`] | process-wide state of the interception: backends per device, tracker, streams seen, layouts, counts by kind; the hooks that run the window |
+//! | [`intercept`] | where an unmodified application hands the backend a submission: the wrapper table (`intercept/mod.rs`: the driver's entries, their wrappers under `catch_unwind`, handed out by `dlsym` and `cuGetProcAddress`) and the hooks by API family: `launch` (`run_launch` and the launch entries), `memory` (allocations, frees, host registration), `vmem` (virtual-memory mappings), `copy` (gated copies and memsets), `code` (module and library unloads, naming the loads of `state::images`), `stream` (streams and captures), `context` (context life), `gate` (write gates) |
+//! | [`state`] | process-wide state of the interception: on or off, the service, backends per device, tracker, streams and captures seen, mapping handles, layouts, counts by kind; beside it the state of one concern each with that concern's hooks: [`state::graph`] (graphs), [`state::images`] (loaded code images), [`state::unseen`] (writes no snapshot sees), [`state::context`] (context life) |
 //! | [`tool`] | entry points a runtime calls (`InitializeInjection`'s body) and the tools attached there, the built-in `verify`, `timing` and `counters` of `kreplay run` |
 //! | [`job`] | the process's place in a job: its rank and whether it replays (`KREPLAY_RANKS`), its records streamed to a file of its own and its report written atomically (`KREPLAY_CUDA_OUT_DIR`), another tool's injection chained after ours |
 //! | [`signals`] | for a launcher (`kreplay run`): termination signals passed on to the program's process group, the terminal handed to it |
-//! | [`counters`] | hardware counters of replayed dispatches: CUPTI's range profiler loaded at run time, metric lists compiled into one-pass groups on the host, profiler passes inside replay passes; `__sass_` metrics through the SASS Metrics API in a pass of their own (SPEC §12.1) |
+//! | [`counters`] | hardware counters of replayed dispatches: CUPTI's range profiler loaded at run time, metric lists compiled into one-pass groups on the host, profiler passes inside replay passes; `__sass_` metrics through the SASS Metrics API in a pass of their own (SPEC §12.1); the values go into `replay-report-types`' plain report, never through `replay-report`'s writers (this crate is linked into the preloaded library, which carries no SQLite) |
 //! | [`sys`], [`result`] | raw bindings, checked calls (and the driver loaded and initialised once, [`is_available`]) |
 //!
 //! and, beside the roles: [`launch`] (argument blocks, launch configuration, the raw launch),
@@ -30,8 +30,9 @@
 //! [`backend`], the library API on top: one [`CudaBackend`] per device ties the roles
 //! together, and [`CudaBackend::launch`] runs a launch under replay.
 //!
-//! Dependencies point one way: `tool` uses `state`, `state` uses `intercept`'s types and
-//! `backend`; `backend` uses the roles, `agent` uses `memory`, `module`, `queue` and `launch`;
+//! Dependencies point one way: `tool` uses `intercept` and `state`; `intercept`'s hooks use
+//! `state` (and `state::graph` uses the launch, stream and gate hooks of `intercept`), `state`
+//! uses `backend`; `backend` uses the roles, `agent` uses `memory`, `module`, `queue` and `launch`;
 //! `memory` uses `module`, `queue` and `launch`; `tracker` uses `queue`; every role uses
 //! `device`, `error`, `result` and `sys`, which import no role.
 //!
@@ -184,7 +185,7 @@
 //! through a wrapper where libcupti is found. Not yet: array copies, `cuMemcpyBatchAsync`,
 //! parameter tables of PTX images (they have none: the driver or `extra` describes their
 //! launches), fat-binary wrappers of version 2, a library's globals before one of its kernels
-//! runs. See [`state`] for what each of those means for a run.
+//! runs. See [`intercept`] and [`state`] for what each of those means for a run.
 //!
 //! ## Writes the snapshot cannot see, and context life (SPEC §9.2)
 //!

@@ -25,7 +25,7 @@
 //!   and says which metrics); it asks for the plan's passes, or `KREPLAY_CUDA_PASSES` if more.
 //!   Values are measured as the policy leaves the caches: `kreplay run` sets
 //!   `KREPLAY_CACHE_CONTROL=flush` (Nsight Compute's default) unless it is set. The report's
-//!   `counters` member is a serialized `replay_report::CounterReport`; `counter_plan` says
+//!   `counters` member is a serialized `replay_report_types::CounterReport`; `counter_plan` says
 //!   which metrics share which pass, `counter_errors` what could not be collected.
 //!
 //! Under `kreplay capture` (`KREPLAY_CUDA_CAPTURE_DIR` set) the built-in tool also asks for

@@ -27,7 +27,7 @@ use replay_cuda::counters::{
 };
 use replay_mock::double::InstantAgent;
 use replay_mock::instant::InstantSnapshotter;
-use replay_report::CounterSample;
+use replay_report_types::CounterSample;
 
 const PER_PASS: usize = 4;
 const CHIP: &str = "GH100";
@@ -656,7 +656,7 @@ fn the_window_asks_for_the_plans_passes_and_each_value_comes_from_the_pass_it_is
     // Not a graph's node.
     assert_eq!((cd.graph, cd.node, cd.graph_launch), (None, None, None));
     // Round trip through the report's JSON.
-    let back: replay_report::CounterReport =
+    let back: replay_report_types::CounterReport =
         serde_json::from_str(&serde_json::to_string(&rep).unwrap()).unwrap();
     assert_eq!(back, rep);
 }

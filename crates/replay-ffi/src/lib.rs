@@ -5,6 +5,11 @@
 //! entry points and the CUDA injection entry point — are all exported by the single library
 //! this crate builds: `libkernel_replay.so` (and `.a`), with `include/kernel_replay.h`.
 //!
+//! `kreplay run` preloads that library into every application, so it carries nothing it does
+//! not need there: no output writer and no SQLite, whatever its features (the CUDA counter
+//! collection fills `replay-report-types`' plain types; `replay-report`, with the rocpd SQLite
+//! writer, is `kreplay`'s). `tests/no_sqlite.rs` reads the built library's symbol tables.
+//!
 //! ## Layers
 //!
 //! - [`sys`]: the raw `#[repr(C)]` types and constants, named and laid out exactly as in the

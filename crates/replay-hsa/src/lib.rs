@@ -27,12 +27,16 @@
 //!    backend (install record, tracker, agents), the service, the async-events thread, the
 //!    memory engines.
 //! 3. The roles, named as in every backend: [`queue`] (packets, the intercepted queues,
-//!    completion tracking), [`tracker`] (the allocation wrappers, the SPEC §7.1
-//!    classification, the copy fence), [`module`] (code objects: module variables, and kernel
+//!    completion tracking), [`tracker`] (the SPEC §7.1 classification, the records the
+//!    wrappers make, the copy fence), [`module`] (code objects: module variables, and kernel
 //!    names in [`module::kernels`]), [`memory`] (the memory layer's copies and digests),
 //!    [`agent`] (the `Agent` of one submission).
-//! 4. The entry points: [`intercept`] (the queue wrappers and the write interceptor) and
-//!    [`tool`] (`OnLoad` / `OnUnload`, the attached C/C++ or Rust tool, the diagnostics).
+//! 4. The entry points: [`intercept`] (the wrappers installed in the runtime's API table, one
+//!    file per API family: [`intercept::memory`] allocations, frees, host locks and IPC,
+//!    [`intercept::vmem`] virtual memory, [`intercept::copy`] copies and fills,
+//!    [`intercept::code`] executable destruction, [`intercept::queue`] the queue wrappers and
+//!    the write interceptor; `intercept/mod.rs` installs them) and [`tool`] (`OnLoad` /
+//!    `OnUnload`, the attached C/C++ or Rust tool, the diagnostics).
 //!
 //! ## What this stage does, and what it does not
 //!
@@ -47,17 +51,17 @@
 //! is recorded for every GPU agent, so an argument pointing into it is found) and the copy
 //! fence. The copies, core `hsa_memory_copy` and AMD `hsa_amd_memory_fill` run holding the
 //! reader side of every GPU agent they write (SPEC §6 step 4: a window's restore never undoes
-//! them; [`tracker`] says what is gated and what cannot be); and core
+//! them; [`intercept::copy`] says what is gated and what cannot be); and core
 //! `hsa_executable_destroy`, so an unloaded executable's kernels are forgotten
-//! ([`module::kernels`]). It then attaches the tool: the C/C++ library named by
-//! `KREPLAY_HSA_TOOL`, or one built into the shared object itself ([`tool`] documents the
-//! symbols).
+//! ([`intercept::code`], [`module::kernels`]). It then attaches the tool: the C/C++ library
+//! named by `KREPLAY_HSA_TOOL`, or one built into the shared object itself ([`tool`] documents
+//! the symbols).
 //!
 //! When the table also has the queue, signal and interception entries (all of them;
 //! [`table::QueueSlots`]), `hsa_queue_create` and `hsa_queue_destroy` are wrapped too: queues
-//! are created as intercepting queues with the write interceptor of [`intercept`], which runs
-//! the replay window (SPEC §6) for a submission of exactly one kernel dispatch through the
-//! service given with [`set_service`] (the shared object gives its one service), with
+//! are created as intercepting queues with the write interceptor of [`intercept::queue`],
+//! which runs the replay window (SPEC §6) for a submission of exactly one kernel dispatch
+//! through the service given with [`set_service`] (the shared object gives its one service), with
 //! [`agent::QueueAgent`] as the agent and a [`replay_memory::MemoryEngine`] per agent over
 //! [`memory::HsaMemory`] (asynchronous copies through the original
 //! `hsa_amd_memory_async_copy` on reused completion signals, host digests, `restore=full`,
@@ -66,7 +70,7 @@
 //! segment size ([`module::kernels::kernarg_segment_size`]).
 //! Signal-wait timeouts are converted to the runtime's timestamp ticks.
 //!
-//! What the window gates and what a tool sees ([`intercept`], [`agent`]): the interceptor
+//! What the window gates and what a tool sees ([`intercept::queue`], [`agent`]): the interceptor
 //! never blocks (what cannot run now is parked per queue, in order, and flushed when the
 //! window ends); every submission it does not replay is written under the reader side of the
 //! agent's gate; tool work is what runs on a tool's queue (created from a callback, or
@@ -95,7 +99,7 @@
 //! - **IPC.** A block imported from another process (`hsa_amd_ipc_memory_attach`) and a local
 //!   block exported to others (`hsa_amd_ipc_memory_create`) are `IPC_IMPORTED`: peers write
 //!   them during a window, so they are never captured, and a kernel whose argument points into
-//!   one declines `untracked_memory` ([`tracker`]).
+//!   one declines `untracked_memory` ([`intercept::memory`]).
 //! - **Imported virtual-memory handles** (`hsa_amd_vmem_import_shareable_handle`) map as
 //!   uncapturable memory: an argument into them declines.
 //!

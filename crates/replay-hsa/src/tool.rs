@@ -6,13 +6,14 @@
 //! `hsa` feature), which calls [`on_load`] and [`on_unload`] under `catch_unwind`.
 //!
 //! `OnLoad`: [`crate::table::bind`] checks the versions and resolves every needed slot first;
-//! any [`TableError`] installs nothing, logs why and answers `false`, so the runtime runs the
-//! application untouched. Otherwise the originals are saved (a slot that already holds our
-//! wrapper, from an earlier `OnLoad` on the same table, keeps the original saved then), the
-//! wrappers of [`crate::tracker`] are written, and the tool named by [`TOOL_ENV`] is attached.
-//! Where the table has every queue, signal and interception entry, `hsa_queue_create` and
-//! `hsa_queue_destroy` are wrapped as well ([`crate::intercept`]); the interceptor submits to
-//! the service given with [`crate::state::set_service`] (none set: every packet passes through).
+//! any [`crate::result::TableError`] installs nothing, logs why and answers `false`, so the
+//! runtime runs the application untouched. Otherwise `crate::intercept::install` saves the
+//! originals (a slot that already holds our wrapper, from an earlier `OnLoad` on the same
+//! table, keeps the original saved then) and writes the wrappers of [`crate::intercept`], and
+//! the tool named by [`TOOL_ENV`] is attached. Where the table has every queue, signal and
+//! interception entry, `hsa_queue_create` and `hsa_queue_destroy` are wrapped as well
+//! ([`crate::intercept::queue`]); the interceptor submits to the service given with
+//! [`crate::state::set_service`] (none set: every packet passes through).
 //!
 //! Attaching a C or C++ tool: `KREPLAY_HSA_TOOL=/path/libtool.so` names a shared library that
 //! links `libkernel_replay` (so it shares this library's one instance) and exports
@@ -32,17 +33,13 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::module::kernels;
-use crate::result::TableError;
-use crate::state::{backend, AttachedTool, Backend, Installed, LoaderFns, Originals, QueueFns};
-use crate::sys;
-use crate::table::{self, Bound, Slot};
-use crate::tracker::{self as wrap, copy_fence};
+use crate::state::{backend, AttachedTool, Backend};
+use crate::table;
+use crate::tracker::copy_fence;
 use crate::{intercept, queue};
 
 /// The environment variable naming the tool library `OnLoad` attaches.
@@ -97,350 +94,6 @@ impl Backend {
     }
 }
 
-/// The original in a slot: the value there, unless it is our own wrapper (an earlier `OnLoad`
-/// on this same table), in which case the original saved then.
-///
-/// # Safety
-///
-/// 1. The slot's table is alive.
-unsafe fn original<F: Copy>(
-    slot: &Slot<F>,
-    ours: Option<F>,
-    previous: Option<F>,
-    as_addr: impl Fn(F) -> usize,
-) -> Result<F, TableError> {
-    // SAFETY: the caller's item 1; `bind` checked the slot is inside the table and not NULL.
-    let current = unsafe { slot.get() }.ok_or(TableError::NullEntry {
-        table: "api",
-        entry: slot.name,
-    })?;
-    if ours.is_none_or(|w| as_addr(w) != as_addr(current)) {
-        return Ok(current);
-    }
-    previous.ok_or(TableError::AlreadyWrapped {
-        table: "api",
-        entry: slot.name,
-    })
-}
-
-/// Saves the originals of `bound` and installs the wrappers. Nothing is written until every
-/// original is known.
-///
-/// # Safety
-///
-/// 1. The table `bound` was bound from is alive and not used concurrently.
-unsafe fn install(bound: &Bound, runtime_version: u64) -> Result<Installed, TableError> {
-    let e = &bound.entries;
-    let prev = backend().originals();
-    let p = prev.as_deref();
-    macro_rules! orig {
-        ($slot:expr, $wrapper:expr, $field:ident) => {{
-            // SAFETY: the caller's item 1.
-            unsafe { original(&$slot, $wrapper, p.map(|o| o.$field), |f| f as usize) }?
-        }};
-    }
-    macro_rules! orig_opt {
-        ($slot:expr, $wrapper:expr, $field:ident) => {
-            match &$slot {
-                Some(s) => Some({
-                    // SAFETY: the caller's item 1.
-                    unsafe {
-                        original(s, Some($wrapper), p.and_then(|o| o.$field), |f| f as usize)
-                    }?
-                }),
-                None => None,
-            }
-        };
-    }
-    let mut originals = Originals {
-        agent_get_info: orig!(e.agent_get_info, None, agent_get_info),
-        region_get_info: orig!(e.region_get_info, None, region_get_info),
-        signal_load_relaxed: orig!(e.signal_load_relaxed, None, signal_load_relaxed),
-        pool_get_info: orig!(e.pool_get_info, None, pool_get_info),
-        pointer_info: orig!(e.pointer_info, None, pointer_info),
-        memory_allocate: orig!(
-            e.memory_allocate,
-            Some(wrap::memory_allocate),
-            memory_allocate
-        ),
-        memory_free: orig!(e.memory_free, Some(wrap::memory_free), memory_free),
-        pool_allocate: orig!(e.pool_allocate, Some(wrap::pool_allocate), pool_allocate),
-        pool_free: orig!(e.pool_free, Some(wrap::pool_free), pool_free),
-        async_copy: orig!(e.async_copy, Some(wrap::async_copy), async_copy),
-        async_copy_rect: orig_opt!(e.async_copy_rect, wrap::async_copy_rect, async_copy_rect),
-        async_copy_on_engine: orig_opt!(
-            e.async_copy_on_engine,
-            wrap::async_copy_on_engine,
-            async_copy_on_engine
-        ),
-        vmem_map: orig_opt!(e.vmem_map, wrap::vmem_map, vmem_map),
-        vmem_unmap: orig_opt!(e.vmem_unmap, wrap::vmem_unmap, vmem_unmap),
-        vmem_reserve: orig_opt!(e.vmem_reserve, wrap::vmem_address_reserve, vmem_reserve),
-        vmem_reserve_align: orig_opt!(
-            e.vmem_reserve_align,
-            wrap::vmem_address_reserve_align,
-            vmem_reserve_align
-        ),
-        vmem_address_free: orig_opt!(
-            e.vmem_address_free,
-            wrap::vmem_address_free,
-            vmem_address_free
-        ),
-        vmem_handle_create: orig_opt!(
-            e.vmem_handle_create,
-            wrap::vmem_handle_create,
-            vmem_handle_create
-        ),
-        vmem_handle_release: orig_opt!(
-            e.vmem_handle_release,
-            wrap::vmem_handle_release,
-            vmem_handle_release
-        ),
-        vmem_set_access: orig_opt!(e.vmem_set_access, wrap::vmem_set_access, vmem_set_access),
-        vmem_import: orig_opt!(e.vmem_import, wrap::vmem_import, vmem_import),
-        executable_destroy: orig_opt!(
-            e.executable_destroy,
-            kernels::executable_destroy,
-            executable_destroy
-        ),
-        memory_lock: orig_opt!(e.memory_lock, wrap::memory_lock, memory_lock),
-        memory_lock_to_pool: orig_opt!(
-            e.memory_lock_to_pool,
-            wrap::memory_lock_to_pool,
-            memory_lock_to_pool
-        ),
-        memory_unlock: orig_opt!(e.memory_unlock, wrap::memory_unlock, memory_unlock),
-        ipc_attach: orig_opt!(e.ipc_attach, wrap::ipc_attach, ipc_attach),
-        ipc_detach: orig_opt!(e.ipc_detach, wrap::ipc_detach, ipc_detach),
-        ipc_create: orig_opt!(e.ipc_create, wrap::ipc_create, ipc_create),
-        memory_copy: orig_opt!(e.memory_copy, wrap::memory_copy, memory_copy),
-        memory_fill: orig_opt!(e.memory_fill, wrap::memory_fill, memory_fill),
-        // SAFETY: the caller's item 1; `bind` checked the slot.
-        iterate_agents: e.iterate_agents.as_ref().and_then(|s| unsafe { s.get() }),
-        queue: match &e.queue {
-            None => None,
-            Some(q) => {
-                let pq = p.and_then(|o| o.queue);
-                macro_rules! plain {
-                    ($slot:ident) => {{
-                        // SAFETY: the caller's item 1; `bind` checked the slot.
-                        unsafe { q.$slot.get() }.ok_or(TableError::NullEntry {
-                            table: "api",
-                            entry: q.$slot.name,
-                        })?
-                    }};
-                }
-                Some(QueueFns {
-                    // SAFETY: the caller's item 1.
-                    queue_create: unsafe {
-                        original(
-                            &q.queue_create,
-                            Some(intercept::queue_create as sys::QueueCreateFn),
-                            pq.map(|o| o.queue_create),
-                            |f| f as usize,
-                        )
-                    }?,
-                    // SAFETY: the caller's item 1.
-                    queue_destroy: unsafe {
-                        original(
-                            &q.queue_destroy,
-                            Some(intercept::queue_destroy as sys::QueueDestroyFn),
-                            pq.map(|o| o.queue_destroy),
-                            |f| f as usize,
-                        )
-                    }?,
-                    load_read_index: plain!(load_read_index),
-                    load_write_index: plain!(load_write_index),
-                    add_write_index: plain!(add_write_index),
-                    cas_write_index: plain!(cas_write_index),
-                    signal_create: plain!(signal_create),
-                    signal_destroy: plain!(signal_destroy),
-                    signal_store: plain!(signal_store),
-                    signal_add: plain!(signal_add),
-                    signal_subtract: plain!(signal_subtract),
-                    signal_wait: plain!(signal_wait),
-                    // Our wrapper once `hsa_memory_copy` is wrapped: the backend's own copies
-                    // (digest staging) must reach the original, never the gate.
-                    // SAFETY: the caller's item 1.
-                    memory_copy: unsafe {
-                        original(
-                            &q.memory_copy,
-                            Some(wrap::memory_copy as sys::MemoryCopyFn),
-                            pq.map(|o| o.memory_copy),
-                            |f| f as usize,
-                        )
-                    }?,
-                    iterate_agents: plain!(iterate_agents),
-                    iterate_pools: plain!(iterate_pools),
-                    intercept_create: plain!(intercept_create),
-                    intercept_register: plain!(intercept_register),
-                    async_function: plain!(async_function),
-                    // SAFETY: the caller's item 1; `bind` checked the slot.
-                    system_get_info: q.system_get_info.as_ref().and_then(|s| unsafe { s.get() }),
-                    // SAFETY: the caller's item 1; `bind` checked the slot.
-                    allow_access: q.allow_access.as_ref().and_then(|s| unsafe { s.get() }),
-                })
-            }
-        },
-        loader: match &e.loader {
-            None => None,
-            // SAFETY: (each `get`) the caller's item 1; `bind` checked the slots.
-            Some(l) => unsafe {
-                match (
-                    l.get_extension_table.get(),
-                    l.iterate_agent_symbols.get(),
-                    l.symbol_get_info.get(),
-                ) {
-                    (
-                        Some(get_extension_table),
-                        Some(iterate_agent_symbols),
-                        Some(symbol_get_info),
-                    ) => Some(LoaderFns {
-                        get_extension_table,
-                        iterate_agent_symbols,
-                        symbol_get_info,
-                    }),
-                    _ => None,
-                }
-            },
-        },
-    };
-    // Map, unmap, set-access and address-free are wrapped together or not at all: a mapping
-    // recorded without its unmap or the free of its reservation (or the reverse) would leave
-    // the inventory wrong, and one without its access would never be captured. Without them
-    // none of the group is wrapped, and a mapping an argument reaches is asked of the runtime
-    // (`VIRTUAL_MAPPING`: declined). Reserve, handle create / release and import are wrapped
-    // where present; a handle the wrappers never saw is taken for an imported one (declined).
-    if originals.vmem_map.is_none()
-        || originals.vmem_unmap.is_none()
-        || originals.vmem_set_access.is_none()
-        || originals.vmem_address_free.is_none()
-    {
-        originals.vmem_map = None;
-        originals.vmem_unmap = None;
-        originals.vmem_set_access = None;
-        originals.vmem_address_free = None;
-        originals.vmem_reserve = None;
-        originals.vmem_reserve_align = None;
-        originals.vmem_handle_create = None;
-        originals.vmem_handle_release = None;
-        originals.vmem_import = None;
-    }
-    // Lock and unlock are wrapped together (a lock recorded without its unlock would leave the
-    // inventory wrong), as are IPC attach and detach.
-    if originals.memory_lock.is_none() || originals.memory_unlock.is_none() {
-        originals.memory_lock = None;
-        originals.memory_lock_to_pool = None;
-        originals.memory_unlock = None;
-    }
-    if originals.ipc_attach.is_none() || originals.ipc_detach.is_none() {
-        originals.ipc_attach = None;
-        originals.ipc_detach = None;
-    }
-    // The originals are visible before the first wrapper is.
-    *backend().originals.write() = Some(Arc::new(originals));
-
-    let mut wrapped = Vec::new();
-    // SAFETY: (every `set` below) the caller's item 1; each wrapper has the entry's signature.
-    unsafe {
-        e.memory_allocate.set(wrap::memory_allocate);
-        e.memory_free.set(wrap::memory_free);
-        e.pool_allocate.set(wrap::pool_allocate);
-        e.pool_free.set(wrap::pool_free);
-        e.async_copy.set(wrap::async_copy);
-        wrapped.extend([
-            e.memory_allocate.name,
-            e.memory_free.name,
-            e.pool_allocate.name,
-            e.pool_free.name,
-            e.async_copy.name,
-        ]);
-        if let (Some(s), Some(_)) = (&e.async_copy_rect, originals.async_copy_rect) {
-            s.set(wrap::async_copy_rect);
-            wrapped.push(s.name);
-        }
-        if let (Some(s), Some(_)) = (&e.async_copy_on_engine, originals.async_copy_on_engine) {
-            s.set(wrap::async_copy_on_engine);
-            wrapped.push(s.name);
-        }
-        if let (Some(m), Some(u), Some(a), Some(f), Some(_)) = (
-            &e.vmem_map,
-            &e.vmem_unmap,
-            &e.vmem_set_access,
-            &e.vmem_address_free,
-            originals.vmem_map,
-        ) {
-            m.set(wrap::vmem_map);
-            u.set(wrap::vmem_unmap);
-            a.set(wrap::vmem_set_access);
-            f.set(wrap::vmem_address_free);
-            wrapped.extend([m.name, u.name, a.name, f.name]);
-            if let (Some(s), Some(_)) = (&e.vmem_reserve, originals.vmem_reserve) {
-                s.set(wrap::vmem_address_reserve);
-                wrapped.push(s.name);
-            }
-            if let (Some(s), Some(_)) = (&e.vmem_reserve_align, originals.vmem_reserve_align) {
-                s.set(wrap::vmem_address_reserve_align);
-                wrapped.push(s.name);
-            }
-            if let (Some(s), Some(_)) = (&e.vmem_handle_create, originals.vmem_handle_create) {
-                s.set(wrap::vmem_handle_create);
-                wrapped.push(s.name);
-            }
-            if let (Some(s), Some(_)) = (&e.vmem_handle_release, originals.vmem_handle_release) {
-                s.set(wrap::vmem_handle_release);
-                wrapped.push(s.name);
-            }
-            if let (Some(s), Some(_)) = (&e.vmem_import, originals.vmem_import) {
-                s.set(wrap::vmem_import);
-                wrapped.push(s.name);
-            }
-        }
-        if let (Some(l), Some(u), Some(_)) =
-            (&e.memory_lock, &e.memory_unlock, originals.memory_lock)
-        {
-            l.set(wrap::memory_lock);
-            u.set(wrap::memory_unlock);
-            wrapped.extend([l.name, u.name]);
-            if let (Some(s), Some(_)) = (&e.memory_lock_to_pool, originals.memory_lock_to_pool) {
-                s.set(wrap::memory_lock_to_pool);
-                wrapped.push(s.name);
-            }
-        }
-        if let (Some(a), Some(d), Some(_)) = (&e.ipc_attach, &e.ipc_detach, originals.ipc_attach) {
-            a.set(wrap::ipc_attach);
-            d.set(wrap::ipc_detach);
-            wrapped.extend([a.name, d.name]);
-        }
-        if let (Some(s), Some(_)) = (&e.ipc_create, originals.ipc_create) {
-            s.set(wrap::ipc_create);
-            wrapped.push(s.name);
-        }
-        if let (Some(s), Some(_)) = (&e.memory_copy, originals.memory_copy) {
-            s.set(wrap::memory_copy);
-            wrapped.push(s.name);
-        }
-        if let (Some(s), Some(_)) = (&e.memory_fill, originals.memory_fill) {
-            s.set(wrap::memory_fill);
-            wrapped.push(s.name);
-        }
-        if let (Some(s), Some(_)) = (&e.executable_destroy, originals.executable_destroy) {
-            s.set(kernels::executable_destroy);
-            wrapped.push(s.name);
-        }
-        if let (Some(q), Some(_)) = (&e.queue, originals.queue) {
-            q.queue_create.set(intercept::queue_create);
-            q.queue_destroy.set(intercept::queue_destroy);
-            wrapped.extend([q.queue_create.name, q.queue_destroy.name]);
-        }
-    }
-    Ok(Installed {
-        versions: bound.versions,
-        runtime_version,
-        wrapped,
-    })
-}
-
 /// The body of `OnLoad`: binds the table, installs the wrappers and attaches the tool named by
 /// [`TOOL_ENV`]. `false` (nothing installed, the reason logged) when the table cannot be bound.
 ///
@@ -474,7 +127,7 @@ pub unsafe fn on_load(
     // SAFETY: the caller's item 1.
     let result = unsafe { table::bind(table) }.and_then(|bound| {
         // SAFETY: the caller's item 1.
-        unsafe { install(&bound, runtime_version) }
+        unsafe { intercept::install(&bound, runtime_version) }
     });
     match result {
         Ok(installed) => {

@@ -42,6 +42,40 @@ pub(crate) fn wait_fence(
     r
 }
 
+/// Waits, bounded, for the digest batch `fence` of `n` ops and takes its digests; abandons it
+/// when it does not complete in time.
+pub(crate) fn digest_finish(
+    dev: &dyn DeviceMemory,
+    agent: AgentId,
+    fence: Fence,
+    n: usize,
+    wait: &WaitSpec<'_>,
+) -> Result<Vec<Digest128>, WaitError> {
+    let r = bounded(wait.clock, wait.bounds(), "digest fence", |budget| {
+        dev.poll_fence(fence, budget).map(|done| done.then_some(()))
+    });
+    match r {
+        Ok(()) => {
+            let d = dev.take_digests(fence)?;
+            if d.len() != n {
+                return Err(WaitError::Backend(BackendError::new(
+                    BackendErrorKind::Other,
+                    agent,
+                    "take digests",
+                    format!("{} digests for {n} operations", d.len()),
+                )));
+            }
+            Ok(d)
+        }
+        Err(e) => {
+            if matches!(e, WaitError::Stuck { .. }) {
+                dev.abandon_fence(fence);
+            }
+            Err(e)
+        }
+    }
+}
+
 /// Submits digests keyed with `key` as one batch, waits, and takes them.
 pub(crate) fn digest_batch(
     dev: &dyn DeviceMemory,
@@ -54,29 +88,7 @@ pub(crate) fn digest_batch(
         return Ok(Vec::new());
     }
     let fence = dev.submit_digests(ops, key)?;
-    let r = bounded(wait.clock, wait.bounds(), "digest fence", |budget| {
-        dev.poll_fence(fence, budget).map(|done| done.then_some(()))
-    });
-    match r {
-        Ok(()) => {
-            let d = dev.take_digests(fence)?;
-            if d.len() != ops.len() {
-                return Err(WaitError::Backend(BackendError::new(
-                    BackendErrorKind::Other,
-                    agent,
-                    "take digests",
-                    format!("{} digests for {} operations", d.len(), ops.len()),
-                )));
-            }
-            Ok(d)
-        }
-        Err(e) => {
-            if matches!(e, WaitError::Stuck { .. }) {
-                dev.abandon_fence(fence);
-            }
-            Err(e)
-        }
-    }
+    digest_finish(dev, agent, fence, ops.len(), wait)
 }
 
 /// Digest operations over `len` bytes of device memory at `base`, one per chunk.

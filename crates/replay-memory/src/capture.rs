@@ -247,9 +247,7 @@ pub(crate) fn capture(
     let blocks: Vec<Block> = cursors.into_iter().flat_map(|c| c.blocks).collect();
 
     sw.lap("pieces");
-    let copied = sh.copy_batch(&ops, wait, "snapshot copy fence");
-    sw.lap("copy");
-    if let Err(e) = copied {
+    let copy_failed = |e: WaitError, blocks: Vec<Block>| {
         let message = format!(
             "copying {total} bytes in {} regions to backing memory failed: {e}",
             live.len()
@@ -259,8 +257,20 @@ pub(crate) fn capture(
         } else {
             sh.pool.give_back(blocks, Some(policy.pool_keep_bytes));
         }
-        return Err(fail(message));
-    }
+        fail(message)
+    };
+    // The copies and the digests below read the same application bytes and write memory of
+    // their own: both are in flight at once, and each is waited for once (the copies are
+    // usually done when the digests are), instead of a full round trip each.
+    let copy_fence = if ops.is_empty() {
+        None
+    } else {
+        match sh.device.submit_copies(&ops) {
+            Ok(f) => Some(f),
+            Err(e) => return Err(copy_failed(WaitError::Backend(e), blocks)),
+        }
+    };
+    sw.lap("copy submit");
 
     // Digests before the first pass: of the captured chunks for `dirty` (and of the
     // predicted ones, which the first check learns from), and of every tracked byte outside
@@ -283,7 +293,33 @@ pub(crate) fn capture(
         });
     }
     sw.lap("digest ops");
-    let digested = sh.digest_batch(&dops, wait);
+    let digest_fence = if dops.is_empty() {
+        Ok(None)
+    } else {
+        sh.device
+            .submit_digests(&dops, sh.key)
+            .map(Some)
+            .map_err(WaitError::Backend)
+    };
+    sw.lap("digest submit");
+    let copied = match copy_fence {
+        Some(f) => crate::batch::wait_fence(&*sh.device, f, wait, "snapshot copy fence"),
+        None => Ok(()),
+    };
+    sw.lap("copy wait");
+    if let Err(e) = copied {
+        // The digests beside the copies are not waited for: they are dropped with them.
+        if let Ok(Some(f)) = digest_fence {
+            sh.device.abandon_fence(f);
+        }
+        drop(hold);
+        return Err(copy_failed(e, blocks));
+    }
+    let digested = match digest_fence {
+        Ok(Some(f)) => crate::batch::digest_finish(&*sh.device, sh.agent, f, dops.len(), wait),
+        Ok(None) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    };
     sw.lap("digest");
     drop(hold);
     sw.report(format_args!(

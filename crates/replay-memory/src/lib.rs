@@ -42,7 +42,9 @@
 //! ## Design choices
 //!
 //! - **Batched and fenced.** A capture is one allocation per tier at most (pooled blocks
-//!   first), one `submit_copies` batch and one fence wait; a restore is one batch. Digests
+//!   first), one `submit_copies` batch and, submitted right after it and in flight beside it,
+//!   the digests before the first pass (both read the application's bytes; one wait each, the
+//!   copies' first, whose failure abandons the digests too); a restore is one batch. Digests
 //!   are one digest per chunk of `policy.chunk_bytes` for what `dirty` compares and one per
 //!   region for what the scope check watches (it asks only whether a region changed). After a
 //!   pass both are **one batch**: the scope check takes `dirty`'s digests with its own (one

@@ -31,7 +31,7 @@
 //! A collection asked by Nsight Compute's sections (`--set full`) is written by
 //! [`sections_csv`] instead, as `ncu --set full --csv` lays it out: `ID` the launch's index
 //! from 0 in launch order (ncu's numbering, so rows join on `(ID, Section Name, Metric Name)`),
-//! each section's rows ([`SectionRow`], which the counter tool derives from its raw metrics)
+//! each section's rows ([`SectionRow`](replay_report_types::SectionRow), which the counter tool derives from its raw metrics)
 //! under ncu's section and metric display names, then the raw metrics under the section
 //! [`RAW_SECTION`] (`raw`), one row per pass as above; after ncu's fifteen columns come
 //! `Replay Pass`, `Graph`, `Node`, `Dispatch ID` (kernel-replay's id), `Passes` and the
@@ -40,7 +40,7 @@
 //! them by default (`us`, `Ghz`, `Mbyte/s`).
 
 use crate::number::ncu_value;
-use crate::report::{CounterDispatch, CounterReport};
+use replay_report_types::{CounterDispatch, CounterReport, SectionRows};
 
 /// The header row, with its line end.
 pub const HEADER: &str = "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\
@@ -182,25 +182,6 @@ fn write_row(
     }
     out.push('\n');
 }
-
-/// One row of an Nsight Compute section for one dispatch: what `ncu --set/--section --csv`
-/// prints, as the counter tool derived it from its raw metrics.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SectionRow {
-    /// The section's display name (`GPU Speed Of Light Throughput`).
-    pub section: String,
-    /// The row's label (`Duration`).
-    pub name: String,
-    /// Its unit (a base unit: `ns`, `hz`, `byte/s`, `%`; empty for counts).
-    pub unit: String,
-    /// Its value.
-    pub value: f64,
-    /// The replay passes its raw metrics were collected in, ascending.
-    pub passes: Vec<u32>,
-}
-
-/// Section rows by dispatch id.
-pub type SectionRows = std::collections::BTreeMap<u64, Vec<SectionRow>>;
 
 /// The header of [`sections_csv`], with its line end: Nsight Compute's fifteen columns, then
 /// ours.

@@ -3,12 +3,14 @@
 
 use std::path::PathBuf;
 
+use replay_report_types::InconsistentReport;
+
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// The output path's extension names no format.
     #[error(
-        "{}: unknown output format {ext:?} (expected .csv, .json, .db, .sqlite or .sqlite3)",
+        "{}: unknown output format {ext:?} (expected .csv, .json, .db, .sqlite, .sqlite3, .html or .htm)",
         path.display()
     )]
     UnknownFormat {
@@ -41,4 +43,11 @@ pub enum ReportError {
     /// Serializing or parsing the JSON form failed.
     #[error("counter report JSON: {0}")]
     Json(#[from] serde_json::Error),
+}
+
+/// [`crate::CounterReport::check`]'s finding, as the writers report it.
+impl From<InconsistentReport> for ReportError {
+    fn from(e: InconsistentReport) -> Self {
+        ReportError::Inconsistent(e.0)
+    }
 }

@@ -16,7 +16,7 @@
 //! `[{dispatch_id, pass, metric, value}]`, one per value, never merged across passes.
 
 use crate::error::ReportError;
-use crate::report::CounterReport;
+use replay_report_types::CounterReport;
 
 /// The member of the counter tool's JSON report that holds the [`CounterReport`].
 pub const TOOL_MEMBER: &str = "counters";

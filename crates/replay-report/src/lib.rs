@@ -5,6 +5,12 @@
 //! (`replay-cuda`'s `counters`) produces a [`CounterReport`]; `kreplay run --tool counters`
 //! and tool authors with their own front end write it out. Nothing here touches a GPU.
 //!
+//! The report's types ([`CounterReport`], [`CounterDispatch`], [`CounterSample`],
+//! [`MetricInfo`], [`SectionRow`]) live below the backends in `replay-report-types` and are
+//! re-exported here: the collector runs inside `libkernel_replay.so`, which `kreplay run`
+//! preloads into every application, and that library must not carry this crate's writers
+//! (SQLite above all). No backend depends on this crate; `kreplay` does.
+//!
 //! The outputs:
 //! - [`table`]: the per-kernel table for the terminal (`table`);
 //! - [`csv()`]: Nsight Compute's `--csv` column layout plus a `Replay Pass` column (`csv`),
@@ -16,7 +22,15 @@
 //! - [`to_json`] / [`from_json`]: the report as JSON (`json`);
 //! - [`write_rocpd`]: an SQLite database in rocprofv3's rocpd layout, schema 3.0.4 with
 //!   `replay_pass` (`rocpd`);
-//! - [`write_counters`]: one of the files by the path's extension, written to a temporary file
+//! - [`html()`]: one self-contained HTML page (`html`; inline CSS, SVG and script, no
+//!   network reference): the kernels as a table sortable by any column (duration, longest
+//!   first, to begin with), a roofline chart of every dispatch and one per dispatch (inline
+//!   SVG from [`roofline`]: achieved FLOP/s against FLOP per DRAM byte, the memory and
+//!   compute ceilings from the device's peak values where they were collected; a dispatch
+//!   without the metrics has no point and the page says which are missing), and each
+//!   dispatch's section rows and raw metrics in a collapsible `<details>`;
+//! - [`write_counters`]: one of the files by the path's extension (`.csv`, `.json`, `.db` /
+//!   `.sqlite` / `.sqlite3`, `.html` / `.htm`), written to a temporary file
 //!   beside it and renamed into place, so a failed write never leaves a partial file under
 //!   the asked name; [`counters_output`] is `kreplay run`'s whole output step on top of it
 //!   (`write`).
@@ -31,22 +45,27 @@
 
 mod csv;
 mod error;
+mod html;
 mod json;
 pub mod names;
 mod number;
-mod report;
 mod rocpd;
+pub mod roofline;
 mod table;
 mod write;
 
 pub use csv::{
-    csv, ncu_unit, parse_record, sections_csv, SectionRow, SectionRows, DISPATCH_COLUMNS,
-    HEADER as CSV_HEADER, RAW_SECTION, SECTION as CSV_SECTION, SECTIONS_HEADER,
+    csv, ncu_unit, parse_record, sections_csv, DISPATCH_COLUMNS, HEADER as CSV_HEADER, RAW_SECTION,
+    SECTION as CSV_SECTION, SECTIONS_HEADER,
 };
 pub use error::ReportError;
+pub use html::{esc as html_escape, html, OVERVIEW_ID as HTML_OVERVIEW_ID};
 pub use json::{from_json, from_tool_report, to_json, TOOL_MEMBER};
 pub use number::ncu_value;
-pub use report::{CounterDispatch, CounterReport, CounterSample, MetricInfo, WindowPhases};
+pub use replay_report_types::{
+    ByPass, CounterDispatch, CounterReport, CounterSample, InconsistentReport, MetricInfo,
+    SampleIndex, SectionRow, SectionRows, WindowPhases,
+};
 pub use rocpd::{
     guid_and_uuid, write_rocpd, DISPATCH_CATEGORY, SCHEMA as ROCPD_SCHEMA,
     SCHEMA_VERSION as ROCPD_SCHEMA_VERSION,

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use crate::csv::ncu_unit;
 use crate::number::ncu_value;
-use crate::report::{CounterDispatch, CounterReport};
+use replay_report_types::{CounterDispatch, CounterReport};
 
 /// The per-kernel table, ending in a newline.
 pub fn table(report: &CounterReport) -> String {

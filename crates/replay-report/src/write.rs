@@ -3,11 +3,12 @@
 
 use std::path::Path;
 
-use crate::csv::{csv, sections_csv, SectionRows};
+use crate::csv::{csv, sections_csv};
 use crate::error::ReportError;
+use crate::html::html;
 use crate::json::to_json;
-use crate::report::CounterReport;
 use crate::rocpd::{temp_beside, write_rocpd};
+use replay_report_types::{CounterReport, SectionRows};
 
 /// The output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +19,8 @@ pub enum Format {
     Json,
     /// `.db`, `.sqlite`, `.sqlite3`: rocpd SQLite.
     Rocpd,
+    /// `.html`, `.htm`: one self-contained page ([`html`]).
+    Html,
 }
 
 impl Format {
@@ -31,6 +34,7 @@ impl Format {
             "csv" => Ok(Format::Csv),
             "json" => Ok(Format::Json),
             "db" | "sqlite" | "sqlite3" => Ok(Format::Rocpd),
+            "html" | "htm" => Ok(Format::Html),
             _ => Err(ReportError::UnknownFormat {
                 path: path.to_path_buf(),
                 ext,
@@ -47,7 +51,8 @@ pub fn write_counters(path: &Path, report: &CounterReport) -> Result<Format, Rep
 
 /// [`write_counters`], with the rows of Nsight Compute sections when the collection was asked
 /// by sections: a `.csv` is then [`sections_csv`] (ncu's section rows, then the raw metrics
-/// under the section `raw`); JSON and rocpd hold the raw metrics either way.
+/// under the section `raw`) and an `.html` page shows them (its table's key values, each
+/// dispatch's sections); JSON and rocpd hold the raw metrics either way.
 pub fn write_counters_with(
     path: &Path,
     report: &CounterReport,
@@ -60,6 +65,7 @@ pub fn write_counters_with(
         (Format::Csv, Some(rows)) => sections_csv(report, rows),
         (Format::Csv, None) => csv(report),
         (Format::Json, _) => to_json(report)?,
+        (Format::Html, rows) => html(report, rows),
     };
     let tmp = temp_beside(path);
     let io = |source| ReportError::Io {
@@ -96,7 +102,7 @@ pub fn counters_output(
 pub type SectionsOf<'a> = &'a dyn Fn(&CounterReport) -> SectionRows;
 
 /// [`counters_output`] for a collection asked by Nsight Compute sections: `sections` computes
-/// the report's section rows, which a `.csv` gets ([`write_counters_with`]).
+/// the report's section rows, which a `.csv` and an `.html` get ([`write_counters_with`]).
 pub fn counters_output_with(
     tool_report: &serde_json::Value,
     out: Option<&Path>,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
 use replay_core::{DispatchId, DispatchInfo, Outcome, OutcomeRecord};
-use replay_report::{CounterDispatch, CounterReport, CounterSample};
+use replay_report_types::{CounterDispatch, CounterReport, CounterSample};
 
 use super::plan::{CounterError, MetricPlan, Profiler};
 
@@ -461,8 +461,8 @@ impl CounterCollector {
 }
 
 /// The outcome record's phases as the report writes them.
-fn window_phases(p: &replay_core::PhaseSeconds) -> replay_report::WindowPhases {
-    replay_report::WindowPhases {
+fn window_phases(p: &replay_core::PhaseSeconds) -> replay_report_types::WindowPhases {
+    replay_report_types::WindowPhases {
         window: p.window,
         drain: p.drain,
         plan: p.plan,

@@ -25,11 +25,11 @@
 //! [`section_rows`] does it for every dispatch of a [`CounterReport`], each value the one of
 //! the pass that collected it ([`CounterReport::values`]), with the passes a row's inputs came
 //! from: what the counters CSV writes under ncu's column names
-//! ([`replay_report::sections_csv`]).
+//! (`replay_report::sections_csv`, in `kreplay`'s output step).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use replay_report::{CounterReport, SectionRow, SectionRows};
+use replay_report_types::{CounterReport, SectionRow, SectionRows};
 
 use super::sections::Formula;
 
@@ -518,7 +518,7 @@ pub fn section_rows(report: &CounterReport, sections: &[&str]) -> SectionRows {
 mod tests {
     use super::*;
     use crate::counters::sections::{resolve, SECTIONS, SECTION_SETS};
-    use replay_report::{CounterDispatch, CounterSample, MetricInfo};
+    use replay_report_types::{CounterDispatch, CounterSample, MetricInfo};
 
     fn values(v: &[(&str, f64)]) -> BTreeMap<String, f64> {
         v.iter().map(|(k, x)| (k.to_string(), *x)).collect()
@@ -561,9 +561,30 @@ mod tests {
     const NCU_FULL: &str =
         include_str!("../../tests/fixtures/ncu_2025.3_h200_full_base_launch0.csv");
 
-    /// One CSV record's fields (quoted, `""` inside quotes).
+    /// One CSV record's fields (RFC 4180 as ncu writes it: every field quoted, `""` a quote
+    /// inside one; commas inside quotes are the field's).
     fn fields(line: &str) -> Vec<String> {
-        replay_report::parse_record(line)
+        let mut out = vec![String::new()];
+        let (mut quoted, mut chars) = (false, line.chars().peekable());
+        while let Some(c) = chars.next() {
+            let field = out.last_mut().expect("one field at least");
+            match (c, quoted) {
+                ('"', true) if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                ('"', _) => quoted = !quoted,
+                (',', false) => out.push(String::new()),
+                _ => field.push(c),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn fields_reads_quotes_and_commas_inside_them() {
+        let line = r#""a","(1, 2)","say ""hi""","""#;
+        assert_eq!(fields(line), ["a", "(1, 2)", r#"say "hi""#, ""]);
     }
 
     #[test]

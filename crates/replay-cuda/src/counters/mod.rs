@@ -73,7 +73,8 @@
 //! [`sections`] resolves Nsight Compute's sections and sets (`--section`, `--set full`) into
 //! the raw metrics to collect; [`display`] turns a dispatch's raw values into the rows ncu
 //! prints for those sections (display names, base units, ncu's formulas), which `kreplay run`
-//! writes as ncu's CSV ([`replay_report::sections_csv`]). A row whose raw metric is missing
+//! writes as ncu's CSV (`replay_report::sections_csv`, a layer above: this crate has the
+//! report's types only, from `replay-report-types`). A row whose raw metric is missing
 //! is left out, never invented.
 //!
 //! CUPTI forbids driver calls inside its callbacks; this runs in the window, inside the

@@ -15,7 +15,7 @@ pub struct LibraryMissing {
 
 use std::fmt;
 
-use replay_report::MetricInfo;
+use replay_report_types::MetricInfo;
 
 /// Why counters cannot be collected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -22,8 +22,9 @@
 //! at once when the interception is off ([`crate::state::enabled`]) or when the calling
 //! thread is already inside the library ([`Internal`]): the backend's own driver calls (cudarc
 //! resolves its entries lazily through `dlsym`, which lands here too) never re-enter the
-//! window. Otherwise the wrapper hands the call to [`crate::state`], which runs the window
-//! (launches) or feeds the tracker (allocations, frees) and returns the driver's status code.
+//! window. Otherwise the wrapper hands the call to its hook, in this folder by API family (the
+//! table below), which runs the window (launches) or feeds the tracker (allocations, frees)
+//! over the process state of [`crate::state`] and returns the driver's status code.
 //! No panic leaves a wrapper: each body runs under `catch_unwind` and, should it panic before
 //! the call reached the driver, the call is forwarded once.
 //!
@@ -36,11 +37,12 @@
 //! `cuModuleLoadFatBinary`, `cuLibraryLoadData`, `cuLibraryLoadFromFile`, `cuModuleUnload`,
 //! `cuLibraryUnload`) and the lookups that map a function to its image
 //! (`cuModuleGetFunction`, `cuLibraryGetKernel`, `cuKernelGetFunction`) are wrapped too (see
-//! `crate::state`'s `images`). Virtual-memory entries (`cuMemCreate`,
+//! `code`, over the registry of [`crate::state::images`]). Virtual-memory entries
+//! (`cuMemCreate`,
 //! `cuMemImportFromShareableHandle`, `cuMulticastCreate`, `cuMulticastBindMem`,
 //! `cuMulticastBindAddr`, `cuMemRelease`, `cuMemAddressReserve`, `cuMemAddressFree`,
 //! `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`) and `cuMemAllocFromPoolAsync` (both forms) feed
-//! the tracker (see `crate::state`), and so do `cuIpcOpenMemHandle` and
+//! the tracker (see `vmem` and `memory`), and so do `cuIpcOpenMemHandle` and
 //! `cuIpcCloseMemHandle`. `cuStreamCreate` and `cuStreamCreateWithPriority` register the new
 //! stream; `cuStreamDestroy` is gated; the begin-capture entries (`cuStreamBeginCapture`,
 //! `cuStreamBeginCapture_v2`, `cuStreamBeginCaptureToGraph`, each with its `_ptsz` form) record
@@ -50,14 +52,40 @@
 //! `cuMipmappedArrayCreate`, their destroys, `cuSurfObjectCreate`, `cuSurfObjectDestroy`,
 //! `cuTensorMapEncodeTiled`, `cuTensorMapEncodeIm2col`, `cuTensorMapEncodeIm2colWide`,
 //! `cuTensorMapReplaceAddress`) feed `crate::state::unseen`; `cuDevicePrimaryCtxReset` (both
-//! forms) and `cuCtxDestroy` feed `crate::state::context`. Not wrapped yet (they run once,
-//! untouched, and a restore
-//! would undo what one of them writes during a window on another thread): array copies
+//! forms) and `cuCtxDestroy` feed `crate::state::context` (through `context`). Not wrapped
+//! yet (they run once, untouched, and a restore would undo what one of them writes during a window on another thread): array copies
 //! (`cuMemcpyAtoD` and friends: arrays are not tracked), `cuMemcpyBatchAsync`. See the crate
 //! docs.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `mod.rs` | the wrapper table (`entries!`: each driver entry, its real entry resolved once, its wrapper under `catch_unwind`, its hook), [`wrapper_for`], the `cuGetProcAddress` and `dlsym` answers |
+//! | `launch` | `run_launch`, the one path of every intercepted launch (graph nodes included), and the hooks of the launch entries (`cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`, their `_ptsz` forms) |
+//! | `memory` | allocation, free and host-register hooks (and arrays' creation), recorded with their class; the out-of-memory retry |
+//! | `vmem` | virtual-memory hooks: `cuMemCreate`, imports, multicast, `cuMemMap` / `cuMemUnmap`, `cuMemSetAccess`, `cuMemAddressReserve` / `cuMemAddressFree`, `cuMemRelease` |
+//! | `copy` | gated copies and memsets (1D, 2D, 3D, peer) |
+//! | `code` | module and library unloads; names the load and get-function hooks of [`crate::state::images`] |
+//! | `stream` | stream create and destroy, begin and end capture with the pre-capture fence, the streams a call names registered (`note_stream`) |
+//! | `context` | primary-context reset and context destroy, allocations in another context |
+//! | `gate` | the write gates a write that is not replayed takes |
+//! | `internal`, [`cupti`] | the library's own calls let through ([`Internal`]); CUPTI's count of launches past the wrappers |
+//!
+//! Graph entries (`cuGraphLaunch`, instantiation, updates) have their hooks in
+//! [`crate::state::graph`], array, surface and tensor-map entries in [`crate::state::unseen`],
+//! beside the state they model. Adding an entry: a line in `entries!` naming its hook, the hook
+//! in its family's file (`unsafe fn(real, &mut reached, args..) -> CUresult`), and, for a launch
+//! entry, its name in `cupti::LAUNCH_ENTRIES` (the test below checks it).
 
+pub(crate) mod code;
+pub(crate) mod context;
+pub(crate) mod copy;
 pub mod cupti;
+pub(crate) mod gate;
 mod internal;
+pub(crate) mod launch;
+pub(crate) mod memory;
+pub(crate) mod stream;
+pub(crate) mod vmem;
 
 pub use internal::Internal;
 
@@ -242,23 +270,23 @@ macro_rules! entries {
 use crate::state as st;
 
 entries! {
-    cuModuleLoad => module_load, real_module_load: fn(m: *mut CUmodule, fname: *const c_char), st::hook_module_load;
-    cuModuleLoadData => module_load_data, real_module_load_data: fn(m: *mut CUmodule, image: *const c_void), st::hook_module_load_data;
-    cuModuleLoadDataEx => module_load_data_ex, real_module_load_data_ex: fn(m: *mut CUmodule, image: *const c_void, n: c_uint, opts: *mut c_void, vals: *mut *mut c_void), st::hook_module_load_data_ex;
-    cuModuleLoadFatBinary => module_load_fat_binary, real_module_load_fat_binary: fn(m: *mut CUmodule, fat: *const c_void), st::hook_module_load_data;
-    cuModuleUnload => module_unload, real_module_unload: fn(m: CUmodule), st::hook_module_unload;
-    cuModuleGetFunction => module_get_function, real_module_get_function: fn(f: *mut CUfunction, m: CUmodule, name: *const c_char), st::hook_module_get_function;
-    cuLibraryLoadData => library_load_data, real_library_load_data: fn(l: *mut CUlibrary, code: *const c_void, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), st::hook_library_load_data;
-    cuLibraryLoadFromFile => library_load_from_file, real_library_load_from_file: fn(l: *mut CUlibrary, fname: *const c_char, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), st::hook_library_load_file;
-    cuLibraryUnload => library_unload, real_library_unload: fn(l: CUlibrary), st::hook_library_unload;
-    cuLibraryGetKernel => library_get_kernel, real_library_get_kernel: fn(k: *mut CUkernel, l: CUlibrary, name: *const c_char), st::hook_library_get_kernel;
-    cuKernelGetFunction => kernel_get_function, real_kernel_get_function: fn(f: *mut CUfunction, k: CUkernel), st::hook_kernel_get_function;
-    cuLaunchKernel => launch_kernel, real_launch_kernel: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel::<false>;
-    cuLaunchKernel_ptsz => launch_kernel_ptsz, real_launch_kernel_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel::<true>;
-    cuLaunchKernelEx => launch_kernel_ex, real_launch_kernel_ex: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel_ex::<false>;
-    cuLaunchKernelEx_ptsz => launch_kernel_ex_ptsz, real_launch_kernel_ex_ptsz: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), st::hook_launch_kernel_ex::<true>;
-    cuLaunchCooperativeKernel => launch_cooperative, real_launch_cooperative: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
-    cuLaunchCooperativeKernel_ptsz => launch_cooperative_ptsz, real_launch_cooperative_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), st::hook_cooperative;
+    cuModuleLoad => module_load, real_module_load: fn(m: *mut CUmodule, fname: *const c_char), code::hook_module_load;
+    cuModuleLoadData => module_load_data, real_module_load_data: fn(m: *mut CUmodule, image: *const c_void), code::hook_module_load_data;
+    cuModuleLoadDataEx => module_load_data_ex, real_module_load_data_ex: fn(m: *mut CUmodule, image: *const c_void, n: c_uint, opts: *mut c_void, vals: *mut *mut c_void), code::hook_module_load_data_ex;
+    cuModuleLoadFatBinary => module_load_fat_binary, real_module_load_fat_binary: fn(m: *mut CUmodule, fat: *const c_void), code::hook_module_load_data;
+    cuModuleUnload => module_unload, real_module_unload: fn(m: CUmodule), code::hook_module_unload;
+    cuModuleGetFunction => module_get_function, real_module_get_function: fn(f: *mut CUfunction, m: CUmodule, name: *const c_char), code::hook_module_get_function;
+    cuLibraryLoadData => library_load_data, real_library_load_data: fn(l: *mut CUlibrary, code: *const c_void, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), code::hook_library_load_data;
+    cuLibraryLoadFromFile => library_load_from_file, real_library_load_from_file: fn(l: *mut CUlibrary, fname: *const c_char, jo: *mut c_void, jv: *mut *mut c_void, nj: c_uint, lo: *mut c_void, lv: *mut *mut c_void, nl: c_uint), code::hook_library_load_file;
+    cuLibraryUnload => library_unload, real_library_unload: fn(l: CUlibrary), code::hook_library_unload;
+    cuLibraryGetKernel => library_get_kernel, real_library_get_kernel: fn(k: *mut CUkernel, l: CUlibrary, name: *const c_char), code::hook_library_get_kernel;
+    cuKernelGetFunction => kernel_get_function, real_kernel_get_function: fn(f: *mut CUfunction, k: CUkernel), code::hook_kernel_get_function;
+    cuLaunchKernel => launch_kernel, real_launch_kernel: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel::<false>;
+    cuLaunchKernel_ptsz => launch_kernel_ptsz, real_launch_kernel_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel::<true>;
+    cuLaunchKernelEx => launch_kernel_ex, real_launch_kernel_ex: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel_ex::<false>;
+    cuLaunchKernelEx_ptsz => launch_kernel_ex_ptsz, real_launch_kernel_ex_ptsz: fn(c: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void), launch::hook_launch_kernel_ex::<true>;
+    cuLaunchCooperativeKernel => launch_cooperative, real_launch_cooperative: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), launch::hook_cooperative;
+    cuLaunchCooperativeKernel_ptsz => launch_cooperative_ptsz, real_launch_cooperative_ptsz: fn(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void), launch::hook_cooperative;
     cuGraphLaunch => graph_launch, real_graph_launch: fn(g: CUgraphExec, s: CUstream), st::graph::hook_graph_launch::<false>;
     cuGraphLaunch_ptsz => graph_launch_ptsz, real_graph_launch_ptsz: fn(g: CUgraphExec, s: CUstream), st::graph::hook_graph_launch::<true>;
     cuGraphInstantiateWithFlags => graph_instantiate_with_flags, real_graph_instantiate_with_flags: fn(e: *mut CUgraphExec, g: CUgraph, fl: u64), st::graph::hook_instantiate_with_flags;
@@ -276,109 +304,109 @@ entries! {
     cuGraphExecEventRecordNodeSetEvent => graph_exec_event_record_set, real_graph_exec_event_record_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void), st::graph::hook_exec_set_unmodelled3;
     cuGraphExecEventWaitNodeSetEvent => graph_exec_event_wait_set, real_graph_exec_event_wait_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void), st::graph::hook_exec_set_unmodelled3;
     cuGraphExecNodeSetParams => graph_exec_node_set, real_graph_exec_node_set: fn(e: CUgraphExec, n: CUgraphNode, p: *const c_void), st::graph::hook_exec_set_unmodelled3;
-    cuMemAlloc_v2 => mem_alloc, real_mem_alloc: fn(p: *mut CUdeviceptr, n: usize), st::hook_mem_alloc;
-    cuMemAllocPitch_v2 => mem_alloc_pitch, real_mem_alloc_pitch: fn(p: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, e: c_uint), st::hook_mem_alloc_pitch;
-    cuMemAllocManaged => mem_alloc_managed, real_mem_alloc_managed: fn(p: *mut CUdeviceptr, n: usize, fl: c_uint), st::hook_mem_alloc_managed;
-    cuMemAllocHost_v2 => mem_alloc_host, real_mem_alloc_host: fn(p: *mut *mut c_void, n: usize), st::hook_mem_alloc_host;
-    cuMemHostAlloc => mem_host_alloc, real_mem_host_alloc: fn(p: *mut *mut c_void, n: usize, fl: c_uint), st::hook_mem_host_alloc;
-    cuMemHostRegister_v2 => mem_host_register, real_mem_host_register: fn(p: *mut c_void, n: usize, fl: c_uint), st::hook_mem_host_register;
-    cuMemAllocAsync => mem_alloc_async, real_mem_alloc_async: fn(p: *mut CUdeviceptr, n: usize, s: CUstream), st::hook_mem_alloc_async;
-    cuMemAllocAsync_ptsz => mem_alloc_async_ptsz, real_mem_alloc_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, s: CUstream), st::hook_mem_alloc_async;
-    cuIpcOpenMemHandle_v2 => ipc_open_mem_handle, real_ipc_open_mem_handle: fn(p: *mut CUdeviceptr, h: sys::CUipcMemHandle, fl: c_uint), st::hook_ipc_open_mem_handle;
-    cuIpcCloseMemHandle => ipc_close_mem_handle, real_ipc_close_mem_handle: fn(p: CUdeviceptr), st::hook_ipc_close_mem_handle;
-    cuMemFree_v2 => mem_free, real_mem_free: fn(p: CUdeviceptr), st::hook_mem_free;
-    cuMemFreeHost => mem_free_host, real_mem_free_host: fn(p: *mut c_void), st::hook_mem_free_host;
-    cuMemHostUnregister => mem_host_unregister, real_mem_host_unregister: fn(p: *mut c_void), st::hook_mem_free_host;
-    cuMemFreeAsync => mem_free_async, real_mem_free_async: fn(p: CUdeviceptr, s: CUstream), st::hook_mem_free_async;
-    cuMemFreeAsync_ptsz => mem_free_async_ptsz, real_mem_free_async_ptsz: fn(p: CUdeviceptr, s: CUstream), st::hook_mem_free_async;
-    cuMemAllocFromPoolAsync => mem_alloc_from_pool_async, real_mem_alloc_from_pool_async: fn(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream), st::hook_mem_alloc_from_pool_async;
-    cuMemAllocFromPoolAsync_ptsz => mem_alloc_from_pool_async_ptsz, real_mem_alloc_from_pool_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream), st::hook_mem_alloc_from_pool_async;
-    cuMemCreate => mem_create, real_mem_create: fn(h: *mut u64, n: usize, prop: *const c_void, fl: u64), st::hook_mem_create;
-    cuMemImportFromShareableHandle => mem_import_from_shareable_handle, real_mem_import_from_shareable_handle: fn(h: *mut u64, os: *mut c_void, ty: c_uint), st::hook_mem_import;
-    cuMulticastCreate => multicast_create, real_multicast_create: fn(h: *mut u64, prop: *const c_void), st::hook_multicast_create;
-    cuMulticastBindMem => multicast_bind_mem, real_multicast_bind_mem: fn(mc: u64, mo: usize, mem: u64, off: usize, n: usize, fl: u64), st::hook_multicast_bind_mem;
-    cuMulticastBindAddr => multicast_bind_addr, real_multicast_bind_addr: fn(mc: u64, mo: usize, p: CUdeviceptr, n: usize, fl: u64), st::hook_multicast_bind_addr;
-    cuMemRelease => mem_release, real_mem_release: fn(h: u64), st::hook_mem_release;
-    cuMemAddressReserve => mem_address_reserve, real_mem_address_reserve: fn(p: *mut CUdeviceptr, n: usize, align: usize, addr: CUdeviceptr, fl: u64), st::hook_mem_address_reserve;
-    cuMemAddressFree => mem_address_free, real_mem_address_free: fn(p: CUdeviceptr, n: usize), st::hook_mem_address_free;
-    cuMemMap => mem_map, real_mem_map: fn(p: CUdeviceptr, n: usize, off: usize, h: u64, fl: u64), st::hook_mem_map;
-    cuMemUnmap => mem_unmap, real_mem_unmap: fn(p: CUdeviceptr, n: usize), st::hook_mem_unmap;
-    cuMemSetAccess => mem_set_access, real_mem_set_access: fn(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize), st::hook_mem_set_access;
-    cuStreamDestroy_v2 => stream_destroy, real_stream_destroy: fn(s: CUstream), st::hook_stream_destroy;
-    cuStreamEndCapture => stream_end_capture, real_stream_end_capture: fn(s: CUstream, g: *mut CUgraph), st::hook_stream_end_capture;
-    cuStreamEndCapture_ptsz => stream_end_capture_ptsz, real_stream_end_capture_ptsz: fn(s: CUstream, g: *mut CUgraph), st::hook_stream_end_capture;
-    cuStreamBeginCapture => stream_begin_capture_v1, real_stream_begin_capture_v1: fn(s: CUstream), st::hook_stream_begin_capture_v1;
-    cuStreamBeginCapture_ptsz => stream_begin_capture_v1_ptsz, real_stream_begin_capture_v1_ptsz: fn(s: CUstream), st::hook_stream_begin_capture_v1;
-    cuStreamBeginCapture_v2 => stream_begin_capture, real_stream_begin_capture: fn(s: CUstream, mode: c_uint), st::hook_stream_begin_capture;
-    cuStreamBeginCapture_v2_ptsz => stream_begin_capture_ptsz, real_stream_begin_capture_ptsz: fn(s: CUstream, mode: c_uint), st::hook_stream_begin_capture;
-    cuStreamBeginCaptureToGraph => stream_begin_capture_to_graph, real_stream_begin_capture_to_graph: fn(s: CUstream, g: CUgraph, deps: *const CUgraphNode, data: *const c_void, n: usize, mode: c_uint), st::hook_stream_begin_capture_to_graph;
-    cuStreamBeginCaptureToGraph_ptsz => stream_begin_capture_to_graph_ptsz, real_stream_begin_capture_to_graph_ptsz: fn(s: CUstream, g: CUgraph, deps: *const CUgraphNode, data: *const c_void, n: usize, mode: c_uint), st::hook_stream_begin_capture_to_graph;
-    cuStreamCreate => stream_create, real_stream_create: fn(s: *mut CUstream, fl: c_uint), st::hook_stream_create;
-    cuStreamCreateWithPriority => stream_create_with_priority, real_stream_create_with_priority: fn(s: *mut CUstream, fl: c_uint, prio: c_int), st::hook_stream_create_with_priority;
-    cuMemcpyAsync => memcpy_async, real_memcpy_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
-    cuMemcpyAsync_ptsz => memcpy_async_ptsz, real_memcpy_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
-    cuMemcpyDtoDAsync_v2 => memcpy_dtod_async, real_memcpy_dtod_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
-    cuMemcpyDtoDAsync_v2_ptsz => memcpy_dtod_async_ptsz, real_memcpy_dtod_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), st::gated_copy;
-    cuMemcpyHtoDAsync_v2 => memcpy_htod_async, real_memcpy_htod_async: fn(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream), st::gated_htod;
-    cuMemcpyHtoDAsync_v2_ptsz => memcpy_htod_async_ptsz, real_memcpy_htod_async_ptsz: fn(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream), st::gated_htod;
-    cuMemcpyDtoHAsync_v2 => memcpy_dtoh_async, real_memcpy_dtoh_async: fn(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream), st::gated_dtoh;
-    cuMemcpyDtoHAsync_v2_ptsz => memcpy_dtoh_async_ptsz, real_memcpy_dtoh_async_ptsz: fn(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream), st::gated_dtoh;
-    cuMemsetD8Async => memset_d8_async, real_memset_d8_async: fn(d: CUdeviceptr, v: u8, n: usize, s: CUstream), st::gated_memset8;
-    cuMemsetD8Async_ptsz => memset_d8_async_ptsz, real_memset_d8_async_ptsz: fn(d: CUdeviceptr, v: u8, n: usize, s: CUstream), st::gated_memset8;
-    cuMemsetD32Async => memset_d32_async, real_memset_d32_async: fn(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream), st::gated_memset32;
-    cuMemsetD32Async_ptsz => memset_d32_async_ptsz, real_memset_d32_async_ptsz: fn(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream), st::gated_memset32;
-    cuMemcpy => memcpy_sync, real_memcpy_sync: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
-    cuMemcpyHtoD_v2 => memcpy_htod, real_memcpy_htod: fn(d: CUdeviceptr, src: *const c_void, n: usize), st::gated_htod_sync;
-    cuMemcpyDtoD_v2 => memcpy_dtod, real_memcpy_dtod: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
-    cuMemcpyDtoH_v2 => memcpy_dtoh, real_memcpy_dtoh: fn(d: *mut c_void, src: CUdeviceptr, n: usize), st::gated_dtoh_sync;
-    cuMemsetD8_v2 => memset_d8, real_memset_d8: fn(d: CUdeviceptr, v: u8, n: usize), st::gated_memset8_sync;
-    cuMemsetD32_v2 => memset_d32, real_memset_d32: fn(d: CUdeviceptr, v: c_uint, n: usize), st::gated_memset32_sync;
-    cuMemcpy_ptds => memcpy_sync_ptds, real_memcpy_sync_ptds: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
-    cuMemcpyHtoD_v2_ptds => memcpy_htod_ptds, real_memcpy_htod_ptds: fn(d: CUdeviceptr, src: *const c_void, n: usize), st::gated_htod_sync;
-    cuMemcpyDtoD_v2_ptds => memcpy_dtod_ptds, real_memcpy_dtod_ptds: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), st::gated_copy_sync;
-    cuMemcpyDtoH_v2_ptds => memcpy_dtoh_ptds, real_memcpy_dtoh_ptds: fn(d: *mut c_void, src: CUdeviceptr, n: usize), st::gated_dtoh_sync;
-    cuMemsetD8_v2_ptds => memset_d8_ptds, real_memset_d8_ptds: fn(d: CUdeviceptr, v: u8, n: usize), st::gated_memset8_sync;
-    cuMemsetD32_v2_ptds => memset_d32_ptds, real_memset_d32_ptds: fn(d: CUdeviceptr, v: c_uint, n: usize), st::gated_memset32_sync;
-    cuMemcpy2D_v2 => memcpy_2d, real_memcpy_2d: fn(p: *const c_void), st::gated_desc::<{ st::DESC_2D }>;
-    cuMemcpy2D_v2_ptds => memcpy_2d_ptds, real_memcpy_2d_ptds: fn(p: *const c_void), st::gated_desc::<{ st::DESC_2D }>;
-    cuMemcpy2DUnaligned_v2 => memcpy_2d_unaligned, real_memcpy_2d_unaligned: fn(p: *const c_void), st::gated_desc::<{ st::DESC_2D }>;
-    cuMemcpy2DUnaligned_v2_ptds => memcpy_2d_unaligned_ptds, real_memcpy_2d_unaligned_ptds: fn(p: *const c_void), st::gated_desc::<{ st::DESC_2D }>;
-    cuMemcpy2DAsync_v2 => memcpy_2d_async, real_memcpy_2d_async: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_2D }>;
-    cuMemcpy2DAsync_v2_ptsz => memcpy_2d_async_ptsz, real_memcpy_2d_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_2D }>;
-    cuMemcpy3D_v2 => memcpy_3d, real_memcpy_3d: fn(p: *const c_void), st::gated_desc::<{ st::DESC_3D }>;
-    cuMemcpy3D_v2_ptds => memcpy_3d_ptds, real_memcpy_3d_ptds: fn(p: *const c_void), st::gated_desc::<{ st::DESC_3D }>;
-    cuMemcpy3DAsync_v2 => memcpy_3d_async, real_memcpy_3d_async: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_3D }>;
-    cuMemcpy3DAsync_v2_ptsz => memcpy_3d_async_ptsz, real_memcpy_3d_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_3D }>;
-    cuMemcpy3DPeer => memcpy_3d_peer, real_memcpy_3d_peer: fn(p: *const c_void), st::gated_desc::<{ st::DESC_3D_PEER }>;
-    cuMemcpy3DPeer_ptds => memcpy_3d_peer_ptds, real_memcpy_3d_peer_ptds: fn(p: *const c_void), st::gated_desc::<{ st::DESC_3D_PEER }>;
-    cuMemcpy3DPeerAsync => memcpy_3d_peer_async, real_memcpy_3d_peer_async: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_3D_PEER }>;
-    cuMemcpy3DPeerAsync_ptsz => memcpy_3d_peer_async_ptsz, real_memcpy_3d_peer_async_ptsz: fn(p: *const c_void, s: CUstream), st::gated_desc_async::<{ st::DESC_3D_PEER }>;
-    cuMemcpyPeer => memcpy_peer, real_memcpy_peer: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize), st::gated_peer;
-    cuMemcpyPeer_ptds => memcpy_peer_ptds, real_memcpy_peer_ptds: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize), st::gated_peer;
-    cuMemcpyPeerAsync => memcpy_peer_async, real_memcpy_peer_async: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream), st::gated_peer_async;
-    cuMemcpyPeerAsync_ptsz => memcpy_peer_async_ptsz, real_memcpy_peer_async_ptsz: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream), st::gated_peer_async;
-    cuMemsetD16_v2 => memset_d16, real_memset_d16: fn(d: CUdeviceptr, v: u16, n: usize), st::gated_memset16_sync;
-    cuMemsetD16_v2_ptds => memset_d16_ptds, real_memset_d16_ptds: fn(d: CUdeviceptr, v: u16, n: usize), st::gated_memset16_sync;
-    cuMemsetD16Async => memset_d16_async, real_memset_d16_async: fn(d: CUdeviceptr, v: u16, n: usize, s: CUstream), st::gated_memset16;
-    cuMemsetD16Async_ptsz => memset_d16_async_ptsz, real_memset_d16_async_ptsz: fn(d: CUdeviceptr, v: u16, n: usize, s: CUstream), st::gated_memset16;
-    cuMemsetD2D8_v2 => memset_2d8, real_memset_2d8: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize), st::gated_memset2d8_sync;
-    cuMemsetD2D8_v2_ptds => memset_2d8_ptds, real_memset_2d8_ptds: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize), st::gated_memset2d8_sync;
-    cuMemsetD2D16_v2 => memset_2d16, real_memset_2d16: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize), st::gated_memset2d16_sync;
-    cuMemsetD2D16_v2_ptds => memset_2d16_ptds, real_memset_2d16_ptds: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize), st::gated_memset2d16_sync;
-    cuMemsetD2D32_v2 => memset_2d32, real_memset_2d32: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize), st::gated_memset2d32_sync;
-    cuMemsetD2D32_v2_ptds => memset_2d32_ptds, real_memset_2d32_ptds: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize), st::gated_memset2d32_sync;
-    cuMemsetD2D8Async => memset_2d8_async, real_memset_2d8_async: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream), st::gated_memset2d8;
-    cuMemsetD2D8Async_ptsz => memset_2d8_async_ptsz, real_memset_2d8_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream), st::gated_memset2d8;
-    cuMemsetD2D16Async => memset_2d16_async, real_memset_2d16_async: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream), st::gated_memset2d16;
-    cuMemsetD2D16Async_ptsz => memset_2d16_async_ptsz, real_memset_2d16_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream), st::gated_memset2d16;
-    cuMemsetD2D32Async => memset_2d32_async, real_memset_2d32_async: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), st::gated_memset2d32;
-    cuMemsetD2D32Async_ptsz => memset_2d32_async_ptsz, real_memset_2d32_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), st::gated_memset2d32;
-    cuDevicePrimaryCtxReset_v2 => primary_ctx_reset, real_primary_ctx_reset: fn(d: c_int), st::hook_primary_ctx_reset;
-    cuDevicePrimaryCtxReset => primary_ctx_reset_v1, real_primary_ctx_reset_v1: fn(d: c_int), st::hook_primary_ctx_reset;
-    cuCtxDestroy_v2 => ctx_destroy, real_ctx_destroy: fn(c: CUcontext), st::hook_ctx_destroy;
-    cuArrayCreate_v2 => array_create, real_array_create: fn(a: *mut u64, desc: *const c_void), st::hook_array_create;
-    cuArray3DCreate_v2 => array_3d_create, real_array_3d_create: fn(a: *mut u64, desc: *const c_void), st::hook_array_create;
-    cuMipmappedArrayCreate => mipmapped_array_create, real_mipmapped_array_create: fn(a: *mut u64, desc: *const c_void, levels: c_uint), st::hook_mipmapped_array_create;
+    cuMemAlloc_v2 => mem_alloc, real_mem_alloc: fn(p: *mut CUdeviceptr, n: usize), memory::hook_mem_alloc;
+    cuMemAllocPitch_v2 => mem_alloc_pitch, real_mem_alloc_pitch: fn(p: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, e: c_uint), memory::hook_mem_alloc_pitch;
+    cuMemAllocManaged => mem_alloc_managed, real_mem_alloc_managed: fn(p: *mut CUdeviceptr, n: usize, fl: c_uint), memory::hook_mem_alloc_managed;
+    cuMemAllocHost_v2 => mem_alloc_host, real_mem_alloc_host: fn(p: *mut *mut c_void, n: usize), memory::hook_mem_alloc_host;
+    cuMemHostAlloc => mem_host_alloc, real_mem_host_alloc: fn(p: *mut *mut c_void, n: usize, fl: c_uint), memory::hook_mem_host_alloc;
+    cuMemHostRegister_v2 => mem_host_register, real_mem_host_register: fn(p: *mut c_void, n: usize, fl: c_uint), memory::hook_mem_host_register;
+    cuMemAllocAsync => mem_alloc_async, real_mem_alloc_async: fn(p: *mut CUdeviceptr, n: usize, s: CUstream), memory::hook_mem_alloc_async;
+    cuMemAllocAsync_ptsz => mem_alloc_async_ptsz, real_mem_alloc_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, s: CUstream), memory::hook_mem_alloc_async;
+    cuIpcOpenMemHandle_v2 => ipc_open_mem_handle, real_ipc_open_mem_handle: fn(p: *mut CUdeviceptr, h: sys::CUipcMemHandle, fl: c_uint), memory::hook_ipc_open_mem_handle;
+    cuIpcCloseMemHandle => ipc_close_mem_handle, real_ipc_close_mem_handle: fn(p: CUdeviceptr), memory::hook_ipc_close_mem_handle;
+    cuMemFree_v2 => mem_free, real_mem_free: fn(p: CUdeviceptr), memory::hook_mem_free;
+    cuMemFreeHost => mem_free_host, real_mem_free_host: fn(p: *mut c_void), memory::hook_mem_free_host;
+    cuMemHostUnregister => mem_host_unregister, real_mem_host_unregister: fn(p: *mut c_void), memory::hook_mem_free_host;
+    cuMemFreeAsync => mem_free_async, real_mem_free_async: fn(p: CUdeviceptr, s: CUstream), memory::hook_mem_free_async;
+    cuMemFreeAsync_ptsz => mem_free_async_ptsz, real_mem_free_async_ptsz: fn(p: CUdeviceptr, s: CUstream), memory::hook_mem_free_async;
+    cuMemAllocFromPoolAsync => mem_alloc_from_pool_async, real_mem_alloc_from_pool_async: fn(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream), memory::hook_mem_alloc_from_pool_async;
+    cuMemAllocFromPoolAsync_ptsz => mem_alloc_from_pool_async_ptsz, real_mem_alloc_from_pool_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream), memory::hook_mem_alloc_from_pool_async;
+    cuMemCreate => mem_create, real_mem_create: fn(h: *mut u64, n: usize, prop: *const c_void, fl: u64), vmem::hook_mem_create;
+    cuMemImportFromShareableHandle => mem_import_from_shareable_handle, real_mem_import_from_shareable_handle: fn(h: *mut u64, os: *mut c_void, ty: c_uint), vmem::hook_mem_import;
+    cuMulticastCreate => multicast_create, real_multicast_create: fn(h: *mut u64, prop: *const c_void), vmem::hook_multicast_create;
+    cuMulticastBindMem => multicast_bind_mem, real_multicast_bind_mem: fn(mc: u64, mo: usize, mem: u64, off: usize, n: usize, fl: u64), vmem::hook_multicast_bind_mem;
+    cuMulticastBindAddr => multicast_bind_addr, real_multicast_bind_addr: fn(mc: u64, mo: usize, p: CUdeviceptr, n: usize, fl: u64), vmem::hook_multicast_bind_addr;
+    cuMemRelease => mem_release, real_mem_release: fn(h: u64), vmem::hook_mem_release;
+    cuMemAddressReserve => mem_address_reserve, real_mem_address_reserve: fn(p: *mut CUdeviceptr, n: usize, align: usize, addr: CUdeviceptr, fl: u64), vmem::hook_mem_address_reserve;
+    cuMemAddressFree => mem_address_free, real_mem_address_free: fn(p: CUdeviceptr, n: usize), vmem::hook_mem_address_free;
+    cuMemMap => mem_map, real_mem_map: fn(p: CUdeviceptr, n: usize, off: usize, h: u64, fl: u64), vmem::hook_mem_map;
+    cuMemUnmap => mem_unmap, real_mem_unmap: fn(p: CUdeviceptr, n: usize), vmem::hook_mem_unmap;
+    cuMemSetAccess => mem_set_access, real_mem_set_access: fn(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize), vmem::hook_mem_set_access;
+    cuStreamDestroy_v2 => stream_destroy, real_stream_destroy: fn(s: CUstream), stream::hook_stream_destroy;
+    cuStreamEndCapture => stream_end_capture, real_stream_end_capture: fn(s: CUstream, g: *mut CUgraph), stream::hook_stream_end_capture;
+    cuStreamEndCapture_ptsz => stream_end_capture_ptsz, real_stream_end_capture_ptsz: fn(s: CUstream, g: *mut CUgraph), stream::hook_stream_end_capture;
+    cuStreamBeginCapture => stream_begin_capture_v1, real_stream_begin_capture_v1: fn(s: CUstream), stream::hook_stream_begin_capture_v1;
+    cuStreamBeginCapture_ptsz => stream_begin_capture_v1_ptsz, real_stream_begin_capture_v1_ptsz: fn(s: CUstream), stream::hook_stream_begin_capture_v1;
+    cuStreamBeginCapture_v2 => stream_begin_capture, real_stream_begin_capture: fn(s: CUstream, mode: c_uint), stream::hook_stream_begin_capture;
+    cuStreamBeginCapture_v2_ptsz => stream_begin_capture_ptsz, real_stream_begin_capture_ptsz: fn(s: CUstream, mode: c_uint), stream::hook_stream_begin_capture;
+    cuStreamBeginCaptureToGraph => stream_begin_capture_to_graph, real_stream_begin_capture_to_graph: fn(s: CUstream, g: CUgraph, deps: *const CUgraphNode, data: *const c_void, n: usize, mode: c_uint), stream::hook_stream_begin_capture_to_graph;
+    cuStreamBeginCaptureToGraph_ptsz => stream_begin_capture_to_graph_ptsz, real_stream_begin_capture_to_graph_ptsz: fn(s: CUstream, g: CUgraph, deps: *const CUgraphNode, data: *const c_void, n: usize, mode: c_uint), stream::hook_stream_begin_capture_to_graph;
+    cuStreamCreate => stream_create, real_stream_create: fn(s: *mut CUstream, fl: c_uint), stream::hook_stream_create;
+    cuStreamCreateWithPriority => stream_create_with_priority, real_stream_create_with_priority: fn(s: *mut CUstream, fl: c_uint, prio: c_int), stream::hook_stream_create_with_priority;
+    cuMemcpyAsync => memcpy_async, real_memcpy_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), copy::gated_copy;
+    cuMemcpyAsync_ptsz => memcpy_async_ptsz, real_memcpy_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), copy::gated_copy;
+    cuMemcpyDtoDAsync_v2 => memcpy_dtod_async, real_memcpy_dtod_async: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), copy::gated_copy;
+    cuMemcpyDtoDAsync_v2_ptsz => memcpy_dtod_async_ptsz, real_memcpy_dtod_async_ptsz: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream), copy::gated_copy;
+    cuMemcpyHtoDAsync_v2 => memcpy_htod_async, real_memcpy_htod_async: fn(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream), copy::gated_htod;
+    cuMemcpyHtoDAsync_v2_ptsz => memcpy_htod_async_ptsz, real_memcpy_htod_async_ptsz: fn(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream), copy::gated_htod;
+    cuMemcpyDtoHAsync_v2 => memcpy_dtoh_async, real_memcpy_dtoh_async: fn(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream), copy::gated_dtoh;
+    cuMemcpyDtoHAsync_v2_ptsz => memcpy_dtoh_async_ptsz, real_memcpy_dtoh_async_ptsz: fn(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream), copy::gated_dtoh;
+    cuMemsetD8Async => memset_d8_async, real_memset_d8_async: fn(d: CUdeviceptr, v: u8, n: usize, s: CUstream), copy::gated_memset8;
+    cuMemsetD8Async_ptsz => memset_d8_async_ptsz, real_memset_d8_async_ptsz: fn(d: CUdeviceptr, v: u8, n: usize, s: CUstream), copy::gated_memset8;
+    cuMemsetD32Async => memset_d32_async, real_memset_d32_async: fn(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream), copy::gated_memset32;
+    cuMemsetD32Async_ptsz => memset_d32_async_ptsz, real_memset_d32_async_ptsz: fn(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream), copy::gated_memset32;
+    cuMemcpy => memcpy_sync, real_memcpy_sync: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), copy::gated_copy_sync;
+    cuMemcpyHtoD_v2 => memcpy_htod, real_memcpy_htod: fn(d: CUdeviceptr, src: *const c_void, n: usize), copy::gated_htod_sync;
+    cuMemcpyDtoD_v2 => memcpy_dtod, real_memcpy_dtod: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), copy::gated_copy_sync;
+    cuMemcpyDtoH_v2 => memcpy_dtoh, real_memcpy_dtoh: fn(d: *mut c_void, src: CUdeviceptr, n: usize), copy::gated_dtoh_sync;
+    cuMemsetD8_v2 => memset_d8, real_memset_d8: fn(d: CUdeviceptr, v: u8, n: usize), copy::gated_memset8_sync;
+    cuMemsetD32_v2 => memset_d32, real_memset_d32: fn(d: CUdeviceptr, v: c_uint, n: usize), copy::gated_memset32_sync;
+    cuMemcpy_ptds => memcpy_sync_ptds, real_memcpy_sync_ptds: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), copy::gated_copy_sync;
+    cuMemcpyHtoD_v2_ptds => memcpy_htod_ptds, real_memcpy_htod_ptds: fn(d: CUdeviceptr, src: *const c_void, n: usize), copy::gated_htod_sync;
+    cuMemcpyDtoD_v2_ptds => memcpy_dtod_ptds, real_memcpy_dtod_ptds: fn(d: CUdeviceptr, src: CUdeviceptr, n: usize), copy::gated_copy_sync;
+    cuMemcpyDtoH_v2_ptds => memcpy_dtoh_ptds, real_memcpy_dtoh_ptds: fn(d: *mut c_void, src: CUdeviceptr, n: usize), copy::gated_dtoh_sync;
+    cuMemsetD8_v2_ptds => memset_d8_ptds, real_memset_d8_ptds: fn(d: CUdeviceptr, v: u8, n: usize), copy::gated_memset8_sync;
+    cuMemsetD32_v2_ptds => memset_d32_ptds, real_memset_d32_ptds: fn(d: CUdeviceptr, v: c_uint, n: usize), copy::gated_memset32_sync;
+    cuMemcpy2D_v2 => memcpy_2d, real_memcpy_2d: fn(p: *const c_void), copy::gated_desc::<{ copy::DESC_2D }>;
+    cuMemcpy2D_v2_ptds => memcpy_2d_ptds, real_memcpy_2d_ptds: fn(p: *const c_void), copy::gated_desc::<{ copy::DESC_2D }>;
+    cuMemcpy2DUnaligned_v2 => memcpy_2d_unaligned, real_memcpy_2d_unaligned: fn(p: *const c_void), copy::gated_desc::<{ copy::DESC_2D }>;
+    cuMemcpy2DUnaligned_v2_ptds => memcpy_2d_unaligned_ptds, real_memcpy_2d_unaligned_ptds: fn(p: *const c_void), copy::gated_desc::<{ copy::DESC_2D }>;
+    cuMemcpy2DAsync_v2 => memcpy_2d_async, real_memcpy_2d_async: fn(p: *const c_void, s: CUstream), copy::gated_desc_async::<{ copy::DESC_2D }>;
+    cuMemcpy2DAsync_v2_ptsz => memcpy_2d_async_ptsz, real_memcpy_2d_async_ptsz: fn(p: *const c_void, s: CUstream), copy::gated_desc_async::<{ copy::DESC_2D }>;
+    cuMemcpy3D_v2 => memcpy_3d, real_memcpy_3d: fn(p: *const c_void), copy::gated_desc::<{ copy::DESC_3D }>;
+    cuMemcpy3D_v2_ptds => memcpy_3d_ptds, real_memcpy_3d_ptds: fn(p: *const c_void), copy::gated_desc::<{ copy::DESC_3D }>;
+    cuMemcpy3DAsync_v2 => memcpy_3d_async, real_memcpy_3d_async: fn(p: *const c_void, s: CUstream), copy::gated_desc_async::<{ copy::DESC_3D }>;
+    cuMemcpy3DAsync_v2_ptsz => memcpy_3d_async_ptsz, real_memcpy_3d_async_ptsz: fn(p: *const c_void, s: CUstream), copy::gated_desc_async::<{ copy::DESC_3D }>;
+    cuMemcpy3DPeer => memcpy_3d_peer, real_memcpy_3d_peer: fn(p: *const c_void), copy::gated_desc::<{ copy::DESC_3D_PEER }>;
+    cuMemcpy3DPeer_ptds => memcpy_3d_peer_ptds, real_memcpy_3d_peer_ptds: fn(p: *const c_void), copy::gated_desc::<{ copy::DESC_3D_PEER }>;
+    cuMemcpy3DPeerAsync => memcpy_3d_peer_async, real_memcpy_3d_peer_async: fn(p: *const c_void, s: CUstream), copy::gated_desc_async::<{ copy::DESC_3D_PEER }>;
+    cuMemcpy3DPeerAsync_ptsz => memcpy_3d_peer_async_ptsz, real_memcpy_3d_peer_async_ptsz: fn(p: *const c_void, s: CUstream), copy::gated_desc_async::<{ copy::DESC_3D_PEER }>;
+    cuMemcpyPeer => memcpy_peer, real_memcpy_peer: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize), copy::gated_peer;
+    cuMemcpyPeer_ptds => memcpy_peer_ptds, real_memcpy_peer_ptds: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize), copy::gated_peer;
+    cuMemcpyPeerAsync => memcpy_peer_async, real_memcpy_peer_async: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream), copy::gated_peer_async;
+    cuMemcpyPeerAsync_ptsz => memcpy_peer_async_ptsz, real_memcpy_peer_async_ptsz: fn(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream), copy::gated_peer_async;
+    cuMemsetD16_v2 => memset_d16, real_memset_d16: fn(d: CUdeviceptr, v: u16, n: usize), copy::gated_memset16_sync;
+    cuMemsetD16_v2_ptds => memset_d16_ptds, real_memset_d16_ptds: fn(d: CUdeviceptr, v: u16, n: usize), copy::gated_memset16_sync;
+    cuMemsetD16Async => memset_d16_async, real_memset_d16_async: fn(d: CUdeviceptr, v: u16, n: usize, s: CUstream), copy::gated_memset16;
+    cuMemsetD16Async_ptsz => memset_d16_async_ptsz, real_memset_d16_async_ptsz: fn(d: CUdeviceptr, v: u16, n: usize, s: CUstream), copy::gated_memset16;
+    cuMemsetD2D8_v2 => memset_2d8, real_memset_2d8: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize), copy::gated_memset2d8_sync;
+    cuMemsetD2D8_v2_ptds => memset_2d8_ptds, real_memset_2d8_ptds: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize), copy::gated_memset2d8_sync;
+    cuMemsetD2D16_v2 => memset_2d16, real_memset_2d16: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize), copy::gated_memset2d16_sync;
+    cuMemsetD2D16_v2_ptds => memset_2d16_ptds, real_memset_2d16_ptds: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize), copy::gated_memset2d16_sync;
+    cuMemsetD2D32_v2 => memset_2d32, real_memset_2d32: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize), copy::gated_memset2d32_sync;
+    cuMemsetD2D32_v2_ptds => memset_2d32_ptds, real_memset_2d32_ptds: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize), copy::gated_memset2d32_sync;
+    cuMemsetD2D8Async => memset_2d8_async, real_memset_2d8_async: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream), copy::gated_memset2d8;
+    cuMemsetD2D8Async_ptsz => memset_2d8_async_ptsz, real_memset_2d8_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream), copy::gated_memset2d8;
+    cuMemsetD2D16Async => memset_2d16_async, real_memset_2d16_async: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream), copy::gated_memset2d16;
+    cuMemsetD2D16Async_ptsz => memset_2d16_async_ptsz, real_memset_2d16_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream), copy::gated_memset2d16;
+    cuMemsetD2D32Async => memset_2d32_async, real_memset_2d32_async: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), copy::gated_memset2d32;
+    cuMemsetD2D32Async_ptsz => memset_2d32_async_ptsz, real_memset_2d32_async_ptsz: fn(d: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream), copy::gated_memset2d32;
+    cuDevicePrimaryCtxReset_v2 => primary_ctx_reset, real_primary_ctx_reset: fn(d: c_int), context::hook_primary_ctx_reset;
+    cuDevicePrimaryCtxReset => primary_ctx_reset_v1, real_primary_ctx_reset_v1: fn(d: c_int), context::hook_primary_ctx_reset;
+    cuCtxDestroy_v2 => ctx_destroy, real_ctx_destroy: fn(c: CUcontext), context::hook_ctx_destroy;
+    cuArrayCreate_v2 => array_create, real_array_create: fn(a: *mut u64, desc: *const c_void), memory::hook_array_create;
+    cuArray3DCreate_v2 => array_3d_create, real_array_3d_create: fn(a: *mut u64, desc: *const c_void), memory::hook_array_create;
+    cuMipmappedArrayCreate => mipmapped_array_create, real_mipmapped_array_create: fn(a: *mut u64, desc: *const c_void, levels: c_uint), memory::hook_mipmapped_array_create;
     cuArrayDestroy => array_destroy, real_array_destroy: fn(a: u64), st::unseen::hook_array_destroy;
     cuMipmappedArrayDestroy => mipmapped_array_destroy, real_mipmapped_array_destroy: fn(a: u64), st::unseen::hook_array_destroy;
     cuSurfObjectCreate => surf_object_create, real_surf_object_create: fn(s: *mut u64, desc: *const c_void), st::unseen::hook_surf_object_create;

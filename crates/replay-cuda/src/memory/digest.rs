@@ -312,6 +312,12 @@ impl Batch {
                     seg_args.bytes(),
                 )?;
                 if !fins.is_empty() {
+                    let fin_blocks =
+                        u32::try_from(fins.len() as u64 * u64::from(kernels::FIN_LANES))
+                            .map(|t| t.div_ceil(kernels::FIN_BLOCK))
+                            .map_err(|_| {
+                                CudaError::InvalidArgument(format!("{} ops to finish", fins.len()))
+                            })?;
                     let fin_args = ArgBlock::new()
                         .arg(DevicePtr(scratch.table.dptr + seg_bytes as u64))
                         .arg(fins.len() as u64)
@@ -321,10 +327,7 @@ impl Batch {
                         .arg(DevicePtr(scratch.out.dptr));
                     launch_raw(
                         k.fin.raw(),
-                        &LaunchConfig::linear(
-                            (fins.len() as u32).div_ceil(kernels::FIN_BLOCK),
-                            kernels::FIN_BLOCK,
-                        ),
+                        &LaunchConfig::linear(fin_blocks, kernels::FIN_BLOCK),
                         s,
                         fin_args.params(),
                         fin_args.bytes(),

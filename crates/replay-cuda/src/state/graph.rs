@@ -64,7 +64,8 @@ use cudarc::driver::sys::{
 use parking_lot::Mutex;
 use replay_core::{Dim3, PolicyError};
 
-use super::{state, Intercepted};
+use super::state;
+use crate::intercept::launch::{self as hooks, Intercepted};
 use crate::launch::How;
 
 /// Environment variable: how graph launches are profiled (`node`, `graph` or `off`).
@@ -994,7 +995,7 @@ unsafe fn run_nodes(
                     }))
                 });
                 // SAFETY: the arguments live in `bytes` until the launch returns.
-                let r = unsafe { super::run_launch(l, how, reached) };
+                let r = unsafe { hooks::run_launch(l, how, reached) };
                 CURRENT.with(|c| c.set(previous));
                 drop(params);
                 drop(bytes);
@@ -1027,7 +1028,7 @@ unsafe fn run_nodes(
 /// # Safety
 /// The node's parameters are as the driver gave them; `stream` the application's.
 unsafe fn run_plain(w: &Work, stream: CUstream, reached: &mut bool) -> CUresult {
-    let _gate = super::gate_agent().map(|(svc, a)| svc.enter_write(a));
+    let _gate = crate::intercept::gate::gate_agent().map(|(svc, a)| svc.enter_write(a));
     *reached = true;
     let missing = CUresult::CUDA_ERROR_NOT_FOUND;
     match w {
@@ -1124,9 +1125,9 @@ pub(crate) unsafe fn hook_graph_launch<const PTSZ: bool>(
         .counters
         .graph_launch
         .fetch_add(1, Ordering::Relaxed);
-    super::note_stream(s);
+    crate::intercept::stream::note_stream(s);
     // SAFETY: the caller's contract.
-    unsafe { launch(real, reached, g, s, super::effective_stream::<PTSZ>(s)) }
+    unsafe { launch(real, reached, g, s, hooks::effective_stream::<PTSZ>(s)) }
 }
 
 /// `cuGraphLaunch` of `exec` on `stream` (`effective`: the same, with the per-thread default
@@ -1145,7 +1146,7 @@ pub(crate) unsafe fn launch(
         if let Some(why) = why {
             count_once(why);
         }
-        let _gate = super::gate_agent().map(|(svc, a)| svc.enter_write(a));
+        let _gate = crate::intercept::gate::gate_agent().map(|(svc, a)| svc.enter_write(a));
         *reached = true;
         // SAFETY: forwarded as given.
         unsafe { real(exec, stream) }
@@ -1162,7 +1163,7 @@ pub(crate) unsafe fn launch(
         // It becomes a node of the capture, replayed when that graph is launched.
         return once(Some(RunOnce::Capture), reached);
     }
-    let Some(backend) = super::launch_backend(s) else {
+    let Some(backend) = hooks::launch_backend(s) else {
         return once(None, reached);
     };
     let agent = backend.agent_id();

@@ -13,19 +13,18 @@
 //! Each symbol also gives its argument block's size ([`kernarg_segment_size`]), so the
 //! interceptor reads every word of the block, however long.
 //!
-//! `hsa_executable_destroy` is wrapped (`executable_destroy`): before the runtime destroys
-//! an executable, its kernels are forgotten here and in the service's memo of kernels that
-//! wrote outside the `arguments` scope (keyed by executable), because a later executable may
-//! get the same kernel-object addresses.
+//! `hsa_executable_destroy` is wrapped (`crate::intercept::code`): before the runtime
+//! destroys an executable, its kernels are forgotten here ([`KernelNames::forget_executable`])
+//! and in the service's memo of kernels that wrote outside the `arguments` scope (keyed by
+//! executable), because a later executable may get the same kernel-object addresses.
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::state::{self, backend, LoaderFns};
-use crate::sys::{self, hsa_status_t};
+use crate::state::LoaderFns;
+use crate::sys;
 
 /// What a dispatch's kernel object resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,35 +165,6 @@ fn kernel_symbols(
         }
     }
     Ok(out)
-}
-
-/// Wrapper of core `hsa_executable_destroy`: the executable's kernels are forgotten first.
-///
-/// # Safety
-///
-/// The runtime's contract for `hsa_executable_destroy`.
-pub(crate) unsafe extern "C" fn executable_destroy(executable: u64) -> hsa_status_t {
-    let Some(destroy) = backend().originals().and_then(|o| o.executable_destroy) else {
-        return sys::HSA_STATUS_ERROR_NOT_INITIALIZED;
-    };
-    let forgot = catch_unwind(AssertUnwindSafe(|| {
-        global().forget_executable(executable);
-        if let Some(svc) = state::service() {
-            for a in backend().agents.all() {
-                svc.forget_code_object(a.id, executable);
-            }
-        }
-        for a in backend().agents.all() {
-            backend().tracker.record_unload(a.id, executable);
-        }
-    }));
-    if forgot.is_err() {
-        log::error!(
-            "[kernel-replay] hsa: forgetting the kernels of executable {executable:#x} panicked; the call went through"
-        );
-    }
-    // SAFETY: the original entry with the caller's argument.
-    unsafe { destroy(executable) }
 }
 
 #[cfg(test)]

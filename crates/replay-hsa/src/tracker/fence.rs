@@ -1,6 +1,6 @@
 //! The copy fence (SPEC §6 step 6): asynchronous copies bypass the queues and their lock, so
-//! the allocation wrappers also wrap the async-copy entries and record every copy in flight,
-//! with the agents it touches and its completion signal. A drain of an agent
+//! the copy wrappers ([`crate::intercept::copy`]) wrap the async-copy entries and record every
+//! copy in flight, with the agents it touches and its completion signal. A drain of an agent
 //! ([`crate::agent`]) then waits, bounded, until [`CopyFence::pending`] reports none for it.
 //!
 //! It sits with the tracker because it is what the tracker is: a record of what the

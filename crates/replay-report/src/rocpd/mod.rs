@@ -48,7 +48,7 @@ use serde_json::json;
 
 use crate::csv::ncu_unit;
 use crate::error::ReportError;
-use crate::report::{CounterDispatch, CounterReport};
+use replay_report_types::{CounterDispatch, CounterReport};
 
 /// The schema, with `{{uuid}}` and `{{guid}}` to substitute.
 pub const SCHEMA: &str = include_str!("schema.sql");

@@ -1,11 +1,12 @@
-//! The counter report's types (SPEC §12): what the counter tool collected, every value keyed by
-//! `(dispatch_id, pass)`. The writers read these and never combine values of different passes.
+//! The counter report (SPEC §12): what the counter tool collected, every value keyed by
+//! `(dispatch_id, pass)`. The writers read these and never combine values of different passes;
+//! [`SampleIndex`] is the look-up they build once per report.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ReportError;
+use crate::error::InconsistentReport;
 
 /// One metric's value for one pass of one replayed dispatch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -177,7 +178,7 @@ pub struct CounterReport {
 }
 
 /// The samples of one dispatch and metric, by pass (a pass appears once).
-pub(crate) type ByPass<'a> = BTreeMap<u32, &'a CounterSample>;
+pub type ByPass<'a> = BTreeMap<u32, &'a CounterSample>;
 
 impl CounterReport {
     /// The metric's description, if the report lists it.
@@ -210,11 +211,11 @@ impl CounterReport {
     /// Checks what every writer relies on: dispatch ids are unique, every sample names a
     /// listed dispatch, and no `(dispatch_id, pass, metric)` has two values (a writer could only
     /// pick one or add them, and both would misreport).
-    pub fn check(&self) -> Result<(), ReportError> {
+    pub fn check(&self) -> Result<(), InconsistentReport> {
         let mut ids = BTreeMap::new();
         for d in &self.dispatches {
             if ids.insert(d.dispatch_id, ()).is_some() {
-                return Err(ReportError::Inconsistent(format!(
+                return Err(InconsistentReport(format!(
                     "dispatch {} is listed twice",
                     d.dispatch_id
                 )));
@@ -223,7 +224,7 @@ impl CounterReport {
         let mut seen: BTreeMap<(u64, u32, &str), ()> = BTreeMap::new();
         for s in &self.samples {
             if !ids.contains_key(&s.dispatch_id) {
-                return Err(ReportError::Inconsistent(format!(
+                return Err(InconsistentReport(format!(
                     "a sample of {} names dispatch {}, which the report does not list",
                     s.metric, s.dispatch_id
                 )));
@@ -232,7 +233,7 @@ impl CounterReport {
                 .insert((s.dispatch_id, s.pass, &s.metric), ())
                 .is_some()
             {
-                return Err(ReportError::Inconsistent(format!(
+                return Err(InconsistentReport(format!(
                     "dispatch {} pass {} has two values of {}",
                     s.dispatch_id, s.pass, s.metric
                 )));
@@ -272,7 +273,7 @@ impl CounterReport {
 
     /// The samples indexed by dispatch and metric, built once by the writers (the look-ups
     /// above scan the samples, which is fine for one question, not for a whole report).
-    pub(crate) fn index(&self) -> Index<'_> {
+    pub fn index(&self) -> SampleIndex<'_> {
         let mut by: BTreeMap<u64, BTreeMap<&str, ByPass<'_>>> = BTreeMap::new();
         for s in &self.samples {
             by.entry(s.dispatch_id)
@@ -286,25 +287,25 @@ impl CounterReport {
             .iter()
             .map(|m| (m.name.as_str(), m.pass))
             .collect();
-        Index { by, pass_of }
+        SampleIndex { by, pass_of }
     }
 }
 
 /// [`CounterReport::index`]: samples by `(dispatch_id, metric)`, then by pass.
 #[derive(Debug)]
-pub(crate) struct Index<'a> {
+pub struct SampleIndex<'a> {
     by: BTreeMap<u64, BTreeMap<&'a str, ByPass<'a>>>,
     pass_of: BTreeMap<&'a str, u32>,
 }
 
-impl<'a> Index<'a> {
+impl<'a> SampleIndex<'a> {
     /// One dispatch's samples of one metric, by pass.
-    pub(crate) fn by_pass(&self, dispatch_id: u64, metric: &str) -> Option<&ByPass<'a>> {
+    pub fn by_pass(&self, dispatch_id: u64, metric: &str) -> Option<&ByPass<'a>> {
         self.by.get(&dispatch_id)?.get(metric)
     }
 
     /// As [`CounterReport::value`].
-    pub(crate) fn value(&self, dispatch_id: u64, metric: &str) -> Option<&'a CounterSample> {
+    pub fn value(&self, dispatch_id: u64, metric: &str) -> Option<&'a CounterSample> {
         let all = self.by_pass(dispatch_id, metric)?;
         self.pass_of
             .get(metric)
@@ -316,7 +317,7 @@ impl<'a> Index<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::{CounterReport, CounterSample, MetricInfo};
+    use super::{CounterDispatch, CounterReport, CounterSample, MetricInfo};
 
     fn s(pass: u32, value: f64) -> CounterSample {
         CounterSample {
@@ -345,5 +346,90 @@ mod tests {
         assert_eq!(r.value(1, "m").map(|s| s.value), Some(5.0));
         assert_eq!(r.index().value(1, "m").map(|s| s.value), Some(5.0));
         assert!(r.value(2, "m").is_none() && r.index().value(1, "other").is_none());
+    }
+
+    fn dispatch(id: u64) -> CounterDispatch {
+        CounterDispatch {
+            dispatch_id: id,
+            kernel: "k".into(),
+            kernel_demangled: "k".into(),
+            device: 0,
+            context: 1,
+            stream: 2,
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            passes: 3,
+            snapshot_bytes: 0,
+            start_ns: 0,
+            end_ns: 0,
+            pass_ns: vec![],
+            graph: None,
+            node: None,
+            graph_launch: None,
+            phases: None,
+        }
+    }
+
+    #[test]
+    fn check_names_each_contradiction() {
+        let ok = CounterReport {
+            dispatches: vec![dispatch(1), dispatch(2)],
+            samples: vec![s(0, 1.0), s(1, 2.0)],
+            ..CounterReport::default()
+        };
+        assert_eq!(ok.check(), Ok(()));
+
+        let mut twice = ok.clone();
+        twice.dispatches.push(dispatch(2));
+        let e = twice.check().unwrap_err();
+        assert_eq!(e.0, "dispatch 2 is listed twice");
+        assert_eq!(
+            e.to_string(),
+            "the counter report is inconsistent: dispatch 2 is listed twice"
+        );
+
+        let mut unlisted = ok.clone();
+        unlisted.dispatches.retain(|d| d.dispatch_id != 1);
+        let e = unlisted.check().unwrap_err();
+        assert!(e.0.contains("names dispatch 1"), "{e}");
+
+        let mut two_values = ok;
+        two_values.samples.push(s(1, 3.0));
+        let e = two_values.check().unwrap_err();
+        assert_eq!(e.0, "dispatch 1 pass 1 has two values of m");
+    }
+
+    #[test]
+    fn values_keep_the_collecting_pass_per_dispatch() {
+        let r = CounterReport {
+            metrics: vec![MetricInfo {
+                name: "m".into(),
+                unit: String::new(),
+                description: String::new(),
+                pass: 1,
+            }],
+            dispatches: vec![dispatch(1)],
+            samples: vec![s(0, 5.0), s(1, 10.0)],
+            ..CounterReport::default()
+        };
+        let v = r.values();
+        assert_eq!(v[&1]["m"], (10.0, 1));
+        assert_eq!(r.index().by_pass(1, "m").map(|b| b.len()), Some(2));
+        assert_eq!(r.metric_names(), ["m"]);
+    }
+
+    #[test]
+    fn a_dispatch_written_before_the_later_fields_still_reads() {
+        let old = r#"{"dispatch_id":4,"kernel":"k","kernel_demangled":"k","device":0,
+            "context":1,"stream":2,"grid":[1,1,1],"block":[32,1,1],"passes":3,
+            "snapshot_bytes":0,"start_ns":0,"end_ns":0}"#;
+        let d: CounterDispatch = serde_json::from_str(old).unwrap();
+        assert_eq!(d, dispatch(4));
+        // And the optional fields are left out when empty, so the old form is what is written.
+        let back = serde_json::to_string(&d).unwrap();
+        assert!(
+            !back.contains("pass_ns") && !back.contains("graph"),
+            "{back}"
+        );
     }
 }

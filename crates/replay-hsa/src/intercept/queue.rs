@@ -1,5 +1,6 @@
-//! Queue interception (SPEC §9.1): the `hsa_queue_create` / `hsa_queue_destroy` wrappers and
-//! the write interceptor.
+//! The queue wrappers (SPEC §9.1): what `OnLoad` installs on `hsa_queue_create` /
+//! `hsa_queue_destroy`, and the write interceptor registered on every queue they create, which
+//! runs the replay window (SPEC §6) for a single kernel dispatch.
 //!
 //! `hsa_queue_create` is answered with an **intercepting queue** (the original
 //! `hsa_amd_queue_intercept_create`) on which [`interceptor`] is registered; if the runtime
@@ -19,9 +20,9 @@
 //!
 //! - **Tool work** is recognised by where it was written, not by when it arrives: every packet
 //!   on a tool queue (one created from inside a tool callback, or declared with
-//!   [`mark_tool_queue`]) is tool work; it is never gated, never parked and never replayed
-//!   (`reentrant_dispatch` for a dispatch), so a tool that waits for its own work in a callback
-//!   is never blocked by the window it runs in. Packets on every other queue are the
+//!   [`crate::queue::mark_tool_queue`]) is tool work; it is never gated, never parked and
+//!   never replayed (`reentrant_dispatch` for a dispatch), so a tool that waits for its own
+//!   work in a callback is never blocked by the window it runs in. Packets on every other queue are the
 //!   application's, whenever they arrive. Tool work written into an application queue is not
 //!   recognised: it is parked while the window runs, like the application's; a submission
 //!   parked on an application queue while a tool callback of the agent's window runs is named
@@ -73,9 +74,6 @@ use crate::module::kernels;
 use crate::queue::{self, Packet, QueueState, WriterFn};
 use crate::state::{self, backend, Originals, QueueFns};
 use crate::sys::{self, aql, hsa_status_t};
-
-// The registry's lookup and the tool-queue declaration, where tools and tests have found them.
-pub use crate::queue::{mark_tool_queue, state_of};
 
 // ----- Queue creation -------------------------------------------------------------------------
 
