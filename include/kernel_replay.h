@@ -325,7 +325,10 @@ typedef struct kreplay_dispatch_info_t {
 /* ----------------------------------------------------------------------------------------- */
 
 /** One candidate dispatch's outcome. Owned by the library and valid only during the callback
- *  that received it (CONFIG EXIT, or the outcome sink); copy what you keep. */
+ *  that received it (CONFIG EXIT, or the outcome sink); copy what you keep. The window's time
+ *  by phase and the graph node a dispatch ran as are read through kreplay_outcome_phases()
+ *  and kreplay_outcome_graph_node() (versioned structs of their own, so this one keeps its
+ *  layout); kreplay_outcome_json() has them too (`phases`, `graph`). */
 typedef struct kreplay_outcome_t {
     /** sizeof(kreplay_outcome_t) as the library built it. */
     uint64_t size;
@@ -422,6 +425,74 @@ typedef struct kreplay_summary_t {
      *  kreplay_predict_fallback values. */
     uint64_t predict_fallback_by_reason[KREPLAY_PREDICT_FALLBACK_CAPACITY];
 } kreplay_summary_t;
+
+/**
+ * Where a dispatch's replay window spent its time (SPEC 11), in seconds on the window's clock
+ * (the simulator's and the backends' own clock; wall time on a GPU). Filled by
+ * kreplay_outcome_phases(). The window is measured as laps: every boundary between two phases
+ * reads the clock once, so `drain` + `plan` + `capture` + `launch` + `wait` + `check` +
+ * `restore` + `callbacks` + `finish` equals `window` (up to float rounding); `config_enter`
+ * is outside the window. In CONFIG EXIT the phases run up to the start of CONFIG EXIT; the
+ * outcome sink's record has the whole window (CONFIG EXIT and the completion signal in
+ * `callbacks` and `finish`). A dispatch without a window (not requested, tool work) has
+ * zeros but for `config_enter`.
+ */
+typedef struct kreplay_phases_t {
+    /** Set by the caller to sizeof(kreplay_phases_t) (at least the first version's 96 bytes);
+     *  the library writes back its own size when that is smaller, and no field past the
+     *  caller's size. */
+    uint64_t size;
+    /** The whole window, from the writer lock to its end: the sum of the nine phases below. */
+    double window;
+    /** Waiting for writes begun before the window; the queue, agent and copy-fence drains. */
+    double drain;
+    /** Resolving `auto`, the kernel memo, the snapshot plan and admission. */
+    double plan;
+    /** The snapshot's capture. */
+    double capture;
+    /** Every pass's cache flush and submission. */
+    double launch;
+    /** Every pass's bounded wait for completion. */
+    double wait;
+    /** The scope checks after the passes (digests of what is watched). */
+    double check;
+    /** Restores between passes, and completing a restore ordered on the device. */
+    double restore;
+    /** The tool's callbacks inside the window: PASS ENTER and EXIT, continue, CONFIG EXIT,
+     *  and the captures a tool asks for. */
+    double callbacks;
+    /** Releasing the snapshot, signalling the application's completion, and a declined
+     *  dispatch's one ordinary run. */
+    double finish;
+    /** CONFIG ENTER and the pass-count callback, before the writer lock (not in `window`). */
+    double config_enter;
+} kreplay_phases_t;
+
+/** `node` of a kreplay_graph_node_t for a whole graph profiled as one workload (CUDA's graph
+ *  profiling mode `graph`). */
+#define KREPLAY_GRAPH_NODE_NONE 0xFFFFFFFFu
+
+/**
+ * The graph node a dispatch ran as: a CUDA graph launched node by node runs each kernel node
+ * as a dispatch of its own, through the replay window (SPEC 9.2). Filled by
+ * kreplay_outcome_graph_node(). The same numbers as the `graph`, `node` and `graph_launch`
+ * columns of the counter outputs.
+ */
+typedef struct kreplay_graph_node_t {
+    /** Set by the caller to sizeof(kreplay_graph_node_t) (at least the first version's 32
+     *  bytes); written back as kreplay_phases_t's is. */
+    uint64_t size;
+    /** The executable graph, numbered from 1 per process in instantiation order. */
+    uint64_t graph;
+    /** Which launch of that graph, from 0. */
+    uint64_t launch;
+    /** The node: its position in the order the graph is unrolled (stable across launches);
+     *  KREPLAY_GRAPH_NODE_NONE for a whole graph profiled as one workload. */
+    uint32_t node;
+    /** 1 when branches of the graph that could have run concurrently ran one after another
+     *  while it was replayed, else 0. */
+    uint32_t serialized;
+} kreplay_graph_node_t;
 
 /* ----------------------------------------------------------------------------------------- */
 /* The replay contract (SPEC 3, 4)                                                            */
@@ -731,6 +802,27 @@ kreplay_status_t kreplay_filter_set(const kreplay_kernel_filter_t* filter);
  */
 kreplay_status_t kreplay_outcome_json(const kreplay_outcome_t* outcome, char* buffer,
                                       size_t buffer_size, size_t* required);
+
+/**
+ * The window's time by phase of an outcome (see kreplay_phases_t). Set `phases->size` first.
+ * `outcome` must be the pointer the library passed to the callback that is running (CONFIG
+ * EXIT, or the outcome sink), as for kreplay_outcome_json().
+ * Errors: NULL_POINTER (`outcome` or `phases`), INVALID_HANDLE (`outcome` not live), BAD_SIZE
+ * (`phases->size` below 96), BAD_ARGUMENT (`phases` misaligned), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_outcome_phases(const kreplay_outcome_t* outcome,
+                                        kreplay_phases_t* phases);
+
+/**
+ * The graph node an outcome's dispatch ran as (see kreplay_graph_node_t). Set `node->size`
+ * first. `outcome` as for kreplay_outcome_phases(). A dispatch that did not run from a graph
+ * (every dispatch of the simulator, a CUDA launch outside a graph) is NOT_FOUND, and `*node`
+ * is left untouched.
+ * Errors: NULL_POINTER, INVALID_HANDLE, BAD_SIZE (`node->size` below 32), BAD_ARGUMENT
+ * (misaligned), NOT_FOUND (not a graph node), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_outcome_graph_node(const kreplay_outcome_t* outcome,
+                                            kreplay_graph_node_t* node);
 
 /**
  * Installs a function that receives every outcome record (NULL removes it). A previous sink is
@@ -1186,6 +1278,15 @@ kreplay_status_t kreplay_sim_dispatch(kreplay_sim_t sim, uint32_t agent, uint32_
 kreplay_status_t kreplay_sim_wait(kreplay_sim_dispatch_t dispatch, kreplay_sim_result_t* result);
 
 /**
+ * Tags every kreplay_sim_dispatch() this thread makes from now on, on any simulator, as the
+ * graph node `*node` (copied; NULL removes the tag), as a GPU backend unrolling a graph does
+ * for each kernel node: the dispatches' outcomes then answer kreplay_outcome_graph_node()
+ * with it, and their JSON has it as `graph`. Lets a tool test its graph handling without a GPU.
+ * Errors: BAD_SIZE, BAD_ARGUMENT (`graph` 0, `serialized` not 0/1, misaligned), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_sim_graph_node_set(const kreplay_graph_node_t* node);
+
+/**
  * Selects the counter group executions on `agent` collect from now on
  * (KREPLAY_SIM_COUNTER_NONE: none). A tool calls it in PASS ENTER with the group of that pass:
  * the pass is submitted after PASS ENTER returns.
@@ -1267,11 +1368,15 @@ static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t 
 static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
 static_assert(sizeof(kreplay_outcome_t) == 224, "kreplay_outcome_t layout");
 static_assert(sizeof(kreplay_sim_counter_sample_t) == 48, "kreplay_sim_counter_sample_t layout");
+static_assert(sizeof(kreplay_phases_t) == 96, "kreplay_phases_t layout");
+static_assert(sizeof(kreplay_graph_node_t) == 32, "kreplay_graph_node_t layout");
 #elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(kreplay_replay_payload_t) == 64, "kreplay_replay_payload_t layout");
 _Static_assert(sizeof(kreplay_dispatch_info_t) == 80, "kreplay_dispatch_info_t layout");
 _Static_assert(sizeof(kreplay_outcome_t) == 224, "kreplay_outcome_t layout");
 _Static_assert(sizeof(kreplay_sim_counter_sample_t) == 48, "kreplay_sim_counter_sample_t layout");
+_Static_assert(sizeof(kreplay_phases_t) == 96, "kreplay_phases_t layout");
+_Static_assert(sizeof(kreplay_graph_node_t) == 32, "kreplay_graph_node_t layout");
 #endif
 #endif
 

@@ -142,6 +142,28 @@ static const kr_fact kr_facts[] = {
     KR_OFF(kreplay_summary_t, predicted_bytes),
     KR_OFF(kreplay_summary_t, prediction_misses),
     KR_OFF(kreplay_summary_t, predict_fallback_by_reason),
+    KR_SIZE(kreplay_phases_t),
+    KR_ALIGN(kreplay_phases_t),
+    KR_OFF(kreplay_phases_t, size),
+    KR_OFF(kreplay_phases_t, window),
+    KR_OFF(kreplay_phases_t, drain),
+    KR_OFF(kreplay_phases_t, plan),
+    KR_OFF(kreplay_phases_t, capture),
+    KR_OFF(kreplay_phases_t, launch),
+    KR_OFF(kreplay_phases_t, wait),
+    KR_OFF(kreplay_phases_t, check),
+    KR_OFF(kreplay_phases_t, restore),
+    KR_OFF(kreplay_phases_t, callbacks),
+    KR_OFF(kreplay_phases_t, finish),
+    KR_OFF(kreplay_phases_t, config_enter),
+    KR_SIZE(kreplay_graph_node_t),
+    KR_ALIGN(kreplay_graph_node_t),
+    KR_OFF(kreplay_graph_node_t, size),
+    KR_OFF(kreplay_graph_node_t, graph),
+    KR_OFF(kreplay_graph_node_t, launch),
+    KR_OFF(kreplay_graph_node_t, node),
+    KR_OFF(kreplay_graph_node_t, serialized),
+    KR_VAL(KREPLAY_GRAPH_NODE_NONE),
     KR_SIZE(kreplay_replay_payload_t),
     KR_ALIGN(kreplay_replay_payload_t),
     KR_OFF(kreplay_replay_payload_t, size),
@@ -773,6 +795,23 @@ static void kr_check_summary_and_outcomes(void) {
                                    &need),
               KREPLAY_STATUS_INVALID_HANDLE);
 
+    {
+        kreplay_phases_t p;
+        kreplay_graph_node_t g;
+        memset(&p, 0, sizeof(p));
+        p.size = sizeof(p);
+        memset(&g, 0, sizeof(g));
+        g.size = sizeof(g);
+        KR_EXPECT(kreplay_outcome_phases(NULL, &p), KREPLAY_STATUS_NULL_POINTER);
+        KR_EXPECT(kreplay_outcome_phases(&fake, NULL), KREPLAY_STATUS_NULL_POINTER);
+        KR_EXPECT(kreplay_outcome_phases(&fake, &p), KREPLAY_STATUS_INVALID_HANDLE);
+        KR_ERROR_MENTIONS("outcome");
+        KR_EXPECT(kreplay_outcome_graph_node(NULL, &g), KREPLAY_STATUS_NULL_POINTER);
+        KR_EXPECT(kreplay_outcome_graph_node(&fake, NULL), KREPLAY_STATUS_NULL_POINTER);
+        KR_EXPECT(kreplay_outcome_graph_node(&fake, &g), KREPLAY_STATUS_INVALID_HANDLE);
+        KR_CHECK(p.size == sizeof(p) && p.window == 0.0 && g.graph == 0);
+    }
+
     KR_OK(kreplay_outcome_sink_set(kr_sink, NULL));
     KR_OK(kreplay_outcome_sink_set(kr_sink, &s));
     KR_OK(kreplay_outcome_sink_set(NULL, NULL));
@@ -820,6 +859,12 @@ typedef struct kr_tool {
     kreplay_reason_t reason;
     uint64_t requested;
     uint32_t executed;
+    /* CONFIG EXIT: the window's phases, a too small phases struct, the graph node. */
+    kreplay_status_t phases_status;
+    kreplay_phases_t phases;
+    kreplay_status_t phases_small_status;
+    kreplay_status_t graph_status;
+    kreplay_graph_node_t graph;
     int bad_payload;
 } kr_tool;
 
@@ -917,6 +962,18 @@ static void kr_tool_on_replay(kreplay_operation_t operation, kreplay_phase_t pha
             t->reason = payload->outcome->reason;
             t->requested = payload->outcome->requested_passes;
             t->executed = payload->outcome->executed_passes;
+            t->phases.size = sizeof(t->phases);
+            t->phases_status = kreplay_outcome_phases(payload->outcome, &t->phases);
+            {
+                kreplay_phases_t small;
+                memset(&small, 0, sizeof(small));
+                small.size = offsetof(kreplay_phases_t, config_enter);
+                t->phases_small_status = kreplay_outcome_phases(payload->outcome, &small);
+            }
+            /* The simulator runs no graphs: NOT_FOUND, the struct left as it was. */
+            memset(&t->graph, 0xab, sizeof(t->graph));
+            t->graph.size = sizeof(t->graph);
+            t->graph_status = kreplay_outcome_graph_node(payload->outcome, &t->graph);
         }
         kreplay_sim_counter_select(t->sim, agent, KREPLAY_SIM_COUNTER_NONE);
     }
@@ -1462,6 +1519,25 @@ static kreplay_sim_t kr_check_sim_replay(kr_contexts* c, kr_tool* t) {
     KR_CHECK(seen->outcome == KREPLAY_OUTCOME_REPLAYED);
     KR_CHECK(seen->reason == KREPLAY_REASON_NONE);
     KR_CHECK(seen->requested == 4 && seen->executed == 4);
+    /* The window's phases add up to the window, on the window's clock; four passes waited. */
+    KR_EXPECT(seen->phases_status, KREPLAY_STATUS_OK);
+    KR_CHECK(seen->phases.size == sizeof(kreplay_phases_t));
+    {
+        const kreplay_phases_t* p = &seen->phases;
+        double sum = p->drain + p->plan + p->capture + p->launch + p->wait + p->check +
+                     p->restore + p->callbacks + p->finish;
+        double tol = 1e-9 * (p->window > 1.0 ? p->window : 1.0);
+        KR_CHECK(p->window > 0.0);
+        KR_CHECK(sum - p->window <= tol && p->window - sum <= tol);
+        KR_CHECK(p->wait > 0.0 && p->launch > 0.0 && p->capture > 0.0);
+        KR_CHECK(p->drain >= 0.0 && p->plan >= 0.0 && p->check >= 0.0 && p->restore >= 0.0 &&
+                 p->callbacks > 0.0 && p->finish >= 0.0 && p->config_enter >= 0.0);
+        KR_CHECK(p->wait <= p->window && p->capture <= p->window);
+    }
+    /* The first version is the whole struct: one byte less is refused. */
+    KR_EXPECT(seen->phases_small_status, KREPLAY_STATUS_BAD_SIZE);
+    KR_EXPECT(seen->graph_status, KREPLAY_STATUS_NOT_FOUND);
+    KR_CHECK(seen->graph.graph == 0xababababababababULL && seen->graph.node == 0xababababu);
     /* One counter group per pass: work-items, bytes read (x, then y in the update), bytes
      * written, instructions (3 accesses + 2 per element). */
     expected[0] = KR_N;
@@ -1492,6 +1568,56 @@ static kreplay_sim_t kr_check_sim_replay(kr_contexts* c, kr_tool* t) {
 
     kr_check_sim_dispatch_inputs(sim, scratch, &w, t);
     kr_check_sim_faults_and_counters(sim, &w, t, seen->dispatch_id);
+
+    /* A dispatch tagged as a graph's node: CONFIG EXIT reads its graph, node and launch. */
+    {
+        kreplay_graph_node_t node;
+        kreplay_sim_result_t r;
+        kreplay_sim_kernel_t k;
+        uint64_t cell = 0;
+        KR_OK(kreplay_sim_kernel_create(scratch, "increment_u64", &k));
+        KR_OK(kreplay_sim_alloc(scratch, 0, 8, KREPLAY_SIM_MEMORY_DEVICE_COARSE, &cell));
+        memset(&node, 0, sizeof(node));
+        node.size = sizeof(node);
+        KR_EXPECT(kreplay_sim_graph_node_set(&node), KREPLAY_STATUS_BAD_ARGUMENT); /* graph 0 */
+        KR_ERROR_MENTIONS("graph");
+        node.graph = 3;
+        node.node = 5;
+        node.launch = 2;
+        node.serialized = 2;
+        KR_EXPECT(kreplay_sim_graph_node_set(&node), KREPLAY_STATUS_BAD_ARGUMENT);
+        node.serialized = 1;
+        node.size = 8;
+        KR_EXPECT(kreplay_sim_graph_node_set(&node), KREPLAY_STATUS_BAD_SIZE);
+        node.size = sizeof(node);
+        KR_OK(kreplay_sim_graph_node_set(&node));
+        kr_tool_reset(t);
+        KR_OK(kr_run(scratch, k, cell, 1, 0, 0, 1, &r));
+        KR_OK(kreplay_sim_graph_node_set(NULL));
+        KR_CHECK(r.outcome == KREPLAY_OUTCOME_REPLAYED && r.executed_passes == 4);
+        KR_EXPECT(t->graph_status, KREPLAY_STATUS_OK);
+        KR_CHECK(t->graph.size == sizeof(node) && t->graph.graph == 3 && t->graph.node == 5 &&
+                 t->graph.launch == 2 && t->graph.serialized == 1);
+        /* A whole graph as one workload: no node. */
+        node.node = KREPLAY_GRAPH_NODE_NONE;
+        node.serialized = 0;
+        KR_OK(kreplay_sim_graph_node_set(&node));
+        kr_tool_reset(t);
+        KR_OK(kr_run(scratch, k, cell, 1, 0, 0, 1, &r));
+        KR_OK(kreplay_sim_graph_node_set(NULL));
+        KR_EXPECT(t->graph_status, KREPLAY_STATUS_OK);
+        KR_CHECK(t->graph.node == KREPLAY_GRAPH_NODE_NONE && t->graph.serialized == 0);
+        /* Untagged again: not a graph node. */
+        kr_tool_reset(t);
+        KR_OK(kr_run(scratch, k, cell, 1, 0, 0, 1, &r));
+        KR_EXPECT(t->graph_status, KREPLAY_STATUS_NOT_FOUND);
+        KR_EXPECT(t->phases_status, KREPLAY_STATUS_OK);
+        {
+            uint64_t v = 0;
+            KR_OK(kreplay_sim_read(scratch, cell, &v, sizeof(v)));
+            KR_CHECK(v == 3); /* three dispatches, each one execution's worth */
+        }
+    }
 
     /* Destroy: every handle of the simulator goes stale. */
     KR_OK(kreplay_sim_kernel_create(scratch, "increment_u64", &stale_kernel));

@@ -23,6 +23,12 @@ static_assert(c_compatible<kreplay_dispatch_info_t>);
 static_assert(c_compatible<kreplay_replay_payload_t>);
 static_assert(c_compatible<kreplay_outcome_t>);
 static_assert(c_compatible<kreplay_summary_t>);
+static_assert(c_compatible<kreplay_phases_t>);
+static_assert(c_compatible<kreplay_graph_node_t>);
+static_assert(offsetof(kreplay_phases_t, window) == 8);
+static_assert(offsetof(kreplay_graph_node_t, serialized) + sizeof(std::uint32_t) ==
+              sizeof(kreplay_graph_node_t));
+static_assert(KREPLAY_GRAPH_NODE_NONE == UINT32_MAX);
 static_assert(c_compatible<kreplay_kernel_filter_t>);
 static_assert(c_compatible<kreplay_abi_entry_t>);
 static_assert(c_compatible<kreplay_sim_t>);

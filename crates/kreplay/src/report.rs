@@ -123,6 +123,8 @@ mod tests {
                 pass_ns: Vec::new(),
                 graph: None,
                 node: None,
+                graph_launch: None,
+                phases: None,
             }],
             samples: vec![
                 CounterSample {

@@ -1458,6 +1458,8 @@ mod tests {
             pass_ns: Vec::new(),
             graph: None,
             node: None,
+            graph_launch: None,
+            phases: None,
         };
         let value = |m: &str, id: u64| match m {
             "gpu__time_duration.sum" => 1_000.0 * id as f64,

@@ -142,6 +142,12 @@ pub trait Agent: Send + Sync {
     fn device_description(&self) -> crate::types::DeviceDescription {
         crate::types::DeviceDescription::default()
     }
+    /// The graph node the dispatch submitted on this thread now runs as, if the backend runs
+    /// it from a graph (read once when the window opens, into the record's `graph`). The
+    /// default: none.
+    fn graph_node(&self) -> Option<crate::outcome::GraphNode> {
+        None
+    }
 }
 
 /// A backing allocation made by [`DeviceMemory::alloc_backing`].

@@ -76,7 +76,8 @@ pub use contract::{
 pub use error::{BackendError, BackendErrorAt, BackendErrorKind, ContextError, ServiceError};
 pub use locks::WriteGate;
 pub use outcome::{
-    Outcome, OutcomeRecord, PredictFallback, PredictSource, Reason, RunSummary, TierBytes,
+    GraphNode, Outcome, OutcomeRecord, PredictFallback, PredictSource, Reason, RunSummary,
+    TierBytes,
 };
 pub use phases::PhaseSeconds;
 pub use plan::PassPlan;

@@ -23,6 +23,13 @@
 //! `unknown_layout`). The summary counts the windows that ran `predicted` (`predicted`),
 //! their predicted bytes, the windows with a miss (`prediction_misses`) and the fallbacks by
 //! reason (`predict_fallback`).
+//!
+//! Every record has the window's time by phase (`phases`, [`crate::phases`]), and a dispatch
+//! the backend ran as a node of a graph (a CUDA graph unrolled node by node) names it
+//! (`graph`, a [`GraphNode`]: graph, node, graph launch; absent in JSON otherwise), where
+//! its agent names it through [`crate::Agent::graph_node`] when the window opens (the
+//! simulator does; the CUDA interception keeps its node tag on the running thread, which its
+//! built-in tools, its counter collection and the C ABI's outcome views read).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -229,6 +236,23 @@ impl TierBytes {
     }
 }
 
+/// The graph node a dispatch ran as (a CUDA graph launched node by node), as its backend
+/// names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GraphNode {
+    /// The executable graph, numbered from 1 per process in instantiation order.
+    pub graph: u64,
+    /// The node: its position in the order the graph is unrolled (stable across launches);
+    /// `None` for a whole graph profiled as one workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+    /// Which launch of that graph, from 0.
+    pub launch: u64,
+    /// Branches of the graph that could have run concurrently ran one after another.
+    #[serde(default)]
+    pub serialized: bool,
+}
+
 /// One candidate dispatch's outcome (SPEC §8).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutcomeRecord {
@@ -307,6 +331,9 @@ pub struct OutcomeRecord {
     /// Each completed pass's wait, seconds on the window's clock.
     #[serde(default)]
     pub pass_wait_seconds: SmallVec<[f64; 8]>,
+    /// The graph node the dispatch ran as, if the backend ran it from a graph.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphNode>,
 }
 
 impl OutcomeRecord {
@@ -345,6 +372,7 @@ impl OutcomeRecord {
             phases: PhaseSeconds::default(),
             pass_launch_seconds: SmallVec::new(),
             pass_wait_seconds: SmallVec::new(),
+            graph: None,
         }
     }
 

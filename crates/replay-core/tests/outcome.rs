@@ -145,6 +145,12 @@ fn full_record() -> OutcomeRecord {
         },
         pass_launch_seconds: smallvec![0.25, 0.5, 0.125, 0.0625],
         pass_wait_seconds: smallvec![0.125, 0.0625, 0.03125, 1.5],
+        graph: Some(replay_core::GraphNode {
+            graph: 3,
+            node: Some(5),
+            launch: 2,
+            serialized: true,
+        }),
     }
 }
 
@@ -212,6 +218,34 @@ fn json_has_every_spec_field() {
         serde_json::json!([0, 12_288, 12_288, 12_288])
     );
     assert_eq!(v["reentrancy"], 1);
+    assert_eq!(
+        v["graph"],
+        serde_json::json!({"graph": 3, "node": 5, "launch": 2, "serialized": true})
+    );
+    assert_eq!(v["phases"]["window"], 0.75);
+    assert_eq!(v["phases"]["capture"], 0.5);
+}
+
+#[test]
+fn a_record_outside_a_graph_has_no_graph_member() {
+    let r = OutcomeRecord::new(DispatchId(1), AgentId(0), "k");
+    let v: Value = serde_json::from_str(&r.to_json()).unwrap();
+    assert!(v.get("graph").is_none(), "{v}");
+    // A whole graph profiled as one workload has a graph and a launch but no node.
+    let mut whole = r.clone();
+    whole.graph = Some(replay_core::GraphNode {
+        graph: 1,
+        node: None,
+        launch: 0,
+        serialized: false,
+    });
+    let v: Value = serde_json::from_str(&whole.to_json()).unwrap();
+    assert_eq!(
+        v["graph"],
+        serde_json::json!({"graph": 1, "launch": 0, "serialized": false})
+    );
+    let back: OutcomeRecord = serde_json::from_str(&whole.to_json()).unwrap();
+    assert_eq!(back, whole);
 }
 
 #[test]

@@ -644,6 +644,17 @@ fn the_window_asks_for_the_plans_passes_and_each_value_comes_from_the_pass_it_is
     assert_eq!((cd.grid, cd.block), ([80, 1, 1], [256, 1, 1]));
     assert_eq!((cd.passes, cd.context, cd.stream), (4, 0xc0, 0x5eed));
     assert_eq!(cd.kernel, "_Z3rmwPdm");
+    // The window's phases as CONFIG EXIT saw them: they add up to its window, which ends
+    // where CONFIG EXIT began, inside the record's whole window.
+    let p = cd.phases.expect("the collector records the phases");
+    assert!((p.sum() - p.window).abs() <= 1e-9, "{p:?}");
+    assert!(
+        p.window > 0.0 && p.window <= rec.phases.window,
+        "{p:?} {rec:?}"
+    );
+    assert_eq!((p.drain, p.capture), (rec.phases.drain, rec.phases.capture));
+    // Not a graph's node.
+    assert_eq!((cd.graph, cd.node, cd.graph_launch), (None, None, None));
     // Round trip through the report's JSON.
     let back: replay_report_types::CounterReport =
         serde_json::from_str(&serde_json::to_string(&rep).unwrap()).unwrap();

@@ -15,8 +15,8 @@ use replay_core::filter::{DispatchRange, KernelFilter};
 use replay_core::{ContextControl, PolicyError};
 
 use crate::checked::{
-    c_str, copy_out_str, decode_subscription, decode_support, guard, last_error_ptr, non_null,
-    read_versioned, summary_to_c, write_out, write_versioned, Error,
+    c_str, check_versioned, copy_out_str, decode_subscription, decode_support, guard,
+    last_error_ptr, non_null, read_versioned, summary_to_c, write_out, write_versioned, Error,
 };
 use crate::state::{library, library_if_created, mark_shut_down, stale, ContextEntry, Owner};
 use crate::sys::*;
@@ -676,14 +676,73 @@ pub unsafe extern "C" fn kreplay_outcome_json(
 ) -> kreplay_status_t {
     guard("kreplay_outcome_json", || {
         library()?;
-        non_null(outcome, "outcome")?;
-        let live = live_outcome(outcome).ok_or_else(|| {
-            Error::InvalidHandle(
-                "`outcome` is not a record the library handed to a callback that is still running (a copy, or used after its callback returned)".to_owned(),
-            )
-        })?;
+        let live = live(outcome)?;
         // SAFETY: the caller's items 2 and 3.
         unsafe { copy_out_str(&live.json(), buffer, buffer_size, required) }
+    })
+}
+
+/// The live outcome at `outcome`, or the error the header names.
+fn live(
+    outcome: *const kreplay_outcome_t,
+) -> Result<std::sync::Arc<crate::checked::COutcome>, Error> {
+    non_null(outcome, "outcome")?;
+    live_outcome(outcome).ok_or_else(|| {
+        Error::InvalidHandle(
+            "`outcome` is not a record the library handed to a callback that is still running (a copy, or used after its callback returned)".to_owned(),
+        )
+    })
+}
+
+/// The window's time by phase of an outcome.
+///
+/// # Safety
+///
+/// 1. `outcome` may be any pointer: it is only compared with the live outcomes, never
+///    dereferenced unless it is one.
+/// 2. `phases` is NULL (refused) or points to a `kreplay_phases_t` whose `size` field is
+///    readable and whose `size` bytes are writable.
+#[no_mangle]
+pub unsafe extern "C" fn kreplay_outcome_phases(
+    outcome: *const kreplay_outcome_t,
+    phases: *mut kreplay_phases_t,
+) -> kreplay_status_t {
+    guard("kreplay_outcome_phases", || {
+        library()?;
+        non_null(phases, "phases")?;
+        let value = live(outcome)?.phases();
+        // SAFETY: the caller's item 2; `size` is the first field of kreplay_phases_t.
+        unsafe { write_versioned(phases, "phases", first_version::PHASES, value) }
+    })
+}
+
+/// The graph node an outcome's dispatch ran as.
+///
+/// # Safety
+///
+/// 1. `outcome` may be any pointer: it is only compared with the live outcomes, never
+///    dereferenced unless it is one.
+/// 2. `node` is NULL (refused) or points to a `kreplay_graph_node_t` whose `size` field is
+///    readable and whose `size` bytes are writable.
+#[no_mangle]
+pub unsafe extern "C" fn kreplay_outcome_graph_node(
+    outcome: *const kreplay_outcome_t,
+    node: *mut kreplay_graph_node_t,
+) -> kreplay_status_t {
+    guard("kreplay_outcome_graph_node", || {
+        library()?;
+        non_null(node, "node")?;
+        let live = live(outcome)?;
+        // SAFETY: the caller's item 2 (its `size` is readable).
+        unsafe { check_versioned(node, "node", first_version::GRAPH_NODE)? };
+        let value = live.graph_node().ok_or_else(|| {
+            Error::NotFound(format!(
+                "dispatch {} did not run as a node of a graph",
+                live.dispatch_id()
+            ))
+        })?;
+        // SAFETY: the caller's item 2; `size` is the first field of kreplay_graph_node_t.
+        unsafe { write_versioned(node, "node", first_version::GRAPH_NODE, value) }
     })
 }
 

@@ -392,6 +392,55 @@ pub struct kreplay_summary_t {
     pub predict_fallback_by_reason: [u64; KREPLAY_PREDICT_FALLBACK_CAPACITY as usize],
 }
 
+/// `kreplay_phases_t`: a window's time by phase, in seconds on the window's clock.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kreplay_phases_t {
+    /// Size set by the caller.
+    pub size: u64,
+    /// The whole window (the sum of drain to finish).
+    pub window: f64,
+    /// Drains before the passes.
+    pub drain: f64,
+    /// `auto`, the snapshot plan and admission.
+    pub plan: f64,
+    /// The snapshot's capture.
+    pub capture: f64,
+    /// Every pass's cache flush and submission.
+    pub launch: f64,
+    /// Every pass's wait.
+    pub wait: f64,
+    /// Scope checks.
+    pub check: f64,
+    /// Restores.
+    pub restore: f64,
+    /// The tool's callbacks inside the window.
+    pub callbacks: f64,
+    /// Snapshot release, the completion signal, a declined dispatch's ordinary run.
+    pub finish: f64,
+    /// CONFIG ENTER and the pass-count callback, before the window (not in `window`).
+    pub config_enter: f64,
+}
+
+/// `node` of a `kreplay_graph_node_t` for a whole graph profiled as one workload.
+pub const KREPLAY_GRAPH_NODE_NONE: u32 = u32::MAX;
+
+/// `kreplay_graph_node_t`: the graph node a dispatch ran as.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kreplay_graph_node_t {
+    /// Size set by the caller.
+    pub size: u64,
+    /// The executable graph, numbered from 1.
+    pub graph: u64,
+    /// Which launch of it, from 0.
+    pub launch: u64,
+    /// The node's position in the unrolled order, or `KREPLAY_GRAPH_NODE_NONE`.
+    pub node: u32,
+    /// 1 when the graph's independent branches ran one after another.
+    pub serialized: u32,
+}
+
 // ----- The replay contract -----------------------------------------------------------------
 
 /// `kreplay_pass_count_callback_t`.
@@ -729,6 +778,10 @@ unsafe impl Sync for kreplay_abi_entry_t {}
 pub mod first_version {
     /// `kreplay_summary_t`: its first version ended at `truncated_by_reason`.
     pub const SUMMARY: usize = std::mem::offset_of!(super::kreplay_summary_t, predicted);
+    /// `kreplay_phases_t`.
+    pub const PHASES: usize = std::mem::size_of::<super::kreplay_phases_t>();
+    /// `kreplay_graph_node_t`.
+    pub const GRAPH_NODE: usize = std::mem::size_of::<super::kreplay_graph_node_t>();
     /// `kreplay_kernel_filter_t`.
     pub const KERNEL_FILTER: usize = std::mem::size_of::<super::kreplay_kernel_filter_t>();
     /// `kreplay_sim_fault_t`.

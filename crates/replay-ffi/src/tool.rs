@@ -14,7 +14,9 @@
 //! - The continue callback shown in PASS is the C function the tool installed in CONFIG ENTER;
 //!   a different value written in PASS EXIT replaces it for that pass only (the core's rule).
 //! - Outcome records handed to C are registered as *live* for the duration of the callback, so
-//!   `kreplay_outcome_json` can check a pointer before using it.
+//!   `kreplay_outcome_json` (and the phases and graph-node accessors) can check a pointer
+//!   before using it. A record whose agent named no graph node gets the one the backend runs
+//!   on this thread now (a CUDA graph's kernel node under the `cuda` feature).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -284,9 +286,35 @@ static LIVE_OUTCOMES: Mutex<Vec<Arc<COutcome>>> = Mutex::new(Vec::new());
 /// Keeps an outcome findable by its C pointer until dropped.
 struct LiveOutcome(Arc<COutcome>);
 
+/// The graph node the backend runs on this thread now, for a record whose agent named none:
+/// under the `cuda` feature, the kernel node of a CUDA graph the interception is unrolling
+/// (CONFIG EXIT and the outcome sink run on the thread that runs the node).
+fn backend_graph_node() -> Option<replay_core::GraphNode> {
+    #[cfg(feature = "cuda")]
+    {
+        replay_cuda::state::graph::current_node().map(|t| replay_core::GraphNode {
+            graph: t.graph,
+            node: (t.node != u32::MAX).then_some(t.node),
+            launch: t.launch,
+            serialized: t.serialized,
+        })
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        None
+    }
+}
+
 impl LiveOutcome {
     fn register(record: &OutcomeRecord) -> Self {
-        let o = Arc::new(COutcome::new(record));
+        let o = match backend_graph_node().filter(|_| record.graph.is_none()) {
+            Some(g) => {
+                let mut r = record.clone();
+                r.graph = Some(g);
+                Arc::new(COutcome::new(&r))
+            }
+            None => Arc::new(COutcome::new(record)),
+        };
         LIVE_OUTCOMES.lock().push(Arc::clone(&o));
         Self(o)
     }

@@ -64,6 +64,11 @@ struct OutcomeSeen {
     compared: Vec<u64>,
     reentrancy: u32,
     json: String,
+    /// `kreplay_outcome_phases`, in `kreplay_phases_t`'s order from `window`.
+    phases: [f64; 11],
+    /// `kreplay_outcome_graph_node`: `(graph, node, launch, serialized)`; `None` when it
+    /// answered NOT_FOUND.
+    graph: Option<(u64, u32, u64, u32)>,
 }
 
 #[derive(Debug, Default)]
@@ -172,7 +177,59 @@ unsafe fn read_outcome(o: *const kreplay_outcome_t) -> OutcomeSeen {
             std::slice::from_raw_parts(r.pass_compared_bytes, r.pass_compared_bytes_count as usize),
         )
     };
+    let mut p = kreplay_phases_t {
+        size: std::mem::size_of::<kreplay_phases_t>() as u64,
+        window: -1.0,
+        drain: -1.0,
+        plan: -1.0,
+        capture: -1.0,
+        launch: -1.0,
+        wait: -1.0,
+        check: -1.0,
+        restore: -1.0,
+        callbacks: -1.0,
+        finish: -1.0,
+        config_enter: -1.0,
+    };
+    // SAFETY: `o` is live (caller); `p` is a local with its size set.
+    ok(unsafe { kreplay_outcome_phases(o, &mut p) });
+    assert_eq!(p.size as usize, std::mem::size_of::<kreplay_phases_t>());
+    let mut g = kreplay_graph_node_t {
+        size: std::mem::size_of::<kreplay_graph_node_t>() as u64,
+        graph: 0,
+        launch: 0,
+        node: 0,
+        serialized: 0,
+    };
+    // SAFETY: as above.
+    let graph = match unsafe { kreplay_outcome_graph_node(o, &mut g) } {
+        KREPLAY_STATUS_OK => Some((g.graph, g.node, g.launch, g.serialized)),
+        KREPLAY_STATUS_NOT_FOUND => {
+            assert!(
+                last_error().contains("not run as a node of a graph"),
+                "{}",
+                last_error()
+            );
+            assert_eq!((g.graph, g.node, g.launch), (0, 0, 0), "left untouched");
+            None
+        }
+        s => panic!("kreplay_outcome_graph_node: {s} {}", last_error()),
+    };
     OutcomeSeen {
+        phases: [
+            p.window,
+            p.drain,
+            p.plan,
+            p.capture,
+            p.launch,
+            p.wait,
+            p.check,
+            p.restore,
+            p.callbacks,
+            p.finish,
+            p.config_enter,
+        ],
+        graph,
         dispatch_id: r.dispatch_id,
         // SAFETY: a NUL-terminated string owned by the outcome.
         kernel: unsafe { CStr::from_ptr(r.kernel) }
@@ -641,8 +698,35 @@ fn full_replays_through_the_c_abi() {
     assert_eq!(sink_rest, exit_rest);
     assert!(sink_window >= exit_window, "{sink_window} < {exit_window}");
     assert_eq!(sink_drain, exit_drain);
+    // The C accessor's phases are the JSON's, and add up to the window.
+    for seen in [exit, &log.sink[1]] {
+        let v: serde_json::Value = serde_json::from_str(&seen.json).unwrap();
+        let names = [
+            "window",
+            "drain",
+            "plan",
+            "capture",
+            "launch",
+            "wait",
+            "check",
+            "restore",
+            "callbacks",
+            "finish",
+            "config_enter",
+        ];
+        for (name, got) in names.iter().zip(seen.phases) {
+            assert_eq!(v["phases"][name].as_f64(), Some(got), "{name}");
+        }
+        let sum: f64 = seen.phases[1..10].iter().sum();
+        assert!((sum - seen.phases[0]).abs() <= 1e-9, "{:?}", seen.phases);
+        assert!(seen.phases[0] > 0.0 && seen.phases.iter().all(|p| *p >= 0.0));
+        assert_eq!(seen.graph, None, "not a graph node");
+        assert!(v.get("graph").is_none());
+    }
+    assert!(log.sink[1].phases[0] >= exit.phases[0]);
     let mut same = exit.clone();
     same.json.clone_from(&log.sink[1].json);
+    same.phases = log.sink[1].phases;
     assert_eq!(log.sink[1], same);
     let stale = log.stale_outcome as *const kreplay_outcome_t;
     drop(log);
@@ -760,6 +844,41 @@ fn full_replays_through_the_c_abi() {
         1
     );
     assert_eq!(s.passes, 3 + 1 + 5 + 1 + 3 + 2 + 1 + 1);
+
+    // --- A graph node's dispatch: CONFIG EXIT and the sink read its graph, node, launch. ----
+    let node = replay_core::GraphNode {
+        graph: 2,
+        node: Some(7),
+        launch: 4,
+        serialized: true,
+    };
+    let rec = replay_mock::with_graph_node(node, || run(FIXED_THREE));
+    assert_eq!(rec.graph, Some(node), "{rec}");
+    {
+        let log = LOG.lock();
+        assert_eq!(log.config_exits.len(), 1);
+        assert_eq!(log.config_exits[0].graph, Some((2, 7, 4, 1)));
+        assert_eq!(log.sink.last().unwrap().graph, Some((2, 7, 4, 1)));
+        let v: serde_json::Value = serde_json::from_str(&log.config_exits[0].json).unwrap();
+        assert_eq!(
+            v["graph"],
+            serde_json::json!({"graph": 2, "node": 7, "launch": 4, "serialized": true})
+        );
+    }
+    // A whole graph profiled as one workload has no node.
+    let whole = replay_core::GraphNode {
+        node: None,
+        serialized: false,
+        ..node
+    };
+    replay_mock::with_graph_node(whole, || run(FIXED_THREE));
+    assert_eq!(
+        LOG.lock().config_exits[0].graph,
+        Some((2, KREPLAY_GRAPH_NODE_NONE, 4, 0))
+    );
+    // Outside the graph again: none.
+    run(FIXED_THREE);
+    assert_eq!(LOG.lock().config_exits[0].graph, None);
 
     // --- Destroying the owner: replay stops, its callbacks are never called again. ----------
     ok(kreplay_context_destroy(h.owner));

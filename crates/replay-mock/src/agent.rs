@@ -14,6 +14,10 @@
 //!   packet that waits for the restore batch the memory layer ordered ahead of it
 //!   ([`crate::SimMemory`]'s `order_after`): the restore is ordered on the device.
 //!
+//! - `graph_node` names the graph node [`with_graph_node`] set on the submitting thread, as a
+//!   backend that unrolls a graph does for each kernel node it runs (the test double
+//!   `InstantAgent` does the same).
+//!
 //! The calls also feed the recorder (window-facing events, in call order) and the invariant
 //! checker (window open/closed per agent, wait durations on the simulator's clock).
 
@@ -33,6 +37,37 @@ use crate::queue::{Hold, KernelWork, Lane, Work};
 use crate::state::{AgentShared, GpuShared, Payload, TicketEntry, TicketKind};
 
 pub use crate::state::SIM_CAPABILITIES;
+
+thread_local! {
+    static GRAPH_NODE: std::cell::Cell<Option<replay_core::GraphNode>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The tag [`with_graph_node`] set on this thread, if any (the agents' `graph_node`, the
+/// test doubles' too).
+pub(crate) fn current_graph_node() -> Option<replay_core::GraphNode> {
+    GRAPH_NODE.try_with(std::cell::Cell::get).ok().flatten()
+}
+
+/// Tags every dispatch this thread submits from now on as `node` of a graph (`None`: no
+/// tag), as [`with_graph_node`] does for a closure; returns the tag it replaces.
+pub fn set_graph_node(node: Option<replay_core::GraphNode>) -> Option<replay_core::GraphNode> {
+    GRAPH_NODE.with(|c| c.replace(node))
+}
+
+/// Runs `f` with every dispatch this thread submits meanwhile tagged as `node` of a graph
+/// (the record's `graph`), as a backend running a graph node by node tags its nodes' kernels;
+/// the previous tag comes back afterwards (also on unwind).
+pub fn with_graph_node<R>(node: replay_core::GraphNode, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<replay_core::GraphNode>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = GRAPH_NODE.try_with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(GRAPH_NODE.with(|c| c.replace(Some(node))));
+    f()
+}
 
 /// One simulated agent as the replay window drives it.
 pub struct SimAgent {
@@ -188,6 +223,10 @@ impl Agent for SimAgent {
             bytes: m.image.clone().into_bytes(),
             launch_attributes: Vec::new(),
         })
+    }
+
+    fn graph_node(&self) -> Option<replay_core::GraphNode> {
+        current_graph_node()
     }
 
     fn device_description(&self) -> replay_core::DeviceDescription {

@@ -181,6 +181,10 @@ impl Agent for InstantAgent {
     fn id(&self) -> AgentId {
         self.id
     }
+
+    fn graph_node(&self) -> Option<replay_core::GraphNode> {
+        crate::agent::current_graph_node()
+    }
     fn capabilities(&self) -> Capabilities {
         self.capabilities
     }

@@ -132,7 +132,7 @@ pub mod runtime;
 pub mod state;
 pub mod vmem;
 
-pub use agent::{SimAgent, SIM_CAPABILITIES};
+pub use agent::{set_graph_node, with_graph_node, SimAgent, SIM_CAPABILITIES};
 pub use clock::{ClockMode, SimClock};
 pub use counters::{CounterGroup, CounterSample, CounterStore, CounterValues};
 pub use error::SimError;

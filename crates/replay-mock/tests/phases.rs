@@ -157,3 +157,113 @@ fn records_without_a_window_have_no_window_phases() {
     assert_eq!(r.phases.sum(), 0.0);
     rt.wait_idle();
 }
+
+/// Every dispatch of a run, replayed under different pass counts, scopes and restores, some
+/// as nodes of a graph: each emitted record's phases add up to its window on the window's
+/// clock, its passes' launches and waits are its `launch` and `wait`, its capture and
+/// restores fit inside their phases, and the run summary's window time is the sum of the
+/// records' windows. The graph node a dispatch ran as is in its records, CONFIG EXIT's too.
+#[test]
+fn every_replayed_dispatch_adds_up_and_names_its_graph_node() {
+    let rt = common::runtime(1);
+    let shown: Arc<Mutex<Vec<OutcomeRecord>>> = Arc::default();
+    let emitted: Arc<Mutex<Vec<OutcomeRecord>>> = Arc::default();
+    let s = Arc::clone(&shown);
+    let svc = common::with_tool(
+        &rt,
+        Policy {
+            scope: Scope::Arguments,
+            restore: RestoreMode::Dirty,
+            ..common::policy()
+        },
+        move |op, ph, p: &mut ReplayPayload<'_>, _: &mut UserData| match (op, ph) {
+            (Operation::Config, Phase::Enter) => {
+                // 2, 3, 4, ... passes by dispatch.
+                let n = 1 + p.dispatch_info.dispatch_id.0 % 4 + 1;
+                p.replay_pass_count = Some(Arc::new(move |_, _| n));
+            }
+            (Operation::Config, Phase::Exit) => s.lock().extend(p.outcome.cloned()),
+            _ => {}
+        },
+    );
+    let e = Arc::clone(&emitted);
+    svc.set_outcome_sink(Some(Arc::new(move |r: &OutcomeRecord| {
+        e.lock().push(r.clone())
+    })));
+    let a = AgentId(0);
+    let buf = rt
+        .alloc(a, (N * 4) as u64, MemoryClass::DEVICE_COARSE)
+        .unwrap();
+    rt.write_u32s(buf, &vec![7u32; N]).unwrap();
+    let k = common::rmw_kernel(Arc::default()).with_duration(KERNEL);
+    let launch = || {
+        rt.dispatch(
+            rt.queue(a, 0),
+            &k,
+            &common::args(buf, 0),
+            common::grid(N as u32),
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+    };
+    let node = |graph, node, launch| replay_core::GraphNode {
+        graph,
+        node: Some(node),
+        launch,
+        serialized: false,
+    };
+    launch();
+    for l in 0..2 {
+        for n in 0..2 {
+            replay_mock::with_graph_node(node(1, n, l), launch);
+        }
+    }
+    launch();
+    rt.wait_idle();
+
+    let emitted = emitted.lock().clone();
+    let shown = shown.lock().clone();
+    assert_eq!(emitted.len(), 6, "{emitted:?}");
+    assert_eq!(shown.len(), 6);
+    let mut windows = 0.0;
+    for (r, seen) in emitted.iter().zip(&shown) {
+        assert_eq!(r.outcome, Outcome::Replayed, "{r}");
+        assert_eq!(r.dispatch_id, seen.dispatch_id);
+        assert_eq!(
+            u64::from(r.executed_passes),
+            1 + r.dispatch_id.0 % 4 + 1,
+            "{r}"
+        );
+        check_adds_up(r);
+        check_adds_up(seen);
+        let p = &r.phases;
+        assert!(p.window > 0.0, "{p:?}");
+        assert!(seen.phases.window <= p.window + 1e-12, "{seen:?} {r:?}");
+        let waits: f64 = r.pass_wait_seconds.iter().sum();
+        let launches: f64 = r.pass_launch_seconds.iter().sum();
+        assert!(close(waits, p.wait) && close(launches, p.launch), "{r:?}");
+        let gpu: f64 = r.pass_gpu_seconds.iter().sum();
+        assert!(gpu >= f64::from(r.executed_passes) * KERNEL.as_secs_f64() - 1e-12);
+        assert!(p.wait + p.launch >= gpu - 1e-12, "{r:?}");
+        assert!(p.window >= gpu - 1e-12, "{r:?}");
+        windows += p.window;
+        // The graph tag is the same in both records.
+        assert_eq!(r.graph, seen.graph);
+    }
+    let s = svc.summary();
+    assert!(close(s.replay_seconds, windows), "{s:?} vs {windows}");
+    assert!(close(s.phases.sum(), windows), "{s:?}");
+    let tags: Vec<_> = emitted.iter().map(|r| r.graph).collect();
+    assert_eq!(
+        tags,
+        vec![
+            None,
+            Some(node(1, 0, 0)),
+            Some(node(1, 1, 0)),
+            Some(node(1, 0, 1)),
+            Some(node(1, 1, 1)),
+            None
+        ]
+    );
+}

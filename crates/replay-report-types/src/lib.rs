@@ -29,5 +29,7 @@ mod report;
 mod section;
 
 pub use error::InconsistentReport;
-pub use report::{ByPass, CounterDispatch, CounterReport, CounterSample, MetricInfo, SampleIndex};
+pub use report::{
+    ByPass, CounterDispatch, CounterReport, CounterSample, MetricInfo, SampleIndex, WindowPhases,
+};
 pub use section::{SectionRow, SectionRows};

@@ -60,6 +60,83 @@ pub struct CounterDispatch {
     /// a kernel outside a graph, or a whole graph profiled as one workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<u32>,
+    /// Which launch of that graph (from 0), for a kernel that ran from a graph.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_launch: Option<u64>,
+    /// The replay window's time by phase (seconds on the window's clock, as the outcome
+    /// record's `phases` has them); `None` when the collector did not record them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<WindowPhases>,
+}
+
+/// Where a dispatch's replay window spent its time, in seconds on the window's clock: the
+/// outcome record's `phases` (replay-core's `PhaseSeconds`, same member names, so either
+/// reads the other's JSON). The phases but `config_enter` add up to `window`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WindowPhases {
+    /// The whole window, writer lock to its end.
+    pub window: f64,
+    /// Drains of queues, agent and copies before the window.
+    pub drain: f64,
+    /// `auto`, the snapshot plan and admission.
+    pub plan: f64,
+    /// The snapshot's capture.
+    pub capture: f64,
+    /// Every pass's cache flush and submission.
+    pub launch: f64,
+    /// Every pass's wait for completion.
+    pub wait: f64,
+    /// The scope checks after the passes.
+    pub check: f64,
+    /// Restores between passes.
+    pub restore: f64,
+    /// The tool's callbacks inside the window.
+    pub callbacks: f64,
+    /// Releasing the snapshot and signalling the application's completion.
+    pub finish: f64,
+    /// CONFIG ENTER and the pass-count callback, before the window (not in `window`).
+    pub config_enter: f64,
+}
+
+impl WindowPhases {
+    /// The names the writers use, in their order: `window`, the window's phases in window
+    /// order, then `config_enter`.
+    pub const NAMES: [&'static str; 11] = [
+        "window",
+        "drain",
+        "plan",
+        "capture",
+        "launch",
+        "wait",
+        "check",
+        "restore",
+        "callbacks",
+        "finish",
+        "config_enter",
+    ];
+
+    /// The values in the order of [`Self::NAMES`].
+    pub fn values(&self) -> [f64; 11] {
+        [
+            self.window,
+            self.drain,
+            self.plan,
+            self.capture,
+            self.launch,
+            self.wait,
+            self.check,
+            self.restore,
+            self.callbacks,
+            self.finish,
+            self.config_enter,
+        ]
+    }
+
+    /// The window's phases added (`config_enter` is outside the window).
+    pub fn sum(&self) -> f64 {
+        self.values()[1..10].iter().sum()
+    }
 }
 
 /// A metric's description.
@@ -288,6 +365,8 @@ mod tests {
             pass_ns: vec![],
             graph: None,
             node: None,
+            graph_launch: None,
+            phases: None,
         }
     }
 

@@ -12,7 +12,12 @@
 //! its). Then one column of ours, `Replay Pass`, last so that scripts reading the columns by
 //! name or by position up to `Metric Value` are unaffected. It is there because the values
 //! are per pass: each value is the one the named replay pass collected, and a metric that
-//! several passes collected has one row per pass (never a sum). A metric asked for but absent
+//! several passes collected has one row per pass (never a sum). After it `Graph`, `Node` and
+//! `Graph Launch` (the CUDA graph, node and launch a kernel ran from; empty outside a graph)
+//! and the dispatch's replay window by phase in seconds ([`DISPATCH_COLUMNS`]: `Window
+//! Seconds`, then drain, plan, capture, launch, wait, check, restore, callbacks and finish,
+//! which add up to the window, then `Config Enter Seconds`, outside it), the same on every
+//! row of the dispatch. A metric asked for but absent
 //! on a dispatch gets one row whose value is `n/a`, as Nsight Compute writes an unavailable
 //! metric, with an empty pass.
 //!
@@ -29,7 +34,8 @@
 //! each section's rows ([`SectionRow`](replay_report_types::SectionRow), which the counter tool derives from its raw metrics)
 //! under ncu's section and metric display names, then the raw metrics under the section
 //! [`RAW_SECTION`] (`raw`), one row per pass as above; after ncu's fifteen columns come
-//! `Replay Pass`, `Graph`, `Node`, `Dispatch ID` (kernel-replay's id) and `Passes`. Section
+//! `Replay Pass`, `Graph`, `Node`, `Dispatch ID` (kernel-replay's id), `Passes` and the
+//! [`DISPATCH_COLUMNS`] (graph launch, window phases) as above. Section
 //! values are in base units too (`ns`, `hz`, `byte/s`, as `--print-units base` spells them), where ncu's CSV scales
 //! them by default (`us`, `Ghz`, `Mbyte/s`).
 
@@ -39,7 +45,41 @@ use replay_report_types::{CounterDispatch, CounterReport, SectionRows};
 /// The header row, with its line end.
 pub const HEADER: &str = "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\
 \"Context\",\"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\
-\"Metric Name\",\"Metric Unit\",\"Metric Value\",\"Replay Pass\",\"Graph\",\"Node\"\n";
+\"Metric Name\",\"Metric Unit\",\"Metric Value\",\"Replay Pass\",\"Graph\",\"Node\",\
+\"Graph Launch\",\"Window Seconds\",\"Drain Seconds\",\"Plan Seconds\",\"Capture Seconds\",\
+\"Launch Seconds\",\"Wait Seconds\",\"Check Seconds\",\"Restore Seconds\",\
+\"Callbacks Seconds\",\"Finish Seconds\",\"Config Enter Seconds\"\n";
+
+/// The columns after `Node` (after `Passes` in [`sections_csv`]) that every row of a dispatch
+/// repeats: which launch of its graph it ran in, then its replay window's time by phase in
+/// seconds ([`crate::WindowPhases`], in the order of `WindowPhases::NAMES`). Empty where the
+/// report does not have them.
+pub const DISPATCH_COLUMNS: [&str; 12] = [
+    "Graph Launch",
+    "Window Seconds",
+    "Drain Seconds",
+    "Plan Seconds",
+    "Capture Seconds",
+    "Launch Seconds",
+    "Wait Seconds",
+    "Check Seconds",
+    "Restore Seconds",
+    "Callbacks Seconds",
+    "Finish Seconds",
+    "Config Enter Seconds",
+];
+
+/// The fields of [`DISPATCH_COLUMNS`] for `d`: seconds as Rust prints an `f64` (the shortest
+/// text that reads back as the same number, never an exponent).
+fn dispatch_fields(d: &CounterDispatch) -> Vec<String> {
+    let mut out = Vec::with_capacity(DISPATCH_COLUMNS.len());
+    out.push(d.graph_launch.map(|l| l.to_string()).unwrap_or_default());
+    match &d.phases {
+        Some(p) => out.extend(p.values().iter().map(|v| v.to_string())),
+        None => out.extend(std::iter::repeat_n(String::new(), 11)),
+    }
+    out
+}
 
 /// The section Nsight Compute files `--metrics` values under.
 pub const SECTION: &str = "Command line profiler metrics";
@@ -56,47 +96,31 @@ pub fn csv(report: &CounterReport) -> String {
         .collect();
     let mut out = String::from(HEADER);
     for d in &report.dispatches {
+        let extra = dispatch_fields(d);
+        let id = d.dispatch_id.to_string();
+        let mut row = |metric: &str, unit: &str, value: &str, pass: &str| {
+            let at = Row {
+                id: &id,
+                section: SECTION,
+                metric,
+                unit,
+                value,
+                pass,
+            };
+            write_row(&mut out, report, d, &at, &extra);
+        };
         for (name, unit) in names.iter().zip(&units) {
             match index.by_pass(d.dispatch_id, name) {
                 Some(passes) if !passes.is_empty() => {
                     for (pass, s) in passes {
-                        row(
-                            &mut out,
-                            report,
-                            d,
-                            name,
-                            unit,
-                            &ncu_value(s.value),
-                            &pass.to_string(),
-                        );
+                        row(name, unit, &ncu_value(s.value), &pass.to_string());
                     }
                 }
-                _ => row(&mut out, report, d, name, unit, "n/a", ""),
+                _ => row(name, unit, "n/a", ""),
             }
         }
     }
     out
-}
-
-fn row(
-    out: &mut String,
-    r: &CounterReport,
-    d: &CounterDispatch,
-    metric: &str,
-    unit: &str,
-    value: &str,
-    pass: &str,
-) {
-    let id = d.dispatch_id.to_string();
-    let at = Row {
-        id: &id,
-        section: SECTION,
-        metric,
-        unit,
-        value,
-        pass,
-    };
-    write_row(out, r, d, &at, &[]);
 }
 
 /// The fields of a row that are not the dispatch's.
@@ -109,7 +133,7 @@ struct Row<'a> {
     pass: &'a str,
 }
 
-/// One record: ncu's fifteen columns, `Replay Pass`, `Graph`, `Node`, then `extra`.
+/// One record: ncu's fifteen columns, `Replay Pass`, `Graph`, `Node`, then `extra` (ours).
 fn write_row(
     out: &mut String,
     r: &CounterReport,
@@ -164,7 +188,9 @@ fn write_row(
 pub const SECTIONS_HEADER: &str = "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\
 \"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\
 \"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\",\"Replay Pass\",\"Graph\",\
-\"Node\",\"Dispatch ID\",\"Passes\"\n";
+\"Node\",\"Dispatch ID\",\"Passes\",\"Graph Launch\",\"Window Seconds\",\"Drain Seconds\",\
+\"Plan Seconds\",\"Capture Seconds\",\"Launch Seconds\",\"Wait Seconds\",\"Check Seconds\",\
+\"Restore Seconds\",\"Callbacks Seconds\",\"Finish Seconds\",\"Config Enter Seconds\"\n";
 
 /// The *Section Name* of the raw metrics in [`sections_csv`].
 pub const RAW_SECTION: &str = "raw";
@@ -176,8 +202,8 @@ pub const RAW_SECTION: &str = "raw";
 /// the *Section Name* [`RAW_SECTION`]. `ID` is the dispatch's index in the report, from 0 in
 /// launch order (ncu numbers its results so), not the dispatch id; the columns after ncu's
 /// fifteen are `Replay Pass` (a section row's: the passes of its inputs, `;`-separated),
-/// `Graph`, `Node`, `Dispatch ID` (kernel-replay's) and `Passes` (the replay passes the
-/// dispatch ran). A dispatch without rows in `rows` has only its raw rows. Call
+/// `Graph`, `Node`, `Dispatch ID` (kernel-replay's), `Passes` (the replay passes the
+/// dispatch ran) and the [`DISPATCH_COLUMNS`]. A dispatch without rows in `rows` has only its raw rows. Call
 /// [`CounterReport::check`] first (the file writers do).
 pub fn sections_csv(report: &CounterReport, rows: &SectionRows) -> String {
     let index = report.index();
@@ -190,7 +216,8 @@ pub fn sections_csv(report: &CounterReport, rows: &SectionRows) -> String {
     let mut out = String::from(SECTIONS_HEADER);
     for (i, d) in report.dispatches.iter().enumerate() {
         let id = i.to_string();
-        let extra = [d.dispatch_id.to_string(), d.passes.to_string()];
+        let mut extra = vec![d.dispatch_id.to_string(), d.passes.to_string()];
+        extra.extend(dispatch_fields(d));
         for r in rows.get(&d.dispatch_id).into_iter().flatten() {
             let passes: Vec<String> = r.passes.iter().map(u32::to_string).collect();
             let at = Row {

@@ -6,8 +6,13 @@
 //! `process_id`, `process_name`, `host_name`, `device_name`, `compute_capability`, `chip`,
 //! `passes`; `metrics`: `[{name, unit, description, pass}]` in the order asked; `dispatches`:
 //! `[{dispatch_id, kernel, kernel_demangled, device, context, stream, grid: [x, y, z],
-//! block: [x, y, z], passes, snapshot_bytes, start_ns, end_ns, pass_ns?}]` in dispatch
-//! order (`pass_ns`: `[[start, end], ...]` by pass, absent when not recorded); `samples`:
+//! block: [x, y, z], passes, snapshot_bytes, start_ns, end_ns, pass_ns?, graph?, node?,
+//! graph_launch?, phases?}]` in dispatch order (`pass_ns`: `[[start, end], ...]` by pass,
+//! absent when not recorded; `graph`, `node`, `graph_launch`: the CUDA graph, node and
+//! launch of the graph a kernel ran from, absent outside a graph; `phases`: the replay
+//! window's time by phase in seconds, `{window, drain, plan, capture, launch, wait, check,
+//! restore, callbacks, finish, config_enter}` as the outcome record's `phases`, absent when
+//! not recorded); `samples`:
 //! `[{dispatch_id, pass, metric, value}]`, one per value, never merged across passes.
 
 use crate::error::ReportError;

@@ -21,23 +21,27 @@ fn the_csv_is_byte_for_byte_the_expected_file() {
 
 #[test]
 fn without_the_replay_pass_column_every_line_is_nsight_computes() {
-    // The expected file is Nsight Compute's lines with three quoted fields appended (pass,
-    // graph, node), so what we write up to `Metric Value` is exactly what ncu wrote for the
-    // same launches and values.
+    // The expected file is Nsight Compute's lines with quoted fields appended (pass, graph,
+    // node, then the graph launch and the window's phases), so what we write up to `Metric
+    // Value` is exactly what ncu wrote for the same launches and values.
     let got = csv(&common::ncu_head());
     let ours: Vec<&str> = got.lines().collect();
     let theirs: Vec<&str> = NCU.lines().collect();
     assert_eq!(ours.len(), theirs.len());
     for (o, t) in ours.iter().zip(&theirs) {
         let mut cut = o.len();
-        for _ in 0..3 {
+        for _ in 0..3 + replay_report::DISPATCH_COLUMNS.len() {
             cut = o[..cut].rfind(",\"").expect("a last field");
         }
         assert_eq!(&o[..cut], *t);
     }
+    let ours: String = replay_report::DISPATCH_COLUMNS
+        .iter()
+        .map(|c| format!(",\"{c}\""))
+        .collect();
     assert_eq!(
         CSV_HEADER.trim_end(),
-        format!("{},\"Replay Pass\",\"Graph\",\"Node\"", theirs[0])
+        format!("{},\"Replay Pass\",\"Graph\",\"Node\"{ours}", theirs[0])
     );
 }
 
@@ -55,7 +59,7 @@ fn names_with_commas_and_quotes_are_quoted_and_read_back() {
         "{line}"
     );
     let fields = parse_record(line);
-    assert_eq!(fields.len(), 18, "{fields:?}");
+    assert_eq!(fields.len(), 30, "{fields:?}");
     assert_eq!(fields[2], "my,app \"v2\"");
     assert_eq!(fields[4], odd);
 }
@@ -65,11 +69,47 @@ fn a_graph_kernel_names_its_graph_and_node_in_the_last_columns() {
     let mut r = common::ncu_head();
     r.dispatches[0].graph = Some(2);
     r.dispatches[0].node = Some(5);
+    r.dispatches[0].graph_launch = Some(3);
     let text = csv(&r);
+    let header = parse_record(text.lines().next().unwrap());
+    assert_eq!(&header[16..19], ["Graph", "Node", "Graph Launch"]);
     let fields = parse_record(text.lines().nth(1).unwrap());
-    assert_eq!(&fields[16..], ["2", "5"]);
+    assert_eq!(&fields[16..19], ["2", "5", "3"]);
     let other = parse_record(text.lines().last().unwrap());
-    assert_eq!(&other[16..], ["", ""], "a kernel outside a graph");
+    assert_eq!(&other[16..19], ["", "", ""], "a kernel outside a graph");
+}
+
+#[test]
+fn every_row_of_a_dispatch_has_its_windows_phases_which_add_up_to_the_window() {
+    let mut r = common::ncu_head();
+    r.dispatches[1].phases = Some(common::phases());
+    let text = csv(&r);
+    let mut lines = text.lines();
+    let header = parse_record(lines.next().unwrap());
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let at = col("Window Seconds");
+    assert_eq!(header.len(), at + 11);
+    assert_eq!(
+        header[at..],
+        replay_report::DISPATCH_COLUMNS[1..],
+        "the phase columns close the row"
+    );
+    let mut with = 0;
+    for f in lines.map(parse_record) {
+        assert_eq!(f.len(), header.len());
+        let phases: Vec<&str> = f[at..].iter().map(String::as_str).collect();
+        if f[col("ID")] == "8" {
+            with += 1;
+            let v: Vec<f64> = phases.iter().map(|p| p.parse().unwrap()).collect();
+            assert_eq!(v, common::phases().values());
+            // Drain to finish add up to the window; config enter is outside it.
+            let sum: f64 = v[1..10].iter().sum();
+            assert!((sum - v[0]).abs() < 1e-12, "{v:?}");
+        } else {
+            assert!(phases.iter().all(|p| p.is_empty()), "{f:?}");
+        }
+    }
+    assert_eq!(with, 10, "one row per metric of launch 8");
 }
 
 #[test]
@@ -155,7 +195,11 @@ fn the_sections_csv_has_ncus_columns_keyed_by_launch_index_then_the_raw_metrics(
     assert_eq!(header[..15], ncu_cols[..]);
     assert_eq!(
         header[15..],
-        ["Replay Pass", "Graph", "Node", "Dispatch ID", "Passes"]
+        [
+            &["Replay Pass", "Graph", "Node", "Dispatch ID", "Passes"][..],
+            &replay_report::DISPATCH_COLUMNS[..]
+        ]
+        .concat()
     );
     let col = |name: &str| header.iter().position(|h| h == name).unwrap();
     let recs: Vec<Vec<String>> = lines.map(parse_record).collect();

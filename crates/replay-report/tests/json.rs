@@ -17,6 +17,44 @@ fn json_round_trips_the_whole_report() {
 }
 
 #[test]
+fn a_dispatchs_graph_node_and_window_phases_are_members_and_read_back() {
+    let mut r = common::repeated_counter();
+    r.dispatches[0].graph = Some(4);
+    r.dispatches[0].node = Some(2);
+    r.dispatches[0].graph_launch = Some(7);
+    r.dispatches[0].phases = Some(common::phases());
+    let text = to_json(&r).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let d = &v["dispatches"][0];
+    assert_eq!(
+        (&d["graph"], &d["node"], &d["graph_launch"]),
+        (&4.into(), &2.into(), &7.into())
+    );
+    let p = &d["phases"];
+    for (name, want) in replay_report::WindowPhases::NAMES
+        .iter()
+        .zip(common::phases().values())
+    {
+        assert_eq!(p[name].as_f64(), Some(want), "{name} in {p}");
+    }
+    assert_eq!(from_json(&text).unwrap(), r);
+    // The outcome record's `phases` (replay-core's member names) reads as the same phases.
+    let record =
+        serde_json::json!({"window": 0.5, "drain": 0.25, "wait": 0.25, "config_enter": 0.125});
+    let back: replay_report::WindowPhases = serde_json::from_value(record).unwrap();
+    assert_eq!(
+        (back.window, back.sum(), back.config_enter),
+        (0.5, 0.5, 0.125)
+    );
+    // Without them (outside a graph, a collector that does not record phases) they are absent.
+    let plain = to_json(&common::repeated_counter()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&plain).unwrap();
+    for m in ["graph", "node", "graph_launch", "phases"] {
+        assert!(v["dispatches"][0].get(m).is_none(), "{m}");
+    }
+}
+
+#[test]
 fn json_keeps_every_pass_of_a_repeated_counter() {
     let text = to_json(&common::repeated_counter()).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -202,6 +202,82 @@ fn the_tables_views_and_upstream_columns_exist() {
 }
 
 #[test]
+fn each_pass_row_of_a_dispatch_has_its_window_phases_and_graph_node_in_extdata() {
+    let d = dir("phases");
+    let db = d.join("phases.db");
+    let mut r = common::repeated_counter();
+    r.dispatches[0].graph = Some(4);
+    r.dispatches[0].node = Some(2);
+    r.dispatches[0].graph_launch = Some(7);
+    r.dispatches[0].phases = Some(common::phases());
+    write_rocpd(&db, &r).unwrap();
+    let c = open(&db);
+    let rows: Vec<(i64, f64, f64, f64, i64, i64, i64)> = c
+        .prepare(
+            "SELECT replay_pass, json_extract(extdata, '$.phases.window'), \
+             json_extract(extdata, '$.phases.wait'), \
+             json_extract(extdata, '$.phases.drain') + json_extract(extdata, '$.phases.plan') \
+             + json_extract(extdata, '$.phases.capture') + json_extract(extdata, '$.phases.launch') \
+             + json_extract(extdata, '$.phases.wait') + json_extract(extdata, '$.phases.check') \
+             + json_extract(extdata, '$.phases.restore') \
+             + json_extract(extdata, '$.phases.callbacks') \
+             + json_extract(extdata, '$.phases.finish'), \
+             json_extract(extdata, '$.graph'), json_extract(extdata, '$.node'), \
+             json_extract(extdata, '$.graph_launch') \
+             FROM rocpd_kernel_dispatch ORDER BY replay_pass",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let p = common::phases();
+    assert_eq!(rows.len(), 3);
+    for (pass, row) in rows.iter().enumerate() {
+        assert_eq!(row.0, pass as i64);
+        assert_eq!((row.1, row.2), (p.window, p.wait), "pass {pass}");
+        assert!((row.3 - row.1).abs() < 1e-12, "the phases add up: {row:?}");
+        assert_eq!((row.4, row.5, row.6), (4, 2, 7));
+    }
+    // The events (whose extdata the counters_collection view shows) name the graph launch too.
+    let launches: Vec<i64> = c
+        .prepare(
+            "SELECT DISTINCT json_extract(extdata, '$.graph_launch'), replay_pass \
+             FROM counters_collection ORDER BY replay_pass",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(launches, [7, 7, 7]);
+    // A dispatch without phases has none in its extdata.
+    write_rocpd(&db, &common::repeated_counter()).unwrap();
+    let c = open(&db);
+    let none: i64 = c
+        .query_row(
+            "SELECT COUNT(*) FROM rocpd_kernel_dispatch \
+             WHERE json_extract(extdata, '$.phases') IS NOT NULL \
+             OR json_extract(extdata, '$.graph') IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(none, 0);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
 fn counters_collection_returns_each_pass_unsummed() {
     let d = dir("per-pass");
     let db = d.join("repeat.sqlite");

@@ -131,6 +131,7 @@ pub(crate) fn submit(
         rec.reason = Reason::ReentrantDispatch;
         rec.reentrancy = 1;
         rec.executed_passes = 1;
+        rec.graph = agent.graph_node();
         agent.submit_ordinary(&dispatch)?;
         svc.emit(&rec, 0.0, 0);
         return Ok(DispatchReport::done(Some(rec)));
@@ -217,6 +218,7 @@ pub(crate) fn submit(
     // What the policy says until the window resolves `auto` (before planning).
     w.record.scope = policy.scope;
     w.record.restore = policy.restore;
+    w.record.graph = agent.graph_node();
     let rec = w.run(early)?;
     Ok(DispatchReport::done(Some(rec)))
 }

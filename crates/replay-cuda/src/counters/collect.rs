@@ -419,6 +419,9 @@ impl CounterCollector {
             // CONFIG EXIT runs on the thread that runs a graph's node.
             graph: tag.map(|t| t.graph),
             node: tag.and_then(|t| (t.node != u32::MAX).then_some(t.node)),
+            graph_launch: tag.map(|t| t.launch),
+            // The window up to CONFIG EXIT (the record this callback sees).
+            phases: Some(window_phases(&o.phases)),
         });
         c.samples.append(&mut p.samples);
     }
@@ -454,6 +457,23 @@ impl CounterCollector {
             dispatches: c.dispatches.clone(),
             samples: c.samples.clone(),
         }
+    }
+}
+
+/// The outcome record's phases as the report writes them.
+fn window_phases(p: &replay_core::PhaseSeconds) -> replay_report_types::WindowPhases {
+    replay_report_types::WindowPhases {
+        window: p.window,
+        drain: p.drain,
+        plan: p.plan,
+        capture: p.capture,
+        launch: p.launch,
+        wait: p.wait,
+        check: p.check,
+        restore: p.restore,
+        callbacks: p.callbacks,
+        finish: p.finish,
+        config_enter: p.config_enter,
     }
 }
 

@@ -736,6 +736,8 @@ mod tests {
             pass_ns: vec![],
             graph: None,
             node: None,
+            graph_launch: None,
+            phases: None,
         };
         let r = CounterReport {
             metrics: vec![

@@ -64,6 +64,10 @@ pub(crate) unsafe trait ZeroValid: Copy {
 unsafe impl ZeroValid for kreplay_kernel_filter_t {}
 // SAFETY: integers, a float and arrays of integers only.
 unsafe impl ZeroValid for kreplay_summary_t {}
+// SAFETY: an integer and floats only.
+unsafe impl ZeroValid for kreplay_phases_t {}
+// SAFETY: integers only.
+unsafe impl ZeroValid for kreplay_graph_node_t {}
 
 /// Checks a versioned struct pointer without copying it: NULL, alignment, and `size` (at
 /// least `first_version`).
@@ -71,8 +75,6 @@ unsafe impl ZeroValid for kreplay_summary_t {}
 /// # Safety
 ///
 /// 1. `p` is NULL or points to a struct whose first 8 bytes are its `size` (u64), readable.
-// Used by the simulator's entry points (feature `sim`).
-#[cfg_attr(not(feature = "sim"), allow(dead_code))]
 pub(crate) unsafe fn check_versioned<T>(
     p: *const T,
     what: &'static str,

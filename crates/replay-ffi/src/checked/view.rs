@@ -142,6 +142,41 @@ impl COutcome {
     pub(crate) fn json(&self) -> String {
         self.record.to_json()
     }
+
+    /// The record's dispatch id.
+    pub(crate) fn dispatch_id(&self) -> u64 {
+        self.record.dispatch_id.0
+    }
+
+    /// The record's phases in C layout.
+    pub(crate) fn phases(&self) -> kreplay_phases_t {
+        let p = &self.record.phases;
+        kreplay_phases_t {
+            size: size_of::<kreplay_phases_t>() as u64,
+            window: p.window,
+            drain: p.drain,
+            plan: p.plan,
+            capture: p.capture,
+            launch: p.launch,
+            wait: p.wait,
+            check: p.check,
+            restore: p.restore,
+            callbacks: p.callbacks,
+            finish: p.finish,
+            config_enter: p.config_enter,
+        }
+    }
+
+    /// The graph node the record's dispatch ran as, in C layout; `None` outside a graph.
+    pub(crate) fn graph_node(&self) -> Option<kreplay_graph_node_t> {
+        self.record.graph.map(|g| kreplay_graph_node_t {
+            size: size_of::<kreplay_graph_node_t>() as u64,
+            graph: g.graph,
+            launch: g.launch,
+            node: g.node.unwrap_or(KREPLAY_GRAPH_NODE_NONE),
+            serialized: u32::from(g.serialized),
+        })
+    }
 }
 
 /// The C view of a run summary.

@@ -11,7 +11,8 @@ use replay_core::Dim3;
 use super::convert::{agent_of, sim_error, MAX_ARGS};
 use super::state::{full, stale, tables, DispatchEntry};
 use crate::checked::{
-    check_versioned, guard, non_null, outcome_code, reason_code, write_out, write_versioned, Error,
+    check_versioned, guard, non_null, outcome_code, read_versioned, reason_code, write_out,
+    write_versioned, Error,
 };
 use crate::state::library;
 use crate::sys::*;
@@ -44,6 +45,48 @@ impl Drop for DispatchInFlight {
 /// Number of `kreplay_sim_dispatch` calls running now.
 pub(crate) fn dispatches_in_flight() -> usize {
     DISPATCHES_IN_FLIGHT.load(Ordering::SeqCst)
+}
+
+/// Tags the simulator dispatches this thread makes from now on as a node of a graph (NULL:
+/// no tag), as a backend unrolling a graph does for its kernel nodes.
+///
+/// # Safety
+///
+/// 1. `node` is NULL or points to a `kreplay_graph_node_t` whose `size` field is readable and
+///    whose `size` bytes are readable.
+#[no_mangle]
+pub unsafe extern "C" fn kreplay_sim_graph_node_set(
+    node: *const kreplay_graph_node_t,
+) -> kreplay_status_t {
+    guard("kreplay_sim_graph_node_set", || {
+        library()?;
+        let tag = if node.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's item 1 (not NULL here).
+            let n: kreplay_graph_node_t =
+                unsafe { read_versioned(node, "node", first_version::GRAPH_NODE)? };
+            if n.graph == 0 {
+                return Err(Error::BadArgument(
+                    "`node->graph` is 0; graphs are numbered from 1".into(),
+                ));
+            }
+            if n.serialized > 1 {
+                return Err(Error::BadArgument(format!(
+                    "`node->serialized` is {}; 0 or 1",
+                    n.serialized
+                )));
+            }
+            Some(replay_core::GraphNode {
+                graph: n.graph,
+                node: (n.node != KREPLAY_GRAPH_NODE_NONE).then_some(n.node),
+                launch: n.launch,
+                serialized: n.serialized == 1,
+            })
+        };
+        replay_mock::set_graph_node(tag);
+        Ok(())
+    })
 }
 
 /// Launches a kernel through the replay service on this thread.

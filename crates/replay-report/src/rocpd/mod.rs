@@ -8,6 +8,16 @@
 //!   (all with the dispatch's `dispatch_id`, `replay_pass` = the pass; the row id is a
 //!   surrogate), timed by the pass's `pass_ns` where the report has it, else by the dispatch's
 //!   window (`start_ns`..`end_ns`) on every pass;
+//! - per-dispatch data the schema has no column for goes in the `extdata` JSON of each of its
+//!   `rocpd_kernel_dispatch` rows (the table's own place for it; read it with
+//!   `json_extract(extdata, '$.phases.window')` on the rows of `replay_pass` 0):
+//!   `grid_blocks`, `context`, `passes`, `snapshot_bytes`, the CUDA
+//!   graph, node and graph launch (`graph`, `node`, `graph_launch`; absent outside a graph)
+//!   and the replay window's time by phase (`phases`: `{window, drain, plan, capture,
+//!   launch, wait, check, restore, callbacks, finish, config_enter}` in seconds, the
+//!   drain-to-finish phases adding up to `window`; the same on every pass's row, as one
+//!   window holds all passes; absent where the report has none). Each `rocpd_event`'s
+//!   `extdata` (the one the `counters_collection` view shows) has `replay_pass` and the graph members;
 //! - one `rocpd_pmc_event` row per sample, on the event of the pass that produced it;
 //! - one `rocpd_info_pmc` row per metric and agent (`name` = `symbol` = Nsight Compute's
 //!   metric name, `units`, `description`, `block` = the name's unit prefix before `__`,
@@ -414,13 +424,7 @@ fn fill(conn: &mut Connection, r: &CounterReport) -> rusqlite::Result<()> {
                     i64::from(d.grid[2]) * i64::from(d.block[2]),
                     region,
                     pass,
-                    json!({
-                        "grid_blocks": d.grid,
-                        "context": d.context,
-                        "passes": d.passes,
-                        "snapshot_bytes": d.snapshot_bytes,
-                    })
-                    .to_string()
+                    dispatch_extdata(d),
                 ])?;
                 events.insert((d.dispatch_id, pass), id);
             }
@@ -489,14 +493,42 @@ fn display(d: &CounterDispatch) -> &str {
     }
 }
 
-/// An event's `extdata`: its pass, and the CUDA graph and node it ran from, if any.
-fn extdata(d: &CounterDispatch, pass: u32) -> String {
-    let mut v = json!({"replay_pass": pass});
+/// The CUDA graph, node and graph launch a dispatch ran from, into `v` (absent outside a
+/// graph).
+fn add_graph(v: &mut serde_json::Value, d: &CounterDispatch) {
     if let Some(g) = d.graph {
         v["graph"] = g.into();
     }
     if let Some(n) = d.node {
         v["node"] = n.into();
+    }
+    if let Some(l) = d.graph_launch {
+        v["graph_launch"] = l.into();
+    }
+}
+
+/// An event's `extdata`: its pass, and the CUDA graph, node and graph launch it ran from, if
+/// any.
+fn extdata(d: &CounterDispatch, pass: u32) -> String {
+    let mut v = json!({"replay_pass": pass});
+    add_graph(&mut v, d);
+    v.to_string()
+}
+
+/// A `rocpd_kernel_dispatch` row's `extdata`: the grid in blocks, the context, the passes, the
+/// snapshot's bytes, the graph, node and graph launch (outside a graph: absent), and the
+/// replay window's time by phase (`phases`, seconds by [`crate::WindowPhases`]' names; absent
+/// when the report has none). One window holds every pass, so each pass's row has the same.
+fn dispatch_extdata(d: &CounterDispatch) -> String {
+    let mut v = json!({
+        "grid_blocks": d.grid,
+        "context": d.context,
+        "passes": d.passes,
+        "snapshot_bytes": d.snapshot_bytes,
+    });
+    add_graph(&mut v, d);
+    if let Some(p) = &d.phases {
+        v["phases"] = serde_json::to_value(p).unwrap_or_default();
     }
     v.to_string()
 }

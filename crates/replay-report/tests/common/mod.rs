@@ -40,6 +40,25 @@ pub fn dispatch(
         pass_ns: Vec::new(),
         graph: None,
         node: None,
+        graph_launch: None,
+        phases: None,
+    }
+}
+
+/// A window's phases whose drain-to-finish add up to its window exactly (binary fractions).
+pub fn phases() -> replay_report::WindowPhases {
+    replay_report::WindowPhases {
+        window: 0.015625,
+        drain: 0.000_976_562_5,
+        plan: 0.000_488_281_25,
+        capture: 0.001953_125,
+        launch: 0.000_244_140_625,
+        wait: 0.0078125,
+        check: 0.000_488_281_25,
+        restore: 0.001953_125,
+        callbacks: 0.000_976_562_5,
+        finish: 0.000_732_421_875,
+        config_enter: 0.000_122_070_312_5,
     }
 }
 
