@@ -454,6 +454,11 @@ impl Agent for CudaAgent {
         self.id
     }
 
+    /// The graph node the interception is running on this thread (the window's), if any.
+    fn graph_node(&self) -> Option<replay_core::GraphNode> {
+        crate::graph_tag::current_node().map(crate::graph_tag::NodeTag::to_record)
+    }
+
     /// The image the hooks kept (only while a capture is armed, [`crate::capture`]) for the
     /// launch's code object, and the driver's name of its function.
     fn code_image(&self, dispatch: &Dispatch) -> Result<replay_core::CodeImage, BackendError> {

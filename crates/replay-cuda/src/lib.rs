@@ -225,6 +225,7 @@ pub mod capture;
 pub mod counters;
 mod device;
 pub mod error;
+pub mod graph_tag;
 pub mod intercept;
 pub mod job;
 pub mod launch;

@@ -397,6 +397,25 @@ fn a_diamond_replayed_node_by_node_ends_equal_to_one_launch() {
         assert_eq!(read(r[i]), read(p[i]), "buffer {i} after two launches");
     }
     assert!(tool.tags.lock().iter().all(|t| t.unwrap().launch == 1));
+    // The outcome record names the same graph, node and launch as the interception's tag.
+    {
+        let tags = tool.tags.lock();
+        let outcomes = tool.outcomes.lock();
+        let n = outcomes.len();
+        assert!(n >= 3);
+        for (t, o) in tags.iter().zip(outcomes[n - tags.len()..].iter()) {
+            let t = t.expect("tagged");
+            let g = o
+                .as_ref()
+                .and_then(|o| o.graph)
+                .expect("the record names the node");
+            assert_eq!(
+                (g.graph, g.node, g.launch),
+                (t.graph, Some(t.node), t.launch)
+            );
+            assert_eq!(g.serialized, t.serialized);
+        }
+    }
     free(&r);
     free(&p);
 }
@@ -486,6 +505,15 @@ fn graph_mode_launches_the_whole_graph_once_per_pass_under_one_window() {
     );
     let tag = tool.tags.lock().last().copied().flatten().expect("tagged");
     assert_eq!(tag.node, u32::MAX, "the whole graph, no node");
+    let g = tool
+        .outcomes
+        .lock()
+        .last()
+        .cloned()
+        .flatten()
+        .and_then(|o| o.graph)
+        .expect("the record names the graph");
+    assert_eq!((g.graph, g.node, g.launch), (tag.graph, None, tag.launch));
     // A host function would run once per pass: such a graph runs once.
     let before = graph::run_once_count(RunOnce::HostNode);
     let h = instantiate(diamond(f, r[0], r[1], r[2], true).graph, 0, true);

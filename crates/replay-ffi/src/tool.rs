@@ -292,12 +292,7 @@ struct LiveOutcome(Arc<COutcome>);
 fn backend_graph_node() -> Option<replay_core::GraphNode> {
     #[cfg(feature = "cuda")]
     {
-        replay_cuda::state::graph::current_node().map(|t| replay_core::GraphNode {
-            graph: t.graph,
-            node: (t.node != u32::MAX).then_some(t.node),
-            launch: t.launch,
-            serialized: t.serialized,
-        })
+        replay_cuda::graph_tag::current_node().map(replay_cuda::graph_tag::NodeTag::to_record)
     }
     #[cfg(not(feature = "cuda"))]
     {

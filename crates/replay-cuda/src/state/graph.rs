@@ -52,7 +52,6 @@
 //! submission (each node is its own). Its memory semantics are the graph's: each node runs
 //! once, kernels replayed with memory restored between passes.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -137,28 +136,7 @@ pub fn set_mode(m: GraphProfiling) {
     MODE.store(v, Ordering::Relaxed);
 }
 
-/// What a tool's record says of a kernel node dispatch (read in CONFIG EXIT, on the thread
-/// that runs the window).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeTag {
-    /// The executable graph, numbered from 1 in instantiation order.
-    pub graph: u64,
-    /// The node's position in the order the graph is unrolled (stable across launches).
-    pub node: u32,
-    /// Which launch of that graph, from 0.
-    pub launch: u64,
-    /// Branches that could have run concurrently ran one after another.
-    pub serialized: bool,
-}
-
-thread_local! {
-    static CURRENT: Cell<Option<NodeTag>> = const { Cell::new(None) };
-}
-
-/// The graph node whose kernel this thread is running, if any.
-pub fn current_node() -> Option<NodeTag> {
-    CURRENT.with(|c| c.get())
-}
+pub use crate::graph_tag::{current_node, NodeTag};
 
 /// Why a graph launch runs once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -986,17 +964,15 @@ unsafe fn run_nodes(
                     .counters
                     .graph_node_kernels
                     .fetch_add(1, Ordering::Relaxed);
-                let previous = CURRENT.with(|c| {
-                    c.replace(Some(NodeTag {
-                        graph,
-                        node: here,
-                        launch,
-                        serialized,
-                    }))
-                });
+                let previous = crate::graph_tag::replace(Some(NodeTag {
+                    graph,
+                    node: here,
+                    launch,
+                    serialized,
+                }));
                 // SAFETY: the arguments live in `bytes` until the launch returns.
                 let r = unsafe { hooks::run_launch(l, how, reached) };
-                CURRENT.with(|c| c.set(previous));
+                crate::graph_tag::replace(previous);
                 drop(params);
                 drop(bytes);
                 r
@@ -1281,16 +1257,14 @@ unsafe fn whole(
     *reached = true;
     let globals = super::images::GlobalsGate::new(&**backend.engine(), unknown);
     let memory = super::unseen::UnseenGate::new(&globals, unseen);
-    let previous = CURRENT.with(|c| {
-        c.replace(Some(NodeTag {
-            graph: id,
-            node: u32::MAX,
-            launch: n,
-            serialized: false,
-        }))
-    });
+    let previous = crate::graph_tag::replace(Some(NodeTag {
+        graph: id,
+        node: u32::MAX,
+        launch: n,
+        serialized: false,
+    }));
     let r = service.submit(&**backend.agent(), &memory, dispatch);
-    CURRENT.with(|c| c.set(previous));
+    crate::graph_tag::replace(previous);
     backend.agent().unregister_launch(handle);
     backend.memory().release_deferred(false);
     let rl = captured.relaunch.as_ref().expect("set above");
