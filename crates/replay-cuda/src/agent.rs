@@ -10,7 +10,7 @@
 //!   the launch API sees is registered, under interception every stream the wrappers see. A
 //!   capturing stream (capture active or invalidated) runs nothing new on the device, so,
 //!   where `KREPLAY_CUDA_DRAIN_BESIDE_CAPTURE=1` ([`crate::queue::drain_beside_capture`]; off by
-//!   default until an H200 failure beside a capture is explained), the drain waits there on
+//!   default until a real program's failure beside a capture is explained), the drain waits there on
 //!   its pre-capture fence instead, the event the begin-capture hook
 //!   recorded just before the capture began ([`crate::queue`], "Pre-capture fence"); no event is
 //!   recorded on, and nothing is submitted to, a capturing stream. A capturing stream without

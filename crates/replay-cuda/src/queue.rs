@@ -66,10 +66,9 @@ unsafe impl Send for Queue {}
 unsafe impl Sync for Queue {}
 
 /// `KREPLAY_CUDA_DRAIN_BESIDE_CAPTURE=1` lets a drain wait on a capturing stream's pre-capture
-/// fence; by default (`0`) such a drain declines, as before fences existed. Off by default:
-/// on the H200 a PyTorch program capturing graphs on one thread while another launched
-/// (`bench/real/programs.py capture_thread`) lost its context to an illegal address with the
-/// fences in use, and the cause is not isolated yet; declining kept that program correct.
+/// fence; by default (`0`) such a drain declines, as before fences existed, and the
+/// begin-capture hooks record none. Off by default until a real program's failure with the
+/// fences in use is explained (`BENCHMARKS.md`, "The merged build on real programs").
 pub const DRAIN_BESIDE_CAPTURE_ENV: &str = "KREPLAY_CUDA_DRAIN_BESIDE_CAPTURE";
 
 /// 0: not read yet; 1: off; 2: on.

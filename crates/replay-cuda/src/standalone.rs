@@ -33,8 +33,8 @@
 //! (`cuFuncGetParamInfo`; without it, the block is handed whole as `extra`).
 //!
 //! **Relocation.** The driver honours an address hint only inside its own virtual-address
-//! reservations, which a new process places elsewhere (measured on the H200: the range of a
-//! CuPy capture was free in the replay process and the driver still reserved it elsewhere).
+//! reservations, which a new process places elsewhere (a range free in the replay process is
+//! still reserved elsewhere: `BENCHMARKS.md`, "The merged build on real programs").
 //! Under [`Relocation::Allow`] (what `kreplay replay` asks for) a range it will not give is recreated where it
 //! places it; the argument block's pointer words into it (the capture names each) are
 //! rewritten, and the replay reports the relocation and how many 8-byte words inside the

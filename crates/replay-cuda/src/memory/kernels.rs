@@ -20,8 +20,8 @@
 //!   sum (16 bytes) otherwise.
 //! - `kr_digest_fin`: one warp per op of several segments (launched only when there is
 //!   one): each lane adds a strided share of its segments' partial sums, a warp shuffle adds
-//!   the lanes', lane 0 applies `finish` (one thread per op measured 116 µs for 162 MB on the
-//!   H200, most of it a long op's serial loads of its partial sums).
+//!   the lanes', lane 0 applies `finish` (a thread per op would load a long op's hundreds of
+//!   partial sums one after another).
 //!
 //! The segment table is read, and the results written, by the kernels directly in mapped
 //! pinned host memory: one batch is one launch (two with split ops) and one event, with no
@@ -33,8 +33,8 @@
 //! ([`copy_pieces`], at most [`COPY_PIECE`] bytes, never crossing an op) of a table in mapped
 //! pinned memory, with the widest word both ends and the length are aligned to. A batch of
 //! many small device-to-device copies (an application's module variables: a thousand runs of a
-//! few KiB) is then one launch instead of one `cuMemcpyAsync` each (about 4 µs of host time
-//! per call on the H200: 4 ms per capture).
+//! few KiB) is then one launch instead of one `cuMemcpyAsync` each, whose host cost per call
+//! outweighs such a copy (`BENCHMARKS.md`, "Cost per dispatch on real programs").
 //!
 //! The tests below port both kernels to Rust line by line (threads and warps simulated in
 //! loops) and check them against the reference on many lengths, alignments and segment sizes;
