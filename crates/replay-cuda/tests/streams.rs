@@ -1027,20 +1027,18 @@ fn a_window_beside_a_capture_begun_through_the_wrappers_waits_for_its_pre_captur
     free(a);
 }
 
-/// A capture of a known stream begun past the wrappers (no pre-capture fence was recorded):
-/// a window beside it still declines (`agent_drain_stuck`) rather than record on the capturing
-/// stream or guess, runs the launch once, and the capture stays valid.
-#[test]
-fn a_window_beside_a_capture_begun_outside_the_wrappers_sight_still_declines() {
-    let Some((_g, s)) = setup() else { return };
+/// A window over `kr_rmw(a, k)` on stream B while another thread captures stream A (begun
+/// through the wrappers or past them, `wrapped`): it declines `agent_drain_stuck` and runs
+/// once, nothing is recorded on A, the capture ends valid and memory equals one execution.
+fn declines_beside_capture(s: &Setup, seed: u64, k: u64, wrapped: bool) {
     let (stream_a, stream_b) = (new_stream(), new_stream());
-    let a = alloc_filled(43);
+    let a = alloc_filled(seed);
     let mut once = read(a);
-    rmw_host(&mut once, 4);
-    let (begun, go, capturer) = capture_on_thread(stream_a, false);
+    rmw_host(&mut once, k);
+    let (begun, go, capturer) = capture_on_thread(stream_a, wrapped);
     begun.recv().unwrap();
     let records_a = records_on(stream_a);
-    let r = launch_rmw_on(s.rmw, stream_b, a, 4);
+    let r = launch_rmw_on(s.rmw, stream_b, a, k);
     let last = s.tool.last();
     let records_during = records_on(stream_a);
     go.send(()).unwrap();
@@ -1055,34 +1053,24 @@ fn a_window_beside_a_capture_begun_outside_the_wrappers_sight_still_declines() {
     free(a);
 }
 
+/// A capture of a known stream begun past the wrappers (no pre-capture fence was recorded):
+/// a window beside it still declines (`agent_drain_stuck`) rather than record on the capturing
+/// stream or guess, runs the launch once, and the capture stays valid.
+#[test]
+fn a_window_beside_a_capture_begun_outside_the_wrappers_sight_still_declines() {
+    let Some((_g, s)) = setup() else { return };
+    declines_beside_capture(&s, 43, 4, false);
+}
+
 /// By default (`KREPLAY_CUDA_DRAIN_BESIDE_CAPTURE` unset) a window beside a capture begun
-/// through the wrappers declines as it did before fences existed: the launch runs once, the
+/// through the wrappers records no fence and declines, as before fences existed: the launch runs once, the
 /// capture stays valid and memory equals one execution.
 #[test]
 fn by_default_a_window_beside_a_capture_with_a_fence_declines_and_runs_once() {
     let Some((_g, s)) = setup() else { return };
     replay_cuda::set_drain_beside_capture(false);
     assert!(!replay_cuda::drain_beside_capture());
-    let (stream_a, stream_b) = (new_stream(), new_stream());
-    let a = alloc_filled(47);
-    let mut once = read(a);
-    rmw_host(&mut once, 6);
-    let (begun, go, capturer) = capture_on_thread(stream_a, true);
-    begun.recv().unwrap();
-    let records_a = records_on(stream_a);
-    let r = launch_rmw_on(s.rmw, stream_b, a, 6);
-    let last = s.tool.last();
-    let records_during = records_on(stream_a);
-    go.send(()).unwrap();
-    let captured = capturer.join().unwrap();
-    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
-    captured.unwrap_or_else(|e| panic!("{e}; window: {last:?}"));
-    assert_eq!(last, (1, "agent_drain_stuck".into()), "declined, run once");
-    assert_eq!(records_during, records_a, "nothing recorded on the capture");
-    assert_eq!(read(a), once, "memory equals one execution");
-    destroy(stream_a);
-    destroy(stream_b);
-    free(a);
+    declines_beside_capture(&s, 47, 6, true);
 }
 
 /// Two threads capture in global mode, both begun through the wrappers: the first one's end
@@ -1091,6 +1079,9 @@ fn by_default_a_window_beside_a_capture_with_a_fence_declines_and_runs_once() {
 #[test]
 fn ending_one_capture_through_the_wrappers_leaves_another_threads_global_capture_valid() {
     let Some((_g, _s)) = setup() else { return };
+    // Fences recorded, so the first end's hook drops (queries) one.
+    replay_cuda::set_drain_beside_capture(true);
+    let _off = Off;
     let (stream_a, stream_c) = (new_stream(), new_stream());
     let (begun_a, go_a, first) = capture_on_thread(stream_a, true);
     begun_a.recv().unwrap();

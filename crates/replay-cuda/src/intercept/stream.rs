@@ -89,9 +89,11 @@ pub(crate) unsafe fn hook_stream_end_capture(
 /// capture. Returns the queue whose fence was recorded. The legacy stream cannot be captured
 /// and the per-thread default stream is not a stream the backend registers: neither gets a
 /// fence (a drain declines beside a capture of the per-thread stream, which implicates the
-/// legacy stream).
+/// legacy stream). Nothing is recorded while drains do not wait on fences
+/// ([`crate::queue::drain_beside_capture`]): the application's begin-capture call then costs
+/// no driver call of ours.
 fn fence_before_capture(s: CUstream) -> Option<Arc<Queue>> {
-    if is_special_stream(s) {
+    if is_special_stream(s) || !crate::queue::drain_beside_capture() {
         return None;
     }
     let q = state().streams.lock().get(&(s as usize)).cloned()?;
@@ -114,8 +116,15 @@ fn fence_before_capture(s: CUstream) -> Option<Arc<Queue>> {
     }
 }
 
-/// After the driver's begin-capture call: a capture that did not begin keeps no fence.
-fn after_begin_capture(q: Option<Arc<Queue>>, r: CUresult) -> CUresult {
+/// A begin-capture hook's body: `s` registered, the pre-capture fence recorded with no drain
+/// starting in between ([`crate::queue::capture_begin_lock`]), then the driver's `call`; a
+/// capture that did not begin keeps no fence.
+fn begin_capture(s: CUstream, reached: &mut bool, call: impl FnOnce() -> CUresult) -> CUresult {
+    note_stream(s);
+    let _no_drain_starts = crate::queue::capture_begin_lock();
+    let q = fence_before_capture(s);
+    *reached = true;
+    let r = call();
     if let Some(q) = q {
         if r != CUresult::CUDA_SUCCESS {
             q.drop_capture_fence();
@@ -134,13 +143,8 @@ pub(crate) unsafe fn hook_stream_begin_capture_v1(
     reached: &mut bool,
     s: CUstream,
 ) -> CUresult {
-    note_stream(s);
-    // No drain starts between the fence and the capture ([`crate::queue::capture_begin_lock`]).
-    let _no_drain_starts = crate::queue::capture_begin_lock();
-    let q = fence_before_capture(s);
-    *reached = true;
     // SAFETY: forwarded as given.
-    after_begin_capture(q, unsafe { real(s) })
+    begin_capture(s, reached, || unsafe { real(s) })
 }
 
 /// Hook of `cuStreamBeginCapture_v2` and its `_ptsz` form: the pre-capture fence, then the
@@ -154,13 +158,8 @@ pub(crate) unsafe fn hook_stream_begin_capture(
     s: CUstream,
     mode: c_uint,
 ) -> CUresult {
-    note_stream(s);
-    // No drain starts between the fence and the capture ([`crate::queue::capture_begin_lock`]).
-    let _no_drain_starts = crate::queue::capture_begin_lock();
-    let q = fence_before_capture(s);
-    *reached = true;
     // SAFETY: forwarded as given.
-    after_begin_capture(q, unsafe { real(s, mode) })
+    begin_capture(s, reached, || unsafe { real(s, mode) })
 }
 
 /// Hook of `cuStreamBeginCaptureToGraph` and its `_ptsz` form: the pre-capture fence, then
@@ -186,13 +185,8 @@ pub(crate) unsafe fn hook_stream_begin_capture_to_graph(
     n: usize,
     mode: c_uint,
 ) -> CUresult {
-    note_stream(s);
-    // No drain starts between the fence and the capture ([`crate::queue::capture_begin_lock`]).
-    let _no_drain_starts = crate::queue::capture_begin_lock();
-    let q = fence_before_capture(s);
-    *reached = true;
     // SAFETY: forwarded as given.
-    after_begin_capture(q, unsafe { real(s, g, deps, data, n, mode) })
+    begin_capture(s, reached, || unsafe { real(s, g, deps, data, n, mode) })
 }
 
 /// A stream a copy, memset, graph launch or stream-ordered allocation was issued on: registered
