@@ -198,21 +198,29 @@ fn reserve_one(ordinal: i32, lo: u64, hi: u64, granule: u64) -> Result<Placed, C
         // Released by the drop.
         return Ok(Placed::Elsewhere(got));
     }
+    back(ordinal, &mut range)?;
+    Ok(Placed::At(range))
+}
+
+/// Backs the reservation `range` with one physical allocation of its size, mapped and opened
+/// read-write to the device.
+fn back(ordinal: i32, range: &mut Range) -> Result<(), CudaError> {
+    let (base, size) = (range.base, range.size as usize);
     let p = prop(ordinal);
     let mut h = 0u64;
     // SAFETY: a fully initialised property block and an out pointer to a live local.
-    unsafe { sys::cuMemCreate(&mut h, size as usize, &p, 0) }.call("cuMemCreate")?;
+    unsafe { sys::cuMemCreate(&mut h, size, &p, 0) }.call("cuMemCreate")?;
     range.handle = Some(h);
-    // SAFETY: the whole reservation just made, the handle just created of the same size.
-    unsafe { sys::cuMemMap(lo, size as usize, 0, h, 0) }.call("cuMemMap")?;
+    // SAFETY: the whole reservation, the handle just created of the same size.
+    unsafe { sys::cuMemMap(base, size, 0, h, 0) }.call("cuMemMap")?;
     range.mapped = true;
     let access = sys::CUmemAccessDesc {
         location: location(ordinal),
         flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
     // SAFETY: the range is mapped; one descriptor.
-    unsafe { sys::cuMemSetAccess(lo, size as usize, &access, 1) }.call("cuMemSetAccess")?;
-    Ok(Placed::At(range))
+    unsafe { sys::cuMemSetAccess(base, size, &access, 1) }.call("cuMemSetAccess")?;
+    Ok(())
 }
 
 /// Why `[lo, hi)` was not placed at its address, naming what holds it.
@@ -291,20 +299,7 @@ fn reserve_anywhere(ordinal: i32, size: u64, granule: u64) -> Result<Range, Cuda
         handle: None,
         mapped: false,
     };
-    let p = prop(ordinal);
-    let mut h = 0u64;
-    // SAFETY: a fully initialised property block and an out pointer to a live local.
-    unsafe { sys::cuMemCreate(&mut h, size as usize, &p, 0) }.call("cuMemCreate")?;
-    range.handle = Some(h);
-    // SAFETY: the whole reservation just made, the handle just created of the same size.
-    unsafe { sys::cuMemMap(got, size as usize, 0, h, 0) }.call("cuMemMap")?;
-    range.mapped = true;
-    let access = sys::CUmemAccessDesc {
-        location: location(ordinal),
-        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-    };
-    // SAFETY: the range is mapped; one descriptor.
-    unsafe { sys::cuMemSetAccess(got, size as usize, &access, 1) }.call("cuMemSetAccess")?;
+    back(ordinal, &mut range)?;
     Ok(range)
 }
 

@@ -348,35 +348,38 @@ fn a_range_a_file_holds_before_the_replay_is_an_error_naming_the_file() {
     let _ = std::fs::remove_dir_all(&c.dir);
 }
 
+/// Runs `f` while the fake driver places reservations of more than `bytes` elsewhere than
+/// asked (as a driver does that cannot place one across two of its own chunks).
+fn placing_at_most<T>(bytes: u64, f: impl FnOnce() -> T) -> T {
+    let this = libloading::os::unix::Library::this();
+    // SAFETY: the fake driver is loaded globally and exports this setter.
+    let limit = unsafe { this.get::<unsafe extern "C" fn(u64)>(b"fake_cuda_max_placed_reserve\0") }
+        .expect("a fake driver export");
+    // SAFETY: sets a limit under the fake's lock (the other tests reserve one granule at most).
+    unsafe { limit(bytes) };
+    let r = f();
+    // SAFETY: as above; no limit again.
+    unsafe { limit(0) };
+    r
+}
+
 #[test]
 fn a_range_the_driver_will_not_place_whole_is_reserved_per_region() {
     if load_fake(Fake::Library).is_none() {
         return;
     }
-    let this = libloading::os::unix::Library::this();
-    // SAFETY: the fake driver is loaded globally and exports this setter.
-    let limit = unsafe { this.get::<unsafe extern "C" fn(u64)>(b"fake_cuda_max_placed_reserve\0") }
-        .expect("a fake driver export");
     // Two regions in adjacent granules: one range of two granules, which the driver places
     // elsewhere; each region's granule is placed where asked.
     let at = BASE + (3 << 32);
     let c = rmw_capture("pieces", at, &[(at + G, 4096)]);
-    // SAFETY: sets a limit under the fake's lock (the other tests reserve one granule at most).
-    unsafe { limit(G) };
-    let r = replay(&c, 2);
-    // SAFETY: as above; no limit again.
-    unsafe { limit(0) };
+    let r = placing_at_most(G, || replay(&c, 2));
     let r = r.expect("replay per region");
     for o in &r.outputs {
         assert!(replay_capture::compare_outputs(&c, o).is_empty());
     }
     // A region that shares a granule with another cannot be split off: one piece, refused.
     let c2 = rmw_capture("one-piece", at, &[(at + G - 8, 16)]);
-    // SAFETY: as above.
-    unsafe { limit(G) };
-    let r = replay(&c2, 1);
-    // SAFETY: as above.
-    unsafe { limit(0) };
+    let r = placing_at_most(G, || replay(&c2, 1));
     match r {
         Err(StandaloneError::Address { index, why, .. }) => {
             assert_eq!(
@@ -401,10 +404,6 @@ fn a_range_the_driver_will_not_place_is_relocated_with_its_argument_pointers_rew
     if load_fake(Fake::Library).is_none() {
         return;
     }
-    let this = libloading::os::unix::Library::this();
-    // SAFETY: the fake driver is loaded globally and exports this setter.
-    let limit = unsafe { this.get::<unsafe extern "C" fn(u64)>(b"fake_cuda_max_placed_reserve\0") }
-        .expect("a fake driver export");
     let at = BASE + (5 << 32);
     // Region 1 shares region 0's granule pair (one piece of two granules), and holds a word
     // pointing into region 0: a pointer stored in memory.
@@ -412,12 +411,12 @@ fn a_range_the_driver_will_not_place_is_relocated_with_its_argument_pointers_rew
     let mut c = c;
     c.data[1].0[..8].copy_from_slice(&(at + 64).to_le_bytes());
     c.data[1].1[..8].copy_from_slice(&(at + 64).to_le_bytes());
-    // SAFETY: sets a limit under the fake's lock (the other tests reserve one granule at most).
-    unsafe { limit(G) };
-    let refused = replay_relocating(&c, 1, &mut Placeholders::none(), Relocation::Refuse);
-    let moved = replay_relocating(&c, 2, &mut Placeholders::none(), Relocation::Allow);
-    // SAFETY: as above; no limit again.
-    unsafe { limit(0) };
+    let (refused, moved) = placing_at_most(G, || {
+        (
+            replay_relocating(&c, 1, &mut Placeholders::none(), Relocation::Refuse),
+            replay_relocating(&c, 2, &mut Placeholders::none(), Relocation::Allow),
+        )
+    });
     assert!(
         matches!(refused, Err(StandaloneError::Address { index: 0, .. })),
         "{refused:?}"
