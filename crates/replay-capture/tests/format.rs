@@ -59,6 +59,7 @@ fn sample() -> Capture {
                 id: 4,
                 value: vec![2, 1, 1, 0],
             }],
+            variables: Vec::new(),
         },
         regions: vec![
             CapturedRegion {

@@ -81,6 +81,8 @@ pub use outcome::{
 };
 pub use phases::PhaseSeconds;
 pub use plan::PassPlan;
-pub use policy::{CacheControl, Policy, PolicyError, PredictWhen, RestoreMode, Scope};
+pub use policy::{
+    CacheControl, OutsideCheck, Policy, PolicyError, PredictWhen, RestoreMode, Scope,
+};
 pub use service::{DispatchReport, KernelMemo, ReplayService};
 pub use types::*;

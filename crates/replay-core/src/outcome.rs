@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use crate::phases::PhaseSeconds;
-use crate::policy::{RestoreMode, Scope};
+use crate::policy::{OutsideCheck, RestoreMode, Scope};
 use crate::types::Tier;
 use crate::types::{AgentId, DispatchId};
 
@@ -334,6 +334,10 @@ pub struct OutcomeRecord {
     /// The graph node the dispatch ran as, if the backend ran it from a graph.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph: Option<GraphNode>,
+    /// When the scope check read the memory outside the snapshot (the policy's
+    /// `outside_check`): anything but `every` is an opt-in trade the record names.
+    #[serde(default)]
+    pub outside_check: OutsideCheck,
 }
 
 impl OutcomeRecord {
@@ -373,6 +377,7 @@ impl OutcomeRecord {
             pass_launch_seconds: SmallVec::new(),
             pass_wait_seconds: SmallVec::new(),
             graph: None,
+            outside_check: OutsideCheck::Every,
         }
     }
 
@@ -436,7 +441,12 @@ impl fmt::Display for OutcomeRecord {
             self.prediction_misses,
             self.predict_source.as_str(),
             self.predict_fallback.as_str(),
-        )
+        )?;
+        // Named only when it is not the strict default, so the line says the trade.
+        if self.outside_check != OutsideCheck::Every {
+            write!(f, " outside_check={}", self.outside_check.as_str())?;
+        }
+        Ok(())
     }
 }
 

@@ -178,6 +178,60 @@ impl PredictWhen {
     }
 }
 
+/// When the scope check (SPEC §7.2) reads the tracked memory outside the snapshot.
+///
+/// The default, `every`, is the strict guarantee: after every pass, so a write outside the
+/// snapshot in any pass is detected before a later pass could repeat it. Its cost is one
+/// read of everything watched per pass, which on a device-sized pool (JAX preallocates 75% of
+/// the GPU in one allocation) is most of the window (SPEC §11). The other values trade that
+/// guarantee for speed and are only ever chosen explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutsideCheck {
+    /// After every pass (strict; the default).
+    #[default]
+    Every,
+    /// After the first pass only: a kernel that writes outside its snapshot in the first
+    /// pass still truncates there with memory equal to one execution, but one whose writes
+    /// outside differ between passes (a data-dependent target on restored inputs cannot, a
+    /// kernel reading a clock or racing another stream can) goes unseen in later passes.
+    /// Two reads of the watched memory per dispatch instead of one per pass plus one.
+    First,
+    /// Never: the snapshot scope is trusted. A kernel that writes outside it repeats those
+    /// writes once per pass. For kernels whose scope is known to be complete.
+    Never,
+}
+
+impl OutsideCheck {
+    /// Name used in logs, records and variables.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Every => "every",
+            Self::First => "first",
+            Self::Never => "never",
+        }
+    }
+
+    /// Parses `every`, `first` or `never` (any case).
+    pub fn parse(v: &str) -> Option<Self> {
+        match v.to_ascii_lowercase().as_str() {
+            "every" => Some(Self::Every),
+            "first" => Some(Self::First),
+            "never" => Some(Self::Never),
+            _ => None,
+        }
+    }
+
+    /// Whether the check after pass `pass` (from 0) reads the watched memory.
+    pub const fn checks_after(self, pass: u32) -> bool {
+        match self {
+            Self::Every => true,
+            Self::First => pass == 0,
+            Self::Never => false,
+        }
+    }
+}
+
 /// What `auto` resolves to for one dispatch: the scope and restore mode that run, and whether
 /// `auto` chose each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -321,6 +375,9 @@ pub struct Policy {
     /// Which regions scope `predicted` predicts chunks of (default `spill`).
     #[serde(default)]
     pub predict: PredictWhen,
+    /// When the scope check reads the memory outside the snapshot (default `every`).
+    #[serde(default)]
+    pub outside_check: OutsideCheck,
     /// Cache handling before each pass.
     pub cache_control: CacheControl,
     /// Which dispatches are candidates.
@@ -351,6 +408,7 @@ impl Default for Policy {
             restore: RestoreMode::Auto,
             chunk_bytes: 1 << 20,
             predict: PredictWhen::Spill,
+            outside_check: OutsideCheck::Every,
             cache_control: CacheControl::None,
             filter: KernelFilter::default(),
             log_level: LogLevel::Info,
@@ -535,6 +593,9 @@ const VARS: &[Var] =
         ),
         var!("PREDICT", [], "spill or always", |p, v| p.predict =
             PredictWhen::parse(v)?),
+        var!("OUTSIDE_CHECK", [], "every, first or never", |p, v| p
+            .outside_check =
+            OutsideCheck::parse(v)?),
         var!("CACHE_CONTROL", [], "flush or none", |p, v| p
             .cache_control =
             match v.to_ascii_lowercase().as_str() {

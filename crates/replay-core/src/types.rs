@@ -272,6 +272,22 @@ pub struct CodeImage {
     /// (CUDA's `cuLaunchKernelEx` attributes; empty elsewhere).
     #[serde(default)]
     pub launch_attributes: Vec<LaunchAttribute>,
+    /// The image's writable variables where this load placed them, so a capture names the
+    /// regions that are the kernel's own module variables (a standalone replay finds them by
+    /// name in the image it loads). Empty where the backend does not know them.
+    #[serde(default)]
+    pub variables: Vec<CodeVariable>,
+}
+
+/// One variable of a loaded code image: its symbol and where the load placed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeVariable {
+    /// The symbol's name in the image.
+    pub name: String,
+    /// Device address.
+    pub base: u64,
+    /// Size in bytes.
+    pub size: u64,
 }
 
 /// One launch attribute of a captured dispatch: CUDA's `CUlaunchAttribute`, its id and the

@@ -151,6 +151,7 @@ fn full_record() -> OutcomeRecord {
             launch: 2,
             serialized: true,
         }),
+        outside_check: replay_core::OutsideCheck::First,
     }
 }
 

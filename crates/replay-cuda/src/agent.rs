@@ -464,7 +464,7 @@ impl Agent for CudaAgent {
     fn code_image(&self, dispatch: &Dispatch) -> Result<replay_core::CodeImage, BackendError> {
         const OP: &str = "code image";
         let l = self.launch_of(dispatch, OP)?;
-        let (module, bytes, symbol) =
+        let kept =
             crate::state::images::code_image(dispatch.kernel.code_object, l.func).ok_or_else(
                 || {
                     BackendError::on(self.id, OP).error(
@@ -477,11 +477,20 @@ impl Agent for CudaAgent {
                 },
             )?;
         Ok(replay_core::CodeImage {
-            format: crate::capture::code_format(&bytes).into(),
-            module,
-            symbol: symbol.to_string(),
-            bytes: bytes.to_vec(),
+            format: crate::capture::code_format(&kept.code).into(),
+            module: kept.name,
+            symbol: kept.symbol.to_string(),
+            bytes: kept.code.to_vec(),
             launch_attributes: crate::capture::attributes_of(l.relaunch.as_ref()),
+            variables: kept
+                .variables
+                .into_iter()
+                .map(|v| replay_core::CodeVariable {
+                    name: v.name,
+                    base: v.base,
+                    size: v.size,
+                })
+                .collect(),
         })
     }
 

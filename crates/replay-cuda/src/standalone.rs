@@ -50,7 +50,6 @@ use std::ffi::{c_void, CString};
 use std::sync::Arc;
 
 use replay_capture::LoadedCapture;
-use replay_core::MemoryClass;
 
 use crate::device::{Device, Event};
 use crate::error::CudaError;
@@ -485,14 +484,11 @@ fn replay_held(
     for r in m
         .regions
         .iter()
-        .filter(|r| r.class.contains(MemoryClass::MODULE_VARIABLE))
+        .filter(|r| placeholder::is_named_variable(r))
     {
-        let symbol = r.symbol.clone().ok_or_else(|| {
-            StandaloneError::Unsupported(format!(
-                "module variable region {} at {:#x} has no symbol",
-                r.index, r.base
-            ))
-        })?;
+        let Some(symbol) = r.symbol.clone() else {
+            continue;
+        };
         let name = CString::new(symbol.clone())
             .map_err(|_| StandaloneError::Unsupported(format!("symbol {symbol:?}")))?;
         let (mut addr, mut bytes) = (0u64, 0usize);

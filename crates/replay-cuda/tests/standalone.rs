@@ -71,6 +71,7 @@ fn capture(kernel: &str, kernarg: Vec<u8>, regions: Vec<CapturedRegion>) -> Capt
             symbol: kernel.into(),
             bytes: b".version 8.4\n".to_vec(),
             launch_attributes: Vec::new(),
+            variables: Vec::new(),
         },
         regions,
     }

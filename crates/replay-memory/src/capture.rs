@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use replay_core::policy::{Policy, RestoreMode, Scope};
+use replay_core::policy::{OutsideCheck, Policy, RestoreMode, Scope};
 use replay_core::wait::WaitError;
 use replay_core::{
     CaptureStats, CopyOp, DigestOp, MemLoc, RegionRef, SnapshotError, SnapshotPlan, Tier, WaitSpec,
@@ -95,6 +95,10 @@ pub(crate) fn capture(
         }
     }
 
+    // A policy that never checks outside the snapshot needs no digests of it before.
+    if policy.outside_check == OutsideCheck::Never {
+        watched.clear();
+    }
     sw.lap("watched");
     // Frees and unloads of this memory wait until the copies and digests below are done;
     // taken before the liveness re-check so that its answer stays true meanwhile.
@@ -368,6 +372,8 @@ pub(crate) fn capture(
             misses: 0,
         }),
         restore_may_follow: true,
+        outside: policy.outside_check,
+        checks: 0,
         module_stamp,
         prefetched: None,
         ordered: false,

@@ -21,11 +21,17 @@ pub(crate) fn check_scope(
     wait: &WaitSpec<'_>,
 ) -> Result<ScopeCheck, BackendError> {
     snap.prefetched = None;
+    // The policy may read the memory outside the snapshot after the first pass only, or
+    // never (`OutsideCheck`): a check that does not read it still learns and fuses the
+    // restore's compare.
+    let watch = snap.outside.checks_after(snap.checks);
+    snap.checks = snap.checks.saturating_add(1);
+    let watched: &[Watched] = if watch { &snap.watched } else { &[] };
     let mut sw = crate::stopwatch::Stopwatch::new();
     // The predicted chunks are digested once, after the first pass: enough to learn what the
     // kernel writes (later passes run on the same inputs).
     let learn = snap.prediction.as_ref().is_some_and(|p| !p.learned);
-    if snap.watched.is_empty() && !learn {
+    if watched.is_empty() && !learn {
         return Ok(ScopeCheck::Clean);
     }
     let sh = std::sync::Arc::clone(&snap.shared);
@@ -51,7 +57,7 @@ pub(crate) fn check_scope(
     let mut checked: Vec<&Watched> = Vec::new();
     // As at capture: one digest per watched region, per chunk under `predicted`.
     let per_chunk = snap.prediction.is_some();
-    for w in &snap.watched {
+    for w in watched {
         // A region freed meanwhile cannot be compared; its bytes are no one's any more.
         if sh.is_live(&w.region, None) {
             if per_chunk {
@@ -77,7 +83,7 @@ pub(crate) fn check_scope(
     sw.lap("digest");
     sw.report(format_args!(
         "check: {} watched, {} digests ({} of the watched)",
-        snap.watched.len(),
+        watched.len(),
         dops.len(),
         mine
     ));

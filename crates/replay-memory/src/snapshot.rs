@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use replay_core::policy::RestoreMode;
+use replay_core::policy::{OutsideCheck, RestoreMode};
 use replay_core::{BackingId, CaptureStats, CopyOp, Digest128, Fence, MemLoc, RegionRef};
 use smallvec::SmallVec;
 
@@ -119,6 +119,9 @@ pub(crate) struct EngineSnapshot {
     /// Whether a restore may follow the next scope check (the window's hint; `true` unless
     /// told otherwise): `dirty`'s digests are then taken in the check's batch.
     pub(crate) restore_may_follow: bool,
+    /// When the scope check reads the watched memory (the policy's), and how many checks ran.
+    pub(crate) outside: OutsideCheck,
+    pub(crate) checks: u32,
     /// The module registry's generation at capture ([`crate::shared::Shared::liveness`]).
     pub(crate) module_stamp: Option<u64>,
     /// `dirty`'s chunk digests taken with the last scope check, per captured region index

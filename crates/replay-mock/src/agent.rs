@@ -222,6 +222,16 @@ impl Agent for SimAgent {
             symbol: kernel.name.to_string(),
             bytes: m.image.clone().into_bytes(),
             launch_attributes: Vec::new(),
+            variables: m
+                .variables
+                .iter()
+                .filter(|v| !v.read_only)
+                .map(|v| replay_core::CodeVariable {
+                    name: v.name.clone(),
+                    base: v.base,
+                    size: v.size,
+                })
+                .collect(),
         })
     }
 

@@ -218,6 +218,7 @@ pub(crate) fn submit(
     // What the policy says until the window resolves `auto` (before planning).
     w.record.scope = policy.scope;
     w.record.restore = policy.restore;
+    w.record.outside_check = policy.outside_check;
     w.record.graph = agent.graph_node();
     let rec = w.run(early)?;
     Ok(DispatchReport::done(Some(rec)))

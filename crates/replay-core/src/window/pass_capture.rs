@@ -96,11 +96,23 @@ impl Window<'_> {
             self.memory
                 .read_to_host(r.base, &mut input)
                 .map_err(backend)?;
+            // A module variable of the kernel's own image is named, so a standalone replay
+            // finds it in the image it loads; another image's is plain memory there.
+            let symbol = r
+                .class
+                .contains(crate::backend::MemoryClass::MODULE_VARIABLE)
+                .then(|| {
+                    code.variables
+                        .iter()
+                        .find(|v| v.base == r.base && r.size <= v.size)
+                })
+                .flatten()
+                .map(|v| v.name.clone());
             regions.push(crate::capture::CapturedRegion {
                 base: r.base,
                 size: r.size,
                 class: r.class,
-                symbol: None,
+                symbol,
                 input,
                 output: Vec::new(),
             });

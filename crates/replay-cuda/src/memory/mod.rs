@@ -749,10 +749,35 @@ impl DeviceMemory for CudaMemory {
     /// A capture's read (SPEC §13): ordered after every restore, like the digests.
     fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
         const OP: &str = "read to host";
-        let bytes = self
-            .read_device(addr, out.len() as u64, Duration::from_secs(60))
-            .map_err(|e| e.to_backend(self.agent, OP))?;
-        out.copy_from_slice(&bytes);
+        const BOUND: Duration = Duration::from_secs(60);
+        let len = out.len() as u64;
+        let first = match self.read_device(addr, len, BOUND) {
+            Ok(bytes) => {
+                out.copy_from_slice(&bytes);
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        // A copy may not cross from one allocation or mapping into the next (a scope region
+        // can: neighbouring module-variable sections, a reservation mapped in pieces), while
+        // a kernel's read can: read it piece by piece, each inside one.
+        let mut at = addr;
+        while at < addr + len {
+            let a = PointerAttributes::query(at).map_err(|e| e.to_backend(self.agent, OP))?;
+            let (base, size) = if a.mapped { a.mapping } else { a.range };
+            if a.memory_type == 0 || size == 0 || at < base || at >= base + size {
+                return Err(BackendError::on(self.agent, OP).invalid(format!(
+                    "{len} bytes at {addr:#x}: no allocation holds {at:#x} (the whole read failed: {first})"
+                )));
+            }
+            let end = (base + size).min(addr + len);
+            let bytes = self
+                .read_device(at, end - at, BOUND)
+                .map_err(|e| e.to_backend(self.agent, OP))?;
+            let o = (at - addr) as usize;
+            out[o..o + bytes.len()].copy_from_slice(&bytes);
+            at = end;
+        }
         Ok(())
     }
 
@@ -856,8 +881,27 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError> {
-        self.submit_digests_inner(ops, key)
-            .map_err(|e| e.to_backend(self.agent, "submit digests"))
+        self.submit_digests_inner(ops, key).map_err(|e| {
+            if e.kind() == BackendErrorKind::DeviceLost {
+                // What the batch read, so a fault of its own (or the launch that reported
+                // another's) can be told apart by address in the log.
+                let app: Vec<String> = ops
+                    .iter()
+                    .filter_map(|o| match o.at {
+                        MemLoc::Device { addr } => Some(format!("{addr:#x}+{}", o.len)),
+                        _ => None,
+                    })
+                    .take(64)
+                    .collect();
+                log::warn!(
+                    "[kernel-replay] agent {}: digest batch of {} ops failed ({e}); application ranges (first 64): {}",
+                    self.agent,
+                    ops.len(),
+                    app.join(" ")
+                );
+            }
+            e.to_backend(self.agent, "submit digests")
+        })
     }
 
     fn order_after(&self, fence: Fence) -> Result<(), BackendError> {

@@ -643,6 +643,17 @@ impl ModuleRegistry {
             .unwrap_or_default()
     }
 
+    /// An application image's writable variables where its load placed them (a capture
+    /// names the kernel's own module variables with them).
+    pub fn foreign_variables(&self, handle: usize) -> Vec<ModuleVariable> {
+        self.foreign
+            .lock()
+            .get(&handle)
+            .and_then(|f| f.variables.as_ref().ok())
+            .map(|v| v.iter().filter(|v| !v.read_only).cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Removes an application image (call inside the tracker's `release_with`).
     pub fn remove_foreign(&self, handle: usize) -> bool {
         let gone = self.foreign.lock().remove(&handle);

@@ -186,9 +186,16 @@ pub fn plan_pieces(regions: &[(usize, u64, u64)], granule: u64) -> Vec<(u64, u64
 pub fn plain_regions(m: &Manifest) -> Vec<(usize, u64, u64)> {
     m.regions
         .iter()
-        .filter(|r| !r.class.contains(MemoryClass::MODULE_VARIABLE))
+        .filter(|r| !is_named_variable(r))
         .map(|r| (r.index, r.base, r.size))
         .collect()
+}
+
+/// Whether `r` is a module variable of the captured kernel's own image (named): the loaded
+/// image places it. Another image's variable (no symbol: the kernel reaches it only through a
+/// pointer) is recreated at its address like any region.
+pub fn is_named_variable(r: &replay_capture::RegionEntry) -> bool {
+    r.class.contains(MemoryClass::MODULE_VARIABLE) && r.symbol.is_some()
 }
 
 /// `[lo, hi)` less the sorted, disjoint `taken` intervals.

@@ -533,18 +533,38 @@ impl LaunchImage {
 }
 
 /// The kept code image of code object `code_object` and the driver's name of `f` in it, for a
-/// capture: (the image's name, its bytes, the kernel's symbol). `None` when no image of that id
-/// is loaded or its bytes were not kept.
-pub(crate) fn code_image(code_object: u64, f: CUfunction) -> Option<(String, Arc<[u8]>, Arc<str>)> {
-    let img = images()
+/// capture. `None` when no image of that id is loaded or its bytes were not kept.
+pub(crate) fn code_image(code_object: u64, f: CUfunction) -> Option<KeptImage> {
+    let (h, img) = images()
         .images
         .lock()
-        .values()
-        .find(|i| i.code_object == code_object)
-        .cloned()?;
+        .iter()
+        .find(|(_, i)| i.code_object == code_object)
+        .map(|(h, i)| (*h, Arc::clone(i)))?;
     let code = img.code.clone()?;
     let symbol = raw_name(f)?;
-    Some((img.name.clone(), code, symbol))
+    // Its variables where they were resolved (its first launch resolves them).
+    let variables = img
+        .registered
+        .lock()
+        .as_ref()
+        .map(|(_, registry, _)| registry.foreign_variables(key(h)))
+        .unwrap_or_default();
+    Some(KeptImage {
+        name: img.name.clone(),
+        code,
+        symbol,
+        variables,
+    })
+}
+
+/// What [`code_image`] gives: the image's name, its bytes, the kernel's symbol in it, and its
+/// writable variables where this load placed them.
+pub(crate) struct KeptImage {
+    pub(crate) name: String,
+    pub(crate) code: Arc<[u8]>,
+    pub(crate) symbol: Arc<str>,
+    pub(crate) variables: Vec<replay_memory::ModuleVariable>,
 }
 
 /// The code object id of a loaded module or library (`None` when the hooks never saw it),
