@@ -305,28 +305,8 @@ extern "C" fn exit_report() {
     let _ = std::panic::catch_unwind(|| {
         // CUPTI is not kept past the program's end (the report keeps the counts).
         let _g = scopeguard_unsubscribe();
-        if let Some(dir) = crate::job::out_dir() {
-            let path = crate::job::report_path(&dir, std::process::id());
-            let mut json = report_json();
-            let (records, last) = crate::job::streamed();
-            if let Some(o) = json.as_object_mut() {
-                // The records are in the process's records file.
-                o.remove("records");
-                o.remove("kernels");
-                o.insert("process".into(), serde_json::json!(crate::job::header()));
-                o.insert("records_written".into(), records.into());
-                o.insert("last_dispatch".into(), serde_json::json!(last));
-            }
-            if let Err(e) = crate::job::write_atomically(&path, json.to_string().as_bytes()) {
-                eprintln!("[kernel-replay] cannot write {}: {e}", path.display());
-            }
-        } else if let Some(path) = std::env::var_os(OUT_ENV) {
-            let json = report_json();
-            let path = std::path::PathBuf::from(path);
-            if let Err(e) = crate::job::write_atomically(&path, json.to_string().as_bytes()) {
-                eprintln!("[kernel-replay] cannot write {}: {e}", path.display());
-            }
-        }
+        let out = std::env::var_os(OUT_ENV).map(std::path::PathBuf::from);
+        crate::job::write_exit_report(report_json(), out.as_deref());
     });
 }
 

@@ -347,6 +347,31 @@ pub fn write_atomically(path: &Path, text: &[u8]) -> std::io::Result<()> {
     r
 }
 
+/// Writes this process's report at its end: under `kreplay run` ([`out_dir`] set) to its
+/// report file, without the records and the per-kernel table (they are in the records file)
+/// and with the process's header and the count of records streamed; otherwise to `path` when
+/// given. Each failure is one line on stderr.
+pub fn write_exit_report(mut json: serde_json::Value, path: Option<&Path>) {
+    let (path, json) = if let Some(dir) = out_dir() {
+        let (records, last) = streamed();
+        if let Some(o) = json.as_object_mut() {
+            o.remove("records");
+            o.remove("kernels");
+            o.insert("process".into(), serde_json::json!(header()));
+            o.insert("records_written".into(), records.into());
+            o.insert("last_dispatch".into(), serde_json::json!(last));
+        }
+        (report_path(&dir, std::process::id()), json)
+    } else if let Some(p) = path {
+        (p.to_path_buf(), json)
+    } else {
+        return;
+    };
+    if let Err(e) = write_atomically(&path, json.to_string().as_bytes()) {
+        eprintln!("[kernel-replay] cannot write {}: {e}", path.display());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
