@@ -8,7 +8,8 @@
 //! Attaching, first match wins:
 //! - `KREPLAY_CUDA_TOOL=/path/libtool.so`: a C/C++ tool library linking `libkernel_replay`,
 //!   whose `int kreplay_tool_init(uint64_t driver_version)` configures replay through the C
-//!   ABI (as on HSA);
+//!   ABI (as on HSA), loaded by the shared object's one loader
+//!   ([`replay_tools::library`]);
 //! - `KREPLAY_CUDA_BUILTIN=verify|timing|counters`: one of the built-in tools below, which
 //!   `kreplay run` selects. They use only the public API: a [`ReplayTool`] configured on the service,
 //!   the outcome record, and [`crate::CudaMemory::digest_blocking`].
@@ -246,35 +247,25 @@ fn counters_from_env(passes: u64) -> Result<Arc<CounterCollector>, String> {
     )))
 }
 
+/// Loads the tool library at `path` through the shared object's one loader
+/// ([`replay_tools::library::load`]) and calls its init with the driver's version.
 fn attach_library(path: &std::ffi::OsStr) {
-    // SAFETY: the user named this tool library; loading it runs its initialisers, as any
-    // tool library's loading does.
-    let lib = match unsafe { libloading::Library::new(path) } {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("[kernel-replay] {TOOL_ENV}: cannot load {path:?}: {e}");
-            return;
-        }
-    };
-    type Init = unsafe extern "C" fn(u64) -> c_int;
-    // SAFETY: the tool's documented entry has this signature.
-    let init = match unsafe { lib.get::<Init>(b"kreplay_tool_init\0") } {
-        Ok(f) => *f,
-        Err(e) => {
-            eprintln!("[kernel-replay] {TOOL_ENV}: {path:?} has no kreplay_tool_init: {e}");
-            return;
-        }
-    };
     let mut version: i32 = 0;
     // SAFETY: out pointer to a live local.
     let _ = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
-    // SAFETY: the tool's entry, called once.
-    let r = unsafe { init(version.max(0) as u64) };
-    if r != 0 {
-        eprintln!("[kernel-replay] {TOOL_ENV}: kreplay_tool_init returned {r}");
+    match replay_tools::library::load(path, version.max(0) as u64) {
+        Ok(lib) => {
+            if lib.init_status != 0 {
+                eprintln!(
+                    "[kernel-replay] {TOOL_ENV}: kreplay_tool_init returned {}",
+                    lib.init_status
+                );
+            }
+            // The tool stays loaded until the process exits.
+            std::mem::forget(lib);
+        }
+        Err(e) => eprintln!("[kernel-replay] {TOOL_ENV}={path:?}: {e}"),
     }
-    // The tool stays loaded until the process exits.
-    std::mem::forget(lib);
 }
 
 extern "C" {

@@ -59,10 +59,9 @@ use crate::{intercept, queue};
 
 /// The environment variable naming the tool library `OnLoad` attaches.
 pub const TOOL_ENV: &str = "KREPLAY_HSA_TOOL";
-/// The symbol the tool library must export: `int kreplay_tool_init(uint64_t runtime_version)`.
-pub const TOOL_INIT_SYMBOL: &str = "kreplay_tool_init";
-/// The optional symbol called from `OnUnload`: `void kreplay_tool_fini(void)`.
-pub const TOOL_FINI_SYMBOL: &str = "kreplay_tool_fini";
+/// The symbol the tool library must export: `int kreplay_tool_init(uint64_t runtime_version)`;
+/// the optional one called from `OnUnload`: `void kreplay_tool_fini(void)`.
+pub use replay_tools::library::{TOOL_FINI_SYMBOL, TOOL_INIT_SYMBOL};
 /// The environment variable naming the built-in tool `OnLoad` attaches (`verify`, `timing`).
 pub const BUILTIN_ENV: &str = "KREPLAY_HSA_BUILTIN";
 /// The environment variable naming where the built-in tool's report goes outside `kreplay run`.
@@ -281,13 +280,9 @@ pub fn on_unload() {
         replay_tools::job::write_exit_report(report_json(), out.as_deref());
     }
     let tool = backend().tool.lock();
-    let Some(lib) = tool.as_ref().and_then(|t| t.library.as_ref()) else {
-        return;
-    };
-    // SAFETY: looking up a symbol of the loaded tool; if present it has the documented
-    // signature `void kreplay_tool_fini(void)`.
-    if let Ok(fini) = unsafe { lib.get::<unsafe extern "C" fn()>(TOOL_FINI_SYMBOL.as_bytes()) } {
-        // SAFETY: the documented signature; the tool is loaded.
+    if let Some(fini) = tool.as_ref().and_then(|t| t.fini) {
+        // SAFETY: the tool's `void kreplay_tool_fini(void)`; its library is kept loaded by
+        // the slot's handle.
         unsafe { fini() };
     }
 }
@@ -319,7 +314,8 @@ fn attach_tool(runtime_version: u64) {
             path: format!("built-in {name}"),
             init_status: None,
             error: None,
-            library: None,
+            fini: None,
+            handle: None,
         };
         match attach_builtin(&name) {
             Ok(()) => {
@@ -337,11 +333,16 @@ fn attach_tool(runtime_version: u64) {
     match own {
         Ok(Some((path, init, library))) => {
             log::info!("[kernel-replay] hsa: {TOOL_ENV} is unset; initialising the tool built into {path} (it exports {TOOL_INIT_SYMBOL})");
+            // SAFETY: the documented signature `void kreplay_tool_fini(void)`, if present.
+            let fini = unsafe { library.get::<unsafe extern "C" fn()>(TOOL_FINI_SYMBOL.as_bytes()) }
+                .ok()
+                .map(|f| *f);
             let mut tool = AttachedTool {
                 path,
                 init_status: None,
                 error: None,
-                library: Some(library),
+                fini,
+                handle: Some(Box::new(library)),
             };
             // SAFETY: the documented signature; the object is this code's own, loaded for as
             // long as this code runs, and its handle is kept in the slot.
@@ -356,39 +357,45 @@ fn attach_tool(runtime_version: u64) {
 /// `int kreplay_tool_init(uint64_t runtime_version)`.
 type ToolInitFn = unsafe extern "C" fn(u64) -> c_int;
 
-/// Loads the library named by [`TOOL_ENV`] and calls its [`TOOL_INIT_SYMBOL`].
+/// Loads the library named by [`TOOL_ENV`] and calls its [`TOOL_INIT_SYMBOL`], through the
+/// shared object's one loader ([`replay_tools::library::load`]).
 fn load_named_tool(path: &std::ffi::OsStr, runtime_version: u64) -> AttachedTool {
     let path_s = path.to_string_lossy().into_owned();
     let mut tool = AttachedTool {
         path: path_s.clone(),
         init_status: None,
         error: None,
-        library: None,
+        fini: None,
+        handle: None,
     };
-    // SAFETY: loading the library the user named runs its initialisers; that is the purpose
-    // of the variable.
-    match unsafe { libloading::Library::new(path) } {
+    match replay_tools::library::load(path, runtime_version) {
         Err(e) => {
-            let e = describe(&e);
-            log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s}: cannot load it: {e}");
-            tool.error = Some(e);
+            log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s}: {e}");
+            tool.error = Some(match e {
+                ToolError::LibraryLoad(why) => why,
+                ToolError::LibraryInit { reason, .. } => reason,
+                other => other.to_string(),
+            });
         }
         Ok(lib) => {
-            // SAFETY: the documented signature `int kreplay_tool_init(uint64_t)`.
-            let init = unsafe { lib.get::<ToolInitFn>(TOOL_INIT_SYMBOL.as_bytes()) }.map(|s| *s);
-            match init {
-                Err(e) => {
-                    let e = describe(&e);
-                    log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s} does not export {TOOL_INIT_SYMBOL}: {e}");
-                    tool.error = Some(e);
-                }
-                // SAFETY: the documented signature; the library stays loaded (kept below).
-                Ok(init) => unsafe { run_tool_init(&mut tool, init, runtime_version) },
-            }
-            tool.library = Some(lib);
+            report_init_status(&path_s, lib.init_status);
+            tool.init_status = Some(lib.init_status);
+            tool.fini = lib.fini;
+            tool.handle = Some(lib.handle);
         }
     }
     tool
+}
+
+/// Logs what a tool's init returned.
+fn report_init_status(path: &str, status: c_int) {
+    if status != 0 {
+        log::error!(
+            "[kernel-replay] hsa: tool {path}: {TOOL_INIT_SYMBOL} returned {status}; replay stays unconfigured"
+        );
+    } else {
+        log::info!("[kernel-replay] hsa: attached tool {path}");
+    }
 }
 
 /// A loader error with its causes: libloading's own message is only "dlopen failed", the
@@ -411,14 +418,7 @@ fn describe(e: &libloading::Error) -> String {
 unsafe fn run_tool_init(tool: &mut AttachedTool, init: ToolInitFn, runtime_version: u64) {
     // SAFETY: the caller's item 1.
     let status = unsafe { init(runtime_version) };
-    if status != 0 {
-        log::error!(
-            "[kernel-replay] hsa: tool {}: {TOOL_INIT_SYMBOL} returned {status}; replay stays unconfigured",
-            tool.path
-        );
-    } else {
-        log::info!("[kernel-replay] hsa: attached tool {}", tool.path);
-    }
+    report_init_status(&tool.path, status);
     tool.init_status = Some(status);
 }
 

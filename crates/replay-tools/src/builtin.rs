@@ -35,6 +35,20 @@ pub enum ToolError {
     /// The device could not digest the regions.
     #[error("{0}")]
     Digest(String),
+    /// A tool library could not be loaded (the loader's reason).
+    #[error("cannot load it: {0}")]
+    LibraryLoad(String),
+    /// A tool library lacks its init entry.
+    #[error("it does not export {symbol}: {reason}")]
+    LibraryInit {
+        /// The entry.
+        symbol: &'static str,
+        /// The loader's reason.
+        reason: String,
+    },
+    /// No tool-library loader is registered (a backend used without the shared object).
+    #[error("no tool-library loader is registered")]
+    NoLoader,
     /// A variable the tool reads is not what it expects.
     #[error("{name}={value:?} is {expected}")]
     Environment {

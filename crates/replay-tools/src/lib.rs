@@ -12,6 +12,8 @@
 //!   counters, its capture) hang off the trait's callback hooks.
 //! - [`job`]: the process's place in a job (ranks, `KREPLAY_RANKS`) and its records streamed
 //!   to a file of its own, its report written atomically, as `kreplay run` reads them.
+//! - [`library`]: a user's tool library loaded by path, as every backend keeps it, and the
+//!   one loader the shared object registers for all of them.
 //!
 //! No unsafe code, nothing of any device API.
 
@@ -19,6 +21,7 @@
 
 pub mod builtin;
 pub mod job;
+pub mod library;
 
 pub use builtin::{
     kernel_rows, BuiltinTool, DispatchRecord, KernelRow, ToolDevice, ToolError, ToolKind,
