@@ -1,9 +1,10 @@
-//! `kreplay run`: an unmodified CUDA application under replay (SPEC §9.2, §12).
+//! `kreplay run`: an unmodified application under replay (SPEC §9.1, §9.2, §12), CUDA or HSA.
 //!
 //! ```text
 //! kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] [--set NAME]
 //!             [--kernel-include P] [--kernel-exclude P] [--dispatch-range R]
 //!             [--out FILE.json|FILE.csv|FILE.html] [--library PATH] [--check-launches] [--ranks LIST]
+//!             [--backend cuda|hsa]
 //!             -- APP ARGS...
 //! ```
 //!
@@ -43,6 +44,13 @@
 //! `.csv` is `replay_report::sections_csv`: each launch's section rows under ncu's display
 //! names, `ID` the launch's index from 0 (`replay_cuda::counters::display`), then the raw
 //! metrics under the section `raw`; `.json` and `.db` hold the raw metrics either way.
+//!
+//! `--backend hsa` (the default on a machine with `/dev/kfd` and no NVIDIA driver,
+//! [`Backend::detect`]) attaches the same library through the HSA runtime instead:
+//! `HSA_TOOLS_LIB` names it, `KREPLAY_HSA_BUILTIN` the tool (`verify` or `timing`; `counters`
+//! is CUPTI's and refused), with the same pass count, filters, ranks and records folder; the
+//! records, the table and `--out` are as on CUDA, less the CUDA interception's counts
+//! (`replay_hsa::tool`: `replay-tools`' tools over the HSA backend's `ToolDevice`).
 //!
 //! The program runs in a process group of its own, which SIGINT, SIGTERM, SIGHUP and SIGQUIT
 //! sent to this command are passed on to (`replay_cuda::signals`); on a terminal the group
@@ -106,12 +114,37 @@ pub struct RunArgs {
     pub app: Vec<String>,
     /// `--graph-profiling`: `node`, `graph` or `off` (none: the environment's, else `node`).
     pub graph_profiling: Option<String>,
+    /// `--backend`: `cuda` or `hsa` (none: detected, [`Backend::detect`]).
+    pub backend: Option<String>,
+}
+
+/// The runtime the program's kernels go through, and so how the library is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `LD_PRELOAD` and `CUDA_INJECTION64_PATH`.
+    Cuda,
+    /// `HSA_TOOLS_LIB`: the HSA runtime loads the library and calls its `OnLoad`.
+    Hsa,
+}
+
+impl Backend {
+    /// The machine's: HSA where there is an AMD GPU's kernel driver (`/dev/kfd`) and no
+    /// NVIDIA one (`/dev/nvidiactl`), CUDA otherwise.
+    pub fn detect() -> Self {
+        let kfd = Path::new("/dev/kfd").exists();
+        let nvidia = Path::new("/dev/nvidiactl").exists();
+        if kfd && !nvidia {
+            Self::Hsa
+        } else {
+            Self::Cuda
+        }
+    }
 }
 
 /// Usage of `kreplay run`.
 pub const USAGE: &str = "usage: kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] \
 [--set NAME] [--section NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv|FILE.html] \
-[--library PATH] [--check-launches] [--ranks LIST] [--graph-profiling node|graph|off] -- APP ARGS...
+[--library PATH] [--check-launches] [--ranks LIST] [--graph-profiling node|graph|off] [--backend cuda|hsa] -- APP ARGS...
        kreplay run --list-sass [--metrics LIST] [--set NAME]";
 
 /// `kreplay run`'s options, declared for clap (the top-level command line flattens them for
@@ -169,6 +202,12 @@ pub struct RunOpts {
     #[arg(long = "graph-profiling", value_name = "node|graph|off",
           value_parser = clap::builder::PossibleValuesParser::new(["node", "graph", "off"]))]
     pub graph_profiling: Option<String>,
+    /// How the library is attached: the CUDA driver's injection, or the HSA runtime's
+    /// HSA_TOOLS_LIB (the tools verify and timing) [default: hsa on a machine with /dev/kfd
+    /// and no NVIDIA driver, else cuda].
+    #[arg(long, value_name = "cuda|hsa",
+          value_parser = clap::builder::PossibleValuesParser::new(["cuda", "hsa"]))]
+    pub backend: Option<String>,
     /// The program and its arguments (after `--`, or from the first argument that is not an
     /// option).
     #[arg(value_name = "APP ARGS", trailing_var_arg = true, num_args = 0..)]
@@ -262,6 +301,7 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
         ranks: o.ranks,
         app: o.app,
         graph_profiling: o.graph_profiling,
+        backend: o.backend,
     };
     if a.list_sass {
         if !a.app.is_empty() {
@@ -271,6 +311,9 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
     }
     if a.app.is_empty() {
         return Err("no program given (after --)".into());
+    }
+    if a.tool == "counters" && a.backend.as_deref() == Some("hsa") {
+        return Err("--tool counters is CUDA's (CUPTI); on --backend hsa: verify or timing".into());
     }
     if a.tool == "counters" {
         if a.metrics.is_empty() && a.set.is_none() && a.sections.is_empty() {
@@ -286,6 +329,15 @@ pub fn parse(args: &[String]) -> Result<RunArgs, String> {
 }
 
 impl RunArgs {
+    /// The backend: `--backend`, else [`Backend::detect`].
+    pub fn backend(&self) -> Backend {
+        match self.backend.as_deref() {
+            Some("hsa") => Backend::Hsa,
+            Some(_) => Backend::Cuda,
+            None => Backend::detect(),
+        }
+    }
+
     /// `--out` as a name template (checked when parsed).
     pub fn out_template(&self) -> Option<Template> {
         self.out
@@ -580,26 +632,36 @@ pub fn main_with_env(args: &[String], env: &[(&str, String)]) -> u8 {
     match find_library(&a) {
         Some(lib) => {
             let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
-            let preload = preload_with(&lib, std::env::var("LD_PRELOAD").ok().as_deref());
-            if let Err(code) = chain_injection(&mut cmd, &lib) {
-                let _ = std::fs::remove_dir_all(&dir);
-                return code;
-            }
-            cmd.env("LD_PRELOAD", preload)
-                .env("CUDA_INJECTION64_PATH", &lib)
-                .env("KREPLAY_CUDA_BUILTIN", &a.tool)
-                .env("KREPLAY_CUDA_PASSES", passes.to_string())
-                .env(job::OUT_DIR_ENV, &dir)
-                .env_remove(replay_cuda::tool::OUT_ENV);
-            if let Some(g) = &a.graph_profiling {
-                cmd.env(replay_cuda::state::graph::GRAPH_PROFILING_ENV, g);
-            }
-            if a.tool == "counters" {
-                cmd.env("KREPLAY_CUDA_METRICS", metrics.join(","));
-                if std::env::var_os("KREPLAY_CACHE_CONTROL").is_none()
-                    && std::env::var_os("ROCPROFILER_KERNEL_REPLAY_CACHE_CONTROL").is_none()
-                {
-                    cmd.env("KREPLAY_CACHE_CONTROL", "flush");
+            if a.backend() == Backend::Hsa {
+                // The HSA runtime loads the library at `hsa_init` and calls its `OnLoad`.
+                cmd.env("HSA_TOOLS_LIB", &lib)
+                    .env(replay_hsa::tool::BUILTIN_ENV, &a.tool)
+                    .env(replay_tools::PASSES_ENV, passes.to_string())
+                    .env(job::OUT_DIR_ENV, &dir)
+                    .env_remove(replay_hsa::tool::OUT_ENV)
+                    .env_remove(replay_hsa::tool::TOOL_ENV);
+            } else {
+                let preload = preload_with(&lib, std::env::var("LD_PRELOAD").ok().as_deref());
+                if let Err(code) = chain_injection(&mut cmd, &lib) {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return code;
+                }
+                cmd.env("LD_PRELOAD", preload)
+                    .env("CUDA_INJECTION64_PATH", &lib)
+                    .env("KREPLAY_CUDA_BUILTIN", &a.tool)
+                    .env("KREPLAY_CUDA_PASSES", passes.to_string())
+                    .env(job::OUT_DIR_ENV, &dir)
+                    .env_remove(replay_cuda::tool::OUT_ENV);
+                if let Some(g) = &a.graph_profiling {
+                    cmd.env(replay_cuda::state::graph::GRAPH_PROFILING_ENV, g);
+                }
+                if a.tool == "counters" {
+                    cmd.env("KREPLAY_CUDA_METRICS", metrics.join(","));
+                    if std::env::var_os("KREPLAY_CACHE_CONTROL").is_none()
+                        && std::env::var_os("ROCPROFILER_KERNEL_REPLAY_CACHE_CONTROL").is_none()
+                    {
+                        cmd.env("KREPLAY_CACHE_CONTROL", "flush");
+                    }
                 }
             }
             if std::env::var_os("KREPLAY_LOG").is_none() {
@@ -796,6 +858,9 @@ fn report(a: &RunArgs, passes: u64, col: &Collector, pid: u32, killed: Option<i3
         match &signame {
             Some(sig) => crate::say(format_args!(
                 "kreplay run: the program was killed by {sig} before any dispatch reached the replay tool; no records"
+            )),
+            None if a.backend() == Backend::Hsa => crate::say(format_args!(
+                "kreplay run: no replay report: the program made no dispatch through the HSA runtime (none, or the runtime did not load HSA_TOOLS_LIB); it ran untouched"
             )),
             None => crate::say(format_args!(
                 "kreplay run: no replay report: the program made no CUDA launch through the driver (none, or no usable driver); it ran untouched"
@@ -1185,10 +1250,17 @@ pub fn table(a: &RunArgs, passes: u64, col: &Collector) -> String {
     }
     let pids: Vec<u32> = col.procs.keys().copied().collect();
     s.push_str(&format!(
-        "summary: {}\ninterception: {}\n",
-        serde_json::to_string(&merged(col, &pids, "summary")).unwrap_or_default(),
-        serde_json::to_string(&merged(col, &pids, "interception")).unwrap_or_default()
+        "summary: {}\n",
+        serde_json::to_string(&merged(col, &pids, "summary")).unwrap_or_default()
     ));
+    // The CUDA interception's counts (the HSA backend has none).
+    let interception = merged(col, &pids, "interception");
+    if !interception.is_null() {
+        s.push_str(&format!(
+            "interception: {}\n",
+            serde_json::to_string(&interception).unwrap_or_default()
+        ));
+    }
     s.push_str(&phase_line(&merged(col, &pids, "summary")));
     s.push_str(&cupti_line(&merged(col, &pids, "cupti")));
     s.push_str(&interception_notes(&merged(col, &pids, "interception")));

@@ -22,6 +22,7 @@ use replay_cuda::sys::{
 
 fn source() {
     replay_cuda::state::set_service_source(crate::service);
+    replay_tools::library::register_loader(crate::tool::load_tool_library);
     replay_cuda::state::set_on_first_service(replay_cuda::tool::attach_from_env);
 }
 

@@ -35,6 +35,7 @@ pub unsafe extern "C" fn OnLoad(
 ) -> bool {
     catch_unwind(AssertUnwindSafe(|| {
         replay_hsa::set_service(crate::service());
+        replay_tools::library::register_loader(crate::tool::load_tool_library);
         // SAFETY: the caller's items 1 and 2.
         unsafe { replay_hsa::on_load(table, runtime_version, failed_tool_count, failed_tool_names) }
     }))

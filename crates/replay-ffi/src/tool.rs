@@ -17,6 +17,10 @@
 //!   `kreplay_outcome_json` (and the phases and graph-node accessors) can check a pointer
 //!   before using it. A record whose agent named no graph node gets the one the backend runs
 //!   on this thread now (a CUDA graph's kernel node under the `cuda` feature).
+//! - A user's tool library named by a backend's variable (`KREPLAY_CUDA_TOOL`,
+//!   `KREPLAY_HSA_TOOL`) is opened, and its `kreplay_tool_init` called, by
+//!   [`load_tool_library`], the one loader of every backend (registered with
+//!   `replay_tools::library` by each backend's entry points).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -564,6 +568,56 @@ pub(crate) fn sink_closure(
         unsafe { f(live.0.as_ptr(), data.get()) };
     });
     (sink, gate)
+}
+
+// ----- Tool libraries -------------------------------------------------------------------------
+
+/// A loader error with its causes: libloading's own message is only "dlopen failed", the
+/// loader's reason (`dlerror`: which file, why) is its source.
+#[cfg(any(feature = "cuda", feature = "hsa"))]
+fn describe(e: &libloading::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    text
+}
+
+/// Opens the tool library at `path`, calls its `kreplay_tool_init(version)` once and looks up
+/// its optional `kreplay_tool_fini`; the library stays loaded as long as the handle returned.
+#[cfg(any(feature = "cuda", feature = "hsa"))]
+pub(crate) fn load_tool_library(
+    path: &std::ffi::OsStr,
+    version: u64,
+) -> Result<replay_tools::library::LoadedLibrary, replay_tools::ToolError> {
+    use replay_tools::library::{LoadedLibrary, TOOL_FINI_SYMBOL, TOOL_INIT_SYMBOL};
+    use replay_tools::ToolError;
+    type Init = unsafe extern "C" fn(u64) -> std::ffi::c_int;
+    type Fini = unsafe extern "C" fn();
+    // SAFETY: loading the library the user named runs its initialisers; that is the purpose
+    // of the variable that names it.
+    let lib = unsafe { libloading::Library::new(path) }
+        .map_err(|e| ToolError::LibraryLoad(describe(&e)))?;
+    // SAFETY: the documented signature `int kreplay_tool_init(uint64_t)`.
+    let init = unsafe { lib.get::<Init>(TOOL_INIT_SYMBOL.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| ToolError::LibraryInit {
+            symbol: TOOL_INIT_SYMBOL,
+            reason: describe(&e),
+        })?;
+    // SAFETY: the documented signature `void kreplay_tool_fini(void)`, if present.
+    let fini = unsafe { lib.get::<Fini>(TOOL_FINI_SYMBOL.as_bytes()) }
+        .ok()
+        .map(|s| *s);
+    // SAFETY: the documented signature; the library stays loaded (its handle is returned).
+    let init_status = unsafe { init(version) };
+    Ok(LoadedLibrary {
+        init_status,
+        fini,
+        handle: Box::new(lib),
+    })
 }
 
 #[cfg(test)]

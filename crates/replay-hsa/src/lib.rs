@@ -36,7 +36,8 @@
 //!    [`intercept::vmem`] virtual memory, [`intercept::copy`] copies and fills,
 //!    [`intercept::code`] executable destruction, [`intercept::queue`] the queue wrappers and
 //!    the write interceptor; `intercept/mod.rs` installs them) and [`tool`] (`OnLoad` /
-//!    `OnUnload`, the attached C/C++ or Rust tool, the diagnostics).
+//!    `OnUnload`, the attached C/C++ or Rust tool or `replay-tools`' built-in `verify` /
+//!    `timing` over this backend's `ToolDevice`, the diagnostics).
 //!
 //! ## What this stage does, and what it does not
 //!
@@ -54,8 +55,8 @@
 //! them; [`intercept::copy`] says what is gated and what cannot be); and core
 //! `hsa_executable_destroy`, so an unloaded executable's kernels are forgotten
 //! ([`intercept::code`], [`module::kernels`]). It then attaches the tool: the C/C++ library
-//! named by `KREPLAY_HSA_TOOL`, or one built into the shared object itself ([`tool`] documents
-//! the symbols).
+//! named by `KREPLAY_HSA_TOOL`, else a built-in tool named by `KREPLAY_HSA_BUILTIN`, else one
+//! built into the shared object itself ([`tool`] documents the symbols).
 //!
 //! When the table also has the queue, signal and interception entries (all of them;
 //! [`table::QueueSlots`]), `hsa_queue_create` and `hsa_queue_destroy` are wrapped too: queues

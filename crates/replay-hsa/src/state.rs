@@ -255,7 +255,10 @@ pub(crate) struct AttachedTool {
     pub(crate) path: String,
     pub(crate) init_status: Option<c_int>,
     pub(crate) error: Option<String>,
-    pub(crate) library: Option<libloading::Library>,
+    /// Its `kreplay_tool_fini`, called from `OnUnload`.
+    pub(crate) fini: Option<unsafe extern "C" fn()>,
+    /// The handle keeping it loaded.
+    pub(crate) handle: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// The process-wide HSA backend state.

@@ -30,11 +30,26 @@
 //! `OnLoad` finds it in the shared object that holds this code (`dladdr`, then `dlopen` with
 //! `RTLD_NOLOAD` and `dlsym`, keeping only a definition inside that object) and calls it the
 //! same way; `libkernel_replay.so` does not export one. When both exist, [`TOOL_ENV`] wins.
+//!
+//! The built-in tools of `kreplay run --backend hsa`: with [`TOOL_ENV`] unset,
+//! `KREPLAY_HSA_BUILTIN=verify|timing` ([`BUILTIN_ENV`]) attaches `replay-tools`' tool of that
+//! name to the service, over this backend's [`HsaTools`] (the agent's tracked coarse-grained
+//! device regions, digested through its memory engine's `DeviceMemory`), asking for
+//! `KREPLAY_CUDA_PASSES` passes (default 3). Its records stream to the job's files as on CUDA
+//! (`replay_tools::job`); `OnUnload` writes the report (or to `KREPLAY_HSA_OUT`, [`OUT_ENV`],
+//! outside `kreplay run`). Each pass's GPU time is the agent's (`poll_pass`).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::Ordering;
 
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
 use parking_lot::Mutex;
+use replay_core::{
+    AgentId, ContextId, Digest128, DigestKey, DigestOp, MemLoc, MemoryClass, Subscription,
+};
+use replay_tools::{ToolDevice, ToolError, ToolKind};
 use serde_json::json;
 
 use crate::state::{backend, AttachedTool, Backend};
@@ -44,10 +59,111 @@ use crate::{intercept, queue};
 
 /// The environment variable naming the tool library `OnLoad` attaches.
 pub const TOOL_ENV: &str = "KREPLAY_HSA_TOOL";
-/// The symbol the tool library must export: `int kreplay_tool_init(uint64_t runtime_version)`.
-pub const TOOL_INIT_SYMBOL: &str = "kreplay_tool_init";
-/// The optional symbol called from `OnUnload`: `void kreplay_tool_fini(void)`.
-pub const TOOL_FINI_SYMBOL: &str = "kreplay_tool_fini";
+/// The symbol the tool library must export: `int kreplay_tool_init(uint64_t runtime_version)`;
+/// the optional one called from `OnUnload`: `void kreplay_tool_fini(void)`.
+pub use replay_tools::library::{TOOL_FINI_SYMBOL, TOOL_INIT_SYMBOL};
+/// The environment variable naming the built-in tool `OnLoad` attaches (`verify`, `timing`).
+pub const BUILTIN_ENV: &str = "KREPLAY_HSA_BUILTIN";
+/// The environment variable naming where the built-in tool's report goes outside `kreplay run`.
+pub const OUT_ENV: &str = "KREPLAY_HSA_OUT";
+
+/// The context id the built-in tools configure the service with (CUDA's too).
+const BUILTIN_CONTEXT: ContextId = ContextId(0x6b72_6370);
+/// How long a `verify` digest may take.
+const DIGEST_WAIT: Duration = Duration::from_secs(60);
+
+/// A built-in tool of this backend.
+pub type BuiltinTool = replay_tools::BuiltinTool<HsaTools>;
+
+static BUILTIN: OnceLock<Arc<BuiltinTool>> = OnceLock::new();
+
+/// The built-in tool attached, if any.
+pub fn builtin() -> Option<&'static Arc<BuiltinTool>> {
+    BUILTIN.get()
+}
+
+/// What the built-in tools need of the HSA backend.
+#[derive(Debug, Default)]
+pub struct HsaTools;
+
+impl ToolDevice for HsaTools {
+    fn verify_regions(&self, agent: AgentId) -> Vec<(u64, u64)> {
+        backend()
+            .tracker
+            .regions(agent)
+            .iter()
+            .filter(|r| r.class == MemoryClass::DEVICE_COARSE && r.size > 0)
+            .map(|r| (r.base, r.size))
+            .collect()
+    }
+
+    fn digest(
+        &self,
+        agent: AgentId,
+        ranges: &[(u64, u64)],
+        key: DigestKey,
+    ) -> Result<Vec<Digest128>, ToolError> {
+        let info = backend()
+            .agents
+            .all()
+            .into_iter()
+            .find(|a| a.id == agent && !a.is_cpu())
+            .ok_or(ToolError::NoDevice(agent))?;
+        // The engine needs the queue entries (a window ran, so they are installed).
+        if backend().originals().is_none_or(|o| o.queue.is_none()) {
+            return Err(ToolError::NoDevice(agent));
+        }
+        let mem = Arc::clone(crate::memory::engine(&info).device_memory());
+        let ops: Vec<DigestOp> = ranges
+            .iter()
+            .map(|&(addr, len)| DigestOp {
+                at: MemLoc::Device { addr },
+                len,
+            })
+            .collect();
+        let err = |e: replay_core::BackendError| ToolError::Digest(e.to_string());
+        let fence = mem.submit_digests(&ops, key).map_err(err)?;
+        if !mem.poll_fence(fence, DIGEST_WAIT).map_err(err)? {
+            mem.abandon_fence(fence);
+            return Err(ToolError::Digest(format!(
+                "the digests did not complete within {DIGEST_WAIT:?}"
+            )));
+        }
+        mem.take_digests(fence).map_err(err)
+    }
+}
+
+/// Attaches the built-in tool `name` to the service; what went wrong otherwise.
+fn attach_builtin(name: &str) -> Result<(), String> {
+    let kind = ToolKind::parse(name)
+        .filter(|k| *k != ToolKind::Counters)
+        .ok_or_else(|| format!("{BUILTIN_ENV}={name:?} is not verify or timing"))?;
+    let passes = replay_tools::builtin::passes_from_env().map_err(|e| e.to_string())?;
+    let service = crate::state::service().ok_or("no replay service is set")?;
+    let tool = Arc::new(BuiltinTool::new(kind, passes, HsaTools));
+    let _ = BUILTIN.set(Arc::clone(&tool));
+    service
+        .configure(
+            BUILTIN_CONTEXT,
+            Subscription::CONFIG | Subscription::PASS,
+            tool,
+        )
+        .map_err(|e| format!("the built-in tool could not be attached: {e}"))?;
+    service
+        .start()
+        .map_err(|e| format!("the built-in tool could not start: {e}"))
+}
+
+/// The built-in tool's report: its records and per-kernel table, the service's summary.
+pub fn report_json() -> serde_json::Value {
+    let mut o = builtin().map(|t| t.report_members()).unwrap_or_default();
+    let summary = crate::state::service()
+        .map(|s| serde_json::to_value(s.summary()).unwrap_or_default())
+        .unwrap_or_default();
+    o.insert("summary".into(), summary);
+    o.insert("backend".into(), "hsa".into());
+    serde_json::Value::Object(o)
+}
 
 // The diagnostics gather every role's state, so they sit here, at the top, not in `state`.
 impl Backend {
@@ -159,14 +275,14 @@ pub unsafe fn on_load(
 /// not touched (the runtime is shutting down); the wrappers keep passing calls to the saved
 /// originals.
 pub fn on_unload() {
+    if builtin().is_some() {
+        let out = std::env::var_os(OUT_ENV).map(std::path::PathBuf::from);
+        replay_tools::job::write_exit_report(report_json(), out.as_deref());
+    }
     let tool = backend().tool.lock();
-    let Some(lib) = tool.as_ref().and_then(|t| t.library.as_ref()) else {
-        return;
-    };
-    // SAFETY: looking up a symbol of the loaded tool; if present it has the documented
-    // signature `void kreplay_tool_fini(void)`.
-    if let Ok(fini) = unsafe { lib.get::<unsafe extern "C" fn()>(TOOL_FINI_SYMBOL.as_bytes()) } {
-        // SAFETY: the documented signature; the tool is loaded.
+    if let Some(fini) = tool.as_ref().and_then(|t| t.fini) {
+        // SAFETY: the tool's `void kreplay_tool_fini(void)`; its library is kept loaded by
+        // the slot's handle.
         unsafe { fini() };
     }
 }
@@ -193,14 +309,40 @@ fn attach_tool(runtime_version: u64) {
         *slot = Some(load_named_tool(&path, runtime_version));
         return;
     }
+    if let Ok(name) = std::env::var(BUILTIN_ENV) {
+        let mut tool = AttachedTool {
+            path: format!("built-in {name}"),
+            init_status: None,
+            error: None,
+            fini: None,
+            handle: None,
+        };
+        match attach_builtin(&name) {
+            Ok(()) => {
+                log::info!("[kernel-replay] hsa: attached the built-in tool {name}");
+                tool.init_status = Some(0);
+            }
+            Err(e) => {
+                log::error!("[kernel-replay] hsa: {e}; no tool attached");
+                tool.error = Some(e);
+            }
+        }
+        *slot = Some(tool);
+        return;
+    }
     match own {
         Ok(Some((path, init, library))) => {
             log::info!("[kernel-replay] hsa: {TOOL_ENV} is unset; initialising the tool built into {path} (it exports {TOOL_INIT_SYMBOL})");
+            // SAFETY: the documented signature `void kreplay_tool_fini(void)`, if present.
+            let fini = unsafe { library.get::<unsafe extern "C" fn()>(TOOL_FINI_SYMBOL.as_bytes()) }
+                .ok()
+                .map(|f| *f);
             let mut tool = AttachedTool {
                 path,
                 init_status: None,
                 error: None,
-                library: Some(library),
+                fini,
+                handle: Some(Box::new(library)),
             };
             // SAFETY: the documented signature; the object is this code's own, loaded for as
             // long as this code runs, and its handle is kept in the slot.
@@ -215,39 +357,45 @@ fn attach_tool(runtime_version: u64) {
 /// `int kreplay_tool_init(uint64_t runtime_version)`.
 type ToolInitFn = unsafe extern "C" fn(u64) -> c_int;
 
-/// Loads the library named by [`TOOL_ENV`] and calls its [`TOOL_INIT_SYMBOL`].
+/// Loads the library named by [`TOOL_ENV`] and calls its [`TOOL_INIT_SYMBOL`], through the
+/// shared object's one loader ([`replay_tools::library::load`]).
 fn load_named_tool(path: &std::ffi::OsStr, runtime_version: u64) -> AttachedTool {
     let path_s = path.to_string_lossy().into_owned();
     let mut tool = AttachedTool {
         path: path_s.clone(),
         init_status: None,
         error: None,
-        library: None,
+        fini: None,
+        handle: None,
     };
-    // SAFETY: loading the library the user named runs its initialisers; that is the purpose
-    // of the variable.
-    match unsafe { libloading::Library::new(path) } {
+    match replay_tools::library::load(path, runtime_version) {
         Err(e) => {
-            let e = describe(&e);
-            log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s}: cannot load it: {e}");
-            tool.error = Some(e);
+            log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s}: {e}");
+            tool.error = Some(match e {
+                ToolError::LibraryLoad(why) => why,
+                ToolError::LibraryInit { reason, .. } => reason,
+                other => other.to_string(),
+            });
         }
         Ok(lib) => {
-            // SAFETY: the documented signature `int kreplay_tool_init(uint64_t)`.
-            let init = unsafe { lib.get::<ToolInitFn>(TOOL_INIT_SYMBOL.as_bytes()) }.map(|s| *s);
-            match init {
-                Err(e) => {
-                    let e = describe(&e);
-                    log::error!("[kernel-replay] hsa: {TOOL_ENV}={path_s} does not export {TOOL_INIT_SYMBOL}: {e}");
-                    tool.error = Some(e);
-                }
-                // SAFETY: the documented signature; the library stays loaded (kept below).
-                Ok(init) => unsafe { run_tool_init(&mut tool, init, runtime_version) },
-            }
-            tool.library = Some(lib);
+            report_init_status(&path_s, lib.init_status);
+            tool.init_status = Some(lib.init_status);
+            tool.fini = lib.fini;
+            tool.handle = Some(lib.handle);
         }
     }
     tool
+}
+
+/// Logs what a tool's init returned.
+fn report_init_status(path: &str, status: c_int) {
+    if status != 0 {
+        log::error!(
+            "[kernel-replay] hsa: tool {path}: {TOOL_INIT_SYMBOL} returned {status}; replay stays unconfigured"
+        );
+    } else {
+        log::info!("[kernel-replay] hsa: attached tool {path}");
+    }
 }
 
 /// A loader error with its causes: libloading's own message is only "dlopen failed", the
@@ -270,14 +418,7 @@ fn describe(e: &libloading::Error) -> String {
 unsafe fn run_tool_init(tool: &mut AttachedTool, init: ToolInitFn, runtime_version: u64) {
     // SAFETY: the caller's item 1.
     let status = unsafe { init(runtime_version) };
-    if status != 0 {
-        log::error!(
-            "[kernel-replay] hsa: tool {}: {TOOL_INIT_SYMBOL} returned {status}; replay stays unconfigured",
-            tool.path
-        );
-    } else {
-        log::info!("[kernel-replay] hsa: attached tool {}", tool.path);
-    }
+    report_init_status(&tool.path, status);
     tool.init_status = Some(status);
 }
 

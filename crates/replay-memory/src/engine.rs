@@ -95,6 +95,12 @@ impl MemoryEngine {
         self
     }
 
+    /// The backend's device memory under this engine (for a tool's digests outside the
+    /// window's own: `replay_tools::ToolDevice`).
+    pub fn device_memory(&self) -> &Arc<dyn DeviceMemory> {
+        &self.shared.device
+    }
+
     /// The agent.
     pub fn agent(&self) -> AgentId {
         self.shared.agent

@@ -130,6 +130,7 @@ pub mod module;
 pub mod queue;
 pub mod runtime;
 pub mod state;
+pub mod tools;
 pub mod vmem;
 
 pub use agent::{set_graph_node, with_graph_node, SimAgent, SIM_CAPABILITIES};
@@ -155,4 +156,5 @@ pub use runtime::{
     Completion, QueueRef, SimRuntime, SimRuntimeBuilder, WeakRuntime, FINAL_DIGEST_KEY,
 };
 pub use state::{AgentConfig, SimConfig};
+pub use tools::SimTools;
 pub use vmem::{MapAccess, VmemHandle};

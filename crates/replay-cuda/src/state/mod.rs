@@ -204,6 +204,18 @@ pub enum LayoutSource {
     Unknown,
 }
 
+impl LayoutSource {
+    /// The name the tools' records give it (its serialized form).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Driver => "driver",
+            Self::Extra => "extra",
+            Self::Image => "image",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
 /// The process-wide interception state.
 pub struct InjectState {
     /// Every allocation the wrappers saw.
