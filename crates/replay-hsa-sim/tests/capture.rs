@@ -3,6 +3,8 @@
 //! configuration, the argument block and the scope's regions, written by `replay-capture` and
 //! read back; a kernel whose code object the loader cannot hand over is refused, saying why.
 
+// Not every helper is used here.
+#[allow(dead_code)]
 mod common;
 
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,17 @@ use replay_hsa_sim::{CodeObject, PoolKind};
 use common::*;
 
 type Results = Arc<Mutex<Vec<Result<Capture, CaptureRefused>>>>;
+
+/// The loading entries a HIP runtime calls, as C types: reader from memory, executable
+/// create, load for an agent, freeze, symbol by name, symbol info.
+type Loading = (
+    unsafe extern "C" fn(*const u8, usize, *mut u64) -> u32,
+    unsafe extern "C" fn(u32, u32, *const i8, *mut u64) -> u32,
+    unsafe extern "C" fn(u64, sys::hsa_agent_t, u64, *const i8, *mut u64) -> u32,
+    unsafe extern "C" fn(u64, *const i8) -> u32,
+    unsafe extern "C" fn(u64, *const i8, *const sys::hsa_agent_t, *mut u64) -> u32,
+    unsafe extern "C" fn(u64, u32, *mut std::ffi::c_void) -> u32,
+);
 
 #[test]
 fn a_dispatch_is_captured_with_its_code_object_and_an_unknown_code_object_is_refused() {
@@ -56,14 +69,7 @@ fn a_dispatch_is_captured_with_its_code_object_and_an_unknown_code_object_is_ref
             .into_boxed_slice(),
     );
     // SAFETY: (each `typed`) the core table's entries with their C signatures.
-    let (create_reader, create_exec, load, freeze, by_name, sym_info): (
-        unsafe extern "C" fn(*const u8, usize, *mut u64) -> u32,
-        unsafe extern "C" fn(u32, u32, *const i8, *mut u64) -> u32,
-        unsafe extern "C" fn(u64, sys::hsa_agent_t, u64, *const i8, *mut u64) -> u32,
-        unsafe extern "C" fn(u64, *const i8) -> u32,
-        unsafe extern "C" fn(u64, *const i8, *const sys::hsa_agent_t, *mut u64) -> u32,
-        unsafe extern "C" fn(u64, u32, *mut std::ffi::c_void) -> u32,
-    ) = unsafe {
+    let (create_reader, create_exec, load, freeze, by_name, sym_info): Loading = unsafe {
         let c = sim.core();
         (
             typed(c.hsa_code_object_reader_create_from_memory_fn),
