@@ -14,7 +14,11 @@
 //! A CUDA capture is replayed on this machine's CUDA device by `replay_cuda::standalone`
 //! (regions at their captured addresses through the driver's virtual memory calls, the code
 //! image loaded as captured, every pass's outputs read back and compared here; `timing` is
-//! the CUDA events' time of each launch). HSA captures are refused with a message saying so.
+//! the CUDA events' time of each launch). HSA captures (`replay-hsa` on the simulated runtime or
+//! a real one) are refused, saying what is missing: the simulated runtime's memory is the
+//! capturing process's host heap, so its addresses cannot be had again in this process without
+//! fixed-address host mappings, its loader places module variables itself, and no real HSA
+//! runtime is driven from here.
 //!
 //! The order of a CUDA replay is fixed, because device addresses share this process's
 //! address space with host mappings: every folder is read first; then, before anything loads
@@ -308,6 +312,13 @@ fn replay_one(c: &LoadedCapture, passes: u64) -> Result<Replayed, ReplayError> {
         dir: dir.clone(),
         why,
     };
+    if m.backend == "hsa" {
+        return Err(unsupported(format!(
+            "an HSA capture (kernel {:?}, {} code object bytes); replaying it standalone is not implemented: it needs the simulated HSA runtime to recreate each region at its captured address (its memory is host memory of the capturing process) and to place module variables where the capture had them, or a real HSA runtime with a GPU",
+            m.kernel.name,
+            c.code.len()
+        )));
+    }
     if m.backend != "sim" || m.kernel.code_format != "sim-module" {
         return Err(unsupported(format!(
             "a {} capture ({} code); this kreplay replays captures of the simulated GPU only",

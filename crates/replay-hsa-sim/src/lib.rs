@@ -39,6 +39,13 @@
 //!   and executable symbols (`hsa_executable_iterate_agent_symbols`,
 //!   `hsa_executable_symbol_get_info`, a kernel's argument block size included:
 //!   [`SimHsa::set_kernarg_segment_size`]) backed by modules loaded with [`SimHsa::load_module`].
+//! - **Code objects as an application loads them** ([`code_object`]):
+//!   `hsa_code_object_reader_create_from_memory`, `hsa_executable_create_alt`,
+//!   `hsa_executable_load_agent_code_object`, `hsa_executable_freeze`,
+//!   `hsa_executable_get_symbol_by_name`; a simulated code object names its kernels, whose
+//!   bodies are the closures defined by name with [`SimHsa::define_kernel`], and its
+//!   variables; the loader extension reports each loaded code object and the memory it was
+//!   read from (`hsa_ven_amd_loader_loaded_code_object_get_info`), as the real loader does.
 //! - **Memory the tool may never have seen**: `hsa_amd_pointer_info` answers from the memory
 //!   map (type `HSA` for pool blocks, `LOCKED`, `IPC`, `UNKNOWN` elsewhere; base, size, owner,
 //!   the pool's global flags); `hsa_amd_memory_lock` / `_lock_to_pool` / `_unlock` map host
@@ -91,6 +98,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod code_object;
 pub mod entries;
 pub mod fault;
 pub mod pool;
@@ -103,6 +111,7 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 pub use client::Client;
+pub use code_object::CodeObject;
 pub use entries::{LoaderTable, STATUS_NOT_SIMULATED};
 pub use fault::{FaultId, FaultMode, SimFault};
 pub use pool::PoolKind;
@@ -212,6 +221,19 @@ impl SimHsa {
         body: impl Fn(&mut Dispatch<'_>) -> Result<(), MemFault> + Send + Sync + 'static,
     ) -> u64 {
         state::register_kernel(name, Arc::new(body))
+    }
+
+    /// Defines the body of the kernel `name` (without a `.kd` suffix) for the code objects
+    /// loaded from now on that name it ([`code_object`]); process-wide, like kernel objects.
+    pub fn define_kernel(
+        &self,
+        name: &str,
+        body: impl Fn(&mut Dispatch<'_>) -> Result<(), MemFault> + Send + Sync + 'static,
+    ) {
+        state::REG
+            .library
+            .lock()
+            .insert(name.to_owned(), Arc::new(body));
     }
 
     /// Loads a module on GPU `gpu`: its variables are allocated from that agent's

@@ -574,10 +574,22 @@ pub struct SymbolRec {
     pub(crate) is_const: bool,
 }
 
-/// An executable (one loaded module).
-#[derive(Debug)]
+/// An executable (one loaded module, or the code objects loaded into it).
+#[derive(Debug, Default)]
 pub struct ExecRec {
     pub(crate) symbols: Vec<u64>,
+}
+
+/// A code object loaded into an executable for one agent
+/// (`hsa_executable_load_agent_code_object`): where the loader read it from, the memory the
+/// application handed to its code object reader, as the real loader reports it
+/// (`hsa_ven_amd_loader_loaded_code_object_get_info`).
+#[derive(Debug, Clone)]
+pub struct LoadedRec {
+    pub(crate) executable: u64,
+    pub(crate) agent: u64,
+    pub(crate) base: u64,
+    pub(crate) size: u64,
 }
 
 pub(crate) struct Registry {
@@ -588,6 +600,12 @@ pub(crate) struct Registry {
     pub(crate) kernels: Mutex<HashMap<u64, (String, KernelFn)>>,
     pub(crate) symbols: Mutex<HashMap<u64, SymbolRec>>,
     pub(crate) executables: Mutex<HashMap<u64, ExecRec>>,
+    /// Kernel bodies by name, which code objects name ([`crate::SimHsa::define_kernel`]).
+    pub(crate) library: Mutex<HashMap<String, KernelFn>>,
+    /// Code object readers: the application's memory `(base, size)`.
+    pub(crate) readers: Mutex<HashMap<u64, (u64, u64)>>,
+    /// Loaded code objects.
+    pub(crate) loaded: Mutex<HashMap<u64, LoadedRec>>,
     pub(crate) instances: Mutex<Vec<Weak<Instance>>>,
 }
 
@@ -599,6 +617,9 @@ pub(crate) static REG: LazyLock<Registry> = LazyLock::new(|| Registry {
     kernels: Mutex::new(HashMap::new()),
     symbols: Mutex::new(HashMap::new()),
     executables: Mutex::new(HashMap::new()),
+    library: Mutex::new(HashMap::new()),
+    readers: Mutex::new(HashMap::new()),
+    loaded: Mutex::new(HashMap::new()),
     instances: Mutex::new(Vec::new()),
 });
 
@@ -836,6 +857,30 @@ impl Instance {
         kernels: &[(&str, KernelFn)],
     ) -> u64 {
         let agent = self.agents[1 + gpu.min(1)].handle;
+        let kernels: Vec<(String, KernelFn)> = kernels
+            .iter()
+            .map(|(n, b)| ((*n).to_owned(), b.clone()))
+            .collect();
+        let (symbols, _) = self.define_symbols(agent, variables, &kernels);
+        let exec = next_handle();
+        REG.executables.lock().insert(exec, ExecRec { symbols });
+        self.executables.lock().push(exec);
+        exec
+    }
+
+    /// Adds the symbols of `variables` (allocated from the agent's coarse-grained pool,
+    /// zeroed) and `kernels` (each registered as a new kernel object) for agent `agent`; the
+    /// symbol handles, and each kernel's object in order.
+    pub(crate) fn define_symbols(
+        &self,
+        agent: u64,
+        variables: &[VariableSpec],
+        kernels: &[(String, KernelFn)],
+    ) -> (Vec<u64>, Vec<u64>) {
+        let gpu = self.agents[1..]
+            .iter()
+            .position(|a| a.handle == agent)
+            .unwrap_or(0);
         let handle = self.pool_handle(gpu, PoolKind::DeviceCoarse);
         let pool = REG
             .pools
@@ -844,6 +889,7 @@ impl Instance {
             .cloned()
             .expect("the coarse pool exists");
         let mut symbols = Vec::new();
+        let mut objects = Vec::new();
         for v in variables {
             let address = allocate(&pool, v.size.max(1) as usize).unwrap_or(0);
             let h = next_handle();
@@ -866,7 +912,7 @@ impl Instance {
             REG.symbols.lock().insert(
                 h,
                 SymbolRec {
-                    name: (*name).to_owned(),
+                    name: name.clone(),
                     agent,
                     is_kernel: true,
                     address: object,
@@ -875,11 +921,17 @@ impl Instance {
                 },
             );
             symbols.push(h);
+            objects.push(object);
         }
-        let exec = next_handle();
-        REG.executables.lock().insert(exec, ExecRec { symbols });
-        self.executables.lock().push(exec);
-        exec
+        (symbols, objects)
+    }
+
+    /// Lists `exec` among this instance's executables (the loader extension reports it).
+    pub(crate) fn add_executable(&self, exec: u64) {
+        let mut execs = self.executables.lock();
+        if !execs.contains(&exec) {
+            execs.push(exec);
+        }
     }
 
     pub(crate) fn kernel_object(&self, name: &str) -> Option<u64> {

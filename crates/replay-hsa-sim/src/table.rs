@@ -8,8 +8,14 @@ use replay_hsa::sys::{self, hsa_status_t, Entry};
 /// What an entry that is not simulated answers: `HSA_STATUS_ERROR`.
 pub const STATUS_NOT_SIMULATED: hsa_status_t = sys::HSA_STATUS_ERROR;
 
+/// `HSA_STATUS_ERROR_INVALID_CODE_OBJECT`.
+pub const HSA_STATUS_ERROR_INVALID_CODE_OBJECT: hsa_status_t = 0x1010;
 /// `HSA_STATUS_ERROR_INVALID_EXECUTABLE`.
 pub const HSA_STATUS_ERROR_INVALID_EXECUTABLE: hsa_status_t = 0x1011;
+/// `HSA_STATUS_ERROR_INVALID_SYMBOL_NAME`.
+pub const HSA_STATUS_ERROR_INVALID_SYMBOL_NAME: hsa_status_t = 0x1013;
+/// `HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER`.
+pub const HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER: hsa_status_t = 0x101A;
 /// `HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL`.
 pub const HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL: hsa_status_t = 0x1018;
 /// `HSA_STATUS_ERROR_EXCEPTION`: what a queue's error callback receives for a kernel fault.

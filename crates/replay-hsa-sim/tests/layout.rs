@@ -17,6 +17,7 @@ mod layout;
 /// the root's own: the root is not scanned).
 const REEXPORTS: &[(&str, &str)] = &[
     ("Client", "client"),
+    ("CodeObject", "code_object"),
     ("LoaderTable", "entries::loader"),
     ("STATUS_NOT_SIMULATED", "table"),
     ("FaultId", "fault"),

@@ -174,6 +174,48 @@ impl QueueAgent {
 }
 
 impl replay_core::Agent for QueueAgent {
+    /// The code object as the application loaded it, from the loader's record of it
+    /// ([`crate::module`]); an unknown one is an `Unsupported` error naming why (SPEC §13).
+    fn code_image(&self, dispatch: &Dispatch) -> Result<replay_core::CodeImage, BackendError> {
+        let unsupported = |why: String| {
+            BackendError::on(self.st.agent.id, "code image")
+                .error(BackendErrorKind::Unsupported, why)
+        };
+        let loader = self
+            .o
+            .loader
+            .ok_or_else(|| unsupported("the runtime's table lacks the loader entries".into()))?;
+        let agent = sys::hsa_agent_t {
+            handle: self.st.agent.handle,
+        };
+        let bytes = loader
+            .code_object(dispatch.kernel.code_object, agent)
+            .map_err(|why| {
+                unsupported(format!(
+                    "no code object of kernel {:?}: {why}",
+                    dispatch.info.kernel_name
+                ))
+            })?;
+        Ok(replay_core::CodeImage {
+            format: "hsa-code-object".into(),
+            module: format!("executable@{:#x}", dispatch.kernel.code_object),
+            symbol: dispatch.info.kernel_name.to_string(),
+            bytes,
+            launch_attributes: Vec::new(),
+        })
+    }
+
+    fn device_description(&self) -> replay_core::DeviceDescription {
+        replay_core::DeviceDescription {
+            backend: "hsa".into(),
+            device: format!(
+                "HSA GPU agent {} ({:#x})",
+                self.st.agent.id, self.st.agent.handle
+            ),
+            driver: "HSA runtime".into(),
+        }
+    }
+
     fn id(&self) -> AgentId {
         self.st.agent.id
     }

@@ -438,6 +438,31 @@ impl DeviceMemory for HsaMemory {
         Ok(fence)
     }
 
+    /// A capture's read (SPEC §13): slice by slice through the digests' staging block, as the
+    /// digests read, so the copies go between memory the runtime knows.
+    fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        let mut staging = self.staging.lock();
+        let base = match *staging {
+            Some(id) => self.addr(MemLoc::Backing { id, offset: 0 })?,
+            None => {
+                let id = self.alloc_backing(Tier::PinnedHost, STAGING)?;
+                *staging = Some(id);
+                self.addr(MemLoc::Backing { id, offset: 0 })?
+            }
+        };
+        let mut done = 0usize;
+        while done < out.len() {
+            let n = (out.len() - done).min(STAGING as usize);
+            self.copy(base, addr + done as u64, n as u64)?;
+            // SAFETY: `n` bytes of the pinned staging block (host memory of `STAGING` bytes),
+            // just written by a synchronous copy; nobody else uses it (lock held).
+            let slice = unsafe { std::slice::from_raw_parts(base as *const u8, n) };
+            out[done..done + n].copy_from_slice(slice);
+            done += n;
+        }
+        Ok(())
+    }
+
     fn submit_digests(&self, ops: &[DigestOp], key: DigestKey) -> Result<Fence, BackendError> {
         // One staging block, reused by every batch of this agent (digests are synchronous, and
         // the memory layer runs one window per agent at a time).

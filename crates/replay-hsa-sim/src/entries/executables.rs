@@ -1,7 +1,11 @@
 //! The executable and symbol entries of the simulated core table (SPEC §9.1):
 //! `hsa_executable_destroy`, `hsa_executable_iterate_agent_symbols` and
 //! `hsa_executable_symbol_get_info` (a kernel's argument block size included), over the
-//! modules loaded with [`crate::SimHsa::load_module`].
+//! modules loaded with [`crate::SimHsa::load_module`]; and loading as a HIP runtime does it
+//! (SPEC §13 captures what it loaded): `hsa_code_object_reader_create_from_memory` /
+//! `_destroy`, `hsa_executable_create_alt`, `hsa_executable_load_agent_code_object` (a
+//! [`crate::code_object`] whose kernels are the bodies defined by name),
+//! `hsa_executable_freeze` and `hsa_executable_get_symbol_by_name`.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -12,9 +16,12 @@ use parking_lot::Mutex;
 use replay_hsa::sys::{self, hsa_status_t};
 
 use super::boundary::{guard, put};
-use crate::state::{self, REG};
+use crate::code_object::CodeObject;
+use crate::state::{self, KernelFn, LoadedRec, REG};
 use crate::table::{
+    HSA_STATUS_ERROR_INVALID_CODE_OBJECT, HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER,
     HSA_STATUS_ERROR_INVALID_EXECUTABLE, HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL,
+    HSA_STATUS_ERROR_INVALID_SYMBOL_NAME,
 };
 
 /// Argument block sizes of kernel symbols, by kernel object ([`crate::SimHsa::set_kernarg_segment_size`]).
@@ -34,6 +41,7 @@ pub(super) unsafe extern "C" fn hsa_executable_destroy(exec: u64) -> hsa_status_
         for inst in state::instances() {
             inst.executables.lock().retain(|e| *e != exec);
         }
+        REG.loaded.lock().retain(|_, l| l.executable != exec);
         let mut symbols = REG.symbols.lock();
         for s in rec.symbols {
             if let Some(sym) = symbols.remove(&s) {
@@ -128,4 +136,175 @@ pub(super) unsafe extern "C" fn hsa_executable_symbol_get_info(
             }
         }
     })
+}
+
+/// `hsa_code_object_reader_create_from_memory`: the reader remembers the application's memory,
+/// which must stay valid while it is used (as with the real runtime).
+pub(super) unsafe extern "C" fn hsa_code_object_reader_create_from_memory(
+    code_object: *const c_void,
+    size: usize,
+    reader: *mut u64,
+) -> hsa_status_t {
+    guard!(
+        "hsa_code_object_reader_create_from_memory",
+        sys::HSA_STATUS_ERROR,
+        {
+            if code_object.is_null() || size == 0 || reader.is_null() {
+                return sys::HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            let h = state::next_handle();
+            REG.readers
+                .lock()
+                .insert(h, (code_object as u64, size as u64));
+            // SAFETY: a non-NULL out pointer to an `hsa_code_object_reader_t`.
+            unsafe { put(reader.cast(), h) }
+        }
+    )
+}
+
+/// `hsa_code_object_reader_destroy`.
+pub(super) unsafe extern "C" fn hsa_code_object_reader_destroy(reader: u64) -> hsa_status_t {
+    guard!("hsa_code_object_reader_destroy", sys::HSA_STATUS_ERROR, {
+        match REG.readers.lock().remove(&reader) {
+            Some(_) => sys::HSA_STATUS_SUCCESS,
+            None => HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER,
+        }
+    })
+}
+
+/// `hsa_executable_create_alt(profile, rounding mode, options, executable)`: an empty
+/// executable, listed by the loader extension once a code object is loaded into it.
+pub(super) unsafe extern "C" fn hsa_executable_create_alt(
+    _profile: u32,
+    _rounding: u32,
+    _options: *const std::ffi::c_char,
+    exec: *mut u64,
+) -> hsa_status_t {
+    guard!("hsa_executable_create_alt", sys::HSA_STATUS_ERROR, {
+        if exec.is_null() {
+            return sys::HSA_STATUS_ERROR_INVALID_ARGUMENT;
+        }
+        let h = state::next_handle();
+        REG.executables.lock().insert(h, state::ExecRec::default());
+        // SAFETY: a non-NULL out pointer to an `hsa_executable_t`.
+        unsafe { put(exec.cast(), h) }
+    })
+}
+
+/// `hsa_executable_load_agent_code_object(executable, agent, reader, options, loaded)`: the
+/// reader's bytes parsed as a [`CodeObject`]; each kernel's body is the one defined under its
+/// name, each variable allocated on the agent.
+pub(super) unsafe extern "C" fn hsa_executable_load_agent_code_object(
+    exec: u64,
+    agent: sys::hsa_agent_t,
+    reader: u64,
+    _options: *const std::ffi::c_char,
+    loaded: *mut u64,
+) -> hsa_status_t {
+    guard!(
+        "hsa_executable_load_agent_code_object",
+        sys::HSA_STATUS_ERROR,
+        {
+            if !REG.executables.lock().contains_key(&exec) {
+                return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
+            }
+            let Some(inst) = state::instance_of_agent(agent.handle) else {
+                return sys::HSA_STATUS_ERROR_INVALID_AGENT;
+            };
+            let Some((base, size)) = REG.readers.lock().get(&reader).copied() else {
+                return HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER;
+            };
+            // SAFETY: the reader's memory, which the application keeps valid while it is used.
+            let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, size as usize) };
+            let Some(co) = CodeObject::parse(bytes) else {
+                return HSA_STATUS_ERROR_INVALID_CODE_OBJECT;
+            };
+            let library = REG.library.lock().clone();
+            let mut kernels: Vec<(String, KernelFn)> = Vec::new();
+            for k in &co.kernels {
+                let key = k.name.strip_suffix(".kd").unwrap_or(&k.name);
+                let Some(body) = library.get(key).or_else(|| library.get(&k.name)) else {
+                    log::warn!(
+                        "hsa-sim: code object kernel {:?} has no defined body",
+                        k.name
+                    );
+                    return HSA_STATUS_ERROR_INVALID_CODE_OBJECT;
+                };
+                kernels.push((k.name.clone(), body.clone()));
+            }
+            let (symbols, objects) = inst.define_symbols(agent.handle, &co.variables, &kernels);
+            for (object, k) in objects.iter().zip(&co.kernels) {
+                KERNARG_SIZES.lock().insert(*object, k.kernarg_size);
+            }
+            if let Some(e) = REG.executables.lock().get_mut(&exec) {
+                e.symbols.extend(symbols);
+            }
+            inst.add_executable(exec);
+            let h = state::next_handle();
+            REG.loaded.lock().insert(
+                h,
+                LoadedRec {
+                    executable: exec,
+                    agent: agent.handle,
+                    base,
+                    size,
+                },
+            );
+            if loaded.is_null() {
+                return sys::HSA_STATUS_SUCCESS;
+            }
+            // SAFETY: a non-NULL out pointer to an `hsa_loaded_code_object_t`.
+            unsafe { put(loaded.cast(), h) }
+        }
+    )
+}
+
+/// `hsa_executable_freeze`: nothing to resolve in the simulator.
+pub(super) unsafe extern "C" fn hsa_executable_freeze(
+    exec: u64,
+    _options: *const std::ffi::c_char,
+) -> hsa_status_t {
+    guard!("hsa_executable_freeze", sys::HSA_STATUS_ERROR, {
+        if REG.executables.lock().contains_key(&exec) {
+            sys::HSA_STATUS_SUCCESS
+        } else {
+            HSA_STATUS_ERROR_INVALID_EXECUTABLE
+        }
+    })
+}
+
+/// `hsa_executable_get_symbol_by_name(executable, name, agent, symbol)`.
+pub(super) unsafe extern "C" fn hsa_executable_get_symbol_by_name(
+    exec: u64,
+    name: *const std::ffi::c_char,
+    agent: *const sys::hsa_agent_t,
+    sym: *mut u64,
+) -> hsa_status_t {
+    guard!(
+        "hsa_executable_get_symbol_by_name",
+        sys::HSA_STATUS_ERROR,
+        {
+            if name.is_null() || sym.is_null() {
+                return sys::HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            // SAFETY: a NUL-terminated name from the application.
+            let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+            // SAFETY: NULL or the application's agent.
+            let agent = unsafe { agent.as_ref() }.map(|a| a.handle);
+            let Some(symbols) = REG.executables.lock().get(&exec).map(|e| e.symbols.clone()) else {
+                return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
+            };
+            let table = REG.symbols.lock();
+            let found = symbols.into_iter().find(|s| {
+                table
+                    .get(s)
+                    .is_some_and(|r| r.name == name && agent.is_none_or(|a| a == r.agent))
+            });
+            match found {
+                // SAFETY: a non-NULL out pointer to an `hsa_executable_symbol_t`.
+                Some(s) => unsafe { put(sym.cast(), s) },
+                None => HSA_STATUS_ERROR_INVALID_SYMBOL_NAME,
+            }
+        }
+    )
 }

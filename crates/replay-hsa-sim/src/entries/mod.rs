@@ -29,7 +29,10 @@ use crate::table::{fill_stubs, set, version};
 use agents::{hsa_agent_get_info, hsa_init, hsa_iterate_agents, hsa_system_get_info};
 use copy::{hsa_amd_memory_async_copy, hsa_amd_memory_async_copy_on_engine};
 use executables::{
-    hsa_executable_destroy, hsa_executable_iterate_agent_symbols, hsa_executable_symbol_get_info,
+    hsa_code_object_reader_create_from_memory, hsa_code_object_reader_destroy,
+    hsa_executable_create_alt, hsa_executable_destroy, hsa_executable_freeze,
+    hsa_executable_get_symbol_by_name, hsa_executable_iterate_agent_symbols,
+    hsa_executable_load_agent_code_object, hsa_executable_symbol_get_info,
 };
 use loader::{hsa_system_get_major_extension_table, hsa_system_major_extension_supported};
 use memory::{
@@ -256,6 +259,30 @@ pub(crate) fn core_table() -> v2::CoreApiTable {
     set(
         &mut t.hsa_executable_destroy_fn,
         hsa_executable_destroy as *const (),
+    );
+    set(
+        &mut t.hsa_code_object_reader_create_from_memory_fn,
+        hsa_code_object_reader_create_from_memory as *const (),
+    );
+    set(
+        &mut t.hsa_code_object_reader_destroy_fn,
+        hsa_code_object_reader_destroy as *const (),
+    );
+    set(
+        &mut t.hsa_executable_create_alt_fn,
+        hsa_executable_create_alt as *const (),
+    );
+    set(
+        &mut t.hsa_executable_load_agent_code_object_fn,
+        hsa_executable_load_agent_code_object as *const (),
+    );
+    set(
+        &mut t.hsa_executable_freeze_fn,
+        hsa_executable_freeze as *const (),
+    );
+    set(
+        &mut t.hsa_executable_get_symbol_by_name_fn,
+        hsa_executable_get_symbol_by_name as *const (),
     );
     fill_stubs(&mut t, &v2::CoreApiTable::entry_offsets());
     t

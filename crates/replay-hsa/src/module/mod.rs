@@ -204,6 +204,104 @@ impl LoaderFns {
     }
 }
 
+unsafe extern "C" fn collect_loaded(loaded: u64, data: *mut c_void) -> sys::hsa_status_t {
+    // SAFETY: `data` is the `Vec` passed by `code_object`, alive for the iteration.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+        (*data.cast::<Vec<u64>>()).push(loaded)
+    }));
+    sys::HSA_STATUS_SUCCESS
+}
+
+impl LoaderFns {
+    /// The bytes of the code object loaded into `executable` for `agent`, as the application
+    /// handed them to its code object reader (SPEC §13): the loader extension's loaded code
+    /// objects and the memory each was read from. An `Err` says why there is none (no such
+    /// entries, an executable no loader reports, a code object read from a file).
+    pub fn code_object(&self, executable: u64, agent: sys::hsa_agent_t) -> Result<Vec<u8>, String> {
+        if executable == 0 {
+            return Err("the kernel object belongs to no executable the loader reports (an unknown code object)".into());
+        }
+        let table = self.loader_table()?;
+        let (Some(iterate), Some(info)) = (
+            table.executable_iterate_loaded_code_objects,
+            table.loaded_code_object_get_info,
+        ) else {
+            return Err("the AMD loader lacks the loaded code object queries".into());
+        };
+        // SAFETY: the loader's entries of the 1.03 layout, with their C signatures.
+        let iterate: sys::IterateLoadedCodeObjectsFn = unsafe { std::mem::transmute(iterate) };
+        // SAFETY: as above.
+        let info: sys::LoadedCodeObjectGetInfoFn = unsafe { std::mem::transmute(info) };
+        let mut loaded: Vec<u64> = Vec::new();
+        // SAFETY: a callback of the right type and a live `Vec`.
+        let st = unsafe {
+            iterate(
+                executable,
+                Some(collect_loaded),
+                (&mut loaded as *mut Vec<u64>).cast(),
+            )
+        };
+        ok(
+            st,
+            "hsa_ven_amd_loader_executable_iterate_loaded_code_objects",
+        )?;
+        fn get<T: Default>(
+            info: sys::LoadedCodeObjectGetInfoFn,
+            l: u64,
+            attr: u32,
+        ) -> Result<T, String> {
+            let mut v = T::default();
+            // SAFETY: the loader's query; `T` is the attribute's documented type.
+            let st = unsafe { info(l, attr, (&mut v as *mut T).cast()) };
+            ok(st, "hsa_ven_amd_loader_loaded_code_object_get_info")?;
+            Ok(v)
+        }
+        for l in loaded {
+            let owner: sys::hsa_agent_t = get(info, l, sys::LOADED_CODE_OBJECT_INFO_AGENT)?;
+            if owner.handle != agent.handle {
+                continue;
+            }
+            let storage: u32 = get(info, l, sys::LOADED_CODE_OBJECT_INFO_STORAGE_TYPE)?;
+            if storage != sys::LOADED_CODE_OBJECT_STORAGE_MEMORY {
+                return Err(format!(
+                    "the code object of executable {executable:#x} was not loaded from memory (storage type {storage}), so its bytes are not at hand"
+                ));
+            }
+            let base: u64 = get(info, l, sys::LOADED_CODE_OBJECT_INFO_STORAGE_MEMORY_BASE)?;
+            let size: u64 = get(info, l, sys::LOADED_CODE_OBJECT_INFO_STORAGE_MEMORY_SIZE)?;
+            if base == 0 || size == 0 {
+                return Err(format!(
+                    "the loader names no memory for the code object of executable {executable:#x}"
+                ));
+            }
+            // SAFETY: the memory the loader read the code object from; the executable is
+            // alive (its kernel is being dispatched) and HIP keeps its code objects' memory
+            // for the program's life.
+            let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, size as usize) };
+            return Ok(bytes.to_vec());
+        }
+        Err(format!(
+            "the loader reports no code object of executable {executable:#x} for this agent (loaded some other way)"
+        ))
+    }
+
+    fn loader_table(&self) -> Result<sys::LoaderTable103, String> {
+        let mut table = std::mem::MaybeUninit::<sys::LoaderTable103>::zeroed();
+        // SAFETY: the original entry with a writable buffer of the length given.
+        let st = unsafe {
+            (self.get_extension_table)(
+                sys::HSA_EXTENSION_AMD_LOADER,
+                1,
+                std::mem::size_of::<sys::LoaderTable103>(),
+                table.as_mut_ptr().cast(),
+            )
+        };
+        ok(st, "hsa_system_get_major_extension_table(AMD loader 1)")?;
+        // SAFETY: zero-initialised, then (partly) written with nullable function pointers.
+        Ok(unsafe { table.assume_init() })
+    }
+}
+
 /// Whether a variable is captured (see the module documentation).
 pub fn captured(v: &ModuleVariable) -> bool {
     !(v.read_only

@@ -685,6 +685,24 @@ pub type IterateExecutablesFn =
     unsafe extern "C" fn(ExecutableCallback, *mut c_void) -> hsa_status_t;
 /// `HSA_EXTENSION_AMD_LOADER`.
 pub const HSA_EXTENSION_AMD_LOADER: u16 = 0x201;
+/// `hsa_ven_amd_loader_executable_iterate_loaded_code_objects`.
+pub type IterateLoadedCodeObjectsFn = unsafe extern "C" fn(
+    u64,
+    Option<unsafe extern "C" fn(u64, *mut c_void) -> hsa_status_t>,
+    *mut c_void,
+) -> hsa_status_t;
+/// `hsa_ven_amd_loader_loaded_code_object_get_info`.
+pub type LoadedCodeObjectGetInfoFn = unsafe extern "C" fn(u64, u32, *mut c_void) -> hsa_status_t;
+/// Loaded code object info: its agent (`hsa_agent_t`).
+pub const LOADED_CODE_OBJECT_INFO_AGENT: u32 = 2;
+/// Loaded code object info: storage type (`uint32_t`: 0 none, 1 memory, 2 file).
+pub const LOADED_CODE_OBJECT_INFO_STORAGE_TYPE: u32 = 3;
+/// Loaded code object info: storage memory base (`uint64_t`).
+pub const LOADED_CODE_OBJECT_INFO_STORAGE_MEMORY_BASE: u32 = 4;
+/// Loaded code object info: storage memory size (`uint64_t`).
+pub const LOADED_CODE_OBJECT_INFO_STORAGE_MEMORY_SIZE: u32 = 5;
+/// Storage type: memory.
+pub const LOADED_CODE_OBJECT_STORAGE_MEMORY: u32 = 1;
 /// `hsa_symbol_kind_t`: `HSA_SYMBOL_KIND_VARIABLE`.
 pub const HSA_SYMBOL_KIND_VARIABLE: u32 = 0;
 /// `hsa_symbol_kind_t`: `HSA_SYMBOL_KIND_KERNEL`.
