@@ -208,12 +208,13 @@ fn kernel_table(out: &mut String, r: &CounterReport, rows: &SectionRows, roofs: 
             .collect();
         cols.push(Column {
             header: "FLOP/s".into(),
-            title: "achieved FP32 + FP64 operations per second (roofline)".into(),
+            title: "achieved FP32 + FP64 + FP16 operations per second (roofline)".into(),
             cell: Box::new(move |id| flops.get(&id).cloned()),
         });
         cols.push(Column {
             header: "FLOP/byte".into(),
-            title: "arithmetic intensity: FP32 + FP64 operations per DRAM byte (roofline)".into(),
+            title: "arithmetic intensity: FP32 + FP64 + FP16 operations per DRAM byte (roofline)"
+                .into(),
             cell: Box::new(move |id| ai.get(&id).cloned()),
         });
     }
@@ -303,7 +304,7 @@ fn overview(out: &mut String, r: &CounterReport, roofs: &[Roofline]) {
     if with.is_empty() {
         out.push_str(
             "<p class=\"note\">No chart: no dispatch has the metrics a roofline point needs \
-             (the FP32 or FP64 FADD, FMUL and FMA thread-instruction counts, \
+             (the FP32, FP64 or FP16 add, multiply and FMA thread-instruction counts, \
              <code>dram__bytes.sum</code> and <code>gpu__time_duration.sum</code>: \
              <code>--set roofline</code> asks for them, where the GPU can count them).</p>\n",
         );
@@ -356,8 +357,8 @@ fn ceiling_note(out: &mut String, c: &Ceilings) {
         let _ = writeln!(
             out,
             "<p class=\"note ceilings\">Ceilings not drawn{}: not collected: {}.</p>",
-            match (c.memory, c.single, c.double) {
-                (None, None, None) => String::new(),
+            match (c.memory, c.single, c.double, c.half) {
+                (None, None, None, None) => String::new(),
                 _ => " (some)".to_string(),
             },
             list.join(", ")
@@ -424,7 +425,7 @@ fn chart(
         .iter()
         .flat_map(|x| x.points.iter().map(move |p| (x.dispatch_id, p)))
         .collect();
-    let peaks: Vec<f64> = [c.single, c.double].into_iter().flatten().collect();
+    let peaks: Vec<f64> = [c.single, c.double, c.half].into_iter().flatten().collect();
     let ridges: Vec<f64> = c
         .memory
         .map(|bw| peaks.iter().map(|p| p / bw).collect())
@@ -778,10 +779,10 @@ details{border:1px solid #ddd;border-radius:4px;margin:.4em 0;padding:.3em .6em}
 summary{cursor:pointer;font-family:ui-monospace,monospace;font-size:.92em;overflow-wrap:anywhere}
 svg.roofline{display:block;max-width:100%;height:auto;margin:.5em 0;font-size:11px}
 svg .frame{fill:#fff;stroke:#999}svg .grid{stroke:#eee}svg .tick{fill:#555}svg .axis{fill:#333;font-size:12px}
-svg .roof{fill:none;stroke-width:2}svg .roof.mem{stroke:#2a7}svg .roof.fp32{stroke:#36c}svg .roof.fp64{stroke:#c63}
+svg .roof{fill:none;stroke-width:2}svg .roof.mem{stroke:#2a7}svg .roof.fp32{stroke:#36c}svg .roof.fp64{stroke:#c63}svg .roof.fp16{stroke:#939}
 svg .roof-label{fill:#333}
-svg .pt{stroke:#fff;stroke-width:1;cursor:pointer}svg .pt.fp32{fill:#36c}svg .pt.fp64{fill:#c63}
-svg .pt:hover,svg .pt.marked{stroke:#000;stroke-width:2}svg .key.fp32{fill:#36c}svg .key.fp64{fill:#c63}
+svg .pt{stroke:#fff;stroke-width:1;cursor:pointer}svg .pt.fp32{fill:#36c}svg .pt.fp64{fill:#c63}svg .pt.fp16{fill:#939}
+svg .pt:hover,svg .pt.marked{stroke:#000;stroke-width:2}svg .key.fp32{fill:#36c}svg .key.fp64{fill:#c63}svg .key.fp16{fill:#939}
 code{font-size:.92em}
 ";
 

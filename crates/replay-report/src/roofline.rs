@@ -3,7 +3,7 @@
 //!
 //! Achieved work is counted per precision from the SASS thread-instruction counts
 //! (`sm__sass_thread_inst_executed_op_{ffma,fadd,fmul}_pred_on.sum` for single precision, the
-//! `d` opcodes for double; an FMA is two operations), divided by `gpu__time_duration.sum`;
+//! `d` opcodes for double, the `h` ones for half; an FMA is two operations), divided by `gpu__time_duration.sum`;
 //! arithmetic intensity is that work over `dram__bytes.sum`. A precision whose three counts
 //! are not all collected (finite), or whose work is 0, gives no point; a dispatch without a
 //! point says why ([`Roofline::no_point`]).
@@ -11,7 +11,7 @@
 //! The ceilings come from the device's peak values, as ncu's section reads them:
 //! memory `dram__bytes.sum.peak_sustained` (bytes per DRAM cycle) times the DRAM clock
 //! (`dram__cycles_elapsed.avg.per_second`, else `dram__cycles_elapsed.avg` over the duration);
-//! compute the FMA peak (`sm__sass_thread_inst_executed_op_{f,d}fma_pred_on.sum.peak_sustained`,
+//! compute the FMA peak (`sm__sass_thread_inst_executed_op_{f,d,h}fma_pred_on.sum.peak_sustained`,
 //! per SM cycle) times 2 times the SM clock (`sm__cycles_elapsed.avg.per_second`, else
 //! `sm__cycles_elapsed.avg` over the duration). A ceiling whose inputs were not collected is
 //! absent and named ([`Ceilings::missing`]), never guessed from a table of devices.
@@ -45,11 +45,13 @@ pub enum Precision {
     Single,
     /// FP64.
     Double,
+    /// FP16 (the `h` opcodes).
+    Half,
 }
 
 impl Precision {
     /// Both, in the order they are drawn.
-    pub const ALL: [Precision; 2] = [Precision::Single, Precision::Double];
+    pub const ALL: [Precision; 3] = [Precision::Single, Precision::Double, Precision::Half];
 
     /// The operation counts and the operations each instruction does.
     pub fn ops(self) -> [(&'static str, f64); 3] {
@@ -64,6 +66,11 @@ impl Precision {
                 ("sm__sass_thread_inst_executed_op_dadd_pred_on.sum", 1.0),
                 ("sm__sass_thread_inst_executed_op_dmul_pred_on.sum", 1.0),
             ],
+            Precision::Half => [
+                ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum", 2.0),
+                ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum", 1.0),
+                ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum", 1.0),
+            ],
         }
     }
 
@@ -72,6 +79,7 @@ impl Precision {
         match self {
             Precision::Single => "sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained",
             Precision::Double => "sm__sass_thread_inst_executed_op_dfma_pred_on.sum.peak_sustained",
+            Precision::Half => "sm__sass_thread_inst_executed_op_hfma_pred_on.sum.peak_sustained",
         }
     }
 
@@ -80,6 +88,7 @@ impl Precision {
         match self {
             Precision::Single => "fp32",
             Precision::Double => "fp64",
+            Precision::Half => "fp16",
         }
     }
 
@@ -88,6 +97,7 @@ impl Precision {
         match self {
             Precision::Single => "FP32",
             Precision::Double => "FP64",
+            Precision::Half => "FP16",
         }
     }
 }
@@ -126,6 +136,8 @@ pub struct Ceilings {
     pub single: Option<f64>,
     /// Peak FP64 FLOP/s.
     pub double: Option<f64>,
+    /// Peak FP16 FLOP/s.
+    pub half: Option<f64>,
     /// The metrics an absent ceiling needs that were not collected, in the order above.
     pub missing: Vec<&'static str>,
 }
@@ -136,6 +148,7 @@ impl Ceilings {
         match p {
             Precision::Single => self.single,
             Precision::Double => self.double,
+            Precision::Half => self.half,
         }
     }
 
@@ -155,6 +168,7 @@ impl Ceilings {
             out.memory = hi(out.memory, c.memory);
             out.single = hi(out.single, c.single);
             out.double = hi(out.double, c.double);
+            out.half = hi(out.half, c.half);
             for m in &c.missing {
                 if !missing.contains(m) {
                     missing.push(m);
@@ -175,12 +189,12 @@ impl Ceilings {
     }
 
     fn get(&self, which: usize) -> Option<f64> {
-        [self.memory, self.single, self.double][which]
+        [self.memory, self.single, self.double, self.half][which]
     }
 }
 
-/// The inputs of each ceiling (0 memory, 1 FP32, 2 FP64), for [`Ceilings::max`].
-fn ceiling_inputs() -> [(usize, Vec<&'static str>); 3] {
+/// The inputs of each ceiling (0 memory, 1 FP32, 2 FP64, 3 FP16), for [`Ceilings::max`].
+fn ceiling_inputs() -> [(usize, Vec<&'static str>); 4] {
     [
         (0, vec![DRAM_PEAK, DRAM_CYCLES, DRAM_CLOCK, DURATION]),
         (
@@ -191,6 +205,10 @@ fn ceiling_inputs() -> [(usize, Vec<&'static str>); 3] {
             2,
             vec![Precision::Double.peak(), SM_CYCLES, SM_CLOCK, DURATION],
         ),
+        (
+            3,
+            vec![Precision::Half.peak(), SM_CYCLES, SM_CLOCK, DURATION],
+        ),
     ]
 }
 
@@ -199,7 +217,7 @@ fn ceiling_inputs() -> [(usize, Vec<&'static str>); 3] {
 pub struct Roofline {
     /// The dispatch.
     pub dispatch_id: u64,
-    /// Its points, FP32 first; empty when [`Self::no_point`] says why.
+    /// Its points, FP32, FP64 then FP16; empty when [`Self::no_point`] says why.
     pub points: Vec<Point>,
     /// Why it has no point (`None` when it has one).
     pub no_point: Option<String>,
@@ -208,7 +226,7 @@ pub struct Roofline {
 }
 
 impl Roofline {
-    /// Total FLOP/s over its points (FP32 and FP64 together), if it has any.
+    /// Total FLOP/s over its points (every precision together), if it has any.
     pub fn achieved(&self) -> Option<f64> {
         let p = self.points.first()?;
         Some(self.points.iter().map(|p| p.flops).sum::<f64>() / p.seconds)
@@ -247,7 +265,7 @@ pub fn roofline(dispatch_id: u64, values: &BTreeMap<String, f64>) -> Roofline {
             .zip(per_second(DRAM_CLOCK, DRAM_CYCLES))
             .map(|(a, b)| a * b),
     );
-    let [single, double] = Precision::ALL.map(|p| {
+    let [single, double, half] = Precision::ALL.map(|p| {
         ceiling(
             [p.peak(), SM_CYCLES, DURATION],
             get(p.peak()).zip(sm_clock).map(|(a, b)| 2.0 * a * b),
@@ -257,6 +275,7 @@ pub fn roofline(dispatch_id: u64, values: &BTreeMap<String, f64>) -> Roofline {
         memory,
         single,
         double,
+        half,
         missing,
     };
 

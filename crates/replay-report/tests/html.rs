@@ -544,3 +544,59 @@ fn the_page_renders_in_a_headless_browser_and_its_script_runs() {
     assert!(dom.contains("data-ready=\"0\""), "{dom}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn every_precision_with_work_is_a_point_and_its_ceiling_is_its_fma_peak_at_the_sm_clock() {
+    use std::collections::BTreeMap;
+    let mut v: BTreeMap<String, f64> = BTreeMap::new();
+    let mut put = |m: &str, x: f64| {
+        v.insert(m.to_string(), x);
+    };
+    put("gpu__time_duration.sum", 1_000.0);
+    put("dram__bytes.sum", 1.0e6);
+    put("dram__bytes.sum.peak_sustained", 1_504.0);
+    put("dram__cycles_elapsed.avg.per_second", 3.2e9);
+    put("sm__cycles_elapsed.avg.per_second", 1.5e9);
+    for (m, x) in [
+        (FFMA, 1e6),
+        (FADD, 2e5),
+        (FMUL, 3e5),
+        (DFMA, 0.0),
+        (DADD, 0.0),
+        (DMUL, 0.0),
+        ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum", 1e5),
+        ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum", 0.0),
+        ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum", 5e4),
+        (
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained",
+            16_896.0,
+        ),
+        (
+            "sm__sass_thread_inst_executed_op_dfma_pred_on.sum.peak_sustained",
+            8_448.0,
+        ),
+        (
+            "sm__sass_thread_inst_executed_op_hfma_pred_on.sum.peak_sustained",
+            16_896.0,
+        ),
+    ] {
+        put(m, x);
+    }
+    let r = replay_report::roofline::roofline(5, &v);
+    // FP64 did no work: two points, FP32 then FP16.
+    let got: Vec<Precision> = r.points.iter().map(|p| p.precision).collect();
+    assert_eq!(got, [Precision::Single, Precision::Half]);
+    let sp = r.points[0];
+    assert_eq!(sp.flops, 2.0 * 1e6 + 2e5 + 3e5);
+    assert!((sp.achieved() - 2.5e6 / 1e-6).abs() < 1.0);
+    assert!((sp.intensity() - 2.5).abs() < 1e-12);
+    let hp = r.points[1];
+    assert_eq!(hp.flops, 2.0 * 1e5 + 5e4);
+    let c = &r.ceilings;
+    assert!((c.memory.unwrap() - 1_504.0 * 3.2e9).abs() < 1e3);
+    assert!((c.single.unwrap() - 2.0 * 16_896.0 * 1.5e9).abs() < 1e3);
+    assert!((c.double.unwrap() - 2.0 * 8_448.0 * 1.5e9).abs() < 1e3);
+    assert!((c.half.unwrap() - 2.0 * 16_896.0 * 1.5e9).abs() < 1e3);
+    assert!(c.missing.is_empty(), "{:?}", c.missing);
+    assert_eq!(r.no_point, None);
+}

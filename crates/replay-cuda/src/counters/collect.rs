@@ -15,6 +15,14 @@ use super::plan::{CounterError, MetricPlan, Profiler};
 /// The fewest registers a thread is allocated, whatever the function's count.
 const MIN_REGISTERS: u32 = 16;
 
+/// `launch__registers_per_thread` as Nsight Compute reports it from the function's compiled
+/// count (`CU_FUNC_ATTRIBUTE_NUM_REGS`): that count, raised to the allocation's minimum. The
+/// per-warp allocation unit (256 registers on sm_90, so 8 per thread) is not applied: ncu
+/// reports counts between multiples of 8 as they are (SPEC §12.1).
+pub fn registers_as_ncu(compiled: u32) -> u32 {
+    compiled.max(MIN_REGISTERS)
+}
+
 #[derive(Debug, Default)]
 struct Pending {
     ctx: Option<u64>,
@@ -372,14 +380,10 @@ impl CounterCollector {
                 "launch__grid_size" => Some(blocks as f64),
                 "launch__block_size" => Some(threads as f64),
                 "launch__thread_count" => Some((blocks * threads) as f64),
-                // Registers allocated per thread, as Nsight Compute reports them: the
-                // function's count, at least MIN_REGISTERS (on the H200 every kernel the
-                // compiler gave 14 registers reads 16 there; every count of 16 and more
-                // reads the same).
                 "launch__registers_per_thread" => self
                     .profiler
                     .registers(info.kernel_id.0)
-                    .map(|n| f64::from(n.max(MIN_REGISTERS))),
+                    .map(|n| f64::from(registers_as_ncu(n))),
                 _ => None,
             };
             match v {
@@ -488,5 +492,19 @@ impl ReplayTool for CounterCollector {
             (Operation::Pass, Phase::Exit) => self.pass_exit(p.dispatch_info, p.current_pass),
             (Operation::Config, Phase::Exit) => self.finish(p.dispatch_info, p.outcome),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registers_as_ncu;
+
+    #[test]
+    fn registers_read_as_ncu_reports_them_at_least_sixteen_and_not_rounded() {
+        for (compiled, ncu) in [(0, 16), (11, 16), (16, 16), (18, 18), (22, 22), (24, 24)] {
+            assert_eq!(registers_as_ncu(compiled), ncu, "{compiled}");
+        }
+        assert_eq!(registers_as_ncu(27), 27);
+        assert_eq!(registers_as_ncu(255), 255);
     }
 }

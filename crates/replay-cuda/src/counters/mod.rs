@@ -28,7 +28,9 @@
 //!
 //! ### SASS metrics
 //!
-//! A name with `__sass_` in it ([`is_sass_metric`]) counts executed instructions by patching
+//! A name with `__sass_` in it ([`is_sass_metric`]), other than a `.peak_sustained` (a constant
+//! of the chip that the range profiler evaluates: the roofline's compute ceilings), counts
+//! executed instructions by patching
 //! the kernel's code (Nsight Compute instruments for them); the range profiler compiles such
 //! names but evaluates them to NaN. They go to a [`SassGroup`]: one replay pass after the
 //! range groups, never shared with one (patched code changes what hardware counters see).

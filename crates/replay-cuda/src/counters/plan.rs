@@ -331,7 +331,9 @@ impl SassGroup {
 /// with `__sass_` in its name (the range profiler compiles them, but evaluates them to NaN:
 /// they count patched instructions).
 pub fn is_sass_metric(name: &str) -> bool {
-    name.contains("__sass_")
+    // A `.peak_sustained` is a constant of the chip, not a count: the range profiler's host
+    // evaluates it without patching (the roofline's compute ceilings, SPEC §12.1).
+    name.contains("__sass_") && !name.ends_with(".peak_sustained")
 }
 
 /// Maps Nsight Compute's `name` to the chip's SASS metric: the rollup split off (only `.sum`

@@ -197,6 +197,10 @@ const SPEED_OF_LIGHT: &[SectionMetric] = &[
     attr("device__attribute_clock_rate", ATTR_CLOCK_RATE),
 ];
 
+// What ncu's roofline charts read on Hopper: the achieved work per precision (SASS counts of
+// the add, multiply and fused multiply-add of each precision), the DRAM traffic and duration,
+// and the ceilings: each precision's FMA peak per SM cycle (times 2) at the SM clock, the DRAM
+// peak per DRAM cycle at the DRAM clock. The peaks are the range profiler's (chip constants).
 const ROOFLINE: &[SectionMetric] = &[
     raw("sm__sass_thread_inst_executed_op_ffma_pred_on.sum"),
     raw("sm__sass_thread_inst_executed_op_fadd_pred_on.sum"),
@@ -204,9 +208,17 @@ const ROOFLINE: &[SectionMetric] = &[
     raw("sm__sass_thread_inst_executed_op_dfma_pred_on.sum"),
     raw("sm__sass_thread_inst_executed_op_dadd_pred_on.sum"),
     raw("sm__sass_thread_inst_executed_op_dmul_pred_on.sum"),
+    raw("sm__sass_thread_inst_executed_op_hfma_pred_on.sum"),
+    raw("sm__sass_thread_inst_executed_op_hadd_pred_on.sum"),
+    raw("sm__sass_thread_inst_executed_op_hmul_pred_on.sum"),
     raw("dram__bytes.sum"),
     raw("gpu__time_duration.sum"),
     raw("sm__cycles_elapsed.avg"),
+    raw("dram__cycles_elapsed.avg"),
+    raw("sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained"),
+    raw("sm__sass_thread_inst_executed_op_dfma_pred_on.sum.peak_sustained"),
+    raw("sm__sass_thread_inst_executed_op_hfma_pred_on.sum.peak_sustained"),
+    raw("dram__bytes.sum.peak_sustained"),
     derived(
         "dram__bytes.sum.per_second",
         Formula::PerSecond("dram__bytes.sum"),
@@ -215,9 +227,9 @@ const ROOFLINE: &[SectionMetric] = &[
         "sm__cycles_elapsed.avg.per_second",
         Formula::PerSecond("sm__cycles_elapsed.avg"),
     ),
-    none(
-        "sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained",
-        "a peak, not a count: the SASS Metrics API has no peaks",
+    derived(
+        "dram__cycles_elapsed.avg.per_second",
+        Formula::PerSecond("dram__cycles_elapsed.avg"),
     ),
 ];
 
@@ -741,6 +753,43 @@ mod tests {
         assert_eq!(Formula::Ratio("dram__bytes.sum", "absent").eval(&v), None);
         v.insert(DURATION.to_string(), 0.0);
         assert_eq!(Formula::PerSecond("dram__bytes.sum").eval(&v), None);
+    }
+
+    #[test]
+    fn the_roofline_set_collects_every_count_peak_and_clock_of_ncus_roofline_charts() {
+        for set in ["roofline", "full", "detailed"] {
+            let r = resolve(&s(&[set]), &[]).unwrap();
+            for op in [
+                "ffma", "fadd", "fmul", "dfma", "dadd", "dmul", "hfma", "hadd", "hmul",
+            ] {
+                let m = format!("sm__sass_thread_inst_executed_op_{op}_pred_on.sum");
+                assert!(r.raw.contains(&m), "{set}: {m}");
+                if op.ends_with("fma") {
+                    let peak = format!("{m}.peak_sustained");
+                    assert!(r.raw.contains(&peak), "{set}: {peak}");
+                    // A peak is the range profiler's, never the SASS pass's.
+                    assert!(!super::super::is_sass_metric(&peak));
+                }
+            }
+            for m in [
+                "dram__bytes.sum",
+                "dram__bytes.sum.peak_sustained",
+                "gpu__time_duration.sum",
+                "sm__cycles_elapsed.avg",
+                "dram__cycles_elapsed.avg",
+            ] {
+                assert!(r.raw.iter().any(|x| x == m), "{set}: {m}");
+            }
+            for d in [
+                "sm__cycles_elapsed.avg.per_second",
+                "dram__cycles_elapsed.avg.per_second",
+                "dram__bytes.sum.per_second",
+            ] {
+                assert!(r.derived.iter().any(|(x, _)| *x == d), "{set}: {d}");
+            }
+        }
+        let only = resolve(&[], &s(&["SpeedOfLight_RooflineChart"])).unwrap();
+        assert_eq!(only.not_collectable_line(), None);
     }
 
     #[test]
