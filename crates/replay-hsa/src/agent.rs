@@ -202,6 +202,9 @@ impl replay_core::Agent for QueueAgent {
             symbol: dispatch.info.kernel_name.to_string(),
             bytes,
             launch_attributes: Vec::new(),
+            // The executable's variables are not named per region yet (a standalone replay
+            // of an HSA capture is not built).
+            variables: Vec::new(),
         })
     }
 
