@@ -9,8 +9,8 @@ use replay_core::policy::{
     parse_bool, parse_bytes, parse_duration, LogLevel, ALIAS_PREFIX, PREFIX,
 };
 use replay_core::{
-    AgentId, CacheControl, Dim3, DispatchId, DispatchInfo, KernelId, Policy, PolicyError, QueueId,
-    RestoreMode, Scope,
+    AgentId, CacheControl, Dim3, DispatchId, DispatchInfo, KernelId, OutsideCheck, Policy,
+    PolicyError, QueueId, RestoreMode, Scope,
 };
 
 const MIB: u64 = 1 << 20;
@@ -132,6 +132,12 @@ const CASES: &[Case] = &[
         valid: "arguments",
         expect: |p| p.scope = Scope::Arguments,
         bad: &["some", "args", ""],
+    },
+    Case {
+        suffix: "OUTSIDE_CHECK",
+        valid: "First",
+        expect: |p| p.outside_check = OutsideCheck::First,
+        bad: &["sometimes", "0", ""],
     },
     Case {
         suffix: "RESTORE",
