@@ -748,3 +748,27 @@ impl<T: Profiler + ?Sized> Profiler for &'static T {
         (**self).sass_end(ctx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::is_sass_metric;
+    use crate::counters::sections::resolve;
+
+    #[test]
+    fn the_roofline_peaks_go_to_the_range_profiler_not_the_sass_pass() {
+        let r = resolve(&["roofline".to_owned()], &[]).unwrap();
+        let peaks: Vec<&String> = r
+            .raw
+            .iter()
+            .filter(|m| m.ends_with(".peak_sustained"))
+            .collect();
+        assert!(peaks.len() >= 4, "{peaks:?}");
+        for p in peaks {
+            assert!(!is_sass_metric(p), "{p}");
+        }
+        // The counts those peaks bound are SASS metrics.
+        assert!(is_sass_metric(
+            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"
+        ));
+    }
+}

@@ -767,8 +767,6 @@ mod tests {
                 if op.ends_with("fma") {
                     let peak = format!("{m}.peak_sustained");
                     assert!(r.raw.contains(&peak), "{set}: {peak}");
-                    // A peak is the range profiler's, never the SASS pass's.
-                    assert!(!super::super::is_sass_metric(&peak));
                 }
             }
             for m in [

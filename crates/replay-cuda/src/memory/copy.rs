@@ -283,6 +283,65 @@ pub(super) fn read_device(
     Ok(out)
 }
 
+/// Reads `len` bytes at `addr` with the gather kernel `f` into mapped pinned memory, waiting
+/// at most `timeout`: for memory a kernel can read but the copy engine refuses (module
+/// variables of a lazily loaded library can be neither an allocation `cuMemcpy` resolves nor a
+/// pointer `cuPointerGetAttribute` knows, while the kernels that use them read them fine).
+pub(super) fn read_device_by_kernel(
+    device: &Device,
+    f: &CudaFunction,
+    table: &CopyTable,
+    stream: sys::CUstream,
+    addr: u64,
+    len: u64,
+    timeout: Duration,
+) -> CudaResult<Vec<u8>> {
+    let mut out = vec![0u8; len as usize];
+    if len == 0 {
+        return Ok(out);
+    }
+    device.bind()?;
+    let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+    // SAFETY: a plain allocation of `len` bytes, freed below (or leaked on a timeout, when the
+    // kernel may still write it).
+    let h = unsafe { result::malloc_host(len as usize, flags) }.call("cuMemHostAlloc")?;
+    let dst = mapped_pointer(h);
+    let pieces = kernels::copy_pieces(&[(addr, dst, len)]);
+    if pieces.len() > table.cap {
+        // SAFETY: allocated above; nothing was launched on it.
+        let _ = unsafe { result::free_host(h) };
+        return Err(CudaError::InvalidArgument(format!(
+            "kernel read of {len} bytes needs {} pieces, the table holds {}",
+            pieces.len(),
+            table.cap
+        )));
+    }
+    let done = launch_gather(f, table, &pieces, stream).and_then(|()| {
+        let e = device.event(false)?;
+        e.record(stream)?;
+        let ok = wait_events(&[&e], timeout)?;
+        device.recycle_event(e);
+        Ok(ok)
+    });
+    match done {
+        Ok(true) => {
+            // SAFETY: `h` holds `len` bytes the finished kernel wrote; nothing else uses it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(h.cast::<u8>(), out.as_mut_ptr(), len as usize)
+            };
+            // SAFETY: allocated above; the kernel that wrote it has finished.
+            let _ = unsafe { result::free_host(h) };
+            Ok(out)
+        }
+        // The kernel may still write the buffer (and read the table): the caller leaks the
+        // table, and the buffer stays allocated.
+        Ok(false) => Err(CudaError::InvalidArgument(format!(
+            "kernel read of {len} bytes not done within {timeout:?}"
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
 /// Copies `bytes` into device memory at `addr` on `stream`, waiting at most `timeout`.
 pub(super) fn write_device(
     device: &Device,

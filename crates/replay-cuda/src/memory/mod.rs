@@ -82,7 +82,7 @@ use replay_core::{
 use smallvec::SmallVec;
 
 use crate::device::{wait_events, Device, Event};
-use crate::error::CudaResult;
+use crate::error::{CudaError, CudaResult};
 use crate::module::ModuleRegistry;
 use crate::queue::{QueueRegistry, RelaxedCapture, Stream};
 use crate::result::DriverCall;
@@ -573,6 +573,31 @@ impl CudaMemory {
         copy::read_device(&self.device, self.digest_stream.raw(), addr, len, timeout)
     }
 
+    /// Reads like [`Self::read_device`] but through the gather kernel, which reads what the
+    /// application's kernels read even where the copy engine refuses the address.
+    fn read_by_kernel(&self, addr: u64, len: u64, timeout: Duration) -> CudaResult<Vec<u8>> {
+        let k = self
+            .kernels
+            .get()
+            .ok_or_else(|| CudaError::InvalidArgument("the gather kernel is not loaded".into()))?;
+        self.device.bind()?;
+        let s = self.digest_stream.raw();
+        self.order_stream(s)?;
+        let pieces = kernels::copy_pieces(&[(addr, 0, len)]).len();
+        let t = self.take_table(pieces)?;
+        match copy::read_device_by_kernel(&self.device, &k.copy, &t, s, addr, len, timeout) {
+            Ok(bytes) => {
+                Self::give_table(&mut self.state.lock(), t);
+                Ok(bytes)
+            }
+            Err(e) => {
+                // The kernel may still read the table.
+                std::mem::forget(t);
+                Err(e)
+            }
+        }
+    }
+
     /// Copies `bytes` into device memory at `addr` (waits, bounded by `timeout`). Not gated
     /// (tools and benchmarks outside a window, or tool work inside one): a write that may run
     /// beside a window goes through [`crate::CudaBackend::copy`].
@@ -758,6 +783,20 @@ impl DeviceMemory for CudaMemory {
             }
             Err(e) => e,
         };
+        // Memory a kernel reads but the copy engine refuses (module variables of a lazily
+        // loaded library), or a region crossing from one allocation into the next: the gather
+        // kernel reads it as the application's kernels do.
+        let by_kernel = match self.read_by_kernel(addr, len, BOUND) {
+            Ok(bytes) => {
+                out.copy_from_slice(&bytes);
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        log::debug!(
+            "[kernel-replay] agent {}: {OP} {len} bytes at {addr:#x}: copy failed ({first}), kernel read failed ({by_kernel}); reading per allocation",
+            self.agent
+        );
         // A copy may not cross from one allocation or mapping into the next (a scope region
         // can: neighbouring module-variable sections, a reservation mapped in pieces), while
         // a kernel's read can: read it piece by piece, each inside one.
