@@ -57,4 +57,5 @@ TRI=$(grep -o 'triton_[a-z0-9_]*' "$O/step.csv" | head -1)
 echo "gemm pattern: ${GEMM:-none}; triton pattern: ${TRI:-none}"
 [ -n "$GEMM" ] && case_ gemm "$GEMM" $PY "$O/step.py"
 [ -n "$TRI" ] && case_ triton "$TRI" $PY "$O/step.py"
-tar czf "$O/logs.tar.gz" -C "$O" --exclude='*.capture' $(cd "$O" && ls | grep -v '\.capture$\|logs.tar.gz') 2>/dev/null
+# Everything but the captures themselves, in one archive beside OUTDIR.
+tar czf "$O.logs.tar.gz" --exclude='*.capture' -C "$O" .

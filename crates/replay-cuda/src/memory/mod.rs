@@ -631,6 +631,9 @@ impl CudaMemory {
         }
         // Digests read what a restore ordered on the device wrote.
         self.order_stream(s)?;
+        if log::log_enabled!(log::Level::Debug) {
+            self.log_unheld_ranges(&dev);
+        }
         match self.kernels.get() {
             Some(k) => {
                 let batch = Batch::plan(&dev, self.segment.load(Ordering::Relaxed))?;
@@ -665,6 +668,30 @@ impl CudaMemory {
             timing: None,
             done: false,
         }))
+    }
+
+    /// Diagnostics (debug log): names every range of a digest batch that no live allocation
+    /// or mapping holds as the driver sees it, before the kernel reads it. Such a read faults
+    /// the context; the memory layer checks liveness against the tracker, so a range named here
+    /// is memory the tracker still thinks live.
+    fn log_unheld_ranges(&self, dev: &[digest::DeviceOp]) {
+        let mut bad = Vec::new();
+        for &(_, addr, len) in dev {
+            let held = PointerAttributes::query(addr).is_ok_and(|a| {
+                let (base, size) = if a.mapped { a.mapping } else { a.range };
+                a.memory_type != 0 && base <= addr && addr + len <= base + size
+            });
+            if !held && bad.len() < 16 {
+                bad.push(format!("{addr:#x}+{len}"));
+            }
+        }
+        if !bad.is_empty() {
+            log::debug!(
+                "[kernel-replay] agent {}: digest batch reads ranges no allocation holds: {}",
+                self.agent,
+                bad.join(" ")
+            );
+        }
     }
 
     fn submit_copies_inner(&self, ops: &[CopyOp]) -> Result<Fence, BackendError> {
