@@ -156,6 +156,10 @@
 //!   kernel nor force scope `all` on it; nor is all of it digested over the host link every
 //!   pass. It is captured where an argument reaches it. The cost: a kernel that writes
 //!   host-resident memory only through a pointer stored elsewhere is not seen.
+//!   When the compare runs is the policy's [`replay_core::OutsideCheck`]: after every pass
+//!   (the default), after the first pass only, or never (no digests taken at capture either);
+//!   the last two trade the guarantee for a device-sized pool's cost and every record names
+//!   them (`outside_check`).
 //! - **Scope `predicted`**. A scope finer than a region, for pooled allocations (a
 //!   framework's one large pool, in which `arguments` would capture the whole pool per
 //!   dispatch). Under it the plan replaces each region of at least
