@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use replay_core::contract::ReplayPayload;
 use replay_core::{
-    AgentId, ContextId, Digest128, DigestKey, MemoryClass, ReplayService, Subscription,
+    AgentId, ContextId, Digest128, DigestKey, MemoryClass, RegionRef, ReplayService, Subscription,
 };
 pub use replay_tools::{DispatchRecord, KernelRow, ToolKind as BuiltinKind, PASSES_ENV};
 use replay_tools::{ToolDevice, ToolError};
@@ -87,28 +87,31 @@ impl CudaTools {
 }
 
 impl ToolDevice for CudaTools {
-    fn verify_regions(&self, agent: AgentId) -> Vec<(u64, u64)> {
+    fn verify_regions(&self, agent: AgentId) -> Vec<RegionRef> {
         state()
             .tracker
             .regions(agent)
-            .iter()
+            .into_iter()
             .filter(|r| r.class == MemoryClass::DEVICE_COARSE && r.size > 0)
-            .map(|r| (r.base, r.size))
             .collect()
     }
 
     fn digest(
         &self,
         agent: AgentId,
-        ranges: &[(u64, u64)],
+        regions: &[RegionRef],
         key: DigestKey,
-    ) -> Result<Vec<Digest128>, ToolError> {
+    ) -> Result<Vec<Option<Digest128>>, ToolError> {
         let b = state()
             .backend_of(agent)
             .ok_or(ToolError::NoDevice(agent))?;
-        b.memory()
-            .digest_blocking(ranges, key, DIGEST_WAIT)
-            .map_err(|e| ToolError::Digest(e.to_string()))
+        // Under the hold, after the liveness check: another thread's free waits meanwhile.
+        state().tracker.read_live(agent, regions, |live| {
+            let ranges: Vec<(u64, u64)> = live.iter().map(|r| (r.base, r.size)).collect();
+            b.memory()
+                .digest_blocking(&ranges, key, DIGEST_WAIT)
+                .map_err(|e| ToolError::Digest(e.to_string()))
+        })
     }
 
     fn pass_enter(&self, p: &mut ReplayPayload<'_>) {

@@ -47,7 +47,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use replay_core::{
-    AgentId, ContextId, Digest128, DigestKey, DigestOp, MemLoc, MemoryClass, Subscription,
+    AgentId, ContextId, Digest128, DigestKey, DigestOp, MemLoc, MemoryClass, RegionRef,
+    Subscription,
 };
 use replay_tools::{ToolDevice, ToolError, ToolKind};
 use serde_json::json;
@@ -87,22 +88,21 @@ pub fn builtin() -> Option<&'static Arc<BuiltinTool>> {
 pub struct HsaTools;
 
 impl ToolDevice for HsaTools {
-    fn verify_regions(&self, agent: AgentId) -> Vec<(u64, u64)> {
+    fn verify_regions(&self, agent: AgentId) -> Vec<RegionRef> {
         backend()
             .tracker
             .regions(agent)
-            .iter()
+            .into_iter()
             .filter(|r| r.class == MemoryClass::DEVICE_COARSE && r.size > 0)
-            .map(|r| (r.base, r.size))
             .collect()
     }
 
     fn digest(
         &self,
         agent: AgentId,
-        ranges: &[(u64, u64)],
+        regions: &[RegionRef],
         key: DigestKey,
-    ) -> Result<Vec<Digest128>, ToolError> {
+    ) -> Result<Vec<Option<Digest128>>, ToolError> {
         let info = backend()
             .agents
             .all()
@@ -114,22 +114,25 @@ impl ToolDevice for HsaTools {
             return Err(ToolError::NoDevice(agent));
         }
         let mem = Arc::clone(crate::memory::engine(&info).device_memory());
-        let ops: Vec<DigestOp> = ranges
-            .iter()
-            .map(|&(addr, len)| DigestOp {
-                at: MemLoc::Device { addr },
-                len,
-            })
-            .collect();
-        let err = |e: replay_core::BackendError| ToolError::Digest(e.to_string());
-        let fence = mem.submit_digests(&ops, key).map_err(err)?;
-        if !mem.poll_fence(fence, DIGEST_WAIT).map_err(err)? {
-            mem.abandon_fence(fence);
-            return Err(ToolError::Digest(format!(
-                "the digests did not complete within {DIGEST_WAIT:?}"
-            )));
-        }
-        mem.take_digests(fence).map_err(err)
+        // Under the hold, after the liveness check: another thread's free waits meanwhile.
+        backend().tracker.read_live(agent, regions, |live| {
+            let ops: Vec<DigestOp> = live
+                .iter()
+                .map(|r| DigestOp {
+                    at: MemLoc::Device { addr: r.base },
+                    len: r.size,
+                })
+                .collect();
+            let err = |e: replay_core::BackendError| ToolError::Digest(e.to_string());
+            let fence = mem.submit_digests(&ops, key).map_err(err)?;
+            if !mem.poll_fence(fence, DIGEST_WAIT).map_err(err)? {
+                mem.abandon_fence(fence);
+                return Err(ToolError::Digest(format!(
+                    "the digests did not complete within {DIGEST_WAIT:?}"
+                )));
+            }
+            mem.take_digests(fence).map_err(err)
+        })
     }
 }
 

@@ -606,6 +606,38 @@ impl Tracker {
         }
     }
 
+    /// Runs `read` over those of `regions` (of `agent`) that are still allocated, under a hold
+    /// that keeps their frees waiting until it returns, and answers one entry per region:
+    /// `read`'s result for a live one, in order, `None` for one freed since it was listed.
+    /// For readers outside the engine (a tool digesting the application's memory while other
+    /// threads free it): a device read of freed memory faults the context.
+    pub fn read_live<T, E>(
+        &self,
+        agent: AgentId,
+        regions: &[RegionRef],
+        read: impl FnOnce(&[RegionRef]) -> Result<Vec<T>, E>,
+    ) -> Result<Vec<Option<T>>, E> {
+        let ranges: Vec<(u64, u64)> = regions.iter().map(|r| (r.base, r.size)).collect();
+        let _hold = self.hold(agent, &ranges);
+        let live: Vec<bool> = regions.iter().map(|r| self.is_live(agent, r)).collect();
+        let chosen: Vec<RegionRef> = regions
+            .iter()
+            .zip(&live)
+            .filter(|(_, &l)| l)
+            .map(|(r, _)| *r)
+            .collect();
+        let mut got = if chosen.is_empty() {
+            Vec::new()
+        } else {
+            read(&chosen)?
+        }
+        .into_iter();
+        Ok(live
+            .into_iter()
+            .map(|l| if l { got.next() } else { None })
+            .collect())
+    }
+
     /// Whether this exact region (base, size, generation) is still allocated.
     pub fn is_live(&self, agent: AgentId, region: &RegionRef) -> bool {
         self.agents
@@ -1100,6 +1132,41 @@ mod tests {
         t.record_alloc(A, 0x50_0000, 0x100, C);
         let r = t.lookup(A, 0x50_0000).unwrap();
         assert_eq!(t.mapping_run(A, &r), vec![r]);
+    }
+
+    #[test]
+    fn read_live_skips_freed_regions_and_keeps_frees_waiting_while_it_reads() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        use std::sync::Arc;
+        let t = Arc::new(Tracker::new());
+        t.record_alloc(A, 0x1000, 0x100, C);
+        t.record_alloc(A, 0x2000, 0x100, C);
+        t.record_alloc(A, 0x3000, 0x100, C);
+        let regions = t.regions(A);
+        t.record_free(A, 0x2000);
+        // Reallocated at the same address: a new generation, not the region listed.
+        t.record_alloc(A, 0x2000, 0x100, C);
+        let freed = Arc::new(AtomicBool::new(false));
+        let mut free = None;
+        let got = t.read_live(A, &regions, |live| {
+            let (t2, f2) = (Arc::clone(&t), Arc::clone(&freed));
+            free = Some(std::thread::spawn(move || {
+                t2.record_free(A, 0x3000);
+                f2.store(true, SeqCst);
+            }));
+            std::thread::sleep(Duration::from_millis(30));
+            // Still reading: the free of a region being read waits for the hold.
+            assert!(!freed.load(SeqCst));
+            Ok::<_, ()>(live.iter().map(|r| r.base).collect())
+        });
+        assert_eq!(got, Ok(vec![Some(0x1000), None, Some(0x3000)]));
+        free.unwrap().join().unwrap();
+        assert!(freed.load(SeqCst));
+        // Once freed, nothing is read.
+        let got = t.read_live(A, &regions[2..], |_| -> Result<Vec<u64>, ()> {
+            panic!("nothing live to read")
+        });
+        assert_eq!(got, Ok(vec![None]));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! backend has one: `verify` digests the agent's tracked coarse-grained device regions, read
 //! from the simulated heap and digested with the reference digest.
 
-use replay_core::{AgentId, Digest128, DigestKey, MemoryClass};
+use replay_core::{AgentId, Digest128, DigestKey, MemoryClass, RegionRef};
 use replay_tools::{ToolDevice, ToolError};
 
 use crate::runtime::WeakRuntime;
@@ -24,34 +24,36 @@ impl SimTools {
 }
 
 impl ToolDevice for SimTools {
-    fn verify_regions(&self, agent: AgentId) -> Vec<(u64, u64)> {
+    fn verify_regions(&self, agent: AgentId) -> Vec<RegionRef> {
         let Some(rt) = self.runtime.upgrade() else {
             return Vec::new();
         };
         rt.tracker()
             .regions(agent)
-            .iter()
+            .into_iter()
             .filter(|r| r.class == MemoryClass::DEVICE_COARSE && r.size > 0)
-            .map(|r| (r.base, r.size))
             .collect()
     }
 
     fn digest(
         &self,
         agent: AgentId,
-        ranges: &[(u64, u64)],
+        regions: &[RegionRef],
         key: DigestKey,
-    ) -> Result<Vec<Digest128>, ToolError> {
+    ) -> Result<Vec<Option<Digest128>>, ToolError> {
         let rt = self.runtime.upgrade().ok_or(ToolError::NoDevice(agent))?;
-        ranges
-            .iter()
-            .map(|&(base, size)| {
-                let len = usize::try_from(size).map_err(|e| ToolError::Digest(e.to_string()))?;
-                let bytes = rt
-                    .read(base, len)
-                    .map_err(|e| ToolError::Digest(e.to_string()))?;
-                Ok(replay_core::digest::digest(key, &bytes))
-            })
-            .collect()
+        // As on a GPU: a freed region is not read (the simulated heap would answer an error).
+        rt.tracker().read_live(agent, regions, |live| {
+            live.iter()
+                .map(|r| {
+                    let len =
+                        usize::try_from(r.size).map_err(|e| ToolError::Digest(e.to_string()))?;
+                    let bytes = rt
+                        .read(r.base, len)
+                        .map_err(|e| ToolError::Digest(e.to_string()))?;
+                    Ok(replay_core::digest::digest(key, &bytes))
+                })
+                .collect()
+        })
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserData};
-use replay_core::{AgentId, Digest128, DigestKey, DispatchId};
+use replay_core::{AgentId, Digest128, DigestKey, DispatchId, RegionRef};
 use serde::Serialize;
 
 /// Environment variable: the pass count the built-in tools ask for (the name the CUDA
@@ -100,18 +100,21 @@ pub fn passes_from_env() -> Result<u64, ToolError> {
 
 /// What the built-in tools need of a backend. Called on the thread that runs the window.
 pub trait ToolDevice: Send + Sync + 'static {
-    /// The `(base, size)` of the regions `verify` digests for dispatches on `agent` (read once
-    /// per dispatch, in its first PASS ENTER).
-    fn verify_regions(&self, agent: AgentId) -> Vec<(u64, u64)>;
+    /// The regions `verify` digests for dispatches on `agent` (read once per dispatch, in its
+    /// first PASS ENTER).
+    fn verify_regions(&self, agent: AgentId) -> Vec<RegionRef>;
 
-    /// The digests of `ranges` of `agent`'s memory as they are now (the pass's work before
-    /// PASS ENTER, or after PASS EXIT, complete), one per range, with `key`.
+    /// The digests of `regions` of `agent`'s memory as they are now (the pass's work before
+    /// PASS ENTER, or after PASS EXIT, complete), one per region, with `key`; `None` for a
+    /// region the application freed since it was listed. Other threads of the application
+    /// free memory while a window runs: a region is read only under the tracker's hold after
+    /// a liveness check (`replay_memory::Tracker::read_live`), never once freed.
     fn digest(
         &self,
         agent: AgentId,
-        ranges: &[(u64, u64)],
+        regions: &[RegionRef],
         key: DigestKey,
-    ) -> Result<Vec<Digest128>, ToolError>;
+    ) -> Result<Vec<Option<Digest128>>, ToolError>;
 
     /// Backend work at PASS ENTER, before `verify`'s input digest (it may ask for the pass's
     /// capture: `ReplayPayload::request_capture`).
@@ -158,6 +161,10 @@ pub struct DispatchRecord {
     pub differing_regions: Vec<(u64, u64)>,
     /// verify: bytes digested per pass (inputs and outputs each).
     pub digested_bytes: u64,
+    /// verify: regions the application freed while the window ran (another thread's free):
+    /// compared only while they were allocated.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub freed_regions: u64,
     /// The executable graph this dispatch ran from (numbered from 1), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub graph: Option<u64>,
@@ -179,11 +186,17 @@ pub struct DispatchRecord {
     pub pass_wait_seconds: Vec<f64>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 #[derive(Debug, Default)]
 struct VerifyState {
-    ranges: Vec<(u64, u64)>,
-    first_in: Option<Vec<Digest128>>,
-    first_out: Option<Vec<Digest128>>,
+    ranges: Vec<RegionRef>,
+    first_in: Option<Vec<Option<Digest128>>>,
+    first_out: Option<Vec<Option<Digest128>>>,
+    /// Regions found freed by some digest.
+    freed: Vec<bool>,
     inputs_ok: bool,
     outputs_ok: bool,
     differing: Vec<(u64, u64)>,
@@ -283,14 +296,22 @@ impl<D: ToolDevice> BuiltinTool<D> {
         } else {
             (&mut st.first_in, &mut st.inputs_ok)
         };
+        st.freed.resize(d.len(), false);
+        for (f, x) in st.freed.iter_mut().zip(&d) {
+            *f |= x.is_none();
+        }
         match first {
             None => *first = Some(d),
             Some(f) => {
+                // A region freed meanwhile (`None` on either side) is not compared.
                 for (i, (a, b)) in f.iter().zip(&d).enumerate() {
-                    if a != b {
-                        *ok = false;
-                        if !st.differing.contains(&ranges[i]) {
-                            st.differing.push(ranges[i]);
+                    if let (Some(a), Some(b)) = (a, b) {
+                        if a != b {
+                            *ok = false;
+                            let r = (ranges[i].base, ranges[i].size);
+                            if !st.differing.contains(&r) {
+                                st.differing.push(r);
+                            }
                         }
                     }
                 }
@@ -302,20 +323,21 @@ impl<D: ToolDevice> BuiltinTool<D> {
         self.device.config_exit(p);
         let Some(o) = p.outcome else { return };
         let v = self.verify.lock().remove(&o.dispatch_id);
-        let (inputs, outputs, differing, digested) = match v {
+        let (inputs, outputs, differing, digested, freed) = match v {
             Some(v) if v.failed.is_none() && v.first_in.is_some() => (
                 Some(v.inputs_ok),
                 Some(v.outputs_ok),
                 v.differing,
-                v.ranges.iter().map(|r| r.1).sum(),
+                v.ranges.iter().map(|r| r.size).sum(),
+                v.freed.iter().filter(|&&f| f).count() as u64,
             ),
             Some(v) => {
                 if let Some(e) = v.failed {
                     log::warn!("[kernel-replay] verify: digest failed: {e}");
                 }
-                (None, None, Vec::new(), 0)
+                (None, None, Vec::new(), 0, 0)
             }
-            None => (None, None, Vec::new(), 0),
+            None => (None, None, Vec::new(), 0, 0),
         };
         let mut record = DispatchRecord {
             dispatch_id: o.dispatch_id.0,
@@ -331,6 +353,7 @@ impl<D: ToolDevice> BuiltinTool<D> {
             outputs_identical: outputs,
             differing_regions: differing,
             digested_bytes: digested,
+            freed_regions: freed,
             graph: None,
             node: None,
             graph_launch: None,

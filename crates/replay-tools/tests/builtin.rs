@@ -150,3 +150,51 @@ fn timing_keeps_every_passs_gpu_time_and_digests_nothing() {
     assert_eq!(r.digested_bytes, 0);
     assert_eq!(kernel_rows(&records)["scale"].pass_seconds.len(), 4);
 }
+
+#[test]
+fn verify_never_reads_memory_another_thread_freed_during_the_window() {
+    // The application frees memory on another thread while a window runs (PyTorch's
+    // `empty_cache` beside a worker's kernels): `verify`'s digests must skip it, since a device
+    // read of freed memory faults the context, and compare the region only while it lived.
+    let rt = runtime();
+    let tool = attach(&rt, ToolKind::Verify, 3);
+    let a = AgentId(0);
+    let buf = rt
+        .alloc(a, (N * 4) as u64, MemoryClass::DEVICE_COARSE)
+        .unwrap();
+    let victim = rt.alloc(a, 4096, MemoryClass::DEVICE_COARSE).unwrap();
+    rt.write_u32s(buf, &vec![5u32; N]).unwrap();
+    let freed = Arc::new(AtomicU32::new(0));
+    let (f, r) = (Arc::clone(&freed), rt.clone());
+    // The first execution has another thread free `victim` and waits for it.
+    let k = Kernel::new(
+        "scale_and_free",
+        move |ctx: &mut KernelCtx<'_>| -> Result<(), KernelError> {
+            let buf = ctx.word(0);
+            let v = ctx.read_u32s(buf, N)?;
+            let out: Vec<u8> = v
+                .iter()
+                .flat_map(|x| x.wrapping_mul(3).wrapping_add(1).to_le_bytes())
+                .collect();
+            ctx.write(buf, &out)?;
+            if f.fetch_add(1, Ordering::SeqCst) == 0 {
+                let r = r.clone();
+                std::thread::spawn(move || r.free(AgentId(0), victim).unwrap())
+                    .join()
+                    .unwrap();
+            }
+            Ok(())
+        },
+    );
+    run(&rt, &k, &KernArgs::new().ptr(buf).build());
+    assert_eq!(freed.load(Ordering::SeqCst), 3, "three passes");
+    assert_eq!(rt.read_u32s(buf, 1).unwrap(), vec![16], "one execution");
+    assert!(rt.read(victim, 4).is_err(), "the free happened");
+    let records = tool.records();
+    let rec = &records[0];
+    assert_eq!(rec.outcome, "replayed", "{rec:?}");
+    assert_eq!(rec.inputs_identical, Some(true), "{rec:?}");
+    assert_eq!(rec.outputs_identical, Some(true), "{rec:?}");
+    assert_eq!(rec.freed_regions, 1, "{rec:?}");
+    assert!(rec.differing_regions.is_empty(), "{rec:?}");
+}

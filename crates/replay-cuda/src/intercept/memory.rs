@@ -106,10 +106,14 @@ fn record(base: u64, size: u64, class: MemoryClass, counter: &AtomicU64) {
     if base == 0 || size == 0 || skip_other_context_alloc() {
         return;
     }
-    state()
+    let g = state()
         .tracker
         .record_alloc(AgentId(d as u64), base, size, class);
     counter.fetch_add(1, Ordering::Relaxed);
+    // Diagnostics: with the free's line, the history a digest of freed memory is read against.
+    log::debug!(
+        "[kernel-replay] recorded {class:?} {base:#x}+{size} (generation {g}) on device {d}"
+    );
 }
 
 /// After an allocating call: when it succeeded, the address the driver wrote at `out`
@@ -144,12 +148,25 @@ fn host_addr(p: *mut c_void) -> u64 {
 
 fn record_free(base: u64) {
     let s = state();
-    if let Some((agent, _)) = s.tracker.lookup_any(base) {
+    if let Some((agent, r)) = s.tracker.lookup_any(base) {
         // Recording may wait for a pending restore's fence: relaxed, so that wait never
         // disturbs another thread's capture (the application's own free comes after).
         let _relaxed = RelaxedCapture::enter();
-        s.tracker.record_free(agent, base);
+        let gone = s.tracker.record_free(agent, base);
         s.counters.frees.fetch_add(1, Ordering::Relaxed);
+        log::debug!(
+            "[kernel-replay] free of {base:#x} in {:#x}+{} (generation {}): {}",
+            r.base,
+            r.size,
+            r.generation,
+            if gone.is_some() {
+                "forgotten"
+            } else {
+                "not an allocation's base, kept"
+            }
+        );
+    } else if base != 0 {
+        log::debug!("[kernel-replay] free of {base:#x}: no recorded allocation holds it");
     }
 }
 
