@@ -131,7 +131,7 @@ The program and its arguments follow `--`. Every process it starts writes its ow
 the table, --out and the exit status (the program's; 128 + N for one killed by signal N)
 cover them all. SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to the program.";
 
-/// The `run` usage line, without its `usage: ` prefix: `run.rs` keeps it.
+/// The `run` usage line, without its `usage: ` prefix: `run/args.rs` keeps it.
 fn run_usage() -> &'static str {
     crate::run::USAGE
         .strip_prefix("usage: ")
@@ -512,8 +512,8 @@ fn option_of(e: &clap::Error) -> String {
         .unwrap_or_else(|| "an option".into())
 }
 
-/// The message of a clap error of `kreplay run`'s options, in our words (`run.rs` parses them
-/// again after this module checked them).
+/// The message of a clap error of `kreplay run`'s options, in our words (`run/args.rs` parses
+/// them again after this module checked them).
 pub(crate) fn run_error(e: &clap::Error) -> String {
     match from_clap(e, Some("run")) {
         Err(u) => u.error.to_string(),
@@ -725,7 +725,7 @@ mod tests {
             p(&v),
             Ok(Command::Run(args.iter().map(|s| s.to_string()).collect()))
         );
-        // A leading `--` stays: run.rs reads it as the start of the program.
+        // A leading `--` stays: run/args.rs reads it as the start of the program.
         assert_eq!(
             p(&["run", "--", "./app"]),
             Ok(Command::Run(vec!["--".into(), "./app".into()]))

@@ -107,7 +107,7 @@ fn run() -> ExitCode {
         }
         cli::Command::Run(rest) => {
             // Warnings for `kreplay run`'s own messages; the application's level is its
-            // KREPLAY_LOG (run.rs sets it for the child).
+            // KREPLAY_LOG (run/mod.rs sets it for the child).
             replay_core::log_sink::install(LogLevel::Warn);
             ExitCode::from(run::main(&rest))
         }
