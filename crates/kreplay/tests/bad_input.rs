@@ -285,3 +285,44 @@ fn kreplay_run_with_a_library_that_does_not_exist_is_a_usage_error_naming_it() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_clock_lock_that_cannot_be_had_stops_the_run_before_the_program_starts() {
+    // Asked for explicitly, a base-clock lock is a promise about every number the run reports:
+    // without NVML (this machine has no NVIDIA driver) or without root it is an error naming
+    // why, and the program does not run (it would write the marker file).
+    let dir = std::env::temp_dir().join(format!("kreplay-clock-{}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    let o = output(kreplay().args([
+        "run",
+        "--tool",
+        "timing",
+        "--clock-control",
+        "base",
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}", dir.display()),
+    ]));
+    assert_no_panic(&o);
+    let e = stderr(&o);
+    if o.status.code() == Some(2) {
+        assert!(
+            e.contains("--clock-control base:") && e.contains("the program was not started"),
+            "{e}"
+        );
+        assert!(e.contains("NVML") || e.contains("nvml"), "{e}");
+        assert!(!dir.exists(), "the program ran");
+    } else {
+        // A GPU machine run as root: the clocks were locked, and said so.
+        assert!(e.contains("locked to base"), "{e}");
+        let _ = std::fs::remove_file(&dir);
+    }
+    let o = output(kreplay().args(["run", "--clock-control", "turbo", "--", "true"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("\"turbo\" is not one of base, none"),
+        "{}",
+        stderr(&o)
+    );
+}

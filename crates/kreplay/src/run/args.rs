@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use replay_cuda::counters::clocks::ClockControl;
 use replay_cuda::job;
 
 use crate::template::Template;
@@ -44,6 +45,8 @@ pub(super) struct RunArgs {
     pub(super) graph_profiling: Option<String>,
     /// `--backend`: `cuda` or `hsa` (none: detected, [`Backend::detect`]).
     pub(super) backend: Option<String>,
+    /// `--clock-control` (none given: [`RunArgs::clock_control`]'s default).
+    pub(super) clock_control: Option<ClockControl>,
 }
 
 /// The runtime the program's kernels go through, and so how the library is attached.
@@ -72,7 +75,7 @@ impl Backend {
 /// Usage of `kreplay run`.
 pub(crate) const USAGE: &str = "usage: kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] \
 [--set NAME] [--section NAME] [--kernel-include P] [--kernel-exclude P] [--dispatch-range R] [--out FILE.json|FILE.csv|FILE.html] \
-[--library PATH] [--check-launches] [--ranks LIST] [--graph-profiling node|graph|off] [--backend cuda|hsa] -- APP ARGS...
+[--library PATH] [--check-launches] [--ranks LIST] [--graph-profiling node|graph|off] [--clock-control base|none] [--backend cuda|hsa] -- APP ARGS...
        kreplay run --list-sass [--metrics LIST] [--set NAME]";
 
 /// `kreplay run`'s options, declared for clap (the top-level command line flattens them for
@@ -136,6 +139,10 @@ pub(crate) struct RunOpts {
     #[arg(long, value_name = "cuda|hsa",
           value_parser = clap::builder::PossibleValuesParser::new(["cuda", "hsa"]))]
     backend: Option<String>,
+    /// GPU clocks while the program runs: locked to base (the default of --tool counters, as
+    /// Nsight Compute's; needs root) or left as they are (none, the other tools' default).
+    #[arg(long = "clock-control", value_name = "base|none", value_parser = ClockControl::parse)]
+    clock_control: Option<ClockControl>,
     /// The program and its arguments (after `--`, or from the first argument that is not an
     /// option).
     #[arg(value_name = "APP ARGS", trailing_var_arg = true, num_args = 0..)]
@@ -230,6 +237,7 @@ pub(super) fn parse(args: &[String]) -> Result<RunArgs, String> {
         app: o.app,
         graph_profiling: o.graph_profiling,
         backend: o.backend,
+        clock_control: o.clock_control,
     };
     if a.list_sass {
         if !a.app.is_empty() {
@@ -242,6 +250,9 @@ pub(super) fn parse(args: &[String]) -> Result<RunArgs, String> {
     }
     if a.tool == "counters" && a.backend.as_deref() == Some("hsa") {
         return Err("--tool counters is CUDA's (CUPTI); on --backend hsa: verify or timing".into());
+    }
+    if a.clock_control == Some(ClockControl::Base) && a.backend.as_deref() == Some("hsa") {
+        return Err("--clock-control base locks NVIDIA clocks (NVML); not on --backend hsa".into());
     }
     if a.tool == "counters" {
         if a.metrics.is_empty() && a.set.is_none() && a.sections.is_empty() {
@@ -257,6 +268,18 @@ pub(super) fn parse(args: &[String]) -> Result<RunArgs, String> {
 }
 
 impl RunArgs {
+    /// `--clock-control`, else `base` for the counters tool (Nsight Compute's default) and
+    /// `none` for the others; with whether it was given.
+    pub(super) fn clock_control(&self) -> (ClockControl, bool) {
+        match self.clock_control {
+            Some(c) => (c, true),
+            None if self.tool == "counters" && self.backend() == Backend::Cuda => {
+                (ClockControl::Base, false)
+            }
+            None => (ClockControl::None, false),
+        }
+    }
+
     /// The backend: `--backend`, else [`Backend::detect`].
     pub(super) fn backend(&self) -> Backend {
         match self.backend.as_deref() {

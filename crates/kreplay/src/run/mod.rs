@@ -4,7 +4,7 @@
 //! kreplay run [--tool verify|timing|counters] [--passes N] [--metrics LIST] [--set NAME]
 //!             [--kernel-include P] [--kernel-exclude P] [--dispatch-range R]
 //!             [--out FILE.json|FILE.csv|FILE.html] [--library PATH] [--check-launches] [--ranks LIST]
-//!             [--backend cuda|hsa]
+//!             [--clock-control base|none] [--backend cuda|hsa]
 //!             -- APP ARGS...
 //! ```
 //!
@@ -162,6 +162,10 @@ pub fn main_with_env(args: &[String], env: &[(&str, String)]) -> u8 {
     } else {
         (a.passes, Vec::new())
     };
+    let clocks = match lock_clocks(&a, env) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let dir = run_dir();
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = std::fs::create_dir_all(&dir) {
@@ -286,6 +290,13 @@ pub fn main_with_env(args: &[String], env: &[(&str, String)]) -> u8 {
         ));
     }
     col.finish();
+    if let Some(c) = clocks {
+        if let Err(e) = c.release() {
+            crate::say(format_args!(
+                "kreplay run: warning: {e}; reset them with `nvidia-smi -rgc`"
+            ));
+        }
+    }
     let code = match &status {
         Some(s) => exit_code(s),
         None => 1,
@@ -384,6 +395,60 @@ fn check_out(a: &RunArgs) -> Result<(), replay_report::ReportError> {
     match &a.out {
         Some(out) if a.tool == "counters" => replay_report::Format::of(out).map(drop),
         _ => Ok(()),
+    }
+}
+
+/// Locks the GPUs' clocks to base when `--clock-control` (or the counters tool's default) asks,
+/// before the program starts; the guard unlocks them. A lock that was asked for and cannot be
+/// had is an error before the program starts (exit status 2); the default's is a warning, and
+/// the program runs with clocks as they are.
+fn lock_clocks(
+    a: &RunArgs,
+    env: &[(&str, String)],
+) -> Result<Option<replay_cuda::counters::clocks::ClockLock>, u8> {
+    use replay_cuda::counters::clocks::{ClockControl, ClockLock, Selection};
+    let (mode, given) = a.clock_control();
+    if mode == ClockControl::None {
+        return Ok(None);
+    }
+    let var = |k: &str| {
+        env.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(k).ok())
+    };
+    let sel = Selection::from_env(
+        var("CUDA_VISIBLE_DEVICES").as_deref(),
+        var("CUDA_DEVICE_ORDER").as_deref(),
+    );
+    match ClockLock::base(&sel) {
+        Ok(lock) => {
+            let gpus: Vec<String> = lock
+                .locked()
+                .iter()
+                .map(|g| match g.mhz {
+                    Some(m) => format!("{} ({m} MHz)", g.uuid),
+                    None => g.uuid.clone(),
+                })
+                .collect();
+            crate::say(format_args!(
+                "kreplay run: clock control base: graphics clocks locked to base for the run on {}",
+                gpus.join(", ")
+            ));
+            Ok(Some(lock))
+        }
+        Err(e) if given => {
+            crate::say(format_args!(
+                "kreplay run: --clock-control base: {e}; the program was not started"
+            ));
+            Err(2)
+        }
+        Err(e) => {
+            crate::say(format_args!(
+                "kreplay run: warning: clock control base (the counters default) not possible: {e}; clocks left as they are (--clock-control none says so)"
+            ));
+            Ok(None)
+        }
     }
 }
 

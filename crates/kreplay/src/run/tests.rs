@@ -576,3 +576,54 @@ fn parses_options_and_program() {
     assert!(parse(&s(&["--passes", "0", "--", "app"])).is_err());
     assert!(parse(&s(&["--tool", "verify"])).is_err());
 }
+
+#[test]
+fn clock_control_defaults_to_base_for_counters_only() {
+    use replay_cuda::counters::clocks::ClockControl;
+    let c = parse(&s(&[
+        "--tool",
+        "counters",
+        "--set",
+        "basic",
+        "--backend",
+        "cuda",
+        "--",
+        "app",
+    ]))
+    .unwrap();
+    assert_eq!(c.clock_control(), (ClockControl::Base, false));
+    let v = parse(&s(&["--", "app"])).unwrap();
+    assert_eq!(v.clock_control(), (ClockControl::None, false));
+    let n = parse(&s(&[
+        "--tool",
+        "counters",
+        "--set",
+        "basic",
+        "--clock-control",
+        "none",
+        "--",
+        "app",
+    ]))
+    .unwrap();
+    assert_eq!(n.clock_control(), (ClockControl::None, true));
+    let b = parse(&s(&[
+        "--tool",
+        "timing",
+        "--clock-control",
+        "base",
+        "--",
+        "app",
+    ]))
+    .unwrap();
+    assert_eq!(b.clock_control(), (ClockControl::Base, true));
+    let e = parse(&s(&[
+        "--clock-control",
+        "base",
+        "--backend",
+        "hsa",
+        "--",
+        "app",
+    ]))
+    .unwrap_err();
+    assert!(e.contains("not on --backend hsa"), "{e}");
+}

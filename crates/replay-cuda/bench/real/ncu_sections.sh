@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compares `kreplay run --tool counters --set full` with `ncu --set full --csv` on one program,
-# row by row in launch order (needs a GPU, ncu on PATH, kreplay built in release).
+# row by row in launch order (needs a GPU, ncu on PATH, kreplay built in release), both with
+# the clock control CLOCK_CONTROL names (default none; base locks clocks, needs root).
 # Usage: ncu_sections.sh OUTDIR -- PROGRAM ARGS...
 set -euo pipefail
 out=${1:?usage: ncu_sections.sh OUTDIR -- PROGRAM ARGS...}
@@ -13,7 +14,7 @@ start=$(date +%s.%N)
 "$@" >/dev/null
 plain=$(awk "BEGIN{print $(date +%s.%N) - $start}")
 start=$(date +%s.%N)
-"$kreplay" run --tool counters --set full --out "$out/kreplay.csv" -- "$@" >"$out/kreplay.log" 2>&1
+"$kreplay" run --tool counters --set full --clock-control "$clock" --out "$out/kreplay.csv" -- "$@" >"$out/kreplay.log" 2>&1
 ours=$(awk "BEGIN{print $(date +%s.%N) - $start}")
 start=$(date +%s.%N)
 ncu --set full --csv --print-units base --clock-control "$clock" --metrics profiler__replayer_passes "$@" >"$out/ncu.csv" 2>"$out/ncu.log"

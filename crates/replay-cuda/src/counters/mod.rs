@@ -103,14 +103,15 @@
 //!
 //! One device's chip per plan (the first device's in `kreplay run`); metrics of a dispatch that
 //! was declined or truncated before a group ran are missing (the errors say which); no PM
-//! sampling; clocks are left as they are (Nsight Compute locks them to base by default, so
-//! compare with `--clock-control none`). SASS metrics: no per-instruction (source-line) output,
+//! sampling. Clocks: the library leaves them as they are; `kreplay run` locks them to base
+//! around the program (`clocks`, NVML) as Nsight Compute does by default. SASS metrics: no per-instruction (source-line) output,
 //! only the kernel's totals; ratios and throughputs of SASS metrics (`.pct`, `.ratio`,
 //! `.per_second`) are refused; the same kernel launched on the same context by another thread
 //! during the SASS pass would be summed with the dispatch (ordinary launches to the agent wait
 //! for the window's writer lock; tool work does not). The C ABI exposes the collection as `kreplay_cuda_counters_*`
 //! (`replay-ffi`, feature `cuda`).
 
+pub mod clocks;
 pub mod sys;
 
 mod collect;

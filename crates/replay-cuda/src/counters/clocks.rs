@@ -1,0 +1,416 @@
+//! Clock control for counter collection (SPEC §12), as Nsight Compute's `--clock-control`:
+//! `base` locks every selected GPU's graphics clock to its base (rated TDP) frequency for the
+//! run, so times and throughputs do not drift with boost and temperature; `none` leaves the
+//! clocks as they are. Done through NVML (`nvmlDeviceSetGpuLockedClocks` with the TDP sentinel,
+//! `nvmlDeviceResetGpuLockedClocks` after), which needs root; CUPTI's own clock control
+//! (`cuptiClockControlLock`) appeared in CUDA 13.4 and is not used yet.
+//!
+//! The lock is device-global (every process on the GPU runs at base clock while it is held),
+//! so it is taken by `kreplay run` around the application, not by the library inside it, and
+//! released when the application ended, whatever way it ended. Layers: the NVML entries
+//! (`Entries`, loaded at run time, so nothing links NVIDIA's library), the checked calls
+//! (`Nvml`), and the safe guard ([`ClockLock`]).
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::fmt;
+
+/// What `--clock-control` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockControl {
+    /// Graphics clocks locked to base for the run (Nsight Compute's default).
+    Base,
+    /// Clocks left as they are.
+    None,
+}
+
+impl ClockControl {
+    /// `base` or `none`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "base" => Ok(Self::Base),
+            "none" => Ok(Self::None),
+            other => Err(format!("clock control {other:?} is not one of base, none")),
+        }
+    }
+
+    /// The name as given on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Base => "base",
+            Self::None => "none",
+        }
+    }
+}
+
+/// Why the clocks could not be locked or released.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClockError {
+    /// NVML is not installed (no NVIDIA driver on this machine).
+    #[error("NVML ({LIBRARY}) could not be loaded: {0}")]
+    Load(String),
+    /// An NVML call failed.
+    #[error("{call} failed: {message} (NVML error {code}){hint}")]
+    Call {
+        /// The entry.
+        call: &'static str,
+        /// NVML's return code.
+        code: c_int,
+        /// NVML's text for it.
+        message: String,
+        /// What to do about it, where known.
+        hint: &'static str,
+    },
+    /// `CUDA_VISIBLE_DEVICES` names a device NVML does not know.
+    #[error("CUDA_VISIBLE_DEVICES entry {0:?} names no GPU NVML knows")]
+    UnknownDevice(String),
+}
+
+const LIBRARY: &str = "libnvidia-ml.so.1";
+const NVML_SUCCESS: c_int = 0;
+const NVML_ERROR_NO_PERMISSION: c_int = 4;
+const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
+/// `nvmlClockLimitId_t`: the symbolic base (TDP) clock of `nvmlDeviceSetGpuLockedClocks`.
+const NVML_CLOCK_LIMIT_ID_TDP: c_uint = 0xffff_ff01;
+/// `nvmlClockType_t` of the graphics clock.
+const NVML_CLOCK_GRAPHICS: c_int = 0;
+const UUID_LEN: usize = 96;
+
+type Device = *mut c_void;
+
+/// The NVML entries used, as nvml.h declares them.
+struct Entries {
+    init: unsafe extern "C" fn() -> c_int,
+    shutdown: unsafe extern "C" fn() -> c_int,
+    error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+    count: unsafe extern "C" fn(*mut c_uint) -> c_int,
+    by_index: unsafe extern "C" fn(c_uint, *mut Device) -> c_int,
+    by_uuid: unsafe extern "C" fn(*const c_char, *mut Device) -> c_int,
+    uuid: unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int,
+    lock: unsafe extern "C" fn(Device, c_uint, c_uint) -> c_int,
+    reset: unsafe extern "C" fn(Device) -> c_int,
+    clock: unsafe extern "C" fn(Device, c_int, *mut c_uint) -> c_int,
+    _lib: libloading::Library,
+}
+
+impl Entries {
+    fn load() -> Result<Self, ClockError> {
+        // SAFETY: NVIDIA's management library; loading runs no initialiser that needs a GPU.
+        let lib = unsafe { libloading::Library::new(LIBRARY) }
+            .map_err(|e| ClockError::Load(e.to_string()))?;
+        macro_rules! get {
+            ($name:literal) => {{
+                // SAFETY: the entry's signature as nvml.h declares it (the field's type).
+                let s = unsafe { lib.get($name) }.map_err(|e| ClockError::Load(e.to_string()))?;
+                *s
+            }};
+        }
+        Ok(Self {
+            init: get!(b"nvmlInit_v2\0"),
+            shutdown: get!(b"nvmlShutdown\0"),
+            error_string: get!(b"nvmlErrorString\0"),
+            count: get!(b"nvmlDeviceGetCount_v2\0"),
+            by_index: get!(b"nvmlDeviceGetHandleByIndex_v2\0"),
+            by_uuid: get!(b"nvmlDeviceGetHandleByUUID\0"),
+            uuid: get!(b"nvmlDeviceGetUUID\0"),
+            lock: get!(b"nvmlDeviceSetGpuLockedClocks\0"),
+            reset: get!(b"nvmlDeviceResetGpuLockedClocks\0"),
+            clock: get!(b"nvmlDeviceGetClockInfo\0"),
+            _lib: lib,
+        })
+    }
+}
+
+/// NVML, initialised; shut down when dropped.
+struct Nvml {
+    e: Entries,
+}
+
+impl Nvml {
+    fn open() -> Result<Self, ClockError> {
+        let e = Entries::load()?;
+        let n = Self { e };
+        // SAFETY: no arguments; NVML's own initialisation.
+        n.check("nvmlInit_v2", unsafe { (n.e.init)() })?;
+        Ok(n)
+    }
+
+    fn check(&self, call: &'static str, code: c_int) -> Result<(), ClockError> {
+        if code == NVML_SUCCESS {
+            return Ok(());
+        }
+        // SAFETY: NVML returns a static NUL-terminated string for any code.
+        let p = unsafe { (self.e.error_string)(code) };
+        let message = if p.is_null() {
+            "unknown error".to_string()
+        } else {
+            // SAFETY: non-null, NUL-terminated, static.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        };
+        let hint = match code {
+            NVML_ERROR_NO_PERMISSION => {
+                "; locking clocks needs root: run as root, or pass --clock-control none"
+            }
+            NVML_ERROR_NOT_SUPPORTED => {
+                "; this GPU (or its MIG or virtual partition) cannot lock clocks: pass --clock-control none"
+            }
+            _ => "",
+        };
+        Err(ClockError::Call {
+            call,
+            code,
+            message,
+            hint,
+        })
+    }
+
+    fn devices(&self) -> Result<Vec<Device>, ClockError> {
+        let mut n: c_uint = 0;
+        // SAFETY: `n` is a valid out pointer.
+        self.check("nvmlDeviceGetCount_v2", unsafe { (self.e.count)(&mut n) })?;
+        (0..n)
+            .map(|i| {
+                let mut d: Device = std::ptr::null_mut();
+                // SAFETY: `i` below the count; `d` a valid out pointer.
+                self.check("nvmlDeviceGetHandleByIndex_v2", unsafe {
+                    (self.e.by_index)(i, &mut d)
+                })?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    fn by_uuid(&self, uuid: &str) -> Result<Device, ClockError> {
+        let c = CString::new(uuid).map_err(|_| ClockError::UnknownDevice(uuid.into()))?;
+        let mut d: Device = std::ptr::null_mut();
+        // SAFETY: `c` NUL-terminated; `d` a valid out pointer.
+        let r = unsafe { (self.e.by_uuid)(c.as_ptr(), &mut d) };
+        if r != NVML_SUCCESS {
+            return Err(ClockError::UnknownDevice(uuid.into()));
+        }
+        Ok(d)
+    }
+
+    fn uuid(&self, d: Device) -> String {
+        let mut buf = [0 as c_char; UUID_LEN];
+        // SAFETY: `d` a handle NVML gave; the buffer's length passed.
+        let r = unsafe { (self.e.uuid)(d, buf.as_mut_ptr(), UUID_LEN as c_uint) };
+        if r != NVML_SUCCESS {
+            return "unknown".into();
+        }
+        // SAFETY: NVML wrote a NUL-terminated string into the buffer.
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn graphics_mhz(&self, d: Device) -> Option<u32> {
+        let mut mhz: c_uint = 0;
+        // SAFETY: `d` a handle NVML gave; `mhz` a valid out pointer.
+        let r = unsafe { (self.e.clock)(d, NVML_CLOCK_GRAPHICS, &mut mhz) };
+        (r == NVML_SUCCESS).then_some(mhz)
+    }
+
+    fn lock_base(&self, d: Device) -> Result<(), ClockError> {
+        // SAFETY: `d` a handle NVML gave; the TDP sentinel on both bounds locks to base.
+        self.check("nvmlDeviceSetGpuLockedClocks", unsafe {
+            (self.e.lock)(d, NVML_CLOCK_LIMIT_ID_TDP, NVML_CLOCK_LIMIT_ID_TDP)
+        })
+    }
+
+    fn reset(&self, d: Device) -> Result<(), ClockError> {
+        // SAFETY: `d` a handle NVML gave.
+        self.check("nvmlDeviceResetGpuLockedClocks", unsafe {
+            (self.e.reset)(d)
+        })
+    }
+}
+
+impl Drop for Nvml {
+    fn drop(&mut self) {
+        // SAFETY: balanced with the successful `nvmlInit_v2` of `open`.
+        unsafe { (self.e.shutdown)() };
+    }
+}
+
+/// Which GPUs the application can use, as NVML should select them: the UUIDs
+/// `CUDA_VISIBLE_DEVICES` names, or its indices when `CUDA_DEVICE_ORDER=PCI_BUS_ID` (NVML
+/// numbers GPUs in bus order), else every GPU (CUDA's default order is not NVML's, so an index
+/// cannot be mapped; locking more GPUs than the one profiled is the safe side).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Every GPU.
+    All,
+    /// These NVML indices.
+    Indices(Vec<u32>),
+    /// These UUIDs (or UUID prefixes, `GPU-…`, `MIG-…`).
+    Uuids(Vec<String>),
+}
+
+impl Selection {
+    /// From the application's `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER`.
+    pub fn from_env(visible: Option<&str>, order: Option<&str>) -> Self {
+        let Some(v) = visible.map(str::trim).filter(|v| !v.is_empty()) else {
+            return Self::All;
+        };
+        // CUDA stops at the first invalid entry; so does this.
+        let entries: Vec<&str> = v.split(',').map(str::trim).collect();
+        if entries
+            .iter()
+            .all(|e| e.starts_with("GPU-") || e.starts_with("MIG-"))
+        {
+            return Self::Uuids(entries.iter().map(|e| e.to_string()).collect());
+        }
+        let idx: Vec<u32> = entries.iter().map_while(|e| e.parse().ok()).collect();
+        if order == Some("PCI_BUS_ID") && !idx.is_empty() {
+            return Self::Indices(idx);
+        }
+        Self::All
+    }
+}
+
+/// One locked GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockedGpu {
+    /// NVML's UUID.
+    pub uuid: String,
+    /// The graphics clock after locking, MHz (if NVML reported it).
+    pub mhz: Option<u32>,
+}
+
+/// GPUs whose clocks are locked to base; unlocked when dropped (or by [`ClockLock::release`],
+/// which reports a failure).
+pub struct ClockLock {
+    nvml: Nvml,
+    devices: Vec<Device>,
+    locked: Vec<LockedGpu>,
+}
+
+impl fmt::Debug for ClockLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClockLock")
+            .field("locked", &self.locked)
+            .finish()
+    }
+}
+
+impl ClockLock {
+    /// Locks the graphics clocks of the GPUs `sel` names to base. All or nothing: a GPU that
+    /// refuses undoes the ones locked before it.
+    pub fn base(sel: &Selection) -> Result<Self, ClockError> {
+        let nvml = Nvml::open()?;
+        let devices = match sel {
+            Selection::All => nvml.devices()?,
+            Selection::Indices(ix) => {
+                let all = nvml.devices()?;
+                ix.iter()
+                    .map(|&i| {
+                        all.get(i as usize)
+                            .copied()
+                            .ok_or_else(|| ClockError::UnknownDevice(i.to_string()))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            Selection::Uuids(u) => u
+                .iter()
+                .map(|u| nvml.by_uuid(u))
+                .collect::<Result<_, _>>()?,
+        };
+        let mut lock = Self {
+            nvml,
+            devices: Vec::new(),
+            locked: Vec::new(),
+        };
+        for d in devices {
+            // On failure, dropping `lock` resets those locked so far.
+            lock.nvml.lock_base(d)?;
+            lock.devices.push(d);
+            lock.locked.push(LockedGpu {
+                uuid: lock.nvml.uuid(d),
+                mhz: lock.nvml.graphics_mhz(d),
+            });
+        }
+        Ok(lock)
+    }
+
+    /// The GPUs locked.
+    pub fn locked(&self) -> &[LockedGpu] {
+        &self.locked
+    }
+
+    /// Unlocks every GPU; the first failure, after trying all.
+    pub fn release(mut self) -> Result<(), ClockError> {
+        self.reset_all()
+    }
+
+    fn reset_all(&mut self) -> Result<(), ClockError> {
+        let mut first = None;
+        for d in std::mem::take(&mut self.devices) {
+            if let Err(e) = self.nvml.reset(d) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for ClockLock {
+    fn drop(&mut self) {
+        if let Err(e) = self.reset_all() {
+            log::warn!("[kernel-replay] GPU clocks could not be unlocked: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_name_themselves() {
+        assert_eq!(ClockControl::parse("base"), Ok(ClockControl::Base));
+        assert_eq!(ClockControl::parse("none").unwrap().as_str(), "none");
+        let e = ClockControl::parse("boost").unwrap_err();
+        assert!(e.contains("\"boost\"") && e.contains("base, none"), "{e}");
+    }
+
+    #[test]
+    fn the_selection_follows_cuda_visible_devices() {
+        assert_eq!(Selection::from_env(None, None), Selection::All);
+        assert_eq!(Selection::from_env(Some(" "), None), Selection::All);
+        // CUDA's default order is not NVML's: every GPU.
+        assert_eq!(Selection::from_env(Some("1,0"), None), Selection::All);
+        assert_eq!(
+            Selection::from_env(Some("1, 0"), Some("PCI_BUS_ID")),
+            Selection::Indices(vec![1, 0])
+        );
+        // CUDA stops at the first entry it cannot read.
+        assert_eq!(
+            Selection::from_env(Some("2,x,0"), Some("PCI_BUS_ID")),
+            Selection::Indices(vec![2])
+        );
+        assert_eq!(
+            Selection::from_env(Some("GPU-8f1c,MIG-77"), None),
+            Selection::Uuids(vec!["GPU-8f1c".into(), "MIG-77".into()])
+        );
+    }
+
+    #[test]
+    fn without_nvml_the_lock_names_the_library() {
+        // The CI machine has no NVIDIA driver; a GPU machine may: then locking either works
+        // (root) or fails with NVML's reason, and the guard unlocks.
+        match ClockLock::base(&Selection::All) {
+            Err(ClockError::Load(m)) => {
+                let text = ClockError::Load(m).to_string();
+                assert!(text.contains(LIBRARY), "{text}");
+            }
+            Err(ClockError::Call { call, message, .. }) => {
+                assert!(call.starts_with("nvml") && !message.is_empty());
+            }
+            Err(ClockError::UnknownDevice(d)) => panic!("every GPU selected, {d} unknown"),
+            Ok(lock) => {
+                assert!(lock.locked().iter().all(|g| !g.uuid.is_empty()));
+                lock.release().unwrap();
+            }
+        }
+    }
+}
