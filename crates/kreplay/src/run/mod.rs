@@ -423,14 +423,7 @@ fn lock_clocks(
     );
     match ClockLock::base(&sel) {
         Ok(lock) => {
-            let gpus: Vec<String> = lock
-                .locked()
-                .iter()
-                .map(|g| match g.mhz {
-                    Some(m) => format!("{} ({m} MHz)", g.uuid),
-                    None => g.uuid.clone(),
-                })
-                .collect();
+            let gpus: Vec<String> = lock.locked().iter().map(|g| g.uuid.clone()).collect();
             crate::say(format_args!(
                 "kreplay run: clock control base: graphics clocks locked to base for the run on {}",
                 gpus.join(", ")

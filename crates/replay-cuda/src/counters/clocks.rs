@@ -71,8 +71,6 @@ const NVML_ERROR_NO_PERMISSION: c_int = 4;
 const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
 /// `nvmlClockLimitId_t`: the symbolic base (TDP) clock of `nvmlDeviceSetGpuLockedClocks`.
 const NVML_CLOCK_LIMIT_ID_TDP: c_uint = 0xffff_ff01;
-/// `nvmlClockType_t` of the graphics clock.
-const NVML_CLOCK_GRAPHICS: c_int = 0;
 const UUID_LEN: usize = 96;
 
 type Device = *mut c_void;
@@ -88,7 +86,6 @@ struct Entries {
     uuid: unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int,
     lock: unsafe extern "C" fn(Device, c_uint, c_uint) -> c_int,
     reset: unsafe extern "C" fn(Device) -> c_int,
-    clock: unsafe extern "C" fn(Device, c_int, *mut c_uint) -> c_int,
     _lib: libloading::Library,
 }
 
@@ -114,7 +111,6 @@ impl Entries {
             uuid: get!(b"nvmlDeviceGetUUID\0"),
             lock: get!(b"nvmlDeviceSetGpuLockedClocks\0"),
             reset: get!(b"nvmlDeviceResetGpuLockedClocks\0"),
-            clock: get!(b"nvmlDeviceGetClockInfo\0"),
             _lib: lib,
         })
     }
@@ -203,13 +199,6 @@ impl Nvml {
             .into_owned()
     }
 
-    fn graphics_mhz(&self, d: Device) -> Option<u32> {
-        let mut mhz: c_uint = 0;
-        // SAFETY: `d` a handle NVML gave; `mhz` a valid out pointer.
-        let r = unsafe { (self.e.clock)(d, NVML_CLOCK_GRAPHICS, &mut mhz) };
-        (r == NVML_SUCCESS).then_some(mhz)
-    }
-
     fn lock_base(&self, d: Device) -> Result<(), ClockError> {
         // SAFETY: `d` a handle NVML gave; the TDP sentinel on both bounds locks to base.
         self.check("nvmlDeviceSetGpuLockedClocks", unsafe {
@@ -273,8 +262,6 @@ impl Selection {
 pub struct LockedGpu {
     /// NVML's UUID.
     pub uuid: String,
-    /// The graphics clock after locking, MHz (if NVML reported it).
-    pub mhz: Option<u32>,
 }
 
 /// GPUs whose clocks are locked to base; unlocked when dropped (or by [`ClockLock::release`],
@@ -324,9 +311,9 @@ impl ClockLock {
             // On failure, dropping `lock` resets those locked so far.
             lock.nvml.lock_base(d)?;
             lock.devices.push(d);
+            // The clock read back right away is still the boost one: not reported.
             lock.locked.push(LockedGpu {
                 uuid: lock.nvml.uuid(d),
-                mhz: lock.nvml.graphics_mhz(d),
             });
         }
         Ok(lock)
