@@ -586,6 +586,12 @@ fn the_window_asks_for_the_plans_passes_and_each_value_comes_from_the_pass_it_is
             "decode",
         ]
     );
+    // Where a pass's time goes: every profiler call counted by kind.
+    let spent = r.collector.profiler_time();
+    for want in ["begin 3x", "start 4x", "stop 4x", "decode 3x"] {
+        assert!(spent.contains(want), "{spent}");
+    }
+    assert!(!spent.contains("sass"), "{spent}");
     let rep = r.collector.report(&ReportHeader {
         process_id: 42,
         process_name: "app".into(),

@@ -72,6 +72,29 @@ pub struct CounterCollector {
     min_passes: u32,
     pending: Mutex<HashMap<DispatchId, Pending>>,
     collected: Mutex<Collected>,
+    spent: Mutex<Spent>,
+}
+
+/// The profiler's calls by kind: how many, and their wall time (where a pass's time goes; the
+/// report logs it at info level).
+#[derive(Debug, Default)]
+struct Spent {
+    calls: [(u64, std::time::Duration); OPS.len()],
+}
+
+/// The profiler calls timed, in [`Spent`]'s order.
+const OPS: [&str; 6] = ["begin", "start", "stop", "decode", "sass_begin", "sass_end"];
+
+impl Spent {
+    fn line(&self) -> String {
+        let parts: Vec<String> = OPS
+            .iter()
+            .zip(&self.calls)
+            .filter(|(_, (n, _))| *n > 0)
+            .map(|(op, (n, t))| format!("{op} {n}x {:.1} ms", t.as_secs_f64() * 1e3))
+            .collect();
+        parts.join(", ")
+    }
 }
 
 impl std::fmt::Debug for CounterCollector {
@@ -92,7 +115,23 @@ impl CounterCollector {
             min_passes,
             pending: Mutex::new(HashMap::new()),
             collected: Mutex::new(Collected::default()),
+            spent: Mutex::new(Spent::default()),
         }
+    }
+
+    /// Runs one profiler call of kind `OPS[op]`, adding its wall time to [`Spent`].
+    fn timed<T>(&self, op: usize, f: impl FnOnce() -> T) -> T {
+        let t = std::time::Instant::now();
+        let r = f();
+        let mut s = self.spent.lock();
+        s.calls[op].0 += 1;
+        s.calls[op].1 += t.elapsed();
+        r
+    }
+
+    /// The profiler's time by call so far (`begin 30x 812.4 ms, start ...`).
+    pub fn profiler_time(&self) -> String {
+        self.spent.lock().line()
     }
 
     /// The plan.
@@ -151,7 +190,7 @@ impl CounterCollector {
         }
         let r = self
             .context(p)
-            .and_then(|ctx| self.profiler.sass_begin(ctx, &s.config()));
+            .and_then(|ctx| self.timed(4, || self.profiler.sass_begin(ctx, &s.config())));
         match r {
             Ok(()) => p.sass_started = true,
             Err(e) => self.fail(p, info.dispatch_id, e),
@@ -171,16 +210,18 @@ impl CounterCollector {
         }
         p.sass_started = false;
         let ctx = p.ctx.expect("set when started");
-        let r = self.profiler.sass_end(ctx).and_then(|data| {
-            if data.dropped > 0 {
-                log::warn!(
-                    "[kernel-replay] counters: dispatch {}: CUPTI dropped {} SASS records",
-                    info.dispatch_id.0,
-                    data.dropped
-                );
-            }
-            s.evaluate(&data, &info.kernel_name)
-        });
+        let r = self
+            .timed(5, || self.profiler.sass_end(ctx))
+            .and_then(|data| {
+                if data.dropped > 0 {
+                    log::warn!(
+                        "[kernel-replay] counters: dispatch {}: CUPTI dropped {} SASS records",
+                        info.dispatch_id.0,
+                        data.dropped
+                    );
+                }
+                s.evaluate(&data, &info.kernel_name)
+            });
         match r {
             Ok(values) => {
                 for (metric, value) in values {
@@ -222,14 +263,14 @@ impl CounterCollector {
         let r = (|| -> Result<(), CounterError> {
             let ctx = self.context(p)?;
             if sub == 0 {
-                self.profiler.begin(ctx, &self.plan.groups[g].config)?;
+                self.timed(0, || self.profiler.begin(ctx, &self.plan.groups[g].config))?;
                 p.in_group = Some(g);
             } else if p.in_group != Some(g) {
                 return Err(CounterError::Session(format!(
                     "pass {pass} continues a configuration that was not set"
                 )));
             }
-            self.profiler.start(ctx)?;
+            self.timed(1, || self.profiler.start(ctx))?;
             p.started = true;
             Ok(())
         })();
@@ -265,7 +306,7 @@ impl CounterCollector {
         let r = (|| -> Result<(), CounterError> {
             let ctx = p.ctx.expect("set when started");
             p.started = false;
-            let all_submitted = self.profiler.stop(ctx)?;
+            let all_submitted = self.timed(2, || self.profiler.stop(ctx))?;
             match (last, all_submitted) {
                 (false, false) => return Ok(()),
                 // `cuptiProfilerHostGetNumOfPasses` can count more passes than the range
@@ -280,7 +321,7 @@ impl CounterCollector {
                 }
                 (true, true) => {}
             }
-            let values = self.profiler.decode(ctx, &group.config)?;
+            let values = self.timed(3, || self.profiler.decode(ctx, &group.config))?;
             if values.len() != group.config.metrics.len() {
                 return Err(CounterError::Session(format!(
                     "{} values for {} metrics",
@@ -448,6 +489,10 @@ impl CounterCollector {
 
     /// The report so far.
     pub fn report(&self, h: &ReportHeader) -> CounterReport {
+        let spent = self.profiler_time();
+        if !spent.is_empty() {
+            log::info!("[kernel-replay] counters: profiler calls: {spent}");
+        }
         let c = self.collected.lock();
         CounterReport {
             process_id: h.process_id,
