@@ -3,7 +3,7 @@
 //!
 //! Loads (`cuModuleLoad*`, `cuLibraryLoad*`) and lookups (`cuModuleGetFunction`,
 //! `cuLibraryGetKernel`, `cuKernelGetFunction`) are [`crate::state::images`]' hooks,
-//! re-exported here: that file is the registry of loaded images (their `.nv.info` parameter
+//! re-exported here: that module is the registry of loaded images (their `.nv.info` parameter
 //! tables, the second source of layouts after the driver and before `extra`, and their
 //! globals for the backend's [`crate::ModuleRegistry`]). Unloads (`cuModuleUnload`,
 //! `cuLibraryUnload`) are here: the image leaves the registry, then what was cached of its

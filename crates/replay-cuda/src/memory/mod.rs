@@ -58,15 +58,20 @@
 //! | `digest.rs` | digest batches: segment planning, scratch and staging buffers, the kernels' launch, results |
 //! | [`kernels`] | the digest kernels' CUDA C and their host-side plan |
 //! | `pointer.rs` | pointer attributes and their SPEC §7.1 class |
+//! | `fence.rs` | [`CudaMemory`]'s fences: their events, restores ordered on the device, poll, take and abandon |
+//! | `submit.rs` | [`CudaMemory`]'s copy and digest submission, its table and scratch pools, blocking reads, writes and digests |
 //!
-//! This file ties them into [`CudaMemory`] (its state, fences and deferred release) and
-//! implements [`DeviceMemory`]. The parts never import this file; `copy` and `digest` use
+//! This file ties them into [`CudaMemory`] (its state, settings and deferred release) and
+//! implements [`DeviceMemory`] over `fence` and `submit`, which hold methods of
+//! [`CudaMemory`] itself. The other parts never import this file; `copy` and `digest` use
 //! `tier`'s backing blocks, `digest` the `kernels`.
 
 mod copy;
 mod digest;
+mod fence;
 pub mod kernels;
 mod pointer;
+mod submit;
 mod tier;
 
 use std::collections::HashMap;
@@ -81,15 +86,15 @@ use replay_core::{
 };
 use smallvec::SmallVec;
 
-use crate::device::{wait_events, Device, Event};
-use crate::error::{CudaError, CudaResult};
+use crate::device::Device;
+use crate::error::CudaResult;
 use crate::module::ModuleRegistry;
 use crate::queue::{QueueRegistry, RelaxedCapture, Stream};
-use crate::result::DriverCall;
 use crate::sys;
 
 use copy::{CopyStreams, CopyTable};
-use digest::{Batch, DigestJob, DigestKernels, Scratch, Staging};
+use digest::{DigestKernels, Scratch, Staging};
+use fence::Pending;
 use tier::{tier_index, Backing};
 
 pub use crate::queue::{Direction, ResolvedCopy};
@@ -113,18 +118,6 @@ fn gather_from_env() -> bool {
             true
         }
     }
-}
-
-#[derive(Debug)]
-struct Pending {
-    events: SmallVec<[Event; 4]>,
-    digests: Option<DigestJob>,
-    /// The gather copy's table, back to the pool once the fence completed.
-    table: Option<CopyTable>,
-    /// Timing events on the device lane around a copy batch (`trace` level only), its ops
-    /// gathered and copied by call, and its bytes.
-    timing: Option<(Event, Event, usize, usize, u64)>,
-    done: bool,
 }
 
 #[derive(Debug, Default)]
@@ -233,61 +226,6 @@ impl CudaMemory {
     /// Takes effect at the next window.
     pub fn set_ordered_restores(&self, on: bool) {
         self.ordered_restores.store(on, Ordering::Relaxed);
-    }
-
-    /// Makes `stream` wait on the device for every restore ordered and not yet seen complete
-    /// (`cuStreamWaitEvent` on each of its fence's events); nothing when none is. Call before
-    /// enqueueing work on `stream` (of this device) that reads or writes application memory.
-    pub(crate) fn order_stream(&self, stream: sys::CUstream) -> CudaResult<()> {
-        // A restore is ordered only by the window's thread, which also submits the work after
-        // it; other threads' launches on this agent wait for the window's end at its gate.
-        if !self.any_ordered.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let st = self.state.lock();
-        if st.ordered.is_empty() {
-            return Ok(());
-        }
-        self.device.bind()?;
-        for (_, events) in &st.ordered {
-            for &e in events {
-                // SAFETY: `e` is an event of this context that is alive: its entry leaves
-                // `ordered` (under this lock) before the event is recycled or destroyed;
-                // `stream` is a stream of the current context (the caller bound it).
-                unsafe { sys::cuStreamWaitEvent(stream, e, 0) }.call("cuStreamWaitEvent")?;
-            }
-        }
-        Ok(())
-    }
-
-    /// [`CudaMemory::order_stream`], or, where the driver refuses, a host wait (bounded by
-    /// `timeout`) for the ordered restores: the work after it then still sees restored memory.
-    pub(crate) fn order_stream_or_wait(
-        &self,
-        stream: sys::CUstream,
-        timeout: Duration,
-    ) -> Result<(), BackendError> {
-        const OP: &str = "order after the restore";
-        if let Err(e) = self.order_stream(stream) {
-            log::warn!(
-                "[kernel-replay] agent {}: ordering a stream after the restore failed ({e}); waiting for it on the host",
-                self.agent
-            );
-            if !self.wait_ordered(timeout)? {
-                return Err(BackendError::on(self.agent, OP).error(
-                    BackendErrorKind::Other,
-                    format!(
-                        "the restore ordered on the device did not complete within {timeout:?}"
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Ordered restores not yet seen complete (tests and diagnostics).
-    pub fn ordered_pending(&self) -> usize {
-        self.state.lock().ordered.len()
     }
 
     /// Sets how large pinned blocks are pinned (see [`TierConfig::pin_threads`]; 0: one
@@ -455,341 +393,6 @@ impl CudaMemory {
 
     fn invalidate_capacity(&self) {
         *self.capacity.lock() = None;
-    }
-
-    fn new_fence(&self, p: Pending) -> Fence {
-        let mut st = self.state.lock();
-        st.next_fence += 1;
-        let id = st.next_fence;
-        st.fences.insert(id, p);
-        Fence(id)
-    }
-
-    /// Records one event per stream in `streams` (fences for what was enqueued there).
-    fn fence_events(&self, streams: &[sys::CUstream]) -> CudaResult<SmallVec<[Event; 4]>> {
-        let mut evs = SmallVec::new();
-        for &s in streams {
-            let e = self.device.event(false)?;
-            e.record(s)?;
-            evs.push(e);
-        }
-        Ok(evs)
-    }
-
-    fn take_scratch(&self, need: [usize; 3]) -> CudaResult<Scratch> {
-        {
-            let mut st = self.state.lock();
-            if let Some(i) = st.scratch.iter().position(|s| s.fits(need)) {
-                return Ok(st.scratch.swap_remove(i));
-            }
-        }
-        Scratch::alloc(&self.device, need.map(usize::next_power_of_two))
-    }
-
-    fn give_scratch(&self, s: Scratch) {
-        let mut st = self.state.lock();
-        st.scratch.push(s);
-        if st.scratch.len() > 4 {
-            // Keep the largest ones.
-            st.scratch
-                .sort_by_key(|s| std::cmp::Reverse(s.caps.iter().sum::<usize>()));
-            let extra = st.scratch.split_off(4);
-            st.deferred_scratch.extend(extra);
-        }
-    }
-
-    fn take_table(&self, pieces: usize) -> CudaResult<CopyTable> {
-        {
-            let mut st = self.state.lock();
-            if let Some(i) = st.tables.iter().position(|t| t.cap >= pieces) {
-                return Ok(st.tables.swap_remove(i));
-            }
-        }
-        CopyTable::alloc(&self.device, pieces)
-    }
-
-    /// Back to the pool (the largest four kept; the others released with the deferred
-    /// backing, since `cuMemFreeHost` waits for the device).
-    fn give_table(st: &mut State, t: CopyTable) {
-        st.tables.push(t);
-        if st.tables.len() > 4 {
-            st.tables.sort_by_key(|t| std::cmp::Reverse(t.cap));
-            let extra = st.tables.split_off(4);
-            st.deferred_tables.extend(extra);
-        }
-    }
-
-    /// Digests `ranges` of device memory and waits at most `timeout` (tools and benchmarks;
-    /// the memory layer uses the asynchronous interface).
-    pub fn digest_blocking(
-        &self,
-        ranges: &[(u64, u64)],
-        key: DigestKey,
-        timeout: Duration,
-    ) -> Result<Vec<Digest128>, BackendError> {
-        let ops: Vec<DigestOp> = ranges
-            .iter()
-            .map(|&(addr, len)| DigestOp {
-                at: MemLoc::Device { addr },
-                len,
-            })
-            .collect();
-        let f = self.submit_digests(&ops, key)?;
-        if !self.poll_fence(f, timeout)? {
-            self.abandon_fence(f);
-            return Err(BackendError::on(self.agent, "digest").error(
-                BackendErrorKind::Other,
-                format!("not done within {timeout:?}"),
-            ));
-        }
-        self.take_digests(f)
-    }
-
-    /// Chunk digests of `[addr, addr+len)` in chunks of `chunk` bytes (the memory layer's
-    /// split), waiting at most `timeout`.
-    pub fn chunk_digests(
-        &self,
-        addr: u64,
-        len: u64,
-        chunk: u64,
-        key: DigestKey,
-        timeout: Duration,
-    ) -> Result<Vec<Digest128>, BackendError> {
-        let chunk = chunk.max(1);
-        let mut ranges = Vec::with_capacity(len.div_ceil(chunk) as usize);
-        let mut off = 0;
-        while off < len {
-            let l = chunk.min(len - off);
-            ranges.push((addr + off, l));
-            off += l;
-        }
-        self.digest_blocking(&ranges, key, timeout)
-    }
-
-    /// Copies `len` bytes of device memory to a new host vector (waits, bounded by `timeout`).
-    pub fn read_device(&self, addr: u64, len: u64, timeout: Duration) -> CudaResult<Vec<u8>> {
-        self.device.bind()?;
-        self.order_stream(self.digest_stream.raw())?;
-        copy::read_device(&self.device, self.digest_stream.raw(), addr, len, timeout)
-    }
-
-    /// Reads like [`Self::read_device`] but through the gather kernel, which reads what the
-    /// application's kernels read even where the copy engine refuses the address.
-    fn read_by_kernel(&self, addr: u64, len: u64, timeout: Duration) -> CudaResult<Vec<u8>> {
-        let k = self
-            .kernels
-            .get()
-            .ok_or_else(|| CudaError::InvalidArgument("the gather kernel is not loaded".into()))?;
-        self.device.bind()?;
-        let s = self.digest_stream.raw();
-        self.order_stream(s)?;
-        let pieces = kernels::copy_pieces(&[(addr, 0, len)]).len();
-        let t = self.take_table(pieces)?;
-        match copy::read_device_by_kernel(&self.device, &k.copy, &t, s, addr, len, timeout) {
-            Ok(bytes) => {
-                Self::give_table(&mut self.state.lock(), t);
-                Ok(bytes)
-            }
-            Err(e) => {
-                // The kernel may still read the table.
-                std::mem::forget(t);
-                Err(e)
-            }
-        }
-    }
-
-    /// Copies `bytes` into device memory at `addr` (waits, bounded by `timeout`). Not gated
-    /// (tools and benchmarks outside a window, or tool work inside one): a write that may run
-    /// beside a window goes through [`crate::CudaBackend::copy`].
-    pub fn write_device(&self, addr: u64, bytes: &[u8], timeout: Duration) -> CudaResult<()> {
-        self.device.bind()?;
-        self.order_stream(self.digest_stream.raw())?;
-        copy::write_device(&self.device, self.digest_stream.raw(), addr, bytes, timeout)
-    }
-
-    fn submit_digests_inner(&self, ops: &[DigestOp], key: DigestKey) -> CudaResult<Fence> {
-        self.device.bind()?;
-        let (host, dev) = digest::split_ops(&self.state.lock().backing, ops, key)?;
-        let mut job = DigestJob {
-            n: ops.len(),
-            host,
-            device_ops: dev.iter().map(|d| d.0).collect(),
-            scratch: None,
-            staging: None,
-            key,
-            timing: None,
-        };
-        let s = self.digest_stream.raw();
-        if dev.is_empty() {
-            return Ok(self.new_fence(Pending {
-                events: SmallVec::new(),
-                digests: Some(job),
-                table: None,
-                timing: None,
-                done: true,
-            }));
-        }
-        // Digests read what a restore ordered on the device wrote.
-        self.order_stream(s)?;
-        if log::log_enabled!(log::Level::Debug) {
-            self.log_unheld_ranges(&dev);
-        }
-        match self.kernels.get() {
-            Some(k) => {
-                let batch = Batch::plan(&dev, self.segment.load(Ordering::Relaxed))?;
-                let scratch = self.take_scratch(batch.need)?;
-                let before = if log::log_enabled!(log::Level::Trace) {
-                    let e = self.device.event(true)?;
-                    e.record(s)?;
-                    Some(e)
-                } else {
-                    None
-                };
-                if let Err(e) = batch.launch(k, &scratch, key, s) {
-                    // Whatever was enqueued may still run: leak the scratch rather than reuse it.
-                    std::mem::forget(scratch);
-                    return Err(e);
-                }
-                job.scratch = Some(scratch);
-                if let Some(a) = before {
-                    let b = self.device.event(true)?;
-                    b.record(s)?;
-                    let bytes = dev.iter().map(|d| d.2).sum();
-                    job.timing = Some((a, b, bytes, batch.blocks as usize));
-                }
-            }
-            None => job.staging = Some(Staging::stage(&dev, s)?),
-        }
-        let events = self.fence_events(&[s])?;
-        Ok(self.new_fence(Pending {
-            events,
-            digests: Some(job),
-            table: None,
-            timing: None,
-            done: false,
-        }))
-    }
-
-    /// Diagnostics (debug log): names every range of a digest batch that no live allocation
-    /// or mapping holds as the driver sees it, before the kernel reads it. Such a read faults
-    /// the context; the memory layer checks liveness against the tracker, so a range named here
-    /// is memory the tracker still thinks live.
-    fn log_unheld_ranges(&self, dev: &[digest::DeviceOp]) {
-        let mut bad = Vec::new();
-        for &(_, addr, len) in dev {
-            let held = PointerAttributes::query(addr).is_ok_and(|a| {
-                let (base, size) = if a.mapped { a.mapping } else { a.range };
-                a.memory_type != 0 && base <= addr && addr + len <= base + size
-            });
-            if !held && bad.len() < 16 {
-                bad.push(format!("{addr:#x}+{len}"));
-            }
-        }
-        if !bad.is_empty() {
-            log::debug!(
-                "[kernel-replay] agent {}: digest batch reads ranges no allocation holds: {}",
-                self.agent,
-                bad.join(" ")
-            );
-        }
-    }
-
-    fn submit_copies_inner(&self, ops: &[CopyOp]) -> Result<Fence, BackendError> {
-        const OP: &str = "submit copies";
-        let resolved = copy::resolve_ops(&self.state.lock().backing, ops)
-            .map_err(|m| BackendError::on(self.agent, OP).invalid(m))?;
-        self.device
-            .bind()
-            .map_err(|e| e.to_backend(self.agent, OP))?;
-        // Small device-to-device copies: one gather launch on the device lane (when the
-        // kernels compiled and there are several); the rest one `cuMemcpyAsync` each.
-        let (gather, rest): (Vec<ResolvedCopy>, Vec<ResolvedCopy>) = match self.kernels.get() {
-            Some(_)
-                if self.gather.load(Ordering::Relaxed)
-                    && resolved.iter().filter(|c| copy::gathered(c)).count() > 1 =>
-            {
-                resolved.iter().partition(|c| copy::gathered(c))
-            }
-            _ => (Vec::new(), resolved),
-        };
-        let mut table = None;
-        let mut used: SmallVec<[sys::CUstream; 4]> = SmallVec::new();
-        let trace = log::log_enabled!(log::Level::Trace);
-        let lane = self.copies.stream(Lane::Device, 0);
-        let before = match trace {
-            true => {
-                let e = self
-                    .device
-                    .event(true)
-                    .map_err(|e| e.to_backend(self.agent, OP))?;
-                e.record(lane).map_err(|e| e.to_backend(self.agent, OP))?;
-                Some(e)
-            }
-            false => None,
-        };
-        if let (Some(k), false) = (self.kernels.get(), gather.is_empty()) {
-            let ops: Vec<(u64, u64, u64)> = gather.iter().map(|c| (c.src, c.dst, c.len)).collect();
-            let pieces = kernels::copy_pieces(&ops);
-            let t = self
-                .take_table(pieces.len())
-                .map_err(|e| e.to_backend(self.agent, OP))?;
-            let s = self.copies.stream(Lane::Device, 0);
-            if let Err(e) = copy::launch_gather(&k.copy, &t, &pieces, s) {
-                // Whatever was enqueued may still read the table: leak it rather than reuse it.
-                std::mem::forget(t);
-                return Err(e.to_backend(self.agent, OP));
-            }
-            table = Some(t);
-            used.push(s);
-        }
-        let plan = schedule(&rest, self.config.host_chunk_bytes);
-        let (more, failure) = copy::enqueue_all(&self.copies, &plan);
-        let timing = match before {
-            Some(a) if failure.is_none() => {
-                let b = self
-                    .device
-                    .event(true)
-                    .map_err(|e| e.to_backend(self.agent, OP))?;
-                b.record(lane).map_err(|e| e.to_backend(self.agent, OP))?;
-                let bytes = gather.iter().chain(&rest).map(|c| c.len).sum();
-                Some((a, b, gather.len(), rest.len(), bytes))
-            }
-            _ => None,
-        };
-        for s in more {
-            if !used.contains(&s) {
-                used.push(s);
-            }
-        }
-        let events = self
-            .fence_events(&used)
-            .map_err(|e| e.to_backend(self.agent, OP))?;
-        if let Some(e) = failure {
-            // Copies enqueued before the failure may still run; wait for them (bounded) so the
-            // memory layer may reuse its blocks, then report the failure.
-            let refs: Vec<&Event> = events.iter().collect();
-            if !matches!(wait_events(&refs, Duration::from_secs(10)), Ok(true)) {
-                log::warn!("[kernel-replay] copies before a failed copy did not finish in 10 s");
-            }
-            // A sticky error (the context is lost) stays one: the window then skips a restore
-            // instead of aborting on it.
-            let kind = match e.kind() {
-                BackendErrorKind::DeviceLost => BackendErrorKind::DeviceLost,
-                _ => BackendErrorKind::CopyFailed,
-            };
-            if let Some(t) = table {
-                // Waited for above when the wait succeeded; either way never reused.
-                std::mem::forget(t);
-            }
-            return Err(BackendError::on(self.agent, OP).error(kind, e.to_string()));
-        }
-        Ok(self.new_fence(Pending {
-            events,
-            digests: None,
-            table,
-            timing,
-            done: false,
-        }))
     }
 }
 
@@ -971,163 +574,23 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn order_after(&self, fence: Fence) -> Result<(), BackendError> {
-        const OP: &str = "order after fence";
-        if !self.ordered_restores() {
-            return Err(BackendError::on(self.agent, OP).error(
-                BackendErrorKind::Unsupported,
-                "restores are set to wait on the host",
-            ));
-        }
-        let mut st = self.state.lock();
-        let p = st.fences.get(&fence.0).ok_or_else(|| {
-            BackendError::on(self.agent, OP).invalid(format!("unknown fence {}", fence.0))
-        })?;
-        if p.done || p.events.is_empty() {
-            return Ok(());
-        }
-        let events = p.events.iter().map(Event::raw).collect();
-        st.ordered.push((fence.0, events));
-        self.any_ordered.store(true, Ordering::Release);
-        Ok(())
+        self.order_after_fence(fence)
     }
 
     fn wait_ordered(&self, budget: Duration) -> Result<bool, BackendError> {
-        const OP: &str = "wait for the ordered restore";
-        let start = std::time::Instant::now();
-        self.device
-            .bind()
-            .map_err(|e| e.to_backend(self.agent, OP))?;
-        loop {
-            {
-                // Queried under the lock: no event of the list is recycled meanwhile.
-                let st = self.state.lock();
-                let mut all = true;
-                for &e in st.ordered.iter().flat_map(|(_, evs)| evs.iter()) {
-                    // SAFETY: an alive event of this context (see `State::ordered`).
-                    let r = unsafe { sys::cuEventQuery(e) };
-                    if r == sys::CUresult::CUDA_ERROR_NOT_READY {
-                        all = false;
-                        break;
-                    }
-                    r.call("cuEventQuery")
-                        .map_err(|e| e.to_backend(self.agent, OP))?;
-                }
-                if all {
-                    return Ok(true);
-                }
-            }
-            if !crate::device::back_off(start, budget) {
-                return Ok(false);
-            }
-        }
+        self.wait_for_ordered(budget)
     }
 
     fn poll_fence(&self, fence: Fence, budget: Duration) -> Result<bool, BackendError> {
-        const OP: &str = "poll fence";
-        // Take the events out so the wait holds no lock (SPEC §6: a wait never holds a lock).
-        let (events, is_digest) = {
-            let mut st = self.state.lock();
-            let p = st.fences.get_mut(&fence.0).ok_or_else(|| {
-                BackendError::on(self.agent, OP).invalid(format!("unknown fence {}", fence.0))
-            })?;
-            if p.done {
-                return Ok(true);
-            }
-            (std::mem::take(&mut p.events), p.digests.is_some())
-        };
-        let bound = self.device.bind();
-        let refs: Vec<&Event> = events.iter().collect();
-        let r = bound.and_then(|()| wait_events(&refs, budget));
-        let mut st = self.state.lock();
-        let done = matches!(r, Ok(true));
-        if done {
-            // Before its events are recycled: no stream is ordered after them any more.
-            st.ordered.retain(|(id, _)| *id != fence.0);
-            self.any_ordered
-                .store(!st.ordered.is_empty(), Ordering::Release);
-        }
-        match st.fences.get_mut(&fence.0) {
-            Some(p) if done => {
-                p.done = true;
-                let table = p.table.take();
-                if let Some((a, b, gathered, called, bytes)) = p.timing.take() {
-                    if let Ok(ms) = Event::elapsed_ms(&a, &b) {
-                        log::trace!(
-                            "[kernel-replay] copy batch: {gathered} gathered, {called} by call, {bytes} bytes: {:.1} us on the device lane",
-                            ms * 1000.0
-                        );
-                    }
-                }
-                drop(refs);
-                for e in events {
-                    self.device.recycle_event(e);
-                }
-                if !is_digest {
-                    st.fences.remove(&fence.0);
-                }
-                if let Some(t) = table {
-                    Self::give_table(&mut st, t);
-                }
-            }
-            Some(p) => p.events = events,
-            None => {} // abandoned meanwhile: the events drop (destroyed when done)
-        }
-        r.map_err(|e| e.to_backend(self.agent, OP))
+        self.poll(fence, budget)
     }
 
     fn take_digests(&self, fence: Fence) -> Result<Vec<Digest128>, BackendError> {
-        const OP: &str = "take digests";
-        let p = {
-            let mut st = self.state.lock();
-            match st.fences.get(&fence.0) {
-                Some(p) if p.done && p.digests.is_some() => {}
-                Some(_) => {
-                    return Err(BackendError::on(self.agent, OP)
-                        .invalid(format!("fence {} is not a completed digest batch", fence.0)))
-                }
-                None => {
-                    return Err(BackendError::on(self.agent, OP)
-                        .invalid(format!("unknown fence {}", fence.0)))
-                }
-            }
-            st.fences.remove(&fence.0).expect("checked above")
-        };
-        let job = p.digests.expect("checked above");
-        let (out, scratch, staging) = job.finish();
-        if let Some(scratch) = scratch {
-            self.give_scratch(scratch);
-        }
-        if let Some(staging) = staging {
-            self.state.lock().deferred_staging.push(staging);
-        }
-        Ok(out)
+        self.take_fence_digests(fence)
     }
 
     fn abandon_fence(&self, fence: Fence) {
-        let p = {
-            let mut st = self.state.lock();
-            st.ordered.retain(|(id, _)| *id != fence.0);
-            self.any_ordered
-                .store(!st.ordered.is_empty(), Ordering::Release);
-            st.fences.remove(&fence.0)
-        };
-        if let Some(mut p) = p {
-            if let Some(t) = p.table.take() {
-                // The device may still read it: leak, never reuse.
-                std::mem::forget(t);
-            }
-            if let Some(mut job) = p.digests {
-                // The device may still write them: leak, never reuse (as the memory layer does
-                // with backing blocks of an abandoned copy).
-                if let Some(s) = job.scratch.take() {
-                    std::mem::forget(s);
-                }
-                if let Some(s) = job.staging.take() {
-                    std::mem::forget(s);
-                }
-            }
-            // Events of an incomplete batch are destroyed; the driver releases them when done.
-        }
+        self.abandon(fence)
     }
 }
 

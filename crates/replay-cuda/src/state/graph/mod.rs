@@ -51,6 +51,10 @@
 //! What an unrolled graph cannot keep: timing between branches, and the graph's single
 //! submission (each node is its own). Its memory semantics are the graph's: each node runs
 //! once, kernels replayed with memory restored between passes.
+//!
+//! This file holds the mode, the run-once reasons, the registry of executable graphs with the
+//! hooks that keep it, what `cuGraphLaunch` decides and graph mode's whole launch; `nodes.rs`
+//! reads a template into the model, `run.rs` runs the unrolled nodes of node mode.
 
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void};
@@ -64,8 +68,25 @@ use parking_lot::Mutex;
 use replay_core::{Dim3, PolicyError};
 
 use super::state;
-use crate::intercept::launch::{self as hooks, Intercepted};
+use crate::intercept::launch as hooks;
 use crate::launch::How;
+use nodes::{kernel_work, read_graph, Topo, Work};
+use run::unroll;
+
+/// A driver entry the model needs that is not wrapped, looked up in the driver itself (never
+/// one of the interception's wrappers); `None` where the driver lacks it.
+macro_rules! entry {
+    ($name:literal : fn($($t:ty),*)) => {
+        $crate::state::images::optional_entry($name).map(|p| {
+            // SAFETY: the driver's entry of this name has this signature (the CUDA headers).
+            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> CUresult>(p) }
+        })
+    };
+}
+
+// Declared after `entry!`, which they use.
+mod nodes;
+mod run;
 
 /// Environment variable: how graph launches are profiled (`node`, `graph` or `off`).
 pub const GRAPH_PROFILING_ENV: &str = "KREPLAY_GRAPH_PROFILING";
@@ -190,94 +211,6 @@ impl RunOnce {
     }
 }
 
-const MEMCPY3D_WORDS: usize = std::mem::size_of::<sys::CUDA_MEMCPY3D>().div_ceil(8);
-
-/// One node's work, as the executable graph holds it now.
-#[derive(Debug, Clone)]
-enum Work {
-    Kernel {
-        func: CUfunction,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shmem: u32,
-        /// The argument block by value and each parameter's offset in it.
-        block_bytes: Vec<u8>,
-        offsets: Vec<usize>,
-    },
-    /// `CUDA_MEMCPY3D` as the driver wrote it, kept as words: its memory-type fields are
-    /// only read as integers, so no value the driver writes is an invalid enum here.
-    Memcpy(Box<[u64; MEMCPY3D_WORDS]>),
-    Memset(sys::CUDA_MEMSET_NODE_PARAMS),
-    Host {
-        func: usize,
-        data: usize,
-    },
-    EventRecord(usize),
-    EventWait(usize),
-    Child(Box<Topo>),
-    Empty,
-}
-
-// SAFETY: the raw pointers are driver handles and the application's addresses (device
-// memory, host functions and their data), used only in driver calls, never dereferenced here.
-unsafe impl Send for Work {}
-// SAFETY: as above.
-unsafe impl Sync for Work {}
-
-#[derive(Debug, Clone)]
-struct Node {
-    /// The template node handles this node answers to (the instantiated template's, then
-    /// those of every template it was updated from).
-    handles: Vec<usize>,
-    deps: Vec<usize>,
-    work: Work,
-    enabled: bool,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Topo {
-    nodes: Vec<Node>,
-}
-
-impl Topo {
-    /// A topological order (Kahn's, lowest index first, so the same graph always unrolls the
-    /// same way); `None` for a cycle.
-    fn order(&self) -> Option<Vec<usize>> {
-        let n = self.nodes.len();
-        let mut done = vec![false; n];
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            let next = (0..n).find(|&i| !done[i] && self.nodes[i].deps.iter().all(|&d| done[d]))?;
-            done[next] = true;
-            out.push(next);
-        }
-        Some(out)
-    }
-
-    fn find_mut(&mut self, handle: usize) -> Option<&mut Node> {
-        self.nodes.iter_mut().find(|n| n.handles.contains(&handle))
-    }
-
-    /// Whether independent branches exist (some node is not ordered after the one before).
-    fn has_branches(&self, order: &[usize]) -> bool {
-        order
-            .windows(2)
-            .any(|w| !self.nodes[w[1]].deps.contains(&w[0]))
-            || self.nodes.iter().any(|n| match &n.work {
-                Work::Child(c) => c.order().is_some_and(|o| c.has_branches(&o)),
-                _ => false,
-            })
-    }
-
-    fn has_host_nodes(&self) -> bool {
-        self.nodes.iter().any(|n| match &n.work {
-            Work::Host { .. } => n.enabled,
-            Work::Child(c) => c.has_host_nodes(),
-            _ => false,
-        })
-    }
-}
-
 /// The model of one executable graph.
 #[derive(Debug)]
 struct Exec {
@@ -310,243 +243,6 @@ fn count_once(reason: RunOnce) {
         .lock()
         .entry(reason.as_str())
         .or_insert(0) += 1;
-}
-
-/// A driver entry the model needs that is not wrapped, looked up in the driver itself (never
-/// one of the interception's wrappers); `None` where the driver lacks it.
-macro_rules! entry {
-    ($name:literal : fn($($t:ty),*)) => {
-        super::images::optional_entry($name).map(|p| {
-            // SAFETY: the driver's entry of this name has this signature (the CUDA headers).
-            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> CUresult>(p) }
-        })
-    };
-}
-
-fn ok(r: CUresult) -> Result<(), RunOnce> {
-    if r == CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(RunOnce::Introspection)
-    }
-}
-
-/// Reads template `g` into a model.
-///
-/// # Safety
-/// `g` is a live graph handle.
-unsafe fn read_graph(g: CUgraph, depth: u32) -> Result<Topo, RunOnce> {
-    if depth > 16 {
-        return Err(RunOnce::NodeType);
-    }
-    let get_nodes = entry!(c"cuGraphGetNodes": fn(CUgraph, *mut CUgraphNode, *mut usize))
-        .ok_or(RunOnce::Introspection)?;
-    let get_type = entry!(c"cuGraphNodeGetType": fn(CUgraphNode, *mut c_uint))
-        .ok_or(RunOnce::Introspection)?;
-    let get_deps =
-        entry!(c"cuGraphNodeGetDependencies": fn(CUgraphNode, *mut CUgraphNode, *mut usize))
-            .ok_or(RunOnce::Introspection)?;
-    let mut n = 0usize;
-    // SAFETY: the caller's live graph; a null array asks for the count.
-    ok(unsafe { get_nodes(g, std::ptr::null_mut(), &mut n) })?;
-    let mut handles: Vec<CUgraphNode> = vec![std::ptr::null_mut(); n];
-    // SAFETY: an array of `n` handles.
-    ok(unsafe { get_nodes(g, handles.as_mut_ptr(), &mut n) })?;
-    handles.truncate(n);
-    let mut topo = Topo::default();
-    for &h in &handles {
-        let mut ty: c_uint = 0;
-        // SAFETY: a node of the live graph; out pointer to a live local.
-        ok(unsafe { get_type(h, &mut ty) })?;
-        let mut nd = 0usize;
-        // SAFETY: as above; a null array asks for the count.
-        ok(unsafe { get_deps(h, std::ptr::null_mut(), &mut nd) })?;
-        let mut deps: Vec<CUgraphNode> = vec![std::ptr::null_mut(); nd];
-        if nd > 0 {
-            // SAFETY: an array of `nd` handles.
-            ok(unsafe { get_deps(h, deps.as_mut_ptr(), &mut nd) })?;
-        }
-        let deps = deps
-            .iter()
-            .map(|d| handles.iter().position(|x| x == d))
-            .collect::<Option<Vec<_>>>()
-            .ok_or(RunOnce::Introspection)?;
-        // SAFETY: a node of the live graph of type `ty`.
-        let work = unsafe { read_node(h, ty, depth) }?;
-        topo.nodes.push(Node {
-            handles: vec![h as usize],
-            deps,
-            work,
-            enabled: true,
-        });
-    }
-    topo.order().ok_or(RunOnce::Introspection)?;
-    Ok(topo)
-}
-
-/// One node's work.
-///
-/// # Safety
-/// `h` is a live node of type `ty`.
-unsafe fn read_node(h: CUgraphNode, ty: c_uint, depth: u32) -> Result<Work, RunOnce> {
-    Ok(match ty {
-        0 => {
-            let get = entry!(c"cuGraphKernelNodeGetParams_v2": fn(CUgraphNode, *mut sys::CUDA_KERNEL_NODE_PARAMS))
-                .ok_or(RunOnce::Introspection)?;
-            // SAFETY: plain data the driver fills.
-            let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
-            // SAFETY: a kernel node; out pointer to a live local.
-            ok(unsafe { get(h, &mut p) })?;
-            kernel_attributes_ok(h)?;
-            // SAFETY: the driver's copy of the arguments, valid until the node changes.
-            unsafe { kernel_work(&p) }?
-        }
-        1 => {
-            let get =
-                entry!(c"cuGraphMemcpyNodeGetParams": fn(CUgraphNode, *mut [u64; MEMCPY3D_WORDS]))
-                    .ok_or(RunOnce::Introspection)?;
-            let mut c = Box::new([0u64; MEMCPY3D_WORDS]);
-            // SAFETY: a memcpy node; the buffer is at least a CUDA_MEMCPY3D, suitably aligned.
-            ok(unsafe { get(h, &mut *c) })?;
-            Work::Memcpy(c)
-        }
-        2 => {
-            let get = entry!(c"cuGraphMemsetNodeGetParams": fn(CUgraphNode, *mut sys::CUDA_MEMSET_NODE_PARAMS))
-                .ok_or(RunOnce::Introspection)?;
-            // SAFETY: plain data the driver fills.
-            let mut m: sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
-            // SAFETY: a memset node; out pointer to a live local.
-            ok(unsafe { get(h, &mut m) })?;
-            if !matches!(m.elementSize, 1 | 2 | 4) {
-                return Err(RunOnce::NodeType);
-            }
-            Work::Memset(m)
-        }
-        3 => {
-            let get = entry!(c"cuGraphHostNodeGetParams": fn(CUgraphNode, *mut [usize; 2]))
-                .ok_or(RunOnce::Introspection)?;
-            let mut p = [0usize; 2];
-            // SAFETY: a host node; CUDA_HOST_NODE_PARAMS begins with the function and its
-            // data (a later field, where the header has one, is not read).
-            ok(unsafe { get(h, &mut p) })?;
-            Work::Host {
-                func: p[0],
-                data: p[1],
-            }
-        }
-        4 => {
-            let get = entry!(c"cuGraphChildGraphNodeGetGraph": fn(CUgraphNode, *mut CUgraph))
-                .ok_or(RunOnce::Introspection)?;
-            let mut child: CUgraph = std::ptr::null_mut();
-            // SAFETY: a child-graph node; out pointer to a live local.
-            ok(unsafe { get(h, &mut child) })?;
-            // SAFETY: the driver's handle of the node's child graph.
-            Work::Child(Box::new(unsafe { read_graph(child, depth + 1) }?))
-        }
-        5 => Work::Empty,
-        6 | 7 => {
-            let get = if ty == 6 {
-                entry!(c"cuGraphEventWaitNodeGetEvent": fn(CUgraphNode, *mut usize))
-            } else {
-                entry!(c"cuGraphEventRecordNodeGetEvent": fn(CUgraphNode, *mut usize))
-            }
-            .ok_or(RunOnce::Introspection)?;
-            let mut e = 0usize;
-            // SAFETY: an event node; out pointer to a live local.
-            ok(unsafe { get(h, &mut e) })?;
-            if ty == 6 {
-                Work::EventWait(e)
-            } else {
-                Work::EventRecord(e)
-            }
-        }
-        _ => return Err(RunOnce::NodeType),
-    })
-}
-
-/// A cluster shape or the cooperative attribute would be lost by a plain relaunch. A driver
-/// without the entry has no attributes to lose.
-fn kernel_attributes_ok(h: CUgraphNode) -> Result<(), RunOnce> {
-    let Some(get) =
-        entry!(c"cuGraphKernelNodeGetAttribute": fn(CUgraphNode, c_uint, *mut [u8; 64]))
-    else {
-        return Ok(());
-    };
-    // CU_LAUNCH_ATTRIBUTE_COOPERATIVE (2): an int; CLUSTER_DIMENSION (4): three unsigned ints.
-    let mut v = [0u8; 64];
-    // SAFETY: a kernel node; the attribute value union is 64 bytes.
-    if unsafe { get(h, 2, &mut v) } == CUresult::CUDA_SUCCESS && v[..4] != [0; 4] {
-        return Err(RunOnce::KernelAttributes);
-    }
-    let mut v = [0u8; 64];
-    // SAFETY: as above.
-    if unsafe { get(h, 4, &mut v) } == CUresult::CUDA_SUCCESS {
-        let dim = |i: usize| u32::from_le_bytes([v[i], v[i + 1], v[i + 2], v[i + 3]]);
-        if (dim(0), dim(4), dim(8)) != (0, 0, 0) && (dim(0), dim(4), dim(8)) != (1, 1, 1) {
-            return Err(RunOnce::KernelAttributes);
-        }
-    }
-    Ok(())
-}
-
-/// A kernel node's launch, its arguments copied by value.
-///
-/// # Safety
-/// `p.kernelParams` holds one live pointer per parameter of the function (the driver's or
-/// the application's contract for node parameters).
-unsafe fn kernel_work(p: &sys::CUDA_KERNEL_NODE_PARAMS) -> Result<Work, RunOnce> {
-    let func = if p.func.is_null() {
-        // A CUkernel may stand where a CUfunction is expected.
-        p.kern as CUfunction
-    } else {
-        p.func
-    };
-    if func.is_null() {
-        return Err(RunOnce::Introspection);
-    }
-    // The unrolled launch runs on the launch's context; a node bound elsewhere would not.
-    if !p.ctx.is_null() && p.ctx != super::current_context() {
-        return Err(RunOnce::OtherContext);
-    }
-    if !p.extra.is_null() {
-        return Err(RunOnce::LayoutUnknown);
-    }
-    // A node captured from a launch by a library kernel's handle holds the context's function
-    // of that kernel, which the hooks never saw: the kernel maps it to its image.
-    super::images::note_node_kernel(func, p.kern);
-    let info = state().func_info(func);
-    let layout = info.layout.as_ref().ok_or(RunOnce::LayoutUnknown)?;
-    if !layout.is_empty() && p.kernelParams.is_null() {
-        return Err(RunOnce::LayoutUnknown);
-    }
-    let end = layout
-        .iter()
-        .map(|s| s.offset as usize + s.size as usize)
-        .max()
-        .unwrap_or(0);
-    let mut block_bytes = vec![0u8; end.next_multiple_of(8)];
-    let mut offsets = Vec::with_capacity(layout.len());
-    for (i, s) in layout.iter().enumerate() {
-        // SAFETY: the caller's contract: parameter `i` points to `s.size` bytes.
-        let src = unsafe { *p.kernelParams.add(i) } as *const u8;
-        if src.is_null() {
-            return Err(RunOnce::LayoutUnknown);
-        }
-        let o = s.offset as usize;
-        // SAFETY: as above; the destination lies inside `block_bytes` (its end is the max).
-        unsafe {
-            std::ptr::copy_nonoverlapping(src, block_bytes.as_mut_ptr().add(o), s.size as usize)
-        };
-        offsets.push(o);
-    }
-    Ok(Work::Kernel {
-        func,
-        grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
-        block: [p.blockDimX, p.blockDimY, p.blockDimZ],
-        shmem: p.sharedMemBytes,
-        block_bytes,
-        offsets,
-    })
 }
 
 /// CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.
@@ -860,232 +556,6 @@ fn plan(exec: CUgraphExec) -> Result<(u64, u64, Topo), RunOnce> {
     Ok((e.id, e.launches.fetch_add(1, Ordering::Relaxed), topo))
 }
 
-/// Runs `topo` node by node on `stream` (node mode). Returns the first error a node's call
-/// returned; the nodes after it do not run (the application sees the error, as it would
-/// see the graph's).
-///
-/// # Safety
-/// `stream` is the application's launch stream; the model's handles are live.
-unsafe fn unroll(
-    topo: &Topo,
-    graph: u64,
-    launch: u64,
-    stream: CUstream,
-    reached: &mut bool,
-) -> CUresult {
-    state()
-        .counters
-        .graph_unrolled
-        .fetch_add(1, Ordering::Relaxed);
-    let Some(order) = topo.order() else {
-        return CUresult::CUDA_ERROR_INVALID_VALUE;
-    };
-    let serialized = topo.has_branches(&order);
-    let mut position = 0u32;
-    // SAFETY: the caller's contract.
-    unsafe {
-        run_nodes(
-            topo,
-            &order,
-            graph,
-            launch,
-            serialized,
-            stream,
-            &mut position,
-            reached,
-        )
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe fn run_nodes(
-    topo: &Topo,
-    order: &[usize],
-    graph: u64,
-    launch: u64,
-    serialized: bool,
-    stream: CUstream,
-    position: &mut u32,
-    reached: &mut bool,
-) -> CUresult {
-    for &i in order {
-        let node = &topo.nodes[i];
-        let here = *position;
-        *position += 1;
-        if !node.enabled {
-            continue;
-        }
-        let r = match &node.work {
-            Work::Kernel {
-                func,
-                grid,
-                block,
-                shmem,
-                block_bytes,
-                offsets,
-            } => {
-                let Some(real) = entry!(c"cuLaunchKernel": fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void))
-                else {
-                    return CUresult::CUDA_ERROR_NOT_FOUND;
-                };
-                // The arguments of this launch: a copy, since a pass may launch it again.
-                let mut bytes = block_bytes.clone();
-                let mut params: Vec<*mut c_void> = offsets
-                    .iter()
-                    // SAFETY: each offset lies inside the block (kernel_work).
-                    .map(|&o| unsafe { bytes.as_mut_ptr().add(o) }.cast())
-                    .collect();
-                let pp = if params.is_empty() {
-                    std::ptr::null_mut()
-                } else {
-                    params.as_mut_ptr()
-                };
-                let l = Intercepted {
-                    f: *func,
-                    grid: Dim3::new(grid[0], grid[1], grid[2]),
-                    block: Dim3::new(block[0], block[1], block[2]),
-                    shmem: *shmem,
-                    stream,
-                    params: pp,
-                    extra: std::ptr::null_mut(),
-                    cooperative: false,
-                };
-                let how = How::Kernel {
-                    real,
-                    f: *func,
-                    grid: *grid,
-                    block: *block,
-                    shmem: *shmem,
-                    stream,
-                    params: pp,
-                    extra: std::ptr::null_mut(),
-                };
-                state()
-                    .counters
-                    .graph_node_kernels
-                    .fetch_add(1, Ordering::Relaxed);
-                let previous = crate::graph_tag::replace(Some(NodeTag {
-                    graph,
-                    node: here,
-                    launch,
-                    serialized,
-                }));
-                // SAFETY: the arguments live in `bytes` until the launch returns.
-                let r = unsafe { hooks::run_launch(l, how, reached) };
-                crate::graph_tag::replace(previous);
-                drop(params);
-                drop(bytes);
-                r
-            }
-            Work::Child(child) => {
-                let Some(o) = child.order() else {
-                    return CUresult::CUDA_ERROR_INVALID_VALUE;
-                };
-                // SAFETY: the caller's contract.
-                unsafe {
-                    run_nodes(
-                        child, &o, graph, launch, serialized, stream, position, reached,
-                    )
-                }
-            }
-            // SAFETY: the node's recorded parameters, on the caller's stream.
-            other => unsafe { run_plain(other, stream, reached) },
-        };
-        if r != CUresult::CUDA_SUCCESS {
-            return r;
-        }
-    }
-    CUresult::CUDA_SUCCESS
-}
-
-/// A node that is not a kernel, once, under the agent's write gate (a window on another
-/// thread must not restore over it).
-///
-/// # Safety
-/// The node's parameters are as the driver gave them; `stream` the application's.
-unsafe fn run_plain(w: &Work, stream: CUstream, reached: &mut bool) -> CUresult {
-    let _gate = crate::intercept::gate::gate_agent().map(|(svc, a)| svc.enter_write(a));
-    *reached = true;
-    let missing = CUresult::CUDA_ERROR_NOT_FOUND;
-    match w {
-        Work::Memcpy(c) => {
-            match entry!(c"cuMemcpy3DAsync_v2": fn(*const [u64; MEMCPY3D_WORDS], CUstream)) {
-                // SAFETY: the node's copy as the driver described it.
-                Some(f) => unsafe { f(&**c, stream) },
-                None => missing,
-            }
-        }
-        Work::Memset(m) => {
-            let pitch = m.pitch.max(m.width * m.elementSize as usize);
-            let d8 = entry!(c"cuMemsetD2D8Async": fn(u64, usize, u8, usize, usize, CUstream));
-            let d16 = entry!(c"cuMemsetD2D16Async": fn(u64, usize, u16, usize, usize, CUstream));
-            let d32 = entry!(c"cuMemsetD2D32Async": fn(u64, usize, c_uint, usize, usize, CUstream));
-            let (dst, v, w, h) = (m.dst, m.value, m.width, m.height);
-            // SAFETY: the node's memset as the driver described it (element size checked).
-            unsafe {
-                match (m.elementSize, d8, d16, d32) {
-                    (1, Some(f), _, _) => f(dst, pitch, v as u8, w, h, stream),
-                    (2, _, Some(f), _) => f(dst, pitch, v as u16, w, h, stream),
-                    (4, _, _, Some(f)) => f(dst, pitch, v, w, h, stream),
-                    _ => missing,
-                }
-            }
-        }
-        Work::Host { func, data } => {
-            match entry!(c"cuLaunchHostFunc": fn(CUstream, usize, usize)) {
-                // SAFETY: the application's host function and its data, as the node held them.
-                Some(f) => unsafe { f(stream, *func, *data) },
-                None => missing,
-            }
-        }
-        Work::EventRecord(e) => match entry!(c"cuEventRecord": fn(usize, CUstream)) {
-            // SAFETY: the node's event, on the launch stream.
-            Some(f) => unsafe { f(*e, stream) },
-            None => missing,
-        },
-        Work::EventWait(e) => match entry!(c"cuStreamWaitEvent": fn(CUstream, usize, c_uint)) {
-            // SAFETY: as above.
-            Some(f) => unsafe { f(stream, *e, 0) },
-            None => missing,
-        },
-        Work::Empty | Work::Kernel { .. } | Work::Child(_) => CUresult::CUDA_SUCCESS,
-    }
-}
-
-/// Every 8-byte word a graph-mode window's scope reads: each kernel node's argument block,
-/// and the destination of each memcpy and memset node.
-fn scope_words(topo: &Topo, out: &mut smallvec::SmallVec<[u8; 256]>) {
-    for n in topo.nodes.iter().filter(|n| n.enabled) {
-        match &n.work {
-            Work::Kernel { block_bytes, .. } => out.extend_from_slice(block_bytes),
-            Work::Memcpy(c) => {
-                let word = |off: usize| c[off / 8];
-                let host = word(std::mem::offset_of!(sys::CUDA_MEMCPY3D, dstMemoryType)) as u32
-                    == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
-                let d = if host {
-                    word(std::mem::offset_of!(sys::CUDA_MEMCPY3D, dstHost))
-                } else {
-                    word(std::mem::offset_of!(sys::CUDA_MEMCPY3D, dstDevice))
-                };
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-            Work::Memset(m) => out.extend_from_slice(&m.dst.to_le_bytes()),
-            Work::Child(c) => scope_words(c, out),
-            _ => {}
-        }
-    }
-}
-
-/// Whether every kernel node's layout is known (always, once modelled: unknown layouts are
-/// not modelled), and the first kernel node's function, which names a graph-mode dispatch.
-fn first_kernel(topo: &Topo) -> Option<CUfunction> {
-    topo.nodes.iter().find_map(|n| match &n.work {
-        Work::Kernel { func, .. } => Some(*func),
-        Work::Child(c) => first_kernel(c),
-        _ => None,
-    })
-}
-
 /// Hook of `cuGraphLaunch` (`PTSZ`: `cuGraphLaunch_ptsz`): counted, then as the mode says
 /// (node by node, whole inside one window, or once under the write gate).
 ///
@@ -1164,6 +634,40 @@ pub(crate) unsafe fn launch(
             )
         },
     }
+}
+
+/// Every 8-byte word a graph-mode window's scope reads: each kernel node's argument block,
+/// and the destination of each memcpy and memset node.
+fn scope_words(topo: &Topo, out: &mut smallvec::SmallVec<[u8; 256]>) {
+    for n in topo.nodes.iter().filter(|n| n.enabled) {
+        match &n.work {
+            Work::Kernel { block_bytes, .. } => out.extend_from_slice(block_bytes),
+            Work::Memcpy(c) => {
+                let word = |off: usize| c[off / 8];
+                let host = word(std::mem::offset_of!(sys::CUDA_MEMCPY3D, dstMemoryType)) as u32
+                    == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
+                let d = if host {
+                    word(std::mem::offset_of!(sys::CUDA_MEMCPY3D, dstHost))
+                } else {
+                    word(std::mem::offset_of!(sys::CUDA_MEMCPY3D, dstDevice))
+                };
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            Work::Memset(m) => out.extend_from_slice(&m.dst.to_le_bytes()),
+            Work::Child(c) => scope_words(c, out),
+            _ => {}
+        }
+    }
+}
+
+/// Whether every kernel node's layout is known (always, once modelled: unknown layouts are
+/// not modelled), and the first kernel node's function, which names a graph-mode dispatch.
+fn first_kernel(topo: &Topo) -> Option<CUfunction> {
+    topo.nodes.iter().find_map(|n| match &n.work {
+        Work::Kernel { func, .. } => Some(*func),
+        Work::Child(c) => first_kernel(c),
+        _ => None,
+    })
 }
 
 /// Graph mode: the whole launch under one window, each pass one launch of the graph.
@@ -1307,33 +811,5 @@ mod tests {
         let e = GraphProfiling::parse("nodes").unwrap_err();
         assert_eq!(e.variable, GRAPH_PROFILING_ENV);
         assert!(e.to_string().contains("node, graph or off"), "{e}");
-    }
-
-    fn node(deps: &[usize]) -> Node {
-        Node {
-            handles: vec![],
-            deps: deps.to_vec(),
-            work: Work::Empty,
-            enabled: true,
-        }
-    }
-
-    #[test]
-    fn a_diamond_unrolls_in_dependency_order_and_says_it_was_serialised() {
-        // 2 -> {0, 3} -> 1, listed out of order.
-        let t = Topo {
-            nodes: vec![node(&[2]), node(&[3, 0]), node(&[]), node(&[2])],
-        };
-        let o = t.order().unwrap();
-        assert_eq!(o, vec![2, 0, 3, 1]);
-        assert!(t.has_branches(&o));
-        let chain = Topo {
-            nodes: vec![node(&[]), node(&[0]), node(&[1])],
-        };
-        assert!(!chain.has_branches(&chain.order().unwrap()));
-        let cycle = Topo {
-            nodes: vec![node(&[1]), node(&[0])],
-        };
-        assert!(cycle.order().is_none());
     }
 }

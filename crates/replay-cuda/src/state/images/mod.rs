@@ -50,18 +50,19 @@
 //!
 //! Not read: fat-binary wrappers of version 2 (prelinked lists), and a library's globals
 //! before any of its kernels runs (they are resolved then).
+//!
+//! This file is the registry of loaded images and maps a function to its image; `hooks.rs`
+//! holds the load and lookup hooks that fill it, `globals.rs` what becomes of an image's
+//! globals at a launch (resolved into the backend's registry, or the launch declined).
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_char, c_uint, c_void, CStr, CString};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{self, CUfunction, CUresult};
 use parking_lot::Mutex;
-use replay_core::{
-    AgentId, BackendError, Dispatch, Policy, Scope, Snapshot, SnapshotError, SnapshotPlan,
-    Snapshotter, WaitSpec,
-};
+use replay_core::AgentId;
 use replay_memory::Tracker;
 use serde::Serialize;
 
@@ -70,8 +71,18 @@ use crate::module::elf::GlobalSymbol;
 use crate::module::image::{self, CodeFormat, ImageNote};
 use crate::module::ModuleRegistry;
 
-/// Environment variable: `1` replays kernels of images whose globals are unknown (default `0`).
-pub const ALLOW_UNKNOWN_GLOBALS_ENV: &str = "KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS";
+mod globals;
+mod hooks;
+
+pub use globals::{
+    allow_unknown_globals, parse_allow, set_allow_unknown_globals, ALLOW_UNKNOWN_GLOBALS_ENV,
+};
+pub(crate) use globals::{resolve_globals, unknown_globals, GlobalsGate};
+pub(crate) use hooks::{
+    hook_kernel_get_function, hook_library_get_kernel, hook_library_load_data,
+    hook_library_load_file, hook_module_get_function, hook_module_load, hook_module_load_data,
+    hook_module_load_data_ex,
+};
 
 /// Counts of the images the application loaded, and of the launches their state decided.
 #[derive(Debug, Default, Serialize)]
@@ -500,15 +511,6 @@ pub(crate) fn image_layout(f: CUfunction) -> Option<Vec<ParamSlot>> {
     img.layouts.get(&*name).cloned()
 }
 
-/// Why a kernel is not to be replayed blind (the module docs' "Globals unknown").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Unknown {
-    /// Its image was read, but not its globals.
-    Globals(String),
-    /// Its function maps to no image the hooks saw loaded.
-    Image(String),
-}
-
 /// The image a launch of `f` belongs to (and what it gave), asked once per launch and handed
 /// to [`resolve_globals`] and [`unknown_globals`].
 #[derive(Debug, Clone)]
@@ -578,21 +580,6 @@ pub(crate) fn code_object_of(module: Option<usize>, library: Option<usize>) -> O
     images().images.lock().get(&h).map(|img| img.code_object)
 }
 
-/// Whether launches of an image (`kernel` names the launch) meet unknown globals, and why.
-pub(crate) fn unknown_globals(image: &LaunchImage, kernel: &str) -> Option<Unknown> {
-    let Some((_, img)) = &image.0 else {
-        return Some(Unknown::Image(format!(
-            "the image of kernel {kernel} is unknown (its function was obtained outside the \
-             hooks of the code-loading entries), so its module globals are unknown"
-        )));
-    };
-    let why = img.unknown.as_ref()?;
-    Some(Unknown::Globals(format!(
-        "globals of {} unknown ({why}): kernel {kernel} is not replayed blind",
-        img.name
-    )))
-}
-
 /// The device-side services the code of a launch's image calls (none when the image is
 /// unknown: that declines already), with the image's name.
 pub(crate) fn image_services(
@@ -600,180 +587,6 @@ pub(crate) fn image_services(
 ) -> Option<(&str, &[crate::module::services::DeviceService])> {
     let (_, img) = image.0.as_ref()?;
     (!img.services.is_empty()).then(|| (img.name.as_str(), img.services.as_slice()))
-}
-
-static ALLOW: AtomicU8 = AtomicU8::new(0);
-
-/// What `KREPLAY_CUDA_ALLOW_UNKNOWN_GLOBALS` says: `Ok(allow)` or why the value is malformed.
-pub fn parse_allow(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
-    let Some(v) = value else { return Ok(false) };
-    match v.to_str().map(str::trim) {
-        Some("" | "0" | "false" | "no" | "off") => Ok(false),
-        Some("1" | "true" | "yes" | "on") => Ok(true),
-        _ => Err(format!(
-            "{ALLOW_UNKNOWN_GLOBALS_ENV}={v:?} is not 0/1/true/false/yes/no/on/off"
-        )),
-    }
-}
-
-/// Whether kernels of images whose globals are unknown replay anyway (the environment, read
-/// once, or [`set_allow_unknown_globals`]).
-pub fn allow_unknown_globals() -> bool {
-    match ALLOW.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let allow = match parse_allow(std::env::var_os(ALLOW_UNKNOWN_GLOBALS_ENV).as_deref()) {
-                Ok(a) => a,
-                Err(why) => {
-                    eprintln!(
-                        "[kernel-replay] {why}; kernels of images whose globals are unknown decline"
-                    );
-                    false
-                }
-            };
-            ALLOW.store(if allow { 2 } else { 1 }, Ordering::Relaxed);
-            allow
-        }
-    }
-}
-
-/// Sets what [`allow_unknown_globals`] answers (an embedding tool; tests).
-pub fn set_allow_unknown_globals(allow: bool) {
-    ALLOW.store(if allow { 2 } else { 1 }, Ordering::Relaxed);
-}
-
-/// The memory engine of a launch whose kernel may meet unknown globals: its plan names them
-/// uncapturable (so the window declines `untracked_memory` with the reason), unless the user
-/// allows it.
-pub(crate) struct GlobalsGate<'a> {
-    inner: &'a dyn Snapshotter,
-    unknown: Option<Unknown>,
-}
-
-impl<'a> GlobalsGate<'a> {
-    /// `inner` planning for a launch with `unknown` globals (from [`unknown_globals`]).
-    pub(crate) fn new(inner: &'a dyn Snapshotter, unknown: Option<Unknown>) -> Self {
-        Self { inner, unknown }
-    }
-}
-
-impl Snapshotter for GlobalsGate<'_> {
-    fn plan(
-        &self,
-        dispatch: &Dispatch,
-        scope: Scope,
-        policy: &Policy,
-    ) -> Result<SnapshotPlan, BackendError> {
-        let mut plan = self.inner.plan(dispatch, scope, policy)?;
-        let Some(u) = &self.unknown else {
-            return Ok(plan);
-        };
-        let c = &images().counters;
-        if allow_unknown_globals() {
-            c.allowed_globals_unknown.fetch_add(1, Ordering::Relaxed);
-        } else if plan.uncapturable.is_none() {
-            let (counter, why) = match u {
-                Unknown::Globals(w) => (&c.declined_globals_unknown, w),
-                Unknown::Image(w) => (&c.declined_image_unknown, w),
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            plan.uncapturable = Some(format!(
-                "{why} (set {ALLOW_UNKNOWN_GLOBALS_ENV}=1 to replay it anyway)"
-            ));
-        }
-        Ok(plan)
-    }
-
-    fn capture(
-        &self,
-        plan: &SnapshotPlan,
-        policy: &Policy,
-        wait: &WaitSpec<'_>,
-    ) -> Result<Box<dyn Snapshot>, SnapshotError> {
-        self.inner.capture(plan, policy, wait)
-    }
-
-    fn pooled_peak_bytes(&self) -> u64 {
-        self.inner.pooled_peak_bytes()
-    }
-
-    // A capture's reads (SPEC §13) go to the memory layer under the gate.
-    fn read_to_host(&self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
-        self.inner.read_to_host(addr, out)
-    }
-
-    // A tool's `sync_memory()` in PASS ENTER waits for the memory layer's ordered restores.
-    fn sync_ordered(&self, wait: &WaitSpec<'_>) -> Result<(), BackendError> {
-        self.inner.sync_ordered(wait)
-    }
-}
-
-/// Resolves the globals of every loaded module, and of the library `f` belongs to, into
-/// `registry` (the backend of `agent`, where a launch is about to run).
-pub(crate) fn resolve_globals(
-    agent: AgentId,
-    image: &LaunchImage,
-    registry: &Arc<ModuleRegistry>,
-    tracker: &Arc<Tracker>,
-) {
-    let s = images();
-    let own = image.0.as_ref().map(|(h, _)| *h);
-    // Most launches find nothing to resolve: no module pending and their own image (a
-    // library's globals wait for its first launch) resolved already.
-    let own_pending = image
-        .0
-        .as_ref()
-        .is_some_and(|(h, i)| matches!(h, Handle::Library(_)) && i.pending.lock().is_some());
-    if !own_pending && s.pending_modules.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let todo: Vec<(Handle, Arc<Image>)> = s
-        .images
-        .lock()
-        .iter()
-        .filter(|(h, i)| {
-            (matches!(h, Handle::Module(_)) || Some(**h) == own) && i.pending.lock().is_some()
-        })
-        .map(|(h, i)| (*h, Arc::clone(i)))
-        .collect();
-    for (h, img) in todo {
-        let Some(syms) = take_pending(h, &img) else {
-            continue;
-        };
-        let lookup = |name: &str| -> Option<(u64, u64)> {
-            let c = CString::new(name).ok()?;
-            let (mut p, mut n): (sys::CUdeviceptr, usize) = (0, 0);
-            // SAFETY: a loaded module/library handle of the application; out pointers to
-            // live locals.
-            let r = unsafe {
-                match h {
-                    Handle::Module(m) => {
-                        sys::cuModuleGetGlobal_v2(&mut p, &mut n, m as sys::CUmodule, c.as_ptr())
-                    }
-                    Handle::Library(l) => {
-                        sys::cuLibraryGetGlobal(&mut p, &mut n, l as sys::CUlibrary, c.as_ptr())
-                    }
-                }
-            };
-            (r == CUresult::CUDA_SUCCESS).then_some((p, n as u64))
-        };
-        // The allocation holding a variable, as the driver's pointer attributes name it.
-        let allocation_at = |addr: u64| -> Option<(u64, u64)> {
-            let (base, size) = crate::memory::PointerAttributes::query(addr).ok()?.range;
-            (size > 0 && base <= addr && addr - base < size).then_some((base, size))
-        };
-        if registry.add_foreign(key(h), syms, lookup, allocation_at) {
-            s.counters
-                .image_globals_resolved
-                .fetch_add(1, Ordering::Relaxed);
-        } else {
-            s.counters
-                .image_globals_failed
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        *img.registered.lock() = Some((agent, Arc::clone(registry), Arc::clone(tracker)));
-    }
 }
 
 fn key(h: Handle) -> usize {
@@ -848,175 +661,6 @@ pub(crate) fn forget_for_reset(agent: AgentId) -> Vec<usize> {
     handles.into_iter().flat_map(forget).collect()
 }
 
-fn file_name(name: *const c_char) -> Option<String> {
-    if name.is_null() {
-        return None;
-    }
-    // SAFETY: the entry's contract: a NUL-terminated path.
-    let path = unsafe { CStr::from_ptr(name) };
-    Some(path.to_string_lossy().into_owned())
-}
-
-fn read_file(name: *const c_char) -> Result<Vec<u8>, ImageNote> {
-    if name.is_null() {
-        return Err(ImageNote::Unreadable("no file name".into()));
-    }
-    // SAFETY: the entry's contract: a NUL-terminated path.
-    let path = unsafe { CStr::from_ptr(name) }
-        .to_string_lossy()
-        .into_owned();
-    std::fs::read(&path).map_err(|e| ImageNote::Unreadable(format!("{path}: {e}")))
-}
-
-/// The image at `p` (the driver accepted it), for the hook's duration.
-fn copy<'a>(p: *const c_void) -> Result<&'a [u8], ImageNote> {
-    // SAFETY: the driver just loaded an image from `p`, so its headers are valid; the
-    // application's image stays alive during the load call, which the hook is inside.
-    unsafe { image::image_at(p.cast()) }
-}
-
-/// Hook of `cuModuleLoad`.
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_module_load(
-    real: unsafe extern "C" fn(*mut sys::CUmodule, *const c_char) -> CUresult,
-    reached: &mut bool,
-    m: *mut sys::CUmodule,
-    fname: *const c_char,
-) -> CUresult {
-    *reached = true;
-    // SAFETY: forwarded as given.
-    let r = unsafe { real(m, fname) };
-    if r == CUresult::CUDA_SUCCESS && !m.is_null() {
-        // SAFETY: the driver wrote the handle.
-        record(
-            Handle::Module(unsafe { *m } as usize),
-            file_name(fname),
-            read_file(fname).as_deref().map_err(Clone::clone),
-        );
-    }
-    r
-}
-
-/// Hook of `cuModuleLoadData` and `cuModuleLoadFatBinary`.
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_module_load_data(
-    real: unsafe extern "C" fn(*mut sys::CUmodule, *const c_void) -> CUresult,
-    reached: &mut bool,
-    m: *mut sys::CUmodule,
-    image: *const c_void,
-) -> CUresult {
-    *reached = true;
-    // SAFETY: forwarded as given.
-    let r = unsafe { real(m, image) };
-    if r == CUresult::CUDA_SUCCESS && !m.is_null() {
-        // SAFETY: the driver wrote the handle.
-        record(Handle::Module(unsafe { *m } as usize), None, copy(image));
-    }
-    r
-}
-
-/// Hook of `cuModuleLoadDataEx`.
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_module_load_data_ex(
-    real: unsafe extern "C" fn(
-        *mut sys::CUmodule,
-        *const c_void,
-        c_uint,
-        *mut c_void,
-        *mut *mut c_void,
-    ) -> CUresult,
-    reached: &mut bool,
-    m: *mut sys::CUmodule,
-    image: *const c_void,
-    n: c_uint,
-    opts: *mut c_void,
-    vals: *mut *mut c_void,
-) -> CUresult {
-    *reached = true;
-    // SAFETY: forwarded as given.
-    let r = unsafe { real(m, image, n, opts, vals) };
-    if r == CUresult::CUDA_SUCCESS && !m.is_null() {
-        // SAFETY: the driver wrote the handle.
-        record(Handle::Module(unsafe { *m } as usize), None, copy(image));
-    }
-    r
-}
-
-type LibLoad<T> = unsafe extern "C" fn(
-    *mut sys::CUlibrary,
-    T,
-    *mut c_void,
-    *mut *mut c_void,
-    c_uint,
-    *mut c_void,
-    *mut *mut c_void,
-    c_uint,
-) -> CUresult;
-
-/// Hook of `cuLibraryLoadData`.
-///
-/// # Safety
-/// The entry's contract.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn hook_library_load_data(
-    real: LibLoad<*const c_void>,
-    reached: &mut bool,
-    l: *mut sys::CUlibrary,
-    code: *const c_void,
-    jo: *mut c_void,
-    jv: *mut *mut c_void,
-    nj: c_uint,
-    lo: *mut c_void,
-    lv: *mut *mut c_void,
-    nl: c_uint,
-) -> CUresult {
-    *reached = true;
-    // SAFETY: forwarded as given.
-    let r = unsafe { real(l, code, jo, jv, nj, lo, lv, nl) };
-    if r == CUresult::CUDA_SUCCESS && !l.is_null() {
-        // SAFETY: the driver wrote the handle.
-        record(Handle::Library(unsafe { *l } as usize), None, copy(code));
-    }
-    r
-}
-
-/// Hook of `cuLibraryLoadFromFile`.
-///
-/// # Safety
-/// The entry's contract.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn hook_library_load_file(
-    real: LibLoad<*const c_char>,
-    reached: &mut bool,
-    l: *mut sys::CUlibrary,
-    fname: *const c_char,
-    jo: *mut c_void,
-    jv: *mut *mut c_void,
-    nj: c_uint,
-    lo: *mut c_void,
-    lv: *mut *mut c_void,
-    nl: c_uint,
-) -> CUresult {
-    *reached = true;
-    // SAFETY: forwarded as given.
-    let r = unsafe { real(l, fname, jo, jv, nj, lo, lv, nl) };
-    if r == CUresult::CUDA_SUCCESS && !l.is_null() {
-        // SAFETY: the driver wrote the handle.
-        record(
-            Handle::Library(unsafe { *l } as usize),
-            file_name(fname),
-            read_file(fname).as_deref().map_err(Clone::clone),
-        );
-    }
-    r
-}
-
 /// Forgets a module before the driver unloads it (see [`forget`]); returns its functions.
 pub(crate) fn forget_module(m: usize) -> Vec<usize> {
     forget(Handle::Module(m))
@@ -1030,52 +674,6 @@ pub(crate) fn forget_library(l: usize) -> Vec<usize> {
 fn name_of(p: *const c_char) -> Arc<str> {
     // SAFETY: the entry's contract: a NUL-terminated name.
     Arc::from(unsafe { CStr::from_ptr(p) }.to_string_lossy().as_ref())
-}
-
-/// Hook of `cuModuleGetFunction`: the function's image and name.
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_module_get_function(
-    real: unsafe extern "C" fn(*mut CUfunction, sys::CUmodule, *const c_char) -> CUresult,
-    reached: &mut bool,
-    f: *mut CUfunction,
-    m: sys::CUmodule,
-    name: *const c_char,
-) -> CUresult {
-    *reached = true;
-    // SAFETY: forwarded as given.
-    let r = unsafe { real(f, m, name) };
-    if r == CUresult::CUDA_SUCCESS && !f.is_null() && !name.is_null() {
-        // SAFETY: the driver wrote the handle.
-        let f = unsafe { *f } as usize;
-        let e = (Handle::Module(m as usize), name_of(name));
-        images().funcs.lock().insert(f, e);
-    }
-    r
-}
-
-/// Hook of `cuLibraryGetKernel`: the kernel's image and name.
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_library_get_kernel(
-    real: unsafe extern "C" fn(*mut sys::CUkernel, sys::CUlibrary, *const c_char) -> CUresult,
-    reached: &mut bool,
-    k: *mut sys::CUkernel,
-    l: sys::CUlibrary,
-    name: *const c_char,
-) -> CUresult {
-    *reached = true;
-    // SAFETY: forwarded as given.
-    let r = unsafe { real(k, l, name) };
-    if r == CUresult::CUDA_SUCCESS && !k.is_null() && !name.is_null() {
-        // SAFETY: the driver wrote the handle.
-        let k = unsafe { *k } as usize;
-        let e = (Handle::Library(l as usize), name_of(name));
-        images().kernels.lock().insert(k, e);
-    }
-    r
 }
 
 /// A graph kernel node's function `f` (the context's function of its kernel, a handle the
@@ -1104,67 +702,9 @@ pub(crate) fn note_node_kernel(f: CUfunction, k: sys::CUkernel) {
     }
 }
 
-/// Hook of `cuKernelGetFunction`: the function takes its kernel's image and name.
-///
-/// # Safety
-/// The entry's contract.
-pub(crate) unsafe fn hook_kernel_get_function(
-    real: unsafe extern "C" fn(*mut CUfunction, sys::CUkernel) -> CUresult,
-    reached: &mut bool,
-    f: *mut CUfunction,
-    k: sys::CUkernel,
-) -> CUresult {
-    *reached = true;
-    // SAFETY: forwarded as given.
-    let r = unsafe { real(f, k) };
-    if r == CUresult::CUDA_SUCCESS && !f.is_null() {
-        let imgs = images();
-        // SAFETY: the driver wrote the handle.
-        let func = unsafe { *f };
-        let known = imgs.kernels.lock().get(&(k as usize)).cloned();
-        // A kernel the hooks did not see fetched (`cuLibraryEnumerateKernels`): its library,
-        // where the driver says it.
-        let e = known.or_else(|| {
-            let l = Handle::Library(library_of(k)?);
-            imgs.images.lock().contains_key(&l).then_some(())?;
-            Some((l, raw_name(func)?))
-        });
-        if let Some(e) = e {
-            // The library's module in this context: other functions of it map to the library.
-            if let Some(m) = module_of(func) {
-                imgs.aliases.lock().insert(m, e.0);
-                imgs.unmapped.lock().clear();
-            }
-            imgs.funcs.lock().insert(func as usize, e);
-        }
-    }
-    r
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_gate_forwards_a_tools_wait_for_ordered_restores() {
-        use replay_mock::instant::InstantSnapshotter;
-        let clock = replay_core::SystemClock::new();
-        let wait = WaitSpec {
-            clock: &clock,
-            timeout: std::time::Duration::from_millis(10),
-            slice: std::time::Duration::from_millis(1),
-            progress: std::time::Duration::from_secs(1),
-        };
-        let failing = InstantSnapshotter {
-            sync_fails: true,
-            ..InstantSnapshotter::default()
-        };
-        assert!(GlobalsGate::new(&failing, None)
-            .sync_ordered(&wait)
-            .is_err());
-        let fine = InstantSnapshotter::default();
-        assert!(GlobalsGate::new(&fine, None).sync_ordered(&wait).is_ok());
-    }
 
     #[test]
     fn a_librarys_unload_forgets_its_kernel_handles_as_well_as_its_functions() {
