@@ -69,7 +69,7 @@ fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Arc<Tool>)> {
         intercept_with(Arc::clone(&tool) as Arc<dyn ReplayTool>);
         tool
     }));
-    images::set_allow_unknown_globals(false);
+    images::globals::set_allow_unknown_globals(false);
     bind_device0();
     Some((guard, tool))
 }
@@ -233,7 +233,7 @@ fn a_kernel_of_an_image_whose_globals_are_unknown_declines() {
 #[test]
 fn the_switch_replays_a_kernel_of_an_image_whose_globals_are_unknown() {
     let Some((_g, tool)) = setup() else { return };
-    images::set_allow_unknown_globals(true);
+    images::globals::set_allow_unknown_globals(true);
     let (m, f) = load_app_function(b"image\0", c"kr_tiny");
     let mut p: sys::CUdeviceptr = 0;
     // SAFETY: an intercepted allocation with an out pointer; the fake's memory is host memory
@@ -247,7 +247,7 @@ fn the_switch_replays_a_kernel_of_an_image_whose_globals_are_unknown() {
     let mut arg = p;
     // SAFETY: kr_tiny's one pointer parameter, a live argument.
     let r = unsafe { launch_block(f, 1, &mut [(&mut arg as *mut u64).cast()]) };
-    images::set_allow_unknown_globals(false);
+    images::globals::set_allow_unknown_globals(false);
     assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
     assert_eq!(tool.replayed.load(Ordering::SeqCst), replayed + 1);
     assert_eq!(count("allowed_globals_unknown"), allowed + 1);
@@ -330,13 +330,24 @@ fn a_function_the_hooks_did_not_see_is_mapped_through_its_module_or_declines() {
 #[test]
 fn the_switch_reads_its_environment_value_strictly() {
     use std::ffi::OsStr;
-    assert_eq!(images::parse_allow(None), Ok(false));
+    assert_eq!(images::globals::parse_allow(None), Ok(false));
     for v in ["1", "true", "yes", "on"] {
-        assert_eq!(images::parse_allow(Some(OsStr::new(v))), Ok(true), "{v}");
+        assert_eq!(
+            images::globals::parse_allow(Some(OsStr::new(v))),
+            Ok(true),
+            "{v}"
+        );
     }
     for v in ["0", "false", "no", "off", ""] {
-        assert_eq!(images::parse_allow(Some(OsStr::new(v))), Ok(false), "{v}");
+        assert_eq!(
+            images::globals::parse_allow(Some(OsStr::new(v))),
+            Ok(false),
+            "{v}"
+        );
     }
-    let e = images::parse_allow(Some(OsStr::new("maybe"))).unwrap_err();
-    assert!(e.contains(images::ALLOW_UNKNOWN_GLOBALS_ENV), "{e}");
+    let e = images::globals::parse_allow(Some(OsStr::new("maybe"))).unwrap_err();
+    assert!(
+        e.contains(images::globals::ALLOW_UNKNOWN_GLOBALS_ENV),
+        "{e}"
+    );
 }

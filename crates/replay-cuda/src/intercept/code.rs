@@ -12,7 +12,7 @@
 use cudarc::driver::sys::{self, CUresult};
 use replay_core::AgentId;
 
-pub(crate) use crate::state::images::{
+pub(crate) use crate::state::images::hooks::{
     hook_kernel_get_function, hook_library_get_kernel, hook_library_load_data,
     hook_library_load_file, hook_module_get_function, hook_module_load, hook_module_load_data,
     hook_module_load_data_ex,

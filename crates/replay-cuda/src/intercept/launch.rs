@@ -219,9 +219,9 @@ pub(crate) unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) ->
         // Its kernels wait on peers that do not repeat their side: the window runs them once.
         service.mark_communication_code_object(agent, image.code_object());
     }
-    images::resolve_globals(agent, &image, backend.modules(), &s.tracker);
+    images::globals::resolve_globals(agent, &image, backend.modules(), &s.tracker);
     // An image whose globals are unknown declines in the window's admission (`images`).
-    let unknown = images::unknown_globals(&image, &info.name);
+    let unknown = images::globals::unknown_globals(&image, &info.name);
     // SAFETY: the application's kernelParams/extra, as valid as the driver requires.
     let (kernarg, source) = match (&info.layout, unsafe { extra_block(l.extra) }) {
         (_, Some(bytes)) => {
@@ -322,7 +322,7 @@ pub(crate) unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) ->
     };
     s.counters.submitted.fetch_add(1, Ordering::Relaxed);
     *reached = true;
-    let globals = images::GlobalsGate::new(&**backend.engine(), unknown);
+    let globals = images::globals::GlobalsGate::new(&**backend.engine(), unknown);
     let memory = unseen::UnseenGate::new(&globals, unseen);
     let r = service.submit(&**backend.agent(), &memory, dispatch);
     backend.agent().unregister_launch(handle);

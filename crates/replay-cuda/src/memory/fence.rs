@@ -10,25 +10,12 @@ use std::time::Duration;
 use replay_core::{BackendError, BackendErrorKind, DeviceMemory, Digest128, Fence};
 use smallvec::SmallVec;
 
-use super::copy::CopyTable;
-use super::digest::DigestJob;
+use super::pending::Pending;
 use super::CudaMemory;
 use crate::device::{wait_events, Event};
 use crate::error::CudaResult;
 use crate::result::DriverCall;
 use crate::sys;
-
-#[derive(Debug)]
-pub(super) struct Pending {
-    pub(super) events: SmallVec<[Event; 4]>,
-    pub(super) digests: Option<DigestJob>,
-    /// The gather copy's table, back to the pool once the fence completed.
-    pub(super) table: Option<CopyTable>,
-    /// Timing events on the device lane around a copy batch (`trace` level only), its ops
-    /// gathered and copied by call, and its bytes.
-    pub(super) timing: Option<(Event, Event, usize, usize, u64)>,
-    pub(super) done: bool,
-}
 
 impl CudaMemory {
     /// Makes `stream` wait on the device for every restore ordered and not yet seen complete

@@ -59,6 +59,7 @@
 //! | [`kernels`] | the digest kernels' CUDA C and their host-side plan |
 //! | `pointer.rs` | pointer attributes and their SPEC §7.1 class |
 //! | `fence.rs` | [`CudaMemory`]'s fences: their events, restores ordered on the device, poll, take and abandon |
+//! | `pending.rs` | what a submitted batch leaves until its fence is taken (events, digests, the gather table) |
 //! | `submit.rs` | [`CudaMemory`]'s copy and digest submission, its table and scratch pools, blocking reads, writes and digests |
 //!
 //! This file ties them into [`CudaMemory`] (its state, settings and deferred release) and
@@ -70,6 +71,7 @@ mod copy;
 mod digest;
 mod fence;
 pub mod kernels;
+mod pending;
 mod pointer;
 mod submit;
 mod tier;
@@ -94,7 +96,7 @@ use crate::sys;
 
 use copy::{CopyStreams, CopyTable};
 use digest::{DigestKernels, Scratch, Staging};
-use fence::Pending;
+use pending::Pending;
 use tier::{tier_index, Backing};
 
 pub use crate::queue::{Direction, ResolvedCopy};

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 
 use super::copy::{self, CopyTable};
 use super::digest::{self, Batch, DigestJob, Scratch, Staging};
-use super::fence::Pending;
+use super::pending::Pending;
 use super::{kernels, schedule, CudaMemory, Lane, PointerAttributes, ResolvedCopy, State};
 use crate::device::{wait_events, Event};
 use crate::error::{CudaError, CudaResult};

@@ -1,4 +1,4 @@
-//! The inventory's unit tests: frees and unmaps against holds, mappings, liveness.
+//! The inventory's unit tests (SPEC §7.1): frees and unmaps against holds, mappings, liveness.
 
 use super::*;
 

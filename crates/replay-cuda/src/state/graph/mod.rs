@@ -86,6 +86,7 @@ macro_rules! entry {
 
 // Declared after `entry!`, which they use.
 mod nodes;
+mod once;
 mod run;
 
 /// Environment variable: how graph launches are profiled (`node`, `graph` or `off`).
@@ -158,58 +159,7 @@ pub fn set_mode(m: GraphProfiling) {
 }
 
 pub use crate::graph_tag::{current_node, NodeTag};
-
-/// Why a graph launch runs once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunOnce {
-    /// Instantiated where the interception did not see it.
-    UnseenGraph,
-    /// Instantiated for device launch.
-    DeviceLaunch,
-    /// A node type that cannot be unrolled.
-    NodeType,
-    /// A kernel node whose arguments cannot be copied.
-    LayoutUnknown,
-    /// A kernel node with launch attributes a relaunch would drop.
-    KernelAttributes,
-    /// The driver lacks or refused an entry the model needs.
-    Introspection,
-    /// Updated by a setter the model does not follow.
-    UpdatedUnmodelled,
-    /// Launched into a capturing stream.
-    Capture,
-    /// Another stream's capture is live.
-    BesideCapture,
-    /// Behind a running communication kernel.
-    BehindHostWait,
-    /// Graph mode: the graph has host nodes.
-    HostNode,
-    /// A kernel node bound to another context than the one it was instantiated on.
-    OtherContext,
-    /// The mode is `off`.
-    Off,
-}
-
-impl RunOnce {
-    /// The counter's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::UnseenGraph => "unseen_graph",
-            Self::DeviceLaunch => "device_launch",
-            Self::NodeType => "node_type",
-            Self::LayoutUnknown => "layout_unknown",
-            Self::KernelAttributes => "kernel_attributes",
-            Self::Introspection => "introspection",
-            Self::UpdatedUnmodelled => "updated_unmodelled",
-            Self::Capture => "capture",
-            Self::BesideCapture => "beside_capture",
-            Self::BehindHostWait => "behind_host_wait",
-            Self::HostNode => "host_node",
-            Self::OtherContext => "other_context",
-            Self::Off => "off",
-        }
-    }
-}
+pub use once::RunOnce;
 
 /// The model of one executable graph.
 #[derive(Debug)]
@@ -702,9 +652,9 @@ unsafe fn whole(
     for_each_kernel(topo, &mut |func, block| {
         let image = super::images::launch_image(func);
         let info = s.func_info(func);
-        super::images::resolve_globals(agent, &image, backend.modules(), &s.tracker);
+        super::images::globals::resolve_globals(agent, &image, backend.modules(), &s.tracker);
         if unknown.is_none() {
-            unknown = super::images::unknown_globals(&image, &info.name);
+            unknown = super::images::globals::unknown_globals(&image, &info.name);
         }
         unseen = std::mem::take(&mut unseen)
             .merge(super::unseen::check(block, true, &image, &info.name));
@@ -759,7 +709,7 @@ unsafe fn whole(
     };
     s.counters.submitted.fetch_add(1, Ordering::Relaxed);
     *reached = true;
-    let globals = super::images::GlobalsGate::new(&**backend.engine(), unknown);
+    let globals = super::images::globals::GlobalsGate::new(&**backend.engine(), unknown);
     let memory = super::unseen::UnseenGate::new(&globals, unseen);
     let previous = crate::graph_tag::replace(Some(NodeTag {
         graph: id,

@@ -8,7 +8,7 @@ use std::ffi::c_uint;
 
 use cudarc::driver::sys::{self, CUfunction, CUgraph, CUgraphNode, CUresult};
 
-use super::RunOnce;
+use super::once::RunOnce;
 use crate::state::state;
 
 pub(super) const MEMCPY3D_WORDS: usize = std::mem::size_of::<sys::CUDA_MEMCPY3D>().div_ceil(8);

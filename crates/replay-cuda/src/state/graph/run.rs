@@ -10,7 +10,7 @@ use cudarc::driver::sys::{CUfunction, CUresult, CUstream};
 use replay_core::Dim3;
 
 use super::nodes::{Topo, Work, MEMCPY3D_WORDS};
-use super::NodeTag;
+use crate::graph_tag::NodeTag;
 use crate::intercept::launch::{self as hooks, Intercepted};
 use crate::launch::How;
 use crate::state::state;

@@ -71,18 +71,10 @@ use crate::module::elf::GlobalSymbol;
 use crate::module::image::{self, CodeFormat, ImageNote};
 use crate::module::ModuleRegistry;
 
-mod globals;
-mod hooks;
-
-pub use globals::{
-    allow_unknown_globals, parse_allow, set_allow_unknown_globals, ALLOW_UNKNOWN_GLOBALS_ENV,
-};
-pub(crate) use globals::{resolve_globals, unknown_globals, GlobalsGate};
-pub(crate) use hooks::{
-    hook_kernel_get_function, hook_library_get_kernel, hook_library_load_data,
-    hook_library_load_file, hook_module_get_function, hook_module_load, hook_module_load_data,
-    hook_module_load_data_ex,
-};
+// Reached by their own paths (`images::globals::…`, `images::hooks::…`): both read this
+// registry, which names neither.
+pub mod globals;
+pub(crate) mod hooks;
 
 /// Counts of the images the application loaded, and of the launches their state decided.
 #[derive(Debug, Default, Serialize)]
@@ -181,7 +173,7 @@ struct Images {
     /// name gave in the current context: not looked for again until a library is loaded.
     missed: Mutex<HashSet<(usize, Arc<str>)>>,
     /// Modules whose globals await resolution, so a launch finding none skips the scan of
-    /// every image ([`resolve_globals`]); kept by [`take_pending`].
+    /// every image ([`globals::resolve_globals`]); kept by [`take_pending`].
     pending_modules: std::sync::atomic::AtomicUsize,
     counters: ImageCounters,
 }
@@ -512,7 +504,7 @@ pub(crate) fn image_layout(f: CUfunction) -> Option<Vec<ParamSlot>> {
 }
 
 /// The image a launch of `f` belongs to (and what it gave), asked once per launch and handed
-/// to [`resolve_globals`] and [`unknown_globals`].
+/// to [`globals::resolve_globals`] and [`globals::unknown_globals`].
 #[derive(Debug, Clone)]
 pub(crate) struct LaunchImage(Option<(Handle, Arc<Image>)>);
 
