@@ -27,11 +27,11 @@ const REEXPORTS: &[(&str, &str)] = &[
     ("PROCESSOR_THREAD_PREFIX", "queue"),
     ("ASYNC_THREAD_NAME", "state"),
     ("COPY_THREAD_NAME", "state"),
-    ("Dispatch", "state"),
-    ("KernelFn", "state"),
-    ("MemFault", "state"),
-    ("SimConfig", "state"),
-    ("VariableSpec", "state"),
+    ("Dispatch", "state::memory"),
+    ("KernelFn", "state::memory"),
+    ("MemFault", "state::memory"),
+    ("SimConfig", "state::config"),
+    ("VariableSpec", "state::config"),
 ];
 
 /// The files of `src/` other than `lib.rs`, by module name, with their text.

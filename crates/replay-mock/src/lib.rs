@@ -36,8 +36,9 @@
 //! Files use each other one way, bottom to top: `clock`, `counters`, `fault`,
 //! `expect`; `kernel` (kernels and their context, which reaches memory through a trait the
 //! state implements); `error`, `heap`, `queue`, `invariant`; `state`; the roles `agent`,
-//! `memory`, `tracker`; `gpu` (the device and its workers); `runtime`; `vmem` (the runtime's
-//! virtual-memory entries). `instant` stands apart.
+//! `memory`, `tracker`; `gpu` (the device and its workers); `runtime` (the runtime itself in
+//! `runtime/mod.rs`, its memory calls and its submissions in `memory` and `submit` beside it);
+//! `vmem` (the runtime's virtual-memory entries). `instant` stands apart.
 //!
 //! Design:
 //! - Everything the window waits for is asynchronous: each queue and copy engine has a worker
