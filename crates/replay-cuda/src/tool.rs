@@ -17,7 +17,8 @@
 //! Built-in tools (`KREPLAY_CUDA_PASSES`, default 3, is the pass count they ask for):
 //! - `verify` and `timing`: `replay_tools`' [`replay_tools::BuiltinTool`], over this backend's
 //!   [`CudaTools`] (the tracked device regions of the agent, digested by
-//!   [`crate::CudaMemory::digest_blocking`]); each record also says where the argument block
+//!   [`crate::CudaMemory::digest_blocking`] under the tracker's hold, only those still live:
+//!   `replay_memory::Tracker::read_live`); each record also says where the argument block
 //!   came from and which graph node the dispatch ran as.
 //! - `counters`: hardware metrics of every replayed dispatch ([`crate::counters`]), the
 //!   Nsight Compute names in `KREPLAY_CUDA_METRICS` (comma-separated), compiled for the first
