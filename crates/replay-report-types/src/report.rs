@@ -167,6 +167,10 @@ pub struct CounterReport {
     pub compute_capability: String,
     /// Chip name (e.g. `GH100`).
     pub chip: String,
+    /// How the GPU clocks were held while counting: `base` (locked to base for the run, as
+    /// Nsight Compute's default), `none` (as the GPU chose), or empty where not said.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub clock_control: String,
     /// Profiler passes the metric list needs.
     pub passes: u32,
     /// The metrics, in the order asked.

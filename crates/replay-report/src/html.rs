@@ -103,6 +103,7 @@ fn header(out: &mut String, r: &CounterReport, title: &str) {
     fact("device", &r.device_name);
     fact("compute capability", &r.compute_capability);
     fact("chip", &r.chip);
+    fact("clock control", &r.clock_control);
     fact("dispatches", &r.dispatches.len().to_string());
     fact("profiler passes", &r.passes.to_string());
     fact("metrics", &r.metric_names().len().to_string());

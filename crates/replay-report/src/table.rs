@@ -42,6 +42,18 @@ pub fn table(report: &CounterReport) -> String {
             (d, cc) => format!(" on {d} (CC {cc})"),
         }
     );
+    match report.clock_control.as_str() {
+        "" => {}
+        "base" => {
+            let _ = writeln!(
+                out,
+                "clocks: locked to base for the run (--clock-control base)"
+            );
+        }
+        c => {
+            let _ = writeln!(out, "clocks: as the GPU chose (--clock-control {c})");
+        }
+    }
     let _ = writeln!(
         out,
         "each dispatch: the value of the pass that collected the metric (never a sum of passes); \

@@ -101,6 +101,7 @@ fn report() -> CounterReport {
         device_name: "NVIDIA H200".into(),
         compute_capability: "9.0".into(),
         chip: "GH100".into(),
+        clock_control: String::new(),
         passes: 2,
         metrics,
         dispatches: names

@@ -77,3 +77,18 @@ fn a_metric_some_dispatches_lack_says_over_how_many() {
     );
     assert!(t.starts_with("kernel-replay counters: 1 kernel(s), 2 dispatch(es), 10 metric(s) in 3 pass(es) on NVIDIA H200 (CC 9.0)"), "{t}");
 }
+
+#[test]
+fn the_table_says_how_the_clocks_ran_and_an_older_report_says_nothing() {
+    let mut r = common::repeated_counter();
+    assert!(!table(&r).contains("clocks:"), "not said: nothing printed");
+    r.clock_control = "base".into();
+    assert!(table(&r).contains("clocks: locked to base for the run"));
+    r.clock_control = "none".into();
+    assert!(table(&r).contains("clocks: as the GPU chose (--clock-control none)"));
+    // A report written before the field existed reads as not said.
+    let mut v = serde_json::to_value(&r).unwrap();
+    v.as_object_mut().unwrap().remove("clock_control");
+    let back: replay_report::CounterReport = serde_json::from_value(v).unwrap();
+    assert_eq!(back.clock_control, "");
+}

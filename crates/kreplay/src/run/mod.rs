@@ -206,6 +206,9 @@ pub fn main_with_env(args: &[String], env: &[(&str, String)]) -> u8 {
                 }
                 if a.tool == "counters" {
                     cmd.env("KREPLAY_CUDA_METRICS", metrics.join(","));
+                    // The report says how the clocks ran (what this command holds).
+                    let held = if clocks.is_some() { "base" } else { "none" };
+                    cmd.env(replay_cuda::counters::clocks::CLOCK_ENV, held);
                     if std::env::var_os("KREPLAY_CACHE_CONTROL").is_none()
                         && std::env::var_os("ROCPROFILER_KERNEL_REPLAY_CACHE_CONTROL").is_none()
                     {

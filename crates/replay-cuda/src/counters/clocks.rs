@@ -14,6 +14,10 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::fmt;
 
+/// Set by `kreplay run` in the program's environment to what it held (`base` or `none`), so the
+/// counter report says how the clocks ran.
+pub const CLOCK_ENV: &str = "KREPLAY_CUDA_CLOCK_CONTROL";
+
 /// What `--clock-control` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClockControl {

@@ -501,6 +501,8 @@ impl CounterCollector {
             device_name: h.device_name.clone(),
             compute_capability: h.compute_capability.clone(),
             chip: self.plan.chip.clone(),
+            // What `kreplay run` held around the program; not said when attached otherwise.
+            clock_control: std::env::var(super::clocks::CLOCK_ENV).unwrap_or_default(),
             passes: self.plan.passes,
             metrics: self.plan.metrics.clone(),
             dispatches: c.dispatches.clone(),
