@@ -79,19 +79,49 @@ pub struct CounterCollector {
 /// report logs it at info level).
 #[derive(Debug, Default)]
 struct Spent {
-    calls: [(u64, std::time::Duration); OPS.len()],
+    calls: [(u64, std::time::Duration); Call::ALL.len()],
 }
 
-/// The profiler calls timed, in [`Spent`]'s order.
-const OPS: [&str; 6] = ["begin", "start", "stop", "decode", "sass_begin", "sass_end"];
+/// A profiler call [`Spent`] counts.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Begin,
+    Start,
+    Stop,
+    Decode,
+    SassBegin,
+    SassEnd,
+}
+
+impl Call {
+    const ALL: [Call; 6] = [
+        Call::Begin,
+        Call::Start,
+        Call::Stop,
+        Call::Decode,
+        Call::SassBegin,
+        Call::SassEnd,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Call::Begin => "begin",
+            Call::Start => "start",
+            Call::Stop => "stop",
+            Call::Decode => "decode",
+            Call::SassBegin => "sass_begin",
+            Call::SassEnd => "sass_end",
+        }
+    }
+}
 
 impl Spent {
     fn line(&self) -> String {
-        let parts: Vec<String> = OPS
+        let parts: Vec<String> = Call::ALL
             .iter()
             .zip(&self.calls)
             .filter(|(_, (n, _))| *n > 0)
-            .map(|(op, (n, t))| format!("{op} {n}x {:.1} ms", t.as_secs_f64() * 1e3))
+            .map(|(c, (n, t))| format!("{} {n}x {:.1} ms", c.name(), t.as_secs_f64() * 1e3))
             .collect();
         parts.join(", ")
     }
@@ -119,13 +149,13 @@ impl CounterCollector {
         }
     }
 
-    /// Runs one profiler call of kind `OPS[op]`, adding its wall time to [`Spent`].
-    fn timed<T>(&self, op: usize, f: impl FnOnce() -> T) -> T {
+    /// Runs one profiler call of kind `call`, adding its wall time to [`Spent`].
+    fn timed<T>(&self, call: Call, f: impl FnOnce() -> T) -> T {
         let t = std::time::Instant::now();
         let r = f();
         let mut s = self.spent.lock();
-        s.calls[op].0 += 1;
-        s.calls[op].1 += t.elapsed();
+        s.calls[call as usize].0 += 1;
+        s.calls[call as usize].1 += t.elapsed();
         r
     }
 
@@ -188,9 +218,11 @@ impl CounterCollector {
         if p.failed.is_some() || p.sass_done {
             return;
         }
-        let r = self
-            .context(p)
-            .and_then(|ctx| self.timed(4, || self.profiler.sass_begin(ctx, &s.config())));
+        let r = self.context(p).and_then(|ctx| {
+            self.timed(Call::SassBegin, || {
+                self.profiler.sass_begin(ctx, &s.config())
+            })
+        });
         match r {
             Ok(()) => p.sass_started = true,
             Err(e) => self.fail(p, info.dispatch_id, e),
@@ -211,7 +243,7 @@ impl CounterCollector {
         p.sass_started = false;
         let ctx = p.ctx.expect("set when started");
         let r = self
-            .timed(5, || self.profiler.sass_end(ctx))
+            .timed(Call::SassEnd, || self.profiler.sass_end(ctx))
             .and_then(|data| {
                 if data.dropped > 0 {
                     log::warn!(
@@ -263,14 +295,16 @@ impl CounterCollector {
         let r = (|| -> Result<(), CounterError> {
             let ctx = self.context(p)?;
             if sub == 0 {
-                self.timed(0, || self.profiler.begin(ctx, &self.plan.groups[g].config))?;
+                self.timed(Call::Begin, || {
+                    self.profiler.begin(ctx, &self.plan.groups[g].config)
+                })?;
                 p.in_group = Some(g);
             } else if p.in_group != Some(g) {
                 return Err(CounterError::Session(format!(
                     "pass {pass} continues a configuration that was not set"
                 )));
             }
-            self.timed(1, || self.profiler.start(ctx))?;
+            self.timed(Call::Start, || self.profiler.start(ctx))?;
             p.started = true;
             Ok(())
         })();
@@ -306,7 +340,7 @@ impl CounterCollector {
         let r = (|| -> Result<(), CounterError> {
             let ctx = p.ctx.expect("set when started");
             p.started = false;
-            let all_submitted = self.timed(2, || self.profiler.stop(ctx))?;
+            let all_submitted = self.timed(Call::Stop, || self.profiler.stop(ctx))?;
             match (last, all_submitted) {
                 (false, false) => return Ok(()),
                 // `cuptiProfilerHostGetNumOfPasses` can count more passes than the range
@@ -321,7 +355,7 @@ impl CounterCollector {
                 }
                 (true, true) => {}
             }
-            let values = self.timed(3, || self.profiler.decode(ctx, &group.config))?;
+            let values = self.timed(Call::Decode, || self.profiler.decode(ctx, &group.config))?;
             if values.len() != group.config.metrics.len() {
                 return Err(CounterError::Session(format!(
                     "{} values for {} metrics",
