@@ -306,21 +306,17 @@ impl ClockLock {
                 .map(|u| nvml.by_uuid(u))
                 .collect::<Result<_, _>>()?,
         };
-        let mut lock = Self {
+        let devices = lock_each(&devices, |d| nvml.lock_base(d), |d| nvml.reset(d))?;
+        // The clock read back right away is still the boost one: not reported.
+        let locked = devices
+            .iter()
+            .map(|&d| LockedGpu { uuid: nvml.uuid(d) })
+            .collect();
+        Ok(Self {
             nvml,
-            devices: Vec::new(),
-            locked: Vec::new(),
-        };
-        for d in devices {
-            // On failure, dropping `lock` resets those locked so far.
-            lock.nvml.lock_base(d)?;
-            lock.devices.push(d);
-            // The clock read back right away is still the boost one: not reported.
-            lock.locked.push(LockedGpu {
-                uuid: lock.nvml.uuid(d),
-            });
-        }
-        Ok(lock)
+            devices,
+            locked,
+        })
     }
 
     /// The GPUs locked.
@@ -334,14 +330,43 @@ impl ClockLock {
     }
 
     fn reset_all(&mut self) -> Result<(), ClockError> {
-        let mut first = None;
-        for d in std::mem::take(&mut self.devices) {
-            if let Err(e) = self.nvml.reset(d) {
-                first.get_or_insert(e);
-            }
-        }
-        first.map_or(Ok(()), Err)
+        let nvml = &self.nvml;
+        reset_each(&std::mem::take(&mut self.devices), |d| nvml.reset(d))
     }
+}
+
+/// Locks every device in turn; when one refuses, those locked before it are reset (their own
+/// failures logged) and its error returned: all or nothing.
+fn lock_each<D: Copy>(
+    devices: &[D],
+    mut lock: impl FnMut(D) -> Result<(), ClockError>,
+    mut reset: impl FnMut(D) -> Result<(), ClockError>,
+) -> Result<Vec<D>, ClockError> {
+    let mut done = Vec::with_capacity(devices.len());
+    for &d in devices {
+        if let Err(e) = lock(d) {
+            if let Err(r) = reset_each(&done, &mut reset) {
+                log::warn!("[kernel-replay] GPU clocks could not be unlocked: {r}");
+            }
+            return Err(e);
+        }
+        done.push(d);
+    }
+    Ok(done)
+}
+
+/// Resets every device, whatever the others answer; the first failure.
+fn reset_each<D: Copy>(
+    devices: &[D],
+    mut reset: impl FnMut(D) -> Result<(), ClockError>,
+) -> Result<(), ClockError> {
+    let mut first = None;
+    for &d in devices {
+        if let Err(e) = reset(d) {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 impl Drop for ClockLock {
@@ -385,22 +410,67 @@ mod tests {
         );
     }
 
+    fn refused(call: &'static str) -> ClockError {
+        ClockError::Call {
+            call,
+            code: NVML_ERROR_NO_PERMISSION,
+            message: "Insufficient Permissions".into(),
+            hint: "",
+        }
+    }
+
     #[test]
-    fn without_nvml_the_lock_names_the_library() {
-        // The CI machine has no NVIDIA driver; a GPU machine may: then locking either works
-        // (root) or fails with NVML's reason, and the guard unlocks.
-        match ClockLock::base(&Selection::All) {
-            Err(ClockError::Load(m)) => {
-                let text = ClockError::Load(m).to_string();
-                assert!(text.contains(LIBRARY), "{text}");
+    fn a_gpu_that_refuses_the_lock_unlocks_those_locked_before_it() {
+        let mut reset = Vec::new();
+        let r = lock_each(
+            &[0, 1, 2, 3],
+            |d| if d == 2 { Err(refused("lock")) } else { Ok(()) },
+            |d| {
+                reset.push(d);
+                Ok(())
+            },
+        );
+        assert_eq!(r, Err(refused("lock")));
+        assert_eq!(reset, [0, 1], "all or nothing");
+        let mut reset = Vec::new();
+        let all = lock_each(
+            &[5, 6],
+            |_| Ok(()),
+            |d| {
+                reset.push(d);
+                Ok(())
+            },
+        );
+        assert_eq!(all, Ok(vec![5, 6]));
+        assert!(reset.is_empty());
+    }
+
+    #[test]
+    fn unlocking_tries_every_gpu_and_answers_the_first_failure() {
+        let mut tried = Vec::new();
+        let r = reset_each(&[0, 1, 2], |d| {
+            tried.push(d);
+            if d == 0 {
+                Ok(())
+            } else {
+                Err(refused(if d == 1 { "first" } else { "second" }))
             }
-            Err(ClockError::Call { call, message, .. }) => {
-                assert!(call.starts_with("nvml") && !message.is_empty());
+        });
+        assert_eq!(tried, [0, 1, 2]);
+        assert_eq!(r, Err(refused("first")));
+    }
+
+    #[test]
+    fn without_nvml_opening_it_names_the_library() {
+        // Opening only: a test never locks a GPU's clocks (they are device-global). The CI
+        // machine has no NVIDIA driver; on a GPU machine NVML opens and lists its GPUs.
+        match Nvml::open() {
+            Err(e @ ClockError::Load(_)) => {
+                assert!(e.to_string().contains(LIBRARY), "{e}");
             }
-            Err(ClockError::UnknownDevice(d)) => panic!("every GPU selected, {d} unknown"),
-            Ok(lock) => {
-                assert!(lock.locked().iter().all(|g| !g.uuid.is_empty()));
-                lock.release().unwrap();
+            Err(e) => panic!("NVML loaded but did not initialise: {e}"),
+            Ok(n) => {
+                let _ = n.devices().expect("NVML lists its GPUs");
             }
         }
     }
