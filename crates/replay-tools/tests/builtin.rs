@@ -52,21 +52,21 @@ fn attach(rt: &SimRuntime, kind: ToolKind, passes: u64) -> Arc<BuiltinTool<SimTo
     tool
 }
 
-/// `buf[i] = buf[i] * 3 + 1`: the same output from the same input.
+/// `buf[i] = buf[i] * 3 + 1` over the buffer in the first argument word.
+fn scale(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let buf = ctx.word(0);
+    let v = ctx.read_u32s(buf, N)?;
+    let out: Vec<u8> = v
+        .iter()
+        .flat_map(|x| x.wrapping_mul(3).wrapping_add(1).to_le_bytes())
+        .collect();
+    ctx.write(buf, &out)?;
+    Ok(())
+}
+
+/// [`scale`]: the same output from the same input.
 fn deterministic() -> Kernel {
-    Kernel::new(
-        "scale",
-        |ctx: &mut KernelCtx<'_>| -> Result<(), KernelError> {
-            let buf = ctx.word(0);
-            let v = ctx.read_u32s(buf, N)?;
-            let out: Vec<u8> = v
-                .iter()
-                .flat_map(|x| x.wrapping_mul(3).wrapping_add(1).to_le_bytes())
-                .collect();
-            ctx.write(buf, &out)?;
-            Ok(())
-        },
-    )
+    Kernel::new("scale", scale)
 }
 
 /// Writes how many times it ran into its second buffer: each pass's output differs.
@@ -170,13 +170,7 @@ fn verify_never_reads_memory_another_thread_freed_during_the_window() {
     let k = Kernel::new(
         "scale_and_free",
         move |ctx: &mut KernelCtx<'_>| -> Result<(), KernelError> {
-            let buf = ctx.word(0);
-            let v = ctx.read_u32s(buf, N)?;
-            let out: Vec<u8> = v
-                .iter()
-                .flat_map(|x| x.wrapping_mul(3).wrapping_add(1).to_le_bytes())
-                .collect();
-            ctx.write(buf, &out)?;
+            scale(ctx)?;
             if f.fetch_add(1, Ordering::SeqCst) == 0 {
                 let r = r.clone();
                 std::thread::spawn(move || r.free(AgentId(0), victim).unwrap())
