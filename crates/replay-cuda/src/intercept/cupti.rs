@@ -22,6 +22,10 @@
 //!
 //! Subscribing runs at the first intercepted launch (outside `cuInit`), so launches before
 //! it are not cross-checked.
+//!
+//! No multi-subscriber mode is used: CUPTI 13.0 (API version 130001, the H200's) has
+//! `cuptiSubscribe_v2`, but its `CUpti_SubscriberParams` only names subscribers (one at a
+//! time still); `allowMultipleSubscribers` is documented from CUPTI 13.2 on.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
