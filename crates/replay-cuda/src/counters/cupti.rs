@@ -3,8 +3,13 @@
 //! Host objects: every compiled configuration keeps its own (`cuptiProfilerHostInitialize`
 //! with the chip name, then `ConfigAddMetrics`), because evaluating values takes the host
 //! object the image was made with; configurations the plan drops are deinitialised. Target:
-//! one range-profiler object per context (`cuptiRangeProfilerEnable`, once), one counter-data
-//! image per context, initialised afresh for every session (one group of one dispatch).
+//! one range-profiler object per context, one counter-data image per context, initialised
+//! afresh for every session (one group of one dispatch). How long an object lives is
+//! [`ObjectLife`] (`KREPLAY_CUDA_RANGE_OBJECT`): the first `cuptiRangeProfilerStart` on a new
+//! object costs about 170 ms on an H200 (measured: 86–89% of the counters tool's whole time
+//! with an object per session), so by default an object is kept across sessions, except that
+//! a configuration of several passes gets a new one (on a kept object such a configuration
+//! was once seen reported complete after its first pass, its values NaN).
 //!
 //! SASS metrics: the configuration is set once per device (`cuptiSassMetricsSetConfig`; a
 //! different one is set after `UnsetConfig`); each SASS pass enables lazy patching on the
@@ -36,6 +41,55 @@ struct Target {
     configured: bool,
 }
 
+/// `KREPLAY_CUDA_RANGE_OBJECT`: when a session gets a new range-profiler object.
+pub const OBJECT_ENV: &str = "KREPLAY_CUDA_RANGE_OBJECT";
+
+/// When a session runs on a new range-profiler object rather than the context's last one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectLife {
+    /// Every session on a new object (`session`).
+    Session,
+    /// One object per context for every session (`kept`).
+    Kept,
+    /// Kept, but a configuration of several passes on a new object (`auto`, the default).
+    Auto,
+}
+
+impl ObjectLife {
+    /// The value named in [`OBJECT_ENV`]; `Err` names what was expected.
+    pub fn parse(v: &str) -> Result<Self, String> {
+        match v.trim() {
+            "" | "auto" => Ok(Self::Auto),
+            "kept" => Ok(Self::Kept),
+            "session" => Ok(Self::Session),
+            other => Err(format!(
+                "{OBJECT_ENV}={other:?}: expected auto, kept or session"
+            )),
+        }
+    }
+
+    /// As the environment sets it; a bad value is reported and keeps the default.
+    pub fn from_env() -> Self {
+        match std::env::var(OBJECT_ENV) {
+            Err(_) => Self::Auto,
+            Ok(v) => Self::parse(&v).unwrap_or_else(|e| {
+                log::warn!("[kernel-replay] {e}; the default (auto) is used");
+                Self::Auto
+            }),
+        }
+    }
+
+    /// Whether a session of `passes` passes on an object that already ran one needs a new
+    /// object.
+    pub fn renew(self, passes: u32) -> bool {
+        match self {
+            Self::Session => true,
+            Self::Kept => false,
+            Self::Auto => passes > 1,
+        }
+    }
+}
+
 /// The real CUPTI, loaded once per process.
 pub struct CuptiProfiler {
     lib: Cupti,
@@ -45,6 +99,7 @@ pub struct CuptiProfiler {
     describers: Mutex<HashMap<String, u64>>,
     /// The SASS configuration set on each device (by `CUdevice`).
     sass_configs: Mutex<HashMap<i32, SassConfig>>,
+    life: ObjectLife,
 }
 
 // SAFETY: the raw pointers are CUPTI objects used only under `targets`' lock or, for host
@@ -92,6 +147,7 @@ impl CuptiProfiler {
                     targets: Mutex::new(HashMap::new()),
                     describers: Mutex::new(HashMap::new()),
                     sass_configs: Mutex::new(HashMap::new()),
+                    life: ObjectLife::from_env(),
                 })
             })
             .as_ref()
@@ -234,6 +290,19 @@ impl CuptiProfiler {
         let r = unsafe { (self.lib.range_enable)(&mut p) };
         self.check("cuptiRangeProfilerEnable", r)?;
         Ok(p.pRangeProfilerObject)
+    }
+
+    /// Disables `t`'s object and enables a new one on `ctx`.
+    fn renew_object(&self, t: &mut Target, ctx: u64) -> Result<(), CounterError> {
+        let mut p = sys::RangeObject {
+            pRangeProfilerObject: t.object,
+            ..Default::default()
+        };
+        // SAFETY: the object CUPTI created for this context; no session is running on it
+        // (the collector begins a group only after the previous one ended).
+        let _ = unsafe { (self.lib.range_disable)(&mut p) };
+        t.object = self.enable(ctx)?;
+        Ok(())
     }
 
     fn set_config(&self, t: &mut Target, config: &Config) -> Result<(), CounterError> {
@@ -483,31 +552,33 @@ impl Profiler for CuptiProfiler {
                 configured: false,
             }),
         };
-        if t.configured {
-            // Every session on a fresh object: on the H200 a configuration of several passes
-            // set on an object that had run a session before was reported complete after its
-            // first pass and evaluated to NaN (alone, the same metrics took their 8 passes).
-            // An object that refused a configuration is marked configured too, so the next
-            // group starts afresh here rather than retrying on the same one.
-            let mut p = sys::RangeObject {
-                pRangeProfilerObject: t.object,
-                ..Default::default()
-            };
-            // SAFETY: the object CUPTI created for this context; no session is running on it
-            // (the collector begins a group only after the previous one ended).
-            let _ = unsafe { (self.lib.range_disable)(&mut p) };
-            match self.enable(ctx) {
-                Ok(o) => t.object = o,
-                Err(e) => {
-                    // No object on this context any more: the next group enables one.
-                    targets.remove(&ctx);
+        // An object that refused a configuration is marked configured too, so the next group
+        // starts on a new one where the life says so rather than retrying on the same one.
+        let kept = t.configured && !self.life.renew(config.passes);
+        let r = if t.configured && !kept {
+            self.renew_object(t, ctx)
+                .and_then(|()| self.set_config(t, config))
+        } else {
+            self.set_config(t, config).or_else(|e| {
+                if !kept {
+                    // A new object: a retry on another new one would repeat this same call.
                     return Err(e);
                 }
-            }
-        }
+                log::debug!("[kernel-replay] counters: {e} on a kept range profiler; on a new one");
+                self.renew_object(t, ctx)
+                    .and_then(|()| self.set_config(t, config))
+            })
+        };
         t.configured = true;
-        // The object is fresh: a retry on another fresh one would repeat this same call.
-        self.set_config(t, config)
+        if let Err(CounterError::Call {
+            call: "cuptiRangeProfilerEnable",
+            ..
+        }) = &r
+        {
+            // No object on this context any more: the next group enables one.
+            targets.remove(&ctx);
+        }
+        r
     }
 
     fn start(&self, ctx: u64) -> Result<(), CounterError> {
@@ -741,3 +812,28 @@ impl Profiler for CuptiProfiler {
 }
 
 const _: () = assert!(struct_size!(sys::RangeStop, isAllPassSubmitted) == 41);
+
+#[cfg(test)]
+mod tests {
+    use super::ObjectLife;
+
+    #[test]
+    fn object_life_parses_its_three_values_and_names_a_bad_one() {
+        assert_eq!(ObjectLife::parse(""), Ok(ObjectLife::Auto));
+        assert_eq!(ObjectLife::parse(" auto "), Ok(ObjectLife::Auto));
+        assert_eq!(ObjectLife::parse("kept"), Ok(ObjectLife::Kept));
+        assert_eq!(ObjectLife::parse("session"), Ok(ObjectLife::Session));
+        let e = ObjectLife::parse("fresh").unwrap_err();
+        assert!(e.contains("KREPLAY_CUDA_RANGE_OBJECT=\"fresh\""), "{e}");
+        assert!(e.contains("auto, kept or session"), "{e}");
+    }
+
+    #[test]
+    fn only_auto_tells_one_pass_from_several() {
+        for passes in [1, 2, 8] {
+            assert!(ObjectLife::Session.renew(passes));
+            assert!(!ObjectLife::Kept.renew(passes));
+            assert_eq!(ObjectLife::Auto.renew(passes), passes > 1);
+        }
+    }
+}

@@ -121,7 +121,7 @@ mod plan;
 pub mod sections;
 
 pub use collect::{CounterCollector, ReportHeader};
-pub use cupti::CuptiProfiler;
+pub use cupti::{CuptiProfiler, ObjectLife, OBJECT_ENV};
 pub use plan::*;
 
 /// Compiles `names` for device `ordinal` with the real CUPTI (loaded on first use; the driver
