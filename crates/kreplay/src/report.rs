@@ -125,6 +125,7 @@ mod tests {
                 node: None,
                 graph_launch: None,
                 phases: None,
+                origin: None,
             }],
             samples: vec![
                 CounterSample {

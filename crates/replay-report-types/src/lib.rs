@@ -16,6 +16,9 @@
 //!   metric, never a combination), the consistency check every writer runs first
 //!   ([`CounterReport::check`], [`InconsistentReport`]) and the index the writers build once
 //!   ([`SampleIndex`]) (`report`);
+//! - [`CounterReport::merge`]: the reports of several processes as one, each dispatch with its
+//!   [`DispatchOrigin`] (process, rank, its own dispatch id), which the writers show as
+//!   process and rank columns (`merge`);
 //! - [`SectionRow`] / [`SectionRows`]: Nsight Compute's section rows of a dispatch as the
 //!   counter tool derives them from its raw metrics, which the sections CSV writes
 //!   (`section`).
@@ -25,11 +28,13 @@
 #![forbid(unsafe_code)]
 
 mod error;
+mod merge;
 mod report;
 mod section;
 
 pub use error::InconsistentReport;
 pub use report::{
-    ByPass, CounterDispatch, CounterReport, CounterSample, MetricInfo, SampleIndex, WindowPhases,
+    ByPass, CounterDispatch, CounterReport, CounterSample, DispatchOrigin, MetricInfo, SampleIndex,
+    WindowPhases,
 };
 pub use section::{SectionRow, SectionRows};

@@ -22,7 +22,7 @@ pub struct CounterSample {
 }
 
 /// What the report knows about one replayed dispatch.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CounterDispatch {
     /// The replay service's dispatch id.
     pub dispatch_id: u64,
@@ -67,6 +67,23 @@ pub struct CounterDispatch {
     /// record's `phases` has them); `None` when the collector did not record them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phases: Option<WindowPhases>,
+    /// In a report merged from processes ([`CounterReport::merge`]): the process the dispatch
+    /// ran in, its rank and its own dispatch id there; `None` in one process's own report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<DispatchOrigin>,
+}
+
+/// Where a dispatch of a merged report ran ([`CounterReport::merge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchOrigin {
+    /// The process's id.
+    pub process: u32,
+    /// Its global rank, where a launcher named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// The dispatch's id in that process (the merged report's `dispatch_id` is unique over
+    /// every process merged, so it may differ).
+    pub dispatch_id: u64,
 }
 
 /// Where a dispatch's replay window spent its time, in seconds on the window's clock: the
@@ -371,6 +388,7 @@ mod tests {
             node: None,
             graph_launch: None,
             phases: None,
+            origin: None,
         }
     }
 

@@ -28,6 +28,11 @@
 //! the metric's base unit, never scaled to `Kbyte` or `us` (the reference file's are
 //! unscaled too).
 //!
+//! A report merged from several processes ([`CounterReport::merge`]) has each dispatch's own
+//! process under `Process ID`, and two more columns after all the others
+//! ([`ORIGIN_COLUMNS`]: `Rank`, `Process Dispatch ID`); its `ID` is the merged report's id,
+//! unique over the processes.
+//!
 //! A collection asked by Nsight Compute's sections (`--set full`) is written by
 //! [`sections_csv`] instead, as `ncu --set full --csv` lays it out: `ID` the launch's index
 //! from 0 in launch order (ncu's numbering, so rows join on `(ID, Section Name, Metric Name)`),
@@ -81,6 +86,39 @@ fn dispatch_fields(d: &CounterDispatch) -> Vec<String> {
     out
 }
 
+/// The columns a report merged from processes ([`CounterReport::merge`]) has after all the
+/// others, in [`csv`] and [`sections_csv`] alike: the process's rank (empty where no launcher
+/// named one) and the dispatch's id in its process. `Process ID` is then each dispatch's own
+/// process. One process's own report has neither column.
+pub const ORIGIN_COLUMNS: [&str; 2] = ["Rank", "Process Dispatch ID"];
+
+/// `header` with the [`ORIGIN_COLUMNS`] when the report is merged.
+fn header_for(header: &str, report: &CounterReport) -> String {
+    if !report.is_merged() {
+        return header.to_string();
+    }
+    let mut h = header.trim_end().to_string();
+    for c in ORIGIN_COLUMNS {
+        h.push_str(&format!(",\"{c}\""));
+    }
+    h.push('\n');
+    h
+}
+
+/// The fields of [`ORIGIN_COLUMNS`] for `d` of a merged report; none otherwise.
+fn origin_fields(report: &CounterReport, d: &CounterDispatch) -> Vec<String> {
+    if !report.is_merged() {
+        return Vec::new();
+    }
+    match d.origin {
+        Some(o) => vec![
+            o.rank.map(|r| r.to_string()).unwrap_or_default(),
+            o.dispatch_id.to_string(),
+        ],
+        None => vec![String::new(), d.dispatch_id.to_string()],
+    }
+}
+
 /// The section Nsight Compute files `--metrics` values under.
 pub const SECTION: &str = "Command line profiler metrics";
 
@@ -94,9 +132,10 @@ pub fn csv(report: &CounterReport) -> String {
         .iter()
         .map(|n| ncu_unit(report.metric(n).map_or("", |m| m.unit.as_str())))
         .collect();
-    let mut out = String::from(HEADER);
+    let mut out = header_for(HEADER, report);
     for d in &report.dispatches {
-        let extra = dispatch_fields(d);
+        let mut extra = dispatch_fields(d);
+        extra.extend(origin_fields(report, d));
         let id = d.dispatch_id.to_string();
         let mut row = |metric: &str, unit: &str, value: &str, pass: &str| {
             let at = Row {
@@ -151,7 +190,7 @@ fn write_row(
     let node = d.node.map(|n| n.to_string()).unwrap_or_default();
     let fields: [&str; 18] = [
         at.id,
-        &r.process_id.to_string(),
+        &d.origin.map_or(r.process_id, |o| o.process).to_string(),
         &r.process_name,
         &r.host_name,
         kernel,
@@ -213,11 +252,12 @@ pub fn sections_csv(report: &CounterReport, rows: &SectionRows) -> String {
         .iter()
         .map(|n| ncu_unit(report.metric(n).map_or("", |m| m.unit.as_str())))
         .collect();
-    let mut out = String::from(SECTIONS_HEADER);
+    let mut out = header_for(SECTIONS_HEADER, report);
     for (i, d) in report.dispatches.iter().enumerate() {
         let id = i.to_string();
         let mut extra = vec![d.dispatch_id.to_string(), d.passes.to_string()];
         extra.extend(dispatch_fields(d));
+        extra.extend(origin_fields(report, d));
         for r in rows.get(&d.dispatch_id).into_iter().flatten() {
             let passes: Vec<String> = r.passes.iter().map(u32::to_string).collect();
             let at = Row {

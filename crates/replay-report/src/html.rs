@@ -3,8 +3,10 @@
 //! same from a disk, a mail attachment or an air-gapped cluster.
 //!
 //! What it holds:
-//! - a header: process, host, device, compute capability, chip, dispatches, passes;
-//! - **the kernel table**, one row per dispatch: dispatch id, kernel name (as Nsight Compute
+//! - a header: process (for a report merged from several, [`CounterReport::merge`], each
+//!   one's rank and pid), host, device, compute capability, chip, dispatches, passes;
+//! - **the kernel table**, one row per dispatch: dispatch id (in a merged report, then its
+//!   process's rank and pid), kernel name (as Nsight Compute
 //!   spells it, [`crate::names::ncu_demangled`]), grid, block, duration
 //!   (`gpu__time_duration.sum`, else the median of the passes' GPU times, else empty), the key
 //!   section values where the collection was asked by sections (SM, memory and DRAM throughput,
@@ -98,7 +100,22 @@ fn header(out: &mut String, r: &CounterReport, title: &str) {
             facts.push(format!("<span><b>{}</b> {}</span>", esc(k), esc(v)));
         }
     };
-    fact("process", &format!("{} ({})", r.process_name, r.process_id));
+    let origins = r.origins();
+    if origins.len() > 1 {
+        let list: Vec<String> = origins
+            .iter()
+            .map(|(p, rank)| match rank {
+                Some(k) => format!("rank {k} (pid {p})"),
+                None => format!("pid {p}"),
+            })
+            .collect();
+        fact(
+            "processes",
+            &format!("{} {}: {}", origins.len(), r.process_name, list.join(", ")),
+        );
+    } else {
+        fact("process", &format!("{} ({})", r.process_name, r.process_id));
+    }
     fact("host", &r.host_name);
     fact("device", &r.device_name);
     fact("compute capability", &r.compute_capability);
@@ -224,7 +241,8 @@ fn kernel_table(out: &mut String, r: &CounterReport, rows: &SectionRows, roofs: 
          <p class=\"note\">One row per replayed dispatch; click a column's header to sort by it.</p>\n\
          <table id=\"kernels-table\" class=\"sortable\">\n<thead><tr>",
     );
-    let fixed = [
+    let merged = r.is_merged();
+    let mut fixed = vec![
         ("ID", "num", "kernel-replay's dispatch id"),
         ("Kernel", "text", "kernel name"),
         ("Grid", "text", "grid size"),
@@ -235,8 +253,13 @@ fn kernel_table(out: &mut String, r: &CounterReport, rows: &SectionRows, roofs: 
             "gpu__time_duration.sum, else the median pass's GPU time",
         ),
     ];
-    for (i, (h, kind, title)) in fixed.iter().enumerate() {
-        let default = if i == 4 {
+    if merged {
+        // A report merged from processes: each dispatch's rank and process after its id.
+        fixed.insert(1, ("Rank", "num", "the process's rank (empty: none named)"));
+        fixed.insert(2, ("Process", "num", "the process's id"));
+    }
+    for (h, kind, title) in &fixed {
+        let default = if h.starts_with("Duration") {
             " data-default=\"descending\""
         } else {
             ""
@@ -262,8 +285,23 @@ fn kernel_table(out: &mut String, r: &CounterReport, rows: &SectionRows, roofs: 
         let name = kernel_name(d);
         let _ = write!(
             out,
-            "<tr data-dispatch=\"{id}\"><td data-v=\"{id}\"><a href=\"#d-{id}\">{id}</a></td>\
-             <td class=\"name\" title=\"{0}\">{0}</td><td class=\"dims\">{1}</td><td class=\"dims\">{2}</td>",
+            "<tr data-dispatch=\"{id}\"><td data-v=\"{id}\"><a href=\"#d-{id}\">{id}</a></td>"
+        );
+        if merged {
+            let o = d.origin;
+            num_cell(
+                out,
+                o.and_then(|o| o.rank)
+                    .map(|k| (f64::from(k), k.to_string())),
+            );
+            num_cell(
+                out,
+                o.map(|o| (f64::from(o.process), o.process.to_string())),
+            );
+        }
+        let _ = write!(
+            out,
+            "<td class=\"name\" title=\"{0}\">{0}</td><td class=\"dims\">{1}</td><td class=\"dims\">{2}</td>",
             esc(&name),
             dims(d.grid),
             dims(d.block)
@@ -636,6 +674,16 @@ fn per_dispatch(out: &mut String, r: &CounterReport, rows: &SectionRows, roofs: 
             if let Some(n) = d.node {
                 let _ = write!(launch, " node {n}");
             }
+        }
+        if let Some(o) = d.origin {
+            if let Some(k) = o.rank {
+                let _ = write!(launch, ", rank {k}");
+            }
+            let _ = write!(
+                launch,
+                ", process {} (its dispatch {})",
+                o.process, o.dispatch_id
+            );
         }
         let _ = writeln!(out, "<p class=\"launch\">{}</p>", esc(&launch));
         if let Some(x) = by_id.get(&id) {

@@ -55,16 +55,16 @@ mod table;
 mod write;
 
 pub use csv::{
-    csv, ncu_unit, parse_record, sections_csv, DISPATCH_COLUMNS, HEADER as CSV_HEADER, RAW_SECTION,
-    SECTION as CSV_SECTION, SECTIONS_HEADER,
+    csv, ncu_unit, parse_record, sections_csv, DISPATCH_COLUMNS, HEADER as CSV_HEADER,
+    ORIGIN_COLUMNS, RAW_SECTION, SECTION as CSV_SECTION, SECTIONS_HEADER,
 };
 pub use error::ReportError;
 pub use html::{esc as html_escape, html, OVERVIEW_ID as HTML_OVERVIEW_ID};
 pub use json::{from_json, from_tool_report, to_json, TOOL_MEMBER};
 pub use number::ncu_value;
 pub use replay_report_types::{
-    ByPass, CounterDispatch, CounterReport, CounterSample, InconsistentReport, MetricInfo,
-    SampleIndex, SectionRow, SectionRows, WindowPhases,
+    ByPass, CounterDispatch, CounterReport, CounterSample, DispatchOrigin, InconsistentReport,
+    MetricInfo, SampleIndex, SectionRow, SectionRows, WindowPhases,
 };
 pub use rocpd::{
     guid_and_uuid, write_rocpd, DISPATCH_CATEGORY, SCHEMA as ROCPD_SCHEMA,

@@ -5,7 +5,8 @@
 //! ([`CounterReport::value`]), never a sum or mean across passes. A kernel launched once shows
 //! that value; a kernel launched several times shows the minimum, the median (the lower middle
 //! value for an even count, so always a value some dispatch had) and the maximum over its
-//! dispatches. A metric some dispatches lack says over how many it was taken.
+//! dispatches. A metric some dispatches lack says over how many it was taken. A report merged
+//! from several processes has one block per process and kernel, named by its rank and pid.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -18,9 +19,14 @@ use replay_report_types::{CounterDispatch, CounterReport};
 pub fn table(report: &CounterReport) -> String {
     let index = report.index();
     let names = report.metric_names();
+    // A merged report's kernels by process: one block per process and kernel.
+    let process = |d: &CounterDispatch| d.origin.map(|o| o.process);
     let mut kernels: Vec<(&str, Vec<&CounterDispatch>)> = Vec::new();
     for d in &report.dispatches {
-        match kernels.iter_mut().find(|(k, _)| *k == d.kernel) {
+        match kernels
+            .iter_mut()
+            .find(|(k, l)| *k == d.kernel && process(l[0]) == process(d))
+        {
             Some((_, list)) => list.push(d),
             None => kernels.push((&d.kernel, vec![d])),
         }
@@ -42,6 +48,11 @@ pub fn table(report: &CounterReport) -> String {
             (d, cc) => format!(" on {d} (CC {cc})"),
         }
     );
+    let origins = report.origins();
+    if origins.len() > 1 {
+        let list: Vec<String> = origins.iter().map(|(p, r)| who(*p, *r)).collect();
+        let _ = writeln!(out, "{} processes: {}", origins.len(), list.join(", "));
+    }
     match report.clock_control.as_str() {
         "" => {}
         "base" => {
@@ -64,9 +75,13 @@ pub fn table(report: &CounterReport) -> String {
             "" => kernel,
             d => d,
         };
+        let from = match list[0].origin {
+            Some(o) => format!("{}: ", who(o.process, o.rank)),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "\n{shown}  ({} dispatch{}, {} pass{})",
+            "\n{from}{shown}  ({} dispatch{}, {} pass{})",
             list.len(),
             if list.len() == 1 { "" } else { "es" },
             list[0].passes,
@@ -118,6 +133,15 @@ pub fn table(report: &CounterReport) -> String {
         render(&mut out, &rows);
     }
     out
+}
+
+/// A process of a merged report as the table names it: `rank 1 (pid 4242)`, or `pid 4242`
+/// without a rank.
+fn who(process: u32, rank: Option<u32>) -> String {
+    match rank {
+        Some(r) => format!("rank {r} (pid {process})"),
+        None => format!("pid {process}"),
+    }
 }
 
 /// Writes `rows` as aligned columns: text columns (the first two) to the left, numbers to the

@@ -135,6 +135,7 @@ fn full_set_report(metrics: &[String]) -> serde_json::Value {
         node: None,
         graph_launch: None,
         phases: None,
+        origin: None,
     };
     let value = |m: &str, id: u64| match m {
         "gpu__time_duration.sum" => 1_000.0 * id as f64,

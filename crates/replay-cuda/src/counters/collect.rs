@@ -501,6 +501,7 @@ impl CounterCollector {
             graph_launch: tag.map(|t| t.launch),
             // The window up to CONFIG EXIT (the record this callback sees).
             phases: Some(window_phases(&o.phases)),
+            origin: None,
         });
         c.samples.append(&mut p.samples);
     }

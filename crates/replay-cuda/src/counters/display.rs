@@ -738,6 +738,7 @@ mod tests {
             node: None,
             graph_launch: None,
             phases: None,
+            origin: None,
         };
         let r = CounterReport {
             metrics: vec![

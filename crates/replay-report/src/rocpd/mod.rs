@@ -518,7 +518,8 @@ fn extdata(d: &CounterDispatch, pass: u32) -> String {
 /// A `rocpd_kernel_dispatch` row's `extdata`: the grid in blocks, the context, the passes, the
 /// snapshot's bytes, the graph, node and graph launch (outside a graph: absent), and the
 /// replay window's time by phase (`phases`, seconds by [`crate::WindowPhases`]' names; absent
-/// when the report has none). One window holds every pass, so each pass's row has the same.
+/// when the report has none), and in a merged report its `origin` (process, rank, its own
+/// dispatch id). One window holds every pass, so each pass's row has the same.
 fn dispatch_extdata(d: &CounterDispatch) -> String {
     let mut v = json!({
         "grid_blocks": d.grid,
@@ -529,6 +530,10 @@ fn dispatch_extdata(d: &CounterDispatch) -> String {
     add_graph(&mut v, d);
     if let Some(p) = &d.phases {
         v["phases"] = serde_json::to_value(p).unwrap_or_default();
+    }
+    // A report merged from processes: the dispatch's process, rank and its own id there.
+    if let Some(o) = &d.origin {
+        v["origin"] = serde_json::to_value(o).unwrap_or_default();
     }
     v.to_string()
 }

@@ -42,6 +42,7 @@ pub fn dispatch(
         node: None,
         graph_launch: None,
         phases: None,
+        origin: None,
     }
 }
 
