@@ -211,6 +211,7 @@ pub struct BuiltinTool<D> {
     device: D,
     verify: Mutex<HashMap<DispatchId, VerifyState>>,
     records: Mutex<Vec<DispatchRecord>>,
+    watch: Option<crate::collective::ReplayTimeWatch>,
 }
 
 /// The key every `verify` digest uses (any fixed key: only equality across passes matters).
@@ -219,7 +220,9 @@ fn verify_key() -> DigestKey {
 }
 
 impl<D: ToolDevice> BuiltinTool<D> {
-    /// A tool of `kind` asking for `passes` passes, over `device`.
+    /// A tool of `kind` asking for `passes` passes, over `device`; in a process that is one
+    /// rank of several, its replay time watched against the collective timeout in force
+    /// ([`crate::collective::ReplayTimeWatch::from_env`]).
     pub fn new(kind: ToolKind, passes: u64, device: D) -> Self {
         Self {
             kind,
@@ -227,7 +230,14 @@ impl<D: ToolDevice> BuiltinTool<D> {
             device,
             verify: Mutex::new(HashMap::new()),
             records: Mutex::new(Vec::new()),
+            watch: crate::collective::ReplayTimeWatch::from_env(),
         }
+    }
+
+    /// The tool with `watch` in place of the one the environment gave (`None`: no watch).
+    pub fn with_watch(mut self, watch: Option<crate::collective::ReplayTimeWatch>) -> Self {
+        self.watch = watch;
+        self
     }
 
     /// Which tool.
@@ -251,12 +261,17 @@ impl<D: ToolDevice> BuiltinTool<D> {
     }
 
     /// The report's members this crate owns: `tool`, `passes`, `kernels` (the per-kernel
-    /// table of the records kept) and `records`. The backend adds its own beside them.
+    /// table of the records kept), `records`, and in a rank of several `collective_timeout`
+    /// (the timeout in force, the replay time, the warnings given:
+    /// [`crate::collective::ReplayTimeWatch::report`]). The backend adds its own beside them.
     pub fn report_members(&self) -> serde_json::Map<String, serde_json::Value> {
         let records = self.records();
         let mut m = serde_json::Map::new();
         m.insert("tool".into(), serde_json::json!(self.kind));
         m.insert("passes".into(), self.passes.into());
+        if let Some(w) = &self.watch {
+            m.insert("collective_timeout".into(), w.report());
+        }
         m.insert("kernels".into(), serde_json::json!(kernel_rows(&records)));
         m.insert("records".into(), serde_json::json!(records));
         m
@@ -322,6 +337,11 @@ impl<D: ToolDevice> BuiltinTool<D> {
     fn config_exit(&self, p: &ReplayPayload<'_>) {
         self.device.config_exit(p);
         let Some(o) = p.outcome else { return };
+        if let Some(w) = &self.watch {
+            for line in w.observe(o.dispatch_id.0, &o.kernel, o.phases.window) {
+                log::warn!("[kernel-replay] warning: {line}");
+            }
+        }
         let v = self.verify.lock().remove(&o.dispatch_id);
         let (inputs, outputs, differing, digested, freed) = match v {
             Some(v) if v.failed.is_none() && v.first_in.is_some() => (

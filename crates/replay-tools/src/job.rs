@@ -109,8 +109,9 @@ pub fn multi_rank_reason(
 /// The warning `kreplay run` prints before a multi-rank job starts: ranks that replay run
 /// every candidate dispatch `passes` times (a window may wait up to `pass_timeout` per pass),
 /// while the others wait for them in their next collective, so a collective timeout may end
-/// the job. Names each variable that bounds it, with its value where set. `None` for a single
-/// process, or when no rank replays more than once.
+/// the job. Names each variable that bounds it, with its value where set, and the timeout in
+/// force ([`crate::collective::timeout_in_force`], which each rank's replay time is watched
+/// against while it runs). `None` for a single process, or when no rank replays more than once.
 pub fn collective_timeout_warning(
     program: Option<&str>,
     env: &dyn Fn(&str) -> Option<String>,
@@ -133,9 +134,13 @@ pub fn collective_timeout_warning(
         Some(r) => format!("ranks {r} replay, the others do not"),
         None => "every rank replays, each at its own pace".into(),
     };
+    let t = crate::collective::timeout_in_force(env);
     Some(format!(
-        "this looks like a multi-rank job ({why}); {which}: each candidate dispatch runs {passes} passes (a pass may wait up to {:.0} s), so ranks reach their collectives unevenly and the others wait in them. If that wait exceeds a collective timeout the job is aborted: raise it, or limit replay (--ranks, --kernel-include, --dispatch-range). Bounds in force: {}",
+        "this looks like a multi-rank job ({why}); {which}: each candidate dispatch runs {passes} passes (a pass may wait up to {:.0} s), so ranks reach their collectives unevenly and the others wait in them. If that wait exceeds a collective timeout the job is aborted: raise it, or limit replay (--ranks, --kernel-include, --dispatch-range). Timeout in force: {:.0} s ({}); each rank warns when its replay time reaches {:.0}% of it. Bounds: {}",
         pass_timeout.as_secs_f64(),
+        t.seconds,
+        t.source,
+        100.0 * crate::collective::WARN_FRACTION,
         set.join("; ")
     ))
 }
@@ -412,6 +417,11 @@ mod tests {
         assert!(w.contains("SLURM_NTASKS=8"), "{w}");
         assert!(w.contains("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=60"), "{w}");
         assert!(w.contains("every rank replays"), "{w}");
+        // The timeout in force, as each rank's watch has it.
+        assert!(
+            w.contains("Timeout in force: 60 s (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=60); each rank warns when its replay time reaches 50%"),
+            "{w}"
+        );
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!   counters, its capture) hang off the trait's callback hooks.
 //! - [`job`]: the process's place in a job (ranks, `KREPLAY_RANKS`) and its records streamed
 //!   to a file of its own, its report written atomically, as `kreplay run` reads them.
+//! - [`collective`]: each process's replay time against the collective timeout in force
+//!   (a window, and the process's total, past half of it warn once with the numbers).
 //! - [`library`]: a user's tool library loaded by path, as every backend keeps it, and the
 //!   one loader the shared object registers for all of them.
 //!
@@ -20,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod builtin;
+pub mod collective;
 pub mod job;
 pub mod library;
 
