@@ -58,6 +58,9 @@
 //!   import, handle properties); `hsa_amd_pointer_info` answers `RESERVED_ADDR` and
 //!   `HSA_VMEM`.
 //!
+//! - **Kernel bodies known by name** ([`kernels`]): the ones every program of the workspace can
+//!   define, so a code object captured in one process loads in another (`kreplay replay`).
+//!
 //! [`client::Client`] drives it the way the HIP runtime would (queues, pools, AQL packets,
 //! doorbells, completion signals, async copies), for tests of HSA tools.
 //!
@@ -101,6 +104,7 @@ pub mod client;
 pub mod code_object;
 pub mod entries;
 pub mod fault;
+pub mod kernels;
 pub mod pool;
 pub mod queue;
 pub mod state;

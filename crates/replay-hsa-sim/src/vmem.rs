@@ -4,7 +4,11 @@
 //! - **Reserve** (`hsa_amd_vmem_address_reserve`, `_reserve_align`): host memory of the size
 //!   (page-aligned, or the alignment asked), in no memory map: nothing reaches it until mapped;
 //!   `hsa_amd_pointer_info` answers `RESERVED_ADDR` with the reservation's base and size.
-//!   The address hint is ignored. `hsa_amd_vmem_address_free` unmaps what is still mapped in
+//!   An address hint (page-aligned, non-zero) is honoured where that host range is free in
+//!   the process: the reservation is then an anonymous mapping made there
+//!   (`MAP_FIXED_NOREPLACE`, never over anything mapped); a range not free gives a
+//!   reservation elsewhere, as the real runtime may (a standalone replay asks for captured
+//!   addresses this way, SPEC §13). `hsa_amd_vmem_address_free` unmaps what is still mapped in
 //!   it and releases it.
 //! - **Handles** (`hsa_amd_vmem_handle_create` from a GPU pool, `_release`,
 //!   `hsa_amd_vmem_retain_alloc_handle`, `hsa_amd_vmem_get_alloc_properties_from_handle`):
@@ -67,13 +71,60 @@ struct Handle {
 
 #[derive(Debug, Default)]
 struct Vmem {
-    /// Reservations by base: their host memory's layout.
-    reservations: BTreeMap<u64, Layout>,
+    /// Reservations by base: their host memory.
+    reservations: BTreeMap<u64, Reservation>,
     handles: HashMap<u64, Handle>,
     next: u64,
 }
 
 static VMEM: LazyLock<Mutex<Vmem>> = LazyLock::new(Default::default);
+
+/// A reservation's host memory.
+#[derive(Debug, Clone, Copy)]
+enum Reservation {
+    /// From the heap, with this layout.
+    Heap(Layout),
+    /// An anonymous mapping of this many bytes at the address asked for.
+    Mapped(usize),
+}
+
+impl Reservation {
+    fn size(&self) -> usize {
+        match self {
+            Self::Heap(l) => l.size(),
+            Self::Mapped(n) => *n,
+        }
+    }
+}
+
+/// An anonymous read-write mapping of `size` bytes exactly at `at`, where nothing is mapped.
+fn map_at(at: u64, size: usize) -> Option<u64> {
+    if at == 0 || at % 4096 != 0 {
+        return None;
+    }
+    // SAFETY: a new anonymous mapping; MAP_FIXED_NOREPLACE never replaces an existing one
+    // (the call fails instead), so no memory of the process is touched.
+    let p = unsafe {
+        libc::mmap(
+            at as *mut c_void,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    if p as u64 != at {
+        // A kernel without MAP_FIXED_NOREPLACE took it as a hint and placed it elsewhere.
+        // SAFETY: the mapping just made, of `size` bytes, which nothing else knows.
+        unsafe { libc::munmap(p, size) };
+        return None;
+    }
+    Some(at)
+}
 
 /// Installs the entries in the AMD table.
 pub(crate) fn install(t: &mut v2::AmdExtTable) {
@@ -123,8 +174,8 @@ pub(crate) fn install(t: &mut v2::AmdExtTable) {
 /// The reservation containing `addr`, as (base, size), for `hsa_amd_pointer_info`.
 pub(crate) fn reservation(addr: u64) -> Option<(u64, usize)> {
     let v = VMEM.lock();
-    let (&b, l) = v.reservations.range(..=addr).next_back()?;
-    (addr < b + l.size() as u64).then_some((b, l.size()))
+    let (&b, r) = v.reservations.range(..=addr).next_back()?;
+    (addr < b + r.size() as u64).then_some((b, r.size()))
 }
 
 fn guard(name: &str, f: impl FnOnce() -> hsa_status_t) -> hsa_status_t {
@@ -136,19 +187,31 @@ fn guard(name: &str, f: impl FnOnce() -> hsa_status_t) -> hsa_status_t {
 
 const BAD: hsa_status_t = sys::HSA_STATUS_ERROR_INVALID_ARGUMENT;
 
-fn reserve(va: *mut *mut c_void, size: usize, align: usize) -> hsa_status_t {
+fn reserve(va: *mut *mut c_void, size: usize, address: u64, align: usize) -> hsa_status_t {
     if va.is_null() || size == 0 {
         return BAD;
     }
     let Ok(layout) = Layout::from_size_align(size, align.max(4096).next_power_of_two()) else {
         return BAD;
     };
+    if address % layout.align() as u64 == 0 {
+        if let Some(at) = map_at(address, size) {
+            VMEM.lock()
+                .reservations
+                .insert(at, Reservation::Mapped(size));
+            // SAFETY: a non-NULL out pointer to a `void*` (the caller's contract).
+            unsafe { va.write(at as *mut c_void) };
+            return sys::HSA_STATUS_SUCCESS;
+        }
+    }
     // SAFETY: `layout` has a non-zero size.
     let p = unsafe { std::alloc::alloc_zeroed(layout) };
     if p.is_null() {
         return sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES;
     }
-    VMEM.lock().reservations.insert(p as u64, layout);
+    VMEM.lock()
+        .reservations
+        .insert(p as u64, Reservation::Heap(layout));
     // SAFETY: a non-NULL out pointer to a `void*` (the caller's contract).
     unsafe { va.write(p.cast()) };
     sys::HSA_STATUS_SUCCESS
@@ -162,10 +225,12 @@ fn reserve(va: *mut *mut c_void, size: usize, align: usize) -> hsa_status_t {
 unsafe extern "C" fn address_reserve(
     va: *mut *mut c_void,
     size: usize,
-    _address: u64,
+    address: u64,
     _flags: u64,
 ) -> hsa_status_t {
-    guard("hsa_amd_vmem_address_reserve", || reserve(va, size, 4096))
+    guard("hsa_amd_vmem_address_reserve", || {
+        reserve(va, size, address, 4096)
+    })
 }
 
 /// `hsa_amd_vmem_address_reserve_align(void** va, size_t size, uint64_t address, uint64_t
@@ -177,12 +242,17 @@ unsafe extern "C" fn address_reserve(
 unsafe extern "C" fn address_reserve_align(
     va: *mut *mut c_void,
     size: usize,
-    _address: u64,
+    address: u64,
     alignment: u64,
     _flags: u64,
 ) -> hsa_status_t {
     guard("hsa_amd_vmem_address_reserve_align", || {
-        reserve(va, size, usize::try_from(alignment).unwrap_or(usize::MAX))
+        reserve(
+            va,
+            size,
+            address,
+            usize::try_from(alignment).unwrap_or(usize::MAX),
+        )
     })
 }
 
@@ -216,19 +286,26 @@ unsafe extern "C" fn address_free(va: *mut c_void, size: usize) -> hsa_status_t 
     guard("hsa_amd_vmem_address_free", || {
         let mut v = VMEM.lock();
         let base = va as u64;
-        let Some(layout) = v.reservations.get(&base).copied() else {
+        let Some(r) = v.reservations.get(&base).copied() else {
             return BAD;
         };
-        if size != 0 && size != layout.size() {
+        if size != 0 && size != r.size() {
             return BAD;
         }
-        if !unmap_range(&mut v, base, layout.size()) {
+        if !unmap_range(&mut v, base, r.size()) {
             return BAD;
         }
         v.reservations.remove(&base);
-        // SAFETY: the reservation's memory from `alloc_zeroed` with this layout; nothing
-        // maps it any more (its mappings were removed just above).
-        unsafe { std::alloc::dealloc(base as *mut u8, layout) };
+        match r {
+            // SAFETY: the reservation's memory from `alloc_zeroed` with this layout; nothing
+            // maps it any more (its mappings were removed just above).
+            Reservation::Heap(layout) => unsafe { std::alloc::dealloc(base as *mut u8, layout) },
+            // SAFETY: the anonymous mapping `map_at` made for this reservation, of this size;
+            // nothing maps it any more.
+            Reservation::Mapped(n) => unsafe {
+                libc::munmap(base as *mut c_void, n);
+            },
+        }
         sys::HSA_STATUS_SUCCESS
     })
 }

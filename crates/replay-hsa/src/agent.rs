@@ -173,6 +173,35 @@ impl QueueAgent {
     }
 }
 
+/// What precedes a GPU's ordinal in a capture's device description.
+pub const GPU_ORDINAL: &str = "GPU ordinal ";
+
+unsafe extern "C" fn collect_agent(a: sys::hsa_agent_t, data: *mut std::ffi::c_void) -> u32 {
+    // SAFETY: `data` is the `Vec` passed by `gpu_agents`, alive for the iteration.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+        (*data.cast::<Vec<sys::hsa_agent_t>>()).push(a)
+    }));
+    sys::HSA_STATUS_SUCCESS
+}
+
+/// The runtime's GPU agents in `hsa_iterate_agents` order (through the original entry), each
+/// registered with the backend; empty before `OnLoad` or without the entry.
+pub fn gpu_agents() -> Vec<state::AgentInfo> {
+    let Some(o) = state::backend().originals() else {
+        return Vec::new();
+    };
+    let Some(iterate) = o.iterate_agents else {
+        return Vec::new();
+    };
+    let mut all: Vec<sys::hsa_agent_t> = Vec::new();
+    // SAFETY: the original iteration with a callback of the right type and a live `Vec`.
+    unsafe { iterate(Some(collect_agent), (&mut all as *mut Vec<_>).cast()) };
+    all.into_iter()
+        .map(|a| state::backend().agent(&o, a))
+        .filter(|a| a.device == Some(sys::HSA_DEVICE_TYPE_GPU))
+        .collect()
+}
+
 impl replay_core::Agent for QueueAgent {
     /// The code object as the application loaded it, from the loader's record of it
     /// ([`crate::module`]); an unknown one is an `Unsupported` error naming why (SPEC §13).
@@ -196,23 +225,44 @@ impl replay_core::Agent for QueueAgent {
                     dispatch.info.kernel_name
                 ))
             })?;
+        // The executable's variables where its load placed them, so the capture names each
+        // module-variable region by its symbol (a standalone replay places it by name).
+        let variables = loader
+            .variables_of(dispatch.kernel.code_object, agent)
+            .map_err(|why| {
+                unsupported(format!(
+                    "the variables of kernel {:?}'s executable: {why}",
+                    dispatch.info.kernel_name
+                ))
+            })?
+            .into_iter()
+            .map(|v| replay_core::CodeVariable {
+                name: v.name,
+                base: v.base,
+                size: v.size,
+            })
+            .collect();
         Ok(replay_core::CodeImage {
             format: "hsa-code-object".into(),
             module: format!("executable@{:#x}", dispatch.kernel.code_object),
             symbol: dispatch.info.kernel_name.to_string(),
             bytes,
             launch_attributes: Vec::new(),
-            // The executable's variables are not named per region yet (a standalone replay
-            // of an HSA capture is not built).
-            variables: Vec::new(),
+            variables,
         })
     }
 
+    /// Names the agent's ordinal among the runtime's GPU agents ([`gpu_agents`]), what a
+    /// standalone replay picks its GPU by (ids and handles are this process's).
     fn device_description(&self) -> replay_core::DeviceDescription {
+        let ordinal = gpu_agents()
+            .iter()
+            .position(|a| a.handle == self.st.agent.handle)
+            .map_or_else(String::new, |i| format!(", {GPU_ORDINAL}{i}"));
         replay_core::DeviceDescription {
             backend: "hsa".into(),
             device: format!(
-                "HSA GPU agent {} ({:#x})",
+                "HSA GPU agent {} ({:#x}){ordinal}",
                 self.st.agent.id, self.st.agent.handle
             ),
             driver: "HSA runtime".into(),

@@ -35,6 +35,8 @@ const LAYERS: &[&[&str]] = &[
         "intercept::queue",
         "intercept",
         "tool",
+        "standalone::entries",
+        "standalone",
         "layering",
     ],
     &[""],

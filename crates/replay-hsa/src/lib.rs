@@ -160,6 +160,7 @@ pub mod queue;
 pub mod tracker;
 // Entry points.
 pub mod intercept;
+pub mod standalone;
 pub mod tool;
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use crate::state::{self, KernelFn, LoadedRec, REG};
 use crate::table::{
     HSA_STATUS_ERROR_INVALID_CODE_OBJECT, HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER,
     HSA_STATUS_ERROR_INVALID_EXECUTABLE, HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL,
-    HSA_STATUS_ERROR_INVALID_SYMBOL_NAME,
+    HSA_STATUS_ERROR_INVALID_SYMBOL_NAME, HSA_STATUS_ERROR_VARIABLE_ALREADY_DEFINED,
 };
 
 /// Argument block sizes of kernel symbols, by kernel object ([`crate::SimHsa::set_kernarg_segment_size`]).
@@ -45,7 +45,7 @@ pub(super) unsafe extern "C" fn hsa_executable_destroy(exec: u64) -> hsa_status_
         let mut symbols = REG.symbols.lock();
         for s in rec.symbols {
             if let Some(sym) = symbols.remove(&s) {
-                if !sym.is_kernel && sym.address != 0 {
+                if !sym.is_kernel && !sym.external && sym.address != 0 {
                     state::free(sym.address);
                 }
             }
@@ -232,7 +232,14 @@ pub(super) unsafe extern "C" fn hsa_executable_load_agent_code_object(
                 };
                 kernels.push((k.name.clone(), body.clone()));
             }
-            let (symbols, objects) = inst.define_symbols(agent.handle, &co.variables, &kernels);
+            let defined = REG
+                .executables
+                .lock()
+                .get(&exec)
+                .map(|e| e.defined.clone())
+                .unwrap_or_default();
+            let (symbols, objects) =
+                inst.define_symbols(agent.handle, &co.variables, &kernels, &defined);
             for (object, k) in objects.iter().zip(&co.kernels) {
                 KERNARG_SIZES.lock().insert(*object, k.kernarg_size);
             }
@@ -255,6 +262,49 @@ pub(super) unsafe extern "C" fn hsa_executable_load_agent_code_object(
             }
             // SAFETY: a non-NULL out pointer to an `hsa_loaded_code_object_t`.
             unsafe { put(loaded.cast(), h) }
+        }
+    )
+}
+
+/// `hsa_executable_agent_global_variable_define(executable, agent, name, address)`: the
+/// variable `name` of the code objects loaded for `agent` from now on lives at `address`, memory
+/// the application allocated (the loader neither allocates nor frees it). The real loader
+/// accepts it for variables the code object declares external; the simulator's code objects do
+/// not mark them, so any variable may be placed (a standalone replay places the captured ones
+/// where the capture had them, SPEC §13). A name defined twice for an agent, or a NULL name or
+/// address, is refused.
+pub(super) unsafe extern "C" fn hsa_executable_agent_global_variable_define(
+    exec: u64,
+    agent: sys::hsa_agent_t,
+    name: *const std::ffi::c_char,
+    address: *mut c_void,
+) -> hsa_status_t {
+    guard!(
+        "hsa_executable_agent_global_variable_define",
+        sys::HSA_STATUS_ERROR,
+        {
+            if name.is_null() || address.is_null() {
+                return sys::HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            if state::instance_of_agent(agent.handle).is_none() {
+                return sys::HSA_STATUS_ERROR_INVALID_AGENT;
+            }
+            // SAFETY: a NUL-terminated name from the application.
+            let name = unsafe { std::ffi::CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned();
+            let mut execs = REG.executables.lock();
+            let Some(e) = execs.get_mut(&exec) else {
+                return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
+            };
+            if e.defined
+                .iter()
+                .any(|(n, a, _)| *n == name && *a == agent.handle)
+            {
+                return HSA_STATUS_ERROR_VARIABLE_ALREADY_DEFINED;
+            }
+            e.defined.push((name, agent.handle, address as u64));
+            sys::HSA_STATUS_SUCCESS
         }
     )
 }

@@ -30,8 +30,8 @@ use agents::{hsa_agent_get_info, hsa_init, hsa_iterate_agents, hsa_system_get_in
 use copy::{hsa_amd_memory_async_copy, hsa_amd_memory_async_copy_on_engine};
 use executables::{
     hsa_code_object_reader_create_from_memory, hsa_code_object_reader_destroy,
-    hsa_executable_create_alt, hsa_executable_destroy, hsa_executable_freeze,
-    hsa_executable_get_symbol_by_name, hsa_executable_iterate_agent_symbols,
+    hsa_executable_agent_global_variable_define, hsa_executable_create_alt, hsa_executable_destroy,
+    hsa_executable_freeze, hsa_executable_get_symbol_by_name, hsa_executable_iterate_agent_symbols,
     hsa_executable_load_agent_code_object, hsa_executable_symbol_get_info,
 };
 use loader::{hsa_system_get_major_extension_table, hsa_system_major_extension_supported};
@@ -279,6 +279,10 @@ pub(crate) fn core_table() -> v2::CoreApiTable {
     set(
         &mut t.hsa_executable_freeze_fn,
         hsa_executable_freeze as *const (),
+    );
+    set(
+        &mut t.hsa_executable_agent_global_variable_define_fn,
+        hsa_executable_agent_global_variable_define as *const (),
     );
     set(
         &mut t.hsa_executable_get_symbol_by_name_fn,

@@ -183,21 +183,29 @@ impl Instance {
             .iter()
             .map(|(n, b)| ((*n).to_owned(), b.clone()))
             .collect();
-        let (symbols, _) = self.define_symbols(agent, variables, &kernels);
+        let (symbols, _) = self.define_symbols(agent, variables, &kernels, &[]);
         let exec = next_handle();
-        REG.executables.lock().insert(exec, ExecRec { symbols });
+        REG.executables.lock().insert(
+            exec,
+            ExecRec {
+                symbols,
+                defined: Vec::new(),
+            },
+        );
         self.executables.lock().push(exec);
         exec
     }
 
     /// Adds the symbols of `variables` (allocated from the agent's coarse-grained pool,
-    /// zeroed) and `kernels` (each registered as a new kernel object) for agent `agent`; the
-    /// symbol handles, and each kernel's object in order.
+    /// zeroed, unless `defined` names the variable's address for this agent: then it is
+    /// there, in the application's memory) and `kernels` (each registered as a new kernel
+    /// object) for agent `agent`; the symbol handles, and each kernel's object in order.
     pub(crate) fn define_symbols(
         &self,
         agent: u64,
         variables: &[VariableSpec],
         kernels: &[(String, KernelFn)],
+        defined: &[(String, u64, u64)],
     ) -> (Vec<u64>, Vec<u64>) {
         let gpu = self.agents[1..]
             .iter()
@@ -213,7 +221,13 @@ impl Instance {
         let mut symbols = Vec::new();
         let mut objects = Vec::new();
         for v in variables {
-            let address = allocate(&pool, v.size.max(1) as usize).unwrap_or(0);
+            let placed = defined
+                .iter()
+                .find(|(n, a, _)| *n == v.name && *a == agent)
+                .map(|&(_, _, at)| at);
+            let address = placed
+                .or_else(|| allocate(&pool, v.size.max(1) as usize))
+                .unwrap_or(0);
             let h = next_handle();
             REG.symbols.lock().insert(
                 h,
@@ -224,6 +238,7 @@ impl Instance {
                     address,
                     size: v.size,
                     is_const: v.is_const,
+                    external: placed.is_some(),
                 },
             );
             symbols.push(h);
@@ -240,6 +255,7 @@ impl Instance {
                     address: object,
                     size: 0,
                     is_const: false,
+                    external: false,
                 },
             );
             symbols.push(h);

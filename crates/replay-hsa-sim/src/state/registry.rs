@@ -59,12 +59,18 @@ pub struct SymbolRec {
     pub(crate) address: u64,
     pub(crate) size: u32,
     pub(crate) is_const: bool,
+    /// A variable placed at an address the application gave
+    /// (`hsa_executable_agent_global_variable_define`): its memory is the application's.
+    pub(crate) external: bool,
 }
 
 /// An executable (one loaded module, or the code objects loaded into it).
 #[derive(Debug, Default)]
 pub struct ExecRec {
     pub(crate) symbols: Vec<u64>,
+    /// Variables the application placed before loading
+    /// (`hsa_executable_agent_global_variable_define`): (name, agent, address).
+    pub(crate) defined: Vec<(String, u64, u64)>,
 }
 
 /// A code object loaded into an executable for one agent

@@ -175,6 +175,27 @@ impl LoaderFns {
         Ok(v)
     }
 
+    /// The variables of `executable` for `agent` that a snapshot captures ([`captured`]):
+    /// what a capture names its module-variable regions by (SPEC §13).
+    pub fn variables_of(
+        &self,
+        executable: u64,
+        agent: sys::hsa_agent_t,
+    ) -> Result<Vec<ModuleVariable>, String> {
+        let mut out = Vec::new();
+        for (exec, sym) in self.agent_symbols(agent)? {
+            if exec != executable {
+                continue;
+            }
+            if let Some(v) = self.variable(sym)? {
+                if captured(&v) {
+                    out.push(v);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn variable(&self, sym: u64) -> Result<Option<ModuleVariable>, String> {
         if self.kind(sym)? != sys::HSA_SYMBOL_KIND_VARIABLE {
             return Ok(None);
