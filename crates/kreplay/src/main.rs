@@ -22,6 +22,7 @@ mod cli;
 mod collect;
 mod demo;
 mod replay;
+mod replay_hsa;
 mod report;
 mod run;
 mod template;

@@ -14,11 +14,11 @@
 //! A CUDA capture is replayed on this machine's CUDA device by `replay_cuda::standalone`
 //! (regions at their captured addresses through the driver's virtual memory calls, the code
 //! image loaded as captured, every pass's outputs read back and compared here; `timing` is
-//! the CUDA events' time of each launch). HSA captures (`replay-hsa` on the simulated runtime or
-//! a real one) are refused, saying what is missing: the simulated runtime's memory is the
-//! capturing process's host heap, so its addresses cannot be had again in this process without
-//! fixed-address host mappings, its loader places module variables itself, and no real HSA
-//! runtime is driven from here.
+//! the CUDA events' time of each launch). An HSA capture taken on the simulated runtime is
+//! replayed on a fresh simulated runtime by `crate::replay_hsa` (`replay_hsa::standalone`:
+//! regions recreated as virtual-memory mappings at their captured addresses, or relocated,
+//! module variables placed by name, the passes run under a replay service as here); one of
+//! real GPU code is refused, naming what this machine has.
 //!
 //! The order of a CUDA replay is fixed, because device addresses share this process's
 //! address space with host mappings: every folder is read first; then, before anything loads
@@ -99,6 +99,14 @@ pub enum ReplayError {
         /// What failed.
         source: replay_cuda::standalone::StandaloneError,
     },
+    /// The HSA replay failed.
+    #[error("{}: HSA: {source}", .dir.display())]
+    Hsa {
+        /// The capture.
+        dir: PathBuf,
+        /// What failed.
+        source: replay_hsa::standalone::StandaloneError,
+    },
     /// Writing the report failed.
     #[error("output: {0}")]
     Output(#[from] std::io::Error),
@@ -111,6 +119,12 @@ impl ReplayError {
             Self::Sim { .. } | Self::Output(_) => 1,
             Self::Cuda {
                 source: replay_cuda::standalone::StandaloneError::Driver(_),
+                ..
+            } => 1,
+            Self::Hsa {
+                source:
+                    replay_hsa::standalone::StandaloneError::Runtime(_)
+                    | replay_hsa::standalone::StandaloneError::Timeout(_),
                 ..
             } => 1,
             _ => 2,
@@ -145,20 +159,20 @@ fn known_module(name: &str) -> Option<ModuleSpec> {
 }
 
 /// What one replay did.
-struct Replayed {
-    record: Option<OutcomeRecord>,
+pub(crate) struct Replayed {
+    pub(crate) record: Option<OutcomeRecord>,
     /// Per pass: the regions whose outputs differ from the captured ones.
-    pass_diffs: Vec<Vec<RegionDiff>>,
+    pub(crate) pass_diffs: Vec<Vec<RegionDiff>>,
     /// After the dispatch.
-    final_diffs: Vec<RegionDiff>,
+    pub(crate) final_diffs: Vec<RegionDiff>,
     /// Whether every pass left the same bytes (a kernel that does not is non-deterministic).
-    passes_agree: bool,
+    pub(crate) passes_agree: bool,
     /// Per pass GPU seconds where the backend measured them outside a record, and the clock's name.
-    seconds: Option<(Vec<f64>, &'static str)>,
+    pub(crate) seconds: Option<(Vec<f64>, &'static str)>,
 }
 
 /// Whether every pass's outputs equal the first pass's.
-fn passes_agree(outputs: &[Vec<Vec<u8>>]) -> bool {
+pub(crate) fn passes_agree(outputs: &[Vec<Vec<u8>>]) -> bool {
     outputs.windows(2).all(|w| w[0] == w[1])
 }
 
@@ -184,6 +198,8 @@ pub fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<u8, ReplayError> {
     for c in &captures {
         let r = if c.manifest.backend == "cuda" {
             replay_cuda(c, args.passes, &mut holds, args.exact_addresses)?
+        } else if c.manifest.backend == "hsa" {
+            crate::replay_hsa::replay(c, args.passes, args.exact_addresses)?
         } else {
             replay_one(c, args.passes)?
         };
@@ -312,13 +328,6 @@ fn replay_one(c: &LoadedCapture, passes: u64) -> Result<Replayed, ReplayError> {
         dir: dir.clone(),
         why,
     };
-    if m.backend == "hsa" {
-        return Err(unsupported(format!(
-            "an HSA capture (kernel {:?}, {} code object bytes); replaying it standalone is not implemented: it needs the simulated HSA runtime to recreate each region at its captured address (its memory is host memory of the capturing process) and to place module variables where the capture had them, or a real HSA runtime with a GPU",
-            m.kernel.name,
-            c.code.len()
-        )));
-    }
     if m.backend != "sim" || m.kernel.code_format != "sim-module" {
         return Err(unsupported(format!(
             "a {} capture ({} code); this kreplay replays captures of the simulated GPU only",
@@ -487,26 +496,7 @@ fn replay_cuda(
             r.skipped_attributes.join(", ")
         );
     }
-    if !r.relocated.is_empty() {
-        let ranges: Vec<String> = r
-            .relocated
-            .iter()
-            .map(|(lo, hi, at)| format!("{lo:#x}-{hi:#x} to {at:#x}"))
-            .collect();
-        log::warn!(
-            "[kernel-replay] replay {}: {} range(s) could not be had at their captured addresses and were relocated ({}); {} argument word(s) rewritten; {} word(s) inside the regions look like pointers into them and were not rewritten{}",
-            c.dir.display(),
-            r.relocated.len(),
-            ranges.join(", "),
-            r.rewritten_words,
-            r.stored_pointers,
-            if r.stored_pointers > 0 {
-                " (outputs may differ where the kernel follows them; --exact-addresses refuses instead)"
-            } else {
-                ""
-            }
-        );
-    }
+    warn_relocated(c, &r.relocated, r.rewritten_words, r.stored_pointers);
     for (index, addr) in &r.moved_variables {
         log::info!(
             "[kernel-replay] replay {}: module variable region {index} was loaded at {addr:#x}",
@@ -522,4 +512,35 @@ fn replay_cuda(
         passes_agree: passes_agree(&r.outputs),
         seconds: Some((r.seconds, "CUDA events")),
     })
+}
+
+/// The warning of a replay that relocated ranges (CUDA's and HSA's alike): which ranges moved
+/// where, the argument words rewritten, and the words inside the regions that look like
+/// pointers into them and were not.
+pub(crate) fn warn_relocated(
+    c: &LoadedCapture,
+    relocated: &[(u64, u64, u64)],
+    rewritten_words: usize,
+    stored_pointers: usize,
+) {
+    if relocated.is_empty() {
+        return;
+    }
+    let ranges: Vec<String> = relocated
+        .iter()
+        .map(|(lo, hi, at)| format!("{lo:#x}-{hi:#x} to {at:#x}"))
+        .collect();
+    log::warn!(
+        "[kernel-replay] replay {}: {} range(s) could not be had at their captured addresses and were relocated ({}); {} argument word(s) rewritten; {} word(s) inside the regions look like pointers into them and were not rewritten{}",
+        c.dir.display(),
+        relocated.len(),
+        ranges.join(", "),
+        rewritten_words,
+        stored_pointers,
+        if stored_pointers > 0 {
+            " (outputs may differ where the kernel follows them; --exact-addresses refuses instead)"
+        } else {
+            ""
+        }
+    );
 }

@@ -36,6 +36,27 @@ pub fn loaded(config: crate::SimConfig) -> (SimHsa, Client) {
     (sim, client)
 }
 
+/// A fresh simulated runtime of `config` with `replay-hsa`'s `OnLoad` installed on its table,
+/// and the application's entries a standalone replay calls (`replay_hsa::standalone`, SPEC
+/// §13), read from the table after `OnLoad`; `Err` says why `OnLoad` refused or an entry is
+/// missing.
+pub fn installed(
+    config: crate::SimConfig,
+) -> Result<(SimHsa, replay_hsa::standalone::App), String> {
+    let mut sim = SimHsa::new(config);
+    // SAFETY: the sim's table, alive, not used by other threads during the call.
+    let ok = unsafe { replay_hsa::on_load(sim.table().cast(), 1, 0, std::ptr::null()) };
+    if !ok {
+        return Err(format!(
+            "OnLoad refused the simulated runtime's table: {}",
+            replay_hsa::backend().state_json()
+        ));
+    }
+    // SAFETY: the table `OnLoad` just wrapped, alive while `sim` is, not written meanwhile.
+    let app = unsafe { replay_hsa::standalone::App::from_table(sim.table()) }?;
+    Ok((sim, app))
+}
+
 /// The process's replay service for those tests: `policy`, the wall clock, `tool` subscribed to
 /// `subscription`, started by the caller, handed to `replay-hsa`'s interceptor.
 pub fn install_service(
