@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 const BACKENDS: [&str; 3] = ["replay-mock", "replay-hsa", "replay-cuda"];
-const ROLES: [&str; 10] = [
+const ROLES: [&str; 11] = [
     "agent",
     "memory",
     "queue",
@@ -14,6 +14,7 @@ const ROLES: [&str; 10] = [
     "intercept",
     "tool",
     "state",
+    "standalone",
     "sys",
     "result",
 ];
