@@ -35,9 +35,15 @@
 //! (the processes, their summaries summed, the kernels, then every record with its process
 //! and rank, read again from the files) or one CSV row per dispatch and pass. When the reports
 //! hold counters (member `counters`), the counters' table follows and `--out` gets them
-//! instead, one file per process, in the format its extension names (`.csv`, `.json`, `.db`,
-//! `.html`: `replay_report::write_counters`; an unknown extension is refused before the
-//! program starts). An `.html` is one self-contained page: the kernels sortable by column,
+//! instead, in the format its extension names (`.csv`, `.json`, `.db`, `.html`:
+//! `replay_report::write_counters`; an unknown extension is refused before the program
+//! starts): the processes' reports merged (`CounterReport::merge`) with each dispatch's
+//! process and rank, which every output shows (the CSVs' `Process ID`, `Rank` and `Process
+//! Dispatch ID`, the table's block per rank and kernel, the JSON's `origin`, the page's
+//! columns); processes whose `--out` names come out equal share a file, as for the records.
+//! Each rank of a multi-rank job watches its replay time against the collective timeout in
+//! force (`replay_tools::collective`) and warns while it runs; the warnings are said again
+//! at the end, naming the process. An `.html` is one self-contained page: the kernels sortable by column,
 //! roofline charts, each dispatch's sections (`kreplay report FILE.json --html OUT.html` makes
 //! the same page later from a saved `.json`).
 //! When sections were asked (`--section`, or `--set` naming one of Nsight Compute's sets), a

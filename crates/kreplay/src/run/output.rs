@@ -55,6 +55,10 @@ pub(super) fn report(a: &RunArgs, passes: u64, col: &Collector, pid: u32, killed
     if let (Some(sig), false) = (&signame, said_killed) {
         crate::say(format_args!("kreplay run: the program was killed by {sig}"));
     }
+    let late = collective_lines(col);
+    if !late.is_empty() {
+        crate::say(format_args!("{}", late.trim_end()));
+    }
     crate::say(format_args!("{}", table(a, passes, col).trim_end()));
     let counters: Vec<&Process> = col
         .procs
@@ -67,31 +71,7 @@ pub(super) fn report(a: &RunArgs, passes: u64, col: &Collector, pid: u32, killed
         .collect();
     let template = a.out_template();
     if !counters.is_empty() {
-        if let (Some(t), true) = (&template, counters.len() > 1) {
-            if !t.per_process() {
-                crate::say(format_args!(
-                    "kreplay run: {} processes collected counters: each gets a file of its own, its pid before the extension",
-                    counters.len()
-                ));
-            }
-        }
-        let paths = out_paths(template.as_ref(), &counters);
-        for (p, out) in counters.iter().zip(paths) {
-            if counters.len() > 1 {
-                crate::say(format_args!("process {} (rank {}):", p.pid, p.rank_text()));
-            }
-            let Some(r) = &p.report else { continue };
-            match counters_output(a, r, out.as_deref()) {
-                Some(Ok(o)) => {
-                    crate::say(format_args!("{}", o.table.trim_end()));
-                    if let Some(Err(e)) = o.written {
-                        crate::say(format_args!("kreplay run: {e}"));
-                    }
-                }
-                Some(Err(e)) => crate::say(format_args!("kreplay run: {e}")),
-                None => {}
-            }
-        }
+        counters_report(a, template.as_ref(), &counters);
         return;
     }
     let Some(t) = template else { return };
@@ -121,22 +101,93 @@ pub(super) fn report(a: &RunArgs, passes: u64, col: &Collector, pid: u32, killed
     }
 }
 
-/// The counters' table and `--out` of one process's report: with sections asked (`--set full`,
-/// `--section X`), a `.csv` gets their rows under Nsight Compute's display names
-/// (`replay_cuda::counters::display`), then the raw metrics.
+/// The counters of the processes that collected them, merged with each one's process and
+/// rank (`CounterReport::merge`, as the records' outputs have them): one table of them all (a
+/// block per rank and kernel when several), and `--out`: the processes whose names the
+/// template makes equal share a file, a merged report with process and rank columns.
+fn counters_report(a: &RunArgs, t: Option<&Template>, procs: &[&Process]) {
+    use replay_report::CounterReport;
+    let mut parts: Vec<(&Process, CounterReport)> = Vec::new();
+    for p in procs {
+        let Some(r) = &p.report else { continue };
+        match replay_report::from_tool_report(r) {
+            Some(Ok(c)) => parts.push((p, c)),
+            Some(Err(e)) => crate::say(format_args!(
+                "kreplay run: process {} (rank {}): {e}",
+                p.pid,
+                p.rank_text()
+            )),
+            None => {}
+        }
+    }
+    let rank = |p: &Process| p.rank().and_then(|r| u32::try_from(r).ok());
+    let merge = |of: &[usize]| {
+        CounterReport::merge(
+            of.iter()
+                .map(|i| (parts[*i].1.clone(), rank(parts[*i].0)))
+                .collect(),
+        )
+    };
+    let every: Vec<usize> = (0..parts.len()).collect();
+    match merge(&every) {
+        Ok(all) => crate::say(format_args!("{}", replay_report::table(&all).trim_end())),
+        Err(e) => crate::say(format_args!("kreplay run: {e}")),
+    }
+    let Some(t) = t else { return };
+    if parts.len() > 1 && !t.per_process() {
+        crate::say(format_args!(
+            "kreplay run: {} processes collected counters: they share the file, merged with process and rank columns (%p or %q{{RANK}} in --out gives each its own)",
+            parts.len()
+        ));
+    }
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, (p, _)) in parts.iter().enumerate() {
+        groups.entry(t.key(&subject(p))).or_default().push(i);
+    }
+    let mut used: Vec<PathBuf> = Vec::new();
+    for group in groups.values() {
+        let path = t.expand(&subject(parts[group[0]].0), &|p| {
+            p.exists() || used.iter().any(|u| u == p)
+        });
+        used.push(path.clone());
+        let written = merge(group)
+            .map_err(replay_report::ReportError::from)
+            .and_then(|m| write_counters_file(a, &m, &path));
+        if let Err(e) = written {
+            crate::say(format_args!("kreplay run: {e}"));
+        }
+    }
+}
+
+/// Writes `report` to `path` in the format its extension names: with sections asked (`--set
+/// full`, `--section X`), a `.csv` and an `.html` get their rows under Nsight Compute's
+/// display names (`replay_cuda::counters::display`), then the raw metrics.
+pub(super) fn write_counters_file(
+    a: &RunArgs,
+    report: &replay_report::CounterReport,
+    path: &Path,
+) -> Result<replay_report::Format, replay_report::ReportError> {
+    let resolved = a.resolved_sections();
+    let rows = (!resolved.sections.is_empty())
+        .then(|| replay_cuda::counters::display::section_rows(report, &resolved.sections));
+    replay_report::write_counters_with(path, report, rows.as_ref())
+}
+
+/// The counters' table and `--out` of one process's own report (not merged).
+#[cfg(test)]
 pub(super) fn counters_output(
     a: &RunArgs,
     tool_report: &serde_json::Value,
     out: Option<&Path>,
 ) -> Option<Result<replay_report::RunOutput, replay_report::ReportError>> {
-    let resolved = a.resolved_sections();
-    let sections: Vec<&str> = resolved.sections.clone();
-    let rows = move |r: &replay_report::CounterReport| {
-        replay_cuda::counters::display::section_rows(r, &sections)
+    let report = match replay_report::from_tool_report(tool_report)? {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e)),
     };
-    let display: Option<replay_report::SectionsOf<'_>> =
-        (!resolved.sections.is_empty()).then_some(&rows);
-    replay_report::counters_output_with(tool_report, out, display)
+    Some(Ok(replay_report::RunOutput {
+        table: replay_report::table(&report),
+        written: out.map(|p| write_counters_file(a, &report, p)),
+    }))
 }
 
 /// The template's subject for process `p`.
@@ -157,36 +208,6 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
-}
-
-/// The counters' files: one per process. Where the template gives two processes one name,
-/// each gets its pid before the extension (`c.csv`: `c.4242.csv`).
-fn out_paths(t: Option<&Template>, procs: &[&Process]) -> Vec<Option<PathBuf>> {
-    let Some(t) = t else {
-        return vec![None; procs.len()];
-    };
-    let mut used: Vec<PathBuf> = Vec::new();
-    let keys: Vec<String> = procs.iter().map(|p| t.key(&subject(p))).collect();
-    procs
-        .iter()
-        .zip(&keys)
-        .map(|(p, k)| {
-            let mut path = t.expand(&subject(p), &|x| x.exists() || used.iter().any(|u| u == x));
-            if keys.iter().filter(|o| *o == k).count() > 1 {
-                let stem = path
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let name = match path.extension() {
-                    Some(e) => format!("{stem}.{}.{}", p.pid, e.to_string_lossy()),
-                    None => format!("{stem}.{}", p.pid),
-                };
-                path.set_file_name(name);
-            }
-            used.push(path.clone());
-            Some(path)
-        })
-        .collect()
 }
 
 /// The `member` of the reports of `pids`, summed.
@@ -518,4 +539,26 @@ pub(super) fn cupti_line(c: &serde_json::Value) -> String {
         ),
         None => String::new(),
     }
+}
+
+/// The warnings each process gave while it ran of its replay time against the collective
+/// timeout in force (`replay_tools::collective`), again at the end: a launcher may have kept
+/// the program's stderr in a log of its own. One line per warning, naming the process.
+pub(super) fn collective_lines(col: &Collector) -> String {
+    let mut s = String::new();
+    for p in col.procs.values() {
+        let Some(r) = &p.report else { continue };
+        let warnings = r["collective_timeout"]["warnings"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for w in warnings.iter().filter_map(|w| w.as_str()) {
+            s.push_str(&format!(
+                "kreplay run: warning: process {} (rank {}): {w}\n",
+                p.pid,
+                p.rank_text()
+            ));
+        }
+    }
+    s
 }

@@ -628,3 +628,116 @@ fn clock_control_defaults_to_base_for_counters_only() {
     .unwrap_err();
     assert!(e.contains("not on --backend hsa"), "{e}");
 }
+
+/// Two processes of a job, ranks 0 and 1, whose reports hold `tool`'s counters (pids 4242
+/// and 4243).
+fn two_ranks_collected(tool: &serde_json::Value) -> crate::collect::Collector {
+    let dir = std::env::temp_dir().join(format!("kreplay-ranks-col-{}", std::process::id()));
+    let mut col = crate::collect::Collector::new(&dir);
+    for (pid, rank) in [(4242u32, 0u64), (4243, 1)] {
+        let mut report = tool.clone();
+        report["counters"]["process_id"] = pid.into();
+        report["process"] = serde_json::json!({"process": pid, "rank": rank});
+        let mut p = crate::collect::Process::default();
+        p.pid = pid;
+        p.header = serde_json::json!({"process": pid, "rank": rank});
+        p.report = Some(report);
+        col.procs.insert(pid, p);
+    }
+    col
+}
+
+#[test]
+fn two_processes_counters_share_each_output_with_both_ranks() {
+    let tool = full_set_report(&["gpu__time_duration.sum".to_string()]);
+    let col = two_ranks_collected(&tool);
+    let d = std::env::temp_dir().join(format!("kreplay-ranks-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    for ext in ["csv", "json", "html"] {
+        let out = d.join(format!("c.{ext}"));
+        let a = parse(&s(&[
+            "--tool",
+            "counters",
+            "--metrics",
+            "gpu__time_duration.sum",
+            "--out",
+            out.to_str().unwrap(),
+            "--",
+            "app",
+        ]))
+        .unwrap();
+        output::report(&a, 2, &col, 4242, None);
+        let text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{ext}: {e}"));
+        match ext {
+            "csv" => {
+                let mut lines = text.lines();
+                let header = replay_report::parse_record(lines.next().unwrap());
+                let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+                let who: Vec<String> = lines
+                    .map(replay_report::parse_record)
+                    .map(|f| {
+                        format!(
+                            "{}:{}:{}",
+                            f[col("Process ID")],
+                            f[col("Rank")],
+                            f[col("Process Dispatch ID")]
+                        )
+                    })
+                    .collect();
+                assert_eq!(who, ["4242:0:3", "4242:0:11", "4243:1:3", "4243:1:11"]);
+            }
+            "json" => {
+                let r = replay_report::from_json(&text).unwrap();
+                assert_eq!(r.origins(), [(4242, Some(0)), (4243, Some(1))], "{text}");
+                assert_eq!(r.dispatches.len(), 4);
+            }
+            _ => {
+                assert!(text.contains(">Rank</th>"), "{text}");
+                assert!(
+                    text.contains("rank 0 (pid 4242), rank 1 (pid 4243)"),
+                    "{text}"
+                );
+            }
+        }
+    }
+    // A per-process template gives each rank a file of its own, still with its rank.
+    let out = d.join("c.%q{RANK}.csv");
+    let a = parse(&s(&[
+        "--tool",
+        "counters",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "--out",
+        out.to_str().unwrap(),
+        "--",
+        "app",
+    ]))
+    .unwrap();
+    let mut col = col;
+    for (pid, rank) in [(4242u32, "0"), (4243, "1")] {
+        let p = col.procs.get_mut(&pid).unwrap();
+        p.header["env"] = serde_json::json!({ "RANK": rank });
+    }
+    output::report(&a, 2, &col, 4242, None);
+    for rank in ["0", "1"] {
+        let text = std::fs::read_to_string(d.join(format!("c.{rank}.csv"))).unwrap();
+        let rows: Vec<Vec<String>> = text.lines().map(replay_report::parse_record).collect();
+        let at = rows[0].iter().position(|h| h == "Rank").unwrap();
+        assert!(rows[1..].iter().all(|f| f[at] == rank), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_ranks_collective_timeout_warnings_are_said_again_at_the_end() {
+    let tool =
+        serde_json::json!({"collective_timeout": {"warnings": ["one replay window took 400.0 s"]}});
+    let col = two_ranks_collected(&serde_json::json!({"counters": {}}));
+    assert_eq!(output::collective_lines(&col), "");
+    let mut col = col;
+    col.procs.get_mut(&4243).unwrap().report = Some(tool);
+    assert_eq!(
+        output::collective_lines(&col),
+        "kreplay run: warning: process 4243 (rank 1): one replay window took 400.0 s\n"
+    );
+}
