@@ -10,7 +10,7 @@ use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserDat
 use replay_core::{DispatchId, DispatchInfo, Outcome, OutcomeRecord};
 use replay_report_types::{CounterDispatch, CounterReport, CounterSample};
 
-use super::plan::{CounterError, MetricPlan, Profiler};
+use super::plan::{CounterError, Group, GroupOrder, MetricPlan, Profiler};
 
 /// The fewest registers a thread is allocated, whatever the function's count.
 const MIN_REGISTERS: u32 = 16;
@@ -39,6 +39,8 @@ struct Pending {
     failed: Option<String>,
     /// Metrics without a value (the profiler evaluated NaN).
     notes: Vec<String>,
+    /// The order this dispatch runs the range groups in, chosen at its first range pass.
+    order: Option<GroupOrder>,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +75,8 @@ pub struct CounterCollector {
     pending: Mutex<HashMap<DispatchId, Pending>>,
     collected: Mutex<Collected>,
     spent: Mutex<Spent>,
+    /// The pass count of the last group begun on each context.
+    last_passes: Mutex<HashMap<u64, u32>>,
 }
 
 /// The profiler's calls by kind: how many, and their wall time (where a pass's time goes; the
@@ -146,6 +150,7 @@ impl CounterCollector {
             pending: Mutex::new(HashMap::new()),
             collected: Mutex::new(Collected::default()),
             spent: Mutex::new(Spent::default()),
+            last_passes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -270,6 +275,23 @@ impl CounterCollector {
         }
     }
 
+    /// The order for a dispatch on `ctx`: reversed where the last group begun there had the
+    /// pass count of the plan's last group and not of its first, so the kept range-profiler
+    /// object serves the dispatch's first group (`cupti`'s object life).
+    fn order_after(&self, ctx: u64) -> GroupOrder {
+        let passes = |g: Option<&Group>| g.map(|g| g.config.passes.max(1));
+        let last = self.last_passes.lock().get(&ctx).copied();
+        let (first_group, last_group) = (
+            passes(self.plan.groups.first()),
+            passes(self.plan.groups.last()),
+        );
+        if last.is_some() && last != first_group && last == last_group {
+            GroupOrder::Reversed
+        } else {
+            GroupOrder::Planned
+        }
+    }
+
     /// PASS ENTER of `pass`: sets the group's configuration on its first pass, then starts
     /// the profiler; the SASS pass enables patching instead. Passes beyond the plan run
     /// without either.
@@ -282,12 +304,25 @@ impl CounterCollector {
         {
             return self.sass_enter(info);
         }
-        let Some((g, sub)) = self.plan.group_at(pass) else {
+        if self.plan.group_at(pass).is_none() {
             return;
-        };
+        }
         let mut all = self.pending.lock();
         let p = all.entry(info.dispatch_id).or_default();
-        if p.failed.is_some() || p.groups_done.contains(&g) {
+        if p.failed.is_some() {
+            return;
+        }
+        let order = match p.order {
+            Some(o) => o,
+            None => match self.context(p) {
+                Ok(ctx) => *p.order.insert(self.order_after(ctx)),
+                Err(e) => return self.fail(p, info.dispatch_id, e),
+            },
+        };
+        let Some((g, sub, _)) = self.plan.group_in(pass, order) else {
+            return;
+        };
+        if p.groups_done.contains(&g) {
             // The profiler finished this group in fewer passes than the host API counted:
             // its remaining passes run without it.
             return;
@@ -295,9 +330,9 @@ impl CounterCollector {
         let r = (|| -> Result<(), CounterError> {
             let ctx = self.context(p)?;
             if sub == 0 {
-                self.timed(Call::Begin, || {
-                    self.profiler.begin(ctx, &self.plan.groups[g].config)
-                })?;
+                let config = &self.plan.groups[g].config;
+                self.timed(Call::Begin, || self.profiler.begin(ctx, config))?;
+                self.last_passes.lock().insert(ctx, config.passes.max(1));
                 p.in_group = Some(g);
             } else if p.in_group != Some(g) {
                 return Err(CounterError::Session(format!(
@@ -325,11 +360,11 @@ impl CounterCollector {
         {
             return self.sass_exit(info);
         }
-        let Some((g, sub)) = self.plan.group_at(pass) else {
-            return;
-        };
         let mut all = self.pending.lock();
         let Some(p) = all.get_mut(&info.dispatch_id) else {
+            return;
+        };
+        let Some((g, sub, first)) = self.plan.group_in(pass, p.order.unwrap_or_default()) else {
             return;
         };
         if p.failed.is_some() || !p.started {
@@ -368,13 +403,13 @@ impl CounterCollector {
                 if !v.is_finite() {
                     p.notes.push(format!(
                         "{m}: the profiler evaluated no value ({v}) for pass {}",
-                        group.first_pass
+                        first
                     ));
                     continue;
                 }
                 p.samples.push(CounterSample {
                     dispatch_id: info.dispatch_id.0,
-                    pass: group.first_pass,
+                    pass: first,
                     metric: m.clone(),
                     value: v,
                 });

@@ -5,11 +5,15 @@
 //! object the image was made with; configurations the plan drops are deinitialised. Target:
 //! one range-profiler object per context, one counter-data image per context, initialised
 //! afresh for every session (one group of one dispatch). How long an object lives is
-//! [`ObjectLife`] (`KREPLAY_CUDA_RANGE_OBJECT`): the first `cuptiRangeProfilerStart` on a new
-//! object costs about 170 ms on an H200 (measured: 86–89% of the counters tool's whole time
-//! with an object per session), so by default an object is kept across sessions, except that
-//! a configuration of several passes gets a new one (on a kept object such a configuration
-//! was once seen reported complete after its first pass, its values NaN).
+//! [`ObjectLife`] (`KREPLAY_CUDA_RANGE_OBJECT`). Measured on an H200: the first
+//! `cuptiRangeProfilerStart` after a configuration is set costs about 170 ms on a new object
+//! and about 40 ms on a kept one (later starts of a session about 8 ms), which made the new
+//! object of every session 86–89% of the counters tool's time; but a kept object counts passes
+//! as the first configuration set on it did (a one-pass configuration on an object born with an
+//! eight-pass one was not complete after its pass; an eight-pass one on an object born with a
+//! one-pass one was complete after one, its values NaN). So by default an object is kept while
+//! the configurations set on it need as many passes as its first one, and the plan lays its
+//! groups out by pass count so that they change as seldom as possible.
 //!
 //! SASS metrics: the configuration is set once per device (`cuptiSassMetricsSetConfig`; a
 //! different one is set after `UnsetConfig`); each SASS pass enables lazy patching on the
@@ -37,8 +41,9 @@ const MAX_RANGES: usize = 4;
 struct Target {
     object: *mut c_void,
     counter_data: Vec<u8>,
-    /// A configuration was set on `object` (a session ran on it).
-    configured: bool,
+    /// The passes of the first configuration set on `object` (`None`: none was): an object
+    /// keeps counting passes as its first configuration did (below).
+    born: Option<u32>,
 }
 
 /// `KREPLAY_CUDA_RANGE_OBJECT`: when a session gets a new range-profiler object.
@@ -49,9 +54,11 @@ pub const OBJECT_ENV: &str = "KREPLAY_CUDA_RANGE_OBJECT";
 pub enum ObjectLife {
     /// Every session on a new object (`session`).
     Session,
-    /// One object per context for every session (`kept`).
+    /// One object per context for every session (`kept`; wrong where pass counts differ,
+    /// kept to measure that).
     Kept,
-    /// Kept, but a configuration of several passes on a new object (`auto`, the default).
+    /// Kept while a configuration needs as many passes as the object's first one (`auto`,
+    /// the default).
     Auto,
 }
 
@@ -79,13 +86,13 @@ impl ObjectLife {
         }
     }
 
-    /// Whether a session of `passes` passes on an object that already ran one needs a new
-    /// object.
-    pub fn renew(self, passes: u32) -> bool {
+    /// Whether a configuration of `passes` passes needs a new object where the context's
+    /// object was born with a configuration of `born` passes.
+    pub fn renew(self, born: u32, passes: u32) -> bool {
         match self {
             Self::Session => true,
             Self::Kept => false,
-            Self::Auto => passes > 1,
+            Self::Auto => born != passes,
         }
     }
 }
@@ -301,6 +308,7 @@ impl CuptiProfiler {
         // SAFETY: the object CUPTI created for this context; no session is running on it
         // (the collector begins a group only after the previous one ended).
         let _ = unsafe { (self.lib.range_disable)(&mut p) };
+        t.born = None;
         t.object = self.enable(ctx)?;
         Ok(())
     }
@@ -549,13 +557,13 @@ impl Profiler for CuptiProfiler {
             std::collections::hash_map::Entry::Vacant(v) => v.insert(Target {
                 object: self.enable(ctx)?,
                 counter_data: Vec::new(),
-                configured: false,
+                born: None,
             }),
         };
-        // An object that refused a configuration is marked configured too, so the next group
-        // starts on a new one where the life says so rather than retrying on the same one.
-        let kept = t.configured && !self.life.renew(config.passes);
-        let r = if t.configured && !kept {
+        // An object that refused a configuration keeps the count it was born with, so the
+        // next group starts on a new one where the life says so rather than retrying on it.
+        let kept = t.born.is_some_and(|b| !self.life.renew(b, config.passes));
+        let r = if t.born.is_some() && !kept {
             self.renew_object(t, ctx)
                 .and_then(|()| self.set_config(t, config))
         } else {
@@ -569,7 +577,7 @@ impl Profiler for CuptiProfiler {
                     .and_then(|()| self.set_config(t, config))
             })
         };
-        t.configured = true;
+        t.born.get_or_insert(config.passes);
         if let Err(CounterError::Call {
             call: "cuptiRangeProfilerEnable",
             ..
@@ -804,7 +812,7 @@ impl Profiler for CuptiProfiler {
             v.insert(Target {
                 object: self.enable(ctx)?,
                 counter_data: Vec::new(),
-                configured: false,
+                born: None,
             });
         }
         Ok(())
@@ -829,11 +837,13 @@ mod tests {
     }
 
     #[test]
-    fn only_auto_tells_one_pass_from_several() {
-        for passes in [1, 2, 8] {
-            assert!(ObjectLife::Session.renew(passes));
-            assert!(!ObjectLife::Kept.renew(passes));
-            assert_eq!(ObjectLife::Auto.renew(passes), passes > 1);
+    fn auto_keeps_an_object_only_for_its_birth_pass_count() {
+        for born in [1, 2, 8] {
+            for passes in [1, 2, 8] {
+                assert!(ObjectLife::Session.renew(born, passes));
+                assert!(!ObjectLife::Kept.renew(born, passes));
+                assert_eq!(ObjectLife::Auto.renew(born, passes), born != passes);
+            }
         }
     }
 }

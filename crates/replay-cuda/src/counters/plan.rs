@@ -476,6 +476,18 @@ pub struct Group {
     pub first_pass: u32,
 }
 
+/// The order a dispatch runs the plan's range groups in. A dispatch that follows one whose
+/// last group had the pass count of the plan's last group runs them reversed, so the
+/// context's kept range-profiler object serves the first group too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupOrder {
+    /// The plan's order ([`Group::first_pass`]).
+    #[default]
+    Planned,
+    /// Last group first.
+    Reversed,
+}
+
 /// A metric list compiled for one chip.
 #[derive(Debug)]
 pub struct MetricPlan {
@@ -587,6 +599,10 @@ impl MetricPlan {
                 None => groups.push(alone),
             }
         }
+        // Groups of one pass count side by side, fewest passes first: a kept range-profiler
+        // object serves only configurations of its first one's count (`cupti`), so each
+        // change of count costs a new object.
+        groups.sort_by_key(|c| c.passes.max(1));
         let mut first = 0u32;
         let groups: Vec<Group> = groups
             .into_iter()
@@ -672,10 +688,25 @@ impl MetricPlan {
 
     /// The group replay pass `pass` belongs to, and the pass's index inside it.
     pub fn group_at(&self, pass: u32) -> Option<(usize, u32)> {
-        self.groups.iter().enumerate().find_map(|(i, g)| {
-            let n = g.config.passes.max(1);
-            (pass >= g.first_pass && pass < g.first_pass + n).then(|| (i, pass - g.first_pass))
-        })
+        self.group_in(pass, GroupOrder::Planned)
+            .map(|(g, sub, _)| (g, sub))
+    }
+
+    /// The group replay pass `pass` belongs to when a dispatch runs the groups in `order`, the
+    /// pass's index inside it, and the group's first pass in that order. Either order fills
+    /// the same passes (the SASS pass stays after them).
+    pub fn group_in(&self, pass: u32, order: GroupOrder) -> Option<(usize, u32, u32)> {
+        let mut first = 0;
+        let mut at = |i: usize| {
+            let n = self.groups[i].config.passes.max(1);
+            let f = first;
+            first += n;
+            (pass >= f && pass < f + n).then_some((i, pass - f, f))
+        };
+        match order {
+            GroupOrder::Planned => (0..self.groups.len()).find_map(&mut at),
+            GroupOrder::Reversed => (0..self.groups.len()).rev().find_map(&mut at),
+        }
     }
 
     /// A JSON summary: chip, passes, groups with their passes and metrics.

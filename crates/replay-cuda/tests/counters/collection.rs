@@ -206,7 +206,7 @@ fn a_profiler_failure_ends_that_dispatchs_collection_only_and_says_what_is_missi
 #[test]
 fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_run_without_it() {
     let r = rig(&["big__two_pass.sum", "dram__bytes_read.sum"], 1);
-    // Groups: [big] over passes 0-1 (the host API's count), [dram] at pass 2.
+    // Groups: [dram] at pass 0, [big] over passes 1-2 (the host API's count).
     assert_eq!(r.collector.plan().passes, 3);
     r.fake.finish_early.store(true, Ordering::SeqCst);
     let rec = r.run(1);
@@ -219,11 +219,11 @@ fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_r
     assert_eq!(
         *r.fake.calls.lock(),
         [
-            "begin 0xc0 big__two_pass.sum",
+            "begin 0xc0 dram__bytes_read.sum",
             "start",
             "stop",
             "decode",
-            "begin 0xc0 dram__bytes_read.sum",
+            "begin 0xc0 big__two_pass.sum",
             "start",
             "stop",
             "decode",
@@ -238,8 +238,8 @@ fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_r
     assert_eq!(
         got,
         [
-            ("big__two_pass.sum", 0, value("big__two_pass.sum", 0)),
-            ("dram__bytes_read.sum", 2, value("dram__bytes_read.sum", 2)),
+            ("big__two_pass.sum", 1, value("big__two_pass.sum", 1)),
+            ("dram__bytes_read.sum", 0, value("dram__bytes_read.sum", 0)),
         ]
     );
 }
@@ -247,7 +247,7 @@ fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_r
 #[test]
 fn a_session_the_profiler_wants_more_passes_for_than_planned_is_an_error_and_no_sample() {
     let r = rig(&["big__two_pass.sum", "dram__bytes_read.sum"], 1);
-    // Groups: [big] over passes 0-1, [dram] at pass 2.
+    // Groups: [dram] at pass 0, [big] over passes 1-2.
     assert_eq!(r.collector.plan().passes, 3);
     r.fake.finish_late.store(true, Ordering::SeqCst);
     let rec = r.run(1);
@@ -256,13 +256,7 @@ fn a_session_the_profiler_wants_more_passes_for_than_planned_is_an_error_and_no_
     // Never decoded, and the dispatch's later group is not begun.
     assert_eq!(
         *r.fake.calls.lock(),
-        [
-            "begin 0xc0 big__two_pass.sum",
-            "start",
-            "stop",
-            "start",
-            "stop"
-        ]
+        ["begin 0xc0 dram__bytes_read.sum", "start", "stop"]
     );
     let rep = r.collector.report(&ReportHeader::default());
     assert!(rep.samples.is_empty(), "{:?}", rep.samples);
@@ -271,14 +265,14 @@ fn a_session_the_profiler_wants_more_passes_for_than_planned_is_an_error_and_no_
     assert!(
         errors[0]
             .1
-            .contains("the profiler wants more than the 2 passes the host API planned"),
+            .contains("the profiler wants more than the 1 passes the host API planned"),
         "{errors:?}"
     );
     assert!(
         errors[1].1.contains("not collected after 3 passes")
             && errors[1]
                 .1
-                .ends_with(": big__two_pass.sum,dram__bytes_read.sum"),
+                .ends_with(": dram__bytes_read.sum,big__two_pass.sum"),
         "{errors:?}"
     );
 }
@@ -316,4 +310,66 @@ fn registers_per_thread_read_as_allocated_at_least_sixteen() {
         .map(|s| s.value)
         .collect();
     assert_eq!(regs, [16.0, 30.0]);
+}
+
+#[test]
+fn a_dispatch_after_one_that_ended_on_the_plans_last_pass_count_runs_the_groups_reversed() {
+    // Groups: [dram] at pass 0, [big] over passes 1-2. A kept range-profiler object serves
+    // only configurations of its first one's pass count, so the second dispatch starts where
+    // the first ended: the two-pass group first, then the one-pass group.
+    let r = rig(&["big__two_pass.sum", "dram__bytes_read.sum"], 1);
+    assert_eq!(r.collector.plan().passes, 3);
+    let first = r.run(1);
+    let second = r.run(1);
+    let third = r.run(1);
+    for rec in [&first, &second, &third] {
+        assert_eq!(rec.outcome, Outcome::Replayed);
+        assert_eq!(rec.executed_passes, 3);
+    }
+    assert!(
+        r.collector.errors().is_empty(),
+        "{:?}",
+        r.collector.errors()
+    );
+    let one = ["begin 0xc0 dram__bytes_read.sum", "start", "stop", "decode"];
+    let two = [
+        "begin 0xc0 big__two_pass.sum",
+        "start",
+        "stop",
+        "start",
+        "stop",
+        "decode",
+    ];
+    let calls = r.fake.calls.lock().clone();
+    let want: Vec<&str> = [&one[..], &two, &two, &one, &one, &two].concat();
+    assert_eq!(calls, want);
+    // Each value is keyed by the pass that produced it in its dispatch's order.
+    let rep = r.collector.report(&ReportHeader::default());
+    let of = |d: DispatchId| -> Vec<(String, u32, f64)> {
+        let mut v: Vec<_> = rep
+            .samples
+            .iter()
+            .filter(|s| s.dispatch_id == d.0)
+            .map(|s| (s.metric.clone(), s.pass, s.value))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let at = |big: u32, dram: u32| {
+        vec![
+            (
+                "big__two_pass.sum".to_string(),
+                big,
+                value("big__two_pass.sum", big),
+            ),
+            (
+                "dram__bytes_read.sum".to_string(),
+                dram,
+                value("dram__bytes_read.sum", dram),
+            ),
+        ]
+    };
+    assert_eq!(of(first.dispatch_id), at(1, 0));
+    assert_eq!(of(second.dispatch_id), at(0, 2));
+    assert_eq!(of(third.dispatch_id), at(1, 0));
 }

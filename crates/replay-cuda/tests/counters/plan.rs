@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 
 use replay_cuda::counters::{
-    metric_set, parse_metric_list, CounterError, MetricPlan, Rollup, SassGranularity,
+    metric_set, parse_metric_list, CounterError, GroupOrder, MetricPlan, Rollup, SassGranularity,
 };
 
 use crate::fake::{Fake, CHIP};
@@ -90,8 +90,9 @@ fn metrics_are_packed_first_fit_into_one_pass_groups_and_a_ratio_keeps_its_count
                 1,
                 vec!["lts__t_sector_hit_rate.pct", "l1tex__t_sector_hit_rate.pct"]
             ),
-            (2, 2, vec!["big__two_pass.sum"]),
-            (4, 1, vec!["gpu__time_duration.sum"]),
+            // Laid out by pass count: the two-pass group after every one-pass one.
+            (2, 1, vec!["gpu__time_duration.sum"]),
+            (3, 2, vec!["big__two_pass.sum"]),
         ]
     );
     assert_eq!(plan.passes, 5);
@@ -109,12 +110,19 @@ fn metrics_are_packed_first_fit_into_one_pass_groups_and_a_ratio_keeps_its_count
     assert_eq!(info[2], ("dram__bytes_read.sum", 0, "byte"));
     assert_eq!(info[5], ("lts__t_sectors.sum", 0, "lts_sector"));
     assert_eq!(info[4], ("lts__t_sector_hit_rate.pct", 1, "%"));
-    assert_eq!(info[7], ("big__two_pass.sum", 2, ""));
-    assert_eq!(info[8], ("gpu__time_duration.sum", 4, ""));
+    assert_eq!(info[7], ("big__two_pass.sum", 3, ""));
+    assert_eq!(info[8], ("gpu__time_duration.sum", 2, ""));
     assert_eq!(plan.group_at(0), Some((0, 0)));
-    assert_eq!(plan.group_at(3), Some((2, 1)));
-    assert_eq!(plan.group_at(4), Some((3, 0)));
+    assert_eq!(plan.group_at(2), Some((2, 0)));
+    assert_eq!(plan.group_at(4), Some((3, 1)));
     assert_eq!(plan.group_at(5), None);
+    // Reversed, the same passes hold the groups last first: the two-pass group at 0-1.
+    assert_eq!(plan.group_in(0, GroupOrder::Reversed), Some((3, 0, 0)));
+    assert_eq!(plan.group_in(1, GroupOrder::Reversed), Some((3, 1, 0)));
+    assert_eq!(plan.group_in(2, GroupOrder::Reversed), Some((2, 0, 2)));
+    assert_eq!(plan.group_in(4, GroupOrder::Reversed), Some((0, 0, 4)));
+    assert_eq!(plan.group_in(5, GroupOrder::Reversed), None);
+    assert_eq!(plan.group_in(4, GroupOrder::Planned), Some((3, 1, 3)));
     // Every image the packing tried and dropped was given back.
     assert_eq!(
         fake.compiles.load(Ordering::SeqCst) - fake.released.load(Ordering::SeqCst),
@@ -167,8 +175,9 @@ fn multi_pass_metrics_share_an_image_where_it_costs_no_pass_and_one_pass_metrics
     assert_eq!(
         groups,
         vec![
-            (0, 2, vec!["big__two_pass.sum", "big__shares.sum"]),
-            (2, 1, vec!["dram__bytes_read.sum"]),
+            // One-pass groups first: groups of one pass count side by side.
+            (0, 1, vec!["dram__bytes_read.sum"]),
+            (1, 2, vec!["big__two_pass.sum", "big__shares.sum"]),
         ]
     );
     assert_eq!(plan.passes, 3);
