@@ -100,7 +100,10 @@ passes, as `kreplay run` does). verify (the default) compares every pass's outpu
 captured ones and names the regions that differ; timing prints the passes' GPU time. A
 damaged folder is refused naming the file (exit 2); outputs that differ exit 1. A CUDA
 capture (from `kreplay capture`) runs on this machine's device, its regions reserved at
-their captured addresses (one the driver cannot give is named, exit 2).";
+their captured addresses (one the driver will not give is relocated and reported, or, with
+--exact-addresses, named, exit 2). An HSA capture taken on the simulated HSA runtime runs on a
+fresh simulated runtime, the same way; one of real AMD GPU code is refused, saying what this
+machine has.";
 
 const CAPTURE_AFTER: &str = "\
 Runs the program as `kreplay run --tool verify --passes 2` does and writes the chosen launch's
@@ -216,7 +219,7 @@ pub struct ReplayArgs {
     /// Passes under replay (1: one plain execution).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = passes)]
     pub passes: u64,
-    /// Fail when a CUDA region cannot be had at its captured address, instead of relocating
+    /// Fail when a CUDA or HSA region cannot be had at its captured address, instead of relocating
     /// it (argument pointers rewritten, the relocation reported).
     #[arg(long = "exact-addresses")]
     pub exact_addresses: bool,

@@ -42,7 +42,9 @@
 //! - **Code objects as an application loads them** ([`code_object`]):
 //!   `hsa_code_object_reader_create_from_memory`, `hsa_executable_create_alt`,
 //!   `hsa_executable_load_agent_code_object`, `hsa_executable_freeze`,
-//!   `hsa_executable_get_symbol_by_name`; a simulated code object names its kernels, whose
+//!   `hsa_executable_get_symbol_by_name`, and `hsa_executable_agent_global_variable_define`
+//!   (a variable of the code objects loaded next placed at an address the application gives,
+//!   neither allocated nor freed by the loader); a simulated code object names its kernels, whose
 //!   bodies are the closures defined by name with [`SimHsa::define_kernel`], and its
 //!   variables; the loader extension reports each loaded code object and the memory it was
 //!   read from (`hsa_ven_amd_loader_loaded_code_object_get_info`), as the real loader does.
@@ -54,10 +56,10 @@
 //!   own holding the exporter's bytes: the simulator is one process); `hsa_amd_memory_fill`
 //!   fills synchronously.
 //! - **Virtual memory** ([`vmem`]): the `hsa_amd_vmem_*` entries (reserved ranges, handles
-//!   from GPU pools, map / unmap, access per agent enforced on kernels, retain, export /
+//!   from GPU pools, map / unmap, access per agent enforced on kernels, a reservation at the
+//!   address asked for where that host range is free, retain, export /
 //!   import, handle properties); `hsa_amd_pointer_info` answers `RESERVED_ADDR` and
 //!   `HSA_VMEM`.
-//!
 //! - **Kernel bodies known by name** ([`kernels`]): the ones every program of the workspace can
 //!   define, so a code object captured in one process loads in another (`kreplay replay`).
 //!

@@ -30,10 +30,8 @@ fn on_disk(c: &Captured, name: &str) -> LoadedCapture {
 
 /// A fresh simulated runtime with `OnLoad` installed, and its application entries.
 fn runtime() -> (SimHsa, App) {
-    let (mut sim, _) = client::loaded(SimConfig::default());
+    let (sim, app) = client::installed(SimConfig::default()).unwrap();
     replay_hsa_sim::kernels::define(&sim);
-    // SAFETY: the sim's live table, after `OnLoad`, not written by another thread.
-    let app = unsafe { App::from_table(sim.table()) }.unwrap();
     (sim, app)
 }
 

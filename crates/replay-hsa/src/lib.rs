@@ -37,7 +37,11 @@
 //!    [`intercept::code`] executable destruction, [`intercept::queue`] the queue wrappers and
 //!    the write interceptor; `intercept/mod.rs` installs them) and [`tool`] (`OnLoad` /
 //!    `OnUnload`, the attached C/C++ or Rust tool or `replay-tools`' built-in `verify` /
-//!    `timing` over this backend's `ToolDevice`, the diagnostics).
+//!    `timing` over this backend's `ToolDevice`, the diagnostics), and beside them
+//!    [`standalone`] (SPEC §13: a capture replayed on a runtime whose table `OnLoad` wrapped,
+//!    as an application: regions recreated through the virtual-memory entries at their
+//!    captured addresses or relocated, the code object loaded with its variables placed, one
+//!    launch under a replay service of its own; `kreplay replay` on the simulated runtime).
 //!
 //! ## What this stage does, and what it does not
 //!
@@ -86,7 +90,8 @@
 //! runs is named in a warning, once per queue, that says how to declare the queue).
 //!
 //! Module variables are enumerated per agent through the AMD loader extension and executable
-//! symbol iteration ([`module::HsaModules`]); the same walk names kernels
+//! symbol iteration ([`module::HsaModules`]), and a capture names each module-variable region
+//! by its symbol (the dispatch's executable's variables, [`agent`]'s code image); the same walk names kernels
 //! ([`module::kernels::KernelNames`]: kernel object → symbol name), so the kernel filter
 //! matches the names users know.
 //!
