@@ -56,8 +56,6 @@ pub struct Captured {
     pub addresses: Vec<u64>,
     /// The runtime it ran on (alive: its memory still holds the captured addresses).
     pub sim: SimHsa,
-    /// Its client.
-    pub api: Client,
     /// The virtual-memory reservations of `Place::Vmem` arguments: (va, size).
     pub vmem: Vec<(u64, u64)>,
 }
@@ -256,7 +254,6 @@ pub fn capture(kernel: &str, args: &[Arg], scope: Scope) -> Captured {
         capture,
         addresses,
         sim,
-        api,
         vmem,
     }
 }

@@ -360,8 +360,12 @@ impl App {
     }
 
     /// `hsa_queue_destroy` of a queue of [`App::queue_create`] that is idle.
-    pub fn queue_destroy(&self, q: *mut sys::hsa_queue_t) {
-        // SAFETY: a queue of this replay, idle; the runtime checks it.
+    ///
+    /// # Safety
+    ///
+    /// 1. `q` is a queue of [`App::queue_create`], idle, destroyed once.
+    pub unsafe fn queue_destroy(&self, q: *mut sys::hsa_queue_t) {
+        // SAFETY: the caller's item 1.
         let _ = unsafe { (self.queue_destroy)(q) };
     }
 

@@ -293,7 +293,8 @@ impl std::fmt::Debug for Prepared {
 impl Drop for Prepared {
     fn drop(&mut self) {
         if !self.queue.is_null() {
-            self.app.queue_destroy(self.queue);
+            // SAFETY: the replay's own queue, idle (every launch waited for), destroyed once.
+            unsafe { self.app.queue_destroy(self.queue) };
         }
         if self.kernarg != 0 {
             let _ = self.app.pool_free(self.kernarg);
