@@ -1,11 +1,12 @@
 #!/bin/bash
 # The counters tool's added time against Nsight Compute's, in one device call: the first 30
 # kernels of a GPT-2-shaped training run (gpt2.py), 11 metrics, ours (`kreplay run --tool
-# counters`, once per range-profiler object life: KREPLAY_CUDA_RANGE_OBJECT=session, auto,
-# kept) and `ncu --csv --metrics` on the same list, clocks as they are on both sides, caches
-# flushed on both. Added time = run time minus the plain run's. Then, per life, the values
-# against ncu's (summary.py) and `--set full` on `../real/programs.py small` per life, whose
-# values must agree with the `session` life's (every session on a new object: the reference).
+# counters`, once per variant: `auto` the defaults, `single` KREPLAY_CUDA_COUNTER_PACKING=single,
+# `session` KREPLAY_CUDA_RANGE_OBJECT=session, a new range-profiler object every session: the
+# reference) and `ncu --csv --metrics` on the same list, clocks as they are on both sides,
+# caches flushed on both. Added time = run time minus the plain run's. Then, per variant, the
+# values against ncu's (summary.py), and `--set full` on `../real/programs.py small` per
+# variant, whose values are compared with the `session` variant's.
 # usage: speed.sh OUTDIR   (kreplay, libkernel_replay.so, summary.py, gpt2.py and
 # ../real/programs.py beside it or in ./real). A run is skipped once BUDGET seconds (default
 # 480) have passed.
@@ -33,15 +34,23 @@ GPT="python3 $D/gpt2.py 2"
 run plain_gpt 90 $GPT
 run plain_gpt2 90 $GPT
 export KREPLAY_LOG=info
-for life in auto kept session; do
-  KREPLAY_CUDA_RANGE_OBJECT=$life KREPLAY_KERNEL_COUNT=30 run "ours_gpt_$life" 120 $K --tool counters --metrics "$LIST" --out "$O/ours_gpt_$life.json" -- $GPT
+venv() {
+  case $1 in
+    single) echo KREPLAY_CUDA_COUNTER_PACKING=single ;;
+    session) echo KREPLAY_CUDA_RANGE_OBJECT=session ;;
+    kept) echo KREPLAY_CUDA_RANGE_OBJECT=kept ;;
+    *) echo KREPLAY_CUDA_RANGE_OBJECT=auto ;;
+  esac
+}
+VARIANTS=${VARIANTS:-auto single session}
+for life in $VARIANTS; do
+  run "ours_gpt_$life" 120 env $(venv $life) KREPLAY_KERNEL_COUNT=30 $K --tool counters --metrics "$LIST" --out "$O/ours_gpt_$life.json" -- $GPT
 done
 unset KREPLAY_LOG
 run ncu_gpt 120 $CUDA/bin/ncu --csv --print-units base --clock-control none --metrics "$LIST,$EXTRA" -c 30 --log-file "$O/ncu_gpt_auto.csv" $GPT
-cp "$O/ncu_gpt_auto.csv" "$O/ncu_gpt_kept.csv" 2>/dev/null
-cp "$O/ncu_gpt_auto.csv" "$O/ncu_gpt_session.csv" 2>/dev/null
-for life in session auto kept; do
-  KREPLAY_LOG=info KREPLAY_CUDA_RANGE_OBJECT=$life run "full_small_$life" 120 $K --tool counters --set full --out "$O/full_small_$life.csv" -- python3 "$PROGRAMS" small
+for life in $VARIANTS; do
+  [ "$life" = auto ] || cp "$O/ncu_gpt_auto.csv" "$O/ncu_gpt_$life.csv" 2>/dev/null
+  run "full_small_$life" 120 env $(venv $life) KREPLAY_LOG=info $K --tool counters --set full --out "$O/full_small_$life.csv" -- python3 "$PROGRAMS" small
 done
 python3 "$D/summary.py" "$O" > "$O/summary.md" 2>&1
 # Added time per life against ncu's, and the profiler's split (logged with the report).
@@ -56,7 +65,8 @@ for line in open(os.path.join(o, "steps.txt")):
 plain = min(wall[k][1] for k in ("plain_gpt", "plain_gpt2") if k in wall)
 ncu = wall.get("ncu_gpt", (1, float("nan")))[1] - plain
 print(f"\nplain {plain:.1f} s; ncu added {ncu:.1f} s")
-for life in ("auto", "kept", "session"):
+lives = [k[len("ours_gpt_"):] for k in wall if k.startswith("ours_gpt_")]
+for life in lives:
     rc, w = wall.get(f"ours_gpt_{life}", (1, float("nan")))
     print(f"ours ({life}) rc={rc} added {w - plain:.1f} s = {(w - plain) / ncu:.2f} of ncu's")
     try:
@@ -80,7 +90,7 @@ try:
 except OSError:
     ref = {}
 print(f"\n--set full on programs.py small: {len(ref)} values with an object per session")
-for life in ("auto", "kept"):
+for life in (l for l in lives if l != "session"):
     rc, w = wall.get(f"full_small_{life}", (1, float("nan")))
     try:
         got = rows(os.path.join(o, f"full_small_{life}.csv"))
@@ -91,11 +101,11 @@ for life in ("auto", "kept"):
         return a == b or (b != 0 and abs(a / b - 1) <= tol)
     w1 = sum(close(got[k], ref[k], 0.01) for k in common)
     w5 = sum(close(got[k], ref[k], 0.05) for k in common)
-    nan = sum(v != v for v in got.values())
+    nan = sum(1 for l in open(os.path.join(o, f"full_small_{life}.csv")) if '"n/a"' in l)
     missing = len(set(ref) - set(got))
     far = sorted((k for k in common if not close(got[k], ref[k], 0.05)), key=lambda k: k[2])[:12]
     print(f"{life}: rc={rc} wall {w:.1f} s (session {wall.get('full_small_session', (0, float('nan')))[1]:.1f} s); "
-          f"{len(common)} compared, {w1} within 1%, {w5} within 5%, {missing} missing, {nan} NaN")
+          f"{len(common)} compared, {w1} within 1%, {w5} within 5%, {missing} missing, {nan} n/a")
     for k in far:
         print(f"   {k[0]} {k[1]} / {k[2]}: {got[k]} vs {ref[k]}")
     for line in open(os.path.join(o, f"full_small_{life}.stderr")):

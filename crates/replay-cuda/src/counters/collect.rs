@@ -10,7 +10,7 @@ use replay_core::contract::{Operation, Phase, ReplayPayload, ReplayTool, UserDat
 use replay_core::{DispatchId, DispatchInfo, Outcome, OutcomeRecord};
 use replay_report_types::{CounterDispatch, CounterReport, CounterSample};
 
-use super::plan::{CounterError, Group, GroupOrder, MetricPlan, Profiler};
+use super::plan::{CounterError, GroupOrder, MetricPlan, Profiler};
 
 /// The fewest registers a thread is allocated, whatever the function's count.
 const MIN_REGISTERS: u32 = 16;
@@ -75,8 +75,8 @@ pub struct CounterCollector {
     pending: Mutex<HashMap<DispatchId, Pending>>,
     collected: Mutex<Collected>,
     spent: Mutex<Spent>,
-    /// The pass count of the last group begun on each context.
-    last_passes: Mutex<HashMap<u64, u32>>,
+    /// The last group begun on each context.
+    last_group: Mutex<HashMap<u64, usize>>,
 }
 
 /// The profiler's calls by kind: how many, and their wall time (where a pass's time goes; the
@@ -150,7 +150,7 @@ impl CounterCollector {
             pending: Mutex::new(HashMap::new()),
             collected: Mutex::new(Collected::default()),
             spent: Mutex::new(Spent::default()),
-            last_passes: Mutex::new(HashMap::new()),
+            last_group: Mutex::new(HashMap::new()),
         }
     }
 
@@ -275,20 +275,14 @@ impl CounterCollector {
         }
     }
 
-    /// The order for a dispatch on `ctx`: reversed where the last group begun there had the
-    /// pass count of the plan's last group and not of its first, so the kept range-profiler
-    /// object serves the dispatch's first group (`cupti`'s object life).
+    /// The order for a dispatch on `ctx`: reversed where the last group begun there was the
+    /// plan's last one (and not its only one), so the kept range-profiler object serves the
+    /// dispatch's first group (`cupti`'s object life).
     fn order_after(&self, ctx: u64) -> GroupOrder {
-        let passes = |g: Option<&Group>| g.map(|g| g.config.passes.max(1));
-        let last = self.last_passes.lock().get(&ctx).copied();
-        let (first_group, last_group) = (
-            passes(self.plan.groups.first()),
-            passes(self.plan.groups.last()),
-        );
-        if last.is_some() && last != first_group && last == last_group {
-            GroupOrder::Reversed
-        } else {
-            GroupOrder::Planned
+        let n = self.plan.groups.len();
+        match self.last_group.lock().get(&ctx) {
+            Some(&g) if n > 1 && g == n - 1 => GroupOrder::Reversed,
+            _ => GroupOrder::Planned,
         }
     }
 
@@ -332,7 +326,7 @@ impl CounterCollector {
             if sub == 0 {
                 let config = &self.plan.groups[g].config;
                 self.timed(Call::Begin, || self.profiler.begin(ctx, config))?;
-                self.last_passes.lock().insert(ctx, config.passes.max(1));
+                self.last_group.lock().insert(ctx, g);
                 p.in_group = Some(g);
             } else if p.in_group != Some(g) {
                 return Err(CounterError::Session(format!(

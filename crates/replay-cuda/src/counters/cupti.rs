@@ -7,13 +7,13 @@
 //! afresh for every session (one group of one dispatch). How long an object lives is
 //! [`ObjectLife`] (`KREPLAY_CUDA_RANGE_OBJECT`). Measured on an H200: the first
 //! `cuptiRangeProfilerStart` after a configuration is set costs about 170 ms on a new object
-//! and about 40 ms on a kept one (later starts of a session about 8 ms), which made the new
-//! object of every session 86–89% of the counters tool's time; but a kept object counts passes
-//! as the first configuration set on it did (a one-pass configuration on an object born with an
-//! eight-pass one was not complete after its pass; an eight-pass one on an object born with a
-//! one-pass one was complete after one, its values NaN). So by default an object is kept while
-//! the configurations set on it need as many passes as its first one, and the plan lays its
-//! groups out by pass count so that they change as seldom as possible.
+//! and about 40 ms on a kept one (later starts of a session a few ms), which made the new
+//! object of every session 86–89% of the counters tool's time; but a kept object evaluates
+//! only the configuration first set on it: another one set on it later (of any pass count)
+//! ran its passes and evaluated to NaN, or was reported complete too early or too late. So
+//! by default an object is kept while the same configuration is set on it again, and a
+//! dispatch runs its groups in the order that starts with the one the last dispatch ended on
+//! (`collect`); a plan of one configuration (`Packing::Single`) keeps one object throughout.
 //!
 //! SASS metrics: the configuration is set once per device (`cuptiSassMetricsSetConfig`; a
 //! different one is set after `UnsetConfig`); each SASS pass enables lazy patching on the
@@ -41,9 +41,9 @@ const MAX_RANGES: usize = 4;
 struct Target {
     object: *mut c_void,
     counter_data: Vec<u8>,
-    /// The passes of the first configuration set on `object` (`None`: none was): an object
-    /// keeps counting passes as its first configuration did (below).
-    born: Option<u32>,
+    /// The configuration first set on `object` (its host object's handle; `None`: none was):
+    /// the only one the object evaluates (above).
+    born: Option<u64>,
 }
 
 /// `KREPLAY_CUDA_RANGE_OBJECT`: when a session gets a new range-profiler object.
@@ -54,11 +54,10 @@ pub const OBJECT_ENV: &str = "KREPLAY_CUDA_RANGE_OBJECT";
 pub enum ObjectLife {
     /// Every session on a new object (`session`).
     Session,
-    /// One object per context for every session (`kept`; wrong where pass counts differ,
-    /// kept to measure that).
+    /// One object per context for every session (`kept`; wrong for every configuration but
+    /// the first, kept to measure that).
     Kept,
-    /// Kept while a configuration needs as many passes as the object's first one (`auto`,
-    /// the default).
+    /// Kept while the configuration set is the one first set on it (`auto`, the default).
     Auto,
 }
 
@@ -86,13 +85,13 @@ impl ObjectLife {
         }
     }
 
-    /// Whether a configuration of `passes` passes needs a new object where the context's
-    /// object was born with a configuration of `born` passes.
-    pub fn renew(self, born: u32, passes: u32) -> bool {
+    /// Whether a configuration needs a new object where the context's object has had one
+    /// set (`first`: it is the configuration first set on that object).
+    pub fn renew(self, first: bool) -> bool {
         match self {
             Self::Session => true,
             Self::Kept => false,
-            Self::Auto => born != passes,
+            Self::Auto => !first,
         }
     }
 }
@@ -560,9 +559,9 @@ impl Profiler for CuptiProfiler {
                 born: None,
             }),
         };
-        // An object that refused a configuration keeps the count it was born with, so the
-        // next group starts on a new one where the life says so rather than retrying on it.
-        let kept = t.born.is_some_and(|b| !self.life.renew(b, config.passes));
+        // An object that refused a configuration still has it as its first, so the next
+        // group starts on a new one where the life says so rather than retrying on it.
+        let kept = t.born.is_some_and(|b| !self.life.renew(b == config.handle));
         let r = if t.born.is_some() && !kept {
             self.renew_object(t, ctx)
                 .and_then(|()| self.set_config(t, config))
@@ -577,7 +576,7 @@ impl Profiler for CuptiProfiler {
                     .and_then(|()| self.set_config(t, config))
             })
         };
-        t.born.get_or_insert(config.passes);
+        t.born.get_or_insert(config.handle);
         if let Err(CounterError::Call {
             call: "cuptiRangeProfilerEnable",
             ..
@@ -837,13 +836,11 @@ mod tests {
     }
 
     #[test]
-    fn auto_keeps_an_object_only_for_its_birth_pass_count() {
-        for born in [1, 2, 8] {
-            for passes in [1, 2, 8] {
-                assert!(ObjectLife::Session.renew(born, passes));
-                assert!(!ObjectLife::Kept.renew(born, passes));
-                assert_eq!(ObjectLife::Auto.renew(born, passes), born != passes);
-            }
+    fn auto_keeps_an_object_only_for_the_configuration_first_set_on_it() {
+        for first in [false, true] {
+            assert!(ObjectLife::Session.renew(first));
+            assert!(!ObjectLife::Kept.renew(first));
+            assert_eq!(ObjectLife::Auto.renew(first), !first);
         }
     }
 }

@@ -477,8 +477,9 @@ pub struct Group {
 }
 
 /// The order a dispatch runs the plan's range groups in. A dispatch that follows one whose
-/// last group had the pass count of the plan's last group runs them reversed, so the
-/// context's kept range-profiler object serves the first group too.
+/// last group was the plan's last group runs them reversed, so the context's kept
+/// range-profiler object (which serves only the configuration first set on it) serves the
+/// dispatch's first group too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GroupOrder {
     /// The plan's order ([`Group::first_pass`]).
@@ -486,6 +487,48 @@ pub enum GroupOrder {
     Planned,
     /// Last group first.
     Reversed,
+}
+
+/// `KREPLAY_CUDA_COUNTER_PACKING`: how a plan packs its range-profiler metrics.
+pub const PACKING_ENV: &str = "KREPLAY_CUDA_COUNTER_PACKING";
+
+/// How a plan packs its range-profiler metrics into configurations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Packing {
+    /// One-pass groups, first fit, each metric's counters in one replay pass, the value keyed
+    /// by that pass (`groups`, the default).
+    #[default]
+    Groups,
+    /// The whole list in one configuration as the host API schedules it (`single`), as
+    /// Nsight Compute collects a list: never more passes than `groups`, usually fewer, and one
+    /// configuration that the context's range-profiler object keeps from dispatch to
+    /// dispatch; every value is keyed by the configuration's first pass, and which pass
+    /// counted a metric's counters is the host API's choice.
+    Single,
+}
+
+impl Packing {
+    /// The value named in [`PACKING_ENV`]; `Err` names what was expected.
+    pub fn parse(v: &str) -> Result<Self, String> {
+        match v.trim() {
+            "" | "groups" => Ok(Self::Groups),
+            "single" => Ok(Self::Single),
+            other => Err(format!(
+                "{PACKING_ENV}={other:?}: expected groups or single"
+            )),
+        }
+    }
+
+    /// As the environment sets it; a bad value is reported and keeps the default.
+    pub fn from_env() -> Self {
+        match std::env::var(PACKING_ENV) {
+            Err(_) => Self::default(),
+            Ok(v) => Self::parse(&v).unwrap_or_else(|e| {
+                log::warn!("[kernel-replay] {e}; groups are used");
+                Self::default()
+            }),
+        }
+    }
 }
 
 /// A metric list compiled for one chip.
@@ -509,8 +552,19 @@ pub struct MetricPlan {
 }
 
 impl MetricPlan {
-    /// Compiles `names` for `chip` (see the module docs). Nothing runs on a device.
+    /// Compiles `names` for `chip` (see the module docs), packed as [`PACKING_ENV`] says.
+    /// Nothing runs on a device.
     pub fn compile(p: &dyn Profiler, chip: &str, names: &[String]) -> Result<Self, CounterError> {
+        Self::compile_packed(p, chip, names, Packing::from_env())
+    }
+
+    /// [`Self::compile`] with the packing given.
+    pub fn compile_packed(
+        p: &dyn Profiler,
+        chip: &str,
+        names: &[String],
+        packing: Packing,
+    ) -> Result<Self, CounterError> {
         if names.is_empty() {
             return Err(CounterError::Empty);
         }
@@ -562,19 +616,25 @@ impl MetricPlan {
                 bad,
             });
         }
-        let single_config_passes = if counters.is_empty() {
-            0
+        let mut single = if counters.is_empty() {
+            None
         } else {
             let all: Vec<String> = counters.iter().map(|(n, _)| n.clone()).collect();
-            let c = p.compile(chip, &all)?;
-            let n = c.passes;
-            p.release(c);
-            n
+            Some(p.compile(chip, &all)?)
         };
+        let single_config_passes = single.as_ref().map_or(0, |c| c.passes);
+        if packing == Packing::Single {
+            // The host API's own schedule of the whole list, as Nsight Compute collects it.
+            for (_, c) in counters.drain(..) {
+                p.release(c);
+            }
+        } else if let Some(c) = single.take() {
+            p.release(c);
+        }
         // First fit, in the order asked: a metric that alone needs one pass goes into one-pass
         // images only (its counters stay in one pass); one that alone needs several goes into
         // a multi-pass image where that costs no pass beyond the larger of the two.
-        let mut groups: Vec<Config> = Vec::new();
+        let mut groups: Vec<Config> = single.into_iter().collect();
         for (name, alone) in counters {
             let mut placed = None;
             for (i, g) in groups.iter().enumerate() {
@@ -599,10 +659,6 @@ impl MetricPlan {
                 None => groups.push(alone),
             }
         }
-        // Groups of one pass count side by side, fewest passes first: a kept range-profiler
-        // object serves only configurations of its first one's count (`cupti`), so each
-        // change of count costs a new object.
-        groups.sort_by_key(|c| c.passes.max(1));
         let mut first = 0u32;
         let groups: Vec<Group> = groups
             .into_iter()

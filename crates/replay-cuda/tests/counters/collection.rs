@@ -206,7 +206,7 @@ fn a_profiler_failure_ends_that_dispatchs_collection_only_and_says_what_is_missi
 #[test]
 fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_run_without_it() {
     let r = rig(&["big__two_pass.sum", "dram__bytes_read.sum"], 1);
-    // Groups: [dram] at pass 0, [big] over passes 1-2 (the host API's count).
+    // Groups: [big] over passes 0-1 (the host API's count), [dram] at pass 2.
     assert_eq!(r.collector.plan().passes, 3);
     r.fake.finish_early.store(true, Ordering::SeqCst);
     let rec = r.run(1);
@@ -219,11 +219,11 @@ fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_r
     assert_eq!(
         *r.fake.calls.lock(),
         [
-            "begin 0xc0 dram__bytes_read.sum",
+            "begin 0xc0 big__two_pass.sum",
             "start",
             "stop",
             "decode",
-            "begin 0xc0 big__two_pass.sum",
+            "begin 0xc0 dram__bytes_read.sum",
             "start",
             "stop",
             "decode",
@@ -238,8 +238,8 @@ fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_r
     assert_eq!(
         got,
         [
-            ("big__two_pass.sum", 1, value("big__two_pass.sum", 1)),
-            ("dram__bytes_read.sum", 0, value("dram__bytes_read.sum", 0)),
+            ("big__two_pass.sum", 0, value("big__two_pass.sum", 0)),
+            ("dram__bytes_read.sum", 2, value("dram__bytes_read.sum", 2)),
         ]
     );
 }
@@ -247,7 +247,7 @@ fn a_session_the_profiler_completes_early_is_decoded_then_and_its_other_passes_r
 #[test]
 fn a_session_the_profiler_wants_more_passes_for_than_planned_is_an_error_and_no_sample() {
     let r = rig(&["big__two_pass.sum", "dram__bytes_read.sum"], 1);
-    // Groups: [dram] at pass 0, [big] over passes 1-2.
+    // Groups: [big] over passes 0-1, [dram] at pass 2.
     assert_eq!(r.collector.plan().passes, 3);
     r.fake.finish_late.store(true, Ordering::SeqCst);
     let rec = r.run(1);
@@ -256,7 +256,13 @@ fn a_session_the_profiler_wants_more_passes_for_than_planned_is_an_error_and_no_
     // Never decoded, and the dispatch's later group is not begun.
     assert_eq!(
         *r.fake.calls.lock(),
-        ["begin 0xc0 dram__bytes_read.sum", "start", "stop"]
+        [
+            "begin 0xc0 big__two_pass.sum",
+            "start",
+            "stop",
+            "start",
+            "stop"
+        ]
     );
     let rep = r.collector.report(&ReportHeader::default());
     assert!(rep.samples.is_empty(), "{:?}", rep.samples);
@@ -265,14 +271,14 @@ fn a_session_the_profiler_wants_more_passes_for_than_planned_is_an_error_and_no_
     assert!(
         errors[0]
             .1
-            .contains("the profiler wants more than the 1 passes the host API planned"),
+            .contains("the profiler wants more than the 2 passes the host API planned"),
         "{errors:?}"
     );
     assert!(
         errors[1].1.contains("not collected after 3 passes")
             && errors[1]
                 .1
-                .ends_with(": dram__bytes_read.sum,big__two_pass.sum"),
+                .ends_with(": big__two_pass.sum,dram__bytes_read.sum"),
         "{errors:?}"
     );
 }
@@ -313,10 +319,10 @@ fn registers_per_thread_read_as_allocated_at_least_sixteen() {
 }
 
 #[test]
-fn a_dispatch_after_one_that_ended_on_the_plans_last_pass_count_runs_the_groups_reversed() {
-    // Groups: [dram] at pass 0, [big] over passes 1-2. A kept range-profiler object serves
-    // only configurations of its first one's pass count, so the second dispatch starts where
-    // the first ended: the two-pass group first, then the one-pass group.
+fn a_dispatch_after_one_that_ended_on_the_plans_last_group_runs_the_groups_reversed() {
+    // Groups: [big] over passes 0-1, [dram] at pass 2. A kept range-profiler object serves
+    // only the configuration first set on it, so the second dispatch starts where the first
+    // ended: the dram group first, then the big one; the third starts again with big.
     let r = rig(&["big__two_pass.sum", "dram__bytes_read.sum"], 1);
     assert_eq!(r.collector.plan().passes, 3);
     let first = r.run(1);
@@ -341,7 +347,7 @@ fn a_dispatch_after_one_that_ended_on_the_plans_last_pass_count_runs_the_groups_
         "decode",
     ];
     let calls = r.fake.calls.lock().clone();
-    let want: Vec<&str> = [&one[..], &two, &two, &one, &one, &two].concat();
+    let want: Vec<&str> = [&two[..], &one, &one, &two, &two, &one].concat();
     assert_eq!(calls, want);
     // Each value is keyed by the pass that produced it in its dispatch's order.
     let rep = r.collector.report(&ReportHeader::default());
@@ -369,7 +375,7 @@ fn a_dispatch_after_one_that_ended_on_the_plans_last_pass_count_runs_the_groups_
             ),
         ]
     };
-    assert_eq!(of(first.dispatch_id), at(1, 0));
-    assert_eq!(of(second.dispatch_id), at(0, 2));
-    assert_eq!(of(third.dispatch_id), at(1, 0));
+    assert_eq!(of(first.dispatch_id), at(0, 2));
+    assert_eq!(of(second.dispatch_id), at(1, 0));
+    assert_eq!(of(third.dispatch_id), at(0, 2));
 }

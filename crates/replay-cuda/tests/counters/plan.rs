@@ -6,7 +6,8 @@
 use std::sync::atomic::Ordering;
 
 use replay_cuda::counters::{
-    metric_set, parse_metric_list, CounterError, GroupOrder, MetricPlan, Rollup, SassGranularity,
+    metric_set, parse_metric_list, CounterError, GroupOrder, MetricPlan, Packing, Rollup,
+    SassGranularity,
 };
 
 use crate::fake::{Fake, CHIP};
@@ -90,9 +91,8 @@ fn metrics_are_packed_first_fit_into_one_pass_groups_and_a_ratio_keeps_its_count
                 1,
                 vec!["lts__t_sector_hit_rate.pct", "l1tex__t_sector_hit_rate.pct"]
             ),
-            // Laid out by pass count: the two-pass group after every one-pass one.
-            (2, 1, vec!["gpu__time_duration.sum"]),
-            (3, 2, vec!["big__two_pass.sum"]),
+            (2, 2, vec!["big__two_pass.sum"]),
+            (4, 1, vec!["gpu__time_duration.sum"]),
         ]
     );
     assert_eq!(plan.passes, 5);
@@ -110,19 +110,19 @@ fn metrics_are_packed_first_fit_into_one_pass_groups_and_a_ratio_keeps_its_count
     assert_eq!(info[2], ("dram__bytes_read.sum", 0, "byte"));
     assert_eq!(info[5], ("lts__t_sectors.sum", 0, "lts_sector"));
     assert_eq!(info[4], ("lts__t_sector_hit_rate.pct", 1, "%"));
-    assert_eq!(info[7], ("big__two_pass.sum", 3, ""));
-    assert_eq!(info[8], ("gpu__time_duration.sum", 2, ""));
+    assert_eq!(info[7], ("big__two_pass.sum", 2, ""));
+    assert_eq!(info[8], ("gpu__time_duration.sum", 4, ""));
     assert_eq!(plan.group_at(0), Some((0, 0)));
-    assert_eq!(plan.group_at(2), Some((2, 0)));
-    assert_eq!(plan.group_at(4), Some((3, 1)));
+    assert_eq!(plan.group_at(3), Some((2, 1)));
+    assert_eq!(plan.group_at(4), Some((3, 0)));
     assert_eq!(plan.group_at(5), None);
-    // Reversed, the same passes hold the groups last first: the two-pass group at 0-1.
+    // Reversed, the same passes hold the groups last first.
     assert_eq!(plan.group_in(0, GroupOrder::Reversed), Some((3, 0, 0)));
-    assert_eq!(plan.group_in(1, GroupOrder::Reversed), Some((3, 1, 0)));
-    assert_eq!(plan.group_in(2, GroupOrder::Reversed), Some((2, 0, 2)));
+    assert_eq!(plan.group_in(1, GroupOrder::Reversed), Some((2, 0, 1)));
+    assert_eq!(plan.group_in(3, GroupOrder::Reversed), Some((1, 0, 3)));
     assert_eq!(plan.group_in(4, GroupOrder::Reversed), Some((0, 0, 4)));
     assert_eq!(plan.group_in(5, GroupOrder::Reversed), None);
-    assert_eq!(plan.group_in(4, GroupOrder::Planned), Some((3, 1, 3)));
+    assert_eq!(plan.group_in(3, GroupOrder::Planned), Some((2, 1, 2)));
     // Every image the packing tried and dropped was given back.
     assert_eq!(
         fake.compiles.load(Ordering::SeqCst) - fake.released.load(Ordering::SeqCst),
@@ -175,9 +175,8 @@ fn multi_pass_metrics_share_an_image_where_it_costs_no_pass_and_one_pass_metrics
     assert_eq!(
         groups,
         vec![
-            // One-pass groups first: groups of one pass count side by side.
-            (0, 1, vec!["dram__bytes_read.sum"]),
-            (1, 2, vec!["big__two_pass.sum", "big__shares.sum"]),
+            (0, 2, vec!["big__two_pass.sum", "big__shares.sum"]),
+            (2, 1, vec!["dram__bytes_read.sum"]),
         ]
     );
     assert_eq!(plan.passes, 3);
@@ -420,4 +419,50 @@ fn a_sectors_unit_is_the_counters_own_whatever_the_host_api_labels_it() {
     let fake = Fake::default();
     let l1 = MetricPlan::compile(&fake, CHIP, &names(&["l1tex__t_sectors.sum"])).unwrap();
     assert_eq!(l1.metrics[0].unit, "l1tex_sector");
+}
+
+#[test]
+fn single_packing_is_the_host_apis_one_configuration_of_the_whole_list() {
+    let fake = Fake::default();
+    let list = names(&[
+        "launch__grid_size",
+        "smsp__inst_executed.sum",
+        "dram__bytes_read.sum",
+        "lts__t_sector_hit_rate.pct",
+        "big__two_pass.sum",
+        "gpu__time_duration.sum",
+    ]);
+    let groups = MetricPlan::compile_packed(&fake, CHIP, &list, Packing::Groups).unwrap();
+    let single = MetricPlan::compile_packed(&fake, CHIP, &list, Packing::Single).unwrap();
+    assert!(groups.groups.len() > 1);
+    assert_eq!(
+        group_layout(&single),
+        vec![(
+            0,
+            single.single_config_passes,
+            vec![
+                "smsp__inst_executed.sum",
+                "dram__bytes_read.sum",
+                "lts__t_sector_hit_rate.pct",
+                "big__two_pass.sum",
+                "gpu__time_duration.sum"
+            ]
+        )]
+    );
+    assert_eq!(single.passes, single.single_config_passes);
+    assert!(single.passes <= groups.passes);
+    assert!(single.metrics.iter().all(|m| m.pass == 0));
+    assert_eq!(single.launch, names(&["launch__grid_size"]));
+    // Only the configuration kept is alive: every other image was given back.
+    assert_eq!(
+        fake.compiles.load(Ordering::SeqCst) - fake.released.load(Ordering::SeqCst),
+        (groups.groups.len() + 1) as u32
+    );
+    assert_eq!(Packing::parse(" single"), Ok(Packing::Single));
+    assert_eq!(Packing::parse(""), Ok(Packing::Groups));
+    let e = Packing::parse("one").unwrap_err();
+    assert!(
+        e.contains("KREPLAY_CUDA_COUNTER_PACKING=\"one\"") && e.contains("groups or single"),
+        "{e}"
+    );
 }
