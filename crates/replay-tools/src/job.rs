@@ -106,45 +106,6 @@ pub fn multi_rank_reason(
     })
 }
 
-/// The warning `kreplay run` prints before a multi-rank job starts: ranks that replay run
-/// every candidate dispatch `passes` times (a window may wait up to `pass_timeout` per pass),
-/// while the others wait for them in their next collective, so a collective timeout may end
-/// the job. Names each variable that bounds it, with its value where set, and the timeout in
-/// force ([`crate::collective::timeout_in_force`], which each rank's replay time is watched
-/// against while it runs). `None` for a single process, or when no rank replays more than once.
-pub fn collective_timeout_warning(
-    program: Option<&str>,
-    env: &dyn Fn(&str) -> Option<String>,
-    passes: u64,
-    pass_timeout: std::time::Duration,
-    ranks: Option<&str>,
-) -> Option<String> {
-    let why = multi_rank_reason(program, env)?;
-    if passes < 2 {
-        return None;
-    }
-    let set: Vec<String> = COLLECTIVE_TIMEOUT_VARS
-        .iter()
-        .map(|(v, what)| match env(v) {
-            Some(val) => format!("{v}={val} ({what})"),
-            None => format!("{v} unset ({what})"),
-        })
-        .collect();
-    let which = match ranks {
-        Some(r) => format!("ranks {r} replay, the others do not"),
-        None => "every rank replays, each at its own pace".into(),
-    };
-    let t = crate::collective::timeout_in_force(env);
-    Some(format!(
-        "this looks like a multi-rank job ({why}); {which}: each candidate dispatch runs {passes} passes (a pass may wait up to {:.0} s), so ranks reach their collectives unevenly and the others wait in them. If that wait exceeds a collective timeout the job is aborted: raise it, or limit replay (--ranks, --kernel-include, --dispatch-range). Timeout in force: {:.0} s ({}); each rank warns when its replay time reaches {:.0}% of it. Bounds: {}",
-        pass_timeout.as_secs_f64(),
-        t.seconds,
-        t.source,
-        100.0 * crate::collective::WARN_FRACTION,
-        set.join("; ")
-    ))
-}
-
 fn first_number(vars: &[&str], env: &dyn Fn(&str) -> Option<String>) -> Option<u32> {
     vars.iter()
         .find_map(|v| env(v))
@@ -380,49 +341,6 @@ pub fn write_exit_report(mut json: serde_json::Value, path: Option<&Path>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_multi_rank_job_is_warned_about_collective_timeouts_naming_the_variables() {
-        let none = |_: &str| None;
-        let secs = std::time::Duration::from_secs(60);
-        // A single process, or no replay: no warning.
-        assert_eq!(
-            collective_timeout_warning(Some("python"), &none, 5, secs, None),
-            None
-        );
-        let world1 = |v: &str| (v == "WORLD_SIZE").then(|| "1".to_string());
-        assert_eq!(
-            collective_timeout_warning(Some("./app"), &world1, 5, secs, None),
-            None
-        );
-        assert_eq!(
-            collective_timeout_warning(Some("/usr/bin/torchrun"), &none, 1, secs, None),
-            None
-        );
-        // The launcher by name.
-        let w = collective_timeout_warning(Some("/usr/bin/torchrun"), &none, 5, secs, Some("0"))
-            .expect("torchrun starts ranks");
-        assert!(w.contains("the program is torchrun"), "{w}");
-        assert!(w.contains("ranks 0 replay"), "{w}");
-        assert!(w.contains("5 passes"), "{w}");
-        assert!(w.contains("NCCL_TIMEOUT unset"), "{w}");
-        assert!(w.contains("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC unset"), "{w}");
-        // A world size from the environment, with a timeout the user set.
-        let env = |v: &str| match v {
-            "SLURM_NTASKS" => Some("8".to_string()),
-            "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC" => Some("60".to_string()),
-            _ => None,
-        };
-        let w = collective_timeout_warning(Some("python"), &env, 38, secs, None).unwrap();
-        assert!(w.contains("SLURM_NTASKS=8"), "{w}");
-        assert!(w.contains("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=60"), "{w}");
-        assert!(w.contains("every rank replays"), "{w}");
-        // The timeout in force, as each rank's watch has it.
-        assert!(
-            w.contains("Timeout in force: 60 s (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=60); each rank warns when its replay time reaches 50%"),
-            "{w}"
-        );
-    }
 
     #[test]
     fn ranks_come_from_the_launchers_variables_in_order() {

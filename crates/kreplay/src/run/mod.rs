@@ -260,7 +260,7 @@ pub fn main_with_env(args: &[String], env: &[(&str, String)]) -> u8 {
     let pass_timeout = replay_core::Policy::from_env()
         .map(|p| p.pass_timeout)
         .unwrap_or_else(|_| replay_core::Policy::default().pass_timeout);
-    if let Some(w) = job::collective_timeout_warning(
+    if let Some(w) = replay_tools::collective::collective_timeout_warning(
         a.app.first().map(String::as_str),
         &|v| std::env::var(v).ok(),
         a.passes,
