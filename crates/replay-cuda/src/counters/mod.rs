@@ -13,7 +13,12 @@
 //!
 //! [`MetricPlan::compile`] turns a list of Nsight Compute metric names into configuration
 //! images for a chip. Each metric is first compiled alone: one CUPTI cannot schedule is an
-//! error naming it (all such metrics at once). Then the metrics are packed, first fit in the
+//! error naming it (all such metrics at once). By default ([`Packing::Single`],
+//! `KREPLAY_CUDA_COUNTER_PACKING`) the whole list is then one configuration, scheduled over
+//! its passes by the host API as Nsight Compute's is, which the context's range-profiler
+//! object keeps from dispatch to dispatch (a kept object evaluates only the configuration
+//! first set on it, and a new one costs about 130 ms: `cupti`). With [`Packing::Groups`]
+//! the metrics are packed, first fit in the
 //! order given, into *groups*, each one configuration image that
 //! `cuptiProfilerHostGetNumOfPasses` says needs one pass; a metric that alone needs k > 1
 //! passes is a group of its own over k passes. Group g runs in replay passes

@@ -493,28 +493,35 @@ pub enum GroupOrder {
 pub const PACKING_ENV: &str = "KREPLAY_CUDA_COUNTER_PACKING";
 
 /// How a plan packs its range-profiler metrics into configurations.
+///
+/// Measured on an H200 (BENCHMARKS.md, "The counters tool's time"): `--set full` on 15
+/// launches took 22 passes and 37 s as groups, 12 passes and 7.7 s as one configuration
+/// (Nsight Compute: 33 s), its values as close to Nsight Compute's; 11 metrics on 30 GPT-2
+/// kernels added 4.2 s against ncu's 12.7 s, 14 s as groups. Hence the default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Packing {
-    /// One-pass groups, first fit, each metric's counters in one replay pass, the value keyed
-    /// by that pass (`groups`, the default).
+    /// The whole list in one configuration as the host API schedules it (`single`, the
+    /// default), as Nsight Compute collects a list: never more passes than `groups`, usually
+    /// fewer, and one configuration that the context's range-profiler object keeps from
+    /// dispatch to dispatch (a new object costs about 130 ms more per dispatch); every value
+    /// is keyed by the configuration's first pass, and which pass counted a metric's counters
+    /// is the host API's choice.
     #[default]
-    Groups,
-    /// The whole list in one configuration as the host API schedules it (`single`), as
-    /// Nsight Compute collects a list: never more passes than `groups`, usually fewer, and one
-    /// configuration that the context's range-profiler object keeps from dispatch to
-    /// dispatch; every value is keyed by the configuration's first pass, and which pass
-    /// counted a metric's counters is the host API's choice.
     Single,
+    /// One-pass groups, first fit, each metric's counters in one replay pass, the value keyed
+    /// by that pass (`groups`): no ratio's two counters from different executions, at a new
+    /// range-profiler object per group.
+    Groups,
 }
 
 impl Packing {
     /// The value named in [`PACKING_ENV`]; `Err` names what was expected.
     pub fn parse(v: &str) -> Result<Self, String> {
         match v.trim() {
-            "" | "groups" => Ok(Self::Groups),
-            "single" => Ok(Self::Single),
+            "" | "single" => Ok(Self::Single),
+            "groups" => Ok(Self::Groups),
             other => Err(format!(
-                "{PACKING_ENV}={other:?}: expected groups or single"
+                "{PACKING_ENV}={other:?}: expected single or groups"
             )),
         }
     }
@@ -524,7 +531,7 @@ impl Packing {
         match std::env::var(PACKING_ENV) {
             Err(_) => Self::default(),
             Ok(v) => Self::parse(&v).unwrap_or_else(|e| {
-                log::warn!("[kernel-replay] {e}; groups are used");
+                log::warn!("[kernel-replay] {e}; the default (single) is used");
                 Self::default()
             }),
         }

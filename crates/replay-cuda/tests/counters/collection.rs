@@ -10,7 +10,7 @@ use replay_cuda::counters::ReportHeader;
 use replay_report_types::CounterSample;
 
 use crate::fake::{value, CHIP};
-use crate::rig::rig;
+use crate::rig::{rig, rig_packed};
 
 #[test]
 fn the_window_asks_for_the_plans_passes_and_each_value_comes_from_the_pass_it_is_keyed_by() {
@@ -378,4 +378,42 @@ fn a_dispatch_after_one_that_ended_on_the_plans_last_group_runs_the_groups_rever
     assert_eq!(of(first.dispatch_id), at(0, 2));
     assert_eq!(of(second.dispatch_id), at(1, 0));
     assert_eq!(of(third.dispatch_id), at(0, 2));
+}
+
+#[test]
+fn the_default_packing_is_one_configuration_over_its_passes_each_dispatch() {
+    let r = rig_packed(
+        &["big__two_pass.sum", "dram__bytes_read.sum"],
+        1,
+        replay_cuda::counters::Packing::default(),
+    );
+    let plan = r.collector.plan();
+    assert_eq!(plan.groups.len(), 1);
+    let passes = plan.groups[0].config.passes;
+    assert!(passes >= 2, "{passes}");
+    let first = r.run(1);
+    let second = r.run(1);
+    assert!(
+        r.collector.errors().is_empty(),
+        "{:?}",
+        r.collector.errors()
+    );
+    // One configuration set per dispatch, the profiler started and stopped each pass.
+    let mut one = vec!["begin 0xc0 big__two_pass.sum,dram__bytes_read.sum".to_string()];
+    for _ in 0..passes {
+        one.extend(["start".to_string(), "stop".to_string()]);
+    }
+    one.push("decode".into());
+    let calls = r.fake.calls.lock().clone();
+    assert_eq!(calls, [one.clone(), one].concat());
+    let rep = r.collector.report(&ReportHeader::default());
+    for d in [first.dispatch_id, second.dispatch_id] {
+        let got: Vec<(&str, u32)> = rep
+            .samples
+            .iter()
+            .filter(|s| s.dispatch_id == d.0)
+            .map(|s| (s.metric.as_str(), s.pass))
+            .collect();
+        assert_eq!(got, [("big__two_pass.sum", 0), ("dram__bytes_read.sum", 0)]);
+    }
 }

@@ -11,12 +11,12 @@ use replay_cuda::counters::{
 };
 
 use crate::fake::{Fake, CHIP};
-use crate::rig::{group_layout, names};
+use crate::rig::{group_layout, groups_plan, names};
 
 #[test]
 fn metrics_the_chip_cannot_collect_are_one_error_naming_each_and_nothing_is_planned() {
     let fake = Fake::default();
-    let e = MetricPlan::compile(
+    let e = groups_plan(
         &fake,
         CHIP,
         &names(&[
@@ -49,7 +49,7 @@ fn metrics_the_chip_cannot_collect_are_one_error_naming_each_and_nothing_is_plan
     // What was compiled for the good metric was given back.
     assert_eq!(fake.released.load(Ordering::SeqCst), 1);
     assert_eq!(
-        MetricPlan::compile(&fake, CHIP, &[]).unwrap_err(),
+        groups_plan(&fake, CHIP, &[]).unwrap_err(),
         CounterError::Empty
     );
 }
@@ -68,7 +68,7 @@ fn metrics_are_packed_first_fit_into_one_pass_groups_and_a_ratio_keeps_its_count
         "big__two_pass.sum",
         "gpu__time_duration.sum",
     ];
-    let plan = MetricPlan::compile(&fake, CHIP, &names(&list)).unwrap();
+    let plan = groups_plan(&fake, CHIP, &names(&list)).unwrap();
     let groups = group_layout(&plan);
     assert_eq!(
         groups,
@@ -153,7 +153,7 @@ fn metric_lists_and_the_basic_set() {
     // The basic set compiles on the fake (every name is one it knows or a launch metric):
     // five counters in two range passes, then the FFMA count's SASS pass.
     let fake = Fake::default();
-    let plan = MetricPlan::compile(&fake, CHIP, &names(basic)).unwrap();
+    let plan = groups_plan(&fake, CHIP, &names(basic)).unwrap();
     assert_eq!(plan.passes, 3);
     assert_eq!(plan.sass.as_ref().map(|s| s.first_pass), Some(2));
 }
@@ -161,7 +161,7 @@ fn metric_lists_and_the_basic_set() {
 #[test]
 fn multi_pass_metrics_share_an_image_where_it_costs_no_pass_and_one_pass_metrics_never_join_them() {
     let fake = Fake::default();
-    let plan = MetricPlan::compile(
+    let plan = groups_plan(
         &fake,
         CHIP,
         &names(&[
@@ -185,7 +185,7 @@ fn multi_pass_metrics_share_an_image_where_it_costs_no_pass_and_one_pass_metrics
 #[test]
 fn sass_metrics_get_a_pass_of_their_own_after_the_range_groups_mapped_to_the_chips_names() {
     let fake = Fake::default();
-    let plan = MetricPlan::compile(
+    let plan = groups_plan(
         &fake,
         CHIP,
         &names(&[
@@ -266,7 +266,7 @@ fn sass_metrics_get_a_pass_of_their_own_after_the_range_groups_mapped_to_the_chi
         "smsp__sass_thread_inst_executed_op_ffma_pred_on"
     );
     // A list of SASS metrics only: one pass, the SASS one.
-    let plan = MetricPlan::compile(
+    let plan = groups_plan(
         &fake,
         CHIP,
         &names(&["smsp__sass_inst_executed.sum", "launch__grid_size"]),
@@ -286,7 +286,7 @@ fn sass_metrics_get_a_pass_of_their_own_after_the_range_groups_mapped_to_the_chi
 #[test]
 fn sass_names_that_cannot_be_collected_are_named_with_the_reason() {
     let fake = Fake::default();
-    let e = MetricPlan::compile(
+    let e = groups_plan(
         &fake,
         CHIP,
         &names(&[
@@ -345,7 +345,7 @@ fn sass_names_that_cannot_be_collected_are_named_with_the_reason() {
     // An older libcupti: the SASS metrics are named, the rest of the list plans as before.
     let old = Fake::default();
     old.no_sass_api.store(true, Ordering::SeqCst);
-    let e = MetricPlan::compile(
+    let e = groups_plan(
         &old,
         CHIP,
         &names(&[
@@ -360,7 +360,7 @@ fn sass_names_that_cannot_be_collected_are_named_with_the_reason() {
         "{msg}"
     );
     assert!(!msg.contains("dram__bytes_read.sum"), "{msg}");
-    let plan = MetricPlan::compile(&old, CHIP, &names(&["dram__bytes_read.sum"])).unwrap();
+    let plan = groups_plan(&old, CHIP, &names(&["dram__bytes_read.sum"])).unwrap();
     assert!(plan.sass.is_none());
 }
 
@@ -368,7 +368,7 @@ fn sass_names_that_cannot_be_collected_are_named_with_the_reason() {
 fn sass_names_map_by_the_api_name_itself_and_by_other_spellings_of_the_unit() {
     let fake = Fake::default();
     // The API's own base name is its `.sum`; an unknown bare name is not guessed at.
-    let plan = MetricPlan::compile(
+    let plan = groups_plan(
         &fake,
         CHIP,
         &names(&["smsp__sass_inst_executed_op_global_ld"]),
@@ -376,7 +376,7 @@ fn sass_names_map_by_the_api_name_itself_and_by_other_spellings_of_the_unit() {
     .unwrap();
     let m = &plan.sass.unwrap().metrics[0];
     assert_eq!((m.id, m.rollup), (13, Rollup::Sum));
-    assert!(MetricPlan::compile(
+    assert!(groups_plan(
         &fake,
         CHIP,
         &names(&["sm__sass_inst_executed_op_global_ld"])
@@ -388,7 +388,7 @@ fn sass_names_map_by_the_api_name_itself_and_by_other_spellings_of_the_unit() {
         (21, "sass__thread_inst_executed_op_ffma_pred_on"),
         (22, "sm__sass_inst_executed_op_global_ld"),
     ]);
-    let plan = MetricPlan::compile(
+    let plan = groups_plan(
         &fake,
         CHIP,
         &names(&[
@@ -417,7 +417,7 @@ fn sass_names_map_by_the_api_name_itself_and_by_other_spellings_of_the_unit() {
 #[test]
 fn a_sectors_unit_is_the_counters_own_whatever_the_host_api_labels_it() {
     let fake = Fake::default();
-    let l1 = MetricPlan::compile(&fake, CHIP, &names(&["l1tex__t_sectors.sum"])).unwrap();
+    let l1 = groups_plan(&fake, CHIP, &names(&["l1tex__t_sectors.sum"])).unwrap();
     assert_eq!(l1.metrics[0].unit, "l1tex_sector");
 }
 
@@ -458,11 +458,12 @@ fn single_packing_is_the_host_apis_one_configuration_of_the_whole_list() {
         fake.compiles.load(Ordering::SeqCst) - fake.released.load(Ordering::SeqCst),
         (groups.groups.len() + 1) as u32
     );
-    assert_eq!(Packing::parse(" single"), Ok(Packing::Single));
-    assert_eq!(Packing::parse(""), Ok(Packing::Groups));
+    assert_eq!(Packing::parse(" groups"), Ok(Packing::Groups));
+    assert_eq!(Packing::parse(""), Ok(Packing::Single));
+    assert_eq!(Packing::default(), Packing::Single);
     let e = Packing::parse("one").unwrap_err();
     assert!(
-        e.contains("KREPLAY_CUDA_COUNTER_PACKING=\"one\"") && e.contains("groups or single"),
+        e.contains("KREPLAY_CUDA_COUNTER_PACKING=\"one\"") && e.contains("single or groups"),
         "{e}"
     );
 }

@@ -29,6 +29,16 @@ pub fn group_layout(plan: &MetricPlan) -> Vec<(u32, u32, Vec<&str>)> {
         .collect()
 }
 
+/// A plan packed in one-pass groups: what these tests lay out (the default, one
+/// configuration, has a test of its own).
+pub fn groups_plan(
+    p: &dyn Profiler,
+    chip: &str,
+    names: &[String],
+) -> Result<MetricPlan, replay_cuda::counters::CounterError> {
+    MetricPlan::compile_packed(p, chip, names, replay_cuda::counters::Packing::Groups)
+}
+
 pub fn names(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
@@ -68,8 +78,16 @@ pub struct Rig {
 }
 
 pub fn rig(metrics: &[&str], min_passes: u32) -> Rig {
+    rig_packed(metrics, min_passes, replay_cuda::counters::Packing::Groups)
+}
+
+pub fn rig_packed(
+    metrics: &[&str],
+    min_passes: u32,
+    packing: replay_cuda::counters::Packing,
+) -> Rig {
     let fake = Arc::new(Fake::default());
-    let plan = MetricPlan::compile(&*fake, CHIP, &names(metrics)).expect("plan");
+    let plan = MetricPlan::compile_packed(&*fake, CHIP, &names(metrics), packing).expect("plan");
     let collector = Arc::new(CounterCollector::new(
         Arc::new(plan),
         Arc::clone(&fake) as Arc<dyn Profiler>,

@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use replay_core::{DispatchId, Outcome};
-use replay_cuda::counters::{CounterCollector, CounterError, MetricPlan, Profiler, ReportHeader};
+use replay_cuda::counters::{CounterCollector, CounterError, Profiler, ReportHeader};
 
 use crate::fake::{value, Fake, CHIP};
-use crate::rig::{dispatch, names, rig};
+use crate::rig::{dispatch, groups_plan, names, rig};
 
 #[test]
 fn the_sass_pass_sums_only_the_dispatchs_function_records_keyed_by_its_own_pass() {
@@ -103,7 +103,7 @@ fn sass_rollups_over_sms_are_refused_and_sums_use_whole_gpu_records() {
         "smsp__sass_inst_executed_op_global_ld.max",
         "sm__sass_inst_executed_op_global_ld.min",
     ] {
-        let e = MetricPlan::compile(
+        let e = groups_plan(
             &Fake::default(),
             CHIP,
             &names(&["smsp__sass_inst_executed_op_global_ld.sum", m]),
