@@ -2,7 +2,6 @@
 //! file; another version refused.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use replay_capture::{compare_outputs, read, write, FormatError, FORMAT_VERSION, MANIFEST};
 use replay_core::{
@@ -24,17 +23,16 @@ fn sample() -> Capture {
     kernarg.extend_from_slice(&64u64.to_le_bytes()); // a scalar
     kernarg.extend_from_slice(&b.to_le_bytes());
     Capture {
-        info: DispatchInfo {
-            agent: AgentId(0),
-            queue: QueueId(0),
-            dispatch_id: DispatchId(7),
-            kernel_id: KernelId(3),
-            kernel_name: Arc::from("k"),
-            grid: Dim3::new(64, 1, 1),
-            workgroup: Dim3::new(64, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 128,
-        },
+        info: DispatchInfo::new(
+            AgentId(0),
+            QueueId(0),
+            KernelId(3),
+            "k",
+            Dim3::new(64, 1, 1),
+            Dim3::new(64, 1, 1),
+        )
+        .with_dispatch_id(DispatchId(7))
+        .with_group_segment_size(128),
         kernel: KernelKey {
             agent: AgentId(0),
             code_object: 1,

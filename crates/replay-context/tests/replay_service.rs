@@ -26,17 +26,14 @@ struct Seen {
 
 fn dispatch() -> Dispatch {
     Dispatch {
-        info: DispatchInfo {
-            agent: AgentId(0),
-            queue: QueueId(0),
-            dispatch_id: DispatchId(0),
-            kernel_id: KernelId(1),
-            kernel_name: "saxpy".into(),
-            grid: Dim3::new(64, 1, 1),
-            workgroup: Dim3::new(64, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+        info: DispatchInfo::new(
+            AgentId(0),
+            QueueId(0),
+            KernelId(1),
+            "saxpy",
+            Dim3::new(64, 1, 1),
+            Dim3::new(64, 1, 1),
+        ),
         kernel: KernelKey {
             agent: AgentId(0),
             code_object: 1,

@@ -83,6 +83,54 @@ pub struct DispatchInfo {
     pub group_segment_size: u32,
 }
 
+impl DispatchInfo {
+    /// A dispatch of `kernel_name` on `agent`'s `queue`, `grid` and `workgroup` in work-items.
+    ///
+    /// `dispatch_id` starts at zero (the library overwrites it with its reservation) and the
+    /// segment sizes at zero; the `with_` setters give them.
+    pub fn new(
+        agent: AgentId,
+        queue: QueueId,
+        kernel_id: KernelId,
+        kernel_name: impl Into<Arc<str>>,
+        grid: Dim3,
+        workgroup: Dim3,
+    ) -> Self {
+        Self {
+            agent,
+            queue,
+            dispatch_id: DispatchId::default(),
+            kernel_id,
+            kernel_name: kernel_name.into(),
+            grid,
+            workgroup,
+            private_segment_size: 0,
+            group_segment_size: 0,
+        }
+    }
+
+    /// The same dispatch with this id.
+    #[must_use]
+    pub fn with_dispatch_id(mut self, dispatch_id: DispatchId) -> Self {
+        self.dispatch_id = dispatch_id;
+        self
+    }
+
+    /// The same dispatch with this private (scratch) segment size, in bytes per work-item.
+    #[must_use]
+    pub fn with_private_segment_size(mut self, bytes: u32) -> Self {
+        self.private_segment_size = bytes;
+        self
+    }
+
+    /// The same dispatch with this group (LDS / shared) segment size, in bytes per workgroup.
+    #[must_use]
+    pub fn with_group_segment_size(mut self, bytes: u32) -> Self {
+        self.group_segment_size = bytes;
+        self
+    }
+}
+
 /// Identity of a kernel for the library's memory of misbehaving kernels: per agent, code object
 /// and symbol, so that unloading the code object forgets it (SPEC §7.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

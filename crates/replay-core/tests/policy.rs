@@ -243,17 +243,15 @@ fn assert_names(err: &PolicyError, name: &str, value: &str) {
 }
 
 fn info(name: &str, id: u64) -> DispatchInfo {
-    DispatchInfo {
-        agent: AgentId(0),
-        queue: QueueId(0),
-        dispatch_id: DispatchId(id),
-        kernel_id: KernelId(1),
-        kernel_name: name.into(),
-        grid: Dim3::new(1, 1, 1),
-        workgroup: Dim3::new(1, 1, 1),
-        private_segment_size: 0,
-        group_segment_size: 0,
-    }
+    DispatchInfo::new(
+        AgentId(0),
+        QueueId(0),
+        KernelId(1),
+        name,
+        Dim3::new(1, 1, 1),
+        Dim3::new(1, 1, 1),
+    )
+    .with_dispatch_id(DispatchId(id))
 }
 
 // ---------------------------------------------------------------------------------------------

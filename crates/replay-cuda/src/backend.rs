@@ -21,8 +21,8 @@
 use std::sync::Arc;
 
 use replay_core::{
-    AgentId, BackendError, Dim3, Dispatch, DispatchId, DispatchInfo, DispatchReport, KernelId,
-    KernelKey, Origin, ReplayService, SubmissionKind,
+    AgentId, BackendError, Dim3, Dispatch, DispatchInfo, DispatchReport, KernelId, KernelKey,
+    Origin, ReplayService, SubmissionKind,
 };
 use replay_memory::{MemoryEngine, Tracker};
 
@@ -194,21 +194,20 @@ impl CudaBackend {
     ) -> Dispatch {
         let id = self.agent_id();
         Dispatch {
-            info: DispatchInfo {
-                agent: id,
-                queue: queue.id(),
-                dispatch_id: DispatchId(0),
-                kernel_id: KernelId(func.raw() as u64),
-                kernel_name: Arc::clone(func.name()),
-                grid: Dim3::new(
+            info: DispatchInfo::new(
+                id,
+                queue.id(),
+                KernelId(func.raw() as u64),
+                Arc::clone(func.name()),
+                Dim3::new(
                     cfg.grid.x.saturating_mul(cfg.block.x),
                     cfg.grid.y.saturating_mul(cfg.block.y),
                     cfg.grid.z.saturating_mul(cfg.block.z),
                 ),
-                workgroup: cfg.block,
-                private_segment_size: func.local_bytes(),
-                group_segment_size: func.static_shared_bytes() + cfg.shared_mem_bytes,
-            },
+                cfg.block,
+            )
+            .with_private_segment_size(func.local_bytes())
+            .with_group_segment_size(func.static_shared_bytes() + cfg.shared_mem_bytes),
             kernel: KernelKey {
                 agent: id,
                 code_object: func.module().load_id(),

@@ -489,7 +489,7 @@ mod tests {
     #[test]
     fn pointers_are_visible_to_scope_arguments() {
         use replay_core::{
-            AgentId, DispatchId, DispatchInfo, KernelId, KernelKey, Origin, QueueId, SubmissionKind,
+            AgentId, DispatchInfo, KernelId, KernelKey, Origin, QueueId, SubmissionKind,
         };
         let ptr_a = 0x7f12_3456_7800u64;
         let ptr_b = 0x7f12_3456_9910u64; // inside an allocation, not at its base
@@ -499,17 +499,14 @@ mod tests {
             .arg(5u16)
             .arg(DevicePtr(ptr_b));
         let d = replay_core::Dispatch {
-            info: DispatchInfo {
-                agent: AgentId(0),
-                queue: QueueId(0),
-                dispatch_id: DispatchId(0),
-                kernel_id: KernelId(0),
-                kernel_name: "k".into(),
-                grid: Dim3::new(1, 1, 1),
-                workgroup: Dim3::new(1, 1, 1),
-                private_segment_size: 0,
-                group_segment_size: 0,
-            },
+            info: DispatchInfo::new(
+                AgentId(0),
+                QueueId(0),
+                KernelId(0),
+                "k",
+                Dim3::new(1, 1, 1),
+                Dim3::new(1, 1, 1),
+            ),
             kernel: KernelKey {
                 agent: AgentId(0),
                 code_object: 0,

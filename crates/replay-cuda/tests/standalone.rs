@@ -6,7 +6,6 @@
 //! range the driver will not place whole reserved per region. Skipped without a C compiler.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use replay_core::{
     AgentId, ArgLayout, Capture, CapturedRegion, CodeImage, DeviceDescription, Dim3, DispatchId,
@@ -40,17 +39,15 @@ fn words(v: &[u64]) -> Vec<u8> {
 
 fn capture(kernel: &str, kernarg: Vec<u8>, regions: Vec<CapturedRegion>) -> Capture {
     Capture {
-        info: DispatchInfo {
-            agent: AgentId(0),
-            queue: QueueId(0),
-            dispatch_id: DispatchId(1),
-            kernel_id: KernelId(1),
-            kernel_name: Arc::from(kernel),
-            grid: Dim3::new(64, 1, 1),
-            workgroup: Dim3::new(64, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+        info: DispatchInfo::new(
+            AgentId(0),
+            QueueId(0),
+            KernelId(1),
+            kernel,
+            Dim3::new(64, 1, 1),
+            Dim3::new(64, 1, 1),
+        )
+        .with_dispatch_id(DispatchId(1)),
         kernel: KernelKey {
             agent: AgentId(0),
             code_object: 1,

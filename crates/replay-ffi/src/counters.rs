@@ -58,17 +58,17 @@ unsafe fn dispatch_of(info: *const kreplay_dispatch_info_t) -> Result<DispatchIn
             .to_string_lossy()
             .into_owned()
     };
-    Ok(DispatchInfo {
-        agent: AgentId(d.agent_id),
-        queue: QueueId(d.queue_id),
-        dispatch_id: DispatchId(d.dispatch_id),
-        kernel_id: KernelId(d.kernel_id),
-        kernel_name: name.into(),
-        grid: Dim3::new(d.grid.x, d.grid.y, d.grid.z),
-        workgroup: Dim3::new(d.workgroup.x, d.workgroup.y, d.workgroup.z),
-        private_segment_size: d.private_segment_size,
-        group_segment_size: d.group_segment_size,
-    })
+    Ok(DispatchInfo::new(
+        AgentId(d.agent_id),
+        QueueId(d.queue_id),
+        KernelId(d.kernel_id),
+        name,
+        Dim3::new(d.grid.x, d.grid.y, d.grid.z),
+        Dim3::new(d.workgroup.x, d.workgroup.y, d.workgroup.z),
+    )
+    .with_dispatch_id(DispatchId(d.dispatch_id))
+    .with_private_segment_size(d.private_segment_size)
+    .with_group_segment_size(d.group_segment_size))
 }
 
 /// What the collection reads of a C outcome: kind, reason (the collection's messages name
@@ -313,17 +313,15 @@ mod tests {
         rec.requested_passes = 3;
         rec.captured_bytes = 4096;
         let c = COutcome::new(&rec);
-        let info = DispatchInfo {
-            agent: AgentId(0),
-            queue: QueueId(1),
-            dispatch_id: DispatchId(7),
-            kernel_id: KernelId(2),
-            kernel_name: "_Z3rmwPdm".into(),
-            grid: Dim3::new(1, 1, 1),
-            workgroup: Dim3::new(1, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        };
+        let info = DispatchInfo::new(
+            AgentId(0),
+            QueueId(1),
+            KernelId(2),
+            "_Z3rmwPdm",
+            Dim3::new(1, 1, 1),
+            Dim3::new(1, 1, 1),
+        )
+        .with_dispatch_id(DispatchId(7));
         // SAFETY: the C view `c` owns, live for the call.
         let r = record_of(&info, unsafe { &*c.as_ptr() }).unwrap();
         assert_eq!(

@@ -26,8 +26,7 @@ use kernel_replay::entry::*;
 use kernel_replay::sys::*;
 use parking_lot::Mutex;
 use replay_core::{
-    AgentId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, Origin, QueueId,
-    SubmissionKind,
+    AgentId, Dim3, Dispatch, DispatchInfo, KernelId, KernelKey, Origin, QueueId, SubmissionKind,
 };
 use replay_mock::double::InstantAgent;
 use replay_mock::instant::InstantSnapshotter;
@@ -488,17 +487,14 @@ fn consult_participants(pass: Option<u32>) {
 
 fn dispatch(kernel: &str) -> Dispatch {
     Dispatch {
-        info: DispatchInfo {
-            agent: AgentId(0),
-            queue: QueueId(0),
-            dispatch_id: DispatchId(0),
-            kernel_id: KernelId(1),
-            kernel_name: kernel.into(),
-            grid: Dim3::new(256, 1, 1),
-            workgroup: Dim3::new(64, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+        info: DispatchInfo::new(
+            AgentId(0),
+            QueueId(0),
+            KernelId(1),
+            kernel,
+            Dim3::new(256, 1, 1),
+            Dim3::new(64, 1, 1),
+        ),
         kernel: KernelKey {
             agent: AgentId(0),
             code_object: 1,

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use replay_core::{
-    Agent, AgentId, ContextId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey,
-    MemoryClass, NoContextControl, Operation, Origin, Phase, Policy, QueueId, ReplayPayload,
-    ReplayService, Snapshotter, SubmissionKind, Subscription, SystemClock, UserData, WaitSpec,
+    Agent, AgentId, ContextId, Dim3, Dispatch, DispatchInfo, KernelId, KernelKey, MemoryClass,
+    NoContextControl, Operation, Origin, Phase, Policy, QueueId, ReplayPayload, ReplayService,
+    Snapshotter, SubmissionKind, Subscription, SystemClock, UserData, WaitSpec,
 };
 use replay_memory::Tracker;
 use replay_mock::double::InstantAgent;
@@ -154,17 +154,14 @@ fn instant_service() -> ReplayService {
 
 fn instant_dispatch() -> Dispatch {
     Dispatch {
-        info: DispatchInfo {
-            agent: A,
-            queue: QueueId(0),
-            dispatch_id: DispatchId(0),
-            kernel_id: KernelId(1),
-            kernel_name: "tiny".into(),
-            grid: Dim3::new(64, 1, 1),
-            workgroup: Dim3::new(64, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+        info: DispatchInfo::new(
+            A,
+            QueueId(0),
+            KernelId(1),
+            "tiny",
+            Dim3::new(64, 1, 1),
+            Dim3::new(64, 1, 1),
+        ),
         kernel: KernelKey {
             agent: A,
             code_object: 1,

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use replay_core::{
-    Agent, AgentId, Clock, ContextId, CopyOp, DeviceMemory, Dim3, Dispatch, DispatchId,
-    DispatchInfo, KernelId, KernelKey, MemLoc, MemoryClass, NoContextControl, Operation, Origin,
-    Outcome, Phase, Policy, QueueId, ReplayService, SubmissionKind, Subscription, Tier,
+    Agent, AgentId, Clock, ContextId, CopyOp, DeviceMemory, Dim3, Dispatch, DispatchInfo, KernelId,
+    KernelKey, MemLoc, MemoryClass, NoContextControl, Operation, Origin, Outcome, Phase, Policy,
+    QueueId, ReplayService, SubmissionKind, Subscription, Tier,
 };
 use replay_memory::Tracker;
 use replay_mock::double::{
@@ -20,17 +20,14 @@ use replay_mock::instant::InstantSnapshotter;
 
 fn dispatch(kernel: u64) -> Dispatch {
     Dispatch {
-        info: DispatchInfo {
-            agent: AgentId(0),
-            queue: QueueId(0),
-            dispatch_id: DispatchId(0),
-            kernel_id: KernelId(kernel),
-            kernel_name: "k".into(),
-            grid: Dim3::new(1, 1, 1),
-            workgroup: Dim3::new(1, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+        info: DispatchInfo::new(
+            AgentId(0),
+            QueueId(0),
+            KernelId(kernel),
+            "k",
+            Dim3::new(1, 1, 1),
+            Dim3::new(1, 1, 1),
+        ),
         kernel: KernelKey {
             agent: AgentId(0),
             code_object: 1,

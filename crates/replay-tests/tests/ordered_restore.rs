@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use replay_core::{
-    AgentId, Capabilities, Clock, ContextId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId,
-    KernelKey, MemoryClass, NoContextControl, Operation, Origin, Outcome, OutcomeRecord, Phase,
-    Policy, QueueId, Reason, ReplayService, ReplayTool, RestoreMode, Scope, SubmissionKind,
-    Subscription,
+    AgentId, Capabilities, Clock, ContextId, Dim3, Dispatch, DispatchInfo, KernelId, KernelKey,
+    MemoryClass, NoContextControl, Operation, Origin, Outcome, OutcomeRecord, Phase, Policy,
+    QueueId, Reason, ReplayService, ReplayTool, RestoreMode, Scope, SubmissionKind, Subscription,
 };
 use replay_memory::{MemoryEngine, NoModuleVariables, Tracker};
 use replay_mock::double::{
@@ -88,17 +87,14 @@ fn env(passes: u64) -> Env {
 
 fn dispatch() -> Dispatch {
     Dispatch {
-        info: DispatchInfo {
-            agent: A,
-            queue: QueueId(1),
-            dispatch_id: DispatchId(0),
-            kernel_id: KernelId(5),
-            kernel_name: "ordered_kernel".into(),
-            grid: Dim3::new(1, 1, 1),
-            workgroup: Dim3::new(1, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+        info: DispatchInfo::new(
+            A,
+            QueueId(1),
+            KernelId(5),
+            "ordered_kernel",
+            Dim3::new(1, 1, 1),
+            Dim3::new(1, 1, 1),
+        ),
         kernel: KernelKey {
             agent: A,
             code_object: 1,

@@ -60,17 +60,14 @@ pub const KERNEL: KernelKey = KernelKey {
 
 pub fn dispatch(name: &str) -> Dispatch {
     Dispatch {
-        info: DispatchInfo {
-            agent: AGENT,
-            queue: QueueId(3),
-            dispatch_id: DispatchId(0),
-            kernel_id: KernelId(12),
-            kernel_name: name.into(),
-            grid: Dim3::new(256, 1, 1),
-            workgroup: Dim3::new(64, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+        info: DispatchInfo::new(
+            AGENT,
+            QueueId(3),
+            KernelId(12),
+            name,
+            Dim3::new(256, 1, 1),
+            Dim3::new(64, 1, 1),
+        ),
         kernel: KERNEL,
         kind: SubmissionKind::KernelDispatch,
         kernarg: Default::default(),

@@ -40,8 +40,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUfunction, CUlaunchConfig, CUresult, CUstream};
 use replay_core::{
-    AgentId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, Origin, Scope,
-    SubmissionKind,
+    AgentId, Dim3, Dispatch, DispatchInfo, KernelId, KernelKey, Origin, Scope, SubmissionKind,
 };
 use replay_memory::Tracker;
 
@@ -286,21 +285,19 @@ pub(crate) unsafe fn run_launch(l: Intercepted, how: How, reached: &mut bool) ->
     });
     let handle = backend.agent().register_launch(Arc::clone(&captured));
     let dispatch = Dispatch {
-        info: DispatchInfo {
+        info: DispatchInfo::new(
             agent,
-            queue: replay_core::QueueId(l.stream as u64),
-            dispatch_id: DispatchId(0),
-            kernel_id: KernelId(l.f as u64),
-            kernel_name: Arc::clone(&info.name),
-            grid: Dim3::new(
+            replay_core::QueueId(l.stream as u64),
+            KernelId(l.f as u64),
+            Arc::clone(&info.name),
+            Dim3::new(
                 l.grid.x.saturating_mul(l.block.x),
                 l.grid.y.saturating_mul(l.block.y),
                 l.grid.z.saturating_mul(l.block.z),
             ),
-            workgroup: l.block,
-            private_segment_size: 0,
-            group_segment_size: l.shmem,
-        },
+            l.block,
+        )
+        .with_group_segment_size(l.shmem),
         kernel: KernelKey {
             agent,
             code_object: image.code_object(),

@@ -355,8 +355,8 @@ mod tests {
 
     fn plan_capacity(device_free: u64, host: u64, alloc: &[u64]) -> (u64, u64) {
         use replay_core::{
-            Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, MemoryClass, Origin,
-            Policy, QueueId, Scope, Snapshotter, SubmissionKind,
+            Dim3, Dispatch, DispatchInfo, KernelId, KernelKey, MemoryClass, Origin, Policy,
+            QueueId, Scope, Snapshotter, SubmissionKind,
         };
         use replay_memory::{MemoryEngine, NoModuleVariables, Tracker};
         let tracker = Arc::new(Tracker::new());
@@ -389,17 +389,14 @@ mod tests {
         )
         .with_host_available_bytes(host);
         let d = Dispatch {
-            info: DispatchInfo {
-                agent: AgentId(0),
-                queue: QueueId(0),
-                dispatch_id: DispatchId(0),
-                kernel_id: KernelId(0),
-                kernel_name: "k".into(),
-                grid: Dim3::new(1, 1, 1),
-                workgroup: Dim3::new(1, 1, 1),
-                private_segment_size: 0,
-                group_segment_size: 0,
-            },
+            info: DispatchInfo::new(
+                AgentId(0),
+                QueueId(0),
+                KernelId(0),
+                "k",
+                Dim3::new(1, 1, 1),
+                Dim3::new(1, 1, 1),
+            ),
             kernel: KernelKey {
                 agent: AgentId(0),
                 code_object: 0,

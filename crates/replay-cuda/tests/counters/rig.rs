@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use replay_core::{
-    AgentId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, NoContextControl,
-    Origin, Policy, QueueId, ReplayService, SubmissionKind, Subscription, SystemClock,
+    AgentId, Dim3, Dispatch, DispatchInfo, KernelId, KernelKey, NoContextControl, Origin, Policy,
+    QueueId, ReplayService, SubmissionKind, Subscription, SystemClock,
 };
 use replay_cuda::counters::{CounterCollector, MetricPlan, Profiler};
 use replay_mock::double::InstantAgent;
@@ -45,18 +45,15 @@ pub fn names(v: &[&str]) -> Vec<String> {
 
 pub fn dispatch(kernel: u64) -> Dispatch {
     Dispatch {
-        info: DispatchInfo {
-            agent: AgentId(0),
-            queue: QueueId(0x5eed),
-            dispatch_id: DispatchId(0),
-            kernel_id: KernelId(kernel),
-            kernel_name: "_Z3rmwPdm".into(),
+        info: DispatchInfo::new(
+            AgentId(0),
+            QueueId(0x5eed),
+            KernelId(kernel),
+            "_Z3rmwPdm",
             // Work-items: 80 blocks of 256 threads.
-            grid: Dim3::new(80 * 256, 1, 1),
-            workgroup: Dim3::new(256, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+            Dim3::new(80 * 256, 1, 1),
+            Dim3::new(256, 1, 1),
+        ),
         kernel: KernelKey {
             agent: AgentId(0),
             code_object: 1,

@@ -492,21 +492,20 @@ fn describe(st: &QueueState, o: &Originals, packet: &Packet, origin: Origin) -> 
     let kernel = kernels::global().lookup(d.kernel_object, agent, o.loader.as_ref());
     let kernarg = read_kernarg(d.kernarg_address, kernels::kernarg_segment_size(&kernel));
     Dispatch {
-        info: DispatchInfo {
-            agent: st.agent.id,
-            queue: QueueId(st.queue as u64),
-            dispatch_id: Default::default(),
-            kernel_id: KernelId(d.kernel_object),
-            kernel_name: kernel.name,
-            grid: Dim3::new(d.grid_size_x, d.grid_size_y, d.grid_size_z),
-            workgroup: Dim3::new(
+        info: DispatchInfo::new(
+            st.agent.id,
+            QueueId(st.queue as u64),
+            KernelId(d.kernel_object),
+            kernel.name,
+            Dim3::new(d.grid_size_x, d.grid_size_y, d.grid_size_z),
+            Dim3::new(
                 u32::from(d.workgroup_size_x),
                 u32::from(d.workgroup_size_y),
                 u32::from(d.workgroup_size_z),
             ),
-            private_segment_size: d.private_segment_size,
-            group_segment_size: d.group_segment_size,
-        },
+        )
+        .with_private_segment_size(d.private_segment_size)
+        .with_group_segment_size(d.group_segment_size),
         kernel: KernelKey {
             agent: st.agent.id,
             code_object: kernel.executable,

@@ -1,8 +1,6 @@
 //! The dispatch these tests plan for; the fake device memory and clock they run on are the
 //! shared test doubles (`replay_mock::double`).
 
-use std::sync::Arc;
-
 use replay_core::{
     AgentId, Dim3, Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, Origin, QueueId,
     SubmissionKind,
@@ -11,17 +9,15 @@ use replay_core::{
 /// A dispatch of kernel `k` on `agent` whose argument block is `words`.
 pub fn dispatch(agent: AgentId, words: &[u64]) -> Dispatch {
     Dispatch {
-        info: DispatchInfo {
+        info: DispatchInfo::new(
             agent,
-            queue: QueueId(0),
-            dispatch_id: DispatchId(1),
-            kernel_id: KernelId(1),
-            kernel_name: Arc::from("k"),
-            grid: Dim3::new(1, 1, 1),
-            workgroup: Dim3::new(1, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+            QueueId(0),
+            KernelId(1),
+            "k",
+            Dim3::new(1, 1, 1),
+            Dim3::new(1, 1, 1),
+        )
+        .with_dispatch_id(DispatchId(1)),
         kernel: KernelKey {
             agent,
             code_object: 1,

@@ -14,8 +14,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use replay_core::{
-    AgentId, BackendError, Dim3, Dispatch, DispatchId, DispatchInfo, DispatchReport, KernelId,
-    KernelKey, Origin, OutcomeRecord, ReplayService, SubmissionKind,
+    AgentId, BackendError, Dim3, Dispatch, DispatchInfo, DispatchReport, KernelId, KernelKey,
+    Origin, OutcomeRecord, ReplayService, SubmissionKind,
 };
 use replay_memory::MemoryEngine;
 use smallvec::SmallVec;
@@ -78,25 +78,25 @@ impl SimRuntime {
                 let _ = sh.device_write(queue.agent, at, args, true);
             }
         }
-        let info = DispatchInfo {
-            agent: queue.agent,
-            queue: queue.queue,
-            dispatch_id: DispatchId(0),
-            kernel_id: info_kernel.as_ref().map(Kernel::id).unwrap_or(KernelId(0)),
-            kernel_name: Arc::clone(&name),
-            grid,
-            workgroup: info_kernel
-                .as_ref()
-                .map(|k| k.workgroup)
-                .unwrap_or_default(),
-            private_segment_size: info_kernel
-                .as_ref()
-                .map(|k| k.private_segment_size)
-                .unwrap_or(0),
-            group_segment_size: info_kernel
-                .as_ref()
-                .map(|k| k.group_segment_size)
-                .unwrap_or(0),
+        let info = match &info_kernel {
+            Some(k) => DispatchInfo::new(
+                queue.agent,
+                queue.queue,
+                k.id(),
+                Arc::clone(&name),
+                grid,
+                k.workgroup,
+            )
+            .with_private_segment_size(k.private_segment_size)
+            .with_group_segment_size(k.group_segment_size),
+            None => DispatchInfo::new(
+                queue.agent,
+                queue.queue,
+                KernelId(0),
+                Arc::clone(&name),
+                grid,
+                Dim3::default(),
+            ),
         };
         let kernel = info_kernel
             .as_ref()

@@ -637,9 +637,7 @@ unsafe fn whole(
     effective: CUstream,
     reached: &mut bool,
 ) -> CUresult {
-    use replay_core::{
-        Dispatch, DispatchId, DispatchInfo, KernelId, KernelKey, Origin, SubmissionKind,
-    };
+    use replay_core::{Dispatch, DispatchInfo, KernelId, KernelKey, Origin, SubmissionKind};
     state().counters.graph_whole.fetch_add(1, Ordering::Relaxed);
     let s = state();
     let agent = backend.agent_id();
@@ -685,17 +683,14 @@ unsafe fn whole(
     });
     let handle = backend.agent().register_launch(Arc::clone(&captured));
     let dispatch = Dispatch {
-        info: DispatchInfo {
+        info: DispatchInfo::new(
             agent,
-            queue: replay_core::QueueId(effective as u64),
-            dispatch_id: DispatchId(0),
-            kernel_id: KernelId(exec as u64),
-            kernel_name: name,
-            grid: Dim3::new(1, 1, 1),
-            workgroup: Dim3::new(1, 1, 1),
-            private_segment_size: 0,
-            group_segment_size: 0,
-        },
+            replay_core::QueueId(effective as u64),
+            KernelId(exec as u64),
+            name,
+            Dim3::new(1, 1, 1),
+            Dim3::new(1, 1, 1),
+        ),
         kernel: KernelKey {
             agent,
             code_object,
