@@ -706,18 +706,92 @@ kreplay_status_t kreplay_replay_stop_context(kreplay_context_t context);
  */
 kreplay_status_t kreplay_pass_sync(void);
 
+/* ----------------------------------------------------------------------------------------- */
+/* Capture of one dispatch for standalone replay (SPEC 13)                                    */
+/* ----------------------------------------------------------------------------------------- */
+
 /**
  * Inside a PASS ENTER callback: asks for a capture of this pass (SPEC 13) into the new folder
  * `dir` (its parent must exist; an existing non-empty folder is never written over), holding
- * at most `max_bytes` of regions (0: 4 GiB). The capture is this pass's snapshot: the inputs of
- * every region of the snapshot scope as the pass begins and its outputs after it, with the
- * code image, the argument block and the launch configuration (the format is documented in the
- * replay-capture crate). The pass runs as it would; nothing runs for the capture. A capture
- * that cannot be made (scope over max_bytes, peer or IPC memory, an unknown argument layout,
- * a write outside the scope) leaves no folder, and a warning names why.
- * Errors: CONTEXT_ERROR (outside PASS ENTER), NULL_POINTER, BAD_ARGUMENT (empty or not UTF-8).
+ * at most `max_bytes` of regions (0: 4 GiB; `kreplay capture --max-bytes`). The capture is
+ * this pass's snapshot: the inputs of every region of the snapshot scope as the pass begins
+ * and its outputs after it, with the code image, the argument block and the launch
+ * configuration (the format is documented in the replay-capture crate; `kreplay replay DIR`
+ * runs a CUDA or HSA capture again, and on the simulated GPU knows only `kreplay demo`'s
+ * module, so a capture made through kreplay_sim_* is one to read with replay-capture). The
+ * pass runs as it would; nothing runs for the capture. One request per callback. A capture that cannot be made (scope over max_bytes, peer or IPC memory, an unknown
+ * argument layout, a write outside the scope, a pass that did not complete) leaves no folder;
+ * kreplay_capture_result() and kreplay_capture_message() then say why (and a warning is
+ * logged). A relative `dir` is resolved against the working directory now.
+ * Errors: NULL_POINTER (`dir`), BAD_ARGUMENT (`dir` empty or not UTF-8), CONTEXT_ERROR (outside
+ * a PASS ENTER callback, PASS EXIT and CONFIG included), ALREADY_EXISTS (a second request in
+ * the same callback, which leaves the first in force; `dir` exists and is not an empty folder;
+ * another request still waits to write `dir`), NOT_FOUND (the parent of `dir` does not exist),
+ * SHUT_DOWN.
  */
-kreplay_status_t kreplay_request_capture(const char *dir, uint64_t max_bytes);
+kreplay_status_t kreplay_request_capture(const char* dir, uint64_t max_bytes);
+
+/** kreplay_capture_state: what became of a capture asked for with kreplay_request_capture(). */
+typedef uint32_t kreplay_capture_state_t;
+enum kreplay_capture_state {
+    /** Never reported. */
+    KREPLAY_CAPTURE_NONE = 0,
+    /** Asked for, not decided yet. A refusal found as the pass begins (the bound, memory a
+     *  capture cannot hold, the argument layout) is final at once; otherwise the window
+     *  decides after the captured pass's scope check, so a capture being made is still
+     *  PENDING in that pass's PASS EXIT. Every request is final by the dispatch's CONFIG
+     *  EXIT, and once the application saw the dispatch complete. */
+    KREPLAY_CAPTURE_PENDING = 1,
+    /** The folder is written and complete. */
+    KREPLAY_CAPTURE_WRITTEN = 2,
+    /** The window made no capture; kreplay_capture_message() says why. No folder. */
+    KREPLAY_CAPTURE_REFUSED = 3,
+    /** The capture was made but the folder could not be written; the message names the file. */
+    KREPLAY_CAPTURE_WRITE_FAILED = 4
+};
+
+/**
+ * What became of the last capture asked for into one folder (kreplay_capture_result()).
+ * Versioned by `size`, set by the caller.
+ */
+typedef struct kreplay_capture_result_t {
+    uint64_t size;
+    /** The dispatch the request was made in. */
+    uint64_t dispatch_id;
+    /** The byte bound in force (4 GiB where 0 was asked). */
+    uint64_t max_bytes;
+    /** WRITTEN: bytes of the captured regions (their inputs; the outputs are as many again). */
+    uint64_t captured_bytes;
+    /** A KREPLAY_CAPTURE_* value. */
+    kreplay_capture_state_t state;
+    /** The pass the request was made in (the pass captured). */
+    uint32_t pass;
+    /** WRITTEN: regions in the folder. */
+    uint32_t region_count;
+    /** Zero. */
+    uint32_t reserved0;
+} kreplay_capture_result_t;
+
+/**
+ * What became of the last capture asked for into `dir` (the same folder as given to
+ * kreplay_request_capture(), resolved against the working directory now), from any thread, at
+ * any time after the request. The library keeps the last 1024 requests of the process.
+ * Errors: NULL_POINTER (`dir`, `result`), BAD_ARGUMENT (`dir` empty or not UTF-8), BAD_SIZE,
+ * NOT_FOUND (no request for `dir`, or one older than the last 1024), SHUT_DOWN.
+ */
+kreplay_status_t kreplay_capture_result(const char* dir, kreplay_capture_result_t* result);
+
+/**
+ * The message of the last capture asked for into `dir`, copied into `buffer` as
+ * kreplay_policy_json() does: where it was written (WRITTEN), why it was not (REFUSED: scope
+ * over the bound, memory a capture cannot hold, an unknown argument layout, a write outside
+ * the scope, a pass that did not complete; WRITE_FAILED: the file and the system's error), or
+ * that it is still pending.
+ * Errors: NULL_POINTER (`dir`, `required`, `buffer` with `buffer_size` > 0), BAD_ARGUMENT,
+ * NOT_FOUND, BUFFER_TOO_SMALL, SHUT_DOWN.
+ */
+kreplay_status_t kreplay_capture_message(const char* dir, char* buffer, size_t buffer_size,
+                                         size_t* required);
 
 /* ----------------------------------------------------------------------------------------- */
 /* Policy and the kernel filter (SPEC 8, 3)                                                   */

@@ -6,6 +6,11 @@
 // simulator and exits non-zero unless the memory after replay is identical: replay must leave
 // the application with exactly the result of one execution.
 //
+// With CPP_COUNTER_TOOL_CAPTURE=DIR it also asks, in the first PASS ENTER of the module's kernel
+// (increment_u64: on the simulator only a module's kernels have a code image to capture), for
+// a capture of that pass into the new folder DIR (SPEC 13: the format of the replay-capture
+// crate), and prints what became of it in CONFIG EXIT.
+//
 // Everything goes through include/kernel_replay.h; no GPU is needed.
 #include <kernel_replay.h>
 
@@ -14,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -64,7 +70,24 @@ struct Tool {
     std::array<PassResult, kGroups> passes{};
     int replayed = 0;
     int dispatches = 0;
+    const char* capture_dir = std::getenv("CPP_COUNTER_TOOL_CAPTURE");
+    bool capture_asked = false;
+    bool capture_shown = false;
 };
+
+// What became of the capture asked for (final by CONFIG EXIT).
+void show_capture(const char* dir) {
+    kreplay_capture_result_t r{};
+    r.size = sizeof(r);
+    check(kreplay_capture_result(dir, &r), "kreplay_capture_result");
+    char message[4096];
+    size_t required = 0;
+    check(kreplay_capture_message(dir, message, sizeof(message), &required),
+          "kreplay_capture_message");
+    std::printf("capture written=%s regions=%u bytes=%" PRIu64 ": %s\n",
+                r.state == KREPLAY_CAPTURE_WRITTEN ? "yes" : "no", r.region_count,
+                r.captured_bytes, message);
+}
 
 // The pass-count callback: one pass per counter group.
 uint64_t pass_count(const kreplay_dispatch_info_t*, kreplay_user_data_t) { return kGroups; }
@@ -86,6 +109,11 @@ void on_replay(kreplay_operation_t op, kreplay_phase_t phase, kreplay_replay_pay
         int32_t on = 0;
         check(kreplay_context_participates(tool.tracing, &on), "kreplay_context_participates");
         tool.passes[pass].tracing = on != 0;
+        if (tool.capture_dir != nullptr && !tool.capture_asked &&
+            std::strcmp(info.kernel_name, "increment_u64") == 0) {
+            check(kreplay_request_capture(tool.capture_dir, 0), "kreplay_request_capture");
+            tool.capture_asked = true;
+        }
         // Program this pass's counter group; the pass is submitted after PASS ENTER returns.
         check(kreplay_sim_counter_select(tool.sim, agent, pass), "kreplay_sim_counter_select");
     } else if (op == KREPLAY_OPERATION_PASS && phase == KREPLAY_PHASE_EXIT && pass < kGroups) {
@@ -112,6 +140,10 @@ void on_replay(kreplay_operation_t op, kreplay_phase_t phase, kreplay_replay_pay
                     o.dispatch_id, o.kernel, outcome_name(o.outcome), reason_name(o.reason),
                     o.requested_passes, o.executed_passes);
         if (o.outcome == KREPLAY_OUTCOME_REPLAYED) tool.replayed++;
+        if (tool.capture_asked && !tool.capture_shown) {
+            show_capture(tool.capture_dir);
+            tool.capture_shown = true;
+        }
     }
 }
 

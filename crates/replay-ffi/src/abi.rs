@@ -193,6 +193,22 @@ pub static ABI_TABLE: &[kreplay_abi_entry_t] = &[
     offset!(kreplay_replay_payload_t, replay_start_context),
     offset!(kreplay_replay_payload_t, replay_stop_context),
     offset!(kreplay_replay_payload_t, outcome),
+    // kreplay_capture_result_t and the capture states
+    size!(kreplay_capture_result_t),
+    align!(kreplay_capture_result_t),
+    offset!(kreplay_capture_result_t, size),
+    offset!(kreplay_capture_result_t, dispatch_id),
+    offset!(kreplay_capture_result_t, max_bytes),
+    offset!(kreplay_capture_result_t, captured_bytes),
+    offset!(kreplay_capture_result_t, state),
+    offset!(kreplay_capture_result_t, pass),
+    offset!(kreplay_capture_result_t, region_count),
+    offset!(kreplay_capture_result_t, reserved0),
+    value!(KREPLAY_CAPTURE_NONE),
+    value!(KREPLAY_CAPTURE_PENDING),
+    value!(KREPLAY_CAPTURE_WRITTEN),
+    value!(KREPLAY_CAPTURE_REFUSED),
+    value!(KREPLAY_CAPTURE_WRITE_FAILED),
     // kreplay_kernel_filter_t
     size!(kreplay_kernel_filter_t),
     align!(kreplay_kernel_filter_t),
@@ -431,6 +447,7 @@ mod tests {
             // The first version ended here (callers built with it pass size 608).
             assert_eq!(lookup("offsetof(kreplay_summary_t, predicted)"), Some(608));
             assert_eq!(lookup("sizeof(kreplay_kernel_filter_t)"), Some(72));
+            assert_eq!(lookup("sizeof(kreplay_capture_result_t)"), Some(48));
             assert_eq!(lookup("sizeof(kreplay_sim_fault_t)"), Some(32));
             assert_eq!(lookup("sizeof(kreplay_sim_variable_t)"), Some(32));
             assert_eq!(lookup("sizeof(kreplay_sim_module_desc_t)"), Some(48));

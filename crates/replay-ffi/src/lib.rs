@@ -18,6 +18,9 @@
 //!   entry guard (`catch_unwind`: no panic crosses the boundary), slot-and-generation handles,
 //!   NULL / `size` / alignment / UTF-8 / enumeration checks, and conversions between the core's
 //!   types and the C structs.
+//! - `capture`: the capture a tool asks for in PASS ENTER (SPEC §13): the request slot of the
+//!   running callback, the sink that writes the folder, and the table of what became of each
+//!   request (`kreplay_capture_result`, `kreplay_capture_message`).
 //! - [`entry`]: the `extern "C"` functions, one per header declaration, each thin: guard,
 //!   checks in a fixed order (shut down, inside a callback where refused, pointers and
 //!   enumerations, then handles), one call into the core or the context registry.
@@ -35,7 +38,7 @@
 //!   counters, faults and digests, so a C or C++ tool is tested without a GPU.
 //!
 //! No file uses a file that uses it (`tests/layout.rs` checks it): `sys`, then `checked`,
-//! `tool`, `state`, `wait`, the simulator's files, `entry`, and this root on top.
+//! `capture`, `tool`, `state`, `wait`, the simulator's files, `entry`, and this root on top.
 //!
 //! ## Design choices
 //!
@@ -141,6 +144,7 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+mod capture;
 mod checked;
 #[cfg(feature = "cuda")]
 pub mod counters;

@@ -504,6 +504,43 @@ pub type kreplay_replay_callback_t = Option<
 pub type kreplay_outcome_sink_t =
     Option<unsafe extern "C" fn(outcome: *const kreplay_outcome_t, data: *mut c_void)>;
 
+// ----- Capture (SPEC §13) ------------------------------------------------------------------
+
+/// `kreplay_capture_state_t`: what became of a capture asked for in PASS ENTER.
+pub type kreplay_capture_state_t = u32;
+/// Not a state (never reported).
+pub const KREPLAY_CAPTURE_NONE: kreplay_capture_state_t = 0;
+/// Asked for; the captured pass has not ended yet.
+pub const KREPLAY_CAPTURE_PENDING: kreplay_capture_state_t = 1;
+/// The folder is written, complete.
+pub const KREPLAY_CAPTURE_WRITTEN: kreplay_capture_state_t = 2;
+/// The window made no capture.
+pub const KREPLAY_CAPTURE_REFUSED: kreplay_capture_state_t = 3;
+/// Made, but the folder could not be written.
+pub const KREPLAY_CAPTURE_WRITE_FAILED: kreplay_capture_state_t = 4;
+
+/// `kreplay_capture_result_t`: what became of the capture asked for into one folder.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kreplay_capture_result_t {
+    /// Size set by the caller.
+    pub size: u64,
+    /// The dispatch the request was made in.
+    pub dispatch_id: u64,
+    /// The byte bound in force.
+    pub max_bytes: u64,
+    /// Bytes of the captured regions (each's inputs; the outputs are as many again).
+    pub captured_bytes: u64,
+    /// A `KREPLAY_CAPTURE_*` value.
+    pub state: kreplay_capture_state_t,
+    /// The pass the request was made in (the one captured).
+    pub pass: u32,
+    /// Regions in the folder.
+    pub region_count: u32,
+    /// Zero.
+    pub reserved0: u32,
+}
+
 // ----- Policy ------------------------------------------------------------------------------
 
 /// `kreplay_kernel_filter_t`.
@@ -784,6 +821,8 @@ pub mod first_version {
     pub const GRAPH_NODE: usize = std::mem::size_of::<super::kreplay_graph_node_t>();
     /// `kreplay_kernel_filter_t`.
     pub const KERNEL_FILTER: usize = std::mem::size_of::<super::kreplay_kernel_filter_t>();
+    /// `kreplay_capture_result_t`.
+    pub const CAPTURE_RESULT: usize = std::mem::size_of::<super::kreplay_capture_result_t>();
     /// `kreplay_sim_fault_t`.
     pub const SIM_FAULT: usize = std::mem::size_of::<super::kreplay_sim_fault_t>();
     /// `kreplay_sim_module_desc_t`.

@@ -36,6 +36,7 @@ use replay_core::{
     ReplayPayload, ReplayTool, UserData,
 };
 
+use crate::capture::CaptureScope;
 use crate::checked::{operation_code, phase_code, CDispatchInfo, COutcome, Error};
 use crate::sys::*;
 
@@ -81,91 +82,6 @@ pub(crate) fn pass_sync() -> Result<(), Error> {
     // scope drops), so the payload's memory sync it points to is alive too (`SyncScope::enter`).
     let sync = unsafe { &*p };
     sync.sync().map_err(|e| Error::Device(e.to_string()))
-}
-
-// ----- Capture from PASS ENTER (SPEC §13) --------------------------------------------------
-
-/// What `kreplay_request_capture` may do on this thread now: `None` outside a PASS ENTER
-/// callback; `Some(None)` inside one with nothing asked; `Some(Some((dir, max_bytes)))` asked.
-type CaptureSlot = Option<Option<(std::path::PathBuf, u64)>>;
-
-thread_local! {
-    static PASS_CAPTURE: std::cell::RefCell<CaptureSlot> = const { std::cell::RefCell::new(None) };
-}
-
-/// Opens `kreplay_request_capture` on this thread for one PASS ENTER callback, restoring what
-/// was there before (a nested window's callback) when dropped (also on unwind).
-struct CaptureScope(Option<CaptureSlot>);
-
-impl CaptureScope {
-    fn enter(open: bool) -> Self {
-        if !open {
-            return Self(None);
-        }
-        Self(PASS_CAPTURE.try_with(|c| c.replace(Some(None))).ok())
-    }
-
-    /// What the callback asked for.
-    fn take(&mut self) -> Option<(std::path::PathBuf, u64)> {
-        self.0.as_ref()?;
-        PASS_CAPTURE
-            .try_with(|c| c.borrow_mut().as_mut().and_then(Option::take))
-            .ok()
-            .flatten()
-    }
-}
-
-impl Drop for CaptureScope {
-    fn drop(&mut self) {
-        if let Some(prev) = self.0.take() {
-            let _ = PASS_CAPTURE.try_with(|c| c.replace(prev));
-        }
-    }
-}
-
-/// `kreplay_request_capture`: inside a PASS ENTER callback, asks for a capture of this pass
-/// into the new folder `dir`; elsewhere `CONTEXT_ERROR`.
-pub(crate) fn request_capture(dir: &str, max_bytes: u64) -> Result<(), Error> {
-    if dir.is_empty() {
-        return Err(Error::BadArgument("`dir` is empty".into()));
-    }
-    let max = if max_bytes == 0 {
-        replay_core::DEFAULT_CAPTURE_MAX_BYTES
-    } else {
-        max_bytes
-    };
-    PASS_CAPTURE
-        .try_with(|c| match c.borrow_mut().as_mut() {
-            Some(slot) => {
-                *slot = Some((std::path::PathBuf::from(dir), max));
-                Ok(())
-            }
-            None => Err(Error::Context(replay_core::ContextError::ContextError)),
-        })
-        .unwrap_or(Err(Error::ShutDown))
-}
-
-/// The request a C tool made, as the core takes it: the sink writes the folder and logs what
-/// became of it (the tool reads the folder, or the log line naming why there is none).
-fn capture_request(dir: std::path::PathBuf, max_bytes: u64) -> replay_core::CaptureRequest {
-    replay_core::CaptureRequest::new(Arc::new(move |c| {
-        let r = c
-            .map_err(|e| e.to_string())
-            .and_then(|c| replay_capture::write(&dir, &c).map_err(|e| e.to_string()));
-        match r {
-            Ok(m) => log::info!(
-                "[kernel-replay] dispatch {}: captured kernel {:?} to {}",
-                m.dispatch_id,
-                m.kernel.name,
-                dir.display()
-            ),
-            Err(e) => log::warn!(
-                "[kernel-replay] capture to {} not written: {e}",
-                dir.display()
-            ),
-        }
-    }))
-    .max_bytes(max_bytes)
 }
 
 // ----- Callback marks and gates ------------------------------------------------------------
@@ -494,8 +410,11 @@ impl ReplayTool for CTool {
             outcome: outcome.as_ref().map_or(std::ptr::null(), |o| o.0.as_ptr()),
         };
         let mut ud = kreplay_user_data_t { value: *user_data };
-        let mut capture =
-            CaptureScope::enter((operation, phase) == (Operation::Pass, Phase::Enter));
+        let mut capture = CaptureScope::enter(
+            (operation, phase) == (Operation::Pass, Phase::Enter),
+            payload.dispatch_info.dispatch_id.0,
+            payload.current_pass,
+        );
         {
             let _mark = CallbackMark::enter();
             let _sync = SyncScope::enter(payload.memory_sync);
@@ -518,8 +437,8 @@ impl ReplayTool for CTool {
         // reading 8 bytes as a u64 reads initialised memory.
         *user_data = unsafe { ud.value };
         drop(outcome);
-        if let Some((dir, max)) = capture.take() {
-            payload.request_capture(capture_request(dir, max));
+        if let Some(request) = capture.take() {
+            payload.request_capture(request);
         }
         drop(capture);
 

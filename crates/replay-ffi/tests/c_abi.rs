@@ -5,6 +5,10 @@
 //! `kreplay_shutdown()`: no leak, no invalid access, every simulator thread joined), and checks
 //! that the library exports exactly the functions the header declares.
 //!
+//! `tests/c/capture_test.c` and `tests/cpp/capture_test.cpp` (sharing
+//! `tests/common/capture_cases.h`) are a tool that asks for a capture in PASS ENTER; each
+//! writes one into a folder this harness gives it and reads back with `replay-capture`.
+//!
 //! `tests/c/abi_bad_input.c` holds the hostile-caller scenarios that need a process each (a
 //! malformed environment read at start, a module unloaded from PASS ENTER, shutdown from another
 //! thread while a window runs); each runs plainly and under valgrind.
@@ -107,6 +111,11 @@ fn build_with(language: &str, source: &str, exe_name: &str, extra: &[&str]) -> P
 
 /// Checks the "N passed, N failed" tally the consumer tests print last.
 fn assert_tally(name: &str, ok: bool, output: &str) {
+    assert_tally_at_least(name, ok, output, 501);
+}
+
+/// Like [`assert_tally`], with at least `min` checks passed.
+fn assert_tally_at_least(name: &str, ok: bool, output: &str, min: u32) {
     let tally = output
         .lines()
         .rev()
@@ -125,7 +134,7 @@ fn assert_tally(name: &str, ok: bool, output: &str) {
         tally.1
     );
     assert!(
-        tally.0 > 500,
+        tally.0 >= min,
         "{name} ran too few checks ({}):\n{output}",
         tally.0
     );
@@ -160,6 +169,78 @@ fn c11_consumer_test_is_clean_under_valgrind() {
         "valgrind reported errors:\n{out}"
     );
     assert_tally("tests/c/abi_test.c under valgrind", ok, &out);
+}
+
+/// Runs a capture consumer test (`tests/common/capture_cases.h`: a tool asks for a capture of
+/// pass 1 in PASS ENTER, follows it, and every bad request) with a fresh folder, and reads the
+/// capture it wrote back with `replay-capture`: the counter's input restored for the pass, its
+/// output after one execution; the refused capture left no folder.
+fn capture_consumer(language: &str, source: &str, exe_name: &str, valgrind: bool) {
+    let exe = build(language, source, exe_name);
+    let dir = out_dir().join(format!("{exe_name}-captures"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = if valgrind {
+        let mut c = Command::new("valgrind");
+        c.args(["--error-exitcode=1", "--leak-check=full"])
+            .arg(&exe);
+        c
+    } else {
+        Command::new(&exe)
+    };
+    let (ok, out) = run(cmd.arg(&dir));
+    if valgrind {
+        assert!(
+            out.contains("ERROR SUMMARY: 0 errors"),
+            "valgrind reported errors:\n{out}"
+        );
+    }
+    assert_tally_at_least(source, ok, &out, 80);
+    let c = replay_capture::read(&dir.join("written")).expect("the capture folder");
+    assert_eq!(c.manifest.pass, 1);
+    assert_eq!(c.manifest.kernel.name, "increment_u64");
+    assert_eq!(c.manifest.kernel.module, "capture.co");
+    let p = &c.manifest.arguments.pointers[0];
+    assert_eq!(p.offset, 0);
+    assert_eq!(c.data[p.region].0, 0u64.to_le_bytes(), "restored input");
+    assert_eq!(
+        c.data[p.region].1,
+        5u64.to_le_bytes(),
+        "one execution's output"
+    );
+    assert!(
+        !dir.join("refused").exists(),
+        "a refused capture leaves no folder"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_c11_tool_captures_the_current_dispatch_from_pass_enter() {
+    capture_consumer("c", "tests/c/capture_test.c", "capture_test_c", false);
+}
+
+#[test]
+fn a_cpp17_tool_captures_the_current_dispatch_from_pass_enter() {
+    capture_consumer(
+        "cpp",
+        "tests/cpp/capture_test.cpp",
+        "capture_test_cpp",
+        false,
+    );
+}
+
+#[test]
+fn the_c11_capture_test_is_clean_under_valgrind() {
+    if !have_valgrind() {
+        return;
+    }
+    capture_consumer(
+        "c",
+        "tests/c/capture_test.c",
+        "capture_test_c_valgrind",
+        true,
+    );
 }
 
 /// How long a bad-input scenario may run before it counts as hung. A scenario takes seconds

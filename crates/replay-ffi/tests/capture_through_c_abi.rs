@@ -1,6 +1,7 @@
 //! `kreplay_request_capture` (SPEC §13) as a C tool calls it: inside PASS ENTER it captures that
 //! pass of a dispatch on the simulated GPU into a folder `replay-capture` reads back (inputs
-//! restored for the pass, outputs of one execution); outside PASS ENTER it is `CONTEXT_ERROR`.
+//! restored for the pass, outputs of one execution), which `kreplay_capture_result` reports as
+//! written; outside PASS ENTER it is `CONTEXT_ERROR`.
 //!
 //! One test: the library is process-wide and shutdown is final.
 
@@ -142,6 +143,13 @@ fn a_c_tool_captures_one_pass_and_is_refused_elsewhere() {
             "read",
         );
         assert_eq!(u64::from_le_bytes(after), 5, "one execution");
+        let mut got: kreplay_capture_result_t = std::mem::zeroed();
+        got.size = std::mem::size_of::<kreplay_capture_result_t>() as u64;
+        ok(kreplay_capture_result(dir().as_ptr(), &mut got), "result");
+        assert_eq!(
+            (got.state, got.pass, got.dispatch_id),
+            (KREPLAY_CAPTURE_WRITTEN, 1, r.dispatch_id)
+        );
         ok(kreplay_sim_destroy(sim), "destroy");
         ok(kreplay_shutdown(), "shutdown");
     }

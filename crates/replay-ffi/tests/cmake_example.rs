@@ -185,9 +185,15 @@ fn the_cpp_counter_tool_builds_with_cmake_against_the_installed_package() {
     )
     .unwrap_or_else(|e| panic!("configuring the example failed:\n{e}"));
     let exe = build.join("cpp-counter-tool");
-    let (ok, out) = run(&mut Command::new(&exe));
+    let capture = work_dir().join("cpp-counter-tool-capture");
+    let _ = std::fs::remove_dir_all(&capture);
+    let (ok, out) = run(Command::new(&exe).env("CPP_COUNTER_TOOL_CAPTURE", &capture));
     assert!(ok, "the example failed:\n{out}");
     println!("{out}");
+    // Its capture of the first dispatch's first pass, reported in CONFIG EXIT.
+    assert!(out.contains("capture written=yes regions="), "{out}");
+    let c = replay_capture::read(&capture).expect("the example's capture");
+    assert_eq!(c.manifest.pass, 0);
 
     // One pass per counter group, tracing off in pass 1 only, values of axpy_rmw over 4096
     // elements: work-items, bytes read (x, then y), bytes written, 3 accesses + 2 per element.

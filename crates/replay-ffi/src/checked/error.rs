@@ -31,6 +31,8 @@ pub(crate) enum Error {
     InCallback,
     /// A context toggle answered.
     Context(ContextError),
+    /// A call valid only inside a PASS ENTER callback (the function's name).
+    NotInPassEnter(&'static str),
     /// A policy value was rejected.
     Policy(PolicyError),
     /// Policy variables of the environment were malformed and not set since through the API.
@@ -73,6 +75,7 @@ impl Error {
             Self::Context(ContextError::ContextNotStarted(_)) => KREPLAY_STATUS_CONTEXT_NOT_STARTED,
             Self::Context(ContextError::Unsupported(_)) => KREPLAY_STATUS_UNSUPPORTED,
             Self::Context(ContextError::UnknownContext(_)) => KREPLAY_STATUS_INVALID_HANDLE,
+            Self::NotInPassEnter(_) => KREPLAY_STATUS_CONTEXT_ERROR,
             Self::Policy(_) | Self::EnvPolicy(_) => KREPLAY_STATUS_POLICY_ERROR,
             Self::BadArgument(_) => KREPLAY_STATUS_BAD_ARGUMENT,
             Self::BufferTooSmall { .. } => KREPLAY_STATUS_BUFFER_TOO_SMALL,
@@ -103,6 +106,10 @@ impl fmt::Display for Error {
             Self::NotConfigured => f.write_str("the replay service has not been configured"),
             Self::InCallback => f.write_str("not allowed from inside a kernel-replay callback"),
             Self::Context(e) => write!(f, "{e}"),
+            Self::NotInPassEnter(what) => write!(
+                f,
+                "{what} is usable only inside a PASS ENTER callback of an active replay loop"
+            ),
             Self::Policy(e) => write!(f, "{e}"),
             Self::EnvPolicy(errors) => {
                 write!(

@@ -7,6 +7,9 @@
 //! and enumeration values, then handles — and calls the core or the context registry.
 //! The header documents each function for C users; the `# Safety` sections here state the
 //! pointer contracts in Rust terms.
+//!
+//! One area has a file of its own, re-exported here: `capture` (SPEC §13), the capture a
+//! tool asks for in PASS ENTER and what became of it.
 
 use std::ffi::{c_char, c_void};
 use std::panic::catch_unwind;
@@ -22,6 +25,10 @@ use crate::state::{library, library_if_created, mark_shut_down, stale, ContextEn
 use crate::sys::*;
 use crate::tool::{live_outcome, refuse_in_callback, sink_closure, CTool, ContextToggles};
 use crate::wait::{wait_until_idle, window_wait_bounds};
+
+mod capture;
+
+pub use capture::*;
 
 /// Most patterns a filter may list.
 const MAX_PATTERNS: u64 = 65536;
@@ -491,24 +498,6 @@ pub extern "C" fn kreplay_replay_stop_context(context: kreplay_context_t) -> kre
 #[no_mangle]
 pub extern "C" fn kreplay_pass_sync() -> kreplay_status_t {
     guard("kreplay_pass_sync", crate::tool::pass_sync)
-}
-
-/// Inside a PASS ENTER callback: asks for a capture of this pass (SPEC §13) into the new folder
-/// `dir`, with at most `max_bytes` of regions (0: 4 GiB).
-///
-/// # Safety
-///
-/// 1. `dir` is NULL (refused) or a NUL-terminated string.
-#[no_mangle]
-pub unsafe extern "C" fn kreplay_request_capture(
-    dir: *const c_char,
-    max_bytes: u64,
-) -> kreplay_status_t {
-    guard("kreplay_request_capture", || {
-        // SAFETY: NULL or NUL-terminated (caller, item 1); read only during this call.
-        let dir = unsafe { c_str(dir, "dir") }?;
-        crate::tool::request_capture(dir, max_bytes)
-    })
 }
 
 // ----- Policy and the filter ---------------------------------------------------------------
