@@ -154,8 +154,11 @@
 //! host write into it during the window is undone by the restore. `cuMemHostRegister` ranges
 //! flagged read-only are never digested, captured or restored; ranges flagged I/O memory are
 //! neither, and a kernel given one declines `untracked_memory`. Memory shared with other
-//! processes or devices (`cuIpcOpenMemHandle`, imported shareable handles, multicast objects)
-//! is never watched or captured (an argument into it declines), and a kernel of a module that
+//! processes or devices (`cuIpcOpenMemHandle`, imported shareable handles, multicast objects,
+//! and this process's own memory once exported: an allocation handed out by
+//! `cuIpcGetMemHandle`, a `cuMemCreate` handle by `cuMemExportToShareableHandle`, at every
+//! address it is mapped at) is never watched or captured (an argument into it declines; a
+//! peer's write into it during a window is never undone), and a kernel of a module that
 //! links NVSHMEM's device code (a symbol named `nvshmem*`) is a communication kernel, run
 //! once, whatever its name. A `fork()`ed child runs with the interception off: every wrapper
 //! forwards at once, so no lock another thread of the parent held at the fork is waited for.
@@ -191,7 +194,8 @@
 //!
 //! Under interception these decline `unseen_writes` (the kernel runs once; [`state::unseen`]):
 //! a launch whose argument block holds a live surface object (`cuSurfObjectCreate` over a CUDA
-//! array or mipmapped array, written through `surf*write`), or whose layout is unknown while
+//! array, a 3D array or a mipmapped array's level from `cuMipmappedArrayGetLevel`, written
+//! through `surf*write`), or whose layout is unknown while
 //! one is live; a kernel of an image whose code calls the device-side heap (`malloc`/`free`),
 //! device `printf` (`vprintf`) or a device-side graph launch ([`module::services`], the whole
 //! image being the unit); a launch carrying a tensor map (`cuTensorMapEncodeTiled`,

@@ -4,7 +4,9 @@
 //!
 //! - a kernel that read-modify-writes a CUDA array through a surface object passed as an
 //!   argument (surf2Dread/surf2Dwrite); once the surface object is destroyed, the same word in
-//!   another launch no longer declines;
+//!   another launch no longer declines; likewise over a 3D array (`cuArray3DCreate`) and over a
+//!   level of a mipmapped array (`cuMipmappedArrayGetLevel`, the level known as part of its
+//!   mipmapped array until that is destroyed);
 //! - kernels of an image whose code calls the device heap (`malloc`/`free`), device `printf`
 //!   (`vprintf`) or a device-side graph launch (`cudaGraphLaunch`), from a cubin's symbols or
 //!   a PTX image's `.extern .func` declarations; the same image without them replays;
@@ -217,6 +219,125 @@ fn a_kernel_writing_a_cuda_array_through_a_surface_object_declines_unseen_writes
     assert!(count("arrays_created") >= 1 && count("surfaces_created") >= 1);
     // SAFETY: the array made above, no surface over it left.
     unsafe { intercept::array_destroy(array) };
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR`.
+#[repr(C)]
+struct Array3DDesc {
+    width: usize,
+    height: usize,
+    depth: usize,
+    format: u32,
+    channels: u32,
+    flags: u32,
+}
+
+/// A surface object over `array` (the intercepted `cuSurfObjectCreate`).
+fn surface_over(array: u64) -> u64 {
+    let res = ResourceDesc {
+        res_type: 0,
+        _pad: 0,
+        array,
+        _reserved: [0; 15],
+        flags: 0,
+        _pad2: 0,
+    };
+    let mut surf = 0u64;
+    // SAFETY: an out pointer and a resource descriptor of the array.
+    let r =
+        unsafe { intercept::surf_object_create(&mut surf, (&res as *const ResourceDesc).cast()) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    surf
+}
+
+/// `kr_surf_rmw` through a surface object over `array` (the fake's, its first N words filled)
+/// declines `unseen_writes` and the array sees one execution; the surface is destroyed after.
+fn a_surface_over_declines(tool: &Tool, array: u64, seed: u64, what: &str) {
+    let (_m, surf_rmw) = load_app_function(APP_PTX, c"kr_surf_rmw");
+    // SAFETY: the fake's array handle is its `FakeArray`.
+    let data = unsafe { (*(array as *const FakeArray)).data };
+    let before = fill(data, seed);
+    let surf = surface_over(array);
+    let declined = count("declined_surface");
+    assert_eq!(
+        launch3(surf_rmw, surf, N as u64, seed),
+        sys::CUresult::CUDA_SUCCESS
+    );
+    assert_declined_unseen(&last(tool), what);
+    assert_eq!(
+        words(data),
+        rmw_once(&before, seed),
+        "{what}: the array saw one execution"
+    );
+    assert_eq!(count("declined_surface"), declined + 1, "{what}");
+    // SAFETY: the surface object made above.
+    let r = unsafe { intercept::surf_object_destroy(surf) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+}
+
+#[test]
+fn a_kernel_writing_a_3d_array_through_a_surface_object_declines_unseen_writes() {
+    let Some((_g, tool)) = setup() else { return };
+    // N / 16 elements of two 32-bit channels per row, 4 rows, 4 layers: N words.
+    let desc = Array3DDesc {
+        width: N / 16,
+        height: 4,
+        depth: 4,
+        format: 0x20,
+        channels: 2,
+        flags: 0x02, // CUDA_ARRAY3D_SURFACE_LDST
+    };
+    let created = count("arrays_created");
+    let mut array = 0u64;
+    // SAFETY: the wrapper's contract is the driver's: an out pointer and a descriptor.
+    let r = unsafe { intercept::array_3d_create(&mut array, (&desc as *const Array3DDesc).cast()) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(count("arrays_created"), created + 1, "counted");
+    a_surface_over_declines(&tool, array, 21, "3D array");
+    // SAFETY: the array made above, no surface over it left.
+    let r = unsafe { intercept::array_destroy(array) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+}
+
+#[test]
+fn a_kernel_writing_a_mipmapped_arrays_level_through_a_surface_object_declines_unseen_writes() {
+    let Some((_g, tool)) = setup() else { return };
+    // Level 0 of 2N elements of two 32-bit channels, 2D (depth 0); level 1 holds N words.
+    let desc = Array3DDesc {
+        width: 2 * N,
+        height: 1,
+        depth: 0,
+        format: 0x20,
+        channels: 2,
+        flags: 0x02, // CUDA_ARRAY3D_SURFACE_LDST
+    };
+    let (created, levels) = (count("arrays_created"), count("mipmap_levels"));
+    let mut mipmap = 0u64;
+    // SAFETY: an out pointer and a descriptor, three levels.
+    let r = unsafe {
+        intercept::mipmapped_array_create(&mut mipmap, (&desc as *const Array3DDesc).cast(), 3)
+    };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(count("arrays_created"), created + 1, "counted");
+    let mut level = 0u64;
+    // SAFETY: an out pointer, the mipmapped array made above and one of its levels.
+    let r = unsafe { intercept::mipmapped_array_get_level(&mut level, mipmap, 1) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(count("mipmap_levels"), levels + 1);
+    assert_eq!(
+        state::unseen::mipmap_level(level),
+        Some((mipmap, 1)),
+        "the level array is known as part of its mipmapped array"
+    );
+    a_surface_over_declines(&tool, level, 23, "mipmapped array level");
+    // SAFETY: the mipmapped array made above (its levels with it), no surface left.
+    let r = unsafe { intercept::mipmapped_array_destroy(mipmap) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        state::unseen::mipmap_level(level),
+        None,
+        "forgotten with it"
+    );
 }
 
 /// A cubin with kr_rmw's parameter table, and `symbol` (when given) as an undefined function.

@@ -7,7 +7,8 @@
 //! kernels use under unified addressing; a range registered `READ_ONLY` is also read-only,
 //! one registered `IOMEMORY` is uncapturable: [`host_register_class`]),
 //! `cuIpcOpenMemHandle` (another process's memory: `IPC_IMPORTED`, never captured; forgotten
-//! at `cuIpcCloseMemHandle`), `cuMemAllocAsync` and `cuMemAllocFromPoolAsync`
+//! at `cuIpcCloseMemHandle`), `cuIpcGetMemHandle` (this process's allocation handed to
+//! another: marked `IPC_IMPORTED` from then on, until its free), `cuMemAllocAsync` and `cuMemAllocFromPoolAsync`
 //! (stream-ordered: captured like device memory until `cuMemFreeAsync` orders the free;
 //! a pool located on the host or imported is not told apart yet), and CUDA arrays
 //! (`cuArrayCreate`, `cuMipmappedArrayCreate`, counted by [`crate::state::unseen`]). Frees
@@ -377,6 +378,36 @@ pub(crate) unsafe fn hook_ipc_open_mem_handle(
                 MemoryClass::IPC_IMPORTED,
                 &state().counters.ipc_opened,
             );
+        }
+    }
+    r
+}
+
+/// Hook of `cuIpcGetMemHandle`: once the driver handed out a handle to the allocation
+/// containing `p`, another process may open it and write it during any window, so the
+/// allocation is shared from now on: marked `IPC_IMPORTED` on every device that tracks it
+/// ([`replay_memory::Tracker::mark_shared`]; never captured, an argument into it declines
+/// `untracked_memory`), as memory opened from a handle is. The mark dies with the
+/// allocation's free.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_ipc_get_mem_handle(
+    real: unsafe extern "C" fn(*mut sys::CUipcMemHandle, CUdeviceptr) -> CUresult,
+    reached: &mut bool,
+    handle: *mut sys::CUipcMemHandle,
+    p: CUdeviceptr,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(handle, p) };
+    if r == CUresult::CUDA_SUCCESS {
+        let st = state();
+        if let Some((_, region)) = st.tracker.lookup_any(p) {
+            for agent in st.tracker.agents() {
+                st.tracker.mark_shared(agent, region.base, region.size);
+            }
+            st.counters.ipc_exported.fetch_add(1, Ordering::Relaxed);
         }
     }
     r

@@ -38,20 +38,20 @@
 //! `cuLibraryUnload`) and the lookups that map a function to its image
 //! (`cuModuleGetFunction`, `cuLibraryGetKernel`, `cuKernelGetFunction`) are wrapped too (see
 //! `code`, over the registry of [`crate::state::images`]). Virtual-memory entries
-//! (`cuMemCreate`,
-//! `cuMemImportFromShareableHandle`, `cuMulticastCreate`, `cuMulticastBindMem`,
-//! `cuMulticastBindAddr`, `cuMemRelease`, `cuMemAddressReserve`, `cuMemAddressFree`,
-//! `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`) and `cuMemAllocFromPoolAsync` (both forms) feed
-//! the tracker (see `vmem` and `memory`), and so do `cuIpcOpenMemHandle` and
-//! `cuIpcCloseMemHandle`. `cuStreamCreate` and `cuStreamCreateWithPriority` register the new
+//! (`cuMemCreate`, `cuMemImportFromShareableHandle`, `cuMemExportToShareableHandle`,
+//! `cuMulticastCreate`, `cuMulticastBindMem`, `cuMulticastBindAddr`, `cuMemRelease`,
+//! `cuMemAddressReserve`, `cuMemAddressFree`, `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`) and `cuMemAllocFromPoolAsync` (both forms) feed
+//! the tracker (see `vmem` and `memory`), and so do `cuIpcOpenMemHandle`,
+//! `cuIpcCloseMemHandle` and `cuIpcGetMemHandle` (an exported allocation is shared memory,
+//! as an imported one). `cuStreamCreate` and `cuStreamCreateWithPriority` register the new
 //! stream; `cuStreamDestroy` is gated; the begin-capture entries (`cuStreamBeginCapture`,
 //! `cuStreamBeginCapture_v2`, `cuStreamBeginCaptureToGraph`, each with its `_ptsz` form) record
 //! the stream's pre-capture fence first, and `cuStreamEndCapture` (both forms) tells a capture
 //! ended (see `crate::queue`, "Pre-capture fence"). Arrays,
 //! surface objects and tensor maps (`cuArrayCreate`, `cuArray3DCreate`,
-//! `cuMipmappedArrayCreate`, their destroys, `cuSurfObjectCreate`, `cuSurfObjectDestroy`,
-//! `cuTensorMapEncodeTiled`, `cuTensorMapEncodeIm2col`, `cuTensorMapEncodeIm2colWide`,
-//! `cuTensorMapReplaceAddress`) feed `crate::state::unseen`; `cuDevicePrimaryCtxReset` (both
+//! `cuMipmappedArrayCreate`, their destroys, `cuMipmappedArrayGetLevel`, `cuSurfObjectCreate`,
+//! `cuSurfObjectDestroy`, `cuTensorMapEncodeTiled`, `cuTensorMapEncodeIm2col`,
+//! `cuTensorMapEncodeIm2colWide`, `cuTensorMapReplaceAddress`) feed `crate::state::unseen`; `cuDevicePrimaryCtxReset` (both
 //! forms) and `cuCtxDestroy` feed `crate::state::context` (through `context`). Not wrapped
 //! yet (they run once, untouched, and a restore would undo what one of them writes during a window on another thread): array copies
 //! (`cuMemcpyAtoD` and friends: arrays are not tracked), `cuMemcpyBatchAsync`. See the crate
@@ -62,7 +62,7 @@
 //! | `mod.rs` | the wrapper table (`entries!`: each driver entry, its real entry resolved once, its wrapper under `catch_unwind`, its hook), [`wrapper_for`], the `cuGetProcAddress` and `dlsym` answers |
 //! | `launch` | `run_launch`, the one path of every intercepted launch (graph nodes included), and the hooks of the launch entries (`cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`, their `_ptsz` forms) |
 //! | `memory` | allocation, free and host-register hooks (and arrays' creation), recorded with their class; the out-of-memory retry |
-//! | `vmem` | virtual-memory hooks: `cuMemCreate`, imports, multicast, `cuMemMap` / `cuMemUnmap`, `cuMemSetAccess`, `cuMemAddressReserve` / `cuMemAddressFree`, `cuMemRelease` |
+//! | `vmem` | virtual-memory hooks: `cuMemCreate`, imports and exports, multicast, `cuMemMap` / `cuMemUnmap`, `cuMemSetAccess`, `cuMemAddressReserve` / `cuMemAddressFree`, `cuMemRelease` |
 //! | `copy` | gated copies and memsets (1D, 2D, 3D, peer) |
 //! | `code` | module and library unloads; names the load and get-function hooks of [`crate::state::images`] |
 //! | `stream` | stream create and destroy, begin and end capture with the pre-capture fence, the streams a call names registered (`note_stream`) |
@@ -314,6 +314,7 @@ entries! {
     cuMemAllocAsync_ptsz => mem_alloc_async_ptsz, real_mem_alloc_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, s: CUstream), memory::hook_mem_alloc_async;
     cuIpcOpenMemHandle_v2 => ipc_open_mem_handle, real_ipc_open_mem_handle: fn(p: *mut CUdeviceptr, h: sys::CUipcMemHandle, fl: c_uint), memory::hook_ipc_open_mem_handle;
     cuIpcCloseMemHandle => ipc_close_mem_handle, real_ipc_close_mem_handle: fn(p: CUdeviceptr), memory::hook_ipc_close_mem_handle;
+    cuIpcGetMemHandle => ipc_get_mem_handle, real_ipc_get_mem_handle: fn(h: *mut sys::CUipcMemHandle, p: CUdeviceptr), memory::hook_ipc_get_mem_handle;
     cuMemFree_v2 => mem_free, real_mem_free: fn(p: CUdeviceptr), memory::hook_mem_free;
     cuMemFreeHost => mem_free_host, real_mem_free_host: fn(p: *mut c_void), memory::hook_mem_free_host;
     cuMemHostUnregister => mem_host_unregister, real_mem_host_unregister: fn(p: *mut c_void), memory::hook_mem_free_host;
@@ -323,6 +324,7 @@ entries! {
     cuMemAllocFromPoolAsync_ptsz => mem_alloc_from_pool_async_ptsz, real_mem_alloc_from_pool_async_ptsz: fn(p: *mut CUdeviceptr, n: usize, pool: CUmemoryPool, s: CUstream), memory::hook_mem_alloc_from_pool_async;
     cuMemCreate => mem_create, real_mem_create: fn(h: *mut u64, n: usize, prop: *const c_void, fl: u64), vmem::hook_mem_create;
     cuMemImportFromShareableHandle => mem_import_from_shareable_handle, real_mem_import_from_shareable_handle: fn(h: *mut u64, os: *mut c_void, ty: c_uint), vmem::hook_mem_import;
+    cuMemExportToShareableHandle => mem_export_to_shareable_handle, real_mem_export_to_shareable_handle: fn(os: *mut c_void, h: u64, ty: c_uint, fl: u64), vmem::hook_mem_export;
     cuMulticastCreate => multicast_create, real_multicast_create: fn(h: *mut u64, prop: *const c_void), vmem::hook_multicast_create;
     cuMulticastBindMem => multicast_bind_mem, real_multicast_bind_mem: fn(mc: u64, mo: usize, mem: u64, off: usize, n: usize, fl: u64), vmem::hook_multicast_bind_mem;
     cuMulticastBindAddr => multicast_bind_addr, real_multicast_bind_addr: fn(mc: u64, mo: usize, p: CUdeviceptr, n: usize, fl: u64), vmem::hook_multicast_bind_addr;
@@ -408,7 +410,8 @@ entries! {
     cuArray3DCreate_v2 => array_3d_create, real_array_3d_create: fn(a: *mut u64, desc: *const c_void), memory::hook_array_create;
     cuMipmappedArrayCreate => mipmapped_array_create, real_mipmapped_array_create: fn(a: *mut u64, desc: *const c_void, levels: c_uint), memory::hook_mipmapped_array_create;
     cuArrayDestroy => array_destroy, real_array_destroy: fn(a: u64), st::unseen::hook_array_destroy;
-    cuMipmappedArrayDestroy => mipmapped_array_destroy, real_mipmapped_array_destroy: fn(a: u64), st::unseen::hook_array_destroy;
+    cuMipmappedArrayGetLevel => mipmapped_array_get_level, real_mipmapped_array_get_level: fn(a: *mut u64, m: u64, level: c_uint), st::unseen::hook_mipmapped_array_get_level;
+    cuMipmappedArrayDestroy => mipmapped_array_destroy, real_mipmapped_array_destroy: fn(a: u64), st::unseen::hook_mipmapped_array_destroy;
     cuSurfObjectCreate => surf_object_create, real_surf_object_create: fn(s: *mut u64, desc: *const c_void), st::unseen::hook_surf_object_create;
     cuSurfObjectDestroy => surf_object_destroy, real_surf_object_destroy: fn(s: u64), st::unseen::hook_surf_object_destroy;
     cuTensorMapEncodeTiled => tensor_map_encode_tiled, real_tensor_map_encode_tiled: fn(m: *mut c_void, dt: c_uint, rank: c_uint, addr: *mut c_void, dims: *const u64, strides: *const u64, boxd: *const u32, estr: *const u32, il: c_uint, sw: c_uint, l2: c_uint, oob: c_uint), st::unseen::hook_tensor_map_tiled;

@@ -7,8 +7,11 @@
 //! bound range into a multicast mapping); `cuMemMap` reports the mapping after it
 //! succeeded, `cuMemSetAccess` each device's access (lowered before, read-write after),
 //! `cuMemUnmap` and `cuMemAddressFree` are reported before the driver's call
-//! (`crate::tracker`'s report functions). The handles seen are kept in
-//! [`crate::state::InjectState`] ([`HandleInfo`]). A mapping of a handle the wrappers never
+//! (`crate::tracker`'s report functions). `cuMemExportToShareableHandle` makes a created
+//! handle shared memory: the ranges it is mapped at, and later mappings of it, are classed
+//! as an imported handle's (other processes write them; never captured). The handles seen
+//! are kept in [`crate::state::InjectState`] ([`HandleInfo`]), with the ranges each is
+//! mapped at. A mapping of a handle the wrappers never
 //! saw (made before the interception, or by `cuMemRetainAllocationHandle`) is not reported, so
 //! an argument into it declines `untracked_memory`. Not wrapped: `cuMemMapArrayAsync`
 //! (sparse arrays), pool creation and import (`cuMemPoolCreate`,
@@ -251,6 +254,7 @@ pub(crate) unsafe fn hook_mem_address_free(
     let st = state();
     crate::tracker::report_address_free(&st.tracker, p, size as u64);
     st.counters.vmem_unmaps.fetch_add(1, Ordering::Relaxed);
+    forget_mapped(p, size);
     *reached = true;
     // SAFETY: forwarded as given.
     unsafe { real(p, size) }
@@ -276,6 +280,9 @@ pub(crate) unsafe fn hook_mem_map(
     let r = unsafe { real(p, size, offset, handle, flags) };
     if r == CUresult::CUDA_SUCCESS && size > 0 {
         let st = state();
+        // Held while the mapping is recorded, so an export on another thread either sees
+        // this range or has already changed the handle's kind.
+        let mut mapped = st.mapped.lock();
         let info = st.handles.lock().get(&handle).copied();
         match info {
             Some(HandleInfo::Local { owner, class }) => {
@@ -291,6 +298,62 @@ pub(crate) unsafe fn hook_mem_map(
                     .vmem_unknown_handle
                     .fetch_add(1, Ordering::Relaxed);
             }
+        }
+        if info.is_some() {
+            mapped.insert(p, (size as u64, handle));
+        }
+    }
+    r
+}
+
+/// Forgets the mapped ranges that start inside `[p, p + size)` (an unmap or a reservation's
+/// release).
+fn forget_mapped(p: CUdeviceptr, size: usize) {
+    let end = p.saturating_add(size.max(1) as u64);
+    let mut mapped = state().mapped.lock();
+    let inside: Vec<u64> = mapped.range(p..end).map(|(&b, _)| b).collect();
+    for b in inside {
+        mapped.remove(&b);
+    }
+}
+
+/// Hook of `cuMemExportToShareableHandle`: once the driver exported a handle this process
+/// created, other processes may map it and write it during any window, so its memory is
+/// shared, as an imported handle's: every range it is mapped at now becomes shared memory
+/// (never captured; an argument into it declines `untracked_memory`), with each device's
+/// access kept, and so does every mapping of it made later.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mem_export(
+    real: unsafe extern "C" fn(*mut c_void, u64, c_uint, u64) -> CUresult,
+    reached: &mut bool,
+    os_handle: *mut c_void,
+    handle: u64,
+    kind: c_uint,
+    flags: u64,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(os_handle, handle, kind, flags) };
+    if r == CUresult::CUDA_SUCCESS {
+        let st = state();
+        let mapped = st.mapped.lock();
+        let exported = {
+            let mut h = st.handles.lock();
+            match h.get(&handle).copied() {
+                Some(HandleInfo::Local { owner, .. }) => {
+                    h.insert(handle, HandleInfo::Exported { owner });
+                    true
+                }
+                _ => false,
+            }
+        };
+        if exported {
+            for (&base, &(size, _)) in mapped.iter().filter(|(_, (_, h))| *h == handle) {
+                st.tracker.mark_mappings_shared(base, size);
+            }
+            st.counters.ipc_exported.fetch_add(1, Ordering::Relaxed);
         }
     }
     r
@@ -309,6 +372,7 @@ pub(crate) unsafe fn hook_mem_unmap(
     let st = state();
     crate::tracker::report_unmap(&st.tracker, p, size as u64);
     st.counters.vmem_unmaps.fetch_add(1, Ordering::Relaxed);
+    forget_mapped(p, size);
     *reached = true;
     // SAFETY: forwarded as given.
     unsafe { real(p, size) }

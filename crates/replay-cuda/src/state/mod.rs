@@ -3,7 +3,7 @@
 //! [`CudaBackend`] per device met (opened at its first intercepted launch), the tracker every
 //! intercepted allocation feeds, the streams seen (registered with their device's backend, or
 //! pending until it opens) and the captures launches went into, the physical handles of
-//! virtual-memory mappings (`HandleInfo`), what each function's argument block looks like
+//! virtual-memory mappings (`HandleInfo`) and the ranges each is mapped at, what each function's argument block looks like
 //! ([`FuncInfo`], [`LayoutSource`]), and the counts by kind the run summary prints
 //! ([`Counters`]). The driver itself is loaded once per process by [`crate::result`].
 //!
@@ -148,6 +148,10 @@ pub struct Counters {
     pub host_register: AtomicU64,
     /// `cuIpcOpenMemHandle` mappings recorded (another process's memory, never captured).
     pub ipc_opened: AtomicU64,
+    /// Allocations exported by `cuIpcGetMemHandle` and handles by
+    /// `cuMemExportToShareableHandle`, marked shared (other processes write them; never
+    /// captured).
+    pub ipc_exported: AtomicU64,
     /// `cuMemAllocAsync`, `cuMemAllocFromPoolAsync`.
     pub alloc_async: AtomicU64,
     /// `cuMemMap` calls reported to the tracker (a handle the wrappers saw created or
@@ -231,6 +235,9 @@ pub struct InjectState {
     /// Physical handles the wrappers saw created, imported or bound into a multicast object,
     /// by handle, with what a mapping of them is (SPEC §7.1 mapping row).
     pub(crate) handles: Mutex<HashMap<u64, HandleInfo>>,
+    /// The `cuMemMap` ranges of the handles in `handles`, by base: (size, handle), so an
+    /// export of a handle finds every address it is mapped at.
+    pub(crate) mapped: Mutex<std::collections::BTreeMap<u64, (u64, u64)>>,
     /// The counts.
     pub counters: Counters,
     /// Kernels of the policy's communication list still running, by agent: an event recorded
@@ -265,6 +272,7 @@ pub fn state() -> &'static InjectState {
         funcs: RwLock::new(HashMap::new()),
         sources: Mutex::new(HashMap::new()),
         handles: Mutex::new(HashMap::new()),
+        mapped: Mutex::new(std::collections::BTreeMap::new()),
         counters: Counters::default(),
         host_waits: Mutex::new(Vec::new()),
         captures: Mutex::new(Vec::new()),
@@ -572,6 +580,9 @@ pub(crate) enum HandleInfo {
     Local { owner: AgentId, class: MemoryClass },
     /// `cuMemImportFromShareableHandle`: another process's memory.
     Imported { owner: AgentId },
+    /// A `cuMemCreate` handle exported (`cuMemExportToShareableHandle`): this process's
+    /// memory, which other processes write; mapped as shared memory, like an imported one.
+    Exported { owner: AgentId },
     /// `cuMulticastCreate`, or memory bound into a multicast object.
     Multicast { owner: AgentId },
 }
@@ -581,7 +592,7 @@ impl HandleInfo {
         use replay_memory::MappedHandle as M;
         match self {
             Self::Local { owner, class } => M::Local { owner, class },
-            Self::Imported { owner } => M::Imported { owner },
+            Self::Imported { owner } | Self::Exported { owner } => M::Imported { owner },
             Self::Multicast { owner } => M::Multicast { owner },
         }
     }

@@ -3,7 +3,9 @@
 //!
 //! - **CUDA arrays through surface objects.** An array's memory is not linear device memory
 //!   the tracker can capture. `cuArrayCreate`, `cuArray3DCreate`, `cuMipmappedArrayCreate`
-//!   and their destroys are counted; `cuSurfObjectCreate` remembers each live surface object
+//!   and their destroys are counted, and `cuMipmappedArrayGetLevel` remembers each level's
+//!   array as part of its mipmapped array (a surface object over a level names both);
+//!   `cuSurfObjectCreate` remembers each live surface object
 //!   (until `cuSurfObjectDestroy`). A launch whose argument block holds a live surface-object
 //!   handle as an 8-byte word declines; so does a launch of unknown layout while any surface
 //!   object is live (its block cannot be read). Handles are small integers, so an unrelated
@@ -47,6 +49,9 @@ use super::images::{self, LaunchImage};
 pub struct UnseenCounters {
     /// `cuArrayCreate`, `cuArray3DCreate`, `cuMipmappedArrayCreate` calls that succeeded.
     pub arrays_created: AtomicU64,
+    /// `cuMipmappedArrayGetLevel` calls that succeeded (a level's array, known as part of
+    /// its mipmapped array).
+    pub mipmap_levels: AtomicU64,
     /// `cuSurfObjectCreate` calls that succeeded.
     pub surfaces_created: AtomicU64,
     /// Tensor maps encoded (or moved) through the wrapped entries.
@@ -76,6 +81,9 @@ type MapsByFirstWord = HashMap<u64, Vec<([u8; 128], Target)>>;
 struct Unseen {
     /// Live surface objects, with the array each was made over (0: not an array).
     surfaces: Mutex<HashMap<u64, u64>>,
+    /// Level arrays (`cuMipmappedArrayGetLevel`), with their mipmapped array and level, until
+    /// that mipmapped array is destroyed.
+    levels: Mutex<HashMap<u64, (u64, u32)>>,
     live_surfaces: AtomicUsize,
     /// Encoded maps by their first word, then their whole 128 bytes.
     maps: Mutex<MapsByFirstWord>,
@@ -150,10 +158,16 @@ pub(crate) fn check(kernarg: &[u8], known: bool, image: &LaunchImage, kernel: &s
             ))
         } else {
             words(kernarg).find_map(|(_, w)| {
-                s.get(&w).map(|array| {
+                s.get(&w).map(|&array| {
+                    let over = match mipmap_level(array) {
+                        Some((m, l)) => {
+                            format!("CUDA array {array:#x}, level {l} of mipmapped array {m:#x}")
+                        }
+                        None => format!("CUDA array {array:#x}"),
+                    };
                     format!(
                         "kernel {kernel}: argument word {w:#x} is a live surface object (over \
-                         CUDA array {array:#x}); writes through it are not seen by any snapshot"
+                         {over}); writes through it are not seen by any snapshot"
                     )
                 })
             })
@@ -319,9 +333,60 @@ pub(crate) unsafe fn hook_mipmapped_array_create(
     r
 }
 
-/// Hook of `cuArrayDestroy` and `cuMipmappedArrayDestroy`: forwarded (a surface object over
-/// a destroyed array stays remembered until it is destroyed itself: declining is the safe
-/// side).
+/// The mipmapped array and level the array `array` is (from `cuMipmappedArrayGetLevel`),
+/// while that mipmapped array lives; `None` for any other array.
+pub fn mipmap_level(array: u64) -> Option<(u64, u32)> {
+    unseen().levels.lock().get(&array).copied()
+}
+
+/// Hook of `cuMipmappedArrayGetLevel`: the level's array is remembered as part of its
+/// mipmapped array (a surface object over it is one over the mipmapped array's memory), until
+/// the mipmapped array is destroyed.
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mipmapped_array_get_level(
+    real: unsafe extern "C" fn(*mut u64, u64, c_uint) -> CUresult,
+    reached: &mut bool,
+    level_array: *mut u64,
+    mipmapped: u64,
+    level: c_uint,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(level_array, mipmapped, level) };
+    if r == CUresult::CUDA_SUCCESS && !level_array.is_null() {
+        // SAFETY: the call succeeded, so the driver wrote the level's array there.
+        let array = unsafe { *level_array };
+        let u = unseen();
+        u.levels.lock().insert(array, (mipmapped, level));
+        u.counters.mipmap_levels.fetch_add(1, Ordering::Relaxed);
+    }
+    r
+}
+
+/// Hook of `cuMipmappedArrayDestroy`: its level arrays are forgotten once it is destroyed
+/// (the driver may give their handles to later arrays); see [`hook_array_destroy`].
+///
+/// # Safety
+/// The entry's contract.
+pub(crate) unsafe fn hook_mipmapped_array_destroy(
+    real: unsafe extern "C" fn(u64) -> CUresult,
+    reached: &mut bool,
+    a: u64,
+) -> CUresult {
+    *reached = true;
+    // SAFETY: forwarded as given.
+    let r = unsafe { real(a) };
+    if r == CUresult::CUDA_SUCCESS {
+        unseen().levels.lock().retain(|_, (m, _)| *m != a);
+    }
+    r
+}
+
+/// Hook of `cuArrayDestroy` (and, through [`hook_mipmapped_array_destroy`],
+/// `cuMipmappedArrayDestroy`): forwarded (a surface object over a destroyed array stays
+/// remembered until it is destroyed itself: declining is the safe side).
 ///
 /// # Safety
 /// The entry's contract.

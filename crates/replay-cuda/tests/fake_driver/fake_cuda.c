@@ -1459,7 +1459,8 @@ CUresult cuFuncGetAttribute(int* v, int attr, void* f) {
 
 /* ---- CUDA arrays, surface objects, tensor maps, other contexts -------------------------- */
 /*
- * An array is host memory of its size (no layout); a surface object is a small integer (as on
+ * An array is host memory of its size (no layout; a 3D array's too, a mipmapped array one
+ * array per level); a surface object is a small integer (as on
  * a real driver) naming its array, and kr_surf_rmw(surface, n, k) read-modify-writes the
  * array's first n words through it, as surf2Dread/surf2Dwrite would. A tensor map's 128 bytes
  * hold its address XORed with TMAP_KEY (so no argument word is the address itself, as in a
@@ -1516,9 +1517,50 @@ CUresult cuArray3DCreate_v2(void** a, const void* desc) {
     return make_array(a, whd[0], whd[1], whd[2], fc[0], fc[1]);
 }
 
+/* A mipmapped array holds one array per level, each half the one before in every dimension
+ * (at least 1); cuMipmappedArrayGetLevel answers a level's array, owned by the mipmapped
+ * array (destroyed with it). */
+#define MAX_LEVELS 16
+struct fake_mipmap {
+    unsigned levels;
+    struct fake_array* level[MAX_LEVELS];
+};
+
+CUresult cuArrayDestroy(void* a);
+
 CUresult cuMipmappedArrayCreate(void** a, const void* desc, unsigned levels) {
-    (void)levels;
-    return cuArray3DCreate_v2(a, desc);
+    const size_t* whd = desc;
+    const unsigned* fc = (const unsigned*)(whd + 3);
+    if (!a || !desc || levels == 0 || levels > MAX_LEVELS) {
+        return E_INVALID_VALUE;
+    }
+    struct fake_mipmap* m = calloc(1, sizeof *m);
+    u64 w = whd[0], h = whd[1], d = whd[2];
+    for (unsigned l = 0; l < levels; ++l) {
+        CUresult r = make_array((void**)&m->level[l], w, h, d, fc[0], fc[1]);
+        if (r != OK) {
+            for (unsigned k = 0; k < l; ++k) {
+                cuArrayDestroy(m->level[k]);
+            }
+            free(m);
+            return r;
+        }
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : h;
+        d = d > 1 ? d / 2 : d;
+    }
+    m->levels = levels;
+    *a = m;
+    return OK;
+}
+
+CUresult cuMipmappedArrayGetLevel(void** level_array, void* mipmap, unsigned level) {
+    struct fake_mipmap* m = mipmap;
+    if (!level_array || !m || level >= m->levels) {
+        return E_INVALID_VALUE;
+    }
+    *level_array = m->level[level];
+    return OK;
 }
 
 CUresult cuArrayDestroy(void* a) {
@@ -1534,12 +1576,20 @@ CUresult cuArrayDestroy(void* a) {
 }
 
 CUresult cuMipmappedArrayDestroy(void* a) {
-    return cuArrayDestroy(a);
+    struct fake_mipmap* m = a;
+    if (m) {
+        for (unsigned l = 0; l < m->levels; ++l) {
+            cuArrayDestroy(m->level[l]);
+        }
+        free(m);
+    }
+    return OK;
 }
 
 CUresult cuSurfObjectCreate(u64* s, const void* desc) {
     const unsigned* type = desc;
-    if (!s || !desc || (*type != 0 && *type != 1)) {
+    /* An array resource only, as on the real driver (a mipmapped array's level is one). */
+    if (!s || !desc || *type != 0) {
         return E_INVALID_VALUE;
     }
     struct fake_array* arr = *(struct fake_array* const*)((const char*)desc + 8);

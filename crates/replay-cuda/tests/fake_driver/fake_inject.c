@@ -7,7 +7,8 @@
  * cuGraphLaunch_ptsz, cuMemsetD2D32Async, cuModuleLoadFatBinary, cuStreamCreateWithPriority,
  * cuMemcpyPeerAsync, cuMemcpy2DAsync_v2 and cuMemcpy3DPeerAsync (host, device and unified
  * memory; no arrays), cuIpcOpenMemHandle_v2 / cuIpcCloseMemHandle (a 4 KiB allocation stands for the other
- * process's memory), fake_cuda_set_thread_device (what cuCtxGetDevice answers on the calling
+ * process's memory), cuIpcGetMemHandle and cuMemExportToShareableHandle (the export side: the
+ * handles are made, no other process is), fake_cuda_set_thread_device (what cuCtxGetDevice answers on the calling
  * thread, default 0), the library entries
  * (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction, cuLibraryGetGlobal,
  * cuLibraryGetModule, cuLibraryUnload: a library is a module, with a module of its own for the
@@ -257,6 +258,30 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle h, unsigned flags)
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
     return cuMemFree_v2(p);
+}
+
+/* The export side: a handle to the device allocation containing p (its base address in the
+ * handle's first bytes), and a cuMemCreate handle as an OS handle (a file descriptor's worth,
+ * 3); the other process is not modelled. */
+CUresult cuIpcGetMemHandle(CUipcMemHandle* h, CUdeviceptr p) {
+    u64 base;
+    u64 size;
+    if (!h || !device_range(p, &base, &size)) {
+        return E_INVALID_VALUE;
+    }
+    memset(h, 0, sizeof *h);
+    memcpy(h->reserved, &base, sizeof base);
+    return OK;
+}
+
+CUresult cuMemExportToShareableHandle(void* os_handle, u64 handle, int type, u64 flags) {
+    (void)type;
+    (void)flags;
+    if (!os_handle || !handle) {
+        return E_INVALID_VALUE;
+    }
+    *(int*)os_handle = 3;
+    return OK;
 }
 
 CUresult cuLaunchKernel_ptsz(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

@@ -698,6 +698,20 @@ impl Tracker {
         });
     }
 
+    /// The mappings in `[base, base + size)` map a handle this process exported
+    /// (`cuMemExportToShareableHandle`): other processes write it whenever they like, so
+    /// from now on they are shared memory, as a mapping of an imported handle is
+    /// ([`MappedHandle::Imported`]: never captured, an argument into them declines), each
+    /// agent's access kept. A restore in flight over them finishes first, as for an unmap.
+    pub fn mark_mappings_shared(&self, base: u64, size: u64) {
+        self.edit_mappings(base, size, None, |b, mut m| {
+            if let MappedHandle::Local { owner, .. } = m.handle {
+                m.handle = MappedHandle::Imported { owner };
+            }
+            Some((b, m))
+        });
+    }
+
     /// Records an unmap of `[base, base + size)` *before* the runtime unmaps it
     /// (`cuMemUnmap`, `hsa_amd_vmem_unmap`): the mappings in it are no agent's memory from now
     /// on, and a restore in flight over them finishes first (bounded, like

@@ -218,6 +218,34 @@ fn a_mapping_is_an_agents_memory_from_map_and_access() {
 }
 
 #[test]
+fn a_mapping_of_an_exported_handle_is_shared_with_its_access_kept() {
+    let t = Tracker::new();
+    t.record_map(0x10_0000, 0x1000, local(A));
+    t.record_access(0x10_0000, 0x1000, A, MapAccess::ReadWrite);
+    t.record_access(0x10_0000, 0x1000, B, MapAccess::Read);
+    let before = t.lookup(A, 0x10_0000).unwrap();
+    t.mark_mappings_shared(0x10_0000, 0x1000);
+    assert!(
+        !t.is_live(A, &before),
+        "a new region: no old snapshot is written back"
+    );
+    let ipc = MemoryClass::IPC_IMPORTED;
+    assert_eq!(t.lookup(A, 0x10_0010).unwrap().class, VM | ipc);
+    assert_eq!(
+        t.lookup(B, 0x10_0010).unwrap().class,
+        VM | ipc | MemoryClass::READ_ONLY
+    );
+    // Access given later keeps it shared.
+    t.record_access(0x10_0000, 0x1000, B, MapAccess::ReadWrite);
+    assert_eq!(t.lookup(B, 0x10_0010).unwrap().class, VM | ipc);
+    // Mappings outside the range are untouched.
+    t.record_map(0x20_0000, 0x1000, local(A));
+    t.record_access(0x20_0000, 0x1000, A, MapAccess::ReadWrite);
+    t.mark_mappings_shared(0x10_0000, 0x1000);
+    assert_eq!(t.lookup(A, 0x20_0000).unwrap().class, VM | C);
+}
+
+#[test]
 fn partial_unmaps_and_remaps_of_a_reserved_range() {
     let t = Tracker::new();
     // Three chunks of one reserved range, mapped next to each other.
