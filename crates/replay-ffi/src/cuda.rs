@@ -234,6 +234,7 @@ exports! {
     cuMemAddressFree => mem_address_free(p: CUdeviceptr, n: usize);
     cuMemMap => mem_map(p: CUdeviceptr, n: usize, off: usize, h: u64, fl: u64);
     cuMemUnmap => mem_unmap(p: CUdeviceptr, n: usize);
+    cuMemExportToShareableHandle => mem_export_to_shareable_handle(os: *mut c_void, h: u64, ty: c_uint, fl: u64);
     cuMemSetAccess => mem_set_access(p: CUdeviceptr, n: usize, desc: *const c_void, count: usize);
     cuStreamDestroy_v2 => stream_destroy(s: CUstream);
     cuStreamEndCapture => stream_end_capture(s: CUstream, g: *mut CUgraph);
@@ -250,6 +251,7 @@ exports! {
     cuArrayCreate_v2 => array_create(a: *mut u64, desc: *const c_void);
     cuArray3DCreate_v2 => array_3d_create(a: *mut u64, desc: *const c_void);
     cuMipmappedArrayCreate => mipmapped_array_create(a: *mut u64, desc: *const c_void, levels: c_uint);
+    cuMipmappedArrayGetLevel => mipmapped_array_get_level(a: *mut u64, m: u64, level: c_uint);
     cuArrayDestroy => array_destroy(a: u64);
     cuMipmappedArrayDestroy => mipmapped_array_destroy(a: u64);
     cuSurfObjectCreate => surf_object_create(s: *mut u64, desc: *const c_void);
@@ -261,6 +263,7 @@ exports! {
     cuStreamCreate => stream_create(s: *mut CUstream, fl: c_uint);
     cuStreamCreateWithPriority => stream_create_with_priority(s: *mut CUstream, fl: c_uint, prio: c_int);
     cuIpcOpenMemHandle_v2 => ipc_open_mem_handle(p: *mut CUdeviceptr, h: CUipcMemHandle, fl: c_uint);
+    cuIpcGetMemHandle => ipc_get_mem_handle(h: *mut CUipcMemHandle, p: CUdeviceptr);
     cuIpcCloseMemHandle => ipc_close_mem_handle(p: CUdeviceptr);
     cuMemcpyAsync => memcpy_async(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
     cuMemcpyAsync_ptsz => memcpy_async_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
