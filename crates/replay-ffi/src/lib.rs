@@ -37,8 +37,9 @@
 //!   memory of every class, built-in kernels, modules, dispatches through the one service,
 //!   counters, faults and digests, so a C or C++ tool is tested without a GPU.
 //!
-//! No file uses a file that uses it (`tests/layout.rs` checks it): `sys`, then `checked`,
-//! `capture`, `tool`, `state`, `wait`, the simulator's files, `entry`, and this root on top.
+//! No file uses a file that uses it (replay-tests' `tests/layout_workspace.rs` checks it):
+//! `sys`, then `checked`, `capture`, `tool`, `state`, `wait`, the simulator's files, `entry`,
+//! and this root on top.
 //!
 //! ## Design choices
 //!

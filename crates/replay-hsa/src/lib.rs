@@ -12,8 +12,8 @@
 //! ## Layers (STYLE)
 //!
 //! A file imports only files of its own layer or below, and no file reaches itself through
-//! what it imports (the `layering` test checks both on every file), so no two files import
-//! each other. Within a layer, each file imports only those listed before it.
+//! what it imports (replay-tests' `layout_workspace` test checks both on every file), so no
+//! two files import each other. Within a layer, each file imports only those listed before it.
 //!
 //! 1. The bottom: [`sys`], `#[repr(C)]` bindings of the subset used (status codes, agents,
 //!    signals, queues, AQL packets and their header bits, [`sys::aql`], memory pools, pointer
@@ -167,9 +167,6 @@ pub mod tracker;
 pub mod intercept;
 pub mod standalone;
 pub mod tool;
-
-#[cfg(test)]
-mod layering;
 
 pub use module::kernels;
 pub use result::{HsaError, TableError};

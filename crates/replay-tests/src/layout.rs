@@ -11,13 +11,13 @@
 //! inline module of a file (`mod tests { .. }`, at column 0 through the next `}` at column 0,
 //! as rustfmt writes it) `super::` is that file.
 //!
-//! Only `std` is used, so a crate that `replay-tests` depends on (`replay-core`,
-//! `replay-memory`, ...) includes this file in its own test with
-//! `#[path = "../../replay-tests/src/layout.rs"] mod layout;` instead of a dev-dependency,
-//! and a crate above it may use `replay_tests::layout`.
+//! This is the workspace's one layout scanner: `tests/layout_workspace.rs` runs it over every
+//! crate's `src/` (a crate's `src/` is [`crate_src`]; no crate needs it as a dependency, the
+//! scan reads files), each crate's own rules (edges it must see, layers, top docs) a test
+//! function of their own there. Only `std` is used.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The key of the crate root (`lib.rs`) in [`sources`] and [`edges`].
 pub const ROOT: &str = "lib";
@@ -56,6 +56,112 @@ pub fn sources(src: &Path, with_root: bool) -> BTreeMap<String, String> {
     walk(src, &[], &mut out);
     if !with_root {
         out.remove(ROOT);
+    }
+    out
+}
+
+/// The workspace's `crates/` folder.
+pub fn crates_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("crates/ holds replay-tests")
+        .to_path_buf()
+}
+
+/// The `src/` folder of the workspace crate `name` (`replay-memory`).
+pub fn crate_src(name: &str) -> PathBuf {
+    crates_dir().join(name).join("src")
+}
+
+/// `(name, module)` for every name `lib.rs` re-exports from one of its modules with
+/// `pub use module::{..}` or `pub use module::Name;` (nested groups flattened; `self` and
+/// globs skipped).
+pub fn reexports(lib: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stmt = String::new();
+    let mut open = false;
+    for line in lib.lines() {
+        let t = line.trim();
+        if !open {
+            if !t.starts_with("pub use ") {
+                continue;
+            }
+            stmt.clear();
+            open = true;
+        }
+        stmt.push_str(t);
+        stmt.push(' ');
+        if t.ends_with(';') {
+            open = false;
+            let body = stmt
+                .trim_start_matches("pub use ")
+                .trim_end()
+                .trim_end_matches(';');
+            let Some((module, rest)) = body.split_once("::") else {
+                continue;
+            };
+            let module = module.trim();
+            if module == "crate" || module == "self" || module == "super" {
+                continue;
+            }
+            let names = rest.replace(['{', '}'], ",");
+            for item in names.split(',') {
+                let item = item.trim();
+                let last = item.rsplit("::").next().unwrap_or(item);
+                let last = last.split(" as ").last().unwrap_or(last).trim();
+                if last.is_empty() || last == "*" || last == "self" {
+                    continue;
+                }
+                if last.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    out.push((last.to_owned(), module.to_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `text` without its comment lines (`//`, `//!`, `///`), so only code paths count as uses.
+pub fn code_only(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The graph of the crate whose sources are under `src`, from code alone (comment lines left
+/// out: a doc link is not a use), the names its `lib.rs` re-exports (`pub use a::{B, C};`)
+/// resolved to the files that define them. The root takes part when `with_root`.
+pub fn code_graph(src: &Path, with_root: bool) -> Graph {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs is readable");
+    let pairs = reexports(&lib);
+    let files: BTreeMap<String, String> = sources(src, with_root)
+        .into_iter()
+        .map(|(m, text)| (m, code_only(&text)))
+        .collect();
+    let known: Vec<(&str, &str)> = pairs
+        .iter()
+        .filter(|(_, m)| files.contains_key(m.as_str()))
+        .map(|(n, m)| (n.as_str(), m.as_str()))
+        .collect();
+    edges(&files, &known)
+}
+
+/// Where `graph` breaks `layers` (bottom first): a file in no layer, or a file that uses one of
+/// a layer above its own. Empty when every file uses only its own layer or those below.
+pub fn layer_breaks(graph: &Graph, layers: &[&[&str]]) -> Vec<String> {
+    let layer = |m: &str| layers.iter().position(|l| l.contains(&m));
+    let mut out = Vec::new();
+    for (m, used) in graph {
+        let Some(lm) = layer(m) else {
+            out.push(format!("{m:?} is in no layer; place it"));
+            continue;
+        };
+        for u in used {
+            if layer(u).is_none_or(|lu| lu > lm) {
+                out.push(format!("{m:?} uses {u:?}, a layer above it"));
+            }
+        }
     }
     out
 }
@@ -347,6 +453,25 @@ mod tests {
             ("sim::run", "use super::state::Tables;\nuse std::sync::Arc;"),
         ]);
         assert_eq!(cycle(&edges(&f, &[])), None, "{}", render(&edges(&f, &[])));
+    }
+
+    #[test]
+    fn a_use_of_a_higher_layer_breaks_the_layers() {
+        let f = files(&[
+            ("state", "use crate::queue::Q;"),
+            ("queue", "use crate::state::S;"),
+            ("tool", "use crate::queue::Q;"),
+            ("extra", ""),
+        ]);
+        let g = edges(&f, &[]);
+        let layers: &[&[&str]] = &[&["state"], &["queue"], &["tool"]];
+        assert_eq!(
+            layer_breaks(&g, layers),
+            [
+                "\"extra\" is in no layer; place it",
+                "\"state\" uses \"queue\", a layer above it",
+            ]
+        );
     }
 
     #[test]

@@ -20,8 +20,9 @@
 //!   compares;
 //! - [`Watchdog`], which aborts the test process when a test runs past a wall-clock limit, so
 //!   a deadlock fails CI instead of hanging it;
-//! - [`layout`], the scan of a crate's sources that checks no file uses a file that uses it
-//!   (std only, so crates below this one include the file in their tests by path);
+//! - [`layout`], the workspace's one scan of crates' sources (which file uses which, circles,
+//!   layers, top docs naming SPEC sections), run over every crate by
+//!   `tests/layout_workspace.rs`;
 //! - [`run_child`], which re-executes the test binary to run one scenario in a child process
 //!   (for the one path that aborts the process by design).
 //!
