@@ -6,6 +6,9 @@ use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 
+#[path = "../../replay-cuda/tests/support/fake_sources.rs"]
+mod fake_sources;
+
 fn kreplay(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kreplay"))
         .args(args)
@@ -172,15 +175,13 @@ fn bench_check_reaches_the_fake_driver() {
     }
     let dir = temp_dir("fake");
     let lib = dir.join("libcuda.so.1");
-    let src = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../replay-cuda/tests/fake_driver/fake_cuda.c"
-    );
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = Command::new(&cc)
         .args(["-shared", "-fPIC", "-O1", "-o"])
         .arg(&lib)
-        .args(["-Wl,-soname,libcuda.so.1", src, "-lpthread"])
+        .arg("-Wl,-soname,libcuda.so.1")
+        .args(fake_sources::fake_driver_sources(false))
+        .arg("-lpthread")
         .status();
     if !built.is_ok_and(|s| s.success()) {
         eprintln!("skipped: could not compile the fake driver with {cc}");

@@ -1,6 +1,6 @@
 //! The backend end to end over a fake CUDA driver, on a machine without a GPU.
 //!
-//! `tests/fake_driver/fake_cuda.c` is compiled with the system C compiler into a
+//! `tests/fake_driver/fake_cuda*.c` is compiled with the system C compiler into a
 //! `libcuda.so.1` and loaded before the backend looks for the driver; cudarc's open by name
 //! then resolves to it through its soname. The fake keeps device memory in host memory, runs
 //! every operation at once, emulates the kernels by name and can keep a stream busy, so the

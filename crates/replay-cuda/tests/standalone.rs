@@ -1,5 +1,5 @@
 //! Standalone replay of CUDA captures (`replay_cuda::standalone`) against the fake driver
-//! (`tests/fake_driver/fake_cuda.c`, whose kernels run on the host at the device addresses):
+//! (`tests/fake_driver/fake_cuda*.c`, whose kernels run on the host at the device addresses):
 //! a region recreated at its captured address, a module variable the load placed elsewhere,
 //! and one an argument points into; the address ranges held before the driver's own
 //! reservations could take them, a range taken before the replay named in its error, and a

@@ -1,16 +1,16 @@
 //! What the end-to-end tests against the fake CUDA driver share: the fake driver
-//! (`replay-cuda`'s `tests/fake_driver/fake_inject.c`) and its application built in a fresh
-//! folder, and the `libkernel_replay.so` this crate's dev-dependency built.
+//! (`replay-cuda`'s `tests/fake_driver/fake_inject.c` over its `fake_cuda*.c`) and its
+//! application built in a fresh folder, and the `libkernel_replay.so` this crate's
+//! dev-dependency built.
 
 #![allow(dead_code)] // each test binary uses its own part
 
 use std::path::PathBuf;
 use std::process::Command;
 
-const FAKE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../replay-cuda/tests/fake_driver"
-);
+#[path = "../../../replay-cuda/tests/support/fake_sources.rs"]
+mod fake_sources;
+use fake_sources::{fake_driver_sources, FAKE_DRIVER_DIR as FAKE};
 
 pub fn cc() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".into())
@@ -27,7 +27,7 @@ pub fn build(prefix: &str, tag: &str) -> Option<PathBuf> {
         .args(["-shared", "-fPIC", "-O1", "-o"])
         .arg(&lib)
         .args(["-Wl,-soname,libcuda.so.1", "-Wl,-Bsymbolic"])
-        .arg(format!("{FAKE}/fake_inject.c"))
+        .args(fake_driver_sources(true))
         .args(["-lpthread", "-ldl"])
         .status()
         .map(|s| s.success())

@@ -1,6 +1,6 @@
 /*
  * The fake driver with the entries an unmodified application and the interception use:
- * fake_cuda.c (included whole) plus cuGetProcAddress (both forms, answering with this
+ * fake_cuda*.c (built with it) plus cuGetProcAddress (both forms, answering with this
  * library's own entries, as the real driver does), the _ptsz and Ex launch forms (attributes
  * accepted; a cooperative launch runs like any other), cuLaunchCooperativeKernel,
  * cuFuncGetName / cuKernelGetName / cuKernelGetParamInfo, cuCtxGetDevice, cuMemAllocPitch,
@@ -23,12 +23,13 @@
  * real driver answers a C++ kernel's, and cuModuleGetFunction finds it by that name.
  *
  * Build with -Wl,-Bsymbolic: the fake's entries call each other directly, as the real
- * driver's do, not through a library loaded in front of it.
+ * driver's do, not through a library loaded in front of it. Build with -DFAKE_CUDA_INJECT
+ * too, every file: fake_cuda_internal.h then renames the base entries this file replaces.
  */
-#define cuInit fake_base_cuInit
-#define cuModuleGetFunction fake_base_cuModuleGetFunction
-#define cuFuncGetParamInfo fake_base_cuFuncGetParamInfo
-#include "fake_cuda.c"
+#ifndef FAKE_CUDA_INJECT
+#error "build fake_inject.c with -DFAKE_CUDA_INJECT, with every fake_cuda*.c"
+#endif
+#include "fake_cuda_internal.h"
 #undef cuInit
 #undef cuModuleGetFunction
 #undef cuFuncGetParamInfo

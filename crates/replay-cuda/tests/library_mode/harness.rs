@@ -199,7 +199,7 @@ pub fn setup() -> Option<(parking_lot::MutexGuard<'static, ()>, Ctx, Arc<Tracker
 pub fn fake_fn<T: Copy>(name: &[u8]) -> T {
     let this = libloading::os::unix::Library::this();
     // SAFETY: the fake driver is loaded globally and exports `name` with the type `T` the
-    // caller names (checked by hand against fake_cuda.c).
+    // caller names (checked by hand against fake_cuda*.c).
     let f = unsafe { this.get::<T>(name) }.expect("a fake driver export");
     *f
 }

@@ -4,13 +4,15 @@
 
 use std::sync::OnceLock;
 
+mod fake_sources;
+
 /// Which fake driver.
 #[derive(Debug, Clone, Copy)]
 #[allow(dead_code)] // each test binary uses one of them
 pub enum Fake {
-    /// `fake_cuda.c`: the driver API the library calls itself (library mode).
+    /// `fake_cuda*.c`: the driver API the library calls itself (library mode).
     Library,
-    /// `fake_inject.c`: also the entries an application calls, for the interception.
+    /// `fake_inject.c` over them: also the entries an application calls, for the interception.
     Inject,
 }
 
@@ -27,24 +29,23 @@ fn load_once(which: Fake) -> Option<()> {
         eprintln!("skipped: a real CUDA driver is present (cuda_bench covers this machine)");
         return None;
     }
-    let (file, extra): (&str, &[&str]) = match which {
-        Fake::Library => ("fake_cuda.c", &["-lpthread"]),
-        Fake::Inject => ("fake_inject.c", &["-Wl,-Bsymbolic", "-lpthread", "-ldl"]),
+    let (name, inject, extra): (&str, bool, &[&str]) = match which {
+        Fake::Library => ("fake_cuda", false, &["-lpthread"]),
+        Fake::Inject => (
+            "fake_inject",
+            true,
+            &["-Wl,-Bsymbolic", "-lpthread", "-ldl"],
+        ),
     };
-    let dir = std::env::temp_dir().join(format!(
-        "replay-cuda-{}-{}",
-        file.trim_end_matches(".c"),
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("replay-cuda-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let lib = dir.join("libcuda.so.1");
-    let src = format!("{}/tests/fake_driver/{file}", env!("CARGO_MANIFEST_DIR"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = std::process::Command::new(&cc)
         .args(["-shared", "-fPIC", "-O1", "-o"])
         .arg(&lib)
         .arg("-Wl,-soname,libcuda.so.1")
-        .arg(&src)
+        .args(fake_sources::fake_driver_sources(inject))
         .args(extra)
         .status();
     if !status.is_ok_and(|s| s.success()) {
