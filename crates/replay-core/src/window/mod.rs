@@ -44,11 +44,10 @@
 //! forwarded candidate, at its early `try_write`), then waits, bounded, for gated writes that
 //! took no lock because they checked before it was counted (`crate::locks`).
 //!
-//! Submissions that are not kernel dispatches (copies, barriers, batches) are counted the same
-//! way on the inactive path. Not closed: a kernel dispatch that read the service inactive just
-//! before [`ReplayService::start`] and is submitted after the first window on its agent began
-//! its drains (the inactive path for kernels stays two loads, with nothing to wait for). Start
-//! the service before the application's other threads launch work the window must exclude.
+//! Every submission on the inactive path, kernel dispatches as copies, barriers and batches,
+//! is counted the same way while it submits, so a kernel that read the service inactive just
+//! before [`ReplayService::start`] is waited for by the first window on its agent before its
+//! drains (the price: the inactive path counts itself in and out, two atomic operations more).
 //!
 //! This file holds steps 1–7 and 9 (the gate, CONFIG, admission, drains, snapshot, finish);
 //! the pass loop of step 8 is in `passes`, and the capture a tool asks for in PASS ENTER
@@ -99,12 +98,8 @@ pub(crate) fn submit(
     // before it (and takes the reader side below).
     let active = svc.active.load(Ordering::Acquire);
     if !active && svc.windows_open.load(Ordering::Relaxed) == 0 {
-        if dispatch.kind == SubmissionKind::KernelDispatch {
-            agent.submit_ordinary(&dispatch)?;
-            return Ok(DispatchReport::done(None));
-        }
-        // Copies, barriers and batches are counted while they submit (`crate::locks`), so a
-        // window that starts meanwhile waits for them; when one just opened, the slow path
+        // Counted while it submits (`crate::locks`), kernels as copies, barriers and batches,
+        // so a window that starts meanwhile waits for it; when one just opened, the slow path
         // below takes the reader side.
         if let Ok(_unlocked) = svc.write_gate(agent.id()) {
             agent.submit_ordinary(&dispatch)?;

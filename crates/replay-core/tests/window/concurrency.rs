@@ -12,7 +12,7 @@ use replay_mock::double::ToolScript;
 
 use crate::harness::{
     agent, dispatch, memory, plan_of, policy, push, snap, strs, two_passes, Backend, Harness, Log,
-    Log3, MockMemory, AGENT,
+    Log3, MockAgent, MockMemory, AGENT,
 };
 
 #[test]
@@ -307,4 +307,66 @@ fn stopping_inside_a_forwarded_candidates_window_keeps_its_gate_closed() {
     );
     assert!(!h.log().iter().any(|e| e == "ordinary"));
     assert_eq!(h.svc.open_windows(), 0);
+}
+
+#[test]
+fn a_kernel_submitted_while_inactive_holds_off_a_window_that_starts_meanwhile() {
+    // A kernel read the service off and is still inside its ordinary submission when the
+    // service starts and a window opens on its agent: the window waits for that submission
+    // before planning and draining, so the drain covers the kernel (before, the kernel's
+    // inactive path was not counted and the window went on without it).
+    let h = Harness::new(two_passes());
+    h.svc.stop().unwrap();
+    let (inside_tx, inside_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release = Arc::new(Mutex::new(Some(release_tx)));
+    let mut slow = MockAgent::new();
+    slow.expect_id().return_const(AGENT);
+    slow.expect_capabilities()
+        .return_const(Capabilities::empty());
+    let log = h.log.clone();
+    slow.expect_submit_ordinary().returning(move |_| {
+        inside_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+        push(&log, "kernel submitted");
+        Ok(())
+    });
+    let quiet = memory(&h, plan_of(10), None);
+    std::thread::scope(|s| {
+        let early = s.spawn(|| {
+            h.svc
+                .submit(&slow, &quiet, dispatch("early"))
+                .unwrap()
+                .record
+        });
+        inside_rx.recv().unwrap();
+        h.svc.start().unwrap();
+        // The window waits on this thread: its first sleep lets the kernel's submission end.
+        let r = Arc::clone(&release);
+        h.clock.on_sleep(move || {
+            if let Some(tx) = r.lock().take() {
+                tx.send(()).unwrap();
+            }
+        });
+        let a = agent(&h);
+        let m = memory(&h, plan_of(10), Some(snap(&h.log, 10)));
+        let rec = h.svc.submit(&a, &m, dispatch("k")).unwrap().record.unwrap();
+        assert_eq!(rec.outcome, Outcome::Replayed);
+        // Without the wait the kernel is still blocked here: let it end so the test ends.
+        if let Some(tx) = release.lock().take() {
+            tx.send(()).unwrap();
+        }
+        assert!(
+            early.join().unwrap().is_none(),
+            "an ordinary dispatch has no record"
+        );
+    });
+    let log = h.log();
+    let at = |e: &str| log.iter().position(|x| x == e);
+    assert!(at("kernel submitted").is_some(), "{log:?}");
+    assert!(
+        at("kernel submitted") < at("plan all"),
+        "the window did not wait for the kernel: {log:?}"
+    );
+    assert!(at("plan all") < at("drain queue drain"), "{log:?}");
 }
