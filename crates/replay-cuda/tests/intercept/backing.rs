@@ -156,3 +156,117 @@ fn an_array_creation_out_of_memory_while_backing_is_pooled_is_retried_after_its_
         intercept::mem_free(a);
     }
 }
+
+/// Another thread's global-mode capture on a stream of its own, begun before this returns:
+/// `go` ends it, and the thread's result says whether it ended valid.
+fn global_capture_beside() -> (
+    std::sync::mpsc::Sender<()>,
+    std::thread::JoinHandle<Result<(), String>>,
+) {
+    let (begun_tx, begun_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let capturer = std::thread::spawn(move || -> Result<(), String> {
+        bind_device0();
+        let mut st: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: plain driver calls on a stream this thread creates and destroys, and a graph
+        // owned here.
+        unsafe {
+            sys::cuStreamCreate(&mut st, 1)
+                .result()
+                .map_err(|e| e.to_string())?;
+            sys::cuStreamBeginCapture_v2(
+                st,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            )
+            .result()
+            .map_err(|e| format!("begin: {e}"))?;
+            begun_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            let mut g: sys::CUgraph = std::ptr::null_mut();
+            let ended = sys::cuStreamEndCapture(st, &mut g)
+                .result()
+                .map_err(|e| format!("the capture was invalidated: {e}"));
+            if !g.is_null() {
+                sys::cuGraphDestroy(g);
+            }
+            sys::cuStreamDestroy_v2(st);
+            ended
+        }
+    });
+    begun_rx.recv().unwrap();
+    (go_tx, capturer)
+}
+
+/// A stream-ordered allocation (permitted beside another thread's global capture) runs out of
+/// memory while backing is pooled, as another thread captures in global mode: the library's
+/// release of that backing (frees the real driver prohibits there) runs in relaxed capture
+/// mode, so the capture ends valid, and the allocation is retried and succeeds.
+#[test]
+fn an_out_of_memory_release_of_pooled_backing_leaves_another_threads_global_capture_valid() {
+    let Some((_g, s)) = setup() else { return };
+    let before = state::service().unwrap().policy();
+    let (a, once, held) = replay_leaving_backing(&s, Duration::ZERO);
+    let backend = bind_device0();
+    let (go, capturer) = global_capture_beside();
+    fake_set_mem(fake_mem_used() + 1024);
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: the wrapper's contract is the driver's: an out pointer, the legacy stream.
+    let r = unsafe { intercept::mem_alloc_async(&mut p, held as usize, std::ptr::null_mut()) };
+    fake_set_mem(FAKE_MEM);
+    go.send(()).unwrap();
+    let captured = capturer.join().unwrap();
+    captured.unwrap_or_else(|e| panic!("{e}: the release ran in global mode"));
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "retried after the release");
+    assert_eq!(backend.engine().pooled_bytes(), 0, "released");
+    assert_eq!(read(a), once, "memory equals one execution");
+    state::service()
+        .unwrap()
+        .set_policy((*before).clone())
+        .unwrap();
+    // SAFETY: frees the wrappers' allocations, the capture over.
+    unsafe {
+        intercept::mem_free_async(p, std::ptr::null_mut());
+        intercept::mem_free(a);
+    }
+}
+
+/// Backing pooled past the idle bound is released by the next intercepted allocation while
+/// another thread captures in global mode: the release (its stream queries and frees) runs in
+/// relaxed capture mode, so the capture ends valid.
+#[test]
+fn an_idle_release_of_pooled_backing_leaves_another_threads_global_capture_valid() {
+    let Some((_g, s)) = setup() else { return };
+    let before = state::service().unwrap().policy();
+    let idle = Duration::from_millis(200);
+    let (a, once, _) = replay_leaving_backing(&s, idle);
+    let backend = bind_device0();
+    std::thread::sleep(idle + Duration::from_millis(100));
+    let (go, capturer) = global_capture_beside();
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: the wrapper's contract is the driver's: an out pointer, the legacy stream.
+    let r = unsafe { intercept::mem_alloc_async(&mut p, 64, std::ptr::null_mut()) };
+    go.send(()).unwrap();
+    let captured = capturer.join().unwrap();
+    captured.unwrap_or_else(|e| panic!("{e}: the release ran in global mode"));
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        backend.engine().pooled_bytes(),
+        0,
+        "released past the bound"
+    );
+    assert_eq!(
+        backend.memory().deferred_bytes(),
+        0,
+        "freed: no stream is busy"
+    );
+    assert_eq!(read(a), once, "memory equals one execution");
+    state::service()
+        .unwrap()
+        .set_policy((*before).clone())
+        .unwrap();
+    // SAFETY: frees the wrappers' allocations, the capture over.
+    unsafe {
+        intercept::mem_free_async(p, std::ptr::null_mut());
+        intercept::mem_free(a);
+    }
+}
