@@ -6,7 +6,7 @@ use replay_cuda::intercept;
 use replay_cuda::state;
 use replay_cuda::sys;
 
-use crate::harness::{alloc_filled, launch_rmw, read, rmw_host, setup, N};
+use crate::harness::{alloc_filled, global_capture_beside, launch_rmw, read, rmw_host, setup, N};
 use crate::support::bind_device0;
 
 /// Another thread captures in global mode (PyTorch's default) on a stream of its own while an
@@ -19,37 +19,7 @@ fn an_intercepted_window_beside_another_threads_global_capture_leaves_it_valid()
     // The application's own allocation comes before the capture: made during it, in global
     // mode, it would fail and invalidate the capture without the library too.
     let a = alloc_filled(71);
-    let (begun_tx, begun_rx) = std::sync::mpsc::channel::<()>();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let capturer = std::thread::spawn(move || -> Result<(), String> {
-        bind_device0();
-        let mut st: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: plain driver calls on a stream this thread creates and destroys, and a graph
-        // owned here.
-        unsafe {
-            sys::cuStreamCreate(&mut st, 1)
-                .result()
-                .map_err(|e| e.to_string())?;
-            sys::cuStreamBeginCapture_v2(
-                st,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            )
-            .result()
-            .map_err(|e| format!("begin: {e}"))?;
-            begun_tx.send(()).unwrap();
-            go_rx.recv().unwrap();
-            let mut g: sys::CUgraph = std::ptr::null_mut();
-            let ended = sys::cuStreamEndCapture(st, &mut g)
-                .result()
-                .map_err(|e| format!("the capture was invalidated: {e}"));
-            if !g.is_null() {
-                sys::cuGraphDestroy(g);
-            }
-            sys::cuStreamDestroy_v2(st);
-            ended
-        }
-    });
-    begun_rx.recv().unwrap();
+    let (go_tx, capturer) = global_capture_beside();
     let mut once = read(a);
     rmw_host(&mut once, 9);
     let before = s.tool.replayed.load(Ordering::SeqCst);

@@ -137,3 +137,43 @@ pub fn wait_for(flag: &AtomicBool, budget: Duration) -> bool {
     }
     flag.load(Ordering::SeqCst)
 }
+
+/// Another thread's global-mode capture on a stream of its own, begun before this returns:
+/// `go` ends it, and the thread's result says whether it ended valid.
+pub fn global_capture_beside() -> (
+    std::sync::mpsc::Sender<()>,
+    std::thread::JoinHandle<Result<(), String>>,
+) {
+    let (begun_tx, begun_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let capturer = std::thread::spawn(move || -> Result<(), String> {
+        bind_device0();
+        let mut st: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: plain driver calls on a stream this thread creates and destroys, and a graph
+        // owned here.
+        unsafe {
+            sys::cuStreamCreate(&mut st, 1)
+                .result()
+                .map_err(|e| e.to_string())?;
+            sys::cuStreamBeginCapture_v2(
+                st,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            )
+            .result()
+            .map_err(|e| format!("begin: {e}"))?;
+            begun_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            let mut g: sys::CUgraph = std::ptr::null_mut();
+            let ended = sys::cuStreamEndCapture(st, &mut g)
+                .result()
+                .map_err(|e| format!("the capture was invalidated: {e}"));
+            if !g.is_null() {
+                sys::cuGraphDestroy(g);
+            }
+            sys::cuStreamDestroy_v2(st);
+            ended
+        }
+    });
+    begun_rx.recv().unwrap();
+    (go_tx, capturer)
+}
