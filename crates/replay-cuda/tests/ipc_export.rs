@@ -26,6 +26,10 @@ use replay_cuda::state;
 use replay_cuda::sys;
 
 mod support;
+use support::vmem::{
+    app_entry, device0, AccessFn, CreateFn, ExportFn, MapFn, RangeFn, ReleaseFn, ReserveFn,
+    VM_BYTES,
+};
 use support::{bind_device0, intercept_with, launch_block, load_fake, Fake};
 
 type Hook = Box<dyn Fn(u32) + Send + Sync>;
@@ -257,36 +261,6 @@ fn a_device_allocation_exported_through_an_ipc_handle_is_shared_and_never_captur
 }
 
 // ----- cuMemCreate handles exported -----------------------------------------------------
-
-/// The driver entry `name` as an application that looks it up with `dlsym` gets it: the
-/// wrapper when the interception wraps it, else the driver's own.
-fn app_entry<T: Copy>(name: &std::ffi::CStr) -> T {
-    assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
-    // SAFETY: dlsym on the driver's handle with a NUL-terminated name.
-    let p = unsafe { intercept::dlsym_answer(intercept::driver_handle(), name.as_ptr()) };
-    assert!(!p.is_null(), "the driver has {name:?}");
-    // SAFETY: `T` is the entry's function-pointer type (the CUDA headers), pointer-sized.
-    unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) }
-}
-
-type CreateFn =
-    unsafe extern "C" fn(*mut u64, usize, *const sys::CUmemAllocationProp, u64) -> sys::CUresult;
-type ExportFn = unsafe extern "C" fn(*mut c_void, u64, u32, u64) -> sys::CUresult;
-type ReserveFn = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> sys::CUresult;
-type MapFn = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> sys::CUresult;
-type AccessFn =
-    unsafe extern "C" fn(u64, usize, *const sys::CUmemAccessDesc, usize) -> sys::CUresult;
-type RangeFn = unsafe extern "C" fn(u64, usize) -> sys::CUresult;
-type ReleaseFn = unsafe extern "C" fn(u64) -> sys::CUresult;
-
-const VM_BYTES: usize = 2 << 20;
-
-fn device0() -> sys::CUmemLocation {
-    sys::CUmemLocation {
-        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        id: 0,
-    }
-}
 
 /// A physical handle of device 0 (`cuMemCreate`), exportable as a file descriptor.
 fn vm_handle() -> u64 {

@@ -5,44 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use replay_cuda::intercept;
 use replay_cuda::state;
 use replay_cuda::sys;
 
 use crate::harness::{launch_rmw, read, rmw_host, setup, wait_for, N};
-
-/// The driver entry `name` as an application that looks it up with `dlsym` gets it: the
-/// wrapper when the interception wraps it, else the driver's own.
-fn app_entry<T: Copy>(name: &std::ffi::CStr) -> T {
-    assert_eq!(
-        std::mem::size_of::<T>(),
-        std::mem::size_of::<*mut std::ffi::c_void>()
-    );
-    // SAFETY: dlsym on the driver's handle with a NUL-terminated name.
-    let p = unsafe { intercept::dlsym_answer(intercept::driver_handle(), name.as_ptr()) };
-    assert!(!p.is_null(), "the driver has {name:?}");
-    // SAFETY: `T` is the entry's function-pointer type (the CUDA headers), pointer-sized.
-    unsafe { std::mem::transmute_copy::<*mut std::ffi::c_void, T>(&p) }
-}
-
-type CreateFn =
-    unsafe extern "C" fn(*mut u64, usize, *const sys::CUmemAllocationProp, u64) -> sys::CUresult;
-type ImportFn = unsafe extern "C" fn(*mut u64, *mut std::ffi::c_void, u32) -> sys::CUresult;
-type ReserveFn = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> sys::CUresult;
-type MapFn = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> sys::CUresult;
-type AccessFn =
-    unsafe extern "C" fn(u64, usize, *const sys::CUmemAccessDesc, usize) -> sys::CUresult;
-type RangeFn = unsafe extern "C" fn(u64, usize) -> sys::CUresult;
-type ReleaseFn = unsafe extern "C" fn(u64) -> sys::CUresult;
-
-const VM_BYTES: usize = 2 << 20;
-
-fn device0() -> sys::CUmemLocation {
-    sys::CUmemLocation {
-        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        id: 0,
-    }
-}
+use crate::support::vmem::{
+    app_entry, device0, AccessFn, CreateFn, ImportFn, MapFn, RangeFn, ReleaseFn, ReserveFn,
+    VM_BYTES,
+};
 
 /// A physical handle of device 0: created (`cuMemCreate`), or imported from a shareable
 /// handle (`cuMemImportFromShareableHandle`).

@@ -5,6 +5,7 @@
 use std::sync::OnceLock;
 
 mod fake_sources;
+pub mod vmem;
 
 /// Which fake driver.
 #[derive(Debug, Clone, Copy)]
